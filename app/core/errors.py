@@ -1,0 +1,61 @@
+"""Typed errors shared by the core, the headless command and the TUI.
+
+Every error carries a human message, an optional hint that says how to fix it, and the exit
+code the headless command ends with (design section 2). None of them may hold a full secret.
+"""
+
+from __future__ import annotations
+
+
+class ExitCode:
+    OK = 0
+    JOB_FAILED = 1
+    USAGE = 2
+    CHECKS_FAILED = 3
+    POLL_TIMEOUT = 4
+    BACKEND = 5
+    INTERRUPTED = 130
+
+
+class SynthTuiError(Exception):
+    """Base class: a problem we explain to the user instead of showing a traceback."""
+
+    exit_code: int = ExitCode.USAGE
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message
+
+    def render(self) -> str:
+        """The message and, where we have one, the fix, as printed to the user."""
+        return self.message if not self.hint else f"{self.message}\n  Hint: {self.hint}"
+
+
+class UsageError(SynthTuiError):
+    exit_code = ExitCode.USAGE
+
+
+class ConfigError(SynthTuiError):
+    """The config cannot be found, parsed or validated."""
+
+    exit_code = ExitCode.USAGE
+
+
+class EnvFileError(SynthTuiError):
+    """A .env file cannot be read or written."""
+
+    exit_code = ExitCode.CHECKS_FAILED
+
+
+class MissingSecretsError(SynthTuiError):
+    exit_code = ExitCode.CHECKS_FAILED
+
+
+class ChecksFailedError(SynthTuiError):
+    """Verification or the task-app health check failed."""
+
+    exit_code = ExitCode.CHECKS_FAILED
