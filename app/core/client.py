@@ -1,0 +1,448 @@
+"""Async HTTP client for the Synth backend (contract section 3), hosted or embedded.
+
+Every failure becomes a typed :class:`ApiError` with a human message and a fix; secrets are
+redacted from anything an error carries. Reads are retried with backoff and jitter; a job
+create is retried only when it carries an Idempotency-Key (so a retry can never create a
+second job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import os
+import random
+import socket
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from app import __version__
+from app.core.errors import ExitCode, SynthTuiError
+from app.core.redact import redact
+from app.core.wire import JobEvent, JobStatus, MetricPoint, items_of
+
+DEFAULT_PROD_BACKEND = "https://agent-learning.onrender.com"
+DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+PAGE_LIMIT = 200
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ApiError(SynthTuiError):
+    """The backend could not be reached or answered something we cannot use."""
+
+    exit_code = ExitCode.BACKEND
+    transient = False
+
+    def __init__(self, message: str, hint: str | None = None, *, status: int | None = None,
+                 body: Any = None) -> None:
+        super().__init__(message, hint)
+        self.status = status
+        self.body = body
+
+
+class BackendUnreachable(ApiError):
+    transient = True
+
+
+class BackendTimeout(ApiError):
+    transient = True
+
+
+class ServerError(ApiError):
+    """5xx or 429: the request may succeed later."""
+
+    transient = True
+
+
+class AuthError(ApiError):
+    pass
+
+
+class NotFoundError(ApiError):
+    pass
+
+
+class ConflictError(ApiError):
+    pass
+
+
+class RejectedError(ApiError):
+    """4xx other than auth, 404 and 409: the request itself is wrong (e.g. 422)."""
+
+
+class BadResponseError(ApiError):
+    """The body is HTML, empty or otherwise not the JSON the contract promises."""
+
+    transient = True
+
+
+class StreamUnavailable(ApiError):
+    """The backend answered, but offers no server-sent event stream at this path."""
+
+
+# --------------------------------------------------------------------------- base URL
+
+
+def ensure_api_base(url: str) -> str:
+    """The SDK's ``ensure_api_base``: strip trailing slashes and append ``/api`` if missing."""
+    url = url.strip().rstrip("/")
+    return url if url.endswith("/api") else f"{url}/api"
+
+
+def backend_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Backend base from the environment as contract 3.1; returns (base, where it came from)."""
+    env = os.environ if env is None else env
+    if env.get("BACKEND_BASE_URL"):
+        return ensure_api_base(env["BACKEND_BASE_URL"]), "BACKEND_BASE_URL"
+    if env.get("BACKEND_OVERRIDE"):
+        override = env["BACKEND_OVERRIDE"].strip().rstrip("/")
+        override = override[: -len("/api")] if override.endswith("/api") else override
+        return ensure_api_base(override), "BACKEND_OVERRIDE"
+    mode = (env.get("SYNTH_BACKEND_URL_OVERRIDE") or "").strip().lower()
+    if mode == "local":
+        return ensure_api_base(env.get("LOCAL_BACKEND_URL") or "http://localhost:8000"), "SYNTH_BACKEND_URL_OVERRIDE=local"
+    if mode == "dev":
+        return ensure_api_base(env.get("DEV_BACKEND_URL") or "http://localhost:8000"), "SYNTH_BACKEND_URL_OVERRIDE=dev"
+    return ensure_api_base(env.get("PROD_BACKEND_URL") or DEFAULT_PROD_BACKEND), "default"
+
+
+# --------------------------------------------------------------------------- results
+
+
+@dataclass
+class ApiResponse:
+    """A decoded answer: HTTP status, parsed JSON (or the text preview) and its raw text."""
+
+    status: int
+    body: Any
+    text: str
+
+    def preview(self, limit: int) -> str:
+        if isinstance(self.body, (dict, list)):
+            return json.dumps(self.body, indent=2)[:limit]
+        return json.dumps({"status": self.status, "text": self.text[:400]}, indent=2)[:limit]
+
+
+@dataclass
+class VerifyResult:
+    status: int
+    body: Any
+    preview_source: ApiResponse
+
+    @property
+    def any_ok(self) -> bool:
+        return isinstance(self.body, dict) and bool(self.body.get("any_ok"))
+
+    @property
+    def candidates(self) -> list[Any]:
+        return list(self.body.get("candidates_first15") or []) if isinstance(self.body, dict) else []
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        if not isinstance(self.body, dict):
+            return []
+        return [a for a in self.body.get("attempts") or [] if isinstance(a, dict)]
+
+
+@dataclass
+class CreateResult:
+    status: int
+    body: Any
+    response: ApiResponse
+    idempotency_key: str | None
+    job_id: str | None = field(default=None)
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class SynthClient:
+    """One backend, one key. Use as ``async with SynthClient(base, key) as client``."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+                 retries: int = 2, backoff: float = 0.25, transport: httpx.AsyncBaseTransport | None = None,
+                 extra_headers: Mapping[str, str] | None = None) -> None:
+        self.base_url = ensure_api_base(base_url)
+        self._api_key = api_key
+        self.retries = retries
+        self.backoff = backoff
+        headers = {
+            "Authorization": f"Bearer {api_key}",
+            "User-Agent": f"synth-tui/{__version__}",
+            "Accept": "application/json",
+        }
+        headers.update(extra_headers or {})
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
+                                       transport=transport, follow_redirects=True)
+        # Differs from the SDK on purpose: it polls /rl, /learning and /orchestration on every
+        # tick. We use /learning/... only after /rl/... answered 404, and remember what worked.
+        self._job_prefix: dict[str, str] = {}
+        self.request_count = 0
+
+    async def __aenter__(self) -> SynthClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- low level ---------------------------------------------------------------
+
+    def _clean(self, text: str) -> str:
+        return redact(text, [self._api_key])
+
+    async def request(self, method: str, path: str, *, what: str, json_body: Any = None,
+                      params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
+                      retries: int | None = None, expect_json: bool = True) -> ApiResponse:
+        """Send one request, retrying transient failures; raise a typed ApiError otherwise."""
+        attempts = 1 + (self.retries if retries is None else retries)
+        for attempt in range(attempts):
+            try:
+                return await self._request_once(method, path, what=what, json_body=json_body,
+                                                params=params, headers=headers, expect_json=expect_json)
+            except ApiError as exc:
+                if not exc.transient or attempt == attempts - 1:
+                    raise
+                await asyncio.sleep(backoff_delay(attempt, self.backoff))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _request_once(self, method: str, path: str, *, what: str, json_body: Any,
+                            params: Mapping[str, Any] | None, headers: Mapping[str, str] | None,
+                            expect_json: bool) -> ApiResponse:
+        url = f"{self.base_url}{path}"
+        self.request_count += 1
+        try:
+            response = await self._http.request(method, path, json=json_body, params=params, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise BackendTimeout(
+                f"The backend did not answer {what} in time ({type(exc).__name__} at {url}).",
+                "The backend may be overloaded or unreachable from here; try again, or check --backend.",
+            ) from None
+        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
+            raise BackendUnreachable(
+                f"Cannot reach the backend at {self.base_url} for {what}: {self._clean(describe_exception(exc))}.",
+                "Check --backend (or BACKEND_BASE_URL) and that the backend is running "
+                "(`synth-tui backend` starts a local one).",
+            ) from None
+        except httpx.TransportError as exc:
+            raise BackendUnreachable(
+                f"The connection to {self.base_url} broke during {what}: {self._clean(describe_exception(exc))}.",
+                "This is usually transient; try again.",
+            ) from None
+        return self._decode(response, what=what, expect_json=expect_json)
+
+    def _decode(self, response: httpx.Response, *, what: str, expect_json: bool) -> ApiResponse:
+        text = self._clean(response.text)
+        body: Any = None
+        content_type = response.headers.get("content-type", "")
+        if text.strip():
+            try:
+                body = json.loads(text)
+            except ValueError:
+                body = None
+        status = response.status_code
+        detail = self._clean(error_detail(body, text))
+        if status in (401, 403):
+            raise AuthError(
+                f"The backend rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
+                "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend.",
+                status=status, body=body)
+        if status == 404:
+            raise NotFoundError(f"Not found: {what} (HTTP 404 at {response.request.url.path}): {detail}.",
+                                "Check the job id and that --backend points at the right service.",
+                                status=status, body=body)
+        if status == 409:
+            raise ConflictError(f"Conflict on {what} (HTTP 409): {detail}.", None, status=status, body=body)
+        if status == 429 or status >= 500:
+            raise ServerError(f"The backend failed on {what} (HTTP {status}): {detail}.",
+                              "The backend had a problem; it is retried automatically where safe.",
+                              status=status, body=body)
+        if status >= 400:
+            raise RejectedError(f"The backend refused {what} (HTTP {status}): {detail}.", None,
+                                status=status, body=body)
+        if expect_json and body is None:
+            kind = "HTML" if "html" in content_type or text.lstrip().startswith("<") else (
+                "an empty body" if not text.strip() else f"non-JSON ({content_type or 'no content type'})")
+            raise BadResponseError(
+                f"The backend answered {what} with HTTP {status} but {kind} instead of JSON: "
+                f"{text.strip()[:120]!r}.",
+                "Is --backend pointing at the API? It should end in /api (added automatically).",
+                status=status, body=text[:400])
+        return ApiResponse(status=status, body=body, text=text)
+
+    # -- job paths: /rl first, /learning only after a 404 -------------------------
+
+    async def _job_request(self, job_id: str, suffix: str, *, what: str, params: Mapping[str, Any] | None = None,
+                           retries: int | None = None) -> ApiResponse:
+        known = self._job_prefix.get(job_id)
+        prefixes = [known] if known else ["/rl/jobs", "/learning/jobs"]
+        last_error: NotFoundError | None = None
+        for prefix in prefixes:
+            try:
+                response = await self.request("GET", f"{prefix}/{job_id}{suffix}", what=what,
+                                              params=params, retries=retries)
+            except NotFoundError as exc:
+                last_error = exc
+                continue
+            self._job_prefix.setdefault(job_id, prefix)
+            return response
+        assert last_error is not None
+        raise last_error
+
+    # -- endpoints -----------------------------------------------------------------
+
+    async def verify_task_app(self, task_url: str) -> VerifyResult:
+        """``POST /rl/verify_task_app``. HTTP errors come back as a result, not an exception,
+        so the caller can show the backend's report (the SDK prints it too)."""
+        try:
+            response = await self.request("POST", "/rl/verify_task_app", what="task app verification",
+                                          json_body={"endpoint_base_url": task_url})
+        except (RejectedError, ServerError, ConflictError, NotFoundError) as exc:
+            fake = ApiResponse(status=exc.status or 0, body=exc.body, text=json.dumps(exc.body) if exc.body else "")
+            return VerifyResult(status=exc.status or 0, body=exc.body, preview_source=fake)
+        return VerifyResult(status=response.status, body=response.body, preview_source=response)
+
+    async def create_job(self, payload: Mapping[str, Any], *, idempotency_key: str | None) -> CreateResult:
+        """``POST /rl/jobs``. Retried only with an Idempotency-Key: without one a retry after a
+        lost answer could create a second job."""
+        headers = {"Content-Type": "application/json"}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        response = await self.request("POST", "/rl/jobs", what="job creation", json_body=dict(payload),
+                                      headers=headers, retries=None if idempotency_key else 0)
+        body = response.body
+        job_id = None
+        if isinstance(body, dict):
+            job_id = body.get("job_id") or body.get("id")
+        return CreateResult(status=response.status, body=body, response=response,
+                            idempotency_key=idempotency_key, job_id=str(job_id) if job_id else None)
+
+    async def get_job(self, job_id: str, *, retries: int | None = None) -> JobStatus:
+        response = await self._job_request(job_id, "", what=f"status of job {job_id}", retries=retries)
+        if not isinstance(response.body, dict):
+            raise BadResponseError(f"The status of job {job_id} is not a JSON object.", None,
+                                   status=response.status, body=response.text[:400])
+        status = JobStatus.model_validate(response.body)
+        if not status.job_id:
+            status.job_id = job_id
+        return status
+
+    async def events(self, job_id: str, since_seq: int, *, limit: int = PAGE_LIMIT,
+                     retries: int | None = None) -> list[JobEvent]:
+        response = await self._job_request(job_id, "/events", what=f"events of job {job_id}",
+                                           params={"since_seq": since_seq, "limit": limit}, retries=retries)
+        return [JobEvent.model_validate(item) for item in items_of(response.body, "events") if isinstance(item, dict)]
+
+    async def metrics(self, job_id: str, after_step: int, *, limit: int = PAGE_LIMIT,
+                      retries: int | None = None) -> list[MetricPoint]:
+        response = await self._job_request(job_id, "/metrics", what=f"metrics of job {job_id}",
+                                           params={"after_step": after_step, "limit": limit}, retries=retries)
+        return [MetricPoint.model_validate(item) for item in items_of(response.body, "points", "metrics")
+                if isinstance(item, dict)]
+
+    async def cancel_job(self, job_id: str) -> dict[str, Any]:
+        prefix = self._job_prefix.get(job_id, "/rl/jobs")
+        response = await self.request("POST", f"{prefix}/{job_id}/cancel", what=f"cancel of job {job_id}",
+                                      json_body={}, retries=1)
+        return response.body if isinstance(response.body, dict) else {}
+
+    async def list_jobs(self, *, limit: int = 50, status: str | None = None) -> list[JobStatus]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        response = await self.request("GET", "/rl/jobs", what="job list", params=params)
+        return [JobStatus.model_validate(item) for item in items_of(response.body, "jobs") if isinstance(item, dict)]
+
+    async def stream_events(self, job_id: str, since_seq: int) -> AsyncIterator[JobEvent]:
+        """Server-sent events for a job (``Accept: text/event-stream``), from ``since_seq``.
+
+        Raises an ApiError when the backend does not offer a stream here (the caller then
+        polls); ends when the server closes the stream.
+        """
+        prefix = self._job_prefix.get(job_id, "/rl/jobs")
+        path = f"{prefix}/{job_id}/events"
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        self.request_count += 1
+        try:
+            async with self._http.stream("GET", path, params={"since_seq": since_seq}, headers=headers,
+                                         timeout=httpx.Timeout(30.0, connect=5.0, read=60.0)) as response:
+                if response.status_code != 200 or "text/event-stream" not in response.headers.get("content-type", ""):
+                    await response.aread()
+                    self._decode(response, what=f"event stream of job {job_id}", expect_json=False)
+                    raise StreamUnavailable(f"The backend offers no event stream for job {job_id}.", None,
+                                            status=response.status_code)
+                async for data in sse_data_lines(response.aiter_lines()):
+                    try:
+                        payload = json.loads(data)
+                    except ValueError:
+                        continue
+                    if isinstance(payload, dict):
+                        yield JobEvent.model_validate(payload)
+        except httpx.TimeoutException:
+            raise BackendTimeout(f"The event stream of job {job_id} went quiet.", None) from None
+        except httpx.TransportError as exc:
+            raise BackendUnreachable(
+                f"The event stream of job {job_id} broke: {self._clean(describe_exception(exc))}.", None) from None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+async def sse_data_lines(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """Yield the ``data:`` payload of each server-sent event (multi-line data joined by \\n)."""
+    buffer: list[str] = []
+    async for line in lines:
+        if line == "":
+            if buffer:
+                yield "\n".join(buffer)
+                buffer = []
+            continue
+        if line.startswith(":"):
+            continue
+        if line.startswith("data:"):
+            buffer.append(line[5:].lstrip(" ") if line.startswith("data: ") else line[5:])
+    if buffer:
+        yield "\n".join(buffer)
+
+
+def backoff_delay(attempt: int, base: float, cap: float = 10.0) -> float:
+    """Exponential backoff with full jitter: uniform in [base/2, min(cap, base * 2**attempt)]."""
+    high = min(cap, base * (2 ** attempt))
+    return random.uniform(min(base / 2, high), high)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """A short human phrase for a network error, from the root cause httpx wraps."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return "host name not found"
+        if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return "network unreachable"
+        cause = cause.__cause__ or cause.__context__
+    text = str(exc).strip().rstrip(".")
+    if "refused" in text.lower():
+        return "connection refused"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def error_detail(body: Any, text: str) -> str:
+    """A one-line summary of an error body: ``detail``, ``message`` or ``error``, else the text."""
+    if isinstance(body, dict):
+        for key in ("detail", "message", "error"):
+            if body.get(key):
+                value = body[key]
+                return value if isinstance(value, str) else json.dumps(value)[:300]
+        return json.dumps(body)[:300]
+    snippet = " ".join(text.split())[:160]
+    return snippet or "(empty body)"

@@ -1,0 +1,52 @@
+"""Presenting events and metrics: the SDK's ``cli`` lines (contract 4.5) and the noise rule."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from app.core.wire import JobEvent, JobStatus, MetricPoint
+
+NOISE_MARKERS = ("hatchet", "modal")
+
+_MODEL_URL = re.compile(
+    r"s3://[^\s\"']+?/([^/\s\"']+\.(?:tar\.gz|zip|pt|pth|safetensors|ckpt|bin))\b"
+    r"|https?://[^\s\"']*(?:wasabi|s3)[^\s\"']*/([^/\s\"']+\.(?:tar\.gz|zip|pt|pth|safetensors|ckpt|bin))\b"
+)
+
+
+def is_noise(event: JobEvent) -> bool:
+    """Hatchet/Modal infrastructure chatter.
+
+    Differs from the SDK on purpose: it searches the type, the message *and* the JSON data,
+    so any event whose data mentions a ``*.modal.run`` task URL vanishes too. We look at the
+    type, where the infrastructure events say what they are.
+    """
+    kind = event.type.lower()
+    return any(marker in kind for marker in NOISE_MARKERS)
+
+
+def mask_model_urls(text: str) -> str:
+    """S3/Wasabi model URLs are shown as ``s3://***/***/[<file>]``, as the SDK does."""
+    return _MODEL_URL.sub(lambda m: f"s3://***/***/[{m.group(1) or m.group(2)}]", text)
+
+
+def clock(now: datetime | None = None) -> str:
+    return (now or datetime.now()).strftime("%H:%M:%S")
+
+
+def status_line(status: JobStatus, now: datetime | None = None) -> str:
+    return f"[{clock(now)}] status={status.status or 'unknown'}"
+
+
+def event_line(event: JobEvent, now: datetime | None = None) -> str:
+    level = f" ({event.level})" if event.level else ""
+    line = f"[{clock(now)}] [{event.seq}] {event.type}{level}: {mask_model_urls(event.message)}"
+    return line.rstrip(": ")
+
+
+def metric_line(point: MetricPoint, now: datetime | None = None) -> str:
+    value = "nan" if point.value is None else f"{point.value:.4f}"
+    n = point.data.get("n")
+    suffix = f" n={n}" if n is not None else ""
+    return f"[{clock(now)}] [metric] {point.name}={value} (step={point.step}){suffix}"

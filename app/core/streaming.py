@@ -1,0 +1,366 @@
+"""Watch a job: status, events and metrics as one async stream of typed updates.
+
+This is the poller of design section 3, fixing the SDK's JobStreamer (contract 4.4):
+- ``poll_timeout`` is enforced: the watch (not the job) stops and says so;
+- step-0 metrics are kept, and a metric written late for an already-seen step is not lost;
+- the event cursor advances past every event (filtering is the display's business);
+- ``/learning/...`` paths are used only after ``/rl/...`` answered 404 (see the client);
+- a status change is a change of value, not of timestamp; ``error`` is terminal;
+- events are deduplicated by seq across pages, paths, the SSE stream and restarts, and a
+  short gap in seq is waited for before the cursor moves past it.
+Per tick it sends at most three requests (status, events, metrics), two with SSE.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from app.core.client import (
+    PAGE_LIMIT,
+    ApiError,
+    StreamUnavailable,
+    SynthClient,
+    backoff_delay,
+)
+from app.core.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status, terminal_status_of_event
+
+# --------------------------------------------------------------------------- updates
+
+
+@dataclass
+class StatusChanged:
+    status: JobStatus
+    previous: str | None
+
+
+@dataclass
+class NewEvents:
+    events: list[JobEvent]
+
+
+@dataclass
+class NewMetrics:
+    points: list[MetricPoint]
+
+
+@dataclass
+class ConnectionState:
+    reconnecting: bool
+    message: str = ""
+    retry_in: float | None = None
+
+
+@dataclass
+class WatchEnded:
+    status: str
+    payload: dict[str, Any]
+    reason: Literal["terminal", "timeout"]
+
+
+Update = StatusChanged | NewEvents | NewMetrics | ConnectionState | WatchEnded
+
+
+# --------------------------------------------------------------------------- cursors
+
+
+class EventCursor:
+    """Which events we have: a floor (everything at or below it is done) plus the seqs seen
+    above it. Asking the server for ``since_seq=floor`` re-reads around a gap, so an event
+    committed late is still picked up; after ``gap_grace_ticks`` ticks a gap is given up
+    (some backends number events sparsely), so a hole never stalls the stream."""
+
+    def __init__(self, since_seq: int = 0, gap_grace_ticks: int = 3) -> None:
+        self.floor = since_seq
+        self._above: set[int] = set()
+        self._gap_age = 0
+        self._grace = gap_grace_ticks
+
+    @property
+    def since(self) -> int:
+        return self.floor
+
+    @property
+    def last_seq(self) -> int:
+        return max(self._above, default=self.floor)
+
+    def accept(self, events: Iterable[JobEvent]) -> list[JobEvent]:
+        """The events not seen before, in seq order. Events without a seq cannot be
+        deduplicated and are dropped, as the SDK does."""
+        fresh = []
+        for event in sorted(events, key=lambda e: e.seq):
+            if event.seq <= self.floor or event.seq in self._above:
+                continue
+            self._above.add(event.seq)
+            fresh.append(event)
+        self._raise_floor()
+        return fresh
+
+    def end_tick(self) -> None:
+        if not self._above:
+            self._gap_age = 0
+            return
+        self._gap_age += 1
+        if self._gap_age > self._grace:
+            self.floor = min(self._above) - 1
+            self._gap_age = 0
+            self._raise_floor()
+
+    def _raise_floor(self) -> None:
+        while self.floor + 1 in self._above:
+            self.floor += 1
+            self._above.discard(self.floor)
+
+
+class MetricCursor:
+    """Asks for points after the newest step minus one, so a point written late for the newest
+    step (eval after train, say) is still read; duplicates are dropped by (name, step)."""
+
+    def __init__(self, after_step: int = -1) -> None:
+        self.max_step = after_step
+        self._seen: set[tuple[str, int]] = set()
+
+    @property
+    def after_step(self) -> int:
+        return self.max_step - 1 if self.max_step >= 0 else self.max_step
+
+    def accept(self, points: Iterable[MetricPoint]) -> list[MetricPoint]:
+        fresh = []
+        for point in sorted(points, key=lambda p: (p.step, p.name)):
+            if point.step <= self.after_step or point.key in self._seen:
+                continue
+            self._seen.add(point.key)
+            fresh.append(point)
+            self.max_step = max(self.max_step, point.step)
+        # Forget keys the server will never send again, so memory stays bounded.
+        floor = self.after_step
+        self._seen = {key for key in self._seen if key[1] > floor}
+        return fresh
+
+
+# --------------------------------------------------------------------------- the watcher
+
+
+@dataclass
+class WatchOptions:
+    poll_interval: float = 5.0
+    poll_timeout: float | None = 3600.0
+    since_seq: int = 0
+    after_step: int = -1
+    use_sse: bool = True
+    max_backoff: float = 30.0
+    max_pages_per_tick: int = 50
+
+
+@dataclass
+class _State:
+    last_status: JobStatus | None = None
+    terminal_from_event: str | None = None
+    failures: int = 0
+    reconnecting: bool = False
+    sse_task: asyncio.Task | None = None
+    sse_disabled: bool = False
+    sse_retry_at: float = 0.0
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+class JobWatcher:
+    """``async for update in JobWatcher(client, job_id).watch(): ...``"""
+
+    def __init__(self, client: SynthClient, job_id: str, options: WatchOptions | None = None) -> None:
+        self.client = client
+        self.job_id = job_id
+        self.options = options or WatchOptions()
+        self.events = EventCursor(self.options.since_seq)
+        self.metrics = MetricCursor(self.options.after_step)
+        self._state = _State()
+
+    async def watch(self) -> AsyncIterator[Update]:
+        opts = self.options
+        deadline = None if opts.poll_timeout is None else time.monotonic() + opts.poll_timeout
+        try:
+            while True:
+                try:
+                    async for update in self._tick():
+                        yield update
+                except ApiError as exc:
+                    if not exc.transient:
+                        raise
+                    self._state.failures += 1
+                    self._state.reconnecting = True
+                    delay = min(opts.max_backoff, max(opts.poll_interval, backoff_delay(self._state.failures, opts.poll_interval)))
+                    yield ConnectionState(True, exc.message, delay)
+                    if await self._wait(delay, deadline):
+                        yield self._timeout_end()
+                        return
+                    continue
+                if self._state.reconnecting:
+                    self._state.reconnecting = False
+                    self._state.failures = 0
+                    yield ConnectionState(False, "connected")
+                final = self._final_status()
+                if final is not None:
+                    # One more read so the events and metrics written with the final status
+                    # are not lost (the status can land before the last events).
+                    async for update in self._drain():
+                        yield update
+                    yield WatchEnded(final, self._final_payload(final), "terminal")
+                    return
+                if deadline is not None and time.monotonic() >= deadline:
+                    yield self._timeout_end()
+                    return
+                # Between ticks, forward events from the SSE stream as soon as they arrive.
+                tick_end = time.monotonic() + opts.poll_interval
+                if deadline is not None:
+                    tick_end = min(tick_end, deadline)
+                while (remaining := tick_end - time.monotonic()) > 0:
+                    batch = await self._next_streamed(remaining)
+                    if batch:
+                        yield NewEvents(batch)
+                        if self._state.terminal_from_event:
+                            break
+        finally:
+            await self._stop_sse()
+
+    # -- one tick --------------------------------------------------------------
+
+    async def _tick(self) -> AsyncIterator[Update]:
+        status = await self.client.get_job(self.job_id, retries=0)
+        previous = self._state.last_status.status if self._state.last_status else None
+        self._state.last_status = status
+        if status.status != previous:
+            yield StatusChanged(status, previous)
+        self._ensure_sse()
+        if not self._sse_running():
+            async for update in self._poll_events():
+                yield update
+        else:
+            batch = self._drain_queue()
+            if batch:
+                yield NewEvents(batch)
+        points = await self._poll_metrics()
+        if points:
+            yield NewMetrics(points)
+        self.events.end_tick()
+
+    async def _poll_events(self) -> AsyncIterator[Update]:
+        for _ in range(self.options.max_pages_per_tick):
+            page = await self.client.events(self.job_id, self.events.since, limit=PAGE_LIMIT, retries=0)
+            fresh = self._accept_events(page)
+            if fresh:
+                yield NewEvents(fresh)
+            if len(page) < PAGE_LIMIT or not fresh:
+                return
+
+    async def _poll_metrics(self) -> list[MetricPoint]:
+        collected: list[MetricPoint] = []
+        for _ in range(self.options.max_pages_per_tick):
+            page = await self.client.metrics(self.job_id, self.metrics.after_step, limit=PAGE_LIMIT, retries=0)
+            fresh = self.metrics.accept(page)
+            collected.extend(fresh)
+            if len(page) < PAGE_LIMIT or not fresh:
+                break
+        return collected
+
+    async def _drain(self) -> AsyncIterator[Update]:
+        await self._stop_sse()
+        batch = self._drain_queue()
+        if batch:
+            yield NewEvents(batch)
+        try:
+            async for update in self._poll_events():
+                yield update
+            points = await self._poll_metrics()
+            if points:
+                yield NewMetrics(points)
+        except ApiError:
+            # The job is over; a failed last read loses nothing the backend does not still hold.
+            pass
+
+    def _accept_events(self, events: Iterable[JobEvent]) -> list[JobEvent]:
+        fresh = self.events.accept(events)
+        for event in fresh:
+            final = terminal_status_of_event(event.type)
+            if final and not self._state.terminal_from_event:
+                self._state.terminal_from_event = final
+        return fresh
+
+    # -- end states --------------------------------------------------------------
+
+    def _final_status(self) -> str | None:
+        status = self._state.last_status
+        if status is not None and is_terminal_status(status.status):
+            return status.status
+        return self._state.terminal_from_event
+
+    def _final_payload(self, final: str) -> dict[str, Any]:
+        payload = self._state.last_status.as_dict() if self._state.last_status else {"job_id": self.job_id}
+        payload["status"] = final
+        return payload
+
+    def _timeout_end(self) -> WatchEnded:
+        status = self._state.last_status.status if self._state.last_status else "unknown"
+        return WatchEnded(status, self._final_payload(status), "timeout")
+
+    async def _wait(self, delay: float, deadline: float | None) -> bool:
+        """Sleep ``delay`` (bounded by the deadline); True when the deadline has passed."""
+        if deadline is not None:
+            delay = min(delay, max(0.0, deadline - time.monotonic()))
+        await asyncio.sleep(delay)
+        return deadline is not None and time.monotonic() >= deadline
+
+    # -- server-sent events --------------------------------------------------------
+
+    def _sse_running(self) -> bool:
+        task = self._state.sse_task
+        return task is not None and not task.done()
+
+    def _ensure_sse(self) -> None:
+        state = self._state
+        if not self.options.use_sse or state.sse_disabled or self._sse_running():
+            return
+        if time.monotonic() < state.sse_retry_at:
+            return
+        state.sse_task = asyncio.create_task(self._run_sse(), name=f"sse-{self.job_id}")
+
+    async def _run_sse(self) -> None:
+        state = self._state
+        try:
+            async for event in self.client.stream_events(self.job_id, self.events.since):
+                await state.queue.put(event)
+        except StreamUnavailable:
+            state.sse_disabled = True
+        except ApiError:
+            state.sse_retry_at = time.monotonic() + max(self.options.poll_interval, 2.0)
+
+    async def _next_streamed(self, timeout: float) -> list[JobEvent]:
+        if not self._sse_running() and self._state.queue.empty():
+            await asyncio.sleep(timeout)
+            return []
+        try:
+            first = await asyncio.wait_for(self._state.queue.get(), timeout)
+        except asyncio.TimeoutError:
+            return []
+        return self._accept_events([first, *self._take_queued()])
+
+    def _drain_queue(self) -> list[JobEvent]:
+        return self._accept_events(self._take_queued())
+
+    def _take_queued(self) -> list[JobEvent]:
+        items = []
+        while not self._state.queue.empty():
+            items.append(self._state.queue.get_nowait())
+        return items
+
+    async def _stop_sse(self) -> None:
+        task = self._state.sse_task
+        if task is not None and not task.done():
+            task.cancel()
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._state.sse_task = None

@@ -1,0 +1,149 @@
+"""Wire models of the backend's answers (contract sections 3.4 and 4.1).
+
+They tolerate extra and missing fields: the hosted backend is closed source and its shapes
+are partly unconfirmed, and older readers use other spellings (``state``, ``event_type``,
+``msg``), so each model normalises what it is given instead of rejecting it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "canceled", "completed", "error"})
+SUCCESS_STATUSES = frozenset({"succeeded", "completed"})
+TERMINAL_SUCCESS_EVENTS = frozenset(
+    {"sft.job.completed", "rl.train.completed", "rl.job.completed", "workflow.completed", "training.completed"}
+)
+TERMINAL_FAILURE_EVENTS = frozenset(
+    {"sft.job.failed", "rl.train.failed", "rl.job.failed", "workflow.failed", "training.failed"}
+)
+TERMINAL_CANCEL_EVENTS = frozenset({"rl.job.cancelled", "rl.job.canceled"})
+
+
+def is_terminal_status(status: str | None) -> bool:
+    # Differs from the SDK on purpose: its JobStreamer does not treat "error" as terminal,
+    # so a job stuck in "error" streams forever.
+    return (status or "").lower() in TERMINAL_STATUSES
+
+
+def terminal_status_of_event(event_type: str) -> str | None:
+    """The final status an event announces, or None when it announces none."""
+    if event_type in TERMINAL_SUCCESS_EVENTS:
+        return "succeeded"
+    if event_type in TERMINAL_FAILURE_EVENTS:
+        return "failed"
+    if event_type in TERMINAL_CANCEL_EVENTS:
+        return "cancelled"
+    return None
+
+
+class _Tolerant(BaseModel):
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+
+def _as_int(value: Any, default: int) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+class JobStatus(_Tolerant):
+    job_id: str = ""
+    status: str = "unknown"
+    created_at: str | None = None
+    updated_at: str | None = None
+    error: Any = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return {"status": "unknown"}
+        data = dict(data)
+        data["job_id"] = str(data.get("job_id") or data.get("id") or "")
+        status = data.get("status") or data.get("state") or "unknown"
+        data["status"] = str(status).lower()
+        return data
+
+    @property
+    def terminal(self) -> bool:
+        return is_terminal_status(self.status)
+
+    def as_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+class JobEvent(_Tolerant):
+    seq: int = 0
+    type: str = ""
+    level: str | None = None
+    message: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+    created_at: str | None = None
+    job_id: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return {}
+        data = dict(data)
+        data["seq"] = _as_int(data.get("seq"), 0)
+        data["type"] = str(data.get("type") or data.get("event_type") or "")
+        data["message"] = str(data.get("message") or data.get("msg") or "")
+        if not isinstance(data.get("data"), dict):
+            data["data"] = {} if data.get("data") is None else {"value": data["data"]}
+        level = data.get("level")
+        data["level"] = str(level).lower() if level else None
+        return data
+
+
+class MetricPoint(_Tolerant):
+    name: str = ""
+    value: float | None = None
+    step: int = 0
+    epoch: int | None = None
+    phase: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    created_at: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _normalise(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return {}
+        data = dict(data)
+        # Differs from the SDK on purpose: it parses `int(step or -1)`, which drops step 0.
+        data["step"] = _as_int(data.get("step"), 0)
+        try:
+            data["value"] = float(data["value"]) if data.get("value") is not None else None
+        except (TypeError, ValueError):
+            data["value"] = None
+        if not isinstance(data.get("data"), dict):
+            data["data"] = {}
+        data["epoch"] = _as_int(data["epoch"], 0) if data.get("epoch") is not None else None
+        return data
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.name, self.step)
+
+
+def items_of(body: Any, *keys: str) -> list[Any]:
+    """The list inside a page body: ``{"events": [...]}``, a bare list, or a nested ``data``."""
+    if isinstance(body, list):
+        return body
+    if not isinstance(body, dict):
+        return []
+    for key in (*keys, "data", "items", "results"):
+        value = body.get(key)
+        if isinstance(value, list):
+            return value
+        if isinstance(value, dict):
+            nested = items_of(value, *keys)
+            if nested:
+                return nested
+    return []

@@ -1,0 +1,231 @@
+"""The job watcher against a real loopback server: lossless, deduplicated, bounded."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from app.core.client import AuthError, SynthClient
+from app.core.streaming import (
+    ConnectionState,
+    EventCursor,
+    JobWatcher,
+    MetricCursor,
+    NewEvents,
+    NewMetrics,
+    StatusChanged,
+    WatchEnded,
+    WatchOptions,
+)
+from app.core.wire import JobEvent, MetricPoint
+from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
+
+FAST = dict(poll_interval=0.02, poll_timeout=20.0, max_backoff=0.05)
+
+
+async def collect(backend: FaultyBackend, job_id: str, **options) -> list:
+    opts = {**FAST, **options}
+    async with SynthClient(backend.url, backend.api_key, retries=0) as client:
+        return [u async for u in JobWatcher(client, job_id, WatchOptions(**opts)).watch()]
+
+
+def seqs(updates: list) -> list[int]:
+    return [e.seq for u in updates if isinstance(u, NewEvents) for e in u.events]
+
+
+def metric_keys(updates: list) -> list[tuple[str, int]]:
+    return [p.key for u in updates if isinstance(u, NewMetrics) for p in u.points]
+
+
+def all_seqs(timeline) -> list[int]:
+    return [e["seq"] for _, events, _ in timeline for e in events]
+
+
+def all_metric_keys(timeline) -> list[tuple[str, int]]:
+    return sorted((m["name"], m["step"]) for _, _, metrics in timeline for m in metrics)
+
+
+async def test_a_whole_job_arrives_once_in_order(faulty_backend):
+    timeline = training_timeline(steps=5)
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    updates = await collect(faulty_backend, "job_a")
+    assert seqs(updates) == all_seqs(timeline)
+    assert sorted(metric_keys(updates)) == all_metric_keys(timeline)
+    assert ("train.mean_score", 0) in metric_keys(updates), "step-0 metrics must be kept"
+    statuses = [u.status.status for u in updates if isinstance(u, StatusChanged)]
+    assert statuses == ["queued", "running", "succeeded"]
+    assert isinstance(updates[-1], WatchEnded) and updates[-1].status == "succeeded"
+    assert updates[-1].reason == "terminal"
+
+
+async def test_status_change_without_timestamps_is_still_seen(faulty_backend):
+    job = faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    job.stamp_updates = False
+    updates = await collect(faulty_backend, "job_a")
+    assert [u.status.status for u in updates if isinstance(u, StatusChanged)][-1] == "succeeded"
+
+
+async def test_error_status_is_terminal(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], []), ("error", [], [])]))
+    updates = await collect(faulty_backend, "job_a")
+    assert updates[-1] == WatchEnded("error", updates[-1].payload, "terminal")
+
+
+async def test_poll_timeout_is_enforced(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 1000))
+    started = time.monotonic()
+    updates = await collect(faulty_backend, "job_a", poll_interval=0.05, poll_timeout=0.5)
+    elapsed = time.monotonic() - started
+    assert isinstance(updates[-1], WatchEnded) and updates[-1].reason == "timeout"
+    assert updates[-1].status == "running"
+    assert elapsed < 5, "the watch must stop near --poll-timeout, not run on"
+
+
+@pytest.mark.parametrize("faults", [
+    ("500", "502", "503"),
+    ("drop", "html", "empty"),
+    ("dup", "shuffle", "stale", "dup"),
+    ("slow",),
+])
+async def test_faults_lose_nothing_and_repeat_nothing(faulty_backend, faults):
+    timeline = training_timeline(steps=6)
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    for route in ("events", "status", "metrics"):
+        faulty_backend.inject(route, *faults)
+    faulty_backend.inject("metrics", "dup")
+    async with SynthClient(faulty_backend.url, faulty_backend.api_key, retries=0, timeout=1.0) as client:
+        watcher = JobWatcher(client, "job_a", WatchOptions(**FAST))
+        updates = [u async for u in watcher.watch()]
+    assert seqs(updates) == all_seqs(timeline)
+    assert sorted(metric_keys(updates)) == all_metric_keys(timeline)
+    assert updates[-1].status == "succeeded"
+    transport_faults = [f for f in faults if f not in ("dup", "shuffle", "stale")]
+    if transport_faults:
+        states = [u.reconnecting for u in updates if isinstance(u, ConnectionState)]
+        assert states[0] is True and states[-1] is False
+
+
+async def test_late_event_inside_a_gap_is_still_delivered(faulty_backend):
+    timeline = [
+        ("running", [event(1), event(2), event(4)], []),
+        ("running", [event(3, message="committed late")], []),
+        ("succeeded", [event(5, "rl.job.completed")], []),
+    ]
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    updates = await collect(faulty_backend, "job_a")
+    assert sorted(seqs(updates)) == [1, 2, 3, 4, 5]
+    assert len(seqs(updates)) == 5
+
+
+async def test_late_metric_for_the_newest_step_is_still_delivered(faulty_backend):
+    timeline = [
+        ("running", [], [metric("train.mean_score", 1, 0.1)]),
+        ("running", [], [metric("eval.mean_score", 1, 0.2)]),
+        ("succeeded", [], [metric("train.mean_score", 2, 0.3)]),
+    ]
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    updates = await collect(faulty_backend, "job_a")
+    assert sorted(metric_keys(updates)) == all_metric_keys(timeline)
+
+
+async def test_resuming_from_a_cursor_repeats_nothing(faulty_backend):
+    timeline = training_timeline(steps=3)
+    job = faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    job.tick = len(timeline)
+    first = await collect(faulty_backend, "job_a")
+    last_seq = max(seqs(first))
+    extra = [("succeeded", [event(last_seq + 1, "rl.job.completed", message="again")], [])]
+    faulty_backend.add_job(ScriptedJob("job_a", timeline + extra)).tick = len(timeline) + 1
+    resumed = await collect(faulty_backend, "job_a", since_seq=last_seq, after_step=3)
+    assert seqs(resumed) == [last_seq + 1]
+    assert metric_keys(resumed) == []
+
+
+async def test_backend_restart_mid_run_loses_and_repeats_nothing():
+    timeline = training_timeline(steps=30)
+    backend = FaultyBackend().start()
+    port = backend._server.server_address[1]
+    backend.add_job(ScriptedJob("job_a", timeline))
+    got = []
+    try:
+        async with SynthClient(backend.url, backend.api_key, retries=0, timeout=1.0) as client:
+            watcher = JobWatcher(client, "job_a", WatchOptions(**FAST))
+            restarted = False
+            async for update in watcher.watch():
+                got.append(update)
+                if not restarted and len(seqs(got)) >= 5:
+                    restarted = True
+                    backend.stop()
+                    # Down for a while, as a real restart is; the watcher keeps polling.
+                    threading.Timer(0.4, backend.start_on, args=(port,)).start()
+    finally:
+        backend.stop()
+    assert seqs(got) == all_seqs(timeline)
+    assert any(isinstance(u, ConnectionState) and u.reconnecting for u in got)
+
+
+async def test_fallback_paths_only_after_a_404(faulty_backend):
+    timeline = training_timeline(steps=2)
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    await collect(faulty_backend, "job_a")
+    assert faulty_backend.count("/learning/") == 0
+
+    other = FaultyBackend().start()
+    try:
+        other.rl_paths_missing = True
+        other.add_job(ScriptedJob("job_b", timeline))
+        updates = await collect(other, "job_b")
+        assert seqs(updates) == all_seqs(timeline)
+        assert other.count("/rl/jobs/job_b") == 1, "the /rl path is tried once, then /learning is remembered"
+    finally:
+        other.stop()
+
+
+async def test_at_most_three_requests_per_tick(faulty_backend):
+    job = faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=10)))
+    await collect(faulty_backend, "job_a")
+    ticks = job.tick
+    # one extra events+metrics read at the end, after the terminal status
+    assert len(faulty_backend.requests) <= 3 * ticks + 2
+
+
+async def test_server_sent_events_used_and_a_broken_stream_falls_back(faulty_backend):
+    timeline = training_timeline(steps=4)
+    job = faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    job.tick = 3
+    faulty_backend.sse_enabled = True
+    faulty_backend.inject("stream", "drop")
+    updates = await collect(faulty_backend, "job_a")
+    assert seqs(updates) == all_seqs(timeline)
+    streamed = [h for m, p, h, _ in faulty_backend.requests if h.get("Accept") == "text/event-stream"]
+    assert streamed, "the watcher should ask for server-sent events"
+
+
+async def test_a_wrong_key_stops_the_watch_with_an_auth_error(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline()))
+    async with SynthClient(faulty_backend.url, "sk_wrong_key_123456", retries=0) as client:
+        with pytest.raises(AuthError):
+            async for _ in JobWatcher(client, "job_a", WatchOptions(**FAST)).watch():
+                pass
+
+
+def test_event_cursor_dedupes_and_gives_up_a_gap_after_grace():
+    cursor = EventCursor(0, gap_grace_ticks=2)
+    got = cursor.accept([JobEvent(seq=s) for s in (2, 1, 2, 5)])
+    assert [e.seq for e in got] == [1, 2, 5]
+    assert cursor.since == 2  # waits for 3 and 4
+    for _ in range(3):
+        cursor.end_tick()
+    assert cursor.since == 5
+    assert cursor.accept([JobEvent(seq=5), JobEvent(seq=6)])[0].seq == 6
+
+
+def test_metric_cursor_keeps_step_zero_and_bounds_memory():
+    cursor = MetricCursor()
+    got = cursor.accept([MetricPoint(name="a", step=0, value=1.0), MetricPoint(name="a", step=0, value=1.0)])
+    assert [p.step for p in got] == [0]
+    for step in range(1, 500):
+        cursor.accept([MetricPoint(name="a", step=step, value=1.0)])
+    assert len(cursor._seen) <= 2
