@@ -1,0 +1,666 @@
+"""Config loading, inference, discovery, the last-config state file and RL validation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from app.core import config as cfg
+from app.core.config import (
+    ConfigCandidate,
+    ConfigValidationError,
+    Problem,
+    TomlLineIndex,
+    TomlSyntaxError,
+    config_facts,
+    discover_configs,
+    infer_config_type,
+    load_toml,
+    project_config_roots,
+    read_last_config,
+    train_cli_state_path,
+    validate_rl_file,
+    validate_rl_mapping,
+    validate_rl_text,
+    write_last_config,
+)
+from app.core.errors import ConfigError
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLES = REPO / "configs" / "rl"
+BAD = Path(__file__).resolve().parent / "data" / "configs"
+
+RL_TOML = '[algorithm]\ntype = "online"\nmethod = "policy_gradient"\nvariety = "gspo"\n'
+SFT_TOML = '[algorithm]\ntype = "offline"\nmethod = "sft"\nvariety = "fft"\n'
+PL_TOML = '[prompt_learning]\nalgorithm = "gepa"\n'
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def problems_of(report) -> list[tuple[str, int | None, str]]:
+    return [(p.location, p.line, p.message) for p in report.problems]
+
+
+# ---------------------------------------------------------------------------------------
+# app.core stays free of Textual
+# ---------------------------------------------------------------------------------------
+
+
+def test_config_modules_do_not_import_textual():
+    code = (
+        "import sys; import app.core.config, app.core.models, app.core.payload; "
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'textual'], 'textual imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+
+
+# ---------------------------------------------------------------------------------------
+# load_toml
+# ---------------------------------------------------------------------------------------
+
+
+def test_load_toml_missing_file(tmp_path):
+    missing = tmp_path / "nope.toml"
+    with pytest.raises(ConfigError) as caught:
+        load_toml(missing)
+    assert caught.value.message == f"Config not found: {missing}"
+    assert caught.value.hint
+
+
+def test_load_toml_syntax_error_has_line_and_column():
+    path = BAD / "syntax_error.toml"
+    with pytest.raises(TomlSyntaxError) as caught:
+        load_toml(path)
+    error = caught.value
+    assert isinstance(error, ConfigError)
+    assert (error.line, error.column) == (7, 9)
+    assert error.message == f"{path}: invalid TOML at line 7, column 9: Expected ']' at the end of a table declaration"
+
+
+def test_load_toml_error_at_end_of_document(tmp_path):
+    path = write(tmp_path / "end.toml", 'a = 1\nb = "unterminated')
+    with pytest.raises(TomlSyntaxError) as caught:
+        load_toml(path)
+    assert (caught.value.line, caught.value.column) == (2, 18)
+    assert "Unterminated string" in caught.value.message
+
+
+def test_load_toml_directory_and_binary(tmp_path):
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_toml(tmp_path)
+    binary = tmp_path / "bin.toml"
+    binary.write_bytes(b"\xff\xfe\x00a = 1")
+    with pytest.raises(ConfigError, match="not UTF-8"):
+        load_toml(binary)
+
+
+# ---------------------------------------------------------------------------------------
+# infer_config_type (contract 1.4)
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("data", "kind"),
+    [
+        ({"prompt_learning": {"algorithm": "gepa"}}, "prompt_learning"),
+        ({"prompt_learning": {"algorithm": "MIPRO"}}, "prompt_learning"),
+        ({"algorithm": "gepa"}, "prompt_learning"),
+        ({"prompt_learning": {"algorithm": "gepa"}, "algorithm": {"type": "online"}}, "prompt_learning"),
+        ({"algorithm": {"method": "policy_gradient"}}, "rl"),
+        ({"algorithm": {"method": "ppo"}}, "rl"),
+        ({"algorithm": {"method": "reinforce"}}, "rl"),
+        ({"algorithm": {"type": "online"}}, "rl"),
+        ({"algorithm": {"type": "Online"}}, "rl"),
+        ({"algorithm": {"variety": "gspo"}}, "rl"),
+        ({"algorithm": {"variety": "grpo"}}, "rl"),
+        ({"algorithm": {"variety": "ppo"}}, "rl"),
+        ({"algorithm": {"type": "offline", "method": "policy_gradient"}}, "rl"),  # RL wins: checked first
+        ({"algorithm": {"method": "supervised_finetune"}}, "sft"),
+        ({"algorithm": {"method": "sft"}}, "sft"),
+        ({"algorithm": {"type": "offline"}}, "sft"),
+        ({"algorithm": {"variety": "fft"}}, "sft"),
+        ({"algorithm": {"method": "gspo", "variety": "default"}}, "unknown"),
+        ({"job_type": "rl"}, "rl"),
+        ({"services": {"task_url": "https://x"}}, "rl"),
+        ({"services": {"environment": "crafter"}}, "rl"),
+        ({"services": {"judge_url": "https://x"}}, "unknown"),
+        ({"training": {"mode": "sft_offline"}}, "sft"),
+        ({"hyperparameters": {"train_kind": "fft"}}, "sft"),
+        ({"hyperparameters": {"train_kind": "sft"}}, "sft"),
+        ({"type": "rl"}, "unknown"),  # a top-level type is not read
+        ({"tool": {"poetry": {}}}, "unknown"),
+        ({}, "unknown"),
+    ],
+)
+def test_infer_config_type(data, kind):
+    assert infer_config_type(data) == kind
+
+
+@pytest.mark.parametrize(
+    ("name", "kind"),
+    [
+        ("sft_config.toml", "sft"),
+        ("prompt_learning_config.toml", "prompt_learning"),
+        ("type_rl_only.toml", "unknown"),
+        ("missing_algorithm.toml", "rl"),
+        ("wrong_algorithm_docs.toml", "rl"),
+    ],
+)
+def test_infer_config_type_of_data_files(name, kind):
+    assert infer_config_type(load_toml(BAD / name)) == kind
+
+
+# ---------------------------------------------------------------------------------------
+# Discovery
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tree(tmp_path) -> dict[str, Path]:
+    cwd = tmp_path / "work"
+    files = {
+        "top": write(cwd / "top.toml", RL_TOML),
+        "sub": write(cwd / "sub" / "b.toml", RL_TOML),
+        "deep_sft": write(cwd / "sub" / "deep" / "c.toml", SFT_TOML),
+        "pl": write(cwd / "pl.toml", PL_TOML),
+    }
+    for skipped in (".git", ".venv/lib", "node_modules/pkg", "__pycache__", "dist", "build", ".hidden",
+                    "venv/lib", "lib/site-packages/pkg"):
+        write(cwd / skipped / "skipped.toml", RL_TOML)
+    write(cwd / "pyproject.toml", '[project]\nname = "x"\n')  # parses, infers unknown
+    write(cwd / "broken.toml", RL_TOML + "[oops\n")  # does not parse
+    write(cwd / "notes.txt", RL_TOML)  # not a .toml file
+    extra = tmp_path / "project" / "configs"
+    files["extra"] = write(extra / "rl" / "e.toml", RL_TOML)
+    files["cwd"] = cwd
+    files["extra_root"] = extra
+    return files
+
+
+def test_discovery_skips_tooling_dirs_and_unparsable_files(tree):
+    found = discover_configs(tree["cwd"], extra_roots=[])
+    assert found == [
+        ConfigCandidate(tree["top"].resolve(), "rl"),
+        ConfigCandidate(tree["sub"].resolve(), "rl"),
+    ]
+
+
+def test_discovery_includes_extra_roots_sorted_by_depth_then_path(tree):
+    found = discover_configs(tree["cwd"], extra_roots=[tree["extra_root"]])
+    paths = [c.path for c in found]
+    assert set(paths) == {tree["top"].resolve(), tree["sub"].resolve(), tree["extra"].resolve()}
+    assert paths == sorted(paths, key=lambda p: (len(p.parts), str(p)))
+    assert not any(c.last_used for c in found)
+
+
+def test_discovery_filters_by_kind(tree):
+    assert [c.path for c in discover_configs(tree["cwd"], extra_roots=[], kind="sft")] == [tree["deep_sft"].resolve()]
+    assert [c.kind for c in discover_configs(tree["cwd"], extra_roots=[], kind="prompt_learning")] == ["prompt_learning"]
+    every_kind = discover_configs(tree["cwd"], extra_roots=[], kind=None)
+    assert sorted(c.kind for c in every_kind) == ["prompt_learning", "rl", "rl", "sft"]
+    assert discover_configs(tree["cwd"], extra_roots=[], kind="auto") == every_kind
+
+
+def test_discovery_dedupes_overlapping_roots_and_symlinks(tree):
+    link = tree["cwd"] / "link.toml"
+    os.symlink(tree["top"], link)
+    found = discover_configs(tree["cwd"], extra_roots=[tree["cwd"] / "sub", tree["cwd"]])
+    assert [c.path for c in found] == [tree["top"].resolve(), tree["sub"].resolve()]
+
+
+def test_discovery_puts_last_used_first_and_marks_it(tree):
+    found = discover_configs(tree["cwd"], extra_roots=[tree["extra_root"]], last_config=tree["extra"])
+    assert found[0] == ConfigCandidate(tree["extra"].resolve(), "rl", last_used=True)
+    assert [c.last_used for c in found[1:]] == [False, False]
+    assert len(found) == 3
+
+
+def test_discovery_ignores_stale_or_filtered_last_config(tree):
+    plain = discover_configs(tree["cwd"], extra_roots=[])
+    assert discover_configs(tree["cwd"], extra_roots=[], last_config=tree["cwd"] / "gone.toml") == plain
+    assert discover_configs(tree["cwd"], extra_roots=[], last_config=tree["deep_sft"]) == plain
+
+
+def test_discovery_searches_a_root_whatever_its_name(tmp_path):
+    # The SDK skipped everything when the working directory sat inside a "build" folder.
+    cwd = tmp_path / "build" / ".config"
+    config = write(cwd / "a.toml", RL_TOML)
+    assert [c.path for c in discover_configs(cwd, extra_roots=[])] == [config.resolve()]
+
+
+def test_discovery_of_missing_roots_is_empty(tmp_path):
+    assert discover_configs(tmp_path / "missing", extra_roots=[tmp_path / "also-missing"]) == []
+
+
+def test_project_config_roots_is_the_checkout_configs_folder():
+    roots = project_config_roots()
+    assert roots == [REPO / "configs"]
+    assert all(root.is_dir() for root in roots)
+
+
+def test_default_discovery_includes_the_example_configs(tmp_path):
+    found = {c.path for c in discover_configs(tmp_path)}
+    assert (EXAMPLES / "crafter_qwen4b.toml").resolve() in found
+    assert (EXAMPLES / "crafter_policy_lora.toml").resolve() in found
+
+
+# ---------------------------------------------------------------------------------------
+# The last-config state file
+# ---------------------------------------------------------------------------------------
+
+
+def test_state_path_follows_synth_ai_home(monkeypatch, tmp_path):
+    monkeypatch.setenv("SYNTH_AI_HOME", str(tmp_path / "state"))
+    assert train_cli_state_path() == tmp_path / "state" / "train_cli.json"
+
+
+def test_state_path_defaults_to_home(monkeypatch, tmp_path):
+    monkeypatch.delenv("SYNTH_AI_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert train_cli_state_path() == tmp_path / ".synth-ai" / "train_cli.json"
+
+
+def test_write_then_read_last_config_keeps_other_keys(tmp_path):
+    state = tmp_path / "home" / ".synth-ai" / "train_cli.json"
+    write(state, json.dumps({"OTHER": 1, "LAST_CONFIG": "/old.toml"}))
+    config = write(tmp_path / "a.toml", RL_TOML)
+    assert write_last_config(config, state) is True
+    assert json.loads(state.read_text()) == {"OTHER": 1, "LAST_CONFIG": str(config.resolve())}
+    assert read_last_config(state) == config.resolve()
+    assert [p.name for p in state.parent.iterdir()] == ["train_cli.json"]  # no temp file left
+
+
+def test_write_last_config_creates_the_default_state_file(tmp_path):
+    config = write(tmp_path / "a.toml", RL_TOML)
+    assert write_last_config(config) is True
+    assert train_cli_state_path().is_file()
+    assert read_last_config() == config.resolve()
+
+
+@pytest.mark.parametrize("content", ["{not json", "[1, 2]", '"just a string"'])
+def test_write_last_config_leaves_a_non_object_file_untouched(tmp_path, content):
+    state = write(tmp_path / "train_cli.json", content)
+    assert write_last_config(write(tmp_path / "a.toml", RL_TOML), state) is False
+    assert state.read_text() == content
+    assert read_last_config(state) is None
+
+
+def test_write_last_config_returns_false_on_os_error(tmp_path):
+    blocker = write(tmp_path / "not-a-dir", "")
+    assert write_last_config(tmp_path / "a.toml", blocker / "train_cli.json") is False
+
+
+def test_read_last_config_edge_cases(tmp_path):
+    state = tmp_path / "train_cli.json"
+    assert read_last_config(state) is None  # no file
+    write(state, json.dumps({"LAST_CONFIG": str(tmp_path / "gone.toml")}))
+    assert read_last_config(state) is None  # stale
+    write(state, json.dumps({"OTHER": "x"}))
+    assert read_last_config(state) is None  # no key
+    write(state, json.dumps({"LAST_CONFIG": 42}))
+    assert read_last_config(state) is None  # wrong type
+    write(state, "")
+    assert read_last_config(state) is None  # empty file
+
+
+def test_empty_state_file_counts_as_empty_object(tmp_path):
+    state = write(tmp_path / "train_cli.json", "")
+    config = write(tmp_path / "a.toml", RL_TOML)
+    assert write_last_config(config, state) is True
+    assert json.loads(state.read_text()) == {"LAST_CONFIG": str(config.resolve())}
+
+
+# ---------------------------------------------------------------------------------------
+# Validation: the good examples
+# ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
+def test_every_shipped_example_validates(path):
+    report = validate_rl_file(path)
+    assert report.ok, report.render()
+    assert report.problems == []
+    assert report.render() == ""
+    assert report.raise_if_invalid() is report.config
+
+
+def test_config_facts_for_the_model_example():
+    report = validate_rl_file(EXAMPLES / "crafter_qwen4b.toml")
+    assert config_facts(report.config) == {
+        "model": "Qwen/Qwen3-4B ([model].base)",
+        "trainer": "full, label crafter-rl-from-base",
+        "algorithm": "online/policy_gradient/gspo",
+        "task URL": "https://your-org--grpo-crafter-task-app-fastapi-app.modal.run",
+        "compute": "H100 x 8",
+        "topology": "single_node_split: vllm 4, training 3, ref 1, tp 4",
+        "training": "epochs 1 x 10 iters, batch 16, group 4, lr 5e-05",
+        "rollout": "crafter / crafter-react, max_turns 10",
+        "evaluation": "10 seeds every 10 iters",
+    }
+
+
+def test_config_facts_for_the_policy_example():
+    facts = config_facts(validate_rl_file(EXAMPLES / "crafter_policy_lora.toml").config)
+    assert facts["model"] == "Qwen/Qwen3-4B ([policy].model_name)"
+    assert facts["task URL"] == "(not set: pass --task-url or set TASK_APP_URL)"
+    assert facts["compute"] == "H200 x 2"
+    assert facts["evaluation"] == "20 seeds every 5 iters"
+    assert list(facts)[:4] == ["model", "trainer", "algorithm", "task URL"]
+
+
+def test_rl_config_round_trips_without_none():
+    report = validate_rl_file(EXAMPLES / "crafter_qwen4b.toml")
+    data = report.config.to_dict()
+    assert data == {**report.raw}  # nothing added, nothing lost (no [policy] defaults here)
+    assert cfg.RLConfig.from_mapping(data).to_dict() == data
+
+
+def test_policy_only_config_is_accepted():
+    # Differs from the SDK on purpose (its builder reads only [model]).
+    report = validate_rl_file(EXAMPLES / "crafter_policy_lora.toml")
+    assert report.ok
+    assert report.config.model is None
+    assert report.config.policy.model_name == "Qwen/Qwen3-4B"
+    assert report.config.training.lora.r == 16
+
+
+# ---------------------------------------------------------------------------------------
+# Validation: the bad files, with their messages and line numbers
+# ---------------------------------------------------------------------------------------
+
+ALGO_TAIL = "the only supported RL algorithm is type='online', method='policy_gradient', variety='gspo'"
+MISSING = {
+    "algorithm": 'missing section; add [algorithm] with type = "online", method = "policy_gradient", variety = "gspo"',
+    "model": 'missing section; add [model] with base (e.g. "Qwen/Qwen3-4B"), trainer_mode and label, '
+    "or [policy] with model_name, trainer_mode and label",
+    "compute": 'missing section; add [compute] with gpu_type (e.g. "H100") and gpu_count',
+    "topology": "a non-empty [topology] or [compute.topology] table is required "
+    "(type, gpus_for_vllm, gpus_for_training, gpus_for_ref, tensor_parallel)",
+    "rollout": "missing section; add [rollout] with env_name, policy_name, max_turns, "
+    "episodes_per_batch and max_concurrent_rollouts",
+}
+
+
+def test_syntax_error_is_one_problem_with_line_and_column():
+    report = validate_rl_file(BAD / "syntax_error.toml")
+    assert not report.ok and report.config is None and report.raw is None
+    assert report.problems == [
+        Problem("<toml>", "invalid TOML: Expected ']' at the end of a table declaration", line=7, column=9)
+    ]
+    assert report.render() == "  - [line 7, column 9] <toml>: invalid TOML: Expected ']' at the end of a table declaration"
+
+
+def test_missing_file_is_a_problem_not_an_exception(tmp_path):
+    report = validate_rl_file(tmp_path / "gone.toml")
+    assert [(p.location, p.message) for p in report.problems] == [("<toml>", f"Config not found: {tmp_path / 'gone.toml'}")]
+
+
+def test_missing_algorithm():
+    report = validate_rl_file(BAD / "missing_algorithm.toml")
+    assert problems_of(report) == [("algorithm", None, MISSING["algorithm"])]
+
+
+def test_docs_algorithm_triple_is_rejected():
+    report = validate_rl_file(BAD / "wrong_algorithm_docs.toml")
+    assert problems_of(report) == [
+        ("algorithm.method", 5, f"unsupported method 'gspo'; {ALGO_TAIL}"),
+        ("algorithm.variety", 6, f"unsupported variety 'default'; {ALGO_TAIL}"),
+    ]
+
+
+def test_algorithm_triple_is_case_insensitive():
+    text = RL_TOML.replace('"online"', '"ONLINE"').replace('"gspo"', '"GSPO"')
+    report = validate_rl_text(text)
+    assert not any(p.location.startswith("algorithm") for p in report.problems)
+
+
+def test_policy_with_model_instead_of_model_name():
+    report = validate_rl_file(BAD / "policy_model_key.toml")
+    assert problems_of(report) == [
+        (
+            "policy.model_name",
+            19,
+            "[policy].model_name or [policy].source must be specified (found 'model'; the key is named model_name)",
+        )
+    ]
+
+
+def test_judge_without_options():
+    report = validate_rl_file(BAD / "judge_without_options.toml")
+    assert problems_of(report) == [
+        ("judge.options", 32, "[judge.options] section is required when [judge] is present")
+    ]
+    assert report.problems[0].hint == "add [judge.options] with provider and model, or remove [judge]"
+
+
+def test_judge_options_without_provider_and_model_point_at_the_options_header():
+    report = validate_rl_file(BAD / "judge_options_incomplete.toml")
+    assert problems_of(report) == [
+        ("judge.options.provider", 35, "field required"),
+        ("judge.options.model", 35, "field required"),
+    ]
+
+
+def test_missing_compute():
+    report = validate_rl_file(BAD / "missing_compute.toml")
+    assert problems_of(report) == [
+        ("compute", None, MISSING["compute"]),
+        ("topology", None, MISSING["topology"]),
+    ]
+
+
+def test_unsupported_model():
+    report = validate_rl_file(BAD / "unsupported_model.toml")
+    assert problems_of(report) == [("model.base", 19, "Model 'meta-llama/Llama-3.1-8B-Instruct' is not supported.")]
+    assert "Qwen/Qwen3-4B" in report.problems[0].hint
+
+
+def test_experimental_model_needs_the_flag_or_env():
+    path = BAD / "experimental_model.toml"
+    blocked = validate_rl_file(path, env={})
+    assert problems_of(blocked) == [
+        ("model.base", 20, "Model 'Qwen/Qwen3-30B-A3B-Thinking-2507' is experimental and disabled.")
+    ]
+    assert blocked.problems[0].hint == "pass --allow-experimental or set SDK_EXPERIMENTAL=1"
+    assert blocked.render() == (
+        "  - [line 20] model.base: Model 'Qwen/Qwen3-30B-A3B-Thinking-2507' is experimental and disabled. "
+        "(hint: pass --allow-experimental or set SDK_EXPERIMENTAL=1)"
+    )
+    assert validate_rl_file(path, allow_experimental=True).ok
+    assert validate_rl_file(path, env={"SDK_EXPERIMENTAL": "1"}).ok
+    assert not validate_rl_file(path, allow_experimental=False, env={"SDK_EXPERIMENTAL": "1"}).ok
+
+
+def test_experimental_default_comes_from_the_process_env(monkeypatch):
+    monkeypatch.setenv("SDK_EXPERIMENTAL", "1")
+    assert validate_rl_file(BAD / "experimental_model.toml").ok
+
+
+def test_training_missing_fields_and_bad_types():
+    report = validate_rl_file(BAD / "training_incomplete.toml")
+    assert problems_of(report) == [
+        ("training.max_turns", 30, "field required"),
+        ("training.group_size", 30, "field required"),
+        (
+            "training.batch_size",
+            33,
+            "Input should be a valid integer, unable to parse string as an integer (got 'sixteen')",
+        ),
+        (
+            "training.weight_sync.verify_every_k",
+            38,
+            "Input should be a valid integer, unable to parse string as an integer (got 'often')",
+        ),
+    ]
+    assert report.config is None
+
+
+def test_every_problem_is_reported_at_once():
+    report = validate_rl_file(BAD / "many_problems.toml")
+    assert problems_of(report) == [
+        ("algorithm.type", 3, f"unsupported type 'offline'; {ALGO_TAIL}"),
+        ("model", 10, "set exactly one of [model].base or [model].source, not both"),
+        ("model.label", 10, "field required"),
+        ("compute.gpu_count", 7, "field required"),
+        ("topology", None, MISSING["topology"]),
+        ("rollout.policy_name", 15, "field required"),
+        ("evaluation.every_n_iters", 21, "field required"),
+        ("rollout.max_turns", 17, "Input should be a valid integer, unable to parse string as an integer (got 'ten')"),
+        ("evaluation.seeds.2", 23, "Input should be a valid integer, unable to parse string as an integer (got 'two')"),
+    ]
+    rendered = report.render().splitlines()
+    assert len(rendered) == 9
+    assert rendered[0].startswith("  - [line 3] algorithm.type: unsupported type 'offline'")
+    assert rendered[4].startswith("  - topology: a non-empty")
+
+
+def test_raise_if_invalid_carries_every_problem():
+    report = validate_rl_file(BAD / "many_problems.toml")
+    with pytest.raises(ConfigValidationError) as caught:
+        report.raise_if_invalid()
+    error = caught.value
+    assert isinstance(error, ConfigError)
+    assert error.problems == report.problems
+    assert error.message.startswith(f"Config {BAD / 'many_problems.toml'} is invalid (9 problems):\n  - [line 3]")
+
+
+def test_sft_config_is_named_as_such():
+    report = validate_rl_file(BAD / "sft_config.toml")
+    assert report.problems[0] == Problem("<toml>", "this looks like an SFT config, not an RL config")
+    locations = [p.location for p in report.problems]
+    assert locations == ["<toml>", "algorithm.type", "algorithm.method", "algorithm.variety", "model", "topology", "rollout"]
+
+
+def test_prompt_learning_config_is_named_as_such():
+    report = validate_rl_file(BAD / "prompt_learning_config.toml")
+    assert problems_of(report) == [
+        ("<toml>", None, "this looks like a prompt-learning config, not an RL config"),
+        *[(name, None, MISSING[name]) for name in ("algorithm", "model", "compute", "topology", "rollout")],
+    ]
+
+
+def test_top_level_type_rl_alone_is_explained():
+    report = validate_rl_file(BAD / "type_rl_only.toml")
+    assert report.problems[0] == Problem(
+        "type", 'a top-level type = "rl" does not mark a config as RL; the [algorithm] table does', line=2
+    )
+    assert [p.location for p in report.problems[1:]] == ["algorithm", "model", "compute", "topology", "rollout"]
+
+
+def test_empty_and_zero_required_values():
+    text = (EXAMPLES / "crafter_qwen4b.toml").read_text()
+    text = text.replace('gpu_type = "H100"', 'gpu_type = ""').replace("gpu_count = 8", "gpu_count = 0")
+    text = text.replace('label = "crafter-rl-from-base"', 'label = ""')
+    report = validate_rl_text(text)
+    assert [(p.location, p.message) for p in report.problems] == [
+        ("model.label", "must not be empty or zero (got '')"),
+        ("compute.gpu_type", "must not be empty or zero (got '')"),
+        ("compute.gpu_count", "must not be empty or zero (got 0)"),
+    ]
+
+
+def test_policy_with_fine_tuned_model_name_and_section_not_a_table():
+    text = 'tags = "often"\n' + RL_TOML + (
+        '[policy]\nmodel_name = "rl:Qwen/Qwen3-4B:job_1"\ntrainer_mode = "full"\nlabel = "x"\n'
+        "[compute]\ngpu_type = \"H100\"\ngpu_count = 1\n[compute.topology]\ngpus_for_vllm = 1\n"
+        "[rollout]\nenv_name = \"crafter\"\npolicy_name = \"p\"\nmax_turns = 1\nepisodes_per_batch = 1\n"
+        "max_concurrent_rollouts = 1\n"
+    )
+    report = validate_rl_text(text)
+    assert problems_of(report) == [
+        ("tags", 1, "Input should be a valid dictionary (got 'often')"),
+        ("policy.model_name", 7, "Model 'rl:Qwen/Qwen3-4B:job_1' is not supported."),
+    ]
+    assert "source" in report.problems[1].hint
+
+
+def test_services_without_task_url_is_fine():
+    # Differs from the SDK on purpose: the task URL may come from --task-url or TASK_APP_URL.
+    text = (EXAMPLES / "crafter_policy_lora.toml").read_text() + '\n[services]\njudge_url = "https://judge"\n'
+    assert validate_rl_text(text).ok
+
+
+def test_validate_mapping_without_source_text_has_no_lines():
+    report = validate_rl_mapping({"algorithm": {"type": "online", "method": "policy_gradient", "variety": "gspo"}})
+    assert [p.line for p in report.problems] == [None] * len(report.problems)
+    assert [p.location for p in report.problems] == ["model", "compute", "topology", "rollout"]
+
+
+def test_validate_mapping_rejects_non_mapping():
+    report = validate_rl_mapping(["not", "a", "table"])  # type: ignore[arg-type]
+    assert problems_of(report) == [("<toml>", None, "the config must be a TOML table")]
+
+
+# ---------------------------------------------------------------------------------------
+# The line index
+# ---------------------------------------------------------------------------------------
+
+
+def test_line_index_handles_dotted_keys_inline_tables_arrays_and_strings():
+    text = "\n".join(
+        [
+            'top = 1',  # 1
+            '[training]',  # 2
+            'weight_sync.enable = true',  # 3
+            'seeds = [',  # 4
+            '  [0],',  # 5: looks like a header but is inside an array
+            ']',  # 6
+            'notes = """',  # 7
+            '[not_a_table]',  # 8: inside a multi-line string
+            'key = 1',  # 9: inside a multi-line string
+            '"""',  # 10
+            'batch_size = 4  # trailing comment',  # 11
+            '[ compute . "topology" ]  # spaced, quoted',  # 12
+            'gpus = { vllm = 1 }',  # 13
+            '[[runs]]',  # 14
+            'name = "a"',  # 15
+        ]
+    )
+    index = TomlLineIndex(text)
+    assert index.line_for("top") == 1
+    assert index.line_for("training.weight_sync.enable") == 3
+    assert index.line_for("training.weight_sync") == 3
+    assert index.line_for("training.seeds.3") == 4
+    assert index.line_for("not_a_table") is None
+    assert index.line_for("training.key") == 2  # missing key -> its section header
+    assert index.line_for("training.batch_size") == 11
+    assert index.line_for("compute.topology") == 12
+    assert index.line_for("compute.topology.gpus.vllm") == 13
+    assert index.line_for("compute") == 12
+    assert index.line_for("runs.name") == 15
+    assert index.line_for("missing.key") is None
+
+
+@given(
+    sections=st.lists(
+        st.tuples(
+            st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True),
+            st.lists(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), max_size=4, unique=True),
+        ),
+        max_size=5,
+        unique_by=lambda section: section[0],
+    )
+)
+def test_line_index_finds_every_generated_key(sections):
+    lines: list[str] = []
+    expected: dict[str, int] = {}
+    for name, keys in sections:
+        lines.append(f"[{name}]")
+        expected[name] = len(lines)
+        for key in keys:
+            lines.append(f"{key} = 1")
+            expected[f"{name}.{key}"] = len(lines)
+    index = TomlLineIndex("\n".join(lines))
+    for location, line in expected.items():
+        assert index.line_for(location) == line
