@@ -1,22 +1,135 @@
-"""Command-line entry point (placeholder until the headless flow lands)."""
+"""Command-line entry point: argument parsing and dispatch (design section 2).
+
+``synth-tui`` with no command is ``synth-tui train --type rl``. Without a terminal, or with
+``--no-tui``, the train flow runs headless (``app.headless``) and prints the SDK's lines.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from app import __version__
+from app.core.errors import ExitCode, SynthTuiError
+
+COMMANDS = ("train", "demo", "attach", "history", "backend", "taskapp")
+
+
+def _add_train_flags(parser: argparse.ArgumentParser) -> None:
+    """Every flag of the SDK's ``train`` (contract 1.2), plus --backend, --no-tui, --metric."""
+    add = parser.add_argument
+    add("--config", action="append", default=[], metavar="PATH",
+        help="RL config TOML (repeatable; several open the picker)")
+    add("--type", dest="train_type", default="auto", choices=["auto", "rl", "sft", "prompt_learning"],
+        help="training type (only rl is supported; auto infers it from the config)")
+    add("--env-file", action="append", default=[], metavar="PATH",
+        help=".env with SYNTH_API_KEY, ENVIRONMENT_API_KEY, TASK_APP_URL (the first is used)")
+    add("--task-url", metavar="URL", help="task app URL (overrides TASK_APP_URL and the config)")
+    add("--dataset", metavar="PATH", help=argparse.SUPPRESS)  # SFT only in the SDK
+    add("--examples", type=int, metavar="N", help=argparse.SUPPRESS)  # SFT only in the SDK
+    add("--backend", metavar="URL",
+        help="backend base URL (/api is appended); 'local' starts the embedded backend")
+    add("--model", metavar="ID", help="model to train instead of the config's [model]")
+    add("--allow-experimental", dest="allow_experimental", action="store_true", default=None,
+        help="allow experimental models (default: SDK_EXPERIMENTAL=1)")
+    add("--no-allow-experimental", dest="allow_experimental", action="store_false")
+    add("--idempotency", metavar="KEY", help="Idempotency-Key for job creation (default: a fresh UUID)")
+    add("--dry-run", action="store_true",
+        help="validate, verify and preview the payload without creating a job")
+    add("--poll", dest="poll", action="store_true", default=True, help="watch the job after creating it (default)")
+    add("--no-poll", dest="poll", action="store_false", help="create the job and exit")
+    add("--poll-timeout", type=float, default=3600.0, metavar="S",
+        help="stop watching (not the job) after S seconds (default 3600)")
+    add("--poll-interval", type=float, default=5.0, metavar="S", help="seconds between polls (default 5)")
+    add("--stream-format", choices=["cli", "chart"], default="cli", help="headless output: lines or a chart")
+    add("--metric", metavar="NAME", help="metric to chart (default: the job's mean score)")
+    add("--no-tui", action="store_true", help="run headless: print the SDK's lines, no screens")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="synth-tui")
+    parser = argparse.ArgumentParser(
+        prog="synth-tui",
+        description="Launch and watch RL training jobs on Synth or on an embedded local backend.",
+        epilog="Exit codes: 0 succeeded, 1 job failed/cancelled, 2 usage or invalid config, "
+               "3 missing secrets or failed checks, 4 --poll-timeout reached, 5 backend error, 130 interrupted.",
+    )
     parser.add_argument("--version", action="version", version=f"synth-tui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    train = sub.add_parser("train", help="the guided session (default command)")
+    _add_train_flags(train)
+
+    demo = sub.add_parser("demo", help="embedded backend + reference task app + demo config, then the flow")
+    demo.add_argument("--no-tui", action="store_true", help="run headless")
+    demo.add_argument("--workdir", metavar="DIR", help="folder for the demo .env and database (default: a new temp folder)")
+    demo.add_argument("--poll-interval", type=float, default=0.5, metavar="S")
+    demo.add_argument("--poll-timeout", type=float, default=600.0, metavar="S")
+    demo.add_argument("--stream-format", choices=["cli", "chart"], default="cli")
+
+    attach = sub.add_parser("attach", help="the live dashboard for an existing job")
+    attach.add_argument("job_id")
+    attach.add_argument("--backend", metavar="URL")
+    attach.add_argument("--env-file", action="append", default=[], metavar="PATH")
+    attach.add_argument("--poll-interval", type=float, default=5.0, metavar="S")
+    attach.add_argument("--poll-timeout", type=float, default=3600.0, metavar="S")
+    attach.add_argument("--no-tui", action="store_true")
+
+    sub.add_parser("history", help="jobs launched from this machine")
+
+    backend = sub.add_parser("backend", help="run the embedded backend as a server")
+    backend.add_argument("--host", default="127.0.0.1")
+    backend.add_argument("--port", type=int, default=8000)
+    backend.add_argument("--api-key", metavar="KEY", help="SYNTH_API_KEY clients must send (default: $SYNTH_API_KEY)")
+    backend.add_argument("--env-key", action="append", default=[], metavar="KEY",
+                         help="an ENVIRONMENT_API_KEY the backend holds for verification (default: $ENVIRONMENT_API_KEY)")
+    backend.add_argument("--db", metavar="PATH", help="SQLite state file (default: in the user's state folder)")
+
+    taskapp = sub.add_parser("taskapp", help="run the reference task app as a server")
+    taskapp.add_argument("--host", default="127.0.0.1")
+    taskapp.add_argument("--port", type=int, default=8102)
+    taskapp.add_argument("--env-key", action="append", default=[], metavar="KEY",
+                         help="accepted ENVIRONMENT_API_KEY (default: $ENVIRONMENT_API_KEY)")
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    build_parser().parse_args(argv)
-    return 0
+def normalise_argv(argv: Sequence[str]) -> list[str]:
+    """``synth-tui [flags]`` means ``synth-tui train [flags]``."""
+    argv = list(argv)
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        return ["train", *argv]
+    return argv
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
+    try:
+        return _dispatch(args)
+    except SynthTuiError as exc:
+        print(f"Error: {exc.render()}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("\nInterrupted.", file=sys.stderr)
+        return ExitCode.INTERRUPTED
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    from app import headless
+
+    if args.command == "train":
+        # The guided TUI lands with issue 4; until then every train run is headless.
+        return headless.run_train(args)
+    if args.command == "demo":
+        return headless.run_demo(args)
+    if args.command == "backend":
+        return headless.run_backend_server(args)
+    if args.command == "taskapp":
+        return headless.run_taskapp_server(args)
+    if args.command == "attach":
+        return headless.run_attach(args)
+    if args.command == "history":
+        return headless.run_history(args)
+    raise AssertionError(args.command)
 
 
 if __name__ == "__main__":

@@ -78,6 +78,7 @@ class FaultyBackend:
         self.sse_enabled = False
         self.idempotency: dict[str, tuple[str, str]] = {}
         self.connections: set[socket.socket] = set()
+        self.port = 0
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -86,8 +87,8 @@ class FaultyBackend:
 
     @property
     def url(self) -> str:
-        assert self._server is not None
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        assert self.port, "start the server first"
+        return f"http://127.0.0.1:{self.port}"
 
     def start(self, port: int = 0) -> FaultyBackend:
         backend = self
@@ -96,6 +97,7 @@ class FaultyBackend:
             owner = backend
 
         self._server = _QuietServer(("127.0.0.1", port), Handler)
+        self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self

@@ -146,7 +146,7 @@ async def test_resuming_from_a_cursor_repeats_nothing(faulty_backend):
 async def test_backend_restart_mid_run_loses_and_repeats_nothing():
     timeline = training_timeline(steps=30)
     backend = FaultyBackend().start()
-    port = backend._server.server_address[1]
+    port = backend.port
     backend.add_job(ScriptedJob("job_a", timeline))
     got = []
     try:

@@ -1,0 +1,344 @@
+"""The headless mode: the train flow as the SDK's printed lines (contract 1.3, 4.5).
+
+The SDK's lines go to stdout, diagnostics to stderr, and every run ends with the exit code of
+design section 2. User errors end with ``Error: <message>`` and a hint, never a traceback.
+Everything printed passes through :class:`Printer`, which redacts the secrets in play.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from app.core import config as cfg
+from app.core import envfile
+from app.core.client import ApiError, SynthClient
+from app.core.errors import ExitCode, SynthTuiError, UsageError
+from app.core.events import event_line, is_noise, metric_line, status_line
+from app.core.health import check_task_app
+from app.core.launch import (
+    PreparedJob,
+    choose_env_file,
+    new_idempotency_key,
+    prepare_payload,
+    require_secrets,
+    resolve_backend,
+    resolve_secrets,
+)
+from app.core.redact import mask_secret, redact
+from app.core.streaming import (
+    ConnectionState,
+    JobWatcher,
+    NewEvents,
+    NewMetrics,
+    StatusChanged,
+    WatchEnded,
+    WatchOptions,
+)
+
+
+def has_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+@dataclass
+class Printer:
+    out: TextIO = field(default_factory=lambda: sys.stdout)
+    err: TextIO = field(default_factory=lambda: sys.stderr)
+    secrets: list[str] = field(default_factory=list)
+
+    def line(self, text: str = "") -> None:
+        print(redact(text, self.secrets), file=self.out, flush=True)
+
+    def diag(self, text: str) -> None:
+        print(redact(text, self.secrets), file=self.err, flush=True)
+
+    def error(self, exc: SynthTuiError) -> None:
+        self.diag(f"Error: {exc.render()}")
+
+
+@dataclass
+class RunState:
+    """What the run has learned so far, for the Ctrl-C message."""
+
+    job_id: str | None = None
+    backend: str | None = None
+
+
+# --------------------------------------------------------------------------- train
+
+
+def run_train(args: argparse.Namespace, *, printer: Printer | None = None, cwd: Path | None = None) -> int:
+    printer = printer or Printer()
+    state = RunState()
+    try:
+        return asyncio.run(train_flow(args, printer, state, cwd=cwd or Path.cwd()))
+    except SynthTuiError as exc:
+        printer.error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        if state.job_id:
+            printer.diag(f"\nInterrupted. Job {state.job_id} keeps running on the backend. Attach again with:\n"
+                         f"  synth-tui attach {state.job_id} --backend {state.backend}")
+        else:
+            printer.diag("\nInterrupted before a job was created; nothing was sent.")
+        return ExitCode.INTERRUPTED
+
+
+async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState, *, cwd: Path) -> int:
+    _check_type_flags(args, printer)
+    config_path = select_config(args, printer, cwd=cwd)
+    printer.line(f"Using config: {config_path} (rl)")
+
+    choice = choose_env_file(args.env_file, cwd=cwd, config_path=config_path)
+    env = envfile.EnvFile.load(choice.path) if choice.path else None
+    for warning in env.warnings if env else []:
+        printer.diag(f"Warning: {choice.path}: {warning}")
+    resolved = resolve_secrets(env, task_url_flag=args.task_url)
+    printer.secrets.extend(key.value for key in resolved if key.value and envfile.is_secret_key(key.name))
+    _print_found_keys(resolved, printer)
+    secrets = require_secrets(resolved, env_path=choice.path, task_url_flag=args.task_url)
+    printer.line(f"Using env file: {choice.path}" if choice.path else "Using env file: none (shell environment only)")
+
+    backend_base, _ = resolve_backend(args.backend)
+    state.backend = backend_base
+    printer.line(f"Backend base: {backend_base} (key {mask_secret(secrets['SYNTH_API_KEY'])})")
+
+    prepared = prepare_payload(config_path, task_url_flag=args.task_url, env_task_url=secrets.get("TASK_APP_URL"),
+                               backend_base=backend_base, model=args.model,
+                               allow_experimental=args.allow_experimental)
+
+    async with SynthClient(backend_base, secrets["SYNTH_API_KEY"]) as client:
+        await verify_backend(client, prepared, printer)
+        await check_health(prepared, secrets["ENVIRONMENT_API_KEY"], printer)
+        if args.dry_run:
+            printer.line("Payload preview:")
+            printer.line(json.dumps(prepared.payload, indent=2)[:800])
+            printer.line("Dry run: no job was created.")
+            return ExitCode.OK
+        job_id = await create_job(client, prepared, args.idempotency or new_idempotency_key(), printer)
+        state.job_id = job_id
+        if not args.poll:
+            printer.line(f"Created job {job_id} (polling disabled)")
+            return ExitCode.OK
+        return await stream_job(client, job_id, args, printer)
+
+
+def _check_type_flags(args: argparse.Namespace, printer: Printer) -> None:
+    if args.train_type in ("sft", "prompt_learning"):
+        raise UsageError(f"synth-tui launches RL jobs only (got --type {args.train_type}).",
+                         f"Use `synth-ai train --type {args.train_type}` for that job type.")
+    if args.dataset or args.examples:
+        printer.diag("Warning: --dataset and --examples apply to SFT only; they are ignored for RL.")
+
+
+def select_config(args: argparse.Namespace, printer: Printer, *, cwd: Path) -> Path:
+    """Explicit ``--config`` (never filtered by type, as the SDK), else discovery."""
+    if args.config:
+        paths = [Path(p).expanduser() for p in args.config]
+        for path in paths:
+            if not path.is_file():
+                raise UsageError(f"Config not found: {path}", "Check the path given to --config.")
+        chosen = paths[0].resolve() if len(paths) == 1 else _pick(
+            [cfg.ConfigCandidate(p.resolve(), "rl") for p in paths], printer)
+        _check_rl_kind(chosen, args.train_type)
+    else:
+        candidates = cfg.discover_configs(cwd, last_config=cfg.read_last_config())
+        if not candidates:
+            raise UsageError("No training configs found. Pass --config explicitly.",
+                             f"No RL config TOML was found under {cwd} or the bundled configs.")
+        chosen = _pick(candidates, printer)
+    cfg.write_last_config(chosen)
+    return chosen
+
+
+def _check_rl_kind(path: Path, train_type: str) -> None:
+    if train_type == "rl":
+        return
+    try:
+        kind = cfg.infer_config_type(cfg.load_toml(path))
+    except SynthTuiError:
+        return  # the validator reports the syntax error with its line and column
+    if kind != "rl":
+        raise UsageError(
+            f"Config {path} does not look like an RL config (inferred type: {kind}).",
+            "An RL config has [algorithm] type = \"online\", method = \"policy_gradient\", variety = \"gspo\"; "
+            "or pass --type rl to validate it as RL anyway.")
+
+
+def _pick(candidates: list[cfg.ConfigCandidate], printer: Printer) -> Path:
+    """The SDK's numbered picker on a terminal; without one, the only or last-used config."""
+    if len(candidates) == 1:
+        return candidates[0].path
+    if not sys.stdin.isatty():
+        last = next((c for c in candidates if c.last_used), None)
+        if last is not None:
+            return last.path
+        listing = "\n".join(f"  {c.path}" for c in candidates)
+        raise UsageError(f"Several RL configs found and no terminal to choose one:\n{listing}",
+                         "Pass --config PATH.")
+    printer.line("Select a training config:")
+    for index, candidate in enumerate(candidates, 1):
+        printer.line(f"  {index}) {candidate.path}{' (last used)' if candidate.last_used else ''}")
+    printer.line("  0) Abort")
+    answer = input("Enter choice [1]: ").strip() or "1"
+    if answer == "0":
+        raise UsageError("Aborted by user")
+    if not answer.isdigit() or not 1 <= int(answer) <= len(candidates):
+        raise UsageError(f"Invalid selection: {answer}", f"Enter a number from 0 to {len(candidates)}.")
+    return candidates[int(answer) - 1].path
+
+
+def _print_found_keys(resolved: list[envfile.ResolvedKey], printer: Printer) -> None:
+    for key in resolved:
+        if not key.required or not key.value:
+            continue
+        if key.source == "alias":
+            printer.line(f"Found {key.name} via {key.origin}: {key.display}")
+        else:
+            printer.line(f"Found {key.name} in current sources: {key.display} ({_source_words(key)})")
+        if key.shell_overrides_file:
+            printer.diag(f"Note: {key.name} from the shell overrides the value in the .env file.")
+
+
+def _source_words(key: envfile.ResolvedKey) -> str:
+    return {"flag": f"flag {key.origin}", "shell": "shell environment", "file": ".env file"}.get(key.source, key.source)
+
+
+# --------------------------------------------------------------------------- steps
+
+
+async def verify_backend(client: SynthClient, prepared: PreparedJob, printer: Printer) -> None:
+    try:
+        result = await client.verify_task_app(prepared.task_url)
+    except ApiError as exc:
+        exc.message = f"Task app verification call failed: {exc.message}"
+        raise
+    if result.status >= 400 or result.body is None:
+        printer.line("Task app verification error:")
+        printer.line(result.preview_source.preview(800))
+        raise VerificationFailed(f"Verification failed with status {result.status}",
+                                 "The backend could not run the verification; see its answer above.")
+    if not result.any_ok:
+        printer.line("Task app verification failed; no auth combination succeeded. Full report:")
+        printer.line(result.preview_source.preview(1200))
+        raise VerificationFailed(
+            "Task app verification failed (auth)",
+            "The backend holds no ENVIRONMENT_API_KEY that this task app accepts: upload the task app's key "
+            "to the backend, or point TASK_APP_URL at the task app your key belongs to.")
+    statuses = [a.get("status") for a in result.attempts]
+    printer.line(f"Verification OK (candidates={result.candidates}, statuses={statuses})")
+
+
+async def check_health(prepared: PreparedJob, env_api_key: str, printer: Printer) -> None:
+    printer.line("Performing task app health check…")
+    report = await check_task_app(prepared.task_url, env_api_key,
+                                  aliases=_env_aliases())
+    if report.ok:
+        printer.line("Task app healthy")
+        return
+    printer.line(f"Task app health check failed: {report.detail}")
+    for attempt in report.attempts:
+        if not attempt.ok:
+            fix = f" Fix: {attempt.fix}" if attempt.fix else ""
+            printer.diag(f"  {attempt.endpoint}: {attempt.reason}.{fix}")
+    raise VerificationFailed("Aborting due to failing health check", None)
+
+
+def _env_aliases() -> list[str]:
+    return [a.strip() for a in os.environ.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
+
+
+async def create_job(client: SynthClient, prepared: PreparedJob, idempotency_key: str, printer: Printer) -> str:
+    printer.line("Payload preview:")
+    printer.line(json.dumps(prepared.payload, indent=2)[:800])
+    printer.diag(f"Idempotency-Key: {idempotency_key}")
+    result = await client.create_job(prepared.payload, idempotency_key=idempotency_key)
+    printer.line(f"Response {result.status}: {result.response.preview(400)}")
+    if result.status not in (200, 201):
+        raise JobCreationFailed("Job creation failed", None)
+    if not result.job_id:
+        raise JobCreationFailed("Response missing job id", "The backend answered without job_id or id.")
+    return result.job_id
+
+
+async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace, printer: Printer) -> int:
+    printer.line()
+    printer.line("=== Streaming Job Progress ===")
+    if args.stream_format == "chart":
+        printer.diag("Note: the chart view lands with the dashboard; showing the event lines instead.")
+    options = WatchOptions(poll_interval=args.poll_interval, poll_timeout=args.poll_timeout)
+    hidden = 0
+    ended: WatchEnded | None = None
+    async for update in JobWatcher(client, job_id, options).watch():
+        if isinstance(update, StatusChanged):
+            printer.line(status_line(update.status))
+        elif isinstance(update, NewEvents):
+            for event in update.events:
+                if is_noise(event):
+                    hidden += 1
+                else:
+                    printer.line(event_line(event))
+        elif isinstance(update, NewMetrics):
+            # Differs from the SDK on purpose: its RL stream passes only a GEPA metric, so it
+            # prints no RL metric at all. We print every metric the job emits.
+            for point in update.points:
+                printer.line(metric_line(point))
+        elif isinstance(update, ConnectionState):
+            if update.reconnecting:
+                printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
+            else:
+                printer.diag("Reconnected.")
+        elif isinstance(update, WatchEnded):
+            ended = update
+    assert ended is not None
+    if hidden:
+        printer.diag(f"({hidden} hatchet/modal infrastructure events hidden)")
+    if ended.reason == "timeout":
+        printer.diag(f"Stopped watching after --poll-timeout {args.poll_timeout:g}s; job {job_id} is still "
+                     f"{ended.status} on the backend. Attach again with:\n"
+                     f"  synth-tui attach {job_id} --backend {client.base_url}")
+        printer.line(f"Final status: {ended.status} (watch timed out)")
+        printer.line(json.dumps(ended.payload, indent=2)[:600])
+        return ExitCode.POLL_TIMEOUT
+    printer.line(f"Final status: {ended.status}")
+    printer.line(json.dumps(ended.payload, indent=2)[:600])
+    # Differs from the SDK on purpose: it exits 0 even when the job failed.
+    return ExitCode.OK if ended.status in ("succeeded", "completed") else ExitCode.JOB_FAILED
+
+
+class VerificationFailed(SynthTuiError):
+    exit_code = ExitCode.CHECKS_FAILED
+
+
+class JobCreationFailed(SynthTuiError):
+    exit_code = ExitCode.BACKEND
+
+
+# --------------------------------------------------------------------------- other commands
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    raise UsageError("`synth-tui demo` needs the embedded backend, which is not built yet.")
+
+
+def run_backend_server(args: argparse.Namespace) -> int:
+    raise UsageError("`synth-tui backend` is not built yet.")
+
+
+def run_taskapp_server(args: argparse.Namespace) -> int:
+    raise UsageError("`synth-tui taskapp` is not built yet.")
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    raise UsageError("`synth-tui attach` lands with the dashboard.")
+
+
+def run_history(args: argparse.Namespace) -> int:
+    raise UsageError("`synth-tui history` lands with the dashboard.")

@@ -1,0 +1,230 @@
+"""``synth-tui train --type rl --no-tui`` end to end against real loopback servers."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import build_parser, normalise_argv
+from app.headless import Printer, run_train
+from fakes import FaultyBackend, ScriptedJob, TinyTaskApp, event, training_timeline
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
+ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
+
+
+@pytest.fixture
+def world(tmp_path, faulty_backend, tiny_task_app):
+    """A backend, a task app, a .env pointing at them, and a working directory."""
+    env_path = tmp_path / "project" / ".env"
+    env_path.parent.mkdir()
+    env_path.write_text(
+        "# credentials\n"
+        f"export SYNTH_API_KEY=\"{faulty_backend.api_key}\"\n"
+        f"ENVIRONMENT_API_KEY='{ENV_KEY}'\n"
+        f"TASK_APP_URL={tiny_task_app.url}\n"
+    )
+    faulty_backend.create_job_template = training_timeline(steps=3)
+    return {"backend": faulty_backend, "task_app": tiny_task_app, "env": env_path, "cwd": env_path.parent}
+
+
+def run(world, *flags: str, config: Path | None = EXAMPLE) -> tuple[int, str, str]:
+    argv = ["train", "--type", "rl", "--no-tui", "--poll-interval", "0.02",
+            "--env-file", str(world["env"]), "--backend", world["backend"].url, *flags]
+    if config is not None:
+        argv += ["--config", str(config)]
+    args = build_parser().parse_args(normalise_argv(argv))
+    out, err = io.StringIO(), io.StringIO()
+    code = run_train(args, printer=Printer(out=out, err=err), cwd=world["cwd"])
+    return code, out.getvalue(), err.getvalue()
+
+
+def assert_no_secrets(world, *texts: str) -> None:
+    for text in texts:
+        assert world["backend"].api_key not in text
+        assert ENV_KEY not in text
+        assert "Traceback" not in text
+
+
+def test_happy_path_prints_the_sdk_lines_and_exits_0(world):
+    code, out, err = run(world)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0] == f"Using config: {EXAMPLE} (rl)"
+    assert "Found SYNTH_API_KEY in current sources: sk_t…89 (.env file)" in out
+    assert f"Using env file: {world['env']}" in out
+    assert f"Backend base: {world['backend'].url}/api (key sk_t…89)" in out
+    assert "Verification OK (candidates=['env_key_prefix'], statuses=[200, 200])" in out
+    assert "Performing task app health check…\nTask app healthy" in out
+    assert "Payload preview:\n{" in out
+    assert "Response 201: {" in out
+    assert "\n=== Streaming Job Progress ===\n" in out
+    assert "status=running" in out and "status=succeeded" in out
+    assert "rl.job.completed (info): done" in out
+    assert "[metric] train.mean_score=0.2000 (step=0) n=4" in out
+    assert "hatchet" not in out and "(1 hatchet/modal infrastructure events hidden)" in err
+    assert "Final status: succeeded" in out
+    assert "Idempotency-Key: " in err
+    assert_no_secrets(world, out, err)
+
+
+def test_env_file_is_never_rewritten(world):
+    before = world["env"].read_bytes()
+    run(world)
+    assert world["env"].read_bytes() == before
+
+
+def test_payload_sent_is_the_contract_shape(world):
+    run(world, "--no-poll", "--idempotency", "my-key-1")
+    method, path, headers, body = [r for r in world["backend"].requests if r[1] == "/api/rl/jobs"][0]
+    assert headers["Idempotency-Key"] == "my-key-1"
+    assert body["job_type"] == "rl"
+    assert body["data"]["endpoint_base_url"] == world["task_app"].url
+    assert body["data"]["config"]["services"]["task_url"] == world["task_app"].url
+    assert body["metadata"] == {"backend_base_url": world["backend"].url + "/api"}
+
+
+@pytest.mark.parametrize("final,code", [("failed", 1), ("cancelled", 1), ("error", 1)])
+def test_a_job_that_does_not_succeed_exits_1(world, final, code):
+    world["backend"].create_job_template = [("running", [event(1)], []), (final, [], [])]
+    got, out, _ = run(world)
+    assert got == code
+    assert f"Final status: {final}" in out
+
+
+def test_no_poll_creates_and_exits(world):
+    code, out, _ = run(world, "--no-poll")
+    assert code == 0
+    assert out.rstrip().endswith("Created job job_0001 (polling disabled)")
+
+
+def test_poll_timeout_is_enforced_with_exit_4(world):
+    world["backend"].create_job_template = [("running", [event(1)], [])] * 10_000
+    code, out, err = run(world, "--poll-timeout", "0.4")
+    assert code == 4
+    assert "Stopped watching after --poll-timeout 0.4s" in err
+    assert "synth-tui attach job_0001" in err
+
+
+def test_dry_run_creates_nothing(world):
+    code, out, _ = run(world, "--dry-run")
+    assert code == 0 and "Dry run: no job was created." in out
+    assert world["backend"].count("/api/rl/jobs") == 0
+
+
+def test_missing_secrets_exit_3(world):
+    world["env"].write_text(f"SYNTH_API_KEY={world['backend'].api_key}\n")
+    code, out, err = run(world)
+    assert code == 3
+    assert "Missing required keys: ENVIRONMENT_API_KEY, TASK_APP_URL." in err
+    assert_no_secrets(world, out, err)
+
+
+def test_invalid_config_lists_every_problem_and_exits_2(world, tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[algorithm]\ntype = "online"\nmethod = "policy_gradient"\nvariety = "gspo"\n\n'
+                   '[model]\nbase = "Qwen/Qwen3-4B"\n\n[rollout]\nenv_name = "x"\n')
+    code, out, err = run(world, config=bad)
+    assert code == 2
+    assert "is invalid (" in err
+    assert "compute" in err and "policy_name" in err
+    assert_no_secrets(world, out, err)
+
+
+def test_malformed_toml_exit_2_with_line(world, tmp_path):
+    bad = tmp_path / "broken.toml"
+    bad.write_text('[algorithm]\ntype = "online\n')
+    code, _, err = run(world, "--type", "rl", config=bad)
+    assert code == 2
+    assert "line 2" in err
+
+
+def test_missing_config_and_wrong_type(world, tmp_path):
+    code, _, err = run(world, config=tmp_path / "nope.toml")
+    assert code == 2 and "Config not found" in err
+    args = ["--type", "sft"]
+    code, _, err = run(world, *args)
+    assert code == 2 and "RL jobs only" in err
+
+
+def test_verification_failure_exits_3_with_the_report(world):
+    world["backend"].verify_answer = (200, {"any_ok": False, "candidates_first15": [], "attempts": [{"status": 400}]})
+    code, out, err = run(world)
+    assert code == 3
+    assert "Task app verification failed; no auth combination succeeded. Full report:" in out
+    assert "Error: Task app verification failed (auth)" in err
+
+
+def test_verification_http_error_exits_3(world):
+    world["backend"].verify_answer = (500, {"detail": "boom"})
+    code, out, err = run(world)
+    assert code == 3
+    assert "Task app verification error:" in out and "Verification failed with status 500" in err
+
+
+def test_health_check_with_a_wrong_environment_key_exits_3(world):
+    world["env"].write_text(world["env"].read_text().replace(ENV_KEY, "wrong_env_key_zzzzzzzzzzzzzzzz"))
+    code, out, err = run(world)
+    assert code == 3
+    assert "Task app health check failed: /health=400, /task_info=400" in out
+    assert "rejected ENVIRONMENT_API_KEY" in err
+    assert "wrong_env_key_zzzzzzzzzzzzzzzz" not in out + err
+
+
+def test_task_app_down_exits_3(world):
+    world["task_app"].__exit__()
+    code, out, err = run(world)
+    assert code == 3
+    assert "/health_error=connection refused" in out and "offline" in err
+
+
+def test_backend_down_exits_5(world):
+    world["backend"].stop()
+    code, _, err = run(world)
+    assert code == 5
+    assert "Task app verification call failed: Cannot reach the backend" in err
+    assert "Traceback" not in err
+
+
+def test_backend_answering_html_exits_5(world):
+    world["backend"].inject("verify", "html", "html", "html")
+    code, _, err = run(world)
+    assert code == 5 and "HTML instead of JSON" in err
+
+
+def test_wrong_synth_key_exits_5(world):
+    world["env"].write_text(world["env"].read_text().replace(world["backend"].api_key, "sk_wrong_0000000000"))
+    code, _, err = run(world)
+    assert code == 5 and "rejected the SYNTH_API_KEY" in err and "sk_wrong_0000000000" not in err
+
+
+def test_response_without_job_id_exits_5(world):
+    world["backend"].create_answer = (201, {"status": "queued"})
+    code, out, err = run(world)
+    assert code == 5 and "Response missing job id" in err
+
+
+def test_shell_value_wins_over_the_file(world, monkeypatch):
+    monkeypatch.setenv("TASK_APP_URL", world["task_app"].url + "/")
+    code, out, err = run(world, "--no-poll")
+    assert code == 0
+    assert "TASK_APP_URL from the shell overrides the value in the .env file" in err
+
+
+def test_console_script_end_to_end(world):
+    """The installed command, as a user runs it: real process, real exit code."""
+    exe = Path(sys.executable).with_name("synth-tui")
+    env = {k: v for k, v in os.environ.items()}
+    result = subprocess.run(
+        [str(exe), "train", "--type", "rl", "--no-tui", "--config", str(EXAMPLE), "--env-file", str(world["env"]),
+         "--backend", world["backend"].url, "--poll-interval", "0.05"],
+        capture_output=True, text=True, cwd=world["cwd"], env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Final status: succeeded" in result.stdout
+    assert_no_secrets(world, result.stdout, result.stderr)

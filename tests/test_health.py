@@ -1,0 +1,62 @@
+"""The direct task-app health check: every attempt with a status, a latency and a reason."""
+
+from __future__ import annotations
+
+import socket
+
+from app.core.health import check_task_app
+from fakes import TinyTaskApp
+
+GOOD = "env_key_0123456789abcdef0123456789abcdef"
+
+
+async def test_healthy_task_app_passes_with_every_header_style(tiny_task_app):
+    report = await check_task_app(tiny_task_app.url + "/", GOOD, aliases=["alias_key_1"])
+    assert report.ok
+    assert [a.endpoint for a in report.attempts] == ["/health", "/task_info"]
+    assert all(a.status == 200 and a.latency_ms is not None for a in report.attempts)
+    assert report.detail == "/health=200, /task_info=200"
+    headers = tiny_task_app.seen_headers[0]
+    assert headers["X-API-Key"] == GOOD
+    assert headers["X-API-Keys"] == f"{GOOD},alias_key_1"
+    assert headers["Authorization"] == f"Bearer {GOOD}"
+
+
+async def test_wrong_key_gets_the_400_and_the_fix(tiny_task_app):
+    wrong = "wrong_key_abcdefghijklmnopqrstuvwxyz"
+    report = await check_task_app(tiny_task_app.url, wrong)
+    assert not report.ok
+    health = report.attempts[0]
+    assert health.status == 400
+    assert "rejected ENVIRONMENT_API_KEY" in health.reason
+    assert "env_ke…" in health.reason  # the key it expects, by a short prefix only
+    assert "key the task app was started with" in health.fix
+    text = repr(report)
+    assert wrong not in health.reason and GOOD not in health.reason
+    assert wrong not in text.replace(repr(report.attempts[0].body), "")
+
+
+async def test_task_app_without_a_key_is_a_503_with_the_fix():
+    with TinyTaskApp(keys=[]) as app:
+        report = await check_task_app(app.url, GOOD)
+    assert report.attempts[0].status == 503
+    assert "no ENVIRONMENT_API_KEY of its own" in report.attempts[0].reason
+
+
+async def test_task_app_down_says_offline():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    report = await check_task_app(f"http://127.0.0.1:{port}", GOOD, timeout=2)
+    assert not report.ok
+    assert report.attempts[0].status is None
+    assert report.attempts[0].reason == "connection refused"
+    assert "offline" in report.attempts[0].fix
+    assert report.detail.startswith("/health_error=connection refused")
+
+
+async def test_auth_optional_health_counts_as_reachable():
+    with TinyTaskApp(health_status=None) as app:
+        app.keys.append("other")
+        report = await check_task_app(app.url, GOOD)
+    assert report.ok
