@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,16 +20,8 @@ from app.core import envfile
 from app.core.client import ApiError, SynthClient
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.events import event_line, is_noise, metric_line, status_line
-from app.core.health import check_task_app
-from app.core.launch import (
-    PreparedJob,
-    choose_env_file,
-    new_idempotency_key,
-    prepare_payload,
-    require_secrets,
-    resolve_backend,
-    resolve_secrets,
-)
+from app.core.launch import PreparedJob
+from app.core.session import LaunchOptions, LaunchSession
 from app.core.redact import mask_secret, redact
 from app.core.streaming import (
     ConnectionState,
@@ -93,36 +84,33 @@ def run_train(args: argparse.Namespace, *, printer: Printer | None = None, cwd: 
 
 async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState, *, cwd: Path) -> int:
     _check_type_flags(args, printer)
+    session = LaunchSession(LaunchOptions.from_args(args, cwd=cwd))
     config_path = select_config(args, printer, cwd=cwd)
+    session.config_path = config_path
     printer.line(f"Using config: {config_path} (rl)")
 
-    choice = choose_env_file(args.env_file, cwd=cwd, config_path=config_path)
-    env = envfile.EnvFile.load(choice.path) if choice.path else None
+    choice = session.initial_env_choice()
+    env = session.open_env(choice.path, choice.how, choice.candidates)
     for warning in env.warnings if env else []:
         printer.diag(f"Warning: {choice.path}: {warning}")
-    resolved = resolve_secrets(env, task_url_flag=args.task_url)
-    printer.secrets.extend(key.value for key in resolved if key.value and envfile.is_secret_key(key.name))
-    _print_found_keys(resolved, printer)
-    secrets = require_secrets(resolved, env_path=choice.path, task_url_flag=args.task_url)
+    printer.secrets.extend(session.secret_values())
+    _print_found_keys(session.resolved, printer)
+    secrets = session.secrets()
     printer.line(f"Using env file: {choice.path}" if choice.path else "Using env file: none (shell environment only)")
 
-    backend_base, _ = resolve_backend(args.backend)
-    state.backend = backend_base
-    printer.line(f"Backend base: {backend_base} (key {mask_secret(secrets['SYNTH_API_KEY'])})")
+    state.backend = session.backend_base
+    printer.line(f"Backend base: {session.backend_base} (key {mask_secret(secrets['SYNTH_API_KEY'])})")
+    prepared = session.prepare()
 
-    prepared = prepare_payload(config_path, task_url_flag=args.task_url, env_task_url=secrets.get("TASK_APP_URL"),
-                               backend_base=backend_base, model=args.model,
-                               allow_experimental=args.allow_experimental)
-
-    async with SynthClient(backend_base, secrets["SYNTH_API_KEY"]) as client:
+    async with session.client() as client:
         await verify_backend(client, prepared, printer)
-        await check_health(prepared, secrets["ENVIRONMENT_API_KEY"], printer)
+        await check_health(session, printer)
         if args.dry_run:
             printer.line("Payload preview:")
             printer.line(json.dumps(prepared.payload, indent=2)[:800])
             printer.line("Dry run: no job was created.")
             return ExitCode.OK
-        job_id = await create_job(client, prepared, args.idempotency or new_idempotency_key(), printer)
+        job_id = await create_job(client, prepared, session.idempotency_key, printer)
         state.job_id = job_id
         if not args.poll:
             printer.line(f"Created job {job_id} (polling disabled)")
@@ -236,10 +224,9 @@ async def verify_backend(client: SynthClient, prepared: PreparedJob, printer: Pr
     printer.line(f"Verification OK (candidates={result.candidates}, statuses={statuses})")
 
 
-async def check_health(prepared: PreparedJob, env_api_key: str, printer: Printer) -> None:
+async def check_health(session: LaunchSession, printer: Printer) -> None:
     printer.line("Performing task app health check…")
-    report = await check_task_app(prepared.task_url, env_api_key,
-                                  aliases=_env_aliases())
+    report = await session.health()
     if report.ok:
         printer.line("Task app healthy")
         return
@@ -249,10 +236,6 @@ async def check_health(prepared: PreparedJob, env_api_key: str, printer: Printer
             fix = f" Fix: {attempt.fix}" if attempt.fix else ""
             printer.diag(f"  {attempt.endpoint}: {attempt.reason}.{fix}")
     raise VerificationFailed("Aborting due to failing health check", None)
-
-
-def _env_aliases() -> list[str]:
-    return [a.strip() for a in os.environ.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
 
 
 async def create_job(client: SynthClient, prepared: PreparedJob, idempotency_key: str, printer: Printer) -> str:

@@ -1,0 +1,158 @@
+"""The state of one guided launch: what the user chose on each screen, and the steps between.
+
+The TUI's screens read and change a :class:`LaunchSession`; every method that touches files
+or the network is called from a worker. No Textual here, so the flow is testable on its own.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from app.core import config as cfg
+from app.core import envfile
+from app.core.client import SynthClient, VerifyResult
+from app.core.health import HealthReport, check_task_app
+from app.core.launch import (
+    EnvChoice,
+    PreparedJob,
+    choose_env_file,
+    new_idempotency_key,
+    prepare_payload,
+    require_secrets,
+    resolve_backend,
+    resolve_secrets,
+)
+
+
+@dataclass
+class LaunchOptions:
+    """The command-line flags that prefill or skip steps (the SDK's, plus --backend)."""
+
+    config_paths: Sequence[str] = ()
+    env_files: Sequence[str] = ()
+    task_url: str | None = None
+    model: str | None = None
+    allow_experimental: bool | None = None
+    idempotency: str | None = None
+    backend: str | None = None
+    poll_interval: float = 5.0
+    poll_timeout: float = 3600.0
+    metric: str | None = None
+    cwd: Path = field(default_factory=Path.cwd)
+
+    @classmethod
+    def from_args(cls, args: object, *, cwd: Path | None = None) -> LaunchOptions:
+        """From parsed command-line flags; commands without a flag get its default."""
+        def flag(name: str, default: object = None) -> object:
+            return getattr(args, name, default)
+
+        return cls(
+            config_paths=list(flag("config", []) or []), env_files=list(flag("env_file", []) or []),
+            task_url=flag("task_url"), model=flag("model"), allow_experimental=flag("allow_experimental"),
+            idempotency=flag("idempotency"), backend=flag("backend"),
+            poll_interval=flag("poll_interval", 5.0), poll_timeout=flag("poll_timeout", 3600.0),
+            metric=flag("metric"), cwd=cwd or Path.cwd(),
+        )
+
+
+@dataclass
+class LaunchSession:
+    options: LaunchOptions
+    shell: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    config_path: Path | None = None
+    report: cfg.ValidationReport | None = None
+    env_choice: EnvChoice | None = None
+    env: envfile.EnvFile | None = None
+    resolved: list[envfile.ResolvedKey] = field(default_factory=list)
+    backend_base: str = ""
+    backend_source: str = ""
+    idempotency_key: str = ""
+    prepared: PreparedJob | None = None
+    job_id: str | None = None
+
+    def __post_init__(self) -> None:
+        self.backend_base, self.backend_source = resolve_backend(self.options.backend, self.shell)
+        self.idempotency_key = self.options.idempotency or new_idempotency_key()
+
+    # -- config -------------------------------------------------------------------
+
+    def discover_configs(self) -> list[cfg.ConfigCandidate]:
+        candidates = cfg.discover_configs(self.options.cwd, last_config=cfg.read_last_config())
+        explicit = [Path(p).expanduser().resolve() for p in self.options.config_paths]
+        if explicit:
+            known = {c.path for c in candidates}
+            candidates = [cfg.ConfigCandidate(p, "rl") for p in explicit if p not in known] + candidates
+        return candidates
+
+    def validate(self, path: Path) -> cfg.ValidationReport:
+        return cfg.validate_rl_file(path, allow_experimental=self.options.allow_experimental, env=self.shell)
+
+    def choose_config(self, path: Path, report: cfg.ValidationReport) -> None:
+        """Remember the choice (the SDK's LAST_CONFIG); a new config invalidates the payload."""
+        self.config_path = path
+        self.report = report
+        self.prepared = None
+        cfg.write_last_config(path)
+
+    # -- env -------------------------------------------------------------------------
+
+    def initial_env_choice(self) -> EnvChoice:
+        return choose_env_file(self.options.env_files, cwd=self.options.cwd, config_path=self.config_path)
+
+    def open_env(self, path: Path | None, how: str = "chosen",
+                 candidates: Sequence[Path] | None = None) -> envfile.EnvFile | None:
+        env = envfile.EnvFile.load(path) if path else None
+        if candidates is None:
+            candidates = self.env_choice.candidates if self.env_choice else []
+        self.env_choice = EnvChoice(path, how, list(candidates))
+        self.env = env
+        self.resolve()
+        return env
+
+    def resolve(self) -> list[envfile.ResolvedKey]:
+        self.resolved = resolve_secrets(self.env, shell=self.shell, task_url_flag=self.options.task_url)
+        self.prepared = None
+        return self.resolved
+
+    def missing_keys(self) -> list[str]:
+        optional = ("TASK_APP_URL",) if self.options.task_url else ()
+        return envfile.missing_required(self.resolved, optional=optional)
+
+    def secrets(self) -> dict[str, str]:
+        path = self.env_choice.path if self.env_choice else None
+        return require_secrets(self.resolved, env_path=path, task_url_flag=self.options.task_url)
+
+    def secret_values(self) -> list[str]:
+        """Every secret in play, for redaction of anything shown."""
+        values = [k.value for k in self.resolved if k.value and envfile.is_secret_key(k.name)]
+        if self.env is not None:
+            values += [v for k, v in self.env.values.items() if v and envfile.is_secret_key(k)]
+        return values
+
+    # -- payload, checks, submit ---------------------------------------------------------
+
+    def prepare(self) -> PreparedJob:
+        assert self.config_path is not None, "choose a config first"
+        secrets = self.secrets()
+        self.prepared = prepare_payload(
+            self.config_path, task_url_flag=self.options.task_url, env_task_url=secrets.get("TASK_APP_URL"),
+            backend_base=self.backend_base, model=self.options.model,
+            allow_experimental=self.options.allow_experimental)
+        return self.prepared
+
+    def client(self, **kwargs: object) -> SynthClient:
+        return SynthClient(self.backend_base, self.secrets()["SYNTH_API_KEY"], **kwargs)  # type: ignore[arg-type]
+
+    async def verify(self, *, timeout: float = 30.0) -> VerifyResult:
+        prepared = self.prepared or self.prepare()
+        async with self.client(timeout=timeout, retries=0) as client:
+            return await client.verify_task_app(prepared.task_url)
+
+    async def health(self, *, timeout: float = 30.0) -> HealthReport:
+        prepared = self.prepared or self.prepare()
+        aliases = [a.strip() for a in self.shell.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
+        return await check_task_app(prepared.task_url, self.secrets()["ENVIRONMENT_API_KEY"], aliases=aliases,
+                                    timeout=timeout)

@@ -1,0 +1,37 @@
+"""The base of every flow screen: a title, a footer, and worker failures sent to one place."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, ClassVar
+
+from textual.screen import Screen
+from textual.worker import Worker, WorkerState
+
+if TYPE_CHECKING:
+    from app.core.session import LaunchSession
+    from app.tui import SynthTuiApp
+
+
+class FlowScreen(Screen):
+    """Workers on these screens use ``exit_on_error=False``; their failures land here and
+    become an error modal (``SynthTuiApp.show_error``) instead of ending the app."""
+
+    TITLE: ClassVar[str] = ""
+    # (palette title, palette help, action name) for the command palette.
+    PALETTE_COMMANDS: ClassVar[tuple[tuple[str, str, str], ...]] = ()
+
+    @property
+    def flow_app(self) -> SynthTuiApp:
+        return self.app  # type: ignore[return-value]
+
+    @property
+    def session(self) -> LaunchSession:
+        return self.flow_app.session
+
+    def on_mount(self) -> None:
+        if self.TITLE:
+            self.sub_title = self.TITLE
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            self.flow_app.show_error(f"{event.worker.name or 'A background task'} failed", event.worker.error)

@@ -1,0 +1,103 @@
+"""Modal screens shared by every step: confirm, error, help."""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, DataTable, Static
+
+
+class ConfirmModal(ModalScreen[bool]):
+    """Ask before something that cannot be undone; y/enter confirms, n/escape cancels."""
+
+    BINDINGS = [
+        Binding("y", "confirm", "Yes", id="confirm.yes"),
+        Binding("n,escape", "cancel", "No", id="confirm.no"),
+    ]
+
+    def __init__(self, question: str, *, confirm_label: str = "Yes", detail: str = "") -> None:
+        super().__init__(classes="modal")
+        self.question = question
+        self.confirm_label = confirm_label
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="modal-body"):
+            yield Static(self.question, id="modal-title")
+            if self.detail:
+                yield Static(self.detail, id="modal-detail")
+            with Horizontal(id="modal-buttons"):
+                yield Button(f"{self.confirm_label} (y)", variant="primary", id="confirm-yes")
+                yield Button("No (n)", id="confirm-no")
+
+    def on_mount(self) -> None:
+        self.query_one("#confirm-yes", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "confirm-yes")
+
+    def action_confirm(self) -> None:
+        self.dismiss(True)
+
+    def action_cancel(self) -> None:
+        self.dismiss(False)
+
+
+class ErrorModal(ModalScreen[None]):
+    """What went wrong and what to do about it. Never a traceback."""
+
+    BINDINGS = [Binding("escape,enter,q", "close", "Close", id="error.close")]
+
+    def __init__(self, title: str, message: str, hint: str | None = None) -> None:
+        super().__init__(classes="modal error-modal")
+        self.title_text = title
+        self.message = message
+        self.hint = hint
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="modal-body"):
+            yield Static(self.title_text, id="modal-title")
+            with VerticalScroll(id="modal-scroll"):
+                yield Static(self.message, id="modal-message", markup=False)
+                if self.hint:
+                    yield Static(f"What to do: {self.hint}", id="modal-hint", markup=False)
+            with Horizontal(id="modal-buttons"):
+                yield Button("Close (esc)", variant="error", id="error-close")
+
+    def on_mount(self) -> None:
+        self.query_one("#error-close", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(None)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class HelpModal(ModalScreen[None]):
+    """Every binding of the screen the user was on, with what it does."""
+
+    BINDINGS = [Binding("escape,q,question_mark,f1", "close", "Close", id="help.close")]
+
+    def __init__(self, screen_title: str, rows: list[tuple[str, str]]) -> None:
+        super().__init__(classes="modal help-modal")
+        self.screen_title = screen_title
+        self.rows = rows
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="modal-body"):
+            yield Static(f"Keys: {self.screen_title}", id="modal-title")
+            yield DataTable(id="help-table", cursor_type="row", zebra_stripes=True)
+            yield Static("Ctrl+P opens the command palette. Esc closes this help.", id="modal-detail")
+
+    def on_mount(self) -> None:
+        table = self.query_one(DataTable)
+        table.add_columns("Key", "Action")
+        for key, description in self.rows:
+            table.add_row(key, description)
+        table.focus()
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,123 @@
+"""The Textual app: the guided flow's screens, app-wide keys, the command palette, and the one
+place where worker errors become an error modal."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterable
+from pathlib import Path
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding
+from textual.screen import Screen
+
+from app.core.errors import SynthTuiError
+from app.core.redact import redact
+from app.core.session import LaunchOptions, LaunchSession
+from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
+
+
+def stylesheet_path() -> Path:
+    """``styles.tcss`` sits at the repo root in a checkout and inside ``app/`` in a wheel."""
+    installed = Path(__file__).with_name("styles.tcss")
+    return installed if installed.exists() else Path(__file__).resolve().parents[1] / "styles.tcss"
+
+
+class SynthTuiApp(App[int]):
+    CSS_PATH = str(stylesheet_path())
+    TITLE = "synth-tui"
+    SUB_TITLE = "RL training jobs"
+    ENABLE_COMMAND_PALETTE = True
+    BINDINGS = [
+        Binding("f1,question_mark", "help", "Help", id="app.help", key_display="?"),
+        Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True),
+        Binding("ctrl+p", "command_palette", "Commands", id="app.commands", show=False),
+    ]
+
+    def __init__(self, session: LaunchSession, *, start: str = "auto") -> None:
+        super().__init__()
+        self.session = session
+        self.start = start
+        self.exit_code = 0
+
+    # -- flow ------------------------------------------------------------------------------
+
+    STEPS = ("picker", "env", "verify", "preview")
+
+    def on_mount(self) -> None:
+        """Push the picker, then every step up to ``start``, so Escape always goes back."""
+        from app.screens.config_picker import ConfigPickerScreen
+
+        self.push_screen(ConfigPickerScreen())
+        start = self.start if self.start in self.STEPS else "picker"
+        for step in self.STEPS[1 : self.STEPS.index(start) + 1]:
+            {"env": self.go_to_env, "verify": self.go_to_verification, "preview": self.go_to_preview}[step]()
+
+    def go_to_env(self) -> None:
+        from app.screens.env_review import EnvReviewScreen
+
+        self.push_screen(EnvReviewScreen())
+
+    def go_to_verification(self) -> None:
+        from app.screens.verification import VerificationScreen
+
+        self.push_screen(VerificationScreen())
+
+    def go_to_preview(self) -> None:
+        from app.screens.preview import PayloadPreviewScreen
+
+        self.push_screen(PayloadPreviewScreen())
+
+    def go_to_dashboard(self, job_id: str) -> None:
+        from app.screens.dashboard import DashboardScreen
+
+        self.push_screen(DashboardScreen(job_id))
+
+    # -- app-wide actions -------------------------------------------------------------------
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpModal):
+            return
+        rows: list[tuple[str, str]] = []
+        seen: set[str] = set()
+        for key, active in self.screen.active_bindings.items():
+            binding = active.binding
+            label = binding.description or binding.action
+            if not label or (binding.action, label) in seen:
+                continue
+            seen.add((binding.action, label))
+            rows.append((self.get_key_display(binding), label))
+        title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
+        self.push_screen(HelpModal(str(title), rows))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        actions = getattr(screen, "PALETTE_COMMANDS", ())
+        for title, help_text, action in actions:
+            yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
+        yield SystemCommand("Help", "Show every key of this screen", self.action_help)
+
+    def confirm(self, question: str, on_yes, *, detail: str = "", label: str = "Yes") -> None:
+        """Ask, then call ``on_yes()`` only when the user confirms."""
+
+        def answered(yes: bool | None) -> None:
+            if yes:
+                on_yes()
+
+        self.push_screen(ConfirmModal(question, confirm_label=label, detail=detail), answered)
+
+    def show_error(self, title: str, error: BaseException) -> None:
+        """The one place a failure reaches the user: a message and a fix, never a traceback."""
+        secrets = self.session.secret_values()
+        if isinstance(error, SynthTuiError):
+            message, hint = error.message, error.hint
+        else:
+            message = f"{type(error).__name__}: {error}"
+            hint = "This is a bug in synth-tui; please report it with the steps that led here."
+        self.push_screen(ErrorModal(title, redact(message, secrets), redact(hint, secrets) if hint else None))
+
+
+def run_tui(args: argparse.Namespace, *, session: LaunchSession | None = None) -> int:
+    app = SynthTuiApp(session or LaunchSession(LaunchOptions.from_args(args)))
+    result = app.run()
+    return result if isinstance(result, int) else app.exit_code
