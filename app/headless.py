@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import sqlite3
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -20,6 +22,7 @@ from app.core import envfile
 from app.core.client import ApiError, SynthClient
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.events import event_line, is_noise, metric_line, status_line
+from app.core.history import RunHistory
 from app.core.launch import PreparedJob
 from app.core.session import LaunchOptions, LaunchSession
 from app.core.redact import mask_secret, redact
@@ -112,6 +115,9 @@ async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState
             return ExitCode.OK
         job_id = await create_job(client, prepared, session.idempotency_key, printer)
         state.job_id = job_id
+        _remember(printer, lambda h: h.record_submission(
+            job_id=job_id, backend=session.backend_base, config_path=str(config_path), payload=prepared.payload,
+            idempotency_key=session.idempotency_key))
         if not args.poll:
             printer.line(f"Created job {job_id} (polling disabled)")
             return ExitCode.OK
@@ -259,6 +265,7 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
     options = WatchOptions(poll_interval=args.poll_interval, poll_timeout=args.poll_timeout)
     hidden = 0
     ended: WatchEnded | None = None
+    last_metrics: dict[str, float] = {}
     async for update in JobWatcher(client, job_id, options).watch():
         if isinstance(update, StatusChanged):
             printer.line(status_line(update.status))
@@ -273,6 +280,8 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
             # prints no RL metric at all. We print every metric the job emits.
             for point in update.points:
                 printer.line(metric_line(point))
+                if point.value is not None:
+                    last_metrics[point.name] = point.value
         elif isinstance(update, ConnectionState):
             if update.reconnecting:
                 printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
@@ -281,6 +290,8 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
         elif isinstance(update, WatchEnded):
             ended = update
     assert ended is not None
+    _remember(printer, lambda h: h.record_progress(job_id, status=ended.status, last_metrics=last_metrics,
+                                                   final=ended.reason == "terminal"))
     if hidden:
         printer.diag(f"({hidden} hatchet/modal infrastructure events hidden)")
     if ended.reason == "timeout":
@@ -294,6 +305,14 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
     printer.line(json.dumps(ended.payload, indent=2)[:600])
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
     return ExitCode.OK if ended.status in ("succeeded", "completed") else ExitCode.JOB_FAILED
+
+
+def _remember(printer: Printer, write: Callable[[RunHistory], None]) -> None:
+    """Write to the run history; a history that cannot be written never fails the run."""
+    try:
+        write(RunHistory())
+    except (sqlite3.Error, OSError) as exc:
+        printer.diag(f"Warning: could not update the run history: {exc}")
 
 
 class VerificationFailed(SynthTuiError):

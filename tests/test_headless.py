@@ -228,3 +228,15 @@ def test_console_script_end_to_end(world):
     assert result.returncode == 0, result.stderr
     assert "Final status: succeeded" in result.stdout
     assert_no_secrets(world, result.stdout, result.stderr)
+
+
+def test_runs_are_recorded_in_the_history(world):
+    from app.core.history import RunHistory
+
+    code, _, _ = run(world, "--idempotency", "hist-key")
+    assert code == 0
+    record = RunHistory().get("job_0001")
+    assert record is not None and record.idempotency_key == "hist-key"
+    assert record.final_status == "succeeded"
+    assert record.last_metrics["train.mean_score"] == 0.9
+    assert record.payload["job_type"] == "rl"

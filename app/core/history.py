@@ -1,0 +1,128 @@
+"""The run history: every job launched from this machine, in a small SQLite file.
+
+``synth-tui history`` lists it; rerun and attach read the payload, backend and cursors from
+it. Secrets are never stored: the payload holds none, and the backend is a URL.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from app.core.paths import history_db_path
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    job_id TEXT PRIMARY KEY,
+    backend TEXT NOT NULL,
+    config_path TEXT,
+    payload TEXT,
+    idempotency_key TEXT,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    final_status TEXT,
+    last_status TEXT,
+    last_metrics TEXT,
+    rerun_of TEXT
+);
+"""
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    job_id: str
+    backend: str
+    config_path: str | None
+    payload: dict[str, Any] | None
+    idempotency_key: str | None
+    created_at: str
+    updated_at: str
+    final_status: str | None
+    last_status: str | None
+    last_metrics: dict[str, float]
+    rerun_of: str | None
+
+    @property
+    def status(self) -> str:
+        return self.final_status or self.last_status or "unknown"
+
+
+class RunHistory:
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path or history_db_path()
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(self.path, timeout=5.0)
+        try:
+            connection.execute(_SCHEMA)
+            yield connection
+            connection.commit()
+        finally:
+            connection.close()
+
+    def record_submission(self, *, job_id: str, backend: str, config_path: str | None,
+                          payload: Mapping[str, Any] | None, idempotency_key: str | None,
+                          rerun_of: str | None = None) -> None:
+        """A created job (an idempotent replay of the same job keeps its first record)."""
+        now = utc_now()
+        with self._connect() as db:
+            db.execute(
+                "INSERT OR IGNORE INTO runs (job_id, backend, config_path, payload, idempotency_key, created_at,"
+                " updated_at, last_status, rerun_of) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?)",
+                (job_id, backend, config_path, json.dumps(payload) if payload is not None else None,
+                 idempotency_key, now, now, rerun_of))
+
+    def record_attach(self, job_id: str, backend: str) -> None:
+        """Attaching to a job not launched here still lists it, without a payload."""
+        now = utc_now()
+        with self._connect() as db:
+            db.execute("INSERT OR IGNORE INTO runs (job_id, backend, created_at, updated_at) VALUES (?, ?, ?, ?)",
+                       (job_id, backend, now, now))
+
+    def record_progress(self, job_id: str, *, status: str | None = None,
+                        last_metrics: Mapping[str, float] | None = None, final: bool = False) -> None:
+        sets, values = ["updated_at = ?"], [utc_now()]
+        if status is not None:
+            sets.append("last_status = ?")
+            values.append(status)
+            if final:
+                sets.append("final_status = ?")
+                values.append(status)
+        if last_metrics:
+            sets.append("last_metrics = ?")
+            values.append(json.dumps(dict(last_metrics)))
+        with self._connect() as db:
+            db.execute(f"UPDATE runs SET {', '.join(sets)} WHERE job_id = ?", (*values, job_id))
+
+    def get(self, job_id: str) -> RunRecord | None:
+        with self._connect() as db:
+            row = db.execute(f"SELECT {_COLUMNS} FROM runs WHERE job_id = ?", (job_id,)).fetchone()
+        return _record(row) if row else None
+
+    def list(self, limit: int = 200) -> list[RunRecord]:
+        with self._connect() as db:
+            rows = db.execute(f"SELECT {_COLUMNS} FROM runs ORDER BY created_at DESC, rowid DESC LIMIT ?",
+                              (limit,)).fetchall()
+        return [_record(row) for row in rows]
+
+
+_COLUMNS = ("job_id, backend, config_path, payload, idempotency_key, created_at, updated_at, final_status,"
+            " last_status, last_metrics, rerun_of")
+
+
+def _record(row: tuple) -> RunRecord:
+    (job_id, backend, config_path, payload, key, created, updated, final, last, metrics, rerun_of) = row
+    return RunRecord(job_id, backend, config_path, json.loads(payload) if payload else None, key, created,
+                     updated, final, last, json.loads(metrics) if metrics else {}, rerun_of)

@@ -1,0 +1,186 @@
+"""Metric series for the reward chart: storage, the default metric, smoothing, downsampling.
+
+The chart must cost the same at step 10 and at step 1,000,000, so everything the chart reads
+is either kept up to date in O(1) per point (running EMA and moving average) or reduced to a
+fixed number of points per screen column (``downsample``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from array import array
+from bisect import bisect_left
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from app.core.wire import MetricPoint
+
+# The default series (design 1.5): the GEPA metric when present, else the first present of the
+# job's mean-score / reward metrics.
+PREFERRED_METRICS = (
+    "gepa.transformation.mean_score",
+    "train.mean_score",
+    "eval.mean_score",
+    "eval.reward_mean",
+    "train.mean_reward",
+    "train.reward_mean",
+)
+SMOOTHING_MODES = ("none", "ema", "moving average")
+EMA_ALPHA = 0.2
+MOVING_WINDOW = 10
+
+
+def default_metric(names: Iterable[str]) -> str | None:
+    names = list(names)
+    for preferred in PREFERRED_METRICS:
+        if preferred in names:
+            return preferred
+    for name in names:
+        if "score" in name or "reward" in name:
+            return name
+    return names[0] if names else None
+
+
+def lower_is_better(name: str) -> bool:
+    return any(word in name for word in ("loss", "error", "perplexity"))
+
+
+class MetricSeries:
+    """One metric's points in step order, with its smoothed copies kept incrementally."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.steps: array = array("d")
+        self.values: array = array("d")
+        self.ema: array = array("d")
+        self.moving: array = array("d")
+        self._window_sum = 0.0
+        self.version = 0
+        self.minimum = math.inf
+        self.maximum = -math.inf
+        self._arrivals: list[tuple[float, float]] = []  # (monotonic time, step), recent only
+
+    def __len__(self) -> int:
+        return len(self.steps)
+
+    def add(self, step: float, value: float, now: float | None = None) -> None:
+        if not math.isfinite(value):
+            return
+        if self.steps and step < self.steps[-1]:
+            self._insert(step, value)
+        else:
+            self.steps.append(step)
+            self.values.append(value)
+            self._extend_smoothing(value)
+        self.minimum = min(self.minimum, value)
+        self.maximum = max(self.maximum, value)
+        self._arrivals.append((time.monotonic() if now is None else now, step))
+        del self._arrivals[:-20]
+        self.version += 1
+
+    def _extend_smoothing(self, value: float) -> None:
+        previous = self.ema[-1] if self.ema else value
+        self.ema.append(previous + EMA_ALPHA * (value - previous))
+        self._window_sum += value
+        count = len(self.values)
+        if count > MOVING_WINDOW:
+            self._window_sum -= self.values[count - 1 - MOVING_WINDOW]
+        self.moving.append(self._window_sum / min(count, MOVING_WINDOW))
+
+    def _insert(self, step: float, value: float) -> None:
+        """A late point: put it in place and recompute the smoothing (rare)."""
+        index = bisect_left(self.steps, step)
+        self.steps.insert(index, step)
+        self.values.insert(index, value)
+        self.ema, self.moving, self._window_sum = array("d"), array("d"), 0.0
+        for count, item in enumerate(self.values, 1):
+            previous = self.ema[-1] if self.ema else item
+            self.ema.append(previous + EMA_ALPHA * (item - previous))
+            self._window_sum += item
+            if count > MOVING_WINDOW:
+                self._window_sum -= self.values[count - 1 - MOVING_WINDOW]
+            self.moving.append(self._window_sum / min(count, MOVING_WINDOW))
+
+    def smoothed(self, mode: str) -> array:
+        return {"ema": self.ema, "moving average": self.moving}.get(mode, self.values)
+
+    def readouts(self) -> Readouts:
+        if not self.values:
+            return Readouts(self.name, None, None, None, None, None, None)
+        best = self.minimum if lower_is_better(self.name) else self.maximum
+        rate = None
+        if len(self._arrivals) >= 2:
+            (t0, s0), (t1, s1) = self._arrivals[0], self._arrivals[-1]
+            if t1 > t0:
+                rate = (s1 - s0) / (t1 - t0) * 60.0
+        return Readouts(self.name, self.values[-1], best, self.minimum, self.maximum, int(self.steps[-1]), rate)
+
+
+@dataclass(frozen=True)
+class Readouts:
+    name: str
+    last: float | None
+    best: float | None
+    minimum: float | None
+    maximum: float | None
+    step: int | None
+    steps_per_minute: float | None
+
+
+class MetricStore:
+    """Every metric of a job, in the order first seen."""
+
+    def __init__(self) -> None:
+        self.series: dict[str, MetricSeries] = {}
+
+    def add(self, points: Iterable[MetricPoint]) -> set[str]:
+        changed = set()
+        for point in points:
+            if point.value is None or not point.name:
+                continue
+            series = self.series.get(point.name)
+            if series is None:
+                series = self.series[point.name] = MetricSeries(point.name)
+            series.add(float(point.step), float(point.value))
+            changed.add(point.name)
+        return changed
+
+    def names(self) -> list[str]:
+        return list(self.series)
+
+    def get(self, name: str | None) -> MetricSeries | None:
+        return self.series.get(name) if name else None
+
+
+def window(steps: Sequence[float], recent: int | None) -> int:
+    """The index where the zoomed view starts: the last ``recent`` steps, or everything."""
+    if not recent or not steps:
+        return 0
+    return bisect_left(steps, steps[-1] - recent + 1)
+
+
+def downsample(steps: array, values: array, columns: int, start: int = 0) -> tuple[list[float], list[float]]:
+    """At most two points per column: each bucket's min and max, so peaks stay visible.
+
+    numpy reads the arrays' buffers in place (no copy), so a redraw over a million points
+    costs a few milliseconds; the views are dropped before returning, because an ``array``
+    cannot grow while a buffer view of it is alive.
+    """
+    count = len(steps) - start
+    if count <= 0:
+        return [], []
+    if count <= 2 * columns:
+        return list(steps[start:]), list(values[start:])
+    xs_all = np.frombuffer(steps, dtype=np.float64)[start:]
+    ys_all = np.frombuffer(values, dtype=np.float64)[start:]
+    edges = np.linspace(0, count, columns + 1).astype(np.int64)[:-1]
+    lows = np.minimum.reduceat(ys_all, edges)
+    highs = np.maximum.reduceat(ys_all, edges)
+    xs = np.repeat(xs_all[edges], 2)
+    ys = np.column_stack((lows, highs)).ravel()
+    result = xs.tolist(), ys.tolist()
+    del xs_all, ys_all
+    return result

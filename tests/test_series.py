@@ -1,0 +1,85 @@
+"""Metric series: default metric choice, incremental smoothing, downsampling, history."""
+
+from __future__ import annotations
+
+import math
+
+from app.core.history import RunHistory
+from app.core.series import MetricSeries, MetricStore, default_metric, downsample, window
+from app.core.wire import MetricPoint
+
+
+def test_default_metric_prefers_gepa_then_mean_scores():
+    assert default_metric(["train.loss", "eval.mean_score", "train.mean_score"]) == "train.mean_score"
+    assert default_metric(["train.loss", "gepa.transformation.mean_score", "train.mean_score"]) == \
+        "gepa.transformation.mean_score"
+    assert default_metric(["train.loss", "eval.reward_mean"]) == "eval.reward_mean"
+    assert default_metric(["train.loss", "custom.reward"]) == "custom.reward"
+    assert default_metric(["train.loss"]) == "train.loss"
+    assert default_metric([]) is None
+
+
+def test_smoothing_is_incremental_and_matches_a_full_recompute():
+    series = MetricSeries("train.mean_score")
+    values = [math.sin(i / 3) for i in range(50)]
+    for step, value in enumerate(values):
+        series.add(step, value)
+    ema = values[0]
+    for value in values:
+        ema = ema + 0.2 * (value - ema)
+    assert math.isclose(series.ema[-1], ema)
+    assert math.isclose(series.moving[-1], sum(values[-10:]) / 10)
+
+
+def test_late_point_is_inserted_in_order_and_smoothing_recomputed():
+    series = MetricSeries("x")
+    for step in (0, 1, 3):
+        series.add(step, float(step))
+    series.add(2, 2.0)
+    assert list(series.steps) == [0, 1, 2, 3]
+    assert math.isclose(series.moving[-1], 1.5)
+
+
+def test_readouts_best_depends_on_direction():
+    score, loss = MetricSeries("train.mean_score"), MetricSeries("train.loss")
+    for step, value in enumerate([0.5, 0.9, 0.7]):
+        score.add(step, value, now=float(step))
+        loss.add(step, value, now=float(step))
+    assert score.readouts().best == 0.9 and loss.readouts().best == 0.5
+    assert score.readouts().last == 0.7 and score.readouts().step == 2
+    assert math.isclose(score.readouts().steps_per_minute, 60.0)
+
+
+def test_downsample_keeps_extremes_and_bounds_points():
+    series = MetricSeries("x")
+    for step in range(100_000):
+        series.add(step, 1.0 if step == 54_321 else 0.0)
+    xs, ys = downsample(series.steps, series.values, 100)
+    assert len(xs) == len(ys) <= 200
+    assert max(ys) == 1.0, "a single spike must survive downsampling"
+    series.add(100_000, 0.0)  # the array can still grow after a downsample
+    start = window(series.steps, 100)
+    xs, _ = downsample(series.steps, series.values, 100, start)
+    assert xs[0] >= 99_901
+
+
+def test_store_tracks_changed_names():
+    store = MetricStore()
+    changed = store.add([MetricPoint(name="a", step=0, value=1.0), MetricPoint(name="b", step=0, value=None)])
+    assert changed == {"a"} and store.names() == ["a"]
+
+
+def test_run_history_roundtrip(tmp_path):
+    history = RunHistory(tmp_path / "h.sqlite")
+    history.record_submission(job_id="job_1", backend="http://b/api", config_path="/c.toml",
+                              payload={"job_type": "rl"}, idempotency_key="k1")
+    history.record_submission(job_id="job_1", backend="other", config_path=None, payload=None,
+                              idempotency_key="k2")  # a replay keeps the first record
+    history.record_progress("job_1", status="running", last_metrics={"train.mean_score": 0.5})
+    history.record_progress("job_1", status="succeeded", final=True)
+    history.record_attach("job_2", "http://b/api")
+    record = history.get("job_1")
+    assert record.backend == "http://b/api" and record.idempotency_key == "k1"
+    assert record.payload == {"job_type": "rl"} and record.final_status == "succeeded"
+    assert record.last_metrics == {"train.mean_score": 0.5}
+    assert [r.job_id for r in history.list()] == ["job_2", "job_1"]
