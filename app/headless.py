@@ -26,6 +26,8 @@ from app.core.history import RunHistory
 from app.core.launch import PreparedJob
 from app.core.session import LaunchOptions, LaunchSession
 from app.core.redact import mask_secret, redact
+from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.text_chart import TextChart
 from app.core.streaming import (
     ConnectionState,
     JobWatcher,
@@ -257,31 +259,72 @@ async def create_job(client: SynthClient, prepared: PreparedJob, idempotency_key
     return result.job_id
 
 
+class LineView:
+    """The SDK's ``cli`` stream format: one line per status change, event and metric."""
+
+    def __init__(self, printer: Printer) -> None:
+        self.printer = printer
+
+    def status(self, status: JobStatus) -> None:
+        self.printer.line(status_line(status))
+
+    def event(self, event: JobEvent) -> None:
+        self.printer.line(event_line(event))
+
+    def metrics(self, points: list[MetricPoint]) -> None:
+        # Differs from the SDK on purpose: its RL stream passes only a GEPA metric, so it
+        # prints no RL metric at all. We print every metric the job emits.
+        for point in points:
+            self.printer.line(metric_line(point))
+
+    def finish(self) -> None:
+        pass
+
+
+class ChartView:
+    """``--stream-format chart``: the reward chart redrawn in place (once at the end when
+    stdout is not a terminal)."""
+
+    def __init__(self, printer: Printer, metric: str | None) -> None:
+        self.chart = TextChart(printer.out, metric=metric, live=printer.out.isatty())
+        printer.line(f"Using live chart (metric={metric or 'the job mean score'})")
+
+    def status(self, status: JobStatus) -> None:
+        self.chart.set_status(status.status)
+        self.chart.draw()
+
+    def event(self, event: JobEvent) -> None:
+        self.chart.add_event(event)
+        self.chart.draw()
+
+    def metrics(self, points: list[MetricPoint]) -> None:
+        self.chart.add_points(points)
+        self.chart.draw()
+
+    def finish(self) -> None:
+        self.chart.draw(force=True)
+
+
 async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace, printer: Printer) -> int:
     printer.line()
     printer.line("=== Streaming Job Progress ===")
-    if args.stream_format == "chart":
-        printer.diag("Note: the chart view lands with the dashboard; showing the event lines instead.")
+    view = ChartView(printer, args.metric) if args.stream_format == "chart" else LineView(printer)
     options = WatchOptions(poll_interval=args.poll_interval, poll_timeout=args.poll_timeout)
     hidden = 0
     ended: WatchEnded | None = None
     last_metrics: dict[str, float] = {}
     async for update in JobWatcher(client, job_id, options).watch():
         if isinstance(update, StatusChanged):
-            printer.line(status_line(update.status))
+            view.status(update.status)
         elif isinstance(update, NewEvents):
             for event in update.events:
                 if is_noise(event):
                     hidden += 1
                 else:
-                    printer.line(event_line(event))
+                    view.event(event)
         elif isinstance(update, NewMetrics):
-            # Differs from the SDK on purpose: its RL stream passes only a GEPA metric, so it
-            # prints no RL metric at all. We print every metric the job emits.
-            for point in update.points:
-                printer.line(metric_line(point))
-                if point.value is not None:
-                    last_metrics[point.name] = point.value
+            view.metrics(update.points)
+            last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
         elif isinstance(update, ConnectionState):
             if update.reconnecting:
                 printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
@@ -290,6 +333,7 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
         elif isinstance(update, WatchEnded):
             ended = update
     assert ended is not None
+    view.finish()
     _remember(printer, lambda h: h.record_progress(job_id, status=ended.status, last_metrics=last_metrics,
                                                    final=ended.reason == "terminal"))
     if hidden:

@@ -240,3 +240,13 @@ def test_runs_are_recorded_in_the_history(world):
     assert record.final_status == "succeeded"
     assert record.last_metrics["train.mean_score"] == 0.9
     assert record.payload["job_type"] == "rl"
+
+
+def test_chart_format_plots_the_mean_score(world):
+    code, out, err = run(world, "--stream-format", "chart")
+    assert code == 0, err
+    assert "Using live chart (metric=the job mean score)" in out
+    assert "train.mean_score | status=succeeded" in out
+    assert "latest: 0.9000 (step 2)" in out
+    assert "[metric]" not in out, "the chart replaces the metric lines"
+    assert "Final status: succeeded" in out
