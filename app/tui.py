@@ -4,6 +4,7 @@ place where worker errors become an error modal."""
 from __future__ import annotations
 
 import argparse
+import sqlite3
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from app.core.errors import SynthTuiError
+from app.core.history import RunHistory
 from app.core.redact import redact
 from app.core.session import LaunchOptions, LaunchSession
 from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
@@ -34,10 +36,13 @@ class SynthTuiApp(App[int]):
         Binding("ctrl+p", "command_palette", "Commands", id="app.commands", show=False),
     ]
 
-    def __init__(self, session: LaunchSession, *, start: str = "auto") -> None:
+    def __init__(self, session: LaunchSession, *, start: str = "picker", attach=None) -> None:
+        """``start`` is the first step shown (flags skip steps); ``attach`` (a JobContext) opens
+        only the dashboard of an existing job; ``start="history"`` opens the run history."""
         super().__init__()
         self.session = session
         self.start = start
+        self.attach = attach
         self.exit_code = 0
 
     # -- flow ------------------------------------------------------------------------------
@@ -48,6 +53,16 @@ class SynthTuiApp(App[int]):
         """Push the picker, then every step up to ``start``, so Escape always goes back."""
         from app.screens.config_picker import ConfigPickerScreen
 
+        if self.attach is not None:
+            from app.screens.dashboard import DashboardScreen
+
+            self.push_screen(DashboardScreen(self.attach))
+            return
+        if self.start == "history":
+            from app.screens.history import HistoryScreen
+
+            self.push_screen(HistoryScreen())
+            return
         self.push_screen(ConfigPickerScreen())
         start = self.start if self.start in self.STEPS else "picker"
         for step in self.STEPS[1 : self.STEPS.index(start) + 1]:
@@ -69,9 +84,16 @@ class SynthTuiApp(App[int]):
         self.push_screen(PayloadPreviewScreen())
 
     def go_to_dashboard(self, job_id: str) -> None:
-        from app.screens.dashboard import DashboardScreen
+        """After a submit: remember the run, then watch it."""
+        from app.screens.dashboard import DashboardScreen, JobContext
 
-        self.push_screen(DashboardScreen(job_id))
+        session = self.session
+        payload = session.prepared.payload if session.prepared else None
+        data = (payload or {}).get("data", {})
+        context = JobContext(job_id, payload, str(session.config_path) if session.config_path else None,
+                             data.get("base_model") or data.get("model"))
+        self.run_worker(lambda: remember_submission(session, context), thread=True, name="Run history")
+        self.push_screen(DashboardScreen(context))
 
     # -- app-wide actions -------------------------------------------------------------------
 
@@ -115,6 +137,15 @@ class SynthTuiApp(App[int]):
             message = f"{type(error).__name__}: {error}"
             hint = "This is a bug in synth-tui; please report it with the steps that led here."
         self.push_screen(ErrorModal(title, redact(message, secrets), redact(hint, secrets) if hint else None))
+
+
+def remember_submission(session: LaunchSession, context) -> None:
+    try:
+        RunHistory().record_submission(job_id=context.job_id, backend=session.backend_base,
+                                       config_path=context.config_path, payload=context.payload,
+                                       idempotency_key=session.idempotency_key)
+    except (sqlite3.Error, OSError):
+        pass  # the history is a convenience; a full disk must not stop the dashboard
 
 
 def run_tui(args: argparse.Namespace, *, session: LaunchSession | None = None) -> int:

@@ -14,6 +14,7 @@ from pathlib import Path
 from app.core import config as cfg
 from app.core import envfile
 from app.core.client import SynthClient, VerifyResult
+from app.core.errors import MissingSecretsError
 from app.core.health import HealthReport, check_task_app
 from app.core.launch import (
     EnvChoice,
@@ -143,8 +144,16 @@ class LaunchSession:
             allow_experimental=self.options.allow_experimental)
         return self.prepared
 
+    def synth_api_key(self) -> str:
+        """Only the backend key: enough to attach to a job, which needs no task app."""
+        key = next((k.value for k in self.resolved if k.name == "SYNTH_API_KEY" and k.value), None)
+        if key is None:
+            raise MissingSecretsError("Missing required key: SYNTH_API_KEY.",
+                                      "Pass --env-file PATH with SYNTH_API_KEY, or export it in the shell.")
+        return key
+
     def client(self, **kwargs: object) -> SynthClient:
-        return SynthClient(self.backend_base, self.secrets()["SYNTH_API_KEY"], **kwargs)  # type: ignore[arg-type]
+        return SynthClient(self.backend_base, self.synth_api_key(), **kwargs)  # type: ignore[arg-type]
 
     async def verify(self, *, timeout: float = 30.0) -> VerifyResult:
         prepared = self.prepared or self.prepare()

@@ -1,24 +1,321 @@
-"""The job's dashboard. A plain placeholder until the live dashboard (issue 5) lands."""
+"""The live dashboard: the reward chart beside the event log, fed by a background worker.
+
+The feed (``app.core.feed``) runs the watcher on a worker thread; this screen drains it ten
+times a second into the chart and the log, so a burst of events becomes one update.
+"""
 
 from __future__ import annotations
 
+import csv
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, Static
+from textual.containers import Horizontal, VerticalScroll
+from textual.widgets import Footer, Header, Input, Static
 
+from app.core.feed import FeedBatch, JobFeed
+from app.core.history import RunHistory
+from app.core.launch import new_idempotency_key
+from app.core.paths import run_dir
+from app.core.series import MetricStore
+from app.core.streaming import WatchOptions
 from app.screens.base import FlowScreen
+from widgets.event_log import EventLog
+from widgets.reward_chart import RewardChart
+
+STATUS_CLASSES = {"succeeded": "ok", "completed": "ok", "failed": "bad", "error": "bad", "cancelled": "warn",
+                  "canceled": "warn"}
+
+
+@dataclass
+class JobContext:
+    """What the dashboard knows about its job beyond the feed."""
+
+    job_id: str
+    payload: dict[str, Any] | None = None
+    config_path: str | None = None
+    model: str | None = None
 
 
 class DashboardScreen(FlowScreen):
-    TITLE = "Job"
-    BINDINGS = [Binding("q", "app.quit", "Quit", id="dashboard.quit")]
+    TITLE = "Live dashboard"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
+    BINDINGS = [
+        Binding("c", "cancel_job", "Cancel job", id="dashboard.cancel"),
+        Binding("r", "rerun", "Rerun", id="dashboard.rerun"),
+        Binding("p", "pause", "Pause", id="dashboard.pause"),
+        Binding("m", "metric", "Metric", id="dashboard.metric"),
+        Binding("s", "smoothing", "Smoothing", id="dashboard.smoothing"),
+        Binding("z", "zoom", "Zoom", id="dashboard.zoom"),
+        Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
+        Binding("n", "noise", "Noise", id="dashboard.noise"),
+        Binding("e", "export", "Export", id="dashboard.export"),
+        Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
+        Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
+        Binding("escape", "close_filter", "Close filter", id="dashboard.close_filter", show=False),
+    ]
+    PALETTE_COMMANDS = (
+        ("Cancel job", "Cancel the job on the backend (asks first)", "cancel_job"),
+        ("Rerun job", "Submit the same payload with a new Idempotency-Key", "rerun"),
+        ("Export run", "Write metrics CSV and events JSONL into the run's folder", "export"),
+        ("Toggle infrastructure noise", "Show or hide hatchet/modal events", "noise"),
+    )
 
-    def __init__(self, job_id: str) -> None:
+    def __init__(self, job: JobContext | str, *, since_seq: int = 0) -> None:
         super().__init__()
-        self.job_id = job_id
+        self.job = job if isinstance(job, JobContext) else JobContext(job)
+        self.store = MetricStore()
+        self.status = "unknown"
+        self.reconnecting = ""
+        self.ended = False
+        self.paused = False
+        self.started = time.monotonic()
+        self.created_at: datetime | None = None
+        self.feed: JobFeed | None = None
+        self._held = FeedBatch()
+        self.since_seq = since_seq
+
+    # -- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static(f"Job {self.job_id} submitted.\n\nWatch it with:\n  synth-tui train --no-tui … "
-                     f"or the live dashboard (coming next).", id="dashboard-placeholder", markup=False)
+        yield Static("", id="dash-header", classes="flow-header", markup=True)
+        with Horizontal(id="dash-body"):
+            yield RewardChart(self.store, preferred_metric=self.session.options.metric, id="dash-chart")
+            yield EventLog(id="dash-log")
+        yield Input(placeholder="filter events (type, level or text); enter applies, esc closes", id="dash-filter")
+        with VerticalScroll(id="dash-final"):
+            yield Static("", id="dash-final-text", markup=False)
         yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#dash-filter").display = False
+        self.query_one("#dash-final").display = False
+        self._start_feed()
+        self.set_interval(0.1, self.apply_feed, name="dashboard-drain")
+        self.set_interval(1.0, self._render_header, name="dashboard-clock")
+        self._render_header()
+
+    # -- the feed -------------------------------------------------------------------------
+
+    def _start_feed(self) -> None:
+        session = self.session
+        options = WatchOptions(poll_interval=session.options.poll_interval, poll_timeout=session.options.poll_timeout,
+                               since_seq=self.since_seq)
+        self.feed = JobFeed(lambda: session.client(retries=0), self.job.job_id, options,
+                            stream_path=run_dir(self.job.job_id) / "events.jsonl", history=RunHistory())
+        self.run_worker(self.feed.run, thread=True, exit_on_error=False, name="Job feed", group="feed")
+
+    def apply_feed(self) -> None:
+        """Drain what arrived; while paused, hold it (nothing redraws) until resumed."""
+        if self.feed is None:
+            return
+        batch = self.feed.drain()
+        if self.paused:
+            self._hold(batch)
+            return
+        if self._held:
+            batch, self._held = self._merge(self._held, batch), FeedBatch()
+        if batch:
+            self._apply(batch)
+
+    def _apply(self, batch: FeedBatch) -> None:
+        if batch.error is not None:
+            self.flow_app.show_error("The job feed stopped", batch.error)
+        if batch.points:
+            self.store.add(batch.points)
+            self.query_one(RewardChart).data_changed()
+        if batch.events:
+            self.query_one(EventLog).add_events(batch.events)
+        if batch.status is not None:
+            self.status = batch.status.status
+            self.created_at = self.created_at or _parse_time(batch.status.created_at)
+        if batch.connection is not None:
+            self.reconnecting = batch.connection.message if batch.connection.reconnecting else ""
+        if batch.ended is not None:
+            self._ended(batch.ended.status, batch.ended.payload, batch.ended.reason)
+        self._render_header()
+
+    def _hold(self, batch: FeedBatch) -> None:
+        self._held = self._merge(self._held, batch)
+
+    @staticmethod
+    def _merge(first: FeedBatch, second: FeedBatch) -> FeedBatch:
+        return FeedBatch(first.events + second.events, first.points + second.points,
+                         second.status or first.status, second.connection or first.connection,
+                         second.ended or first.ended, second.error or first.error)
+
+    def _ended(self, status: str, payload: dict[str, Any], reason: str) -> None:
+        self.ended = True
+        self.status = status
+        final = self.query_one("#dash-final")
+        final.display = True
+        if reason == "timeout":
+            text = (f"Stopped watching after --poll-timeout; the job is still {status} on the backend.\n"
+                    f"Attach again: synth-tui attach {self.job.job_id} --backend {self.session.backend_base}")
+            self.notify(text, title="Watch stopped", severity="warning")
+        else:
+            text = f"Final status: {status}\n{json.dumps(payload, indent=2)}"
+            severity = "information" if status in ("succeeded", "completed") else "error"
+            self.notify(f"Job {self.job.job_id} {status}", title="Job finished", severity=severity)
+            self.app.bell()
+        self.query_one("#dash-final-text", Static).update(text)
+
+    def _render_header(self) -> None:
+        elapsed = int(time.monotonic() - self.started)
+        if self.created_at is not None and not self.ended:
+            elapsed = max(0, int((datetime.now(self.created_at.tzinfo) - self.created_at).total_seconds()))
+        style = STATUS_CLASSES.get(self.status, "")
+        status = f"[$success]●[/] {self.status}" if style == "ok" else (
+            f"[$error]●[/] {self.status}" if style == "bad" else (
+                f"[$warning]●[/] {self.status}" if style == "warn" else f"[$accent]●[/] {self.status}"))
+        parts = [f"[b]{self.job.job_id}[/b]", status, f"{elapsed // 3600:02d}:{elapsed % 3600 // 60:02d}:{elapsed % 60:02d}",
+                 f"backend {self.session.backend_base}"]
+        if self.job.config_path:
+            parts.append(f"config {Path(self.job.config_path).name}")
+        if self.job.model:
+            parts.append(f"model {self.job.model}")
+        if self.paused:
+            parts.append("[$warning]paused (p)[/]")
+        if self.reconnecting:
+            parts.append(f"[$warning]reconnecting… {self.reconnecting[:60]}[/]")
+        self.query_one("#dash-header", Static).update("   ".join(parts))
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.query_one(RewardChart).paused = self.paused
+        if not self.paused:
+            self.apply_feed()
+        self._render_header()
+
+    def action_metric(self) -> None:
+        self.query_one(RewardChart).cycle_metric()
+
+    def action_smoothing(self) -> None:
+        self.query_one(RewardChart).cycle_smoothing()
+
+    def action_zoom(self) -> None:
+        self.query_one(RewardChart).toggle_zoom()
+
+    def action_noise(self) -> None:
+        self.query_one(EventLog).toggle_noise()
+
+    def action_follow(self) -> None:
+        self.query_one(EventLog).follow()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#dash-filter", Input)
+        field.display = True
+        field.value = self.query_one(EventLog).filter_text
+        field.focus()
+
+    def action_close_filter(self) -> None:
+        self.query_one("#dash-filter").display = False
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id == "dash-filter":
+            self.query_one(EventLog).set_filter(event.value)
+            event.input.display = False
+
+    def action_cancel_job(self) -> None:
+        if self.ended:
+            self.notify(f"The job is already {self.status}.", severity="warning")
+            return
+        self.flow_app.confirm(f"Cancel job {self.job.job_id}?", self._cancel, label="Cancel job",
+                              detail="The backend stops the job; its events so far are kept.")
+
+    @work(exclusive=True, group="cancel", exit_on_error=False, name="Cancel")
+    async def _cancel(self) -> None:
+        async with self.session.client() as client:
+            answer = await client.cancel_job(self.job.job_id)
+        self.notify(f"Cancel requested: {answer.get('message') or answer.get('status') or 'ok'}")
+
+    def action_rerun(self) -> None:
+        payload = self.job.payload or _payload_from_history(self.job.job_id)
+        if payload is None:
+            self.notify("No payload is known for this job (it was not launched from this machine).",
+                        severity="error")
+            return
+        self.flow_app.confirm(f"Rerun job {self.job.job_id}?", lambda: self._rerun(payload), label="Rerun",
+                              detail="The same payload is submitted with a new Idempotency-Key; "
+                                     "the old job stays in the history.")
+
+    @work(exclusive=True, group="rerun", exit_on_error=False, name="Rerun")
+    async def _rerun(self, payload: dict[str, Any]) -> None:
+        key = new_idempotency_key()
+        async with self.session.client() as client:
+            result = await client.create_job(payload, idempotency_key=key)
+        if not result.job_id:
+            self.notify("The backend answered without a job id.", severity="error")
+            return
+        RunHistory().record_submission(job_id=result.job_id, backend=self.session.backend_base,
+                                       config_path=self.job.config_path, payload=payload, idempotency_key=key,
+                                       rerun_of=self.job.job_id)
+        self.session.idempotency_key = key
+        self.session.job_id = result.job_id
+        self.notify(f"Rerun submitted as {result.job_id}", title="Rerun")
+        context = JobContext(result.job_id, payload, self.job.config_path, self.job.model)
+        self.app.switch_screen(DashboardScreen(context))
+
+    @work(thread=True, exclusive=True, group="export", exit_on_error=False, name="Export")
+    def action_export(self) -> None:
+        folder = run_dir(self.job.job_id) / f"export-{datetime.now():%Y%m%d-%H%M%S}"
+        folder.mkdir(parents=True, exist_ok=True)
+        stream = run_dir(self.job.job_id) / "events.jsonl"
+        if stream.exists():
+            shutil.copyfile(stream, folder / "events.jsonl")
+        else:
+            (folder / "events.jsonl").write_text("")
+        with (folder / "metrics.csv").open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["name", "step", "value"])
+            for name, series in list(self.store.series.items()):
+                for step, value in zip(list(series.steps), list(series.values)):
+                    writer.writerow([name, int(step), repr(value)])
+        self.app.call_from_thread(self.notify, f"Exported to {folder}", title="Export")
+
+    def action_quit_dashboard(self) -> None:
+        if self.ended:
+            self._exit()
+            return
+        self.flow_app.confirm("Quit? The job keeps running on the backend.", self._exit, label="Quit",
+                              detail=f"Attach again with: synth-tui attach {self.job.job_id}")
+
+    def _exit(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
+        message = None if self.ended else (
+            f"Job {self.job.job_id} keeps running. Attach again with:\n"
+            f"  synth-tui attach {self.job.job_id} --backend {self.session.backend_base}")
+        self.app.exit(0, message=message)
+
+    def on_unmount(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
+
+
+def _payload_from_history(job_id: str) -> dict[str, Any] | None:
+    record = RunHistory().get(job_id)
+    return record.payload if record else None
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.astimezone()
+

@@ -1,0 +1,146 @@
+"""A job's live feed for the dashboard: the watcher on its own thread, drained in batches.
+
+The watcher (network) and the run folder's stream file (disk) run on a background thread
+with its own event loop, so the UI thread never waits on either. The UI drains what arrived
+since its last look as one coalesced :class:`FeedBatch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+from app.core.client import SynthClient
+from app.core.history import RunHistory
+from app.core.streaming import (
+    ConnectionState,
+    JobWatcher,
+    NewEvents,
+    NewMetrics,
+    StatusChanged,
+    WatchEnded,
+    WatchOptions,
+)
+from app.core.wire import JobEvent, JobStatus, MetricPoint
+
+
+@dataclass
+class FeedBatch:
+    events: list[JobEvent] = field(default_factory=list)
+    points: list[MetricPoint] = field(default_factory=list)
+    status: JobStatus | None = None
+    connection: ConnectionState | None = None
+    ended: WatchEnded | None = None
+    error: BaseException | None = None
+
+    def __bool__(self) -> bool:
+        return bool(self.events or self.points or self.status or self.connection or self.ended or self.error)
+
+
+class JobFeed:
+    def __init__(self, make_client: Callable[[], SynthClient], job_id: str, options: WatchOptions,
+                 stream_path: Path | None = None, history: RunHistory | None = None) -> None:
+        self.make_client = make_client
+        self.job_id = job_id
+        self.options = options
+        self.stream_path = stream_path
+        self.history = history
+        self.last_metrics: dict[str, float] = {}
+        self.events_seen = 0
+        self._lock = threading.Lock()
+        self._batch = FeedBatch()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._task: asyncio.Task | None = None
+        self._stopped = threading.Event()
+
+    # -- the UI side --------------------------------------------------------------------
+
+    def drain(self) -> FeedBatch:
+        with self._lock:
+            batch, self._batch = self._batch, FeedBatch()
+        return batch
+
+    def stop(self) -> None:
+        """Stop watching (the job keeps running); safe from any thread, idempotent."""
+        self._stopped.set()
+        loop, task = self._loop, self._task
+        if loop is not None and task is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(task.cancel)
+
+    # -- the background side -------------------------------------------------------------
+
+    def run(self) -> None:
+        """Blocking: call on a worker thread."""
+        if self._stopped.is_set():
+            return
+        try:
+            asyncio.run(self._main())
+        except BaseException as exc:  # reported to the UI, never raised on the thread
+            if not isinstance(exc, asyncio.CancelledError):
+                with self._lock:
+                    self._batch.error = exc
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        if self._stopped.is_set():
+            return
+        stream = self._open_stream()
+        try:
+            async with self.make_client() as client:
+                async for update in JobWatcher(client, self.job_id, self.options).watch():
+                    self._take(update, stream)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            if stream is not None:
+                stream.close()
+
+    def _open_stream(self) -> IO[str] | None:
+        if self.stream_path is None:
+            return None
+        self.stream_path.parent.mkdir(parents=True, exist_ok=True)
+        # From the start, the file is rewritten; resuming from a cursor appends to it.
+        mode = "w" if self.options.since_seq == 0 else "a"
+        return self.stream_path.open(mode, encoding="utf-8")
+
+    def _take(self, update: object, stream: IO[str] | None) -> None:
+        if isinstance(update, NewEvents) and stream is not None:
+            stream.writelines(json.dumps(e.model_dump(mode="json")) + "\n" for e in update.events)
+            stream.flush()
+        with self._lock:
+            batch = self._batch
+            if isinstance(update, NewEvents):
+                batch.events.extend(update.events)
+                self.events_seen += len(update.events)
+            elif isinstance(update, NewMetrics):
+                batch.points.extend(update.points)
+            elif isinstance(update, StatusChanged):
+                batch.status = update.status
+            elif isinstance(update, ConnectionState):
+                batch.connection = update
+            elif isinstance(update, WatchEnded):
+                batch.ended = update
+        self._remember(update)
+
+    def _remember(self, update: object) -> None:
+        """Keep the run history current (status, last metrics); never fails the feed."""
+        if self.history is None:
+            return
+        if isinstance(update, NewMetrics):
+            self.last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
+            return
+        try:
+            if isinstance(update, StatusChanged):
+                self.history.record_progress(self.job_id, status=update.status.status, last_metrics=self.last_metrics)
+            elif isinstance(update, WatchEnded):
+                self.history.record_progress(self.job_id, status=update.status, last_metrics=self.last_metrics,
+                                             final=update.reason == "terminal")
+        except (sqlite3.Error, OSError):
+            pass

@@ -1,0 +1,184 @@
+"""The live dashboard against a real loopback backend: the feed, keys, export, faults."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+from app.core.history import RunHistory
+from app.core.paths import run_dir
+from app.core.session import LaunchOptions, LaunchSession
+from app.screens.dashboard import DashboardScreen, JobContext
+from app.screens.modals import ConfirmModal
+from app.tui import SynthTuiApp
+from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
+from widgets.event_log import EventLog
+from widgets.reward_chart import RewardChart
+
+
+def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02) -> SynthTuiApp:
+    session = LaunchSession(LaunchOptions(backend=backend.url, poll_interval=interval),
+                            shell={"SYNTH_API_KEY": backend.api_key})
+    session.resolve()
+    return SynthTuiApp(session, attach=job)
+
+
+async def wait_for(pilot, condition, *, limit: int = 400) -> None:
+    for _ in range(limit):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError("condition not reached")
+
+
+def dashboard(app) -> DashboardScreen:
+    assert isinstance(app.screen, DashboardScreen)
+    return app.screen
+
+
+async def test_events_arrive_and_the_chart_grows(faulty_backend):
+    timeline = training_timeline(steps=6)
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        log = screen.query_one(EventLog)
+        chart = screen.query_one(RewardChart)
+        assert log.total == sum(len(e) for _, e, _ in timeline)
+        assert log.hidden_noise == 1
+        assert chart.metric == "train.mean_score"
+        assert len(screen.store.get("train.mean_score")) == 6
+        assert screen.status == "succeeded"
+        assert "Final status: succeeded" in str(screen.query_one("#dash-final-text").render())
+        await wait_for(pilot, lambda: chart.redraws >= 1)
+
+
+async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=4)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        chart = screen.query_one(RewardChart)
+        await pilot.press("m")
+        assert chart.metric == "train.loss"
+        await pilot.press("s")
+        assert chart.smoothing == "ema"
+        await pilot.press("z")
+        assert chart.zoomed
+        log = screen.query_one(EventLog)
+        before = log.log.line_count
+        await pilot.press("n")
+        assert log.show_noise and log.log.line_count == before + 1
+
+
+async def test_filter_limits_the_log(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=4)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("slash")
+        await pilot.press(*"completed", "enter")
+        log = screen.query_one(EventLog)
+        assert log.filter_text == "completed"
+        assert log.log.line_count == 1
+
+
+async def test_pause_stops_redraws_and_resume_applies_what_arrived(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [metric("train.mean_score", 0, 0.1)])] * 3
+                                       + [("running", [event(2)], [metric("train.mean_score", 1, 0.2)])] * 3
+                                       + [("succeeded", [event(3, "rl.job.completed")], [])]))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.2)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.query_one(EventLog).total >= 1)
+        await pilot.press("p")
+        chart = screen.query_one(RewardChart)
+        redraws, total = chart.redraws, screen.query_one(EventLog).total
+        await wait_for(pilot, lambda: screen.feed.events_seen >= 3)
+        assert chart.redraws == redraws and screen.query_one(EventLog).total == total
+        await pilot.press("p")
+        await wait_for(pilot, lambda: screen.ended)
+        assert screen.query_one(EventLog).total == 3
+
+
+async def test_cancel_asks_then_cancels(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.status == "running")
+        await pilot.press("c")
+        assert isinstance(app.screen, ConfirmModal)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: faulty_backend.count("/cancel") == 1)
+        # the scripted job does not stop, so the feed keeps running; quitting asks first
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmModal)
+        await pilot.press("y")
+    assert app.return_code == 0
+
+
+async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
+    faulty_backend.create_job_template = training_timeline(steps=2)
+    faulty_backend.add_job(ScriptedJob("job_old", training_timeline(steps=2)))
+    payload = {"job_type": "rl", "data": {"model": "x"}}
+    RunHistory().record_submission(job_id="job_old", backend=faulty_backend.url + "/api", config_path=None,
+                                   payload=payload, idempotency_key="old-key")
+    app = make_dashboard_app(faulty_backend, JobContext("job_old"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("r")
+        await pilot.press("y")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.job.job_id != "job_old")
+        new_id = app.screen.job.job_id
+    creates = [r for r in faulty_backend.requests if r[0] == "POST" and r[1] == "/api/rl/jobs"]
+    assert len(creates) == 1 and creates[0][3] == payload
+    assert creates[0][2]["Idempotency-Key"] != "old-key"
+    record = RunHistory().get(new_id)
+    assert record.rerun_of == "job_old" and record.idempotency_key == creates[0][2]["Idempotency-Key"]
+    assert RunHistory().get("job_old") is not None
+
+
+async def test_export_holds_exactly_the_events_seen(faulty_backend):
+    timeline = training_timeline(steps=3)
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("e")
+        folder = run_dir("job_a")
+        await wait_for(pilot, lambda: any(folder.glob("export-*/metrics.csv")))
+    export = next(folder.glob("export-*"))
+    seqs = [json.loads(line)["seq"] for line in (export / "events.jsonl").read_text().splitlines()]
+    assert seqs == [e["seq"] for _, events, _ in timeline for e in events]
+    rows = (export / "metrics.csv").read_text().splitlines()
+    assert rows[0] == "name,step,value" and len(rows) == 1 + 6
+
+
+async def test_backend_restart_shows_reconnecting_and_loses_nothing():
+    timeline = training_timeline(steps=40)
+    backend = FaultyBackend().start()
+    backend.add_job(ScriptedJob("job_a", timeline))
+    app = make_dashboard_app(backend, JobContext("job_a"), interval=0.03)
+    seen_reconnecting = False
+    try:
+        async with app.run_test(size=(160, 45)) as pilot:
+            screen = dashboard(app)
+            await wait_for(pilot, lambda: screen.query_one(EventLog).total >= 5)
+            port = backend.port
+            backend.stop()
+            await wait_for(pilot, lambda: bool(screen.reconnecting))
+            seen_reconnecting = "reconnecting" in str(screen.query_one("#dash-header").render())
+            threading.Timer(0.1, backend.start_on, args=(port,)).start()
+            await wait_for(pilot, lambda: screen.ended, limit=1000)
+            log = screen.query_one(EventLog)
+            shown = [e.seq for e in log.kept]
+    finally:
+        backend.stop()
+    assert seen_reconnecting
+    assert shown == [e["seq"] for _, events, _ in timeline for e in events]

@@ -1,0 +1,154 @@
+"""The event log: time, seq, type, level, message; noise hidden, a filter, tail mode.
+
+Built on Textual's ``Log``, which renders only the visible lines, so tens of thousands of
+events a second cost little. It keeps at most ``max_lines`` lines on screen and
+``max_kept`` events in memory (to re-filter); the full stream goes to the run's folder.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from datetime import datetime
+
+from rich.highlighter import Highlighter
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.widgets import Log, Static
+
+from app.core.events import is_noise, mask_model_urls
+from app.core.wire import JobEvent
+
+LEVEL_WIDTH = 7
+
+
+def event_time(event: JobEvent) -> str:
+    if event.created_at:
+        try:
+            return datetime.fromisoformat(event.created_at.replace("Z", "+00:00")).astimezone().strftime("%H:%M:%S")
+        except ValueError:
+            pass
+    return "--:--:--"
+
+
+def format_event(event: JobEvent) -> str:
+    level = (event.level or "info").upper()[:LEVEL_WIDTH]
+    message = " ".join(mask_model_urls(event.message).split())
+    return f"{event_time(event)} {event.seq:>6} {level:<{LEVEL_WIDTH}} {event.type}  {message}"
+
+
+class LevelHighlighter(Highlighter):
+    """Colours the level column with the app theme's colours."""
+
+    def __init__(self, styles: dict[str, Style]) -> None:
+        self.styles = styles
+        self.dim = styles.get("dim", Style(dim=True))
+
+    def highlight(self, text: Text) -> None:
+        text.stylize(self.dim, 0, 15)
+        style = self.styles.get(text.plain[16:16 + LEVEL_WIDTH].strip())
+        if style is not None:
+            text.stylize(style, 16, 16 + LEVEL_WIDTH)
+
+
+class EventLog(Vertical):
+    def __init__(self, *, max_lines: int = 5000, max_kept: int = 20000, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.max_lines = max_lines
+        self.kept: deque[JobEvent] = deque(maxlen=max_kept)
+        self.show_noise = False
+        self.filter_text = ""
+        self.hidden_noise = 0
+        self.new_while_away = 0
+        self.total = 0
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="log-status", markup=False)
+        log = Log(max_lines=self.max_lines, highlight=True, auto_scroll=True, id="log-lines")
+        yield log
+
+    def on_mount(self) -> None:
+        variables = self.app.theme_variables
+
+        def colour(name: str, fallback: str) -> Style:
+            try:
+                return Style.parse(variables.get(name, fallback))
+            except Exception:  # a theme value such as "auto 60%" is not a Rich colour
+                return Style.parse(fallback)
+
+        styles = {
+            "ERROR": colour("text-error", "red") + Style(bold=True),
+            "WARNING": colour("text-warning", "yellow"),
+            "INFO": colour("text-success", "green"),
+            "DEBUG": Style(dim=True),
+            "dim": Style(dim=True),
+        }
+        self.query_one(Log).highlighter = LevelHighlighter(styles)
+        self._update_status()
+
+    @property
+    def log(self) -> Log:
+        return self.query_one("#log-lines", Log)
+
+    def _visible(self, event: JobEvent) -> bool:
+        if not self.show_noise and is_noise(event):
+            return False
+        if self.filter_text:
+            needle = self.filter_text.lower()
+            return needle in event.type.lower() or needle in event.message.lower() or \
+                needle in (event.level or "").lower()
+        return True
+
+    def add_events(self, events: list[JobEvent]) -> None:
+        """One coalesced batch from the worker."""
+        log = self.log
+        at_end = log.is_vertical_scroll_end or log.max_scroll_y == 0
+        lines = []
+        for event in events:
+            self.kept.append(event)
+            self.total += 1
+            if is_noise(event):
+                self.hidden_noise += 1
+            if self._visible(event):
+                lines.append(format_event(event))
+        if lines:
+            # Tail mode: follow the end unless the user scrolled up to read; then count.
+            log.auto_scroll = at_end
+            self.new_while_away = 0 if at_end else self.new_while_away + len(lines)
+            log.write_lines(lines)
+        self._update_status()
+
+    def rebuild(self) -> None:
+        """After the filter or the noise toggle changed: redraw from the kept events."""
+        log = self.log
+        log.clear()
+        log.auto_scroll = True
+        self.new_while_away = 0
+        log.write_lines([format_event(e) for e in self.kept if self._visible(e)])
+        self._update_status()
+
+    def toggle_noise(self) -> None:
+        self.show_noise = not self.show_noise
+        self.rebuild()
+
+    def set_filter(self, text: str) -> None:
+        self.filter_text = text.strip()
+        self.rebuild()
+
+    def follow(self) -> None:
+        """Back to tail mode."""
+        self.new_while_away = 0
+        self.log.auto_scroll = True
+        self.log.scroll_end(animate=False)
+        self._update_status()
+
+    def _update_status(self) -> None:
+        parts = [f"{self.total} events"]
+        noise = "shown" if self.show_noise else "hidden"
+        parts.append(f"{self.hidden_noise} hatchet/modal {noise} (n)")
+        if self.filter_text:
+            parts.append(f"filter: {self.filter_text!r} (/)")
+        if self.new_while_away:
+            parts.append(f"▼ {self.new_while_away} new (end to follow)")
+        self.query_one("#log-status", Static).update("   ·   ".join(parts))
