@@ -73,9 +73,14 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--env-file", action="append", default=[], metavar="PATH")
     attach.add_argument("--poll-interval", type=float, default=5.0, metavar="S")
     attach.add_argument("--poll-timeout", type=float, default=3600.0, metavar="S")
-    attach.add_argument("--no-tui", action="store_true")
+    attach.add_argument("--no-tui", action="store_true", help="print the SDK's lines instead of the dashboard")
+    attach.add_argument("--stream-format", choices=["cli", "chart"], default="cli")
+    attach.add_argument("--metric", metavar="NAME", help="metric to chart")
 
-    sub.add_parser("history", help="jobs launched from this machine")
+    history = sub.add_parser("history", help="jobs launched from this machine")
+    history.add_argument("--env-file", action="append", default=[], metavar="PATH",
+                         help=".env with SYNTH_API_KEY, used to attach or rerun")
+    history.add_argument("--no-tui", action="store_true", help="print the history as a table")
 
     backend = sub.add_parser("backend", help="run the embedded backend as a server")
     backend.add_argument("--host", default="127.0.0.1")
@@ -116,9 +121,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace) -> int:
     from app import headless
 
+    interactive = not getattr(args, "no_tui", False) and headless.has_terminal()
     if args.command == "train":
-        # The guided TUI lands with issue 4; until then every train run is headless.
-        return headless.run_train(args)
+        if not interactive:
+            return headless.run_train(args)
+        from app.tui import run_tui  # imported late: headless runs never load Textual
+
+        return run_tui(args)
     if args.command == "demo":
         return headless.run_demo(args)
     if args.command == "backend":
@@ -126,9 +135,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "taskapp":
         return headless.run_taskapp_server(args)
     if args.command == "attach":
-        return headless.run_attach(args)
+        return headless.run_attach(args, interactive=interactive)
     if args.command == "history":
-        return headless.run_history(args)
+        return headless.run_history(args, interactive=interactive)
     raise AssertionError(args.command)
 
 

@@ -382,9 +382,48 @@ def run_taskapp_server(args: argparse.Namespace) -> int:
     raise UsageError("`synth-tui taskapp` is not built yet.")
 
 
-def run_attach(args: argparse.Namespace) -> int:
-    raise UsageError("`synth-tui attach` lands with the dashboard.")
+def run_attach(args: argparse.Namespace, *, interactive: bool = False) -> int:
+    """Watch an existing job: the dashboard on a terminal, the SDK's lines otherwise."""
+    record = RunHistory().get(args.job_id)
+    if interactive:
+        from app.tui import run_attach_tui
+
+        return run_attach_tui(args, record)
+    printer = Printer()
+    try:
+        return asyncio.run(_attach_flow(args, printer, record))
+    except SynthTuiError as exc:
+        printer.error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        printer.diag(f"\nInterrupted. Job {args.job_id} keeps running on the backend.")
+        return ExitCode.INTERRUPTED
 
 
-def run_history(args: argparse.Namespace) -> int:
-    raise UsageError("`synth-tui history` lands with the dashboard.")
+async def _attach_flow(args: argparse.Namespace, printer: Printer, record) -> int:
+    session = LaunchSession(LaunchOptions.from_args(args))
+    if record is not None and not args.backend:
+        session.backend_base = record.backend
+    choice = session.initial_env_choice()
+    session.open_env(choice.path, choice.how, choice.candidates)
+    printer.secrets.extend(session.secret_values())
+    _remember(printer, lambda h: h.record_attach(args.job_id, session.backend_base))
+    printer.line(f"Attaching to job {args.job_id} at {session.backend_base}")
+    async with session.client() as client:
+        return await stream_job(client, args.job_id, args, printer)
+
+
+def run_history(args: argparse.Namespace, *, interactive: bool = False) -> int:
+    if interactive:
+        from app.tui import run_history_tui
+
+        return run_history_tui(args)
+    records = RunHistory().list()
+    if not records:
+        print("No jobs launched from this machine yet.")
+        return ExitCode.OK
+    print(f"{'JOB':<28} {'STATUS':<11} {'CREATED':<20} {'BACKEND':<40} CONFIG")
+    for record in records:
+        print(f"{record.job_id:<28} {record.status:<11} {record.created_at[:19]:<20} {record.backend:<40} "
+              f"{record.config_path or '-'}")
+    return ExitCode.OK

@@ -148,7 +148,52 @@ def remember_submission(session: LaunchSession, context) -> None:
         pass  # the history is a convenience; a full disk must not stop the dashboard
 
 
-def run_tui(args: argparse.Namespace, *, session: LaunchSession | None = None) -> int:
-    app = SynthTuiApp(session or LaunchSession(LaunchOptions.from_args(args)))
+def initial_step(session: LaunchSession) -> str:
+    """Flags skip steps as in the SDK: one valid --config skips the picker; with --env-file
+    too and every required key present, the env review is skipped as well."""
+    options = session.options
+    if len(options.config_paths) != 1:
+        return "picker"
+    path = Path(options.config_paths[0]).expanduser().resolve()
+    report = session.validate(path)
+    if not report.ok:
+        return "picker"
+    session.choose_config(path, report)
+    if not options.env_files:
+        return "env"
+    choice = session.initial_env_choice()
+    session.open_env(choice.path, choice.how, choice.candidates)
+    return "verify" if not session.missing_keys() else "env"
+
+
+def run_app(app: SynthTuiApp) -> int:
     result = app.run()
     return result if isinstance(result, int) else app.exit_code
+
+
+def run_tui(args: argparse.Namespace, *, session: LaunchSession | None = None) -> int:
+    session = session or LaunchSession(LaunchOptions.from_args(args))
+    return run_app(SynthTuiApp(session, start=initial_step(session)))
+
+
+def run_attach_tui(args: argparse.Namespace, record=None) -> int:
+    from app.screens.dashboard import JobContext
+
+    session = LaunchSession(LaunchOptions.from_args(args))
+    if record is not None and not args.backend:
+        session.backend_base = record.backend
+    choice = session.initial_env_choice()
+    session.open_env(choice.path, choice.how, choice.candidates)
+    session.synth_api_key()  # fail before the screen opens when the key is missing
+    payload = record.payload if record is not None else None
+    model = ((payload or {}).get("data") or {})
+    context = JobContext(args.job_id, payload, record.config_path if record else None,
+                         model.get("base_model") or model.get("model"))
+    return run_app(SynthTuiApp(session, attach=context))
+
+
+def run_history_tui(args: argparse.Namespace) -> int:
+    session = LaunchSession(LaunchOptions.from_args(args))
+    choice = session.initial_env_choice()
+    session.open_env(choice.path, choice.how, choice.candidates)
+    return run_app(SynthTuiApp(session, start="history"))

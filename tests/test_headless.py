@@ -250,3 +250,17 @@ def test_chart_format_plots_the_mean_score(world):
     assert "latest: 0.9000 (step 2)" in out
     assert "[metric]" not in out, "the chart replaces the metric lines"
     assert "Final status: succeeded" in out
+
+
+def test_attach_headless_streams_an_existing_job(world, monkeypatch, capsys):
+    from app.cli import main
+
+    world["backend"].add_job(ScriptedJob("job_x", training_timeline(steps=2)))
+    monkeypatch.chdir(world["cwd"])
+    code = main(["attach", "job_x", "--no-tui", "--backend", world["backend"].url, "--env-file", str(world["env"]),
+                 "--poll-interval", "0.02"])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    assert "Attaching to job job_x" in out.out and "Final status: succeeded" in out.out
+    code = main(["history", "--no-tui"])
+    assert "job_x" in capsys.readouterr().out
