@@ -129,7 +129,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return run_tui(args)
     if args.command == "demo":
-        return headless.run_demo(args)
+        return headless.run_demo(args, interactive=interactive)
     if args.command == "backend":
         return headless.run_backend_server(args)
     if args.command == "taskapp":

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -370,16 +371,34 @@ class JobCreationFailed(SynthTuiError):
 # --------------------------------------------------------------------------- other commands
 
 
-def run_demo(args: argparse.Namespace) -> int:
-    raise UsageError("`synth-tui demo` needs the embedded backend, which is not built yet.")
+def run_demo(args: argparse.Namespace, *, interactive: bool = False) -> int:
+    from app.demo import run_demo as run
+
+    return run(args, interactive=interactive)
 
 
 def run_backend_server(args: argparse.Namespace) -> int:
-    raise UsageError("`synth-tui backend` is not built yet.")
+    from app.local.servers import default_db_path, serve_backend
+
+    api_key = args.api_key or os.environ.get("SYNTH_API_KEY")
+    if not api_key:
+        raise UsageError("The backend needs the SYNTH_API_KEY clients will send.",
+                         "Pass --api-key KEY or export SYNTH_API_KEY.")
+    env_keys = args.env_key or [k for k in [os.environ.get("ENVIRONMENT_API_KEY")] if k]
+    serve_backend(args.host, args.port, api_key, env_keys, Path(args.db).expanduser() if args.db else default_db_path())
+    return ExitCode.OK
 
 
 def run_taskapp_server(args: argparse.Namespace) -> int:
-    raise UsageError("`synth-tui taskapp` is not built yet.")
+    from app.local.servers import serve_taskapp
+
+    env_keys = args.env_key or [k for k in [os.environ.get("ENVIRONMENT_API_KEY")] if k]
+    if not env_keys:
+        # Contract 5.2: a task app without a key answers 503 to every authenticated call.
+        printer = Printer()
+        printer.diag("Warning: no ENVIRONMENT_API_KEY given (--env-key); every authenticated call will answer 503.")
+    serve_taskapp(args.host, args.port, env_keys)
+    return ExitCode.OK
 
 
 def run_attach(args: argparse.Namespace, *, interactive: bool = False) -> int:
