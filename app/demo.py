@@ -7,8 +7,10 @@ import argparse
 import secrets
 import sys
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from app.core import config as cfg
 from app.core import envfile
@@ -35,6 +37,16 @@ def demo_config_path() -> Path:
             return candidate.resolve()
     raise UsageError("The demo config (configs/rl/demo.toml) is missing from this installation.",
                      "Reinstall synth-tui.")
+
+
+def load_demo_config() -> dict[str, Any]:
+    return cfg.load_toml(demo_config_path())
+
+
+def demo_payload(config: Mapping[str, Any], task_url: str, backend_base: str = "") -> dict[str, Any]:
+    """The job payload the train flow sends for a config dict (validated like any config)."""
+    validated = cfg.validate_rl_mapping(dict(config)).raise_if_invalid()
+    return cfg.build_rl_payload(validated, task_url=task_url, backend_base=backend_base)
 
 
 def demo_keys(env_path: Path) -> tuple[str, str]:

@@ -1,0 +1,353 @@
+"""The embedded backend: the hosted Synth RL API (contract sections 3, 4 and 8) on one machine.
+
+Everything lives under /api and needs `Authorization: Bearer <api_key>`, except:
+- `GET /api/health` (reachability, no secret involved);
+- the OpenAI-compatible chat endpoint, `POST /api/v1/chat/completions` (also
+  `/v1/chat/completions`), which serves the job's current policy to the task app. The trainer
+  gives the task app `{base}/api/v1/chat/completions?cid=<job_id>:<rollout_id>`; the cid names
+  the job and the rollout, and while that rollout is in flight the cid itself is the
+  credential (the task app holds no Synth key). With a Bearer key any job's policy can be
+  queried, finished jobs included (their final policy is stored).
+
+Errors are always `{"detail": ...}` JSON. Job events are also served as server-sent events
+when the client asks for `text/event-stream`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import random
+import secrets
+import time
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator, Sequence
+
+import httpx
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from app.local.errors import describe_http_error, install_json_errors, response_detail
+from app.local.journal import Journal
+from app.local.policy import DEFAULT_ACTIONS, TabularPolicy, state_key
+from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store
+from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
+
+TERMINAL_EVENT_TYPES = {"rl.job.completed", "rl.job.failed", "rl.job.cancelled"}
+SSE_HEARTBEAT_S = 10.0
+VERIFY_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
+HEADER_STYLES = {
+    "X-API-Key": lambda key: {"X-API-Key": key},
+    "X-API-Keys": lambda key: {"X-API-Keys": key},
+    "Authorization: Bearer": lambda key: {"Authorization": f"Bearer {key}"},
+}
+
+
+class _Backend:
+    """What the routes share; the store, trainer and HTTP client exist while serving."""
+
+    def __init__(self, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None):
+        self.api_key = api_key
+        self.db_path = Path(db_path)
+        self.env_api_keys = [k for k in env_api_keys if k]
+        self.public_base_url = public_base_url.rstrip("/") if public_base_url else None
+        self.store: Store
+        self.journal: Journal
+        self.trainer: Trainer | None = None
+        self.http: httpx.AsyncClient
+
+    def begin_shutdown(self) -> None:
+        """Called by servers.py as uvicorn starts shutting down: end live streams and
+        training now, or uvicorn would wait for them."""
+        if self.trainer is not None:
+            self.trainer.stop_all()
+            self.journal.wake_all()
+
+    def bearer_ok(self, request: Request) -> bool:
+        scheme, _, token = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), self.api_key.encode())
+
+    def job_or_404(self, job_id: str) -> dict[str, Any]:
+        job = self.store.get_job(job_id)
+        if job is None:
+            raise HTTPException(404, f"Job {job_id} not found")
+        return job
+
+
+def create_backend_app(
+    *, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None = None
+) -> FastAPI:
+    if not api_key:
+        raise ValueError("the embedded backend needs an API key")
+    b = _Backend(api_key, db_path, env_api_keys, public_base_url)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        b.store = Store(b.db_path)
+        b.journal = Journal(b.store)
+        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+        async with httpx.AsyncClient(limits=limits) as http:
+            b.http = http
+            b.trainer = Trainer(b.journal, b.env_api_keys, http)
+            try:
+                yield
+            finally:
+                tasks = b.trainer.stop_all()
+                b.journal.wake_all()
+                await asyncio.gather(*tasks, return_exceptions=True)
+                b.trainer = None
+                b.store.close()
+
+    app = FastAPI(title="synth-tui embedded backend", lifespan=lifespan)
+    app.state.begin_shutdown = b.begin_shutdown
+    install_json_errors(app)
+
+    def require_key(request: Request) -> None:
+        if not b.bearer_ok(request):
+            raise HTTPException(401, "Missing or invalid API key: send Authorization: Bearer <SYNTH_API_KEY>",
+                                headers={"WWW-Authenticate": "Bearer"})
+
+    @app.get("/api/health")
+    async def health() -> dict:
+        return {"status": "ok", "service": "synth-tui-embedded-backend"}
+
+    api = APIRouter(prefix="/api", dependencies=[Depends(require_key)])
+    _job_routes(api, b)
+    app.include_router(api)
+    chat = _chat_handler(b)
+    for path in ("/api/v1/chat/completions", "/v1/chat/completions"):
+        app.add_api_route(path, chat, methods=["POST"])
+    return app
+
+
+async def _json_body(request: Request) -> Any:
+    try:
+        return await request.json()
+    except ValueError:
+        raise HTTPException(422, "The request body must be JSON") from None
+
+
+def _job_view(job: dict[str, Any]) -> dict[str, Any]:
+    data = job["payload"].get("data", {})
+    view = {
+        "job_id": job["id"],
+        "status": job["status"],
+        "training_type": "rl",
+        "model": data.get("model") or data.get("base_model"),
+        "created_at": job["created_at"],
+        "updated_at": job["updated_at"],
+        "metadata": {"task_app_url": data.get("endpoint_base_url"), **job["metadata"]},
+    }
+    if job["error"]:
+        view["error"] = job["error"]
+    return view
+
+
+def _job_routes(api: APIRouter, b: _Backend) -> None:
+    @api.post("/rl/verify_task_app")
+    async def verify_task_app(request: Request) -> dict:
+        body = await _json_body(request)
+        url = body.get("endpoint_base_url") if isinstance(body, dict) else None
+        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+            raise HTTPException(422, f"endpoint_base_url must be the task app's http(s) URL (got {url!r})")
+        return await _verify(b, url)
+
+    @api.post("/rl/jobs")
+    async def create_job(request: Request) -> JSONResponse:
+        body = await _json_body(request)
+        try:
+            plan = plan_from_payload(body)
+        except InvalidJobPayload as exc:
+            raise HTTPException(422, str(exc)) from None
+        key = request.headers.get("idempotency-key") or None
+        body_hash = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+        try:
+            job, created = b.store.create_job(f"job_{secrets.token_hex(12)}", body, body_hash, key)
+        except IdempotencyConflict as exc:
+            raise HTTPException(409, f"Idempotency-Key {exc.key!r} was already used for job {exc.job_id} "
+                                     "with a different request body; send a new key to create another job") from None
+        if not created:
+            return JSONResponse(_job_view(job), status_code=200)
+        b.journal.event(job["id"], "rl.job.created", f"Job created: train {plan.model} on {plan.task_url}",
+                        data={"model": plan.model, "task_app_url": plan.task_url, "total_steps": plan.total_steps})
+        base = b.public_base_url or str(request.base_url).rstrip("/")
+        b.trainer.start(job["id"], plan, f"{base}/api/v1/chat/completions")
+        return JSONResponse(_job_view(job), status_code=201)
+
+    async def list_jobs(limit: int = Query(50, ge=1, le=500), status: str | None = None) -> dict:
+        return {"jobs": [_job_view(j) for j in b.store.list_jobs(limit=limit, status=status)]}
+
+    async def get_job(job_id: str) -> dict:
+        return _job_view(b.job_or_404(job_id))
+
+    async def start_job(job_id: str) -> dict:
+        job = b.job_or_404(job_id)
+        return {"job_id": job_id, "status": job["status"], "message": "Jobs start when they are created"}
+
+    async def cancel_job(job_id: str) -> JSONResponse:
+        job = b.job_or_404(job_id)
+        if job["status"] in TERMINAL_STATUSES:
+            return JSONResponse({"detail": f"Job {job_id} already {job['status']}; only queued or running jobs "
+                                           "can be cancelled", "status": job["status"]}, status_code=409)
+        await b.trainer.cancel(job_id)
+        job = b.job_or_404(job_id)
+        return JSONResponse({"job_id": job_id, "status": job["status"], "message": "Job cancelled"})
+
+    async def events(request: Request, job_id: str, since_seq: int = 0, limit: int = Query(200, ge=1, le=1000)):
+        b.job_or_404(job_id)
+        if "text/event-stream" in request.headers.get("accept", ""):
+            return _event_stream(b, job_id, _resume_from(request, since_seq))
+        return {"events": b.store.events(job_id, since_seq=since_seq, limit=limit)}
+
+    async def event_stream(request: Request, job_id: str, since_seq: int = 0) -> StreamingResponse:
+        b.job_or_404(job_id)
+        return _event_stream(b, job_id, _resume_from(request, since_seq))
+
+    async def metrics(job_id: str, after_step: int = -1, limit: int = Query(200, ge=1, le=1000)) -> dict:
+        b.job_or_404(job_id)
+        return {"job_id": job_id, "points": b.store.metrics(job_id, after_step=after_step, limit=limit)}
+
+    # /learning/... mirrors /rl/... with the same data (and the same event seq numbers).
+    for prefix in ("/rl/jobs", "/learning/jobs"):
+        api.add_api_route(prefix, list_jobs, methods=["GET"])
+        api.add_api_route(f"{prefix}/{{job_id}}", get_job, methods=["GET"])
+        api.add_api_route(f"{prefix}/{{job_id}}/start", start_job, methods=["POST"])
+        api.add_api_route(f"{prefix}/{{job_id}}/cancel", cancel_job, methods=["POST"])
+        api.add_api_route(f"{prefix}/{{job_id}}/events", events, methods=["GET"])
+        api.add_api_route(f"{prefix}/{{job_id}}/events/stream", event_stream, methods=["GET"])
+        api.add_api_route(f"{prefix}/{{job_id}}/metrics", metrics, methods=["GET"])
+
+
+def _resume_from(request: Request, since_seq: int) -> int:
+    # A reconnecting EventSource sends Last-Event-ID: it wins over the query string.
+    last = request.headers.get("last-event-id", "").strip()
+    return int(last) if last.isdigit() else since_seq
+
+
+def _event_stream(b: _Backend, job_id: str, since_seq: int) -> StreamingResponse:
+    async def frames() -> AsyncIterator[str]:
+        cursor = since_seq
+        while True:
+            changed = b.journal.changed(job_id)  # before reading: no lost wake-up
+            batch = b.store.events(job_id, since_seq=cursor, limit=500)
+            for event in batch:
+                cursor = event["seq"]
+                yield f"id: {cursor}\nevent: {event['type']}\ndata: {json.dumps(event)}\n\n"
+                if event["type"] in TERMINAL_EVENT_TYPES:
+                    return
+            if batch:
+                continue
+            job = b.store.get_job(job_id)
+            if job is None or job["status"] in TERMINAL_STATUSES or b.journal.closing:
+                return  # the terminal event was before since_seq, or the server is stopping
+            try:
+                await asyncio.wait_for(changed.wait(), SSE_HEARTBEAT_S)
+            except TimeoutError:
+                yield ": heartbeat\n\n"
+
+    return StreamingResponse(frames(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+async def _verify(b: _Backend, url: str) -> dict:
+    """Try every key the backend holds with every header style on /health and /task_info."""
+    if not b.env_api_keys:
+        return {"any_ok": False, "endpoint_base_url": url, "candidates_first15": [], "attempts": [],
+                "detail": "The embedded backend holds no ENVIRONMENT_API_KEY to try; start it with the key "
+                          "the task app expects"}
+    base = url.rstrip("/")
+
+    async def attempt(endpoint: str, key: str, style: str) -> dict:
+        started = time.perf_counter()
+        result: dict[str, Any] = {"endpoint": endpoint, "header": style, "key_prefix": key[:6]}
+        try:
+            resp = await b.http.get(base + endpoint, headers=HEADER_STYLES[style](key), timeout=VERIFY_TIMEOUT)
+            result.update(status=resp.status_code, ok=resp.status_code == 200, error=None)
+            if resp.status_code != 200:
+                result["detail"] = response_detail(resp, 200)
+        except httpx.HTTPError as exc:
+            result.update(status=None, ok=False, error=f"{type(exc).__name__}: {describe_http_error(exc)}")
+        result["latency_ms"] = round((time.perf_counter() - started) * 1000, 1)
+        return result
+
+    combos = [(key, style) for key in b.env_api_keys for style in HEADER_STYLES]
+    attempts = await asyncio.gather(
+        *(attempt(endpoint, key, style) for key, style in combos for endpoint in ("/health", "/task_info"))
+    )
+    # A combination passes when both endpoints answered 200 to the same key and header.
+    passing = {(a["key_prefix"], a["header"]) for a in attempts if a["ok"] and a["endpoint"] == "/health"}
+    passing &= {(a["key_prefix"], a["header"]) for a in attempts if a["ok"] and a["endpoint"] == "/task_info"}
+    return {"any_ok": bool(passing), "endpoint_base_url": url,
+            "candidates_first15": [k[:15] for k in b.env_api_keys], "attempts": attempts}
+
+
+def _chat_handler(b: _Backend):
+    async def chat_completions(request: Request) -> dict:
+        body = await _json_body(request)
+        cid = request.query_params.get("cid", "")
+        job_id, _, rollout_id = cid.partition(":")
+        run = b.trainer.runs.get(job_id) if b.trainer else None
+        if not (b.bearer_ok(request) or (run is not None and rollout_id in run.open_rollouts)):
+            raise HTTPException(401, "Missing or invalid credentials: send Authorization: Bearer <SYNTH_API_KEY>, "
+                                     "or call the inference URL the trainer gave for a rollout in flight",
+                                headers={"WWW-Authenticate": "Bearer"})
+        if not job_id:
+            raise HTTPException(400, "The inference URL must name the job: ?cid=<job_id>[:<rollout_id>]")
+        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
+            raise HTTPException(422, "messages must be a list of chat messages")
+        observation = _last_user_text(body["messages"])
+        tool, param, actions = _tool_spec(body.get("tools"))
+        if run is not None:
+            action = run.act(rollout_id, observation, actions)
+            model = run.plan.model
+        else:
+            job = b.job_or_404(job_id)
+            policy = TabularPolicy.from_json(b.store.get_policy(job_id))
+            action = policy.sample(state_key(observation), actions, random.Random())
+            model = _job_view(job)["model"]
+        return _completion(body.get("model") or model, tool, param, action, observation)
+
+    return chat_completions
+
+
+def _last_user_text(messages: list) -> str:
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):  # OpenAI content parts
+                return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return str(content or "")
+    return ""
+
+
+def _tool_spec(tools: Any) -> tuple[str | None, str, tuple[str, ...]]:
+    """(tool name, argument name, allowed values) from the first function tool whose first
+    enum argument lists the actions; the gridworld's move(direction) when there is none."""
+    functions = [t["function"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    for fn in functions:
+        for name, spec in ((fn.get("parameters") or {}).get("properties") or {}).items():
+            if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
+                return fn.get("name"), name, tuple(str(v) for v in spec["enum"])
+    return (functions[0].get("name") if functions else None), "direction", DEFAULT_ACTIONS
+
+
+def _completion(model: str, tool: str | None, param: str, action: str, prompt: str) -> dict:
+    message: dict[str, Any] = {"role": "assistant", "content": None}
+    if tool:
+        message["tool_calls"] = [{"id": f"call_{secrets.token_hex(8)}", "type": "function",
+                                  "function": {"name": tool, "arguments": json.dumps({param: action})}}]
+    else:
+        message["content"] = action
+    prompt_tokens = len(prompt.split())
+    return {
+        "id": f"chatcmpl-{secrets.token_hex(12)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [{"index": 0, "message": message, "logprobs": None,
+                     "finish_reason": "tool_calls" if tool else "stop"}],
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1},
+    }

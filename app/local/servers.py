@@ -1,0 +1,143 @@
+"""Run the embedded backend or the task app on loopback: in a background thread (demo, tests,
+`--backend local`) or blocking (the `synth-tui backend` / `synth-tui taskapp` commands).
+
+Each background server is a uvicorn.Server with its own event loop in its own thread. Port 0
+means a free port: we bind the socket ourselves and hand it to uvicorn, so the port is known
+(and reserved) before the app is built, which lets the backend tell task apps its own URL.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Sequence
+
+import httpx
+import uvicorn
+from fastapi import FastAPI
+
+from app.core.paths import state_dir
+from app.local.backend import create_backend_app
+from app.local.taskapp import create_taskapp
+
+START_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
+
+
+def default_db_path() -> Path:
+    return state_dir() / "backend.sqlite3"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn waits for open responses before shutting down; the backend's event streams
+    would never end by themselves, so the app is told first (backend.begin_shutdown)."""
+
+    def __init__(self, config: uvicorn.Config, before_shutdown: Callable[[], None] | None) -> None:
+        super().__init__(config)
+        self._before_shutdown = before_shutdown
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self._before_shutdown is not None:
+            self._before_shutdown()
+        await super().shutdown(sockets=sockets)
+
+
+def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+    return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                          lifespan="on", timeout_graceful_shutdown=3)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    # proto must be IPPROTO_TCP (not 0): asyncio only sets TCP_NODELAY on such sockets, and
+    # without it every response waits ~40 ms for a delayed ACK.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host, port))
+    return sock
+
+
+def _url(host: str, port: int) -> str:
+    host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+class ServerHandle:
+    """A server running in a background thread on an already bound socket.
+    `with start_backend(...) as server:` or call stop()."""
+
+    def __init__(self, name: str, app: FastAPI, sock: socket.socket) -> None:
+        self.name = name
+        self.host, self.port = sock.getsockname()[:2]
+        self.url = _url(self.host, self.port)
+        self._app = app
+        self._sock = sock
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self, probe_path: str) -> "ServerHandle":
+        self._server = _Server(_config(self._app, self.host, self.port),
+                               getattr(self._app.state, "begin_shutdown", None))
+        self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
+                                        name=f"{self.name}-{self.port}", daemon=True)
+        self._thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        with httpx.Client(timeout=2.0) as client:
+            while True:
+                if not self._thread.is_alive():
+                    self._sock.close()
+                    raise RuntimeError(f"the {self.name} on port {self.port} failed to start")
+                if self._server.started:
+                    try:
+                        client.get(self.url + probe_path)
+                        return self  # it answers
+                    except httpx.TransportError:
+                        pass
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"the {self.name} on port {self.port} did not answer within {START_TIMEOUT_S:.0f}s")
+                time.sleep(0.01)
+
+    def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
+        if self._server is not None and self._thread is not None:
+            self._server.should_exit = True
+            self._thread.join(timeout)
+            if self._thread.is_alive():  # a stuck connection: stop waiting for it
+                self._server.force_exit = True
+                self._thread.join(timeout)
+        self._sock.close()
+
+    def __enter__(self) -> "ServerHandle":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_backend(
+    *, api_key: str, db_path: Path, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0
+) -> ServerHandle:
+    sock = _bind(host, port)
+    app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
+                             public_base_url=_url(host, sock.getsockname()[1]))
+    return ServerHandle("backend", app, sock).start("/api/health")
+
+
+def start_taskapp(*, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0) -> ServerHandle:
+    return ServerHandle("task app", create_taskapp(env_api_keys=env_api_keys), _bind(host, port)).start("/")
+
+
+def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str], db_path: Path) -> None:
+    """Serve until Ctrl-C (blocking)."""
+    app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys)
+    print(f"synth-tui embedded backend on http://{host}:{port}/api (state: {db_path})", file=sys.stderr, flush=True)
+    _Server(_config(app, host, port), app.state.begin_shutdown).run()
+
+
+def serve_taskapp(host: str, port: int, env_api_keys: Sequence[str]) -> None:
+    """Serve until Ctrl-C (blocking)."""
+    print(f"synth-tui gridworld task app on http://{host}:{port}", file=sys.stderr, flush=True)
+    _Server(_config(create_taskapp(env_api_keys=env_api_keys), host, port), None).run()

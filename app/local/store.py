@@ -1,0 +1,307 @@
+"""SQLite state of the embedded backend: jobs, their events and metrics, idempotency keys.
+
+One connection guarded by a lock: the backend writes from its event loop and tests or tools
+may read from other threads. WAL keeps readers from blocking the writer. Every write is one
+short transaction, so a crash never leaves half a job behind, and a restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+ACTIVE_STATUSES = ("queued", "running")
+TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
+
+RESTART_MESSAGE = (
+    "The embedded backend restarted while the job was running; its in-memory training state "
+    "is gone, so the job was marked failed. Submit it again to retrain."
+)
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    id TEXT PRIMARY KEY,
+    status TEXT NOT NULL,
+    payload TEXT NOT NULL,
+    metadata TEXT NOT NULL DEFAULT '{}',
+    policy TEXT,
+    idempotency_key TEXT,
+    body_hash TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    updated_at TEXT NOT NULL,
+    error TEXT
+);
+CREATE INDEX IF NOT EXISTS jobs_created ON jobs (created_at);
+CREATE TABLE IF NOT EXISTS events (
+    job_id TEXT NOT NULL REFERENCES jobs (id),
+    seq INTEGER NOT NULL,
+    type TEXT NOT NULL,
+    level TEXT NOT NULL,
+    message TEXT NOT NULL,
+    data TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (job_id, seq)
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    job_id TEXT NOT NULL REFERENCES jobs (id),
+    name TEXT NOT NULL,
+    step INTEGER NOT NULL CHECK (step >= 1),
+    value REAL NOT NULL,
+    epoch INTEGER,
+    phase TEXT,
+    data TEXT NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (job_id, name, step)
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key TEXT PRIMARY KEY,
+    body_hash TEXT NOT NULL,
+    job_id TEXT NOT NULL REFERENCES jobs (id)
+);
+"""
+
+
+def utc_now() -> str:
+    """ISO-8601 UTC with microseconds, so two status changes never share a timestamp."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _later_than(previous: str) -> str:
+    # The SDK's streamer prints a status only when updated_at changes: force it to move.
+    now = datetime.now(timezone.utc)
+    before = datetime.fromisoformat(previous)
+    if now <= before:
+        now = before + timedelta(microseconds=1)
+    return now.isoformat(timespec="microseconds")
+
+
+class IdempotencyConflict(Exception):
+    """The Idempotency-Key was already used with another request body."""
+
+    def __init__(self, key: str, job_id: str) -> None:
+        super().__init__(key, job_id)
+        self.key = key
+        self.job_id = job_id
+
+
+class Store:
+    def __init__(self, path: Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self._conn = sqlite3.connect(str(path), check_same_thread=False, timeout=10.0)
+        self._conn.row_factory = sqlite3.Row
+        with self._lock:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.executescript(_SCHEMA)
+        self.recovered = self._fail_interrupted_jobs()
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    # -- jobs ---------------------------------------------------------------------------
+
+    def create_job(
+        self, job_id: str, payload: dict[str, Any], body_hash: str, idempotency_key: str | None
+    ) -> tuple[dict[str, Any], bool]:
+        """Insert a queued job; with a known key and the same body, return that job instead.
+
+        Returns (job, created). Raises IdempotencyConflict for a known key with another body.
+        """
+        with self._lock, self._conn:
+            if idempotency_key is not None:
+                row = self._conn.execute(
+                    "SELECT body_hash, job_id FROM idempotency WHERE key = ?", (idempotency_key,)
+                ).fetchone()
+                if row is not None:
+                    if row["body_hash"] != body_hash:
+                        raise IdempotencyConflict(idempotency_key, row["job_id"])
+                    return self._job(row["job_id"]), False
+            now = utc_now()
+            self._conn.execute(
+                "INSERT INTO jobs (id, status, payload, idempotency_key, body_hash, created_at,"
+                " updated_at) VALUES (?, 'queued', ?, ?, ?, ?, ?)",
+                (job_id, json.dumps(payload), idempotency_key, body_hash, now, now),
+            )
+            if idempotency_key is not None:
+                self._conn.execute(
+                    "INSERT INTO idempotency (key, body_hash, job_id) VALUES (?, ?, ?)",
+                    (idempotency_key, body_hash, job_id),
+                )
+            return self._job(job_id), True
+
+    def get_job(self, job_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            return self._job(job_id)
+
+    def list_jobs(self, *, limit: int, status: str | None = None) -> list[dict[str, Any]]:
+        query = "SELECT * FROM jobs"
+        args: list[Any] = []
+        if status:
+            query += " WHERE status = ?"
+            args.append(status)
+        query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+        args.append(limit)
+        with self._lock:
+            return [_job_dict(r) for r in self._conn.execute(query, args)]
+
+    def set_running(self, job_id: str) -> bool:
+        """queued → running; False if the job already left the queue (e.g. cancelled)."""
+        with self._lock, self._conn:
+            job = self._job(job_id)
+            if job is None or job["status"] != "queued":
+                return False
+            self._conn.execute(
+                "UPDATE jobs SET status = 'running', updated_at = ? WHERE id = ?",
+                (_later_than(job["updated_at"]), job_id),
+            )
+            return True
+
+    def set_metadata(self, job_id: str, metadata: dict[str, Any]) -> None:
+        # Progress is not a status change: updated_at stays, so pollers print no new line.
+        with self._lock, self._conn:
+            self._conn.execute(
+                "UPDATE jobs SET metadata = ? WHERE id = ?", (json.dumps(metadata), job_id)
+            )
+
+    def set_policy(self, job_id: str, policy: dict[str, Any]) -> None:
+        with self._lock, self._conn:
+            self._conn.execute(
+                "UPDATE jobs SET policy = ? WHERE id = ?", (json.dumps(policy), job_id)
+            )
+
+    def get_policy(self, job_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._conn.execute("SELECT policy FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return json.loads(row["policy"]) if row is not None and row["policy"] else None
+
+    def finish_job(
+        self,
+        job_id: str,
+        status: str,
+        *,
+        event_type: str,
+        message: str,
+        level: str = "info",
+        data: dict[str, Any] | None = None,
+        error: str | None = None,
+    ) -> dict[str, Any] | None:
+        """Move an active job to a terminal status and store its terminal event, atomically.
+
+        Returns the event, or None if the job had already finished (so there is never a
+        second terminal event, whatever races between cancel, failure and completion).
+        """
+        assert status in TERMINAL_STATUSES
+        with self._lock, self._conn:
+            job = self._job(job_id)
+            if job is None or job["status"] not in ACTIVE_STATUSES:
+                return None
+            self._conn.execute(
+                "UPDATE jobs SET status = ?, updated_at = ?, error = ? WHERE id = ?",
+                (status, _later_than(job["updated_at"]), error, job_id),
+            )
+            return self._insert_event(job_id, event_type, level, message, data or {})
+
+    def _fail_interrupted_jobs(self) -> list[str]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id, status FROM jobs WHERE status IN ('queued', 'running')"
+            ).fetchall()
+        for row in rows:
+            self.finish_job(
+                row["id"],
+                "failed",
+                event_type="rl.job.failed",
+                level="error",
+                message=RESTART_MESSAGE,
+                data={"reason": "backend_restarted", "previous_status": row["status"]},
+                error=RESTART_MESSAGE,
+            )
+        return [row["id"] for row in rows]
+
+    def _job(self, job_id: str) -> dict[str, Any] | None:
+        row = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return _job_dict(row) if row is not None else None
+
+    # -- events and metrics -------------------------------------------------------------
+
+    def append_event(
+        self,
+        job_id: str,
+        event_type: str,
+        message: str,
+        *,
+        level: str = "info",
+        data: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        with self._lock, self._conn:
+            return self._insert_event(job_id, event_type, level, message, data or {})
+
+    def _insert_event(
+        self, job_id: str, event_type: str, level: str, message: str, data: dict[str, Any]
+    ) -> dict[str, Any]:
+        # Caller holds the lock and the transaction, so MAX(seq)+1 cannot race.
+        (seq,) = self._conn.execute(
+            "SELECT COALESCE(MAX(seq), 0) + 1 FROM events WHERE job_id = ?", (job_id,)
+        ).fetchone()
+        event = {
+            "job_id": job_id,
+            "seq": seq,
+            "type": event_type,
+            "level": level,
+            "message": message,
+            "data": data,
+            "created_at": utc_now(),
+        }
+        self._conn.execute(
+            "INSERT INTO events (job_id, seq, type, level, message, data, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (job_id, seq, event_type, level, message, json.dumps(data), event["created_at"]),
+        )
+        return event
+
+    def events(self, job_id: str, *, since_seq: int, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT * FROM events WHERE job_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+                (job_id, since_seq, limit),
+            ).fetchall()
+        return [{**dict(r), "data": json.loads(r["data"])} for r in rows]
+
+    def add_metrics(self, job_id: str, step: int, points: list[dict[str, Any]]) -> None:
+        """Store all of a step's points in one transaction: the 0.2.22 streamer asks for
+        steps after the largest step it has seen of ANY metric, so a step published in two
+        halves would lose the second half."""
+        now = utc_now()
+        rows = [(job_id, p["name"], step, float(p["value"]), p.get("epoch"), p.get("phase"),
+                 json.dumps(p.get("data") or {}), now) for p in points]
+        with self._lock, self._conn:
+            self._conn.executemany(
+                "INSERT INTO metrics (job_id, name, step, value, epoch, phase, data, created_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                rows,
+            )
+
+    def metrics(self, job_id: str, *, after_step: int, limit: int) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT job_id, name, value, step, epoch, phase, data, created_at FROM metrics"
+                " WHERE job_id = ? AND step > ? ORDER BY step, name LIMIT ?",
+                (job_id, after_step, limit),
+            ).fetchall()
+        return [{**dict(r), "data": json.loads(r["data"])} for r in rows]
+
+
+def _job_dict(row: sqlite3.Row) -> dict[str, Any]:
+    job = dict(row)
+    job["payload"] = json.loads(job["payload"])
+    job["metadata"] = json.loads(job["metadata"])
+    job.pop("policy", None)  # can be large; read it with get_policy
+    return job

@@ -1,0 +1,400 @@
+"""The embedded backend's RL loop: rollouts from the task app, a GRPO-style update, events.
+
+Each job runs as an asyncio task on the backend's event loop, so cancel is immediate and the
+policy is served by the backend's own chat endpoint while the task app plays episodes.
+
+Per iteration: `batch_size` groups, each of `group_size` rollouts on one seed (so
+batch_size × group_size episodes; the hosted example config has episodes_per_batch =
+batch_size × group_size), at most `rollout.max_concurrent_rollouts` in flight. Then one
+policy-gradient step with group-relative advantages (policy.py). Evaluation: every
+`every_n_iters` iterations and after the last one, `instances` episodes cycling over the
+eval seeds, in mode "eval", with the same sampled policy (a greedy memoryless policy can
+loop forever around a wall).
+
+Every rollout gets its own RNG seeded from (job seed, mode, step, index), so a job with
+`[training] seed` set is reproducible whatever order the concurrent turns arrive in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import httpx
+
+from app.local.errors import describe_http_error, response_detail
+from app.local.journal import Journal
+from app.local.policy import LR_SCALE, Decision, Episode, TabularPolicy, group_advantages, state_key
+
+ROLLOUT_TIMEOUT_S = 120.0
+
+
+class InvalidJobPayload(ValueError):
+    """The POST /rl/jobs body cannot be trained; the message says what to fix."""
+
+
+def _point(name: str, value: float, phase: str, n: int) -> dict[str, Any]:
+    return {"name": name, "value": value, "phase": phase, "data": {"n": n}}
+
+
+class TaskAppError(Exception):
+    """A call to the task app failed; the message names the call and the reason."""
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    task_url: str
+    model: str
+    epochs: int
+    iterations_per_epoch: int
+    batch_size: int
+    group_size: int
+    learning_rate: float
+    max_turns: int
+    max_concurrent: int
+    env_name: str
+    policy_name: str
+    ops: tuple[str, ...]
+    eval_seeds: tuple[int, ...] = ()
+    eval_instances: int = 0
+    eval_every: int = 0
+    seed: int | None = None
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.iterations_per_epoch
+
+    def eval_due(self, step: int) -> bool:
+        if not self.eval_instances:
+            return False
+        return step == self.total_steps or bool(self.eval_every and step % self.eval_every == 0)
+
+
+def plan_from_payload(body: Any) -> TrainingPlan:
+    """Check a job payload (contract 3.4.2) and read what training needs from it."""
+    if not isinstance(body, dict):
+        raise InvalidJobPayload("Invalid RL job payload: the body must be a JSON object")
+    problems: list[str] = []
+    if body.get("job_type") != "rl":
+        problems.append(f'job_type must be "rl" (got {body.get("job_type")!r})')
+    data = body.get("data")
+    if not isinstance(data, dict):
+        problems.append("data must be an object with endpoint_base_url, config and base_model or model")
+        data = {}
+    url = data.get("endpoint_base_url")
+    if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+        problems.append(f"data.endpoint_base_url must be the task app's http(s) URL (got {url!r})")
+    model = data.get("model") or data.get("base_model")
+    if not (isinstance(model, str) and model.strip()):
+        problems.append("data.base_model or data.model is required")
+    config = data.get("config")
+    if not isinstance(config, dict):
+        problems.append("data.config must be the training config (the TOML as an object)")
+        config = {}
+
+    def section(name: str, hint: str) -> dict:
+        value = config.get(name)
+        if not isinstance(value, dict) or not value:
+            problems.append(f"data.config.{name} is required ({hint})")
+            return {}
+        return value
+
+    algorithm = section("algorithm", '[algorithm] type="online", method="policy_gradient", variety="gspo"')
+    if algorithm:
+        triple = tuple(str(algorithm.get(k, "")).lower() for k in ("type", "method", "variety"))
+        if triple != ("online", "policy_gradient", "gspo"):
+            problems.append(
+                "data.config.algorithm must be type=\"online\", method=\"policy_gradient\", "
+                f"variety=\"gspo\" (got {'/'.join(triple)})"
+            )
+    rollout = section("rollout", "[rollout] env_name, policy_name, max_concurrent_rollouts, ...")
+    training = section(
+        "training", "[training] num_epochs, iterations_per_epoch, max_turns, batch_size, group_size, learning_rate"
+    )
+    for key in ("num_epochs", "iterations_per_epoch", "max_turns", "batch_size", "group_size"):
+        if training and not _positive_int(training.get(key)):
+            problems.append(f"data.config.training.{key} must be a positive integer (got {training.get(key)!r})")
+    lr = training.get("learning_rate")
+    if training and not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
+        problems.append(f"data.config.training.learning_rate must be a positive number (got {lr!r})")
+    concurrent = rollout.get("max_concurrent_rollouts", 8)
+    if rollout and not _positive_int(concurrent):
+        problems.append(f"data.config.rollout.max_concurrent_rollouts must be a positive integer (got {concurrent!r})")
+    evaluation = config.get("evaluation") or {}
+    seeds = evaluation.get("seeds") if isinstance(evaluation, dict) else None
+    if evaluation:
+        if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
+            problems.append(f"data.config.evaluation.seeds must be a non-empty list of integers (got {seeds!r})")
+        if not _positive_int(evaluation.get("instances")):
+            problems.append(f"data.config.evaluation.instances must be a positive integer (got {evaluation.get('instances')!r})")
+        every = evaluation.get("every_n_iters")
+        if not (isinstance(every, int) and not isinstance(every, bool) and every >= 0):
+            problems.append(f"data.config.evaluation.every_n_iters must be an integer >= 0 (got {every!r})")
+    seed = training.get("seed")
+    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
+        problems.append(f"data.config.training.seed must be an integer (got {seed!r})")
+    if problems:
+        raise InvalidJobPayload("Invalid RL job payload: " + "; ".join(problems))
+    return TrainingPlan(
+        task_url=url.rstrip("/"),
+        model=model.strip(),
+        epochs=training["num_epochs"],
+        iterations_per_epoch=training["iterations_per_epoch"],
+        batch_size=training["batch_size"],
+        group_size=training["group_size"],
+        learning_rate=float(lr),
+        max_turns=training["max_turns"],
+        max_concurrent=concurrent,
+        env_name=str(rollout.get("env_name") or "default"),
+        policy_name=str(rollout.get("policy_name") or "policy"),
+        ops=tuple(str(op) for op in rollout.get("ops") or ("agent", "env")),
+        eval_seeds=tuple(seeds or ()),
+        eval_instances=evaluation.get("instances", 0) if evaluation else 0,
+        eval_every=evaluation.get("every_n_iters", 0) if evaluation else 0,
+        seed=seed,
+    )
+
+
+@dataclass
+class JobRun:
+    """One job being trained: its policy, its rollouts in flight and its counters."""
+
+    job_id: str
+    plan: TrainingPlan
+    inference_url: str  # the backend's chat endpoint; ?cid=<job_id>:<rollout_id> is added
+    policy: TabularPolicy = field(default_factory=TabularPolicy)
+    open_rollouts: dict[str, tuple[random.Random, list[Decision]]] = field(default_factory=dict)
+    chat_completions: int = 0
+    rollouts: int = 0
+    started: float = field(default_factory=time.monotonic)
+    task: asyncio.Task | None = None
+    cancel_requested: bool = False
+
+    def __post_init__(self) -> None:
+        self.seed = self.plan.seed if self.plan.seed is not None else int(self.job_id[-8:], 16)
+        self.rng = random.Random(self.seed)
+
+    def act(self, rollout_id: str | None, observation: str, actions: Sequence[str]) -> str:
+        """Sample the policy's move for one chat turn, recording it if the rollout is ours."""
+        rng, decisions = self.open_rollouts.get(rollout_id or "", (self.rng, None))
+        key = state_key(observation)
+        action = self.policy.sample(key, actions, rng)
+        if decisions is not None:
+            decisions.append(Decision(key, tuple(actions), action))
+        self.chat_completions += 1
+        return action
+
+    def counters(self) -> dict[str, Any]:
+        seconds = max(time.monotonic() - self.started, 1e-9)
+        return {
+            "seconds": round(seconds, 3),
+            "rollouts": self.rollouts,
+            "chat_completions": self.chat_completions,
+            "rollouts_per_s": round(self.rollouts / seconds, 2),
+            "chat_completions_per_s": round(self.chat_completions / seconds, 2),
+        }
+
+
+class Trainer:
+    def __init__(self, journal: Journal, env_api_keys: Sequence[str], http: httpx.AsyncClient) -> None:
+        self.journal = journal
+        self.env_api_keys = [k for k in env_api_keys if k]
+        self.http = http
+        self.runs: dict[str, JobRun] = {}
+
+    def start(self, job_id: str, plan: TrainingPlan, inference_url: str) -> None:
+        run = JobRun(job_id, plan, inference_url)
+        self.runs[job_id] = run
+        run.task = asyncio.get_running_loop().create_task(self._train(run), name=f"train-{job_id}")
+
+    async def cancel(self, job_id: str) -> None:
+        run = self.runs.get(job_id)
+        if run is not None and run.task is not None and not run.task.done():
+            run.cancel_requested = True
+            run.task.cancel()
+            await asyncio.wait([run.task], timeout=1.0)
+        # Also covers a task cancelled before its first line ran (no handler ever executed).
+        self.runs.pop(job_id, None)
+        self.journal.finish(job_id, "cancelled", "rl.job.cancelled", "Job cancelled by request")
+
+    def stop_all(self) -> list[asyncio.Task]:
+        """Server shutdown: stop training without recording anything, so the next start of
+        the backend marks these jobs failed with the restart explanation (store.py)."""
+        tasks = [r.task for r in self.runs.values() if r.task is not None and not r.task.done()]
+        for task in tasks:
+            task.cancel()
+        return tasks
+
+    # -- the loop -----------------------------------------------------------------------
+
+    async def _train(self, run: JobRun) -> None:
+        j, job_id, plan = self.journal, run.job_id, run.plan
+        step = 0
+        try:
+            if not j.set_running(job_id):
+                return
+            self._announce(run)
+            if not self.env_api_keys:
+                raise TaskAppError(
+                    "The embedded backend holds no ENVIRONMENT_API_KEY, so it cannot call the "
+                    "task app; restart it with the key the task app expects"
+                )
+            eval_score = None
+            for epoch in range(plan.epochs):
+                for _ in range(plan.iterations_per_epoch):
+                    step += 1
+                    points = await self._train_step(run, step, epoch)
+                    if plan.eval_due(step):
+                        eval_score = await self._evaluate(run, step)
+                        points.append(_point("eval.mean_score", eval_score, "eval", plan.eval_instances))
+                    # A step's metrics appear together, evaluation included (store.add_metrics).
+                    j.metrics(job_id, step, [{**p, "epoch": epoch} for p in points])
+                    if step % 5 == 0:
+                        j.event(job_id, "hatchet.worker.heartbeat",
+                                "Embedded stand-in for the Hatchet worker heartbeat", data={"step": step})
+            j.event(job_id, "rl.runtime.modal.stopped", "In-process stand-in for the Modal runtime stopped")
+            summary = {"steps": step, "final_eval_mean_score": eval_score, **run.counters()}
+            score = "" if eval_score is None else f"; final eval mean score {eval_score:.3f}"
+            j.finish(job_id, "succeeded", "rl.job.completed",
+                     f"Training finished after {step} steps{score}", data=summary)
+        except asyncio.CancelledError:
+            if not run.cancel_requested:
+                raise  # server shutdown: see stop_all
+            j.finish(job_id, "cancelled", "rl.job.cancelled",
+                     f"Job cancelled by request during step {step}/{plan.total_steps}",
+                     data={"step": step, **run.counters()})
+        except TaskAppError as exc:
+            j.finish(job_id, "failed", "rl.job.failed", str(exc), level="error",
+                     data={"step": step, **run.counters()}, error=str(exc))
+        except Exception as exc:  # a bug here must still end the job, not leave it running
+            message = f"Internal error in the embedded trainer at step {step}: {type(exc).__name__}: {exc}"
+            j.finish(job_id, "failed", "rl.job.failed", message, level="error",
+                     data={"step": step}, error=message)
+        finally:
+            self.runs.pop(job_id, None)
+            if step:
+                j.store.set_policy(job_id, run.policy.to_json())
+
+    def _announce(self, run: JobRun) -> None:
+        j, job_id, plan = self.journal, run.job_id, run.plan
+        j.event(job_id, "rl.train.started",
+                f"Training {plan.model}: {plan.epochs} epoch(s) x {plan.iterations_per_epoch} iteration(s), "
+                f"{plan.batch_size} group(s) of {plan.group_size} rollouts per iteration",
+                data={"model": plan.model, "epochs": plan.epochs, "iters_per_epoch": plan.iterations_per_epoch,
+                      "batch_size": plan.batch_size, "group_size": plan.group_size,
+                      "total_steps": plan.total_steps, "task_app_url": plan.task_url})
+        lr = plan.learning_rate * LR_SCALE
+        j.event(job_id, "rl.train.policy",
+                f"The embedded backend trains a small tabular softmax policy in place of {plan.model}; "
+                f"learning_rate {plan.learning_rate:g} is scaled x{LR_SCALE:g} to {lr:g} for the table's logits",
+                data={"policy": "tabular-softmax", "model": plan.model, "learning_rate": plan.learning_rate,
+                      "effective_learning_rate": lr, "seed": run.seed})
+        # Parity with the hosted service's infrastructure chatter, which clients learn to hide.
+        j.event(job_id, "hatchet.submission.attempt",
+                "Embedded backend: no Hatchet queue, the job runs in this process", data={"attempt": 1})
+        j.event(job_id, "rl.runtime.modal.started", "In-process stand-in for the Modal runtime started")
+
+    async def _train_step(self, run: JobRun, step: int, epoch: int) -> list[dict[str, Any]]:
+        plan, j = run.plan, self.journal
+        started = time.monotonic()
+        seeds = [run.rng.randrange(1_000_000) for _ in range(plan.batch_size)]
+        episodes = await self._play_all(run, "rl", step, [s for s in seeds for _ in range(plan.group_size)])
+        for i in range(0, len(episodes), plan.group_size):
+            group_advantages(episodes[i:i + plan.group_size])
+        stats = run.policy.update(episodes, plan.learning_rate * LR_SCALE)
+        mean = sum(e.score for e in episodes) / len(episodes)
+        j.event(run.job_id, "rl.train.step",
+                f"Step {step}/{plan.total_steps}: mean score {mean:.3f}, loss {stats.loss:.4f}, "
+                f"entropy {stats.entropy:.3f}",
+                data={"step": step, "total_steps": plan.total_steps, "epoch": epoch, "mean_score": mean,
+                      "loss": stats.loss, "entropy": stats.entropy, "rollouts": len(episodes),
+                      "seconds": round(time.monotonic() - started, 3), "policy_states": stats.states})
+        self._progress(run, step, train_mean_score=mean)
+        n = len(episodes)
+        return [_point("train.mean_score", mean, "train", n), _point("train.loss", stats.loss, "train", n),
+                _point("train.entropy", stats.entropy, "train", n)]
+
+    async def _evaluate(self, run: JobRun, step: int) -> float:
+        plan = run.plan
+        seeds = [plan.eval_seeds[i % len(plan.eval_seeds)] for i in range(plan.eval_instances)]
+        episodes = await self._play_all(run, "eval", step, seeds)
+        mean = sum(e.score for e in episodes) / len(episodes)
+        solved = sum(e.score > 0 for e in episodes) / len(episodes)
+        self.journal.event(run.job_id, "rl.eval.summary",
+                           f"Eval after step {step}: mean score {mean:.3f} over {len(episodes)} episodes "
+                           f"({solved:.0%} reached the goal)",
+                           data={"step": step, "mean_score": mean, "seeds": sorted(set(seeds)),
+                                 "instances": len(episodes), "success_rate": solved})
+        self._progress(run, step, eval_mean_score=mean)
+        return mean
+
+    def _progress(self, run: JobRun, step: int, **scores: float) -> None:
+        job = self.journal.store.get_job(run.job_id)
+        metadata = dict(job["metadata"]) if job else {}
+        metadata.update(scores, step=step, total_steps=run.plan.total_steps, counters=run.counters())
+        self.journal.store.set_metadata(run.job_id, metadata)
+
+    async def _play_all(self, run: JobRun, mode: str, step: int, seeds: list[int]) -> list[Episode]:
+        limit = asyncio.Semaphore(run.plan.max_concurrent)
+
+        async def one(index: int, seed: int) -> Episode:
+            async with limit:
+                return await self._rollout(run, mode, step, index, seed)
+
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(one(i, s)) for i, s in enumerate(seeds)]
+        except BaseExceptionGroup as failed:
+            # The first failure cancelled the others; report that one, not a group.
+            raise failed.exceptions[0] from None
+        return [t.result() for t in tasks]
+
+    async def _rollout(self, run: JobRun, mode: str, step: int, index: int, seed: int) -> Episode:
+        plan = run.plan
+        rollout_id = f"{mode}-{step}-{index}-{secrets.token_hex(6)}"
+        where = f"seed {seed}, iteration {step}" if mode == "rl" else f"eval seed {seed}, after iteration {step}"
+        url = f"{plan.task_url}/rollout"
+        decisions: list[Decision] = []
+        run.open_rollouts[rollout_id] = (random.Random(f"{run.seed}:{mode}:{step}:{index}"), decisions)
+        body = {
+            "run_id": f"{run.job_id}:{rollout_id}",
+            "env": {"env_name": plan.env_name, "config": {"max_turns": plan.max_turns}, "seed": seed},
+            "policy": {"policy_name": plan.policy_name,
+                       "config": {"model": plan.model, "max_turns": plan.max_turns, "temperature": 1.0,
+                                  "inference_url": f"{run.inference_url}?cid={run.job_id}:{rollout_id}"}},
+            "ops": list(plan.ops) * plan.max_turns,
+            "record": {"trajectories": True, "logprobs": False, "value": False, "return_trace": False,
+                       "trace_format": "compact"},
+            "on_done": "reset",
+            "safety": {"max_ops": 100_000, "max_time_s": ROLLOUT_TIMEOUT_S},
+            "training_session_id": None,
+            "synth_base_url": None,
+            "mode": mode,
+        }
+        headers = {"X-API-Key": self.env_api_keys[0], "X-API-Keys": ",".join(self.env_api_keys)}
+        try:
+            resp = await self.http.post(url, json=body, headers=headers, timeout=ROLLOUT_TIMEOUT_S)
+        except httpx.HTTPError as exc:
+            raise TaskAppError(f"POST {url} failed: {describe_http_error(exc)} ({where})") from exc
+        finally:
+            run.open_rollouts.pop(rollout_id, None)
+        if resp.status_code >= 400:
+            raise TaskAppError(f"POST {url} failed: HTTP {resp.status_code}: {response_detail(resp)} ({where})")
+        try:
+            answer = resp.json()
+        except ValueError:
+            raise TaskAppError(f"POST {url} failed: the answer is not JSON: {resp.text[:80]!r} ({where})") from None
+        try:
+            score = float(answer["metrics"]["mean_return"])
+        except (KeyError, TypeError, ValueError):
+            raise TaskAppError(f"POST {url} failed: the answer has no numeric metrics.mean_return ({where})") from None
+        run.rollouts += 1
+        return Episode(decisions, score)

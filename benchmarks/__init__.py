@@ -1,0 +1,1 @@
+"""Performance benchmarks (run by hand, not timed tests)."""

@@ -1,0 +1,124 @@
+"""Fixtures for the embedded backend and task app tests: real servers on free loopback ports."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterator, TypeVar
+
+import httpx
+import pytest
+
+from app.demo import demo_payload as job_payload, load_demo_config
+from app.local.servers import ServerHandle, start_backend, start_taskapp
+
+API_KEY = f"sk_test_{secrets.token_hex(12)}"
+ENV_KEY = secrets.token_hex(32)
+TERMINAL = {"succeeded", "failed", "cancelled"}
+T = TypeVar("T")
+
+
+def wait_for(fn: Callable[[], T], *, timeout: float = 10.0, what: str = "the condition") -> T:
+    """Poll fn until it returns something truthy; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.02)
+
+
+def small_config(**training: Any) -> dict[str, Any]:
+    """The demo config shrunk to a job of a fraction of a second."""
+    config = copy.deepcopy(load_demo_config())
+    config["training"].update(num_epochs=1, iterations_per_epoch=2, batch_size=2, group_size=2, max_turns=4)
+    config["training"].update(training)
+    config["evaluation"].update(instances=2, every_n_iters=1, seeds=[0, 1])
+    return config
+
+
+def long_config() -> dict[str, Any]:
+    """A job that runs until it is cancelled or interrupted (no eval)."""
+    config = small_config(iterations_per_epoch=5000)
+    del config["evaluation"]
+    return config
+
+
+def payload(task_url: str, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    return job_payload(config or small_config(), task_url)
+
+
+def api_client(server: ServerHandle, key: str = API_KEY) -> httpx.Client:
+    return httpx.Client(base_url=server.url + "/api", headers={"Authorization": f"Bearer {key}"}, timeout=15.0)
+
+
+def create_job(api: httpx.Client, body: dict[str, Any], **kwargs: Any) -> str:
+    resp = api.post("/rl/jobs", json=body, **kwargs)
+    assert resp.status_code == 201, resp.text
+    return resp.json()["job_id"]
+
+
+def wait_terminal(api: httpx.Client, job_id: str, timeout: float = 30.0) -> dict[str, Any]:
+    def done() -> dict[str, Any] | None:
+        job = api.get(f"/rl/jobs/{job_id}").json()
+        return job if job["status"] in TERMINAL else None
+
+    return wait_for(done, timeout=timeout, what=f"job {job_id} to finish")
+
+
+def events_of(api: httpx.Client, job_id: str, prefix: str = "/rl/jobs") -> list[dict[str, Any]]:
+    return api.get(f"{prefix}/{job_id}/events", params={"limit": 1000}).json()["events"]
+
+
+def wait_event(api: httpx.Client, job_id: str, event_type: str, timeout: float = 15.0) -> dict[str, Any]:
+    return wait_for(lambda: next((e for e in events_of(api, job_id) if e["type"] == event_type), None),
+                    timeout=timeout, what=f"a {event_type} event of {job_id}")
+
+
+def read_sse(client: httpx.Client, url: str, headers: dict[str, str] | None = None,
+             params: dict[str, Any] | None = None) -> list[dict[str, str]]:
+    """Every frame of a server-sent-event stream, until the server closes it."""
+    frames, frame = [], {}
+    with client.stream("GET", url, headers={"Accept": "text/event-stream", **(headers or {})},
+                       params=params, timeout=20.0) as resp:
+        assert resp.status_code == 200, resp.read()
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if line == "":
+                if frame:
+                    frames.append(frame)
+                frame = {}
+            elif line.startswith(":"):
+                frame["comment"] = line
+            else:
+                name, _, value = line.partition(":")
+                frame[name] = value.removeprefix(" ")
+    return frames
+
+
+@pytest.fixture(scope="session")
+def taskapp() -> Iterator[ServerHandle]:
+    with start_taskapp(env_api_keys=[ENV_KEY]) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def backend(tmp_path_factory: pytest.TempPathFactory, taskapp: ServerHandle) -> Iterator[ServerHandle]:
+    db = tmp_path_factory.mktemp("backend") / "state.sqlite3"
+    with start_backend(api_key=API_KEY, db_path=db, env_api_keys=[ENV_KEY]) as server:
+        yield server
+
+
+@pytest.fixture
+def api(backend: ServerHandle) -> Iterator[httpx.Client]:
+    with api_client(backend) as client:
+        yield client
+
+
+@pytest.fixture
+def db_path(tmp_path: Path) -> Path:
+    return tmp_path / "state.sqlite3"

@@ -1,0 +1,78 @@
+"""A task app that breaks fails the job cleanly, with an event that says which call failed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from fastapi import FastAPI
+from fastapi.responses import PlainTextResponse
+
+from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
+
+from .conftest import (API_KEY, ENV_KEY, api_client, create_job, events_of, long_config, payload,
+                       wait_event, wait_terminal)
+
+
+def _assert_failed_with(api, job_id, *needles):
+    job = wait_terminal(api, job_id)
+    assert job["status"] == "failed"
+    last = events_of(api, job_id)[-1]
+    assert last["type"] == "rl.job.failed" and last["level"] == "error"
+    for needle in needles:
+        assert re.search(needle, last["message"]), last["message"]
+    assert job["error"] == last["message"]
+    return last
+
+
+def test_a_task_app_that_dies_mid_run_fails_the_job(api):
+    taskapp = start_taskapp(env_api_keys=[ENV_KEY])
+    job_id = create_job(api, payload(taskapp.url, long_config()))
+    wait_event(api, job_id, "rl.train.step")
+    taskapp.stop()
+    _assert_failed_with(api, job_id, rf"^POST {re.escape(taskapp.url)}/rollout failed: ",
+                        r"\(seed \d+, iteration \d+\)$")
+
+
+def _broken_taskapp(answer) -> ServerHandle:
+    app = FastAPI()
+    app.post("/rollout")(answer)
+    return ServerHandle("broken task app", app, _bind("127.0.0.1", 0)).start("/docs")
+
+
+@pytest.mark.parametrize("answer,needle", [
+    (lambda: PlainTextResponse("upstream exploded", status_code=503), r"HTTP 503: upstream exploded"),
+    (lambda: PlainTextResponse("<html>oops</html>"), r"the answer is not JSON: .<html>oops</html>."),
+    (lambda: {"metrics": {}}, r"the answer has no numeric metrics.mean_return"),
+])
+def test_task_app_errors_fail_the_job_with_the_reason(api, answer, needle):
+    with _broken_taskapp(answer) as broken:
+        job_id = create_job(api, payload(broken.url))
+        _assert_failed_with(api, job_id, rf"^POST {re.escape(broken.url)}/rollout failed: {needle}",
+                            r"\(seed \d+, iteration 1\)$")
+
+
+def test_an_unreachable_task_app_says_connection_refused(api):
+    with _bind("127.0.0.1", 0) as sock:
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    job_id = create_job(api, payload(url))
+    _assert_failed_with(api, job_id, rf"^POST {url}/rollout failed: connection refused \(seed \d+, iteration 1\)$")
+
+
+def test_a_backend_without_environment_keys(db_path, taskapp):
+    with start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=[]) as backend, api_client(backend) as api:
+        report = api.post("/rl/verify_task_app", json={"endpoint_base_url": taskapp.url}).json()
+        assert report["any_ok"] is False and "ENVIRONMENT_API_KEY" in report["detail"]
+        _assert_failed_with(api, create_job(api, payload(taskapp.url)), "ENVIRONMENT_API_KEY")
+
+
+def test_verify_with_a_wrong_key_reports_the_400s(db_path, taskapp):
+    with start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=["not-the-key"]) as backend, \
+            api_client(backend) as api:
+        report = api.post("/rl/verify_task_app", json={"endpoint_base_url": taskapp.url}).json()
+        assert report["any_ok"] is False
+        assert report["candidates_first15"] == ["not-the-key"]
+        assert [a["status"] for a in report["attempts"]] == [400] * 6
+        assert all("unauthorised" in a["detail"] for a in report["attempts"])
+        # Training with that key fails on the first rollout, saying so.
+        _assert_failed_with(api, create_job(api, payload(taskapp.url)), "HTTP 400: .*unauthorised")

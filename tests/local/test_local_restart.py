@@ -1,0 +1,57 @@
+"""A restart of the backend on the same database loses nothing and explains what it stopped."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from app.local.servers import start_backend
+from app.local.store import RESTART_MESSAGE
+
+from .conftest import (API_KEY, ENV_KEY, api_client, create_job, events_of, long_config, payload,
+                       read_sse, wait_event, wait_for, wait_terminal)
+
+
+def test_a_finished_job_survives_a_restart(db_path, taskapp):
+    with start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=[ENV_KEY]) as backend, api_client(backend) as api:
+        job_id = create_job(api, payload(taskapp.url))
+        before = wait_terminal(api, job_id)
+        events = events_of(api, job_id)
+        metrics = api.get(f"/rl/jobs/{job_id}/metrics").json()
+    with start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=[ENV_KEY]) as backend, api_client(backend) as api:
+        assert api.get(f"/rl/jobs/{job_id}").json() == before
+        assert events_of(api, job_id) == events
+        assert api.get(f"/rl/jobs/{job_id}/metrics").json() == metrics
+        # A new job after the restart numbers its own events from 1 again.
+        other = create_job(api, payload(taskapp.url))
+        wait_terminal(api, other)
+        assert events_of(api, other)[0]["seq"] == 1
+
+
+def test_a_job_running_at_shutdown_is_failed_on_restart(db_path, taskapp):
+    streamed: list = []
+    backend = start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=[ENV_KEY])
+    with api_client(backend) as api, api_client(backend) as stream_client:
+        job_id = create_job(api, payload(taskapp.url, long_config()))
+        wait_event(api, job_id, "rl.train.step")
+        # A live event stream must not hold the shutdown up: the server ends it.
+        reader = threading.Thread(target=lambda: streamed.extend(read_sse(stream_client, f"/rl/jobs/{job_id}/events")))
+        reader.start()
+        wait_for(lambda: streamed or len(events_of(api, job_id)) > 8, what="more progress")
+        before = events_of(api, job_id)
+        stopping = time.monotonic()
+        backend.stop()
+        assert time.monotonic() - stopping < 3.0
+        reader.join(5)
+    assert not reader.is_alive()
+    assert streamed and streamed[0]["id"] == "1"
+    with start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=[ENV_KEY]) as backend, api_client(backend) as api:
+        job = api.get(f"/rl/jobs/{job_id}").json()
+        assert job["status"] == "failed" and job["error"] == RESTART_MESSAGE
+        events = events_of(api, job_id)
+        assert events[:len(before)] == before
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        last = events[-1]
+        assert last["type"] == "rl.job.failed" and last["level"] == "error"
+        assert "restarted while the job was running" in last["message"]
+        assert api.post(f"/rl/jobs/{job_id}/cancel").status_code == 409

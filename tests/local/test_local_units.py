@@ -1,0 +1,100 @@
+"""The pieces under the servers: the store, the policy's state keys and update, payload checks."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.local import gridworld
+from app.local.policy import Decision, Episode, TabularPolicy, group_advantages, state_key
+from app.local.store import IdempotencyConflict, Store
+from app.local.trainer import InvalidJobPayload, plan_from_payload
+
+from .conftest import payload, small_config
+
+
+def test_state_key_generalises_over_positions():
+    assert state_key("x\nstate: pos=0,0 goal=4,4 blocked=up,left") == "goal=+x+y blocked=-"
+    assert state_key("state: pos=1,1 goal=3,2 blocked=right") == "goal=+x+y blocked=right"
+    assert state_key("state: pos=2,2 goal=2,0 blocked=down") == "goal=0x-y blocked=-"
+    assert state_key("free text").startswith("text:") and state_key("free text") == state_key("free text")
+
+
+def test_the_gridworld_observation_carries_the_state_line():
+    episode = gridworld.Episode(7, 12)
+    lay = episode.layout
+    assert lay.shortest >= 2 and lay.free(lay.start) and lay.free(lay.goal)
+    text = episode.observation()["text"]
+    assert f"state: pos={lay.start[0]},{lay.start[1]} goal={lay.goal[0]},{lay.goal[1]}" in text
+
+
+def test_group_advantages_are_relative_to_the_group():
+    group = [Episode([], s) for s in (1.0, 0.0, 0.0, 1.0)]
+    group_advantages(group)
+    assert [round(e.advantage, 3) for e in group] == [1.0, -1.0, -1.0, 1.0]
+    same = [Episode([], 0.5) for _ in range(3)]
+    group_advantages(same)
+    assert all(e.advantage == 0 for e in same)
+
+
+def test_an_update_moves_probability_towards_the_rewarded_action():
+    policy = TabularPolicy()
+    actions = ("up", "down", "left", "right")
+    good = Episode([Decision("s", actions, "right")], 1.0, advantage=1.0)
+    bad = Episode([Decision("s", actions, "left")], 0.0, advantage=-1.0)
+    stats = policy.update([good, bad], lr=1.0)
+    p = dict(zip(actions, policy.probs("s", actions)))
+    assert p["right"] > 0.25 > p["left"]
+    assert math.isclose(stats.entropy, math.log(4))
+    rng = random.Random(1)
+    assert policy.sample("unseen", actions, rng) in actions
+    assert TabularPolicy.from_json(policy.to_json()).table == policy.table
+
+
+def test_store_numbers_events_per_job_and_keeps_idempotency(tmp_path):
+    store = Store(tmp_path / "s.sqlite3")
+    a, created = store.create_job("job_a", {"x": 1}, "h1", "key-1")
+    assert created and a["status"] == "queued"
+    assert store.create_job("job_other", {"x": 1}, "h1", "key-1") == (store.get_job("job_a"), False)
+    with pytest.raises(IdempotencyConflict):
+        store.create_job("job_other", {"x": 2}, "h2", "key-1")
+    store.create_job("job_b", {}, "h3", None)
+    for i in range(3):
+        store.append_event("job_a", "t", f"a{i}")
+        store.append_event("job_b", "t", f"b{i}")
+    assert [e["seq"] for e in store.events("job_a", since_seq=0, limit=10)] == [1, 2, 3]
+    assert [e["message"] for e in store.events("job_b", since_seq=1, limit=1)] == ["b1"]
+    assert store.set_running("job_a") and not store.set_running("job_a")
+    assert store.finish_job("job_a", "succeeded", event_type="rl.job.completed", message="ok")["seq"] == 4
+    assert store.finish_job("job_a", "failed", event_type="rl.job.failed", message="late") is None
+    store.close()
+    reopened = Store(tmp_path / "s.sqlite3")  # job_b was queued: the restart fails it
+    assert reopened.recovered == ["job_b"]
+    assert reopened.get_job("job_a")["status"] == "succeeded"
+    assert reopened.events("job_b", since_seq=3, limit=10)[0]["type"] == "rl.job.failed"
+
+
+def test_plan_reads_the_sizes():
+    plan = plan_from_payload(payload("http://127.0.0.1:9/", small_config(batch_size=3)))
+    assert (plan.task_url, plan.batch_size, plan.group_size, plan.total_steps) == ("http://127.0.0.1:9", 3, 2, 2)
+    assert plan.eval_due(1) and plan.eval_due(2)
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     max_leaves=12)
+
+
+@settings(max_examples=150, deadline=None)
+@given(body=_json, data=st.dictionaries(st.sampled_from(["endpoint_base_url", "config", "base_model", "model"]),
+                                        _json, max_size=4))
+def test_any_body_is_either_a_plan_or_a_clear_422(body, data):
+    for candidate in (body, {"job_type": "rl", "data": data}):
+        try:
+            plan_from_payload(candidate)
+        except InvalidJobPayload as exc:
+            assert str(exc).startswith("Invalid RL job payload")
