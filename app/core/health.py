@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from app.core.client import describe_exception
+from app.core.client import describe_exception, ssl_context
 from app.core.redact import mask_secret, redact
 
 HEALTH_TIMEOUT_S = 30.0
@@ -80,7 +80,8 @@ async def check_task_app(task_url: str, env_api_key: str, *, aliases: Sequence[s
     report = HealthReport(task_url=base)
     secrets = [env_api_key, *aliases]
     async with httpx.AsyncClient(timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
-                                 headers=auth_headers(env_api_key, aliases), transport=transport) as http:
+                                 headers=auth_headers(env_api_key, aliases), transport=transport,
+                                 verify=ssl_context()) as http:
         for endpoint in ("/health", "/task_info"):
             report.attempts.append(await _attempt(http, base, endpoint, env_api_key, secrets, timeout))
     return report
@@ -132,7 +133,7 @@ def _judge(attempt: HealthAttempt) -> None:
         return
     if status == 400 and error.get("code") == "unauthorised" or status in (401, 403):
         allowed = [str(p)[:6] + "…" for p in error.get("allowed_first15") or []]
-        expected = f" It accepts {len(allowed)} key(s) starting with {', '.join(allowed)}." if allowed else ""
+        expected = f" It accepts {len(allowed)} key(s) starting with {', '.join(allowed)}" if allowed else ""
         attempt.reason = f"the task app rejected ENVIRONMENT_API_KEY {attempt.key_hint} (HTTP {status}).{expected}"
         attempt.fix = ("Set ENVIRONMENT_API_KEY to the key the task app was started with; a key made for "
                        "another task app will not work.")

@@ -30,6 +30,8 @@ class FlowScreen(Screen):
 
     def on_mount(self) -> None:
         if self.TITLE:
+            # Textual reads Screen.TITLE as the header's title; keep the app's name there.
+            self.title = self.app.title
             self.sub_title = self.TITLE
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

@@ -1,0 +1,341 @@
+"""Step 1: choose the RL config (design 1.1).
+
+Discovery and validation read files, so they run in a thread worker that reports back with a
+message; the screen only arranges what it is told. Keys: with the list focused, letters are
+commands (o, r); ``/`` moves to the filter, where typing filters, ``down`` returns to the list
+and ``enter`` chooses the highlighted config. A click previews a config, a second click (or
+enter) chooses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.worker import get_current_worker
+
+from app.core import config as cfg
+from app.core.errors import ConfigError
+from app.core.session import LaunchSession
+from app.screens.base import FlowScreen
+from widgets.config_list import ConfigEntry, ConfigList
+from widgets.config_preview import ConfigPreview
+from widgets.path_prompt import PathPromptModal
+from widgets.paths import display_path, home_relative
+
+# --------------------------------------------------------------------------- file work (threads)
+
+
+def _disk_stamp(path: Path) -> tuple[int, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_mtime_ns, info.st_size
+
+
+def load_config_entry(
+    session: LaunchSession, path: Path, *, last_used: bool = False, explicit: bool = False
+) -> ConfigEntry:
+    """Validate one config and read it for the preview. Blocking: call from a worker."""
+    stamp = _disk_stamp(path)  # before reading, so a change during the read is noticed later
+    report = session.validate(path)
+    try:
+        text: str | None = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        text = None
+    return ConfigEntry(
+        path=path,
+        label=display_path(path, session.options.cwd.resolve()),
+        report=report,
+        text=text,
+        disk_stamp=stamp,
+        last_used=last_used,
+        explicit=explicit,
+    )
+
+
+def find_config_entries(session: LaunchSession, opened: Sequence[Path] = ()) -> list[ConfigEntry]:
+    """``--config`` paths first, then the discovered configs (last used first), then the files
+    the user opened by path. Blocking: call from a worker."""
+    explicit = [Path(p).expanduser().resolve() for p in session.options.config_paths]
+    discovered = session.discover_configs()
+    last_used = {c.path for c in discovered if c.last_used}
+    ordered = list(dict.fromkeys([*explicit, *(c.path for c in discovered), *opened]))
+    return [
+        load_config_entry(session, path, last_used=path in last_used, explicit=path in explicit)
+        for path in ordered
+    ]
+
+
+def config_path_problem(path: Path, cwd: Path) -> str | None:
+    """Why ``path`` cannot be opened as a config, or None. A .toml with a syntax error is
+    accepted: the preview shows where the error is."""
+    shown = display_path(path, cwd)
+    if not path.exists():
+        return f"No file at {shown}"
+    if path.is_dir():
+        return f"{shown} is a folder; type the path of a .toml file"
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError:
+        return f"{shown} is not a text file, so not a TOML config"
+    except OSError as exc:
+        return f"Cannot read {shown}: {exc.strerror or exc}"
+    if path.suffix.lower() != ".toml":
+        try:
+            cfg.parse_toml_text(text, path)
+        except ConfigError:
+            return f"{shown} is not a TOML file"
+    return None
+
+
+# --------------------------------------------------------------------------- the screen
+
+
+class ConfigPickerScreen(FlowScreen):
+    TITLE = "Choose an RL config"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
+    CHANGE_CHECK_SECONDS = 2.0
+
+    BINDINGS = [
+        Binding("enter", "choose", "Choose", id="picker.choose"),
+        Binding("slash", "focus_filter", "Filter", id="picker.filter", key_display="/"),
+        Binding("o", "open_path", "Open path", id="picker.open"),
+        Binding("r", "reload", "Reload", id="picker.reload"),
+        Binding("escape", "clear_filter", "Clear filter", id="picker.clear_filter", show=False),
+        Binding("down", "focus_list", "Back to the list", id="picker.to_list", show=False),
+    ]
+    PALETTE_COMMANDS = (
+        ("Open config file…", "Open any TOML config by its path", "open_path"),
+        ("Reload configs", "Search for configs again and re-validate every one", "reload"),
+    )
+
+    class ConfigsFound(Message):
+        def __init__(self, entries: list[ConfigEntry]) -> None:
+            super().__init__()
+            self.entries = entries
+
+    class EntryRefreshed(Message):
+        """One config was (re)read: opened by path, changed on disk, or re-checked on choose."""
+
+        def __init__(self, entry: ConfigEntry, *, select: bool = False) -> None:
+            super().__init__()
+            self.entry = entry
+            self.select = select
+
+    class ConfigChosen(Message):
+        pass
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entries: list[ConfigEntry] = []
+        self.searched = False
+        self.opened: list[Path] = []  # files opened with `o` stay listed across reloads
+        self._choosing = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="picker-header", classes="flow-header")
+        yield Input(placeholder="/ filter configs by path", id="picker-filter", compact=True)
+        with Horizontal(id="picker-body"):
+            with Vertical(id="picker-list-pane", classes="pane"):
+                yield ConfigList(id="picker-list")
+                yield Static(id="picker-message")
+            yield ConfigPreview(id="picker-preview", classes="pane")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        where = home_relative(self.session.options.cwd)
+        self.query_one("#picker-header", Static).update(
+            Content.assemble(("Step 1 of 4 · ", "$text-muted"), ("Choose an RL config", "bold"),
+                             (f" · found under {where}", "$text-muted"))
+        )
+        self.query_one(ConfigList).focus()
+        self.action_reload()
+        self.set_interval(self.CHANGE_CHECK_SECONDS, self.check_highlighted_for_changes)
+
+    def on_screen_resume(self) -> None:
+        self._choosing = False
+
+    # -- discovery ----------------------------------------------------------------------------
+
+    def action_reload(self) -> None:
+        message = self.query_one("#picker-message", Static)
+        message.update(Content(f"Looking for RL configs under {home_relative(self.session.options.cwd)}…"))
+        message.display = True
+        self._discover()
+
+    @work(thread=True, exclusive=True, group="picker-discover", exit_on_error=False, name="Looking for configs")
+    def _discover(self) -> None:
+        entries = find_config_entries(self.session, list(self.opened))
+        if not get_current_worker().is_cancelled:  # a newer reload replaced this one
+            self.post_message(self.ConfigsFound(entries))
+
+    def on_config_picker_screen_configs_found(self, message: ConfigsFound) -> None:
+        self.entries = message.entries
+        self.searched = True
+        self._show_entries()
+
+    def on_config_picker_screen_entry_refreshed(self, message: EntryRefreshed) -> None:
+        entry = message.entry
+        paths = [e.path for e in self.entries]
+        if entry.path in paths:
+            self.entries[paths.index(entry.path)] = entry
+        else:
+            self.entries.append(entry)
+        if message.select:
+            self.query_one("#picker-filter", Input).value = ""  # the opened file must be visible
+        self._show_entries(keep=entry.path if message.select else None)
+
+    def check_highlighted_for_changes(self) -> None:
+        """Re-read the highlighted config when its file changed on disk (runs every ~2 s)."""
+        entry = self.query_one(ConfigList).highlighted_entry
+        if entry is not None:
+            self._recheck(entry)
+
+    @work(thread=True, exclusive=True, group="picker-recheck", exit_on_error=False, name="Re-reading a config")
+    def _recheck(self, entry: ConfigEntry) -> None:
+        if _disk_stamp(entry.path) != entry.disk_stamp:
+            fresh = load_config_entry(self.session, entry.path, last_used=entry.last_used, explicit=entry.explicit)
+            self.post_message(self.EntryRefreshed(fresh))
+
+    # -- the list and the preview ---------------------------------------------------------------
+
+    def _show_entries(self, keep: Path | None = None) -> None:
+        config_list = self.query_one(ConfigList)
+        if keep is None and config_list.highlighted_entry is not None:
+            keep = config_list.highlighted_entry.path
+        query = self.query_one("#picker-filter", Input).value.strip()
+        visible = [e for e in self.entries if e.matches(query)]
+        config_list.show(visible, keep=keep)
+        pane = self.query_one("#picker-list-pane")
+        pane.border_title = f"Configs {len(visible)} of {len(self.entries)}" if query else f"Configs ({len(self.entries)})"
+        message = self._list_message(query, visible)
+        self.query_one("#picker-message", Static).update(message)
+        self.query_one("#picker-message").display = bool(message)
+        self.set_class(self.searched and not self.entries, "-empty")
+        self.query_one(ConfigPreview).show(config_list.highlighted_entry)
+
+    def _list_message(self, query: str, visible: list[ConfigEntry]) -> Content:
+        if not self.entries:
+            where = home_relative(self.session.options.cwd)
+            return Content.assemble(
+                ("No RL config was found", "bold"), f" under {where} or in the project's configs/ folder.\n\n",
+                "Press ", ("o", "bold $text-accent"), " to open a config file by its path, or ",
+                ("r", "bold $text-accent"), " to search again after adding one.\n\n",
+                ("An RL config is a TOML file with an [algorithm] table: type = \"online\", "
+                 "method = \"policy_gradient\", variety = \"gspo\".", "$text-muted"),
+            )
+        if not visible:
+            return Content.assemble(f"No config matches “{query}”. ", ("esc", "bold $text-accent"), " clears the filter.")
+        return Content("")
+
+    @on(OptionList.OptionHighlighted, "#picker-list")
+    def _preview_highlighted(self) -> None:
+        self.query_one(ConfigPreview).show(self.query_one(ConfigList).highlighted_entry)
+
+    @on(OptionList.OptionSelected, "#picker-list")
+    def _choose_selected(self) -> None:
+        self.action_choose()
+
+    @on(Input.Changed, "#picker-filter")
+    def _filter_changed(self) -> None:
+        self._show_entries()
+
+    @on(Input.Submitted, "#picker-filter")
+    def _filter_submitted(self) -> None:
+        self.action_choose()
+
+    def action_focus_filter(self) -> None:
+        self.query_one("#picker-filter", Input).focus()
+
+    def action_focus_list(self) -> None:
+        self.query_one(ConfigList).focus()
+
+    def action_clear_filter(self) -> None:
+        self.query_one("#picker-filter", Input).value = ""
+        self.query_one(ConfigList).focus()
+
+    # -- open by path ---------------------------------------------------------------------------
+
+    def action_open_path(self) -> None:
+        cwd = self.session.options.cwd
+        self.app.push_screen(
+            PathPromptModal(
+                "Open a config file",
+                cwd=cwd,
+                check=lambda path: config_path_problem(path, cwd),
+                detail=f"A path relative to {home_relative(cwd)}, or an absolute one.",
+                placeholder="configs/rl/my_config.toml",
+            ),
+            self._open_chosen_path,
+        )
+
+    def _open_chosen_path(self, path: Path | None) -> None:
+        if path is None:
+            return
+        if path not in self.opened:
+            self.opened.append(path)
+        listed = next((e for e in self.entries if e.path == path), None)
+        self._load_opened(path, last_used=bool(listed and listed.last_used), explicit=bool(listed and listed.explicit))
+
+    @work(thread=True, group="picker-open", exit_on_error=False, name="Opening the config")
+    def _load_opened(self, path: Path, *, last_used: bool, explicit: bool) -> None:
+        entry = load_config_entry(self.session, path, last_used=last_used, explicit=explicit)
+        self.post_message(self.EntryRefreshed(entry, select=True))
+
+    # -- choose ----------------------------------------------------------------------------------
+
+    def action_choose(self) -> None:
+        entry = self.query_one(ConfigList).highlighted_entry
+        if entry is None:
+            if not self.searched:
+                self.notify("Still looking for configs…", title="One moment")
+            else:
+                self.notify("There is no config to choose yet. Press o to open one by its path.",
+                            title="Nothing to choose", severity="warning")
+            return
+        if not entry.ok:
+            self._refuse(entry)
+            return
+        if not self._choosing:
+            self._choosing = True
+            self._confirm_choice(entry)
+
+    def _refuse(self, entry: ConfigEntry) -> None:
+        count = entry.problem_count
+        self.notify(
+            f"{entry.label} has {count} problem{'s' if count != 1 else ''} (listed in the preview). "
+            "Fix the file and it reloads here, or choose another config.",
+            title="This config cannot be used", severity="error", markup=False,
+        )
+        self.query_one(ConfigPreview).flash()
+
+    @work(thread=True, exclusive=True, group="picker-choose", exit_on_error=False, name="Choosing the config")
+    def _confirm_choice(self, entry: ConfigEntry) -> None:
+        # Validate again: the file may have changed since it was listed. Remembering the
+        # choice writes ~/.synth-ai/train_cli.json, so this stays off the UI thread too.
+        try:
+            fresh = load_config_entry(self.session, entry.path, last_used=entry.last_used, explicit=entry.explicit)
+            if fresh.ok:
+                self.session.choose_config(fresh.path, fresh.report)
+                self.post_message(self.ConfigChosen())  # _choosing stays set until we are back
+                return
+        except BaseException:
+            self.app.call_from_thread(setattr, self, "_choosing", False)
+            raise
+        self.post_message(self.EntryRefreshed(fresh))
+        self.app.call_from_thread(self._refuse, fresh)
+        self.app.call_from_thread(setattr, self, "_choosing", False)
+
+    def on_config_picker_screen_config_chosen(self, message: ConfigChosen) -> None:
+        self.flow_app.go_to_env()

@@ -1,0 +1,346 @@
+"""Step 2: review the .env secrets, masked, and edit them in place (design 1.2).
+
+Edits change the .env held in memory (``session.env``) and take effect for this session at
+once; the file on disk changes only on ctrl+s, in a worker. Reading and saving files runs in
+thread workers; a failure there becomes an error modal (FlowScreen). Full secret values are
+never put in the table, a notification or a message: only ``ResolvedKey.display``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.content import Content
+from textual.message import Message
+from textual.widgets import DataTable, Footer, Header, Static
+
+from app.core import envfile
+from app.core.errors import EnvFileError
+from app.screens.base import FlowScreen
+from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
+from widgets.env_table import MaskedEnvTable, describe
+from widgets.path_prompt import PathPromptModal
+from widgets.paths import display_path, home_relative
+
+# How the .env was chosen (EnvChoice.how), in the user's words.
+HOW_CHOSEN = {
+    "flag": "from --env-file",
+    "discovered": "found in the project",
+    "chosen": "chosen by you",
+    "none": "none found",
+}
+
+
+def how_chosen(how: str) -> str:
+    if how.startswith("demo state"):
+        return "from ~/.synth-ai/demo.json"
+    return HOW_CHOSEN.get(how, how)
+
+
+def env_path_problem(path: Path, cwd: Path) -> str | None:
+    """Why ``path`` cannot be used as the .env, or None. Blocking: call from a worker."""
+    if not path.exists():
+        return f"No file at {display_path(path, cwd)}"
+    try:
+        envfile.EnvFile.load(path)
+    except EnvFileError as error:
+        return f"{error.message}. {error.hint}" if error.hint else error.message
+    return None
+
+
+class EnvReviewScreen(FlowScreen):
+    TITLE = "Review the .env secrets"
+
+    BINDINGS = [
+        Binding("enter,i", "edit", "Edit", id="env.edit", key_display="enter"),
+        Binding("a", "add_key", "Add key", id="env.add"),
+        Binding("ctrl+s", "save", "Save", id="env.save"),
+        Binding("e", "choose_env_file", "Other .env", id="env.choose"),
+        Binding("c,ctrl+n", "continue", "Continue", id="env.continue"),
+        Binding("escape", "back", "Back", id="env.back"),
+    ]
+    PALETTE_COMMANDS = (
+        ("Save the .env", "Write your edits to the .env file (atomic; every other line kept)", "save"),
+        ("Choose another .env…", "Pick a discovered .env file or type a path", "choose_env_file"),
+        ("Add a key to the .env", "Add a key and its value (kept in memory until you save)", "add_key"),
+        ("Continue to verification", "Check the backend and the task app with these keys", "continue"),
+    )
+
+    class EnvLoaded(Message):
+        """A worker finished opening a .env (or failed to: then session.env is None)."""
+
+    class EnvSaved(Message):
+        def __init__(self, env: envfile.EnvFile, then_continue: bool) -> None:
+            super().__init__()
+            self.env = env
+            self.then_continue = then_continue
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.edited: set[str] = set()  # keys changed since the last load or save
+        self.loading = False
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="env-header", classes="flow-header")
+        yield Static(id="env-status")
+        yield MaskedEnvTable(id="env-table")
+        yield Static(id="env-detail", markup=False)
+        yield Static(id="env-warnings")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.cwd = self.session.options.cwd.resolve()
+        self.query_one(MaskedEnvTable).focus()
+        if self.session.env is None:
+            self.loading = True
+            self.run_worker(self._open_initial_env, name="Reading the .env file", group="env-open",
+                            thread=True, exclusive=True, exit_on_error=False)
+        else:
+            self.session.resolve()
+        self._refresh()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def _open_initial_env(self) -> None:
+        try:
+            choice = self.session.initial_env_choice()
+            # No .env anywhere: review an empty one at <cwd>/.env; ctrl+s creates it (0600).
+            path = choice.path or (self.session.options.cwd / ".env").resolve()
+            self.session.open_env(path, choice.how, choice.candidates)
+        finally:
+            self.post_message(self.EnvLoaded())
+
+    def _open_env(self, path: Path) -> None:
+        try:
+            self.session.open_env(path, "chosen")
+        finally:
+            self.post_message(self.EnvLoaded())
+
+    def on_screen_resume(self) -> None:
+        # Back from a later step: show the keys as they are now.
+        if self.session.env is not None and not self.loading:
+            self.session.resolve()
+            self._refresh()
+
+    def on_env_review_screen_env_loaded(self, message: EnvLoaded) -> None:
+        self.loading = False
+        self.edited.clear()
+        self._refresh()
+
+    # -- what is shown -------------------------------------------------------------------------
+
+    def file_label(self) -> str:
+        env = self.session.env
+        return display_path(env.path, self.cwd) if env is not None else ".env"
+
+    def _refresh(self, select: str | None = None) -> None:
+        self.query_one("#env-header", Static).update(self._header())
+        self.query_one("#env-status", Static).update(self._status())
+        table = self.query_one(MaskedEnvTable)
+        table.show(self.session.resolved, self.edited)
+        if select:
+            table.select_key(select)
+        self._describe_selected()
+        warnings = self.session.env.warnings if self.session.env is not None else []
+        notes = self.query_one("#env-warnings", Static)
+        notes.update(Content("\n").join(Content.styled(f"⚠ {warning}", "$text-warning") for warning in warnings))
+        notes.display = bool(warnings)
+
+    def _header(self) -> Content:
+        step = ("Step 2 of 4 · ", "$text-muted")
+        env, choice = self.session.env, self.session.env_choice
+        if env is None:
+            if self.loading:
+                return Content.assemble(step, "Reading the .env file…")
+            return Content.assemble(step, ("No .env loaded", "bold"), " — press e to choose one.")
+        if not env.exists:
+            header = Content.assemble(
+                step, ("No .env found", "bold"), " — press a to add keys; ctrl+s creates ",
+                (home_relative(env.path), "bold"), " with mode 0600",
+            )
+        else:
+            how = how_chosen(choice.how) if choice else "chosen"
+            others = len(choice.candidates) - 1 if choice else 0
+            more = f" · {others} more found, e to switch" if others > 0 else " · e to switch"
+            header = Content.assemble(step, "Env file ", (self.file_label(), "bold"), (f"  ({how}{more})", "$text-muted"))
+        if env.dirty:
+            header = Content.assemble(header, ("   ● unsaved changes", "bold $text-warning"))
+        return header
+
+    def _status(self) -> Content:
+        if self.session.env is None and self.loading:
+            return Content("")
+        missing = self.session.missing_keys()
+        if missing:
+            return Content.assemble(("✗ Missing: ", "bold $text-error"), (", ".join(missing), "bold"),
+                                    " — select a row and press enter to set it (a adds any key).")
+        return Content.assemble(("✓ Every required key has a value", "$text-success"),
+                                " — c continues to verification.")
+
+    # -- editing (in memory) -------------------------------------------------------------------
+
+    def apply_value(self, name: str, value: str) -> None:
+        """Set a key in the in-memory .env; raises EnvFileError for the dialog to show."""
+        env = self.session.env
+        if env is None:
+            raise EnvFileError("No .env file is loaded", hint="Press e to choose one.")
+        env.set(name, value)
+        self.session.resolve()
+        self.edited.add(name)
+        self._refresh(select=name)
+
+    def _editable(self) -> envfile.EnvFile | None:
+        if self.session.env is None:
+            self.notify("Press e to choose a .env file first." if not self.loading else "Still reading the .env file…",
+                        title="No .env loaded", severity="warning")
+        return self.session.env
+
+    @on(DataTable.RowHighlighted, "#env-table")
+    def _describe_selected(self) -> None:
+        name = self.query_one(MaskedEnvTable).selected_key
+        key = next((k for k in self.session.resolved if k.name == name), None)
+        self.query_one("#env-detail", Static).update(describe(key, self.file_label()) if key else "")
+
+    @on(DataTable.RowSelected, "#env-table")
+    def _row_chosen(self) -> None:
+        self.action_edit()
+
+    def action_edit(self) -> None:
+        env = self._editable()
+        name = self.query_one(MaskedEnvTable).selected_key
+        if env is None or name is None:
+            return
+        key = next((k for k in self.session.resolved if k.name == name), None)
+        if key is None:
+            return
+        self.app.push_screen(EditValueModal(key, file_value=env.get(name), file_label=self.file_label(),
+                                            apply=self.apply_value))
+
+    def action_add_key(self) -> None:
+        if self._editable() is None:
+            return
+        missing = self.session.missing_keys()
+        selected = self.query_one(MaskedEnvTable).selected_key
+        suggested = selected if selected in missing else (missing[0] if missing else "")
+        self.app.push_screen(AddKeyModal(suggested_name=suggested, file_label=self.file_label(),
+                                         apply=self.apply_value))
+
+    # -- saving ---------------------------------------------------------------------------------
+
+    def action_save(self) -> None:
+        self._save(then_continue=False)
+
+    def _save(self, *, then_continue: bool) -> None:
+        env = self._editable()
+        if env is None:
+            return
+        if not env.dirty:
+            self.notify(f"{self.file_label()} has no unsaved changes.", title="Nothing to save", markup=False)
+            return
+        self.run_worker(lambda: self._write(env, then_continue), name=f"Saving {self.file_label()}",
+                        group="env-save", thread=True, exclusive=True, exit_on_error=False)
+
+    def _write(self, env: envfile.EnvFile, then_continue: bool) -> None:
+        env.save()  # atomic; keeps every other byte; a new file gets 0600
+        self.post_message(self.EnvSaved(env, then_continue))
+
+    def on_env_review_screen_env_saved(self, message: EnvSaved) -> None:
+        if message.env is not self.session.env:
+            return  # the user switched files while it was saving
+        self.edited.clear()
+        self._refresh()
+        self.notify(f"Saved {self.file_label()}.", title="Saved", markup=False)
+        if message.then_continue:
+            self.flow_app.go_to_verification()
+
+    # -- another .env ---------------------------------------------------------------------------
+
+    def action_choose_env_file(self) -> None:
+        cwd = self.cwd
+        current = self.session.env.path if self.session.env is not None else None
+        self.app.push_screen(
+            PathPromptModal(
+                "Choose a .env file",
+                cwd=cwd,
+                check=lambda path: env_path_problem(path, cwd),
+                detail=f"Pick one found in the project, or type a path (relative to {home_relative(cwd)}).",
+                placeholder="path/to/.env",
+                find_candidates=self._env_candidates,
+                current=current,
+            ),
+            self._switch_to,
+        )
+
+    def _env_candidates(self) -> list[Path]:
+        """The first choice's candidates, then a fresh search. Blocking: runs in the modal's worker."""
+        choice = self.session.env_choice
+        known = list(choice.candidates) if choice else []
+        found = envfile.discover_env_files(self.session.options.cwd, config_path=self.session.config_path)
+        return list(dict.fromkeys([*known, *found]))
+
+    def _switch_to(self, path: Path | None) -> None:
+        env = self.session.env
+        if path is None:
+            return
+        if env is not None and path == env.path:
+            self.notify(f"{self.file_label()} is already in use.", markup=False)
+            return
+        if env is not None and env.dirty:
+            self.flow_app.confirm(
+                f"Switch to {display_path(path, self.cwd)} and drop the unsaved changes to {self.file_label()}?",
+                lambda: self._load(path),
+                detail="Press n and then ctrl+s to save them first.",
+                label="Switch",
+            )
+        else:
+            self._load(path)
+
+    def _load(self, path: Path) -> None:
+        self.loading = True
+        self.run_worker(lambda: self._open_env(path), name=f"Reading {display_path(path, self.cwd)}",
+                        group="env-open", thread=True, exclusive=True, exit_on_error=False)
+
+    # -- leaving --------------------------------------------------------------------------------
+
+    def action_continue(self) -> None:
+        if self.loading:
+            self.notify("Still reading the .env file…")
+            return
+        missing = self.session.missing_keys()
+        if missing:
+            tip = " TASK_APP_URL can also be given with --task-url." if "TASK_APP_URL" in missing else ""
+            self.notify(
+                f"Missing {', '.join(missing)}. Select the row and press enter to set a value, "
+                f"or press a to add a key.{tip}",
+                title="Cannot continue yet", severity="error",
+            )
+            return
+        env = self.session.env
+        if env is not None and env.dirty:
+            self.app.push_screen(SaveBeforeContinueModal(self.file_label()), self._after_save_question)
+        else:
+            self.flow_app.go_to_verification()
+
+    def _after_save_question(self, answer: str | None) -> None:
+        if answer == "save":
+            self._save(then_continue=True)
+        elif answer == "continue":
+            self.flow_app.go_to_verification()
+
+    def action_back(self) -> None:
+        env = self.session.env
+        if env is not None and env.dirty:
+            self.flow_app.confirm(
+                f"Go back with unsaved changes to {self.file_label()}?",
+                self.app.pop_screen,
+                detail="Your edits stay in memory for this session and show here again; "
+                "they reach the disk only when you press ctrl+s.",
+                label="Go back",
+            )
+        else:
+            self.app.pop_screen()

@@ -1,0 +1,308 @@
+"""Step 4: the exact job payload, the overrides, and the submit the user confirms.
+
+Nothing is sent before ``s``. The JSON shown is the JSON sent: the screen keeps the prepared
+job it displays and submits that one. Every submit of this session carries the session's
+Idempotency-Key, so retrying after a lost answer can never create a second job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.content import Content
+from textual.timer import Timer
+from textual.widgets import Button, Footer, Header, Input, Label, Static, Switch
+
+from app.core.client import ApiError, ConflictError, CreateResult
+from app.core.errors import SynthTuiError
+from app.core.launch import PreparedJob
+from app.core.redact import redact
+from app.screens.base import FlowScreen
+from app.screens.verification import VerificationScreen
+from widgets.json_view import json_highlighted
+
+PREPARE_WORKER = "Rebuilding the payload"
+SUBMIT_WORKER = "Submitting the job"
+
+
+class PayloadPreviewScreen(FlowScreen):
+    TITLE = "Payload preview"
+    # Start on the JSON, not in an override field, so that s submits instead of typing an "s".
+    AUTO_FOCUS = "#payload-json-scroll"
+    RESPONSE_PREVIEW_CHARS: ClassVar[int] = 400
+    # Typing in an override rebuilds the payload once the user pauses, not on every key.
+    REBUILD_DELAY_S: ClassVar[float] = 0.3
+
+    BINDINGS = [
+        Binding("s,ctrl+s", "submit", "Submit", id="preview.submit", key_display="s"),
+        Binding("x", "toggle_response", "Full response", id="preview.expand"),
+        Binding("escape", "back", "Back", id="preview.back"),
+    ]
+    PALETTE_COMMANDS = (
+        ("Preview: submit the job", "POST /rl/jobs with the payload shown", "submit"),
+        ("Preview: expand or collapse the response", "Show the backend's whole answer", "toggle_response"),
+        ("Preview: back to verification", "Leave without sending anything", "back"),
+    )
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prepared: PreparedJob | None = None  # what is shown, and so what a submit sends
+        self.shown_json = ""
+        self.problem: SynthTuiError | None = None
+        self.rebuilding = True
+        self.submitting = False
+        self.submit_error: SynthTuiError | None = None
+        self.response: CreateResult | None = None
+        self.response_expanded = False
+        self._generation = 0
+        self._rebuild_timer: Timer | None = None
+        self._prefilled = False
+
+    def compose(self) -> ComposeResult:
+        options = self.session.options
+        yield Header()
+        with Vertical(id="payload-facts", classes="flow-header"):
+            yield Static(Content.assemble(("Step 4 of 4 · ", "$text-muted"), ("Review the job, then submit", "bold"),
+                                          (" · nothing is sent before s", "$text-muted")))
+            yield Static(id="payload-target")
+            yield Static(Content.assemble(("A retry uses the same Idempotency-Key", "bold"),
+                                          ", so it can never create a second job."))
+        with Vertical(id="payload-overrides"):
+            with Horizontal(classes="override-row"):
+                yield Label("Model", classes="override-label")
+                yield Input(options.model or "", placeholder="from the config", compact=True, id="override-model")
+            with Horizontal(classes="override-row"):
+                yield Label("Task URL", classes="override-label")
+                yield Input(options.task_url or "", placeholder="from TASK_APP_URL or the config", compact=True,
+                            id="override-task-url")
+            with Horizontal(classes="override-row"):
+                yield Label("Experimental", classes="override-label")
+                yield Switch(bool(options.allow_experimental), id="override-experimental")
+                yield Static(id="override-experimental-note", classes="override-note muted")
+        yield Static(id="payload-problem")
+        with VerticalScroll(id="payload-json-scroll", can_focus=True) as scroll:
+            scroll.border_title = "POST /rl/jobs"
+            yield Static(id="payload-json")
+        with Vertical(id="payload-submit-area"):
+            with Horizontal(id="payload-submit-row"):
+                yield Button("Submit (s)", variant="primary", compact=True, id="payload-submit")
+                yield Static(id="payload-status")
+            with VerticalScroll(id="payload-response-scroll"):
+                yield Static(id="payload-response", markup=False)
+        yield Footer()
+
+    def on_mount(self) -> None:
+        session = self.session
+        self.query_one("#payload-target", Static).update(Content.assemble(
+            ("Backend ", "$text-muted"), session.backend_base, ("  ·  Idempotency-Key ", "$text-muted"),
+            (session.idempotency_key, "bold")))
+        self.query_one("#payload-response-scroll").display = False
+        self._show_experimental_note()
+        self._rebuild()
+
+    # -- overrides ----------------------------------------------------------------------
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        options = self.session.options
+        value = event.value.strip() or None
+        if event.input.id == "override-model":
+            if value == options.model:
+                return
+            options.model = value
+        elif event.input.id == "override-task-url":
+            shown = self.prepared.task_url if self.prepared else None
+            if value == options.task_url or (options.task_url is None and value == shown):
+                return  # the prefill, or no change
+            options.task_url = value
+            self.session.resolve()  # TASK_APP_URL resolution depends on the flag
+        else:
+            return
+        self._schedule_rebuild()
+
+    def on_switch_changed(self, event: Switch.Changed) -> None:
+        if event.switch.id != "override-experimental":
+            return
+        self._show_experimental_note()
+        if event.value != bool(self.session.options.allow_experimental):
+            self.session.options.allow_experimental = event.value
+            self._schedule_rebuild()
+
+    def _show_experimental_note(self) -> None:
+        # A one-line switch shows its state only by colour; say it in words too.
+        allowed = self.query_one("#override-experimental", Switch).value
+        self.query_one("#override-experimental-note", Static).update(
+            "on: experimental models allowed" if allowed else "off: experimental models are refused")
+
+    def _schedule_rebuild(self) -> None:
+        self._generation += 1
+        self.rebuilding = True
+        self._show_state()
+        if self._rebuild_timer is not None:
+            self._rebuild_timer.stop()
+        self._rebuild_timer = self.set_timer(self.REBUILD_DELAY_S, self._rebuild)
+
+    def _rebuild(self) -> None:
+        self.run_worker(self._prepare(self._generation), name=PREPARE_WORKER, group="payload-prepare",
+                        exit_on_error=False)
+
+    async def _prepare(self, generation: int) -> None:
+        try:
+            prepared: PreparedJob | None = await asyncio.to_thread(self.session.prepare)
+            problem = None
+        except SynthTuiError as exc:  # an unsupported model, a bad URL…: shown inline, submit disabled
+            prepared, problem = None, exc
+        if generation != self._generation:
+            return  # the user changed something meanwhile; the newer rebuild decides
+        self.prepared, self.problem, self.rebuilding = prepared, problem, False
+        if prepared is not None:
+            self._show_payload(prepared)
+        self._show_state()
+
+    # -- submit -------------------------------------------------------------------------
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "payload-submit":
+            self.action_submit()
+
+    def action_submit(self) -> None:
+        if self.submitting:
+            self.notify("Already submitting…", severity="warning")
+        elif self.rebuilding:
+            self.notify("The payload is being rebuilt with your change; submit again in a moment.",
+                        severity="warning")
+        elif self.problem is not None or self.prepared is None:
+            message = self.problem.message if self.problem else "there is no payload yet"
+            self.notify(f"Cannot submit: {message}", severity="error", timeout=6)
+        else:
+            self.submitting = True
+            self.submit_error = None
+            self._show_state()
+            self.run_worker(self._submit(self.prepared), name=SUBMIT_WORKER, group="payload-submit",
+                            exclusive=True, exit_on_error=False)
+
+    async def _submit(self, prepared: PreparedJob) -> None:
+        session = self.session
+        session.prepared = prepared
+        try:
+            async with session.client() as client:
+                result = await client.create_job(prepared.payload, idempotency_key=session.idempotency_key)
+        except SynthTuiError as exc:
+            self.submitting, self.submit_error, self.response = False, exc, None
+            self._show_state()
+            self.flow_app.show_error("Submit failed", exc)
+            return
+        self.submitting, self.response = False, result
+        self._show_state()
+        if result.job_id:
+            session.job_id = result.job_id
+            self.flow_app.go_to_dashboard(result.job_id)
+
+    def action_toggle_response(self) -> None:
+        if self._response_text() is None:
+            self.notify("No response yet: press s to submit.", severity="information")
+            return
+        self.response_expanded = not self.response_expanded
+        self._show_state()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    # -- view ---------------------------------------------------------------------------
+
+    def _show_payload(self, prepared: PreparedJob) -> None:
+        secrets = self.session.secret_values()
+        self.shown_json = redact(json.dumps(prepared.payload, indent=2), secrets)
+        self.query_one("#payload-json", Static).update(json_highlighted(self.shown_json))
+        model_input = self.query_one("#override-model", Input)
+        data = prepared.payload.get("data", {})
+        model_input.placeholder = f"from the config: {data.get('base_model') or data.get('model') or '?'}"
+        if not self._prefilled:  # once: later, an empty field is the user's own doing
+            self._prefilled = True
+            url_input = self.query_one("#override-task-url", Input)
+            if not url_input.value:
+                url_input.value = prepared.task_url
+
+    def _response_text(self) -> tuple[int | None, str] | None:
+        """(status, body) of the last answer: the create result, or the failed attempt's body."""
+        if self.response is not None:
+            return self.response.status, self.response.response.preview(10**7)
+        error = self.submit_error
+        if isinstance(error, ApiError) and error.status is not None:
+            body = error.body
+            text = json.dumps(body, indent=2) if isinstance(body, (dict, list)) else str(body or "(empty body)")
+            return error.status, text
+        return None
+
+    def _show_state(self) -> None:
+        secrets = self.session.secret_values()
+        self._show_problem(secrets)
+        submit_ready = not (self.rebuilding or self.submitting or self.problem or self.prepared is None)
+        self.query_one("#payload-submit", Button).disabled = not submit_ready
+        self.query_one("#payload-overrides").disabled = self.submitting
+        self.query_one("#payload-status", Static).update(_redacted_content(self._status_parts(), secrets))
+        response = self._response_text()
+        scroll = self.query_one("#payload-response-scroll")
+        scroll.display = response is not None
+        if response is not None:
+            code, text = response
+            text = redact(text, secrets)
+            limit = len(text) if self.response_expanded else self.RESPONSE_PREVIEW_CHARS
+            more = len(text) - limit
+            tail = f"\n… {more} more characters: x shows all" if more > 0 else ""
+            self.query_one("#payload-response", Static).update(f"Response {code}:\n{text[:limit]}{tail}")
+            scroll.set_class(self.response_expanded, "expanded")
+
+    def _show_problem(self, secrets: list[str]) -> None:
+        parts: list[str | tuple[str, str]] = []
+        if self.problem is not None:
+            parts = [("✗ ", "bold $text-error"), self.problem.message]
+            if self.problem.hint:
+                parts += ["\n", ("  Fix: ", "bold $text-primary"), self.problem.hint]
+        elif self.prepared and (verified := self._verified_task_url()) and self.prepared.task_url != verified:
+            parts = [("! ", "bold $text-warning"), f"The task URL changed since verification ({verified}): "
+                     "esc goes back to verify the new one."]
+        line = self.query_one("#payload-problem", Static)
+        line.display = bool(parts)
+        line.update(_redacted_content(parts, secrets))
+
+    def _verified_task_url(self) -> str | None:
+        """The task URL the verification step passed with in this flow, if it did."""
+        for screen in self.app.screen_stack:
+            if isinstance(screen, VerificationScreen) and screen.target and (v := screen.verdict) and v.ready:
+                return screen.target.task_url
+        return None
+
+    def _status_parts(self) -> list[str | tuple[str, str]]:
+        key = ("same Idempotency-Key", "bold")
+        if self.submitting:
+            return [f"Submitting… (Idempotency-Key {self.session.idempotency_key})"]
+        if self.rebuilding:
+            return [("Rebuilding the payload…", "$text-warning")]
+        if self.response is not None and self.response.job_id:
+            return [("✓ ", "bold $text-success"), f"Job {self.response.job_id} created."]
+        if self.response is not None:
+            return [("✗ The backend answered without a job id", "bold $text-error"),
+                    f" (HTTP {self.response.status}), so there is no job to watch. s retries with the ", key,
+                    "."]
+        if isinstance(self.submit_error, ConflictError):
+            # The key already names a job with the payload as it was before an override changed it.
+            return [("✗ Submit failed: ", "bold $text-error"),
+                    "the backend already has a job for this Idempotency-Key with another payload, so an earlier "
+                    "submit reached it; nothing new was created. Check synth-tui history or the backend's jobs."]
+        if self.submit_error is not None:
+            return [("✗ Submit failed: ", "bold $text-error"), self.submit_error.message, " s retries with the ",
+                    key, ", so it can never create a second job."]
+        if self.problem is not None:
+            return [("Fix the override above to submit.", "$text-muted")]
+        return [("Nothing has been sent yet. ", "$text-muted"), "s submits this payload."]
+
+
+def _redacted_content(parts: list[str | tuple[str, str]], secrets: list[str]) -> Content:
+    """Styled text from (text, style) parts; a server's message may quote a key, so redact each."""
+    return Content.assemble(*(redact(p, secrets) if isinstance(p, str) else (redact(p[0], secrets), p[1])
+                              for p in parts))

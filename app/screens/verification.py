@@ -1,0 +1,300 @@
+"""Step 3: verify the task app through the backend and directly, and say what to fix.
+
+Two checks run at once, each in its own worker, with the elapsed time ticking: the backend's
+``POST /rl/verify_task_app`` (its outcome also tells whether the backend is reachable and
+accepts SYNTH_API_KEY) and the direct ``/health`` + ``/task_info`` check. Each is bounded by
+``check_timeout``. ``widgets.diagnosis`` turns the outcomes into rows and a verdict.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.content import Content
+from textual.timer import Timer
+from textual.widgets import Footer, Header, Static
+from textual.worker import Worker, WorkerState
+
+from app.core.client import ApiError
+from app.core.errors import SynthTuiError
+from app.core.redact import mask_secret, redact
+from app.screens.base import FlowScreen
+from app.core.diagnosis import (
+    BackendCheck,
+    OverallVerdict,
+    TaskAppCheck,
+    backend_rows,
+    diagnostics_payload,
+    diagnostics_text,
+    overall_verdict,
+    pending_backend_row,
+    pending_task_app_row,
+    task_app_rows,
+)
+from widgets.diagnostics import DiagnosticsTable
+from widgets.json_view import JsonReportModal
+
+WORKER_GROUP = "verification"
+PREPARE_WORKER = "Preparing the payload"
+BACKEND_WORKER = "Backend verification"
+TASK_APP_WORKER = "Task app health check"
+# httpx's own timeout fires first and names the phase; this guard only stops an answer that
+# trickles in forever, so that no check can outlive its budget by more than this.
+GUARD_GRACE_S = 0.5
+
+
+@dataclass(frozen=True)
+class CheckTarget:
+    """What one run of the checks is about; fixed when the payload is prepared."""
+
+    task_url: str
+    backend_base: str
+    synth_key_hint: str
+    env_key_hint: str
+
+
+class VerificationScreen(FlowScreen):
+    TITLE = "Verification"
+    AUTO_FOCUS = "#verify-scroll"
+    # Each check's budget. A class attribute so tests can shorten it for every instance.
+    CHECK_TIMEOUT_S: ClassVar[float] = 30.0
+    TICK_S: ClassVar[float] = 0.1
+
+    BINDINGS = [
+        Binding("enter", "continue", "Preview payload", id="verify.continue"),
+        Binding("r", "retry", "Retry", id="verify.retry"),
+        Binding("d", "diagnostics", "Diagnostics", id="verify.diagnostics"),
+        Binding("b,escape", "back", "Back to env", id="verify.back"),
+    ]
+    PALETTE_COMMANDS = (
+        ("Verification: retry", "Run the backend verification and the health check again", "retry"),
+        ("Verification: full diagnostics", "Show and copy everything the checks saw", "diagnostics"),
+        ("Verification: back to env review", "Edit the .env values", "back"),
+        ("Verification: preview the payload", "Continue when both checks passed", "continue"),
+    )
+
+    # The clock behind elapsed times and latencies; snapshot tests fix it.
+    clock = staticmethod(time.monotonic)
+
+    def __init__(self, *, check_timeout: float | None = None) -> None:
+        super().__init__()
+        self.check_timeout = check_timeout or self.CHECK_TIMEOUT_S
+        self.target: CheckTarget | None = None
+        self.setup_problem: SynthTuiError | None = None
+        self.backend_check: BackendCheck | None = None
+        self.task_app_check: TaskAppCheck | None = None
+        self._checks_started = 0.0
+        self._ticker: Timer | None = None
+        # Each retry is a new run; a result from an older run is dropped, never shown as current.
+        self._run = 0
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static(id="verify-target", classes="flow-header")
+        with VerticalScroll(id="verify-scroll", can_focus=True):
+            yield DiagnosticsTable(id="verify-table")
+        yield Static(id="verify-verdict")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.action_retry()
+
+    def on_screen_resume(self) -> None:
+        """Back from the preview with another task URL: what was verified no longer applies."""
+        prepared = self.session.prepared
+        if self.target is not None and prepared is not None and prepared.task_url != self.target.task_url:
+            self.notify("The task URL changed: verifying again.", timeout=4)
+            self.action_retry()
+
+    # -- state --------------------------------------------------------------------------
+
+    @property
+    def running(self) -> bool:
+        if self.setup_problem is not None:
+            return False
+        return self.target is None or self.backend_check is None or self.task_app_check is None
+
+    @property
+    def verdict(self) -> OverallVerdict | None:
+        if self.backend_check is None or self.task_app_check is None:
+            return None
+        return overall_verdict(self.backend_check, self.task_app_check)
+
+    # -- workers ------------------------------------------------------------------------
+
+    def action_retry(self) -> None:
+        """(Re)start both checks; an exclusive worker cancels a run still in flight."""
+        self._run += 1
+        self.target = None
+        self.setup_problem = None
+        self.backend_check = None
+        self.task_app_check = None
+        self.run_worker(self._prepare_then_check(self._run), name=PREPARE_WORKER, group=WORKER_GROUP,
+                        exclusive=True, exit_on_error=False)
+        if self._ticker is None:
+            self._ticker = self.set_interval(self.TICK_S, self._show)
+        else:
+            self._ticker.resume()
+        self._show()
+
+    async def _prepare_then_check(self, run: int) -> None:
+        try:
+            prepared = await asyncio.to_thread(self.session.prepare)
+            secrets = self.session.secrets()
+        except SynthTuiError as exc:  # a bad config or missing keys: explained in place
+            if run == self._run:
+                self.setup_problem = exc
+                self._show()
+            return
+        if run != self._run:
+            return
+        self.target = CheckTarget(prepared.task_url, self.session.backend_base,
+                                  mask_secret(secrets.get("SYNTH_API_KEY")),
+                                  mask_secret(secrets.get("ENVIRONMENT_API_KEY")))
+        self._checks_started = self.clock()
+        self.run_worker(self._verify_with_backend(run, self.target), name=BACKEND_WORKER, group=WORKER_GROUP,
+                        exit_on_error=False)
+        self.run_worker(self._check_task_app(run, self.target), name=TASK_APP_WORKER, group=WORKER_GROUP,
+                        exit_on_error=False)
+        self._show()
+
+    async def _verify_with_backend(self, run: int, target: CheckTarget) -> None:
+        check = BackendCheck(target.backend_base, target.synth_key_hint, self.check_timeout)
+        started = self.clock()
+        try:
+            check.result = await asyncio.wait_for(self.session.verify(timeout=self.check_timeout),
+                                                  self.check_timeout + GUARD_GRACE_S)
+        except TimeoutError:
+            check.timed_out = True
+        except ApiError as exc:  # unreachable, 401, a broken answer: each becomes a row with its fix
+            check.error = exc
+        check.elapsed_s = self.clock() - started
+        if run == self._run:
+            self.backend_check = check
+            self._show()
+
+    async def _check_task_app(self, run: int, target: CheckTarget) -> None:
+        check = TaskAppCheck(target.task_url, target.env_key_hint, self.check_timeout)
+        started = self.clock()
+        try:
+            check.report = await asyncio.wait_for(self.session.health(timeout=self.check_timeout),
+                                                  self.check_timeout + GUARD_GRACE_S)
+        except TimeoutError:
+            check.timed_out = True
+        check.elapsed_s = self.clock() - started
+        if run == self._run:
+            self.task_app_check = check
+            self._show()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A check that crashed still ends (FlowScreen shows the error): no endless 'verifying…'."""
+        if event.state is not WorkerState.ERROR or event.worker.group != WORKER_GROUP:
+            return
+        error = event.worker.error
+        stopped = f"the check stopped: {type(error).__name__}: {error}"
+        if event.worker.name == PREPARE_WORKER:
+            self.setup_problem = SynthTuiError(f"Preparing the payload failed: {type(error).__name__}: {error}")
+        elif event.worker.name == BACKEND_WORKER and self.target and self.backend_check is None:
+            self.backend_check = BackendCheck(self.target.backend_base, self.target.synth_key_hint,
+                                              self.check_timeout, error=ApiError(stopped))
+        elif event.worker.name == TASK_APP_WORKER and self.target and self.task_app_check is None:
+            self.task_app_check = TaskAppCheck(self.target.task_url, self.target.env_key_hint, self.check_timeout,
+                                               error=stopped)
+        self._show()
+
+    # -- view ---------------------------------------------------------------------------
+
+    def _show(self) -> None:
+        """Redraw the rows (pending ones with their elapsed time) and the verdict."""
+        if not self.is_mounted:
+            return
+        secrets = self.session.secret_values()
+        target = self.target
+        rows = []
+        if target is not None:
+            elapsed = self.clock() - self._checks_started
+            rows += (backend_rows(self.backend_check) if self.backend_check
+                     else [pending_backend_row(target.synth_key_hint, elapsed)])
+            rows += (task_app_rows(self.task_app_check) if self.task_app_check
+                     else [pending_task_app_row(target.env_key_hint, elapsed)])
+        self.query_one("#verify-target", Static).update(self._header())
+        self.query_one("#verify-table", DiagnosticsTable).show([row.redacted(secrets) for row in rows])
+        self._show_verdict()
+        if not self.running and self._ticker is not None:
+            self._ticker.pause()
+
+    def _header(self) -> Content:
+        step = ("Step 3 of 4 · ", "$text-muted")
+        if self.target is None:
+            return Content.assemble(step, ("Verify the task app", "bold"), " · preparing the payload…")
+        return Content.assemble(step, ("Verify the task app", "bold"), " ", self.target.task_url,
+                                (" through the backend ", "$text-muted"), self.target.backend_base)
+
+    def _show_verdict(self) -> None:
+        secrets = self.session.secret_values()
+        parts = [_redacted(part, secrets) for part in self._verdict_parts()]
+        self.query_one("#verify-verdict", Static).update(Content.assemble(*parts))
+
+    def _verdict_parts(self) -> list[str | tuple[str, str]]:
+        """The one place that says what to do next: ready, still checking, or each problem + fix."""
+        failed, fix = ("✗ ", "bold $text-error"), ("  Fix: ", "bold $text-primary")
+        keys_hint = ("  r retries · d shows the full diagnostics · b goes back to the .env", "$text-muted")
+        problem, verdict = self.setup_problem, self.verdict
+        if problem is not None:
+            parts: list[str | tuple[str, str]] = [failed, ("Cannot prepare the payload: ", "bold"), problem.message]
+            if problem.hint:
+                parts += ["\n", fix, problem.hint]
+            return [*parts, "\n", keys_hint]
+        if verdict is None:
+            done = sum(check is not None for check in (self.backend_check, self.task_app_check))
+            return [(f"Checking… {done} of 2 done.", "$text-warning"),
+                    (f" Each check gives up after {self.check_timeout:g} s · r restarts · b goes back",
+                     "$text-muted")]
+        if verdict.ready:
+            return [("✓ ", "bold $text-success"), (verdict.headline, "bold")]
+        parts = []
+        for item in verdict.problems:
+            parts += [failed, item.message, "\n"]
+            if item.fix:
+                parts += [fix, item.fix, "\n"]
+        return [*parts, keys_hint]
+
+    # -- actions ------------------------------------------------------------------------
+
+    def action_continue(self) -> None:
+        if self.setup_problem is not None:
+            self.notify(f"Cannot continue: {self.setup_problem.message}", severity="error")
+        elif self.running:
+            self.notify("The checks are still running: wait for them, or press r to restart them.",
+                        severity="warning")
+        elif (verdict := self.verdict) is not None and not verdict.ready:
+            self.notify(f"Cannot continue: {verdict.headline}", severity="error", timeout=6)
+        else:
+            self.flow_app.go_to_preview()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    def action_diagnostics(self) -> None:
+        payload = diagnostics_payload(self.backend_check, self.task_app_check, self.verdict)
+        if self.setup_problem is not None:
+            payload["setup_problem"] = {"message": self.setup_problem.message, "hint": self.setup_problem.hint}
+        if self.running:
+            payload["note"] = "checks still running"
+        text = diagnostics_text(payload, self.session.secret_values())
+        self.app.push_screen(JsonReportModal("Verification diagnostics (secrets masked)", text,
+                                             copied_message="Diagnostics copied"))
+
+
+
+def _redacted(part: str | tuple[str, str], secrets: list[str]) -> str | tuple[str, str]:
+    """Messages can quote what a server sent back; no full secret reaches the screen."""
+    if isinstance(part, tuple):
+        return redact(part[0], secrets), part[1]
+    return redact(part, secrets)

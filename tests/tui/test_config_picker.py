@@ -1,0 +1,341 @@
+"""The config picker: discovery order, filtering, the preview's verdict, open by path, choosing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input, Static
+
+from app.core import config as cfg
+from app.screens.config_picker import ConfigPickerScreen
+from app.screens.env_review import EnvReviewScreen
+from widgets.config_list import ConfigList
+from widgets.config_preview import ConfigPreview
+from widgets.path_prompt import PathPromptModal
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "configs" / "rl"
+BROKEN = REPO / "tests" / "data" / "configs"
+
+
+@pytest.fixture(autouse=True)
+def project_configs_only(monkeypatch):
+    """Discovery also searches the checkout's own configs/ folder; tests look at the project."""
+    monkeypatch.setattr(cfg, "project_config_roots", lambda: [])
+
+
+@pytest.fixture
+def configs(project):
+    folder = project / "configs"
+    for name in ("crafter_qwen4b.toml", "crafter_policy_lora.toml"):
+        shutil.copy(EXAMPLES / name, folder / name)
+    shutil.copy(BROKEN / "many_problems.toml", folder / "many_problems.toml")
+    return folder
+
+
+@pytest.fixture
+def fixed_home(project, monkeypatch):
+    """Show the project as ~/project in every run, so snapshots hold no temporary path."""
+    monkeypatch.setenv("HOME", str(project.parent))
+
+
+async def wait_until(pilot, condition, what: str = "condition") -> None:
+    """Poll (bounded) while workers run in threads; the wait itself is not under test."""
+    for _ in range(500):
+        if condition():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def discovered(pilot) -> ConfigPickerScreen:
+    screen = pilot.app.screen
+    assert isinstance(screen, ConfigPickerScreen)
+    await wait_until(pilot, lambda: screen.searched, "discovery")
+    await pilot.pause()
+    return screen
+
+
+def labels(screen: ConfigPickerScreen) -> list[str]:
+    return [entry.label for entry in screen.query_one(ConfigList).entries]
+
+
+def prompts(screen: ConfigPickerScreen) -> list[str]:
+    config_list = screen.query_one(ConfigList)
+    return [str(config_list.get_option_at_index(i).prompt) for i in range(config_list.option_count)]
+
+
+def preview_text(screen: ConfigPickerScreen) -> str:
+    preview = screen.query_one(ConfigPreview)
+    return "\n".join(str(static.render()) for static in preview.query(Static) if static.id != "preview-source")
+
+
+def highlight(screen: ConfigPickerScreen, label: str) -> None:
+    screen.query_one(ConfigList).highlighted = labels(screen).index(label)
+
+
+def notifications(app) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+# --------------------------------------------------------------------------- discovery
+
+
+async def test_last_used_config_is_listed_first_and_marked(make_app, configs):
+    cfg.write_last_config(configs / "crafter_qwen4b.toml")
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        assert labels(screen) == [
+            "configs/crafter_qwen4b.toml", "configs/crafter_policy_lora.toml", "configs/many_problems.toml"]
+        shown = prompts(screen)
+        assert "★ last used" in shown[0]
+        assert not any("last used" in text for text in shown[1:])
+        assert shown[2].startswith("✗") and "9 problems" in shown[2]
+        assert shown[0].startswith("✓")
+
+
+async def test_config_paths_from_the_command_line_come_first(make_app, configs):
+    cfg.write_last_config(configs / "crafter_qwen4b.toml")
+    app = make_app(config_paths=[str(configs / "many_problems.toml")])
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        assert labels(screen)[:2] == ["configs/many_problems.toml", "configs/crafter_qwen4b.toml"]
+        assert "--config" in prompts(screen)[0]
+
+
+async def test_paths_outside_the_project_are_shown_absolute(make_app, configs, tmp_path):
+    elsewhere = tmp_path / "elsewhere" / "outside.toml"
+    elsewhere.parent.mkdir()
+    shutil.copy(EXAMPLES / "crafter_qwen4b.toml", elsewhere)
+    app = make_app(config_paths=[str(elsewhere)])
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        assert labels(screen)[0] == str(elsewhere.resolve())
+
+
+async def test_empty_project_says_what_to_do(make_app, project, fixed_home):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        message = str(screen.query_one("#picker-message", Static).render())
+        assert "No RL config was found under ~/project" in message
+        assert "Press o to open a config file" in message
+        await pilot.press("enter")
+        assert "There is no config to choose yet. Press o to open one by its path." in notifications(app)
+
+
+async def test_reload_finds_a_new_config(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        shutil.copy(EXAMPLES / "crafter_qwen4b.toml", configs / "second.toml")
+        screen.searched = False
+        await pilot.press("r")
+        await wait_until(pilot, lambda: "configs/second.toml" in labels(screen), "the new config")
+
+
+# --------------------------------------------------------------------------- filter
+
+
+async def test_typing_in_the_filter_narrows_the_list(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        await pilot.press("slash")
+        assert screen.query_one("#picker-filter", Input).has_focus
+        await pilot.press(*"crafter lora")
+        assert labels(screen) == ["configs/crafter_policy_lora.toml"]
+        assert screen.query_one("#picker-list-pane").border_title == "Configs 1 of 3"
+        assert screen.query_one(ConfigPreview).entry.label == "configs/crafter_policy_lora.toml"
+
+        await pilot.press("backspace", "backspace", "backspace", "backspace", *"zzz")
+        assert labels(screen) == []
+        assert "No config matches" in str(screen.query_one("#picker-message", Static).render())
+
+        await pilot.press("escape")
+        assert len(labels(screen)) == 3
+        assert screen.query_one(ConfigList).has_focus
+
+
+# --------------------------------------------------------------------------- verdicts
+
+
+async def test_invalid_config_lists_its_problems_and_cannot_be_chosen(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        highlight(screen, "configs/many_problems.toml")
+        await pilot.pause()
+        text = preview_text(screen)
+        assert "✗ 9 problems" in text
+        assert "line 3" in text and "algorithm.type" in text and "unsupported type 'offline'" in text
+        assert "line 7" in text and "compute.gpu_count" in text and "field required" in text
+        assert "Key facts appear once the config is valid." in text
+
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfigPickerScreen)
+        assert app.session.config_path is None
+        assert any("has 9 problems" in message for message in notifications(app))
+        assert screen.query_one("#preview-verdict").has_class("-flash")
+
+
+async def test_valid_config_preview_shows_facts_and_verdict(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        highlight(screen, "configs/crafter_qwen4b.toml")
+        await pilot.pause()
+        text = preview_text(screen)
+        assert "✓ valid RL config" in text
+        assert "Qwen/Qwen3-4B ([model].base)" in text
+        assert "online/policy_gradient/gspo" in text
+        assert "H100 x 8" in text
+
+
+async def test_toml_syntax_error_shows_line_and_column(make_app, configs):
+    shutil.copy(BROKEN / "syntax_error.toml", configs.parent / "broken.toml")
+    app = make_app(config_paths=[str(configs.parent / "broken.toml")])
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        assert labels(screen)[0] == "broken.toml"
+        text = preview_text(screen)
+        assert "✗ 1 problem" in text
+        assert "line 7 col" in text and "TOML" in text and "invalid TOML" in text
+
+
+async def test_preview_reloads_when_the_file_changes_on_disk(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        highlight(screen, "configs/crafter_qwen4b.toml")
+        target = configs / "crafter_qwen4b.toml"
+        target.write_text(target.read_text().replace("gpu_count = 8\n", ""))
+        stat = target.stat()
+        os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns + 5_000_000_000))
+        screen.check_highlighted_for_changes()  # what the 2-second timer calls
+        await wait_until(pilot, lambda: "compute.gpu_count" in preview_text(screen), "the changed file")
+        assert not screen.query_one(ConfigPreview).entry.ok
+        assert "✗" in prompts(screen)[labels(screen).index("configs/crafter_qwen4b.toml")]
+
+
+# --------------------------------------------------------------------------- open by path
+
+
+async def test_open_path_with_a_missing_file_shows_an_inline_error(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await discovered(pilot)
+        await pilot.press("o")
+        assert isinstance(app.screen, PathPromptModal)
+        await pilot.press(*"configs/nope.toml", "enter")
+        error = app.screen.query_one("#path-error", Static)
+        await wait_until(pilot, lambda: error.has_class("-visible"), "the inline error")
+        assert str(error.render()) == "No file at configs/nope.toml"
+        assert isinstance(app.screen, PathPromptModal)
+        await pilot.press("escape")
+        assert isinstance(app.screen, ConfigPickerScreen)
+
+
+async def test_open_path_refuses_a_file_that_is_not_toml(make_app, configs, project):
+    (project / "notes.txt").write_text("these are [[ not toml\n")
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await discovered(pilot)
+        await pilot.press("o", *"notes.txt", "enter")
+        error = app.screen.query_one("#path-error", Static)
+        await wait_until(pilot, lambda: error.has_class("-visible"), "the inline error")
+        assert str(error.render()) == "notes.txt is not a TOML file"
+
+
+async def test_an_opened_file_joins_the_list_and_is_selected(make_app, configs, project):
+    shutil.copy(BROKEN / "syntax_error.toml", project / "broken.toml")
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        await pilot.press("o", *"broken.toml", "enter")
+        await wait_until(pilot, lambda: "broken.toml" in labels(screen), "the opened file")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfigPickerScreen)
+        assert screen.query_one(ConfigList).highlighted_entry.label == "broken.toml"
+        assert "invalid TOML" in preview_text(screen)
+        # It stays listed after a reload.
+        screen.searched = False
+        await pilot.press("r")
+        await wait_until(pilot, lambda: screen.searched, "the reload")
+        assert "broken.toml" in labels(screen)
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+async def test_choosing_a_valid_config_moves_to_the_env_screen(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        highlight(screen, "configs/crafter_qwen4b.toml")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, EnvReviewScreen), "the env screen")
+        chosen = (configs / "crafter_qwen4b.toml").resolve()
+        assert app.session.config_path == chosen
+        assert app.session.report is not None and app.session.report.ok
+        assert cfg.read_last_config() == chosen
+
+
+async def test_a_click_previews_and_a_second_click_chooses(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        assert screen.query_one(ConfigList).highlighted == 0
+        await pilot.click("#picker-list", offset=(4, 1))
+        assert screen.query_one(ConfigList).highlighted == 1
+        assert isinstance(app.screen, ConfigPickerScreen)
+        await pilot.click("#picker-list", offset=(4, 1))
+        await wait_until(pilot, lambda: isinstance(app.screen, EnvReviewScreen), "the env screen")
+
+
+async def test_bindings_have_ids_and_palette_commands_exist(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        assert all(binding.id for binding in ConfigPickerScreen.BINDINGS)
+        for _title, _help, action in ConfigPickerScreen.PALETTE_COMMANDS:
+            assert callable(getattr(screen, f"action_{action}"))
+
+
+# --------------------------------------------------------------------------- snapshots
+
+
+def _after_discovery(*keys: str, highlight_label: str | None = None):
+    async def run_before(pilot) -> None:
+        await discovered(pilot)
+        if highlight_label:
+            highlight(pilot.app.screen, highlight_label)
+        if keys:
+            await pilot.press(*keys)
+        await pilot.pause()
+
+    return run_before
+
+
+def test_snapshot_picker(snap_compare, make_app, configs, fixed_home):
+    cfg.write_last_config(configs / "crafter_qwen4b.toml")
+    assert snap_compare(make_app(), terminal_size=(120, 36), run_before=_after_discovery())
+
+
+def test_snapshot_picker_invalid_highlighted(snap_compare, make_app, configs, fixed_home):
+    assert snap_compare(make_app(), terminal_size=(120, 36),
+                        run_before=_after_discovery(highlight_label="configs/many_problems.toml"))
+
+
+def test_snapshot_picker_empty(snap_compare, make_app, project, fixed_home):
+    assert snap_compare(make_app(), terminal_size=(120, 36), run_before=_after_discovery())
+
+
+def test_snapshot_picker_narrow(snap_compare, make_app, configs, fixed_home):
+    cfg.write_last_config(configs / "crafter_qwen4b.toml")
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=_after_discovery())

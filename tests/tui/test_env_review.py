@@ -1,0 +1,526 @@
+"""The env review: masked values and their sources, in-memory edits, explicit saves, switching
+files, and continuing only when every required key has a value. No secret is ever shown."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from textual.widgets import Input, Static
+
+from app.core import config as cfg
+from app.core import envfile
+from app.screens.config_picker import ConfigPickerScreen
+from app.screens.env_review import EnvReviewScreen
+from app.screens.modals import ConfirmModal, ErrorModal
+from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
+from widgets.env_table import MaskedEnvTable
+from widgets.path_prompt import PathPromptModal
+
+# Long fake secrets: any of them in full on screen is a leak.
+SYNTH_KEY = "sk_live_FAKE_0123456789abcdefghijklmnopqrstuv"
+ENV_KEY = "envk_FAKE_zyxwvutsrqponmlkjihgfedcba987654"
+SHELL_KEY = "sk_shell_FAKE_ABCDEFGHIJKLMNOPQRSTUVWXYZ0123"
+ALIAS_KEY = "dev_envk_FAKE_9f8e7d6c5b4a39281706f5e4d3c2"
+NEW_KEY = "sk_new_FAKE_mnbvcxzlkjhgfdsapoiuytrewq5678"
+OTHER_TOKEN = "tok_FAKE_qwertyuiopasdfghjkl1234567890"
+SECRETS = (SYNTH_KEY, ENV_KEY, SHELL_KEY, ALIAS_KEY, NEW_KEY, OTHER_TOKEN)
+TASK_URL = "https://example--task-app.modal.run"
+
+# Comments, export, quotes, a blank line and an unparsable line: all must survive a save.
+FULL_ENV = (
+    "# synth secrets\n"
+    f"SYNTH_API_KEY={SYNTH_KEY}\n"
+    "\n"
+    f"export ENVIRONMENT_API_KEY=\"{ENV_KEY}\"  # from the task app\n"
+    f"TASK_APP_URL='{TASK_URL}'\n"
+    f"OTHER_TOKEN={OTHER_TOKEN}\n"
+    "this line is not an assignment\n"
+)
+
+
+@pytest.fixture(autouse=True)
+def project_configs_only(monkeypatch):
+    monkeypatch.setattr(cfg, "project_config_roots", lambda: [])
+
+
+@pytest.fixture
+def fixed_home(project, monkeypatch):
+    monkeypatch.setenv("HOME", str(project.parent))
+
+
+@pytest.fixture
+def verification_calls(monkeypatch):
+    """The verification screen is built elsewhere; record that the flow went there."""
+    from app.tui import SynthTuiApp
+
+    calls: list[str] = []
+    monkeypatch.setattr(SynthTuiApp, "go_to_verification", lambda self: calls.append("verify"))
+    return calls
+
+
+async def wait_until(pilot, condition, what: str = "condition") -> None:
+    for _ in range(500):
+        if condition():
+            return
+        await pilot.pause(0.01)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def env_screen(pilot) -> EnvReviewScreen:
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, EnvReviewScreen), "the env screen")
+    screen = pilot.app.screen
+    await wait_until(pilot, lambda: not screen.loading, "the .env to load")
+    await pilot.pause()
+    return screen
+
+
+def row(screen: EnvReviewScreen, key: str) -> list[str]:
+    return [str(cell) for cell in screen.query_one(MaskedEnvTable).get_row(key)]
+
+
+def text_of(screen, selector: str) -> str:
+    return str(screen.query_one(selector, Static).render())
+
+
+def notifications(app) -> list[str]:
+    return [f"{n.title}: {n.message}" for n in app._notifications]
+
+
+def assert_no_secret(text: str) -> None:
+    for secret in SECRETS:
+        assert secret not in text
+
+
+async def select_row(pilot, screen: EnvReviewScreen, key: str) -> None:
+    screen.query_one(MaskedEnvTable).select_key(key)
+    await pilot.pause()
+
+
+# --------------------------------------------------------------------------- what is shown
+
+
+async def test_values_are_masked_and_sources_shown(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "sk_l…uv", "file", ""]
+        assert row(screen, "ENVIRONMENT_API_KEY") == ["ENVIRONMENT_API_KEY", "envk…54", "file", ""]
+        assert row(screen, "TASK_APP_URL") == ["TASK_APP_URL", TASK_URL, "file", ""]  # URLs in full
+        assert row(screen, "OTHER_TOKEN") == ["OTHER_TOKEN", "tok_…90", "file", ""]
+        keys = [str(r.key.value) for r in screen.query_one(MaskedEnvTable).ordered_rows]
+        assert keys == ["SYNTH_API_KEY", "ENVIRONMENT_API_KEY", "TASK_APP_URL", "OTHER_TOKEN"]
+        assert "Env file .env  (found in the project · e to switch)" in text_of(screen, "#env-header")
+        assert "✓ Every required key has a value" in text_of(screen, "#env-status")
+        assert "line 7: could not parse this line" in text_of(screen, "#env-warnings")
+        assert_no_secret(app.export_screenshot())
+
+
+async def test_shell_override_alias_and_missing_key(make_app, project):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
+    app = make_app(start="env", shell={"SYNTH_API_KEY": SHELL_KEY, "DEV_ENVIRONMENT_API_KEY": ALIAS_KEY})
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "sk_s…23", "shell", "⚠ shell overrides file"]
+        assert row(screen, "ENVIRONMENT_API_KEY")[1:3] == ["dev_…c2", "alias DEV_ENVIRONMENT_API_KEY"]
+        assert row(screen, "TASK_APP_URL") == ["TASK_APP_URL", "<unset>", "missing", "required — missing"]
+        assert "✗ Missing: TASK_APP_URL" in text_of(screen, "#env-status")
+        assert "from your shell's environment" in text_of(screen, "#env-detail")
+        assert_no_secret(app.export_screenshot())
+
+
+async def test_task_url_flag_counts_as_a_source(make_app, project):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\nENVIRONMENT_API_KEY={ENV_KEY}\n")
+    app = make_app(start="env", task_url=TASK_URL)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert row(screen, "TASK_APP_URL")[1:3] == [TASK_URL, "flag --task-url"]
+        assert app.session.missing_keys() == []
+
+
+async def test_no_env_file_says_how_to_create_one(make_app, project, fixed_home):
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert ("No .env found — press a to add keys; ctrl+s creates ~/project/.env with mode 0600"
+                in text_of(screen, "#env-header"))
+        assert "✗ Missing: SYNTH_API_KEY, ENVIRONMENT_API_KEY, TASK_APP_URL" in text_of(screen, "#env-status")
+
+
+async def test_a_missing_env_file_flag_is_explained_not_a_traceback(make_app, project):
+    app = make_app(start="env", env_files=["missing.env"])
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ErrorModal), "the error")
+        assert app.screen.title_text == "Reading the .env file failed"
+        assert app.screen.message == "Env file not found: missing.env"
+        assert app.screen.hint == "Pass an existing file with --env-file."
+        await pilot.press("escape")
+        screen = app.screen
+        assert isinstance(screen, EnvReviewScreen)
+        assert "No .env loaded — press e to choose one." in text_of(screen, "#env-header")
+        await pilot.press("i")
+        assert "Press e to choose a .env file first." in notifications(app)[-1]
+
+
+# --------------------------------------------------------------------------- editing
+
+
+async def test_edit_a_value_with_reveal_stays_in_memory(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await select_row(pilot, screen, "SYNTH_API_KEY")
+        await pilot.press("enter")
+        assert isinstance(app.screen, EditValueModal)
+        value = app.screen.query_one("#env-value", Input)
+        assert value.password and value.value == SYNTH_KEY
+        assert_no_secret(app.export_screenshot())  # dots, not the key
+
+        await pilot.press("ctrl+r")
+        assert not value.password  # revealed: the only place a full value may be drawn
+        await pilot.press("ctrl+r")
+        assert value.password
+
+        value.value = ""
+        await pilot.press(*NEW_KEY, "enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY
+        assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "sk_n…78", "file", "● edited, not saved"]
+        assert "● unsaved changes" in text_of(screen, "#env-header")
+        assert (project / ".env").read_text() == FULL_ENV  # nothing written yet
+        assert_no_secret(app.export_screenshot())
+
+
+async def test_a_click_selects_a_row_and_a_second_click_edits_it(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        table = screen.query_one(MaskedEnvTable)
+        await pilot.click("#env-table", offset=(3, 3))  # the header is row 0 on screen
+        assert table.selected_key == "TASK_APP_URL"
+        assert app.screen is screen
+        await pilot.click("#env-table", offset=(3, 3))
+        assert isinstance(app.screen, EditValueModal)
+        assert app.screen.key.name == "TASK_APP_URL"
+
+
+async def test_escape_cancels_an_edit(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("i")
+        await pilot.press(*"changed", "escape")
+        assert app.screen is screen
+        assert app.session.env.get("SYNTH_API_KEY") == SYNTH_KEY
+        assert not app.session.env.dirty
+
+
+async def test_editing_a_shell_key_warns_that_the_shell_still_wins(make_app, project):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
+    app = make_app(start="env", shell={"SYNTH_API_KEY": SHELL_KEY})
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await select_row(pilot, screen, "SYNTH_API_KEY")
+        await pilot.press("enter")
+        warning = text_of(app.screen, "#env-shell-warning")
+        assert "set in your shell, and that value still wins for this session" in warning
+        app.screen.query_one("#env-value", Input).value = NEW_KEY
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY
+        assert row(screen, "SYNTH_API_KEY")[1:3] == ["sk_s…23", "shell"]  # the shell's value is used
+
+
+async def test_add_a_missing_key_and_reject_a_bad_name(make_app, project):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\nENVIRONMENT_API_KEY={ENV_KEY}\n")
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("a")
+        assert isinstance(app.screen, AddKeyModal)
+        name = app.screen.query_one("#env-name", Input)
+        assert name.value == "TASK_APP_URL"  # the missing key is suggested
+
+        name.value = "1BAD-NAME"
+        app.screen.query_one("#env-value", Input).value = "x" * 12
+        await pilot.press("enter")
+        await pilot.pause()
+        error = app.screen.query_one("#env-error", Static)
+        assert error.has_class("-visible")
+        assert str(error.render()) == "Key names use letters, digits and underscores, and do not start with a digit."
+
+        name.value = "TASK_APP_URL"
+        app.screen.query_one("#env-value", Input).value = TASK_URL
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        assert row(screen, "TASK_APP_URL") == ["TASK_APP_URL", TASK_URL, "file", "● edited, not saved"]
+        assert app.session.missing_keys() == []
+
+
+# --------------------------------------------------------------------------- saving
+
+
+async def test_save_changes_only_the_edited_line(make_app, project):
+    path = project / ".env"
+    path.write_bytes(FULL_ENV.encode())
+    os.chmod(path, 0o640)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await select_row(pilot, screen, "ENVIRONMENT_API_KEY")
+        await pilot.press("enter")
+        app.screen.query_one("#env-value", Input).value = NEW_KEY
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: not app.session.env.dirty, "the save")
+        await pilot.pause()
+        expected = FULL_ENV.replace(f'"{ENV_KEY}"  # from the task app', f'"{NEW_KEY}"  # from the task app')
+        assert path.read_bytes() == expected.encode()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640  # an existing file keeps its mode
+        assert "Saved: Saved .env." in notifications(app)
+        assert "unsaved" not in text_of(screen, "#env-header")
+        assert row(screen, "ENVIRONMENT_API_KEY")[3] == ""
+        assert_no_secret("\n".join(notifications(app)))
+
+
+async def test_save_creates_a_new_env_file_with_mode_0600(make_app, project):
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("a")
+        app.screen.query_one("#env-value", Input).value = SYNTH_KEY
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await pilot.press("ctrl+s")
+        path = project / ".env"
+        await wait_until(pilot, lambda: path.exists() and not app.session.env.dirty, "the new file")
+        assert path.read_text() == f"SYNTH_API_KEY={SYNTH_KEY}\n"
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+async def test_an_unwritable_env_shows_an_error_and_keeps_the_edits(make_app, project, monkeypatch):
+    path = project / ".env"
+    path.write_text(FULL_ENV)
+
+    def refuse(*_args, **_kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(envfile.os, "replace", refuse)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("enter")
+        app.screen.query_one("#env-value", Input).value = NEW_KEY
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ErrorModal), "the error")
+        modal = app.screen
+        assert modal.title_text == "Saving .env failed"
+        assert modal.message == f"Cannot save {path}: Permission denied"
+        assert modal.hint == f"Check that {project} exists and is writable and the disk is not full."
+        assert_no_secret(app.export_screenshot())
+        await pilot.press("escape")
+        assert app.screen is screen
+        assert path.read_text() == FULL_ENV
+        assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY and app.session.env.dirty
+        assert "● unsaved changes" in text_of(screen, "#env-header")
+        assert not list(project.glob(".env.*.tmp"))
+
+
+# --------------------------------------------------------------------------- another .env
+
+
+async def test_choose_another_env_from_the_list(make_app, project):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
+    (project / "deploy").mkdir()
+    (project / "deploy" / ".env").write_text(f"SYNTH_API_KEY={NEW_KEY}\nTASK_APP_URL={TASK_URL}\n")
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("e")
+        assert isinstance(app.screen, PathPromptModal)
+        await wait_until(pilot, lambda: len(app.screen.candidates) == 2, "the candidates")
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: app.screen is screen and not screen.loading, "the switch")
+        await wait_until(pilot, lambda: app.session.env.path.name == ".env"
+                         and app.session.env.path.parent.name == "deploy", "the new file")
+        assert "Env file deploy/.env  (chosen by you" in text_of(screen, "#env-header")
+        assert row(screen, "TASK_APP_URL")[1] == TASK_URL
+
+
+async def test_choose_another_env_asks_before_dropping_edits(make_app, project):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
+    other = project / "other.env"
+    other.write_text(f"SYNTH_API_KEY={NEW_KEY}\n")
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("enter")
+        app.screen.query_one("#env-value", Input).value = ENV_KEY
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+
+        await pilot.press("e")
+        await wait_until(pilot, lambda: app.screen.candidates, "the candidates")
+        app.screen.query_one("#path-input", Input).focus()
+        await pilot.press(*"nowhere.env", "enter")
+        error = app.screen.query_one("#path-error", Static)
+        await wait_until(pilot, lambda: error.has_class("-visible"), "the inline error")
+        assert str(error.render()) == "No file at nowhere.env"
+
+        app.screen.query_one("#path-input", Input).value = "other.env"
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the confirmation")
+        assert "drop the unsaved changes to .env" in app.screen.question
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.session.env.path == other.resolve(), "the switch")
+        await wait_until(pilot, lambda: not screen.loading, "the load")
+        assert row(screen, "SYNTH_API_KEY")[1] == "sk_n…78"
+        assert (project / ".env").read_text() == f"SYNTH_API_KEY={SYNTH_KEY}\n"
+
+
+# --------------------------------------------------------------------------- leaving
+
+
+async def test_continue_is_blocked_while_a_required_key_is_missing(make_app, project, verification_calls):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("c")
+        await pilot.pause()
+        assert app.screen is screen and verification_calls == []
+        assert (
+            "Cannot continue yet: Missing ENVIRONMENT_API_KEY, TASK_APP_URL. Select the row and press enter "
+            "to set a value, or press a to add a key. TASK_APP_URL can also be given with --task-url."
+        ) in notifications(app)
+
+
+async def test_continue_goes_to_verification_when_complete(make_app, project, verification_calls):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await env_screen(pilot)
+        await pilot.press("ctrl+n")
+        assert verification_calls == ["verify"]
+
+
+async def test_continue_with_unsaved_edits_asks_and_can_skip_saving(make_app, project, verification_calls):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("enter")
+        app.screen.query_one("#env-value", Input).value = NEW_KEY
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await pilot.press("c")
+        assert isinstance(app.screen, SaveBeforeContinueModal)
+        assert "This session uses the values shown either way" in text_of(app.screen, "#modal-detail")
+        await pilot.press("c")
+        assert verification_calls == ["verify"]
+        assert (project / ".env").read_text() == FULL_ENV
+        assert app.session.secrets()["SYNTH_API_KEY"] == NEW_KEY  # in-memory value is used
+
+
+async def test_continue_with_unsaved_edits_can_save_first(make_app, project, verification_calls):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("enter")
+        app.screen.query_one("#env-value", Input).value = NEW_KEY
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await pilot.press("c", "s")
+        await wait_until(pilot, lambda: verification_calls == ["verify"], "the save and continue")
+        assert f"SYNTH_API_KEY={NEW_KEY}\n" in (project / ".env").read_text()
+
+
+async def test_escape_goes_back_and_asks_when_there_are_unsaved_edits(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("enter")
+        app.screen.query_one("#env-value", Input).value = NEW_KEY
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await pilot.press("escape")
+        assert isinstance(app.screen, ConfirmModal)
+        await pilot.press("n")
+        assert app.screen is screen
+        await pilot.press("escape", "y")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfigPickerScreen), "the picker")
+        assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY  # kept in memory for this session
+
+
+async def test_bindings_have_ids_and_palette_commands_exist(make_app, project):
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert all(binding.id for binding in EnvReviewScreen.BINDINGS)
+        for _title, _help, action in EnvReviewScreen.PALETTE_COMMANDS:
+            assert callable(getattr(screen, f"action_{action}"))
+
+
+# --------------------------------------------------------------------------- snapshots
+
+SNAPSHOTS = Path(__file__).parent / "__snapshots__" / Path(__file__).stem
+
+
+def _review(*keys: str, captured: list[str]):
+    async def run_before(pilot) -> None:
+        await env_screen(pilot)
+        if keys:
+            await pilot.press(*keys)
+        await pilot.pause()
+        captured.append(pilot.app.export_screenshot())
+
+    return run_before
+
+
+def test_snapshot_env_review(snap_compare, make_app, project, fixed_home):
+    (project / ".env").write_text(FULL_ENV)
+    captured: list[str] = []
+    assert snap_compare(make_app(start="env"), terminal_size=(120, 36), run_before=_review(captured=captured))
+    assert_no_secret(captured[0])
+
+
+def test_snapshot_env_review_missing_key_and_shell_override(snap_compare, make_app, project, fixed_home):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
+    app = make_app(start="env", shell={"SYNTH_API_KEY": SHELL_KEY, "DEV_ENVIRONMENT_API_KEY": ALIAS_KEY})
+    captured: list[str] = []
+    assert snap_compare(app, terminal_size=(120, 36), run_before=_review(captured=captured))
+    assert_no_secret(captured[0])
+
+
+def test_snapshot_env_edit_modal_masks_the_value(snap_compare, make_app, project, fixed_home):
+    (project / ".env").write_text(FULL_ENV)
+    captured: list[str] = []
+    assert snap_compare(make_app(start="env"), terminal_size=(120, 36), run_before=_review("enter", captured=captured))
+    assert_no_secret(captured[0])
+
+
+def test_snapshot_env_review_narrow(snap_compare, make_app, project, fixed_home):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
+    app = make_app(start="env", shell={"SYNTH_API_KEY": SHELL_KEY, "DEV_ENVIRONMENT_API_KEY": ALIAS_KEY})
+    captured: list[str] = []
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_review(captured=captured))
+    assert_no_secret(captured[0])
+
+
+def test_no_stored_snapshot_holds_a_secret():
+    stored = sorted(SNAPSHOTS.glob("*.svg"))
+    if not stored:
+        pytest.skip("no snapshots stored yet (run with --snapshot-update)")
+    for svg in stored:
+        assert_no_secret(svg.read_text())

@@ -1,0 +1,352 @@
+"""The payload preview and submit against a real loopback backend, and its snapshots.
+
+Live tests open the app on the preview step with a FaultyBackend and a TinyTaskApp behind a
+.env. Snapshot tests use fixed session values (backend, task URL, Idempotency-Key) and a
+fake client, so nothing random reaches an SVG.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import httpx
+import pytest
+from textual.widgets import Button, Input, Switch
+
+from app.core.client import ApiResponse, AuthError, CreateResult, VerifyResult
+from app.core.health import HealthAttempt, HealthReport
+from app.screens.dashboard import DashboardScreen
+from app.screens.modals import ErrorModal
+from app.screens.preview import PayloadPreviewScreen
+from app.screens.verification import VerificationScreen
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
+ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
+SYNTH_KEY = "sk_test_backend_key_0123456789"
+FIXED_BACKEND = "http://127.0.0.1:8000"
+FIXED_TASK_URL = "http://127.0.0.1:8001"
+SIZE = (120, 36)
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def flow_app(make_app, project: Path, *, backend: str, task_url: str, synth_key: str = SYNTH_KEY, **options):
+    """An app opened on the preview step, with the config and .env chosen as the earlier
+    steps would leave the session."""
+    config = project / "configs" / "crafter_qwen4b.toml"
+    shutil.copy(EXAMPLE, config)
+    env = project / ".env"
+    env.write_text(f"SYNTH_API_KEY={synth_key}\nENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={task_url}\n")
+    app = make_app("preview", config_paths=[str(config)], env_files=[str(env)], backend=backend, **options)
+    app.session.choose_config(config, app.session.validate(config))
+    app.session.open_env(env, "flag")
+    return app
+
+
+async def wait_for(pilot, condition, *, what: str, limit: int = 400) -> None:
+    """Let the app run until ``condition()`` holds; bounded, so a hang fails the test."""
+    for _ in range(limit):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def preview_ready(pilot) -> PayloadPreviewScreen:
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, PayloadPreviewScreen), what="the preview screen")
+    screen = pilot.app.screen
+    await wait_for(pilot, lambda: not screen.rebuilding, what="the payload")
+    await pilot.pause()
+    return screen
+
+
+def text_of(screen, selector: str) -> str:
+    return str(screen.query_one(selector).content)
+
+
+def create_requests(backend) -> list[tuple[str, str, dict, object]]:
+    return [r for r in backend.requests if r[0] == "POST" and r[1] == "/api/rl/jobs"]
+
+
+def assert_no_secrets(*texts: str) -> None:
+    for text in texts:
+        assert ENV_KEY not in text and SYNTH_KEY not in text and "sk_wrong_key_0123456789" not in text
+        assert "Traceback" not in text
+
+
+@pytest.fixture
+def live(make_app, project, faulty_backend, tiny_task_app):
+    return flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+
+
+# --------------------------------------------------------------------------- live
+
+
+async def test_the_json_shown_is_the_payload_and_nothing_is_sent_before_submit(live, faulty_backend, tiny_task_app):
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        assert screen.focused is screen.query_one("#payload-json-scroll")  # so s submits, not types
+        shown = json.loads(screen.shown_json)
+        assert shown == screen.prepared.payload == live.session.prepared.payload
+        assert screen.query_one("#payload-json").content.plain == screen.shown_json  # what the pane highlights
+        assert shown["data"]["endpoint_base_url"] == tiny_task_app.url
+        assert shown["metadata"]["backend_base_url"] == f"{faulty_backend.url}/api"
+        facts = text_of(screen, "#payload-target")
+        assert f"{faulty_backend.url}/api" in facts and live.session.idempotency_key in facts
+        assert "retry uses the same Idempotency-Key" in str(screen.query_one("#payload-facts").children[2].content)
+        assert screen.query_one("#override-task-url", Input).value == tiny_task_app.url
+        assert create_requests(faulty_backend) == []
+        assert_no_secrets(screen.shown_json, facts)
+
+
+async def test_submit_creates_exactly_one_job_with_the_shown_key(live, faulty_backend):
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        key = live.session.idempotency_key
+        payload = screen.prepared.payload
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(live.screen, DashboardScreen), what="the dashboard")
+        assert live.session.job_id == "job_0001"
+        [(_, _, headers, body)] = create_requests(faulty_backend)
+        assert headers["Idempotency-Key"] == key
+        assert body == payload
+        assert list(faulty_backend.jobs) == ["job_0001"]
+
+
+async def test_retry_after_dropped_answers_reuses_the_key_and_makes_one_job(live, faulty_backend):
+    # The client retries a create twice by itself (it carries a key); three drops exhaust that.
+    faulty_backend.inject("create", "drop", "drop", "drop")
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(live.screen, ErrorModal), what="the error modal")
+        modal = live.screen
+        assert modal.title_text == "Submit failed"
+        assert "broke during job creation" in modal.message and modal.hint
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: live.screen is screen, what="the modal to close")
+        status = text_of(screen, "#payload-status")
+        assert "Submit failed" in status and "same Idempotency-Key" in status
+        assert not screen.query_one("#payload-submit", Button).disabled
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(live.screen, DashboardScreen), what="the dashboard")
+        keys = {headers["Idempotency-Key"] for _, _, headers, _ in create_requests(faulty_backend)}
+        assert keys == {live.session.idempotency_key}
+        assert len(create_requests(faulty_backend)) == 4
+        assert list(faulty_backend.jobs) == ["job_0001"]
+
+
+async def test_a_retry_after_a_lost_answer_gets_the_same_job(live, faulty_backend):
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        # The first submit reached the backend and created the job, but its answer was lost.
+        lost = httpx.post(f"{faulty_backend.url}/api/rl/jobs", json=screen.prepared.payload,
+                          headers={"Authorization": f"Bearer {SYNTH_KEY}",
+                                   "Idempotency-Key": live.session.idempotency_key})
+        assert lost.json()["job_id"] == "job_0001"
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(live.screen, DashboardScreen), what="the dashboard")
+        assert live.session.job_id == "job_0001"
+        assert list(faulty_backend.jobs) == ["job_0001"]
+
+
+async def test_an_answer_without_a_job_id_is_a_clear_error_and_submit_stays(live, faulty_backend):
+    faulty_backend.create_answer = (200, {"status": "accepted", "note": "x" * 600})
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: screen.response is not None, what="the answer")
+        await pilot.pause()
+        assert isinstance(live.screen, PayloadPreviewScreen)
+        status = text_of(screen, "#payload-status")
+        assert "The backend answered without a job id" in status and "(HTTP 200)" in status
+        response = text_of(screen, "#payload-response")
+        assert response.startswith("Response 200:\n{")
+        assert "x shows all" in response
+        assert len(response.split("\n", 1)[1].split("\n… ")[0]) == PayloadPreviewScreen.RESPONSE_PREVIEW_CHARS
+        await pilot.press("x")
+        assert '"x' not in text_of(screen, "#payload-response").rsplit("xxx", 1)[-1]  # the whole body now
+        assert "x shows all" not in text_of(screen, "#payload-response")
+        assert not screen.query_one("#payload-submit", Button).disabled
+        faulty_backend.create_answer = None
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(live.screen, DashboardScreen), what="the dashboard")
+        keys = {headers["Idempotency-Key"] for _, _, headers, _ in create_requests(faulty_backend)}
+        assert keys == {live.session.idempotency_key}
+
+
+async def test_wrong_synth_key_on_submit_shows_the_fix(make_app, project, faulty_backend, tiny_task_app):
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url,
+                   synth_key="sk_wrong_key_0123456789")
+    async with app.run_test(size=SIZE) as pilot:
+        await preview_ready(pilot)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error modal")
+        modal = app.screen
+        assert "rejected the SYNTH_API_KEY" in modal.message and "HTTP 401" in modal.message
+        assert "SYNTH_API_KEY" in modal.hint
+        assert_no_secrets(modal.message, modal.hint)
+
+
+async def test_model_override_rebuilds_the_payload_and_a_bad_one_disables_submit(live, faulty_backend):
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        assert screen.prepared.payload["data"]["base_model"] == "Qwen/Qwen3-4B"
+        model = screen.query_one("#override-model", Input)
+        model.focus()
+        await pilot.press(*"Qwen/Qwen3-8B")
+        await wait_for(pilot, lambda: not screen.rebuilding and live.session.options.model == "Qwen/Qwen3-8B",
+                       what="the rebuilt payload")
+        shown = json.loads(screen.shown_json)
+        assert shown["data"]["model"] == "Qwen/Qwen3-8B" and "base_model" not in shown["data"]
+        assert shown == screen.prepared.payload
+        model.value = "gpt-unknown"
+        await wait_for(pilot, lambda: screen.problem is not None and not screen.rebuilding, what="the problem")
+        problem = str(screen.query_one("#payload-problem").render())
+        assert "gpt-unknown" in problem and "Fix:" in problem
+        assert screen.query_one("#payload-submit", Button).disabled
+        await pilot.press("ctrl+s")  # refused, with the reason
+        await pilot.pause()
+        assert any("Cannot submit" in n.message for n in live._notifications)
+        assert create_requests(faulty_backend) == []
+        model.value = ""
+        await wait_for(pilot, lambda: screen.problem is None and not screen.rebuilding, what="the fix")
+        assert json.loads(screen.shown_json)["data"]["base_model"] == "Qwen/Qwen3-4B"
+
+
+async def test_experimental_switch_allows_an_experimental_model(live):
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        screen.query_one("#override-model", Input).value = "Qwen/Qwen3-4B-Thinking-2507"
+        await wait_for(pilot, lambda: screen.problem is not None and not screen.rebuilding, what="the problem")
+        assert "experimental" in screen.problem.message.lower() or "experimental" in (screen.problem.hint or "")
+        screen.query_one("#override-experimental", Switch).value = True
+        await wait_for(pilot, lambda: screen.problem is None and not screen.rebuilding, what="the rebuild")
+        assert live.session.options.allow_experimental is True
+        assert json.loads(screen.shown_json)["data"]["model"] == "Qwen/Qwen3-4B-Thinking-2507"
+
+
+async def test_task_url_override_changes_the_payload_and_warns_it_is_unverified(live):
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        verification = next(s for s in live.screen_stack if isinstance(s, VerificationScreen))
+        await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
+                       what="the verification below to pass")
+        screen.query_one("#override-task-url", Input).value = "https://other.example.test/"
+        await wait_for(pilot, lambda: not screen.rebuilding and live.session.options.task_url is not None,
+                       what="the rebuild")
+        await wait_for(pilot, lambda: "example" in screen.shown_json, what="the new URL")
+        assert json.loads(screen.shown_json)["data"]["endpoint_base_url"] == "https://other.example.test"
+        warning = str(screen.query_one("#payload-problem").render())
+        assert "changed since verification" in warning
+        assert not screen.query_one("#payload-submit", Button).disabled
+
+
+async def test_escape_goes_back_to_verification(live):
+    async with live.run_test(size=SIZE) as pilot:
+        await preview_ready(pilot)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(live.screen, VerificationScreen), what="verification")
+
+
+# --------------------------------------------------------------------------- snapshots (fixed data)
+
+
+class CannedClient:
+    """Stands in for SynthClient on submit: answers with a fixed result or error."""
+
+    def __init__(self, answer) -> None:
+        self.answer = answer
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        return None
+
+    async def create_job(self, payload, *, idempotency_key):
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return self.answer
+
+
+def fixed_app(make_app, project, monkeypatch, *, answer=None):
+    app = flow_app(make_app, project, backend=FIXED_BACKEND, task_url=FIXED_TASK_URL, idempotency="fixed-key")
+    body = {"any_ok": True, "candidates_first15": ["env_key_012345"], "attempts": [{"status": 200}]}
+
+    async def verify(*, timeout: float = 30.0):
+        return VerifyResult(200, body, ApiResponse(200, body, json.dumps(body)))
+
+    async def health(*, timeout: float = 30.0):
+        attempts = [HealthAttempt(e, f"{FIXED_TASK_URL}{e}", "env_…ef", 200, 5.0, True, "OK")
+                    for e in ("/health", "/task_info")]
+        return HealthReport(FIXED_TASK_URL, attempts)
+
+    monkeypatch.setattr(app.session, "verify", verify)
+    monkeypatch.setattr(app.session, "health", health)
+    monkeypatch.setattr(VerificationScreen, "clock", staticmethod(lambda: 100.0))
+    if answer is not None:
+        monkeypatch.setattr(app.session, "client", lambda **kwargs: CannedClient(answer))
+    return app
+
+
+def test_snapshot_preview(snap_compare, make_app, project, monkeypatch):
+    app = fixed_app(make_app, project, monkeypatch)
+
+    async def run_before(pilot) -> None:
+        screen = await preview_ready(pilot)
+        assert "fixed-key" in text_of(screen, "#payload-target")
+        assert_no_secrets(pilot.app.export_screenshot())
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_preview_after_an_answer_without_job_id(snap_compare, make_app, project, monkeypatch):
+    body = {"status": "accepted", "detail": "queued for review"}
+    answer = CreateResult(202, body, ApiResponse(202, body, json.dumps(body)), "fixed-key")
+    app = fixed_app(make_app, project, monkeypatch, answer=answer)
+
+    async def run_before(pilot) -> None:
+        screen = await preview_ready(pilot)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: screen.response is not None, what="the answer")
+        await pilot.pause()
+        assert_no_secrets(pilot.app.export_screenshot())
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_preview_after_a_failed_submit(snap_compare, make_app, project, monkeypatch):
+    error = AuthError("The backend rejected the SYNTH_API_KEY for job creation (HTTP 401): Invalid API key.",
+                      "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend.",
+                      status=401, body={"detail": "Invalid API key"})
+    app = fixed_app(make_app, project, monkeypatch, answer=error)
+
+    async def run_before(pilot) -> None:
+        screen = await preview_ready(pilot)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ErrorModal), what="the error modal")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: pilot.app.screen is screen, what="the modal to close")
+        await pilot.pause()
+        assert_no_secrets(pilot.app.export_screenshot())
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_layout_fits_small_and_large_terminals(make_app, project, monkeypatch, size):
+    app = fixed_app(make_app, project, monkeypatch)
+    async with app.run_test(size=size) as pilot:
+        screen = await preview_ready(pilot)
+        json_pane = screen.query_one("#payload-json-scroll")
+        submit = screen.query_one("#payload-submit", Button)
+        assert json_pane.region.height >= 5
+        assert submit.region.bottom <= size[1] - 1 and submit.region.height >= 1
+        for widget_id in ("#override-model", "#override-task-url", "#override-experimental"):
+            region = screen.query_one(widget_id).region
+            assert region.height >= 1 and region.right <= size[0]

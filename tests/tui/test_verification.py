@@ -1,0 +1,495 @@
+"""The verification screen against real loopback servers, and its snapshots from fixed results.
+
+Live tests start a FaultyBackend and a TinyTaskApp, point a .env at them and open the app on
+the verification step. Snapshot tests replace the session's checks with fixed results (and
+the screen's clock with a fixed one), so no port, path or timing reaches an SVG.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+from pathlib import Path
+
+import httpx
+import pytest
+from textual.widgets import TextArea
+
+from app.core.client import ApiResponse, VerifyResult
+from app.core.health import HealthAttempt, HealthReport, check_task_app
+from app.screens.verification import VerificationScreen
+from app.core.diagnosis import BackendCheck, TaskAppCheck, Verdict, backend_rows, key_prefix_hint, overall_verdict
+from widgets.diagnostics import DiagnosticsTable
+from widgets.json_view import JsonReportModal
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
+ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
+WRONG_ENV_KEY = "env_wrong_fedcba9876543210fedcba9876543210"
+SYNTH_KEY = "sk_test_backend_key_0123456789"
+FIXED_BACKEND = "http://127.0.0.1:8000"
+FIXED_TASK_URL = "http://127.0.0.1:8001"
+SIZE = (120, 36)
+
+
+# --------------------------------------------------------------------------- setup
+
+
+def write_env(path: Path, *, synth_key: str, env_key: str, task_url: str) -> Path:
+    path.write_text(f"SYNTH_API_KEY={synth_key}\nENVIRONMENT_API_KEY={env_key}\nTASK_APP_URL={task_url}\n")
+    return path
+
+
+def flow_app(make_app, project: Path, *, backend: str, task_url: str, start: str = "verify",
+             synth_key: str = SYNTH_KEY, env_key: str = ENV_KEY, **options):
+    """An app opened on ``start`` with the config and .env already chosen, as the earlier
+    steps would leave the session."""
+    config = project / "configs" / "crafter_qwen4b.toml"
+    shutil.copy(EXAMPLE, config)
+    env = write_env(project / ".env", synth_key=synth_key, env_key=env_key, task_url=task_url)
+    app = make_app(start, config_paths=[str(config)], env_files=[str(env)], backend=backend, **options)
+    app.session.choose_config(config, app.session.validate(config))
+    app.session.open_env(env, "flag")
+    return app
+
+
+@pytest.fixture
+def short_timeout(monkeypatch):
+    monkeypatch.setattr(VerificationScreen, "CHECK_TIMEOUT_S", 1.0)
+
+
+async def wait_for(pilot, condition, *, what: str, limit: int = 400) -> None:
+    """Let the app run until ``condition()`` holds; bounded, so a hang fails the test."""
+    for _ in range(limit):
+        if condition():
+            return
+        await pilot.pause(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def checks_done(pilot) -> VerificationScreen:
+    await wait_for(pilot, lambda: isinstance(pilot.app.screen, VerificationScreen), what="the verification screen")
+    screen = pilot.app.screen
+    await wait_for(pilot, lambda: not screen.running, what="both checks to finish")
+    await pilot.pause()
+    return screen
+
+
+def rows(screen: VerificationScreen):
+    return screen.query_one(DiagnosticsTable).rows
+
+
+def verdict_text(screen: VerificationScreen) -> str:
+    return str(screen.query_one("#verify-verdict").render())
+
+
+def screen_text(screen: VerificationScreen) -> str:
+    table = " | ".join(f"{r.check} {r.tried} {r.status} {r.verdict.value} {r.reason} {r.fix}" for r in rows(screen))
+    return f"{table}\n{verdict_text(screen)}"
+
+
+def assert_no_secrets(*texts: str) -> None:
+    for text in texts:
+        for secret in (ENV_KEY, WRONG_ENV_KEY, SYNTH_KEY, "sk_wrong_key_0123456789"):
+            assert secret not in text
+        assert "Traceback" not in text
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class SilentServer:
+    """Accepts connections and never answers: the task app that hangs."""
+
+    def __enter__(self) -> SilentServer:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+
+# --------------------------------------------------------------------------- live checks
+
+
+async def test_both_checks_pass_and_enter_opens_the_preview(make_app, project, faulty_backend, tiny_task_app):
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        found = rows(screen)
+        assert [r.check for r in found] == ["backend", "backend verify", "backend verify", "task app", "task app"]
+        assert all(r.verdict is Verdict.OK for r in found)
+        assert found[0].status == 200 and "Bearer sk_t…89" in found[0].tried
+        assert [r.status for r in found[3:]] == [200, 200]
+        assert "env_…ef" in found[3].tried and "/health" in found[3].tried and "/task_info" in found[4].tried
+        assert "Ready: press enter to preview the payload" in verdict_text(screen)
+        # the two checks really ran: the backend was asked and the task app saw the key
+        assert faulty_backend.count("/rl/verify_task_app") == 1
+        assert tiny_task_app.seen_headers and tiny_task_app.seen_headers[0]["X-API-Key"] == ENV_KEY
+        assert_no_secrets(screen_text(screen))
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "PayloadPreviewScreen", what="the preview")
+
+
+async def test_wrong_environment_key_shows_the_400_and_the_fix(make_app, project, faulty_backend, tiny_task_app):
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url, env_key=WRONG_ENV_KEY)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        task_rows = [r for r in rows(screen) if r.check == "task app"]
+        assert [r.status for r in task_rows] == [400, 400]
+        assert all(r.verdict is Verdict.FAILED for r in task_rows)
+        assert "rejected ENVIRONMENT_API_KEY env_…10" in task_rows[0].reason
+        assert "the key the task app was started with" in task_rows[0].fix
+        verdict = verdict_text(screen)
+        assert "rejected ENVIRONMENT_API_KEY" in verdict and "started with" in verdict
+        assert_no_secrets(screen_text(screen))
+        await pilot.press("enter")  # refused, and says why
+        await pilot.pause()
+        assert isinstance(app.screen, VerificationScreen)
+        assert any("Cannot continue" in n.message for n in app._notifications)
+
+
+async def test_task_app_offline_says_connection_refused(make_app, project, faulty_backend):
+    down = f"http://127.0.0.1:{free_port()}"
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=down)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        task_rows = [r for r in rows(screen) if r.check == "task app"]
+        assert task_rows and all(r.status is None and r.reason == "connection refused" for r in task_rows)
+        assert "offline" in task_rows[0].fix
+        verdict = verdict_text(screen)
+        assert f"The task app at {down} is offline (connection refused)" in verdict
+        assert "Start the task app, or fix TASK_APP_URL" in verdict
+
+
+async def test_backend_down_is_unreachable_with_the_fix(make_app, project, tiny_task_app):
+    down = f"http://127.0.0.1:{free_port()}"
+    app = flow_app(make_app, project, backend=down, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        backend = rows(screen)[0]
+        assert backend.check == "backend" and backend.verdict is Verdict.FAILED
+        assert "Cannot reach the backend" in backend.reason and "connection refused" in backend.reason
+        assert "--backend" in backend.fix
+        verdict = verdict_text(screen)
+        assert "Backend unreachable" in verdict and "Fix:" in verdict and "--backend" in verdict
+        # the task app itself is fine, and says so
+        assert all(r.verdict is Verdict.OK for r in rows(screen) if r.check == "task app")
+
+
+async def test_wrong_synth_key_shows_401_and_the_fix(make_app, project, faulty_backend, tiny_task_app):
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url,
+                   synth_key="sk_wrong_key_0123456789")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        backend = rows(screen)[0]
+        assert backend.status == 401 and backend.verdict is Verdict.FAILED
+        assert "rejected the SYNTH_API_KEY" in backend.reason and "SYNTH_API_KEY" in backend.fix
+        verdict = verdict_text(screen)
+        assert "Wrong SYNTH_API_KEY: the backend rejected sk_w…89 (HTTP 401)" in verdict
+        assert_no_secrets(screen_text(screen))
+
+
+async def test_backend_holds_no_key_the_task_app_accepts(make_app, project, faulty_backend, tiny_task_app):
+    faulty_backend.verify_answer = (200, {"any_ok": False, "candidates_first15": ["env_other_key_1"], "attempts": [
+        {"endpoint": "/health", "header": "X-API-Key", "key_prefix": "env_other_key_1", "status": 400,
+         "latency_ms": 3.2, "ok": False, "error": "API key missing or invalid"},
+        {"endpoint": "/task_info", "header": "Authorization: Bearer", "key_prefix": "env_…99", "status": 400,
+         "latency_ms": 2.5, "ok": False}]})
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        verify_rows = [r for r in rows(screen) if r.check == "backend verify"]
+        assert [r.status for r in verify_rows] == [400, 400]
+        assert verify_rows[0].tried == "/health · X-API-Key · env_ot…"  # a prefix, never 15 characters
+        assert verify_rows[1].tried == "/task_info · Authorization: Bearer · env_…99"
+        assert "rejected this stored key" in verify_rows[0].reason
+        assert "API key missing or invalid" in verify_rows[0].reason
+        assert verify_rows[0].latency_ms == pytest.approx(3.2)
+        verdict = verdict_text(screen)
+        assert "The backend holds no key this task app accepts" in verdict
+        assert "Upload this task app's ENVIRONMENT_API_KEY" in verdict
+
+
+async def test_hosted_backend_attempts_with_only_a_status_are_shown(make_app, project, faulty_backend,
+                                                                      tiny_task_app):
+    # FaultyBackend's default answer is the hosted shape: attempts carry only a status.
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        verify_rows = [r for r in rows(screen) if r.check == "backend verify"]
+        assert [(r.tried, r.status, r.verdict) for r in verify_rows] == [
+            ("(the backend did not say)", 200, Verdict.OK)] * 2
+
+
+async def test_hung_task_app_ticks_then_ends_with_the_timeout_reason(make_app, project, faulty_backend,
+                                                                     short_timeout):
+    with SilentServer() as silent:
+        app = flow_app(make_app, project, backend=faulty_backend.url, task_url=silent.url)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: isinstance(app.screen, VerificationScreen), what="the screen")
+            screen = app.screen
+            seen: list[str] = []
+
+            def pending_reason() -> bool:
+                pending = [r.reason for r in rows(screen) if r.check == "task app" and r.verdict is Verdict.PENDING]
+                seen.extend(pending)
+                return bool(pending) and pending[0] != "verifying… 0.0 s"
+
+            await wait_for(pilot, pending_reason, what="the elapsed time to tick")
+            assert seen[-1].startswith("verifying… ") and seen[-1].endswith(" s")
+            assert "Checking…" in verdict_text(screen)
+            screen = await checks_done(pilot)
+            task_rows = [r for r in rows(screen) if r.check == "task app"]
+            assert task_rows[0].verdict is Verdict.FAILED
+            assert task_rows[0].reason == "no answer within 1 s"
+            assert f"The task app at {silent.url} did not answer" in verdict_text(screen)
+
+
+async def test_slow_backend_times_out_with_a_reason(make_app, project, faulty_backend, tiny_task_app, monkeypatch):
+    monkeypatch.setattr(VerificationScreen, "CHECK_TIMEOUT_S", 0.5)
+    faulty_backend.inject("verify", "slow")  # answers after 1.5 s
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        backend = rows(screen)[0]
+        assert backend.verdict is Verdict.FAILED and backend.reason == "no answer within 0.5 s"
+        assert "did not answer within 0.5 s" in verdict_text(screen)
+
+
+async def test_missing_key_is_explained_in_place(make_app, project, faulty_backend, tiny_task_app):
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url, env_key="")
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        assert screen.setup_problem is not None
+        verdict = verdict_text(screen)
+        assert "Cannot prepare the payload: Missing required keys: ENVIRONMENT_API_KEY" in verdict
+        assert "Fix:" in verdict
+        assert rows(screen) == []
+        assert faulty_backend.count("/rl/verify_task_app") == 0  # nothing sent without a payload
+
+
+async def test_retry_runs_both_checks_again(make_app, project, faulty_backend, tiny_task_app):
+    faulty_backend.inject("verify", "500")
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        assert rows(screen)[0].status == 500 and not screen.verdict.ready
+        assert "could not run the verification (HTTP 500)" in verdict_text(screen)
+        await pilot.press("r")
+        await pilot.pause()
+        screen = await checks_done(pilot)
+        assert screen.verdict.ready
+        assert faulty_backend.count("/rl/verify_task_app") == 2
+        assert len(tiny_task_app.seen_headers) == 4
+
+
+async def test_back_returns_to_env_review(make_app, project, faulty_backend, tiny_task_app):
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        await checks_done(pilot)
+        await pilot.press("b")
+        await wait_for(pilot, lambda: type(app.screen).__name__ == "EnvReviewScreen", what="env review")
+
+
+async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(make_app, project, faulty_backend,
+                                                                         tiny_task_app):
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url, env_key=WRONG_ENV_KEY)
+    async with app.run_test(size=SIZE) as pilot:
+        await checks_done(pilot)
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(app.screen, JsonReportModal), what="the diagnostics")
+        text = app.screen.query_one(TextArea).text
+        report = json.loads(text)
+        assert report["backend_verify"]["body"]["any_ok"] is True
+        attempts = report["task_app_health"]["attempts"]
+        assert [a["status"] for a in attempts] == [400, 400]
+        assert attempts[0]["body"]["detail"]["error"]["code"] == "unauthorised"
+        assert report["verdict"]["ready"] is False
+        assert_no_secrets(text)
+        await pilot.press("y")
+        await pilot.pause()
+        assert app.clipboard == text
+        assert any(n.message == "Diagnostics copied" for n in app._notifications)
+        app.copy_to_clipboard("")
+        await pilot.press("ctrl+c")  # copies here; it does not ask to quit
+        await pilot.pause()
+        assert app.clipboard == text and isinstance(app.screen, JsonReportModal)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: isinstance(app.screen, VerificationScreen), what="the modal to close")
+
+
+async def test_backend_answering_html_is_explained(make_app, project, faulty_backend, tiny_task_app):
+    faulty_backend.inject("verify", "html")
+    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        backend = rows(screen)[0]
+        assert backend.verdict is Verdict.FAILED and "HTML instead of JSON" in backend.reason
+        assert "/api" in backend.fix
+        assert "HTML instead of JSON" in verdict_text(screen)
+
+
+# --------------------------------------------------------------------------- the view model alone
+
+
+def backend_check(body, status: int = 200) -> BackendCheck:
+    return BackendCheck("http://127.0.0.1:8000/api", "sk_t…89", 30.0, 0.01,
+                        result=VerifyResult(status, body, ApiResponse(status, body, json.dumps(body))))
+
+
+def healthy_task_app() -> TaskAppCheck:
+    attempts = [HealthAttempt(e, f"{FIXED_TASK_URL}{e}", "env_…ef", 200, 1.0, True, "OK")
+                for e in ("/health", "/task_info")]
+    return TaskAppCheck(FIXED_TASK_URL, "env_…ef", 30.0, 0.01, report=HealthReport(FIXED_TASK_URL, attempts))
+
+
+def test_verify_attempts_of_any_shape_become_rows():
+    check = backend_check({"any_ok": False, "attempts": [
+        {"status": 200},
+        {"status": "400"},
+        {"endpoint": "/health", "header": "Bearer", "key_prefix": "env_ke", "status": None, "ok": False,
+         "error": "ConnectError: connection refused", "latency_ms": "3.5"},
+        {},
+        {"endpoint": "/task_info", "status": 400, "ok": False, "detail": {"error": {"code": "unauthorised"}}},
+        "not a dict",
+    ]})
+    found = backend_rows(check)[1:]
+    assert [(r.status, r.verdict) for r in found] == [
+        (200, Verdict.OK), (400, Verdict.FAILED), (None, Verdict.FAILED), (None, Verdict.FAILED),
+        (400, Verdict.FAILED)]
+    assert found[2].tried == "/health · Bearer · env_ke…" and found[2].latency_ms == 3.5
+    assert found[2].reason == "ConnectError: connection refused"
+    assert found[3].tried == "(the backend did not say)" and found[3].reason == "no answer"
+    assert "rejected this stored key" in found[4].reason and "unauthorised" in found[4].reason
+
+
+def test_a_backend_with_no_stored_key_says_so():
+    check = backend_check({"any_ok": False, "candidates_first15": [], "attempts": [],
+                           "detail": "The embedded backend holds no ENVIRONMENT_API_KEY to try"})
+    row = backend_rows(check)[-1]
+    assert row.verdict is Verdict.FAILED and "holds no ENVIRONMENT_API_KEY" in row.reason
+    verdict = overall_verdict(check, healthy_task_app())
+    assert not verdict.ready
+    assert verdict.headline == ("The backend holds no key this task app accepts: it has no "
+                                "ENVIRONMENT_API_KEY stored for your org.")
+    assert "synth-ai setup" in verdict.problems[0].fix
+
+
+def test_key_prefixes_never_show_more_than_six_characters():
+    assert key_prefix_hint(ENV_KEY) == "env_ke…"
+    assert key_prefix_hint("env_…ef") == "env_…ef"
+    assert key_prefix_hint(None) == ""
+
+
+def test_both_checks_passing_is_ready():
+    verdict = overall_verdict(backend_check({"any_ok": True, "attempts": [{"status": 200}]}), healthy_task_app())
+    assert verdict.ready and verdict.headline == "Ready: press enter to preview the payload"
+
+
+# --------------------------------------------------------------------------- snapshots (fixed data)
+
+
+def fixed_verify_result() -> VerifyResult:
+    body = {"any_ok": True, "candidates_first15": ["env_key_012345"], "attempts": [
+        {"endpoint": "/health", "header": "X-API-Key", "key_prefix": "env_…ef", "status": 200,
+         "latency_ms": 12.0, "ok": True},
+        {"endpoint": "/task_info", "header": "X-API-Key", "key_prefix": "env_…ef", "status": 200,
+         "latency_ms": 9.0, "ok": True}]}
+    return VerifyResult(200, body, ApiResponse(200, body, json.dumps(body)))
+
+
+async def fixed_health_report(env_key: str, task_url: str = FIXED_TASK_URL):
+    """A real health check against canned answers (the reasons are the real ones); latencies fixed."""
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("X-API-Key") != ENV_KEY:
+            return httpx.Response(400, json={"detail": {"error": {
+                "code": "unauthorised", "message": "API key missing or invalid",
+                "allowed_first15": [ENV_KEY[:15]], "allowed_count": 1}}})
+        return httpx.Response(200, json={"healthy": True} if request.url.path == "/health" else {"taskset": {}})
+
+    report = await check_task_app(task_url, env_key, transport=httpx.MockTransport(answer))
+    for attempt, latency in zip(report.attempts, (4.0, 6.0)):
+        attempt.latency_ms = latency
+    return report
+
+
+def fixed_checks(app, monkeypatch, *, env_key: str) -> None:
+    """The session answers with fixed results; the screen's clock stands still."""
+    async def verify(*, timeout: float = 30.0):
+        return fixed_verify_result()
+
+    async def health(*, timeout: float = 30.0):
+        return await fixed_health_report(env_key)
+
+    monkeypatch.setattr(app.session, "verify", verify)
+    monkeypatch.setattr(app.session, "health", health)
+    monkeypatch.setattr(VerificationScreen, "clock", staticmethod(lambda: 100.0))
+
+
+def snapshot_app(make_app, project, monkeypatch, *, env_key: str = ENV_KEY):
+    app = flow_app(make_app, project, backend=FIXED_BACKEND, task_url=FIXED_TASK_URL, env_key=env_key,
+                   idempotency="fixed-key")
+    fixed_checks(app, monkeypatch, env_key=env_key)
+    return app
+
+
+async def settle(pilot) -> None:
+    await checks_done(pilot)
+    await pilot.pause()
+
+
+def assert_snapshot_has_no_secrets(app) -> None:
+    assert_no_secrets(app.export_screenshot())
+
+
+def test_snapshot_verification_ok(snap_compare, make_app, project, monkeypatch):
+    app = snapshot_app(make_app, project, monkeypatch)
+
+    async def run_before(pilot) -> None:
+        await settle(pilot)
+        assert_snapshot_has_no_secrets(pilot.app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_verification_wrong_environment_key(snap_compare, make_app, project, monkeypatch):
+    app = snapshot_app(make_app, project, monkeypatch, env_key=WRONG_ENV_KEY)
+
+    async def run_before(pilot) -> None:
+        await settle(pilot)
+        assert_snapshot_has_no_secrets(pilot.app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+def test_snapshot_diagnostics_modal(snap_compare, make_app, project, monkeypatch):
+    app = snapshot_app(make_app, project, monkeypatch, env_key=WRONG_ENV_KEY)
+
+    async def run_before(pilot) -> None:
+        await settle(pilot)
+        await pilot.press("d")
+        await wait_for(pilot, lambda: isinstance(pilot.app.screen, JsonReportModal), what="the diagnostics")
+        await pilot.pause()
+        assert_snapshot_has_no_secrets(pilot.app)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_layout_fits_small_and_large_terminals(make_app, project, monkeypatch, size):
+    app = snapshot_app(make_app, project, monkeypatch, env_key=WRONG_ENV_KEY)
+    async with app.run_test(size=size) as pilot:
+        screen = await checks_done(pilot)
+        verdict = screen.query_one("#verify-verdict")
+        table = screen.query_one(DiagnosticsTable)
+        assert verdict.region.bottom <= size[1] - 1  # above the footer
+        assert table.region.width <= size[0] and table.size.height >= 6
+        assert "rejected ENVIRONMENT_API_KEY" in verdict_text(screen)

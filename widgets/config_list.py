@@ -1,0 +1,96 @@
+"""The config picker's list: one line per RL config, with its verdict and where it came from."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual import events
+from textual.binding import Binding
+from textual.content import Content
+from textual.widgets import OptionList
+from textual.widgets.option_list import Option
+
+from app.core.config import ValidationReport
+
+
+@dataclass(frozen=True)
+class ConfigEntry:
+    """One config as the picker shows it. Built in a worker (it needs file I/O); the UI
+    only reads it."""
+
+    path: Path
+    label: str  # the path as shown: relative to the working directory when under it
+    report: ValidationReport
+    text: str | None  # the file's text for the preview; None when it cannot be read
+    disk_stamp: tuple[int, int] | None  # (mtime_ns, size): to notice a change on disk
+    last_used: bool = False
+    explicit: bool = False  # named with --config
+
+    @property
+    def ok(self) -> bool:
+        return self.report.ok
+
+    @property
+    def problem_count(self) -> int:
+        return len(self.report.problems)
+
+    def matches(self, query: str) -> bool:
+        """Every word of the filter appears in the path, in any order, ignoring case."""
+        label = self.label.lower()
+        return all(word in label for word in query.lower().split())
+
+
+def entry_prompt(entry: ConfigEntry) -> Content:
+    mark = ("✓ ", "$text-success") if entry.ok else ("✗ ", "$text-error")
+    parts: list[tuple[str, str] | str] = [mark, entry.label]
+    if entry.last_used:
+        parts.append(("  ★ last used", "$text-accent"))
+    if entry.explicit:
+        parts.append(("  --config", "$text-primary"))
+    if not entry.ok:
+        count = entry.problem_count
+        parts.append((f"  {count} problem{'s' if count != 1 else ''}", "$text-error"))
+    return Content.assemble(*parts)
+
+
+class ConfigList(OptionList):
+    """The configs that pass the filter. A click highlights (and so previews) a config; a
+    click on the highlighted one, or enter, chooses it. OptionList would choose on the first
+    click, which makes previewing with the mouse impossible."""
+
+    # OptionList hides its enter binding; here it is the main action, so the footer shows it.
+    BINDINGS = [Binding("enter", "select", "Choose", id="picker.list_choose")]
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.entries: list[ConfigEntry] = []
+
+    def show(self, entries: Sequence[ConfigEntry], *, keep: Path | None = None) -> None:
+        """List ``entries``, keeping ``keep`` highlighted when it is still listed."""
+        self.entries = list(entries)
+        self.set_options(Option(entry_prompt(entry), id=str(entry.path)) for entry in self.entries)
+        paths = [entry.path for entry in self.entries]
+        if not paths:
+            self.highlighted = None
+        else:
+            self.highlighted = paths.index(keep) if keep in paths else 0
+
+    @property
+    def highlighted_entry(self) -> ConfigEntry | None:
+        index = self.highlighted
+        if index is None or not 0 <= index < len(self.entries):
+            return None
+        return self.entries[index]
+
+    async def _on_click(self, event: events.Click) -> None:
+        # prevent_default: OptionList's own click handler (which selects at once) must not run.
+        event.prevent_default()
+        clicked = event.style.meta.get("option")
+        if clicked is None:
+            return
+        if clicked == self.highlighted:
+            self.action_select()
+        else:
+            self.highlighted = clicked
