@@ -112,6 +112,14 @@ class SynthTuiApp(App[int]):
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
         self.push_screen(HelpModal(str(title), rows))
 
+    async def action_quit(self) -> None:
+        """Ctrl+Q: on the dashboard, the same confirm-and-attach-hint as its own q."""
+        quit_dashboard = getattr(self.screen, "action_quit_dashboard", None)
+        if quit_dashboard is not None:
+            quit_dashboard()
+        else:
+            self.exit(self.exit_code)
+
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         actions = getattr(screen, "PALETTE_COMMANDS", ())

@@ -62,6 +62,9 @@ class EventLog(Vertical):
         self.hidden_noise = 0
         self.new_while_away = 0
         self.total = 0
+        # Tail mode: follow the newest line until the user scrolls up; scrolling back to the
+        # end resumes it. Tracked here because the Log's own flag is set on every write.
+        self.tailing = True
 
     def compose(self) -> ComposeResult:
         yield Static("", id="log-status", markup=False)
@@ -84,8 +87,23 @@ class EventLog(Vertical):
             "DEBUG": Style(dim=True),
             "dim": Style(dim=True),
         }
-        self.query_one(Log).highlighter = LevelHighlighter(styles)
+        log = self.query_one(Log)
+        log.highlighter = LevelHighlighter(styles)
+        self.watch(log, "scroll_y", self._scrolled, init=False)
         self._update_status()
+
+    def _scrolled(self) -> None:
+        log = self.log
+        tailing = log.is_vertical_scroll_end or log.max_scroll_y == 0
+        if tailing != self.tailing:
+            self.tailing = tailing
+            if tailing:
+                self.new_while_away = 0
+            self._update_status()
+
+    def on_resize(self) -> None:
+        if self.tailing:
+            self.log.call_after_refresh(self.log.scroll_end, animate=False)
 
     @property
     def log(self) -> Log:
@@ -102,8 +120,6 @@ class EventLog(Vertical):
 
     def add_events(self, events: list[JobEvent]) -> None:
         """One coalesced batch from the worker."""
-        log = self.log
-        at_end = log.is_vertical_scroll_end or log.max_scroll_y == 0
         lines = []
         for event in events:
             self.kept.append(event)
@@ -113,10 +129,15 @@ class EventLog(Vertical):
             if self._visible(event):
                 lines.append(format_event(event))
         if lines:
-            # Tail mode: follow the end unless the user scrolled up to read; then count.
-            log.auto_scroll = at_end
-            self.new_while_away = 0 if at_end else self.new_while_away + len(lines)
+            log = self.log
+            log.auto_scroll = self.tailing
+            if not self.tailing:
+                self.new_while_away += len(lines)
             log.write_lines(lines)
+            if self.tailing:
+                # Once the new lines are laid out: the Log's own scroll can run before its
+                # size grows, and a layout change (the final status panel) can follow.
+                log.call_after_refresh(log.scroll_end, animate=False)
         self._update_status()
 
     def rebuild(self) -> None:
@@ -124,6 +145,7 @@ class EventLog(Vertical):
         log = self.log
         log.clear()
         log.auto_scroll = True
+        self.tailing = True
         self.new_while_away = 0
         log.write_lines([format_event(e) for e in self.kept if self._visible(e)])
         self._update_status()
@@ -139,6 +161,7 @@ class EventLog(Vertical):
     def follow(self) -> None:
         """Back to tail mode."""
         self.new_while_away = 0
+        self.tailing = True
         self.log.auto_scroll = True
         self.log.scroll_end(animate=False)
         self._update_status()

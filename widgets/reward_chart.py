@@ -29,6 +29,15 @@ def format_readouts(readouts: Readouts, smoothing: str, zoomed: bool) -> str:
             f"rate {rate}   ·   smoothing {smoothing}   ·   {view}")
 
 
+def integer_ticks(first: float, last: float, count: int = 6) -> list[int]:
+    """Steps are whole numbers: label the x axis with integers, not 1.50."""
+    first, last = int(first), int(last)
+    if last <= first:
+        return [first]
+    stride = max(1, round((last - first) / (count - 1)))
+    return list(range(first, last + 1, stride))
+
+
 class RewardChart(Vertical):
     metric: reactive[str | None] = reactive(None)
     smoothing: reactive[str] = reactive("none")
@@ -110,6 +119,7 @@ class RewardChart(Vertical):
         plt.plot(xs, ys, marker="braille", label=self.smoothing if self.smoothing != "none" else None)
         plt.title(self.metric or "")
         plt.xlabel("step")
+        plt.xticks(integer_ticks(xs[0], xs[-1]))
         readouts.update(format_readouts(series.readouts(), self.smoothing, self.zoomed))
         self.redraws += 1
         plot.refresh()

@@ -13,6 +13,7 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 
@@ -144,7 +145,7 @@ class MetricStore:
             series = self.series.get(point.name)
             if series is None:
                 series = self.series[point.name] = MetricSeries(point.name)
-            series.add(float(point.step), float(point.value))
+            series.add(float(point.step), float(point.value), now=_timestamp(point.created_at))
             changed.add(point.name)
         return changed
 
@@ -153,6 +154,17 @@ class MetricStore:
 
     def get(self, name: str | None) -> MetricSeries | None:
         return self.series.get(name) if name else None
+
+
+def _timestamp(created_at: str | None) -> float | None:
+    """The backend's time of a point, so the rate means steps per minute of training, not of
+    arrival (a replayed or caught-up history arrives all at once)."""
+    if not created_at:
+        return None
+    try:
+        return datetime.fromisoformat(created_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
 
 
 def window(steps: Sequence[float], recent: int | None) -> int:

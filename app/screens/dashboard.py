@@ -43,6 +43,8 @@ class JobContext:
     payload: dict[str, Any] | None = None
     config_path: str | None = None
     model: str | None = None
+    # A finished run shown from fixed data instead of the backend (snapshots, README pictures).
+    replay: FeedBatch | None = None
 
 
 class DashboardScreen(FlowScreen):
@@ -79,6 +81,7 @@ class DashboardScreen(FlowScreen):
         self.paused = False
         self.started = time.monotonic()
         self.created_at: datetime | None = None
+        self.finished_after: int | None = None  # seconds from creation to the end, once known
         self.feed: JobFeed | None = None
         self._held = FeedBatch()
         self.since_seq = since_seq
@@ -100,6 +103,9 @@ class DashboardScreen(FlowScreen):
         super().on_mount()
         self.query_one("#dash-filter").display = False
         self.query_one("#dash-final").display = False
+        if self.job.replay is not None:
+            self._apply(self.job.replay)
+            return
         self._start_feed()
         self.set_interval(0.1, self.apply_feed, name="dashboard-drain")
         self.set_interval(1.0, self._render_header, name="dashboard-clock")
@@ -157,6 +163,9 @@ class DashboardScreen(FlowScreen):
     def _ended(self, status: str, payload: dict[str, Any], reason: str) -> None:
         self.ended = True
         self.status = status
+        created, updated = _parse_time(payload.get("created_at")), _parse_time(payload.get("updated_at"))
+        if created is not None and updated is not None and reason == "terminal":
+            self.finished_after = max(0, int((updated - created).total_seconds()))
         final = self.query_one("#dash-final")
         final.display = True
         if reason == "timeout":
@@ -171,8 +180,11 @@ class DashboardScreen(FlowScreen):
         self.query_one("#dash-final-text", Static).update(text)
 
     def _render_header(self) -> None:
+        # The job's age from its created_at (the backend's clock), frozen at its end.
         elapsed = int(time.monotonic() - self.started)
-        if self.created_at is not None and not self.ended:
+        if self.finished_after is not None:
+            elapsed = self.finished_after
+        elif self.created_at is not None:
             elapsed = max(0, int((datetime.now(self.created_at.tzinfo) - self.created_at).total_seconds()))
         style = STATUS_CLASSES.get(self.status, "")
         status = f"[$success]●[/] {self.status}" if style == "ok" else (
@@ -295,9 +307,11 @@ class DashboardScreen(FlowScreen):
     def _exit(self) -> None:
         if self.feed is not None:
             self.feed.stop()
-        message = None if self.ended else (
-            f"Job {self.job.job_id} keeps running. Attach again with:\n"
-            f"  synth-tui attach {self.job.job_id} --backend {self.session.backend_base}")
+        if self.ended:
+            message = f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
+        else:
+            message = (f"Job {self.job.job_id} keeps running. Attach again with:\n"
+                       f"  synth-tui attach {self.job.job_id} --backend {self.session.backend_base}")
         self.app.exit(0, message=message)
 
     def on_unmount(self) -> None:

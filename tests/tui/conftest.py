@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,16 @@ from app.tui import SynthTuiApp
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "rl"
+
+
+@pytest.fixture(autouse=True)
+def utc_clock(monkeypatch):
+    """Event times are shown in local time: pin the zone so snapshots match everywhere."""
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
 
 
 @pytest.fixture(autouse=True)

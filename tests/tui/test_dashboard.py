@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import threading
 
+from app.core.feed import FeedBatch
 from app.core.history import RunHistory
+from app.core.streaming import WatchEnded
+from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.core.paths import run_dir
 from app.core.session import LaunchOptions, LaunchSession
 from app.screens.dashboard import DashboardScreen, JobContext
@@ -182,3 +185,60 @@ async def test_backend_restart_shows_reconnecting_and_loses_nothing():
         backend.stop()
     assert seen_reconnecting
     assert shown == [e["seq"] for _, events, _ in timeline for e in events]
+
+
+def finished_run() -> FeedBatch:
+    """A fixed, finished run: 30 steps whose score climbs, with noise and an error event."""
+    events = [JobEvent(seq=1, type="rl.job.created", level="info", message="Job created",
+                       created_at="2026-01-01T12:00:00Z"),
+              JobEvent(seq=2, type="hatchet.submission.attempt", level="info", message="submitting",
+                       created_at="2026-01-01T12:00:01Z")]
+    points = []
+    for step in range(1, 31):
+        score = round(0.15 + 0.8 * (1 - 0.9 ** step) + (0.03 if step % 3 else -0.02), 4)
+        events.append(JobEvent(seq=step + 2, type="rl.train.step", level="info",
+                               message=f"Step {step}/30: mean score {score:.3f}",
+                               created_at=f"2026-01-01T12:00:{step + 1:02d}Z"))
+        at = f"2026-01-01T12:00:{step + 1:02d}Z"
+        points += [MetricPoint(name="train.mean_score", step=step, value=score, created_at=at),
+                   MetricPoint(name="train.loss", step=step, value=round(1.2 - score, 4), created_at=at)]
+    events.append(JobEvent(seq=33, type="rl.pipeline.backpressure", level="warning",
+                           message="rollout queue is full", created_at="2026-01-01T12:00:32Z"))
+    events.append(JobEvent(seq=34, type="rl.job.completed", level="info", message="Job completed",
+                           created_at="2026-01-01T12:00:33Z"))
+    payload = {"job_id": "job_snapshot", "status": "succeeded", "created_at": "2026-01-01T12:00:00Z",
+               "updated_at": "2026-01-01T12:00:33Z"}
+    return FeedBatch(events=events, points=points, status=JobStatus.model_validate(payload),
+                     ended=WatchEnded("succeeded", payload, "terminal"))
+
+
+def replay_app() -> SynthTuiApp:
+    session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
+    session.resolve()
+    job = JobContext("job_snapshot", None, "configs/rl/demo.toml", "Qwen/Qwen3-0.6B", replay=finished_run())
+    return SynthTuiApp(session, attach=job)
+
+
+def test_snapshot_finished_dashboard_wide(snap_compare):
+    assert snap_compare(replay_app(), terminal_size=(160, 45))
+
+
+def test_snapshot_finished_dashboard_narrow(snap_compare):
+    assert snap_compare(replay_app(), terminal_size=(80, 24))
+
+
+async def test_log_follows_the_tail_until_the_user_scrolls_up():
+    app = replay_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        log = app.screen.query_one(EventLog)
+        await wait_for(pilot, lambda: log.log.is_vertical_scroll_end)
+        log.log.scroll_home(animate=False)
+        await pilot.pause()
+        assert not log.tailing
+        log.add_events([JobEvent(seq=100 + i, type="rl.train.step", message="late") for i in range(3)])
+        assert log.new_while_away == 3
+        assert "3 new" in str(log.query_one("#log-status").render())
+        await pilot.press("end")
+        await wait_for(pilot, lambda: log.log.is_vertical_scroll_end)
+        assert log.tailing and log.new_while_away == 0
