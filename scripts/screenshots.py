@@ -1,0 +1,86 @@
+"""Regenerate the README's pictures: the app itself walks the demo and saves Textual SVGs.
+
+    .venv/bin/python scripts/screenshots.py            # writes docs/images/*.svg
+
+It starts the embedded backend and the reference task app (fresh demo keys, shown masked),
+drives the guided flow with the same keys a user presses, and saves one SVG per step plus
+the live dashboard mid-run and at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from app.core.session import LaunchOptions, LaunchSession  # noqa: E402
+from app.demo import start_demo, train_args  # noqa: E402
+from app.screens.config_picker import ConfigPickerScreen  # noqa: E402
+from app.screens.dashboard import DashboardScreen  # noqa: E402
+from app.screens.env_review import EnvReviewScreen  # noqa: E402
+from app.screens.preview import PayloadPreviewScreen  # noqa: E402
+from app.screens.verification import VerificationScreen  # noqa: E402
+from app.tui import SynthTuiApp  # noqa: E402
+
+OUT = REPO / "docs" / "images"
+SIZE = (160, 45)
+
+
+async def until(pilot, condition: Callable[[], bool], seconds: float = 60.0) -> None:
+    for _ in range(int(seconds / 0.05)):
+        if condition():
+            await pilot.pause(0.3)  # let the last frame settle
+            return
+        await pilot.pause(0.05)
+    raise TimeoutError("the app did not reach the expected state")
+
+
+async def walk(out: Path) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="synth-tui-shots-") as folder:
+        setup = start_demo(folder)
+        try:
+            flags = train_args(setup, argparse.Namespace(poll_interval=0.5, poll_timeout=600.0,
+                                                         stream_format="cli", no_tui=False))
+            app = SynthTuiApp(LaunchSession(LaunchOptions.from_args(flags, cwd=Path(folder))), start="picker")
+            saved = []
+
+            def shot(name: str) -> None:
+                saved.append(Path(app.save_screenshot(filename=f"{name}.svg", path=str(out))))
+
+            async with app.run_test(size=SIZE) as pilot:
+                await until(pilot, lambda: isinstance(app.screen, ConfigPickerScreen) and app.screen.searched)
+                shot("1-config-picker")
+                await pilot.press("enter")
+                await until(pilot, lambda: isinstance(app.screen, EnvReviewScreen) and bool(app.session.resolved))
+                shot("2-env-review")
+                await pilot.press("c")
+                await until(pilot, lambda: isinstance(app.screen, VerificationScreen) and not app.screen.running)
+                shot("3-verification")
+                await pilot.press("enter")
+                await until(pilot, lambda: isinstance(app.screen, PayloadPreviewScreen) and not app.screen.rebuilding)
+                shot("4-payload-preview")
+                await pilot.press("s")
+                await until(pilot, lambda: isinstance(app.screen, DashboardScreen)
+                            and len(app.screen.store.get("train.mean_score") or ()) >= 6)
+                shot("5-dashboard-live")
+                await until(pilot, lambda: app.screen.ended, seconds=120)
+                shot("6-dashboard-finished")
+            return saved
+        finally:
+            setup.stop()
+
+
+def main() -> None:
+    for path in asyncio.run(walk(OUT)):
+        print(path.relative_to(REPO))
+
+
+if __name__ == "__main__":
+    main()
