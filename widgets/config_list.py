@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from textual import events
@@ -12,34 +11,7 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from app.core.config import ValidationReport
-
-
-@dataclass(frozen=True)
-class ConfigEntry:
-    """One config as the picker shows it. Built in a worker (it needs file I/O); the UI
-    only reads it."""
-
-    path: Path
-    label: str  # the path as shown: relative to the working directory when under it
-    report: ValidationReport
-    text: str | None  # the file's text for the preview; None when it cannot be read
-    disk_stamp: tuple[int, int] | None  # (mtime_ns, size): to notice a change on disk
-    last_used: bool = False
-    explicit: bool = False  # named with --config
-
-    @property
-    def ok(self) -> bool:
-        return self.report.ok
-
-    @property
-    def problem_count(self) -> int:
-        return len(self.report.problems)
-
-    def matches(self, query: str) -> bool:
-        """Every word of the filter appears in the path, in any order, ignoring case."""
-        label = self.label.lower()
-        return all(word in label for word in query.lower().split())
+from app.core.picker import ConfigEntry
 
 
 def entry_prompt(entry: ConfigEntry) -> Content:

@@ -14,7 +14,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from widgets.paths import display_path
+from app.core.display_paths import display_path
 
 # Returns what is wrong with a path (shown under the input), or None when it can be used.
 PathCheck = Callable[[Path], str | None]

@@ -4,12 +4,11 @@ Discovery and validation read files, so they run in a thread worker that reports
 message; the screen only arranges what it is told. Keys: with the list focused, letters are
 commands (o, r); ``/`` moves to the filter, where typing filters, ``down`` returns to the list
 and ``enter`` chooses the highlighted config. A click previews a config, a second click (or
-enter) chooses it.
+enter) chooses it. The file work itself lives in app.core.picker.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 from textual import on, work
@@ -21,81 +20,12 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, OptionList, Static
 from textual.worker import get_current_worker
 
-from app.core import config as cfg
-from app.core.errors import ConfigError
-from app.core.session import LaunchSession
+from app.core.display_paths import home_relative
+from app.core.picker import ConfigEntry, config_path_problem, disk_stamp, find_config_entries, load_config_entry
 from app.screens.base import FlowScreen
-from widgets.config_list import ConfigEntry, ConfigList
+from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
 from widgets.path_prompt import PathPromptModal
-from widgets.paths import display_path, home_relative
-
-# --------------------------------------------------------------------------- file work (threads)
-
-
-def _disk_stamp(path: Path) -> tuple[int, int] | None:
-    try:
-        info = path.stat()
-    except OSError:
-        return None
-    return info.st_mtime_ns, info.st_size
-
-
-def load_config_entry(
-    session: LaunchSession, path: Path, *, last_used: bool = False, explicit: bool = False
-) -> ConfigEntry:
-    """Validate one config and read it for the preview. Blocking: call from a worker."""
-    stamp = _disk_stamp(path)  # before reading, so a change during the read is noticed later
-    report = session.validate(path)
-    try:
-        text: str | None = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
-        text = None
-    return ConfigEntry(
-        path=path,
-        label=display_path(path, session.options.cwd.resolve()),
-        report=report,
-        text=text,
-        disk_stamp=stamp,
-        last_used=last_used,
-        explicit=explicit,
-    )
-
-
-def find_config_entries(session: LaunchSession, opened: Sequence[Path] = ()) -> list[ConfigEntry]:
-    """``--config`` paths first, then the discovered configs (last used first), then the files
-    the user opened by path. Blocking: call from a worker."""
-    explicit = [Path(p).expanduser().resolve() for p in session.options.config_paths]
-    discovered = session.discover_configs()
-    last_used = {c.path for c in discovered if c.last_used}
-    ordered = list(dict.fromkeys([*explicit, *(c.path for c in discovered), *opened]))
-    return [
-        load_config_entry(session, path, last_used=path in last_used, explicit=path in explicit)
-        for path in ordered
-    ]
-
-
-def config_path_problem(path: Path, cwd: Path) -> str | None:
-    """Why ``path`` cannot be opened as a config, or None. A .toml with a syntax error is
-    accepted: the preview shows where the error is."""
-    shown = display_path(path, cwd)
-    if not path.exists():
-        return f"No file at {shown}"
-    if path.is_dir():
-        return f"{shown} is a folder; type the path of a .toml file"
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        return f"{shown} is not a text file, so not a TOML config"
-    except OSError as exc:
-        return f"Cannot read {shown}: {exc.strerror or exc}"
-    if path.suffix.lower() != ".toml":
-        try:
-            cfg.parse_toml_text(text, path)
-        except ConfigError:
-            return f"{shown} is not a TOML file"
-    return None
-
 
 # --------------------------------------------------------------------------- the screen
 
@@ -204,7 +134,7 @@ class ConfigPickerScreen(FlowScreen):
 
     @work(thread=True, exclusive=True, group="picker-recheck", exit_on_error=False, name="Re-reading a config")
     def _recheck(self, entry: ConfigEntry) -> None:
-        if _disk_stamp(entry.path) != entry.disk_stamp:
+        if disk_stamp(entry.path) != entry.disk_stamp:
             fresh = load_config_entry(self.session, entry.path, last_used=entry.last_used, explicit=entry.explicit)
             self.post_message(self.EntryRefreshed(fresh))
 

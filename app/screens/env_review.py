@@ -18,37 +18,13 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Header, Static
 
 from app.core import envfile
+from app.core.display_paths import display_path, home_relative
+from app.core.env_paths import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
 from app.screens.base import FlowScreen
 from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable, describe
 from widgets.path_prompt import PathPromptModal
-from widgets.paths import display_path, home_relative
-
-# How the .env was chosen (EnvChoice.how), in the user's words.
-HOW_CHOSEN = {
-    "flag": "from --env-file",
-    "discovered": "found in the project",
-    "chosen": "chosen by you",
-    "none": "none found",
-}
-
-
-def how_chosen(how: str) -> str:
-    if how.startswith("demo state"):
-        return "from ~/.synth-ai/demo.json"
-    return HOW_CHOSEN.get(how, how)
-
-
-def env_path_problem(path: Path, cwd: Path) -> str | None:
-    """Why ``path`` cannot be used as the .env, or None. Blocking: call from a worker."""
-    if not path.exists():
-        return f"No file at {display_path(path, cwd)}"
-    try:
-        envfile.EnvFile.load(path)
-    except EnvFileError as error:
-        return f"{error.message}. {error.hint}" if error.hint else error.message
-    return None
 
 
 class EnvReviewScreen(FlowScreen):

@@ -1,13 +1,16 @@
-"""Setup for Pilot and snapshot tests: no blinking cursors, fixed paths, a fixed clock."""
+"""Setup for Pilot and snapshot tests: no blinking cursors, fixed paths, a fixed clock, and
+an app opened on a later step of the flow."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
 import pytest
 from textual.widgets import Input, TextArea
 
+from app.core import config as cfg
 from app.core.session import LaunchOptions, LaunchSession
 from app.tui import SynthTuiApp
 
@@ -47,5 +50,35 @@ def make_app(project):
     def make(start: str = "picker", *, shell: dict | None = None, **options) -> SynthTuiApp:
         session = LaunchSession(LaunchOptions(cwd=project, **options), shell=shell or {})
         return SynthTuiApp(session, start=start)
+
+    return make
+
+
+@pytest.fixture
+def project_configs_only(monkeypatch):
+    """Discovery also searches the checkout's own configs/ folder; tests look at the project."""
+    monkeypatch.setattr(cfg, "project_config_roots", lambda: [])
+
+
+@pytest.fixture
+def fixed_home(project, monkeypatch):
+    """Show the project as ~/project in every run, so snapshots hold no temporary path."""
+    monkeypatch.setenv("HOME", str(project.parent))
+
+
+@pytest.fixture
+def flow_app(make_app, project):
+    """Opens the app on ``start`` with the example config and a .env already chosen, as the
+    earlier steps would leave the session. The .env holds the keys and the task URL given."""
+
+    def make(start: str, *, backend: str, task_url: str, synth_key: str, env_key: str, **options) -> SynthTuiApp:
+        config = project / "configs" / "crafter_qwen4b.toml"
+        shutil.copy(EXAMPLES / "crafter_qwen4b.toml", config)
+        env = project / ".env"
+        env.write_text(f"SYNTH_API_KEY={synth_key}\nENVIRONMENT_API_KEY={env_key}\nTASK_APP_URL={task_url}\n")
+        app = make_app(start, config_paths=[str(config)], env_files=[str(env)], backend=backend, **options)
+        app.session.choose_config(config, app.session.validate(config))
+        app.session.open_env(env, "flag")
+        return app
 
     return make

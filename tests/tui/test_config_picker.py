@@ -20,11 +20,8 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "rl"
 BROKEN = REPO / "tests" / "data" / "configs"
 
-
-@pytest.fixture(autouse=True)
-def project_configs_only(monkeypatch):
-    """Discovery also searches the checkout's own configs/ folder; tests look at the project."""
-    monkeypatch.setattr(cfg, "project_config_roots", lambda: [])
+# Discovery would also search the checkout's own configs/ folder; these tests look at the project.
+pytestmark = pytest.mark.usefixtures("project_configs_only")
 
 
 @pytest.fixture
@@ -34,12 +31,6 @@ def configs(project):
         shutil.copy(EXAMPLES / name, folder / name)
     shutil.copy(BROKEN / "many_problems.toml", folder / "many_problems.toml")
     return folder
-
-
-@pytest.fixture
-def fixed_home(project, monkeypatch):
-    """Show the project as ~/project in every run, so snapshots hold no temporary path."""
-    monkeypatch.setenv("HOME", str(project.parent))
 
 
 async def wait_until(pilot, condition, what: str = "condition") -> None:

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from app.core import config as cfg
 from app.core import envfile
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
@@ -41,14 +40,8 @@ FULL_ENV = (
 )
 
 
-@pytest.fixture(autouse=True)
-def project_configs_only(monkeypatch):
-    monkeypatch.setattr(cfg, "project_config_roots", lambda: [])
-
-
-@pytest.fixture
-def fixed_home(project, monkeypatch):
-    monkeypatch.setenv("HOME", str(project.parent))
+# Discovery would also search the checkout's own configs/ folder; these tests look at the project.
+pytestmark = pytest.mark.usefixtures("project_configs_only")
 
 
 @pytest.fixture
@@ -97,6 +90,15 @@ def assert_no_secret(text: str) -> None:
 async def select_row(pilot, screen: EnvReviewScreen, key: str) -> None:
     screen.query_one(MaskedEnvTable).select_key(key)
     await pilot.pause()
+
+
+async def edit_selected(pilot, screen: EnvReviewScreen, value: str) -> None:
+    """Edit the selected row: enter opens the dialog, the value replaces the old one, enter
+    applies it; returns once the dialog has closed."""
+    await pilot.press("enter")
+    pilot.app.screen.query_one("#env-value", Input).value = value
+    await pilot.press("enter")
+    await wait_until(pilot, lambda: pilot.app.screen is screen, "the dialog to close")
 
 
 # --------------------------------------------------------------------------- what is shown
@@ -274,10 +276,7 @@ async def test_save_changes_only_the_edited_line(make_app, project):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
         await select_row(pilot, screen, "ENVIRONMENT_API_KEY")
-        await pilot.press("enter")
-        app.screen.query_one("#env-value", Input).value = NEW_KEY
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: not app.session.env.dirty, "the save")
         await pilot.pause()
@@ -316,10 +315,7 @@ async def test_an_unwritable_env_shows_an_error_and_keeps_the_edits(make_app, pr
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
-        await pilot.press("enter")
-        app.screen.query_one("#env-value", Input).value = NEW_KEY
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: isinstance(app.screen, ErrorModal), "the error")
         modal = app.screen
@@ -363,10 +359,7 @@ async def test_choose_another_env_asks_before_dropping_edits(make_app, project):
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
-        await pilot.press("enter")
-        app.screen.query_one("#env-value", Input).value = ENV_KEY
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await edit_selected(pilot, screen, ENV_KEY)
 
         await pilot.press("e")
         await wait_until(pilot, lambda: app.screen.candidates, "the candidates")
@@ -418,10 +411,7 @@ async def test_continue_with_unsaved_edits_asks_and_can_skip_saving(make_app, pr
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
-        await pilot.press("enter")
-        app.screen.query_one("#env-value", Input).value = NEW_KEY
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("c")
         assert isinstance(app.screen, SaveBeforeContinueModal)
         assert "This session uses the values shown either way" in text_of(app.screen, "#modal-detail")
@@ -436,10 +426,7 @@ async def test_continue_with_unsaved_edits_can_save_first(make_app, project, ver
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
-        await pilot.press("enter")
-        app.screen.query_one("#env-value", Input).value = NEW_KEY
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("c", "s")
         await wait_until(pilot, lambda: verification_calls == ["verify"], "the save and continue")
         assert f"SYNTH_API_KEY={NEW_KEY}\n" in (project / ".env").read_text()
@@ -450,10 +437,7 @@ async def test_escape_goes_back_and_asks_when_there_are_unsaved_edits(make_app, 
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
-        await pilot.press("enter")
-        app.screen.query_one("#env-value", Input).value = NEW_KEY
-        await pilot.press("enter")
-        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("escape")
         assert isinstance(app.screen, ConfirmModal)
         await pilot.press("n")

@@ -7,9 +7,8 @@ fake client, so nothing random reaches an SVG.
 
 from __future__ import annotations
 
+import functools
 import json
-import shutil
-from pathlib import Path
 
 import httpx
 import pytest
@@ -22,8 +21,6 @@ from app.screens.modals import ErrorModal
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 SYNTH_KEY = "sk_test_backend_key_0123456789"
 FIXED_BACKEND = "http://127.0.0.1:8000"
@@ -34,17 +31,11 @@ SIZE = (120, 36)
 # --------------------------------------------------------------------------- setup
 
 
-def flow_app(make_app, project: Path, *, backend: str, task_url: str, synth_key: str = SYNTH_KEY, **options):
+@pytest.fixture
+def preview_app(flow_app):
     """An app opened on the preview step, with the config and .env chosen as the earlier
-    steps would leave the session."""
-    config = project / "configs" / "crafter_qwen4b.toml"
-    shutil.copy(EXAMPLE, config)
-    env = project / ".env"
-    env.write_text(f"SYNTH_API_KEY={synth_key}\nENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={task_url}\n")
-    app = make_app("preview", config_paths=[str(config)], env_files=[str(env)], backend=backend, **options)
-    app.session.choose_config(config, app.session.validate(config))
-    app.session.open_env(env, "flag")
-    return app
+    steps would leave the session (see flow_app); the keys are this file's unless given."""
+    return functools.partial(flow_app, "preview", synth_key=SYNTH_KEY, env_key=ENV_KEY)
 
 
 async def wait_for(pilot, condition, *, what: str, limit: int = 400) -> None:
@@ -79,8 +70,8 @@ def assert_no_secrets(*texts: str) -> None:
 
 
 @pytest.fixture
-def live(make_app, project, faulty_backend, tiny_task_app):
-    return flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+def live(preview_app, faulty_backend, tiny_task_app):
+    return preview_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
 
 
 # --------------------------------------------------------------------------- live
@@ -179,9 +170,9 @@ async def test_an_answer_without_a_job_id_is_a_clear_error_and_submit_stays(live
         assert keys == {live.session.idempotency_key}
 
 
-async def test_wrong_synth_key_on_submit_shows_the_fix(make_app, project, faulty_backend, tiny_task_app):
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url,
-                   synth_key="sk_wrong_key_0123456789")
+async def test_wrong_synth_key_on_submit_shows_the_fix(preview_app, faulty_backend, tiny_task_app):
+    app = preview_app(backend=faulty_backend.url, task_url=tiny_task_app.url,
+                      synth_key="sk_wrong_key_0123456789")
     async with app.run_test(size=SIZE) as pilot:
         await preview_ready(pilot)
         await pilot.press("s")
@@ -274,8 +265,8 @@ class CannedClient:
         return self.answer
 
 
-def fixed_app(make_app, project, monkeypatch, *, answer=None):
-    app = flow_app(make_app, project, backend=FIXED_BACKEND, task_url=FIXED_TASK_URL, idempotency="fixed-key")
+def fixed_app(preview_app, monkeypatch, *, answer=None):
+    app = preview_app(backend=FIXED_BACKEND, task_url=FIXED_TASK_URL, idempotency="fixed-key")
     body = {"any_ok": True, "candidates_first15": ["env_key_012345"], "attempts": [{"status": 200}]}
 
     async def verify(*, timeout: float = 30.0):
@@ -294,8 +285,8 @@ def fixed_app(make_app, project, monkeypatch, *, answer=None):
     return app
 
 
-def test_snapshot_preview(snap_compare, make_app, project, monkeypatch):
-    app = fixed_app(make_app, project, monkeypatch)
+def test_snapshot_preview(snap_compare, preview_app, monkeypatch):
+    app = fixed_app(preview_app, monkeypatch)
 
     async def run_before(pilot) -> None:
         screen = await preview_ready(pilot)
@@ -305,10 +296,10 @@ def test_snapshot_preview(snap_compare, make_app, project, monkeypatch):
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_snapshot_preview_after_an_answer_without_job_id(snap_compare, make_app, project, monkeypatch):
+def test_snapshot_preview_after_an_answer_without_job_id(snap_compare, preview_app, monkeypatch):
     body = {"status": "accepted", "detail": "queued for review"}
     answer = CreateResult(202, body, ApiResponse(202, body, json.dumps(body)), "fixed-key")
-    app = fixed_app(make_app, project, monkeypatch, answer=answer)
+    app = fixed_app(preview_app, monkeypatch, answer=answer)
 
     async def run_before(pilot) -> None:
         screen = await preview_ready(pilot)
@@ -320,11 +311,11 @@ def test_snapshot_preview_after_an_answer_without_job_id(snap_compare, make_app,
     assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
 
 
-def test_snapshot_preview_after_a_failed_submit(snap_compare, make_app, project, monkeypatch):
+def test_snapshot_preview_after_a_failed_submit(snap_compare, preview_app, monkeypatch):
     error = AuthError("The backend rejected the SYNTH_API_KEY for job creation (HTTP 401): Invalid API key.",
                       "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend.",
                       status=401, body={"detail": "Invalid API key"})
-    app = fixed_app(make_app, project, monkeypatch, answer=error)
+    app = fixed_app(preview_app, monkeypatch, answer=error)
 
     async def run_before(pilot) -> None:
         screen = await preview_ready(pilot)
@@ -339,8 +330,8 @@ def test_snapshot_preview_after_a_failed_submit(snap_compare, make_app, project,
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 45)])
-async def test_layout_fits_small_and_large_terminals(make_app, project, monkeypatch, size):
-    app = fixed_app(make_app, project, monkeypatch)
+async def test_layout_fits_small_and_large_terminals(preview_app, monkeypatch, size):
+    app = fixed_app(preview_app, monkeypatch)
     async with app.run_test(size=size) as pilot:
         screen = await preview_ready(pilot)
         json_pane = screen.query_one("#payload-json-scroll")

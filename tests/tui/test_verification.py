@@ -7,10 +7,9 @@ the screen's clock with a fixed one), so no port, path or timing reaches an SVG.
 
 from __future__ import annotations
 
+import functools
 import json
-import shutil
 import socket
-from pathlib import Path
 
 import httpx
 import pytest
@@ -23,8 +22,6 @@ from app.core.diagnosis import BackendCheck, TaskAppCheck, Verdict, backend_rows
 from widgets.diagnostics import DiagnosticsTable
 from widgets.json_view import JsonReportModal
 
-REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 WRONG_ENV_KEY = "env_wrong_fedcba9876543210fedcba9876543210"
 SYNTH_KEY = "sk_test_backend_key_0123456789"
@@ -36,22 +33,11 @@ SIZE = (120, 36)
 # --------------------------------------------------------------------------- setup
 
 
-def write_env(path: Path, *, synth_key: str, env_key: str, task_url: str) -> Path:
-    path.write_text(f"SYNTH_API_KEY={synth_key}\nENVIRONMENT_API_KEY={env_key}\nTASK_APP_URL={task_url}\n")
-    return path
-
-
-def flow_app(make_app, project: Path, *, backend: str, task_url: str, start: str = "verify",
-             synth_key: str = SYNTH_KEY, env_key: str = ENV_KEY, **options):
-    """An app opened on ``start`` with the config and .env already chosen, as the earlier
-    steps would leave the session."""
-    config = project / "configs" / "crafter_qwen4b.toml"
-    shutil.copy(EXAMPLE, config)
-    env = write_env(project / ".env", synth_key=synth_key, env_key=env_key, task_url=task_url)
-    app = make_app(start, config_paths=[str(config)], env_files=[str(env)], backend=backend, **options)
-    app.session.choose_config(config, app.session.validate(config))
-    app.session.open_env(env, "flag")
-    return app
+@pytest.fixture
+def verify_app(flow_app):
+    """An app opened on the verification step, with the config and .env already chosen as the
+    earlier steps would leave the session (see flow_app); the keys are this file's unless given."""
+    return functools.partial(flow_app, "verify", synth_key=SYNTH_KEY, env_key=ENV_KEY)
 
 
 @pytest.fixture
@@ -119,8 +105,8 @@ class SilentServer:
 # --------------------------------------------------------------------------- live checks
 
 
-async def test_both_checks_pass_and_enter_opens_the_preview(make_app, project, faulty_backend, tiny_task_app):
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+async def test_both_checks_pass_and_enter_opens_the_preview(verify_app, faulty_backend, tiny_task_app):
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         found = rows(screen)
@@ -138,8 +124,8 @@ async def test_both_checks_pass_and_enter_opens_the_preview(make_app, project, f
         await wait_for(pilot, lambda: type(app.screen).__name__ == "PayloadPreviewScreen", what="the preview")
 
 
-async def test_wrong_environment_key_shows_the_400_and_the_fix(make_app, project, faulty_backend, tiny_task_app):
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url, env_key=WRONG_ENV_KEY)
+async def test_wrong_environment_key_shows_the_400_and_the_fix(verify_app, faulty_backend, tiny_task_app):
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url, env_key=WRONG_ENV_KEY)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         task_rows = [r for r in rows(screen) if r.check == "task app"]
@@ -156,9 +142,9 @@ async def test_wrong_environment_key_shows_the_400_and_the_fix(make_app, project
         assert any("Cannot continue" in n.message for n in app._notifications)
 
 
-async def test_task_app_offline_says_connection_refused(make_app, project, faulty_backend):
+async def test_task_app_offline_says_connection_refused(verify_app, faulty_backend):
     down = f"http://127.0.0.1:{free_port()}"
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=down)
+    app = verify_app(backend=faulty_backend.url, task_url=down)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         task_rows = [r for r in rows(screen) if r.check == "task app"]
@@ -169,9 +155,9 @@ async def test_task_app_offline_says_connection_refused(make_app, project, fault
         assert "Start the task app, or fix TASK_APP_URL" in verdict
 
 
-async def test_backend_down_is_unreachable_with_the_fix(make_app, project, tiny_task_app):
+async def test_backend_down_is_unreachable_with_the_fix(verify_app, tiny_task_app):
     down = f"http://127.0.0.1:{free_port()}"
-    app = flow_app(make_app, project, backend=down, task_url=tiny_task_app.url)
+    app = verify_app(backend=down, task_url=tiny_task_app.url)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         backend = rows(screen)[0]
@@ -184,9 +170,8 @@ async def test_backend_down_is_unreachable_with_the_fix(make_app, project, tiny_
         assert all(r.verdict is Verdict.OK for r in rows(screen) if r.check == "task app")
 
 
-async def test_wrong_synth_key_shows_401_and_the_fix(make_app, project, faulty_backend, tiny_task_app):
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url,
-                   synth_key="sk_wrong_key_0123456789")
+async def test_wrong_synth_key_shows_401_and_the_fix(verify_app, faulty_backend, tiny_task_app):
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url, synth_key="sk_wrong_key_0123456789")
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         backend = rows(screen)[0]
@@ -197,13 +182,13 @@ async def test_wrong_synth_key_shows_401_and_the_fix(make_app, project, faulty_b
         assert_no_secrets(screen_text(screen))
 
 
-async def test_backend_holds_no_key_the_task_app_accepts(make_app, project, faulty_backend, tiny_task_app):
+async def test_backend_holds_no_key_the_task_app_accepts(verify_app, faulty_backend, tiny_task_app):
     faulty_backend.verify_answer = (200, {"any_ok": False, "candidates_first15": ["env_other_key_1"], "attempts": [
         {"endpoint": "/health", "header": "X-API-Key", "key_prefix": "env_other_key_1", "status": 400,
          "latency_ms": 3.2, "ok": False, "error": "API key missing or invalid"},
         {"endpoint": "/task_info", "header": "Authorization: Bearer", "key_prefix": "env_…99", "status": 400,
          "latency_ms": 2.5, "ok": False}]})
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         verify_rows = [r for r in rows(screen) if r.check == "backend verify"]
@@ -218,10 +203,9 @@ async def test_backend_holds_no_key_the_task_app_accepts(make_app, project, faul
         assert "Upload this task app's ENVIRONMENT_API_KEY" in verdict
 
 
-async def test_hosted_backend_attempts_with_only_a_status_are_shown(make_app, project, faulty_backend,
-                                                                      tiny_task_app):
+async def test_hosted_backend_attempts_with_only_a_status_are_shown(verify_app, faulty_backend, tiny_task_app):
     # FaultyBackend's default answer is the hosted shape: attempts carry only a status.
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         verify_rows = [r for r in rows(screen) if r.check == "backend verify"]
@@ -229,10 +213,9 @@ async def test_hosted_backend_attempts_with_only_a_status_are_shown(make_app, pr
             ("(the backend did not say)", 200, Verdict.OK)] * 2
 
 
-async def test_hung_task_app_ticks_then_ends_with_the_timeout_reason(make_app, project, faulty_backend,
-                                                                     short_timeout):
+async def test_hung_task_app_ticks_then_ends_with_the_timeout_reason(verify_app, faulty_backend, short_timeout):
     with SilentServer() as silent:
-        app = flow_app(make_app, project, backend=faulty_backend.url, task_url=silent.url)
+        app = verify_app(backend=faulty_backend.url, task_url=silent.url)
         async with app.run_test(size=SIZE) as pilot:
             await wait_for(pilot, lambda: isinstance(app.screen, VerificationScreen), what="the screen")
             screen = app.screen
@@ -253,10 +236,10 @@ async def test_hung_task_app_ticks_then_ends_with_the_timeout_reason(make_app, p
             assert f"The task app at {silent.url} did not answer" in verdict_text(screen)
 
 
-async def test_slow_backend_times_out_with_a_reason(make_app, project, faulty_backend, tiny_task_app, monkeypatch):
+async def test_slow_backend_times_out_with_a_reason(verify_app, faulty_backend, tiny_task_app, monkeypatch):
     monkeypatch.setattr(VerificationScreen, "CHECK_TIMEOUT_S", 0.5)
     faulty_backend.inject("verify", "slow")  # answers after 1.5 s
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         backend = rows(screen)[0]
@@ -264,8 +247,8 @@ async def test_slow_backend_times_out_with_a_reason(make_app, project, faulty_ba
         assert "did not answer within 0.5 s" in verdict_text(screen)
 
 
-async def test_missing_key_is_explained_in_place(make_app, project, faulty_backend, tiny_task_app):
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url, env_key="")
+async def test_missing_key_is_explained_in_place(verify_app, faulty_backend, tiny_task_app):
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url, env_key="")
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         assert screen.setup_problem is not None
@@ -276,9 +259,9 @@ async def test_missing_key_is_explained_in_place(make_app, project, faulty_backe
         assert faulty_backend.count("/rl/verify_task_app") == 0  # nothing sent without a payload
 
 
-async def test_retry_runs_both_checks_again(make_app, project, faulty_backend, tiny_task_app):
+async def test_retry_runs_both_checks_again(verify_app, faulty_backend, tiny_task_app):
     faulty_backend.inject("verify", "500")
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         assert rows(screen)[0].status == 500 and not screen.verdict.ready
@@ -291,17 +274,17 @@ async def test_retry_runs_both_checks_again(make_app, project, faulty_backend, t
         assert len(tiny_task_app.seen_headers) == 4
 
 
-async def test_back_returns_to_env_review(make_app, project, faulty_backend, tiny_task_app):
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+async def test_back_returns_to_env_review(verify_app, faulty_backend, tiny_task_app):
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
     async with app.run_test(size=SIZE) as pilot:
         await checks_done(pilot)
         await pilot.press("b")
         await wait_for(pilot, lambda: type(app.screen).__name__ == "EnvReviewScreen", what="env review")
 
 
-async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(make_app, project, faulty_backend,
-                                                                         tiny_task_app):
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url, env_key=WRONG_ENV_KEY)
+async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(verify_app, faulty_backend,
+                                                                          tiny_task_app):
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url, env_key=WRONG_ENV_KEY)
     async with app.run_test(size=SIZE) as pilot:
         await checks_done(pilot)
         await pilot.press("d")
@@ -326,9 +309,9 @@ async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(make_ap
         await wait_for(pilot, lambda: isinstance(app.screen, VerificationScreen), what="the modal to close")
 
 
-async def test_backend_answering_html_is_explained(make_app, project, faulty_backend, tiny_task_app):
+async def test_backend_answering_html_is_explained(verify_app, faulty_backend, tiny_task_app):
     faulty_backend.inject("verify", "html")
-    app = flow_app(make_app, project, backend=faulty_backend.url, task_url=tiny_task_app.url)
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         backend = rows(screen)[0]
@@ -434,9 +417,8 @@ def fixed_checks(app, monkeypatch, *, env_key: str) -> None:
     monkeypatch.setattr(VerificationScreen, "clock", staticmethod(lambda: 100.0))
 
 
-def snapshot_app(make_app, project, monkeypatch, *, env_key: str = ENV_KEY):
-    app = flow_app(make_app, project, backend=FIXED_BACKEND, task_url=FIXED_TASK_URL, env_key=env_key,
-                   idempotency="fixed-key")
+def snapshot_app(verify_app, monkeypatch, *, env_key: str = ENV_KEY):
+    app = verify_app(backend=FIXED_BACKEND, task_url=FIXED_TASK_URL, env_key=env_key, idempotency="fixed-key")
     fixed_checks(app, monkeypatch, env_key=env_key)
     return app
 
@@ -450,28 +432,24 @@ def assert_snapshot_has_no_secrets(app) -> None:
     assert_no_secrets(app.export_screenshot())
 
 
-def test_snapshot_verification_ok(snap_compare, make_app, project, monkeypatch):
-    app = snapshot_app(make_app, project, monkeypatch)
-
-    async def run_before(pilot) -> None:
-        await settle(pilot)
-        assert_snapshot_has_no_secrets(pilot.app)
-
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+async def settled_without_secrets(pilot) -> None:
+    """Before a snapshot of the finished checks: wait for them, then make sure no secret is drawn."""
+    await settle(pilot)
+    assert_snapshot_has_no_secrets(pilot.app)
 
 
-def test_snapshot_verification_wrong_environment_key(snap_compare, make_app, project, monkeypatch):
-    app = snapshot_app(make_app, project, monkeypatch, env_key=WRONG_ENV_KEY)
-
-    async def run_before(pilot) -> None:
-        await settle(pilot)
-        assert_snapshot_has_no_secrets(pilot.app)
-
-    assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+def test_snapshot_verification_ok(snap_compare, verify_app, monkeypatch):
+    app = snapshot_app(verify_app, monkeypatch)
+    assert snap_compare(app, terminal_size=SIZE, run_before=settled_without_secrets)
 
 
-def test_snapshot_diagnostics_modal(snap_compare, make_app, project, monkeypatch):
-    app = snapshot_app(make_app, project, monkeypatch, env_key=WRONG_ENV_KEY)
+def test_snapshot_verification_wrong_environment_key(snap_compare, verify_app, monkeypatch):
+    app = snapshot_app(verify_app, monkeypatch, env_key=WRONG_ENV_KEY)
+    assert snap_compare(app, terminal_size=SIZE, run_before=settled_without_secrets)
+
+
+def test_snapshot_diagnostics_modal(snap_compare, verify_app, monkeypatch):
+    app = snapshot_app(verify_app, monkeypatch, env_key=WRONG_ENV_KEY)
 
     async def run_before(pilot) -> None:
         await settle(pilot)
@@ -484,8 +462,8 @@ def test_snapshot_diagnostics_modal(snap_compare, make_app, project, monkeypatch
 
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 45)])
-async def test_layout_fits_small_and_large_terminals(make_app, project, monkeypatch, size):
-    app = snapshot_app(make_app, project, monkeypatch, env_key=WRONG_ENV_KEY)
+async def test_layout_fits_small_and_large_terminals(verify_app, monkeypatch, size):
+    app = snapshot_app(verify_app, monkeypatch, env_key=WRONG_ENV_KEY)
     async with app.run_test(size=size) as pilot:
         screen = await checks_done(pilot)
         verdict = screen.query_one("#verify-verdict")

@@ -1,4 +1,7 @@
-"""How a path is shown to the user: short, and the same on every machine where it can be."""
+"""How a path is shown to the user: short, and the same on every machine where it can be.
+
+No file system calls and no Textual import: the screens, the widgets and app.core use it.
+"""
 
 from __future__ import annotations
 
