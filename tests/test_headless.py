@@ -60,7 +60,7 @@ def test_happy_path_prints_the_sdk_lines_and_exits_0(world):
     assert "Found SYNTH_API_KEY in current sources: sk_t…89 (.env file)" in out
     assert f"Using env file: {world['env']}" in out
     assert f"Backend base: {world['backend'].url}/api (key sk_t…89)" in out
-    assert "Verification OK (candidates=['env_key_prefix'], statuses=[200, 200])" in out
+    assert "Verification OK (candidates=['env_…'], statuses=[200, 200])" in out
     assert "Performing task app health check…\nTask app healthy" in out
     assert "Payload preview:\n{" in out
     assert "Response 201: {" in out

@@ -29,7 +29,8 @@ async def test_wrong_key_gets_the_400_and_the_fix(tiny_task_app):
     health = report.attempts[0]
     assert health.status == 400
     assert "rejected ENVIRONMENT_API_KEY" in health.reason
-    assert "env_ke…" in health.reason  # the key it expects, by a short prefix only
+    assert "env_…" in health.reason  # the key it expects, by the mask's 4 characters only
+    assert health.body["detail"]["error"]["allowed_first15"] == ["env_…"]
     assert "key the task app was started with" in health.fix
     text = repr(report)
     assert wrong not in health.reason and GOOD not in health.reason

@@ -24,7 +24,7 @@ import httpx
 
 from app import __version__
 from app.core.errors import ExitCode, SynthTuiError
-from app.core.redact import redact
+from app.core.redact import mask_prefixes, redact
 from app.core.wire import JobEvent, JobStatus, MetricPoint, items_of
 
 DEFAULT_PROD_BACKEND = "https://agent-learning.onrender.com"
@@ -310,14 +310,17 @@ class SynthClient:
 
     async def verify_task_app(self, task_url: str) -> VerifyResult:
         """``POST /rl/verify_task_app``. HTTP errors come back as a result, not an exception,
-        so the caller can show the backend's report (the SDK prints it too)."""
+        so the caller can show the backend's report (the SDK prints it too). Reported key
+        prefixes are cut to four characters: a "first 15" of a short key is the whole key."""
         try:
             response = await self.request("POST", "/rl/verify_task_app", what="task app verification",
                                           json_body={"endpoint_base_url": task_url})
+            status, body = response.status, response.body
         except (RejectedError, ServerError, ConflictError, NotFoundError) as exc:
-            fake = ApiResponse(status=exc.status or 0, body=exc.body, text=json.dumps(exc.body) if exc.body else "")
-            return VerifyResult(status=exc.status or 0, body=exc.body, preview_source=fake)
-        return VerifyResult(status=response.status, body=response.body, preview_source=response)
+            status, body = exc.status or 0, exc.body
+        body = mask_prefixes(body)
+        text = json.dumps(body) if isinstance(body, (dict, list)) else str(body or "")
+        return VerifyResult(status=status, body=body, preview_source=ApiResponse(status, body, text))
 
     async def create_job(self, payload: Mapping[str, Any], *, idempotency_key: str | None) -> CreateResult:
         """``POST /rl/jobs``. Retried only with an Idempotency-Key: without one a retry after a

@@ -18,7 +18,7 @@ from typing import Any
 
 from app.core.client import ApiError, AuthError, BackendTimeout, BackendUnreachable, VerifyResult, error_detail
 from app.core.health import HealthReport
-from app.core.redact import redact
+from app.core.redact import key_prefix, mask_prefixes, redact
 
 VERIFY_ENDPOINT = "POST /rl/verify_task_app"
 # The health check sends every header style at once, as the SDK does (contract 5.3).
@@ -126,17 +126,9 @@ def format_latency(latency_ms: float | None) -> str:
 
 
 def key_prefix_hint(value: Any) -> str:
-    """A key prefix the backend reported, never more than its first 6 characters.
-
-    Backends differ: one sends an already masked hint (``env_…ef``), another the first 15
-    characters; showing 15 characters of a 64-character key is more than a person needs.
-    """
-    text = str(value or "").strip()
-    if not text:
-        return ""
-    if "…" in text or "..." in text:
-        return text
-    return f"{text[:6]}…"
+    """A key prefix a backend reported, shown like the mask (first 4 characters): one backend
+    sends 6 characters, another 15, and 15 characters of a short key are the whole key."""
+    return key_prefix(value) if str(value or "").strip() else ""
 
 
 def _no_answer(timeout_s: float) -> str:
@@ -380,4 +372,5 @@ def _rounded(attempt: dict[str, Any]) -> dict[str, Any]:
 
 
 def diagnostics_text(payload: dict[str, Any], secrets: Sequence[str]) -> str:
-    return redact(json.dumps(payload, indent=2, default=str, ensure_ascii=False), secrets)
+    """The copyable report: full secrets masked, and reported key prefixes cut to 4 characters."""
+    return redact(json.dumps(mask_prefixes(payload), indent=2, default=str, ensure_ascii=False), secrets)

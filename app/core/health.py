@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from app.core.client import describe_exception, ssl_context
-from app.core.redact import mask_secret, redact
+from app.core.redact import key_prefix, mask_prefixes, mask_secret, redact
 
 HEALTH_TIMEOUT_S = 30.0
 
@@ -107,7 +107,8 @@ async def _attempt(http: httpx.AsyncClient, base: str, endpoint: str, key: str, 
     attempt.latency_ms = (time.perf_counter() - started) * 1000
     attempt.status = response.status_code
     try:
-        attempt.body = json.loads(redact(response.text, secrets)) if response.text.strip() else None
+        body = json.loads(redact(response.text, secrets)) if response.text.strip() else None
+        attempt.body = mask_prefixes(body)
     except ValueError:
         attempt.body = redact(response.text[:400], secrets)
     _judge(attempt)
@@ -132,7 +133,7 @@ def _judge(attempt: HealthAttempt) -> None:
         attempt.reason = "reachable; /health is auth-optional here"
         return
     if status == 400 and error.get("code") == "unauthorised" or status in (401, 403):
-        allowed = [str(p)[:6] + "…" for p in error.get("allowed_first15") or []]
+        allowed = [key_prefix(p) for p in error.get("allowed_first15") or []]
         expected = f" It accepts {len(allowed)} key(s) starting with {', '.join(allowed)}" if allowed else ""
         attempt.reason = f"the task app rejected ENVIRONMENT_API_KEY {attempt.key_hint} (HTTP {status}).{expected}"
         attempt.fix = ("Set ENVIRONMENT_API_KEY to the key the task app was started with; a key made for "

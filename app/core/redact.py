@@ -24,3 +24,33 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
         if secret in text:
             text = text.replace(secret, mask_secret(secret))
     return text
+
+
+PREFIX_CHARS = 4
+# Fields in which backends and task apps report key prefixes (contract 5.2, 6). A "first 15"
+# prefix of a short key is the whole key, so every one is cut to the mask's first 4 characters.
+_PREFIX_FIELDS = ("first15", "prefix", "key_prefix")
+
+
+def key_prefix(value: object) -> str:
+    """A reported key prefix, shown like the mask: its first 4 characters and an ellipsis."""
+    text = str(value or "").rstrip(".…")
+    return f"{text[:PREFIX_CHARS]}…" if text else "—"
+
+
+def mask_prefixes(body: object) -> object:
+    """A copy of a JSON body with every reported key prefix cut to ``key_prefix`` form."""
+    if isinstance(body, dict):
+        return {key: _masked_field(key, value) for key, value in body.items()}
+    if isinstance(body, list):
+        return [mask_prefixes(item) for item in body]
+    return body
+
+
+def _masked_field(key: str, value: object) -> object:
+    if any(marker in str(key).lower() for marker in _PREFIX_FIELDS):
+        if isinstance(value, list):
+            return [key_prefix(item) for item in value]
+        if isinstance(value, str):
+            return key_prefix(value)
+    return mask_prefixes(value)

@@ -193,8 +193,8 @@ async def test_backend_holds_no_key_the_task_app_accepts(verify_app, faulty_back
         screen = await checks_done(pilot)
         verify_rows = [r for r in rows(screen) if r.check == "backend verify"]
         assert [r.status for r in verify_rows] == [400, 400]
-        assert verify_rows[0].tried == "/health · X-API-Key · env_ot…"  # a prefix, never 15 characters
-        assert verify_rows[1].tried == "/task_info · Authorization: Bearer · env_…99"
+        assert verify_rows[0].tried == "/health · X-API-Key · env_…"  # a prefix, never 15 characters
+        assert verify_rows[1].tried == "/task_info · Authorization: Bearer · env_…"
         assert "rejected this stored key" in verify_rows[0].reason
         assert "API key missing or invalid" in verify_rows[0].reason
         assert verify_rows[0].latency_ms == pytest.approx(3.2)
@@ -348,7 +348,7 @@ def test_verify_attempts_of_any_shape_become_rows():
     assert [(r.status, r.verdict) for r in found] == [
         (200, Verdict.OK), (400, Verdict.FAILED), (None, Verdict.FAILED), (None, Verdict.FAILED),
         (400, Verdict.FAILED)]
-    assert found[2].tried == "/health · Bearer · env_ke…" and found[2].latency_ms == 3.5
+    assert found[2].tried == "/health · Bearer · env_…" and found[2].latency_ms == 3.5
     assert found[2].reason == "ConnectError: connection refused"
     assert found[3].tried == "(the backend did not say)" and found[3].reason == "no answer"
     assert "rejected this stored key" in found[4].reason and "unauthorised" in found[4].reason
@@ -366,9 +366,10 @@ def test_a_backend_with_no_stored_key_says_so():
     assert "synth-ai setup" in verdict.problems[0].fix
 
 
-def test_key_prefixes_never_show_more_than_six_characters():
-    assert key_prefix_hint(ENV_KEY) == "env_ke…"
-    assert key_prefix_hint("env_…ef") == "env_…ef"
+def test_key_prefixes_never_show_more_than_the_masks_four_characters():
+    assert key_prefix_hint(ENV_KEY) == "env_…"
+    assert key_prefix_hint("env_…ef") == "env_…"
+    assert key_prefix_hint("short12") == "shor…"  # a "first 15" of a short key is the whole key
     assert key_prefix_hint(None) == ""
 
 
