@@ -97,12 +97,14 @@ def train_args(setup: DemoSetup, args: argparse.Namespace) -> argparse.Namespace
     """The train flags the demo stands for."""
     from app.cli import build_parser
 
-    return build_parser().parse_args([
+    flags = build_parser().parse_args([
         "train", "--type", "rl", "--config", str(setup.config_path), "--env-file", str(setup.env_path),
         "--backend", setup.backend.url, "--poll-interval", str(args.poll_interval),
         "--poll-timeout", str(args.poll_timeout), "--stream-format", args.stream_format,
         *(["--no-tui"] if args.no_tui else []),
     ])
+    flags.embedded_backend = True
+    return flags
 
 
 def run_demo(args: argparse.Namespace, *, interactive: bool) -> int:

@@ -21,6 +21,7 @@ from typing import TextIO
 from app.core import config as cfg
 from app.core import envfile
 from app.core.client import ApiError, SynthClient
+from app.core.diagnosis import unreachable_by_backend
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.events import event_line, is_noise, metric_line, status_line
 from app.core.history import RunHistory
@@ -65,7 +66,7 @@ class RunState:
     """What the run has learned so far, for the Ctrl-C message."""
 
     job_id: str | None = None
-    backend: str | None = None
+    session: LaunchSession | None = None
 
 
 # --------------------------------------------------------------------------- train
@@ -80,9 +81,8 @@ def run_train(args: argparse.Namespace, *, printer: Printer | None = None, cwd: 
         printer.error(exc)
         return exc.exit_code
     except KeyboardInterrupt:
-        if state.job_id:
-            printer.diag(f"\nInterrupted. Job {state.job_id} keeps running on the backend. Attach again with:\n"
-                         f"  synth-tui attach {state.job_id} --backend {state.backend}")
+        if state.job_id and state.session is not None:
+            printer.diag(f"\nInterrupted. {state.session.attach_hint(state.job_id)}")
         else:
             printer.diag("\nInterrupted before a job was created; nothing was sent.")
         return ExitCode.INTERRUPTED
@@ -104,7 +104,7 @@ async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState
     secrets = session.secrets()
     printer.line(f"Using env file: {choice.path}" if choice.path else "Using env file: none (shell environment only)")
 
-    state.backend = session.backend_base
+    state.session = session
     printer.line(f"Backend base: {session.backend_base} (key {mask_secret(secrets['SYNTH_API_KEY'])})")
     prepared = session.prepare()
 
@@ -124,7 +124,7 @@ async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState
         if not args.poll:
             printer.line(f"Created job {job_id} (polling disabled)")
             return ExitCode.OK
-        return await stream_job(client, job_id, args, printer)
+        return await stream_job(client, job_id, args, printer, session)
 
 
 def _check_type_flags(args: argparse.Namespace, printer: Printer) -> None:
@@ -225,6 +225,12 @@ async def verify_backend(client: SynthClient, prepared: PreparedJob, printer: Pr
     if not result.any_ok:
         printer.line("Task app verification failed; no auth combination succeeded. Full report:")
         printer.line(result.preview_source.preview(1200))
+        if unreachable_by_backend(result):
+            error = next(a.get("error") for a in result.attempts)
+            raise VerificationFailed(
+                f"Task app verification failed: the backend could not reach the task app at {prepared.task_url} "
+                f"({error})",
+                "Start the task app, or fix TASK_APP_URL; the backend must be able to reach that address.")
         raise VerificationFailed(
             "Task app verification failed (auth)",
             "The backend holds no ENVIRONMENT_API_KEY that this task app accepts: upload the task app's key "
@@ -306,7 +312,8 @@ class ChartView:
         self.chart.draw(force=True)
 
 
-async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace, printer: Printer) -> int:
+async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace, printer: Printer,
+                     session: LaunchSession) -> int:
     printer.line()
     printer.line("=== Streaming Job Progress ===")
     view = ChartView(printer, args.metric) if args.stream_format == "chart" else LineView(printer)
@@ -340,9 +347,8 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
     if hidden:
         printer.diag(f"({hidden} hatchet/modal infrastructure events hidden)")
     if ended.reason == "timeout":
-        printer.diag(f"Stopped watching after --poll-timeout {args.poll_timeout:g}s; job {job_id} is still "
-                     f"{ended.status} on the backend. Attach again with:\n"
-                     f"  synth-tui attach {job_id} --backend {client.base_url}")
+        printer.diag(f"Stopped watching after --poll-timeout {args.poll_timeout:g}s; job {job_id} was still "
+                     f"{ended.status}. {session.attach_hint(job_id)}")
         printer.line(f"Final status: {ended.status} (watch timed out)")
         printer.line(json.dumps(ended.payload, indent=2)[:600])
         return ExitCode.POLL_TIMEOUT
@@ -426,10 +432,9 @@ async def _attach_flow(args: argparse.Namespace, printer: Printer, record) -> in
     choice = session.initial_env_choice()
     session.open_env(choice.path, choice.how, choice.candidates)
     printer.secrets.extend(session.secret_values())
-    _remember(printer, lambda h: h.record_attach(args.job_id, session.backend_base))
     printer.line(f"Attaching to job {args.job_id} at {session.backend_base}")
     async with session.client() as client:
-        return await stream_job(client, args.job_id, args, printer)
+        return await stream_job(client, args.job_id, args, printer, session)
 
 
 def run_history(args: argparse.Namespace, *, interactive: bool = False) -> int:

@@ -115,8 +115,13 @@ class SynthTuiApp(App[int]):
     async def action_quit(self) -> None:
         """Ctrl+Q: on the dashboard, the same confirm-and-attach-hint as its own q."""
         quit_dashboard = getattr(self.screen, "action_quit_dashboard", None)
+        env = self.session.env
         if quit_dashboard is not None:
             quit_dashboard()
+        elif env is not None and env.dirty:
+            self.confirm(f"Quit and drop the unsaved changes to {env.path.name}?",
+                         lambda: self.exit(self.exit_code), label="Quit",
+                         detail="ctrl+s on the .env screen saves them first.")
         else:
             self.exit(self.exit_code)
 

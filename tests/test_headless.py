@@ -263,4 +263,32 @@ def test_attach_headless_streams_an_existing_job(world, monkeypatch, capsys):
     assert code == 0, out.err
     assert "Attaching to job job_x" in out.out and "Final status: succeeded" in out.out
     code = main(["history", "--no-tui"])
-    assert "job_x" in capsys.readouterr().out
+    # attaching watches a job; only jobs launched from this machine enter the history
+    assert "job_x" not in capsys.readouterr().out
+
+
+def test_attach_to_nothing_listening_gives_up_with_exit_5(world, monkeypatch, capsys):
+    from app.cli import main
+
+    port = world["backend"].port
+    world["backend"].stop()
+    monkeypatch.chdir(world["cwd"])
+    code = main(["attach", "job_x", "--no-tui", "--backend", f"http://127.0.0.1:{port}", "--env-file",
+                 str(world["env"]), "--poll-interval", "0.01"])
+    err = capsys.readouterr().err
+    assert code == 5 and "Cannot reach the backend" in err and "Traceback" not in err
+
+
+def test_backend_that_is_a_web_page_exits_5_with_the_api_hint(world):
+    world["backend"].verify_answer = (501, "<html><body>Unsupported method ('POST')</body></html>")
+    code, _, err = run(world)
+    assert code == 5
+    assert "HTML page instead of JSON" in err and "pointing at the API" in err
+
+
+def test_task_app_unreachable_from_the_backend_is_not_called_auth(world):
+    world["backend"].verify_answer = (200, {"any_ok": False, "candidates_first15": ["abcd"], "attempts": [
+        {"endpoint": "/health", "status": None, "error": "ConnectError: connection refused"}]})
+    code, _, err = run(world)
+    assert code == 3
+    assert "could not reach the task app" in err and "(auth)" not in err

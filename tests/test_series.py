@@ -77,7 +77,8 @@ def test_run_history_roundtrip(tmp_path):
                               idempotency_key="k2")  # a replay keeps the first record
     history.record_progress("job_1", status="running", last_metrics={"train.mean_score": 0.5})
     history.record_progress("job_1", status="succeeded", final=True)
-    history.record_attach("job_2", "http://b/api")
+    history.record_submission(job_id="job_2", backend="http://b/api", config_path=None, payload=None,
+                              idempotency_key=None)
     record = history.get("job_1")
     assert record.backend == "http://b/api" and record.idempotency_key == "k1"
     assert record.payload == {"job_type": "rl"} and record.final_status == "succeeded"

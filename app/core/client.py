@@ -259,6 +259,15 @@ class SynthClient:
                 body = None
         status = response.status_code
         detail = self._clean(error_detail(body, text))
+        if status >= 400 and body is None and _looks_like_html(text, content_type):
+            # A web page, not the API: a proxy, a login page or a plain web server at --backend.
+            error = BadResponseError(
+                f"The backend answered {what} with HTTP {status} and an HTML page instead of JSON: "
+                f"{detail[:100]!r}.",
+                "Is --backend pointing at the API? It should end in /api (added automatically).",
+                status=status, body=text[:400])
+            error.transient = status >= 500 and status != 501
+            raise error
         if status in (401, 403):
             raise AuthError(
                 f"The backend rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
@@ -278,7 +287,7 @@ class SynthClient:
             raise RejectedError(f"The backend refused {what} (HTTP {status}): {detail}.", None,
                                 status=status, body=body)
         if expect_json and body is None:
-            kind = "HTML" if "html" in content_type or text.lstrip().startswith("<") else (
+            kind = "HTML" if _looks_like_html(text, content_type) else (
                 "an empty body" if not text.strip() else f"non-JSON ({content_type or 'no content type'})")
             raise BadResponseError(
                 f"The backend answered {what} with HTTP {status} but {kind} instead of JSON: "
@@ -446,6 +455,10 @@ def describe_exception(exc: BaseException) -> str:
     if "refused" in text.lower():
         return "connection refused"
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _looks_like_html(text: str, content_type: str) -> bool:
+    return "html" in content_type or text.lstrip().startswith("<")
 
 
 def error_detail(body: Any, text: str) -> str:

@@ -323,9 +323,19 @@ def _verification_problems(backend: BackendCheck, task_app: TaskAppCheck) -> Ite
             f"The backend holds no key this task app accepts: {why}.",
             "Upload this task app's ENVIRONMENT_API_KEY to the backend (synth-ai setup), or point "
             "TASK_APP_URL at the task app your uploaded key belongs to.")
+    elif unreachable_by_backend(result):
+        yield Problem("The backend could not reach the task app either.",
+                      "Fix the task app problem above first, then retry (r).")
     else:
         yield Problem("The backend's verification failed too: none of the keys it holds was accepted.",
                       "Fix the task app problem above first, then retry (r).")
+
+
+def unreachable_by_backend(result: VerifyResult) -> bool:
+    """Every attempt the backend reports ended without an HTTP status: it never reached the
+    task app, so this is not an auth problem."""
+    attempts = result.attempts
+    return bool(attempts) and all(a.get("status") is None and a.get("error") for a in attempts)
 
 
 # --------------------------------------------------------------------------- the full report

@@ -84,13 +84,6 @@ class RunHistory:
                 (job_id, backend, config_path, json.dumps(payload) if payload is not None else None,
                  idempotency_key, now, now, rerun_of))
 
-    def record_attach(self, job_id: str, backend: str) -> None:
-        """Attaching to a job not launched here still lists it, without a payload."""
-        now = utc_now()
-        with self._connect() as db:
-            db.execute("INSERT OR IGNORE INTO runs (job_id, backend, created_at, updated_at) VALUES (?, ?, ?, ?)",
-                       (job_id, backend, now, now))
-
     def record_progress(self, job_id: str, *, status: str | None = None,
                         last_metrics: Mapping[str, float] | None = None, final: bool = False) -> None:
         sets, values = ["updated_at = ?"], [utc_now()]

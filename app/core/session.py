@@ -43,6 +43,8 @@ class LaunchOptions:
     poll_timeout: float = 3600.0
     metric: str | None = None
     cwd: Path = field(default_factory=Path.cwd)
+    # The backend runs inside this process (synth-tui demo): it stops when the app does.
+    embedded_backend: bool = False
 
     @classmethod
     def from_args(cls, args: object, *, cwd: Path | None = None) -> LaunchOptions:
@@ -55,7 +57,7 @@ class LaunchOptions:
             task_url=flag("task_url"), model=flag("model"), allow_experimental=flag("allow_experimental"),
             idempotency=flag("idempotency"), backend=flag("backend"),
             poll_interval=flag("poll_interval", 5.0), poll_timeout=flag("poll_timeout", 3600.0),
-            metric=flag("metric"), cwd=cwd or Path.cwd(),
+            metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
         )
 
 
@@ -143,6 +145,16 @@ class LaunchSession:
             backend_base=self.backend_base, model=self.options.model,
             allow_experimental=self.options.allow_experimental)
         return self.prepared
+
+    def attach_hint(self, job_id: str) -> str:
+        """How to watch this job again after leaving: the command with every flag it needs."""
+        if self.options.embedded_backend:
+            return (f"The demo's embedded backend stops with this process, and job {job_id} with it "
+                    f"(marked failed when that backend starts again).")
+        command = f"synth-tui attach {job_id} --backend {self.backend_base}"
+        if self.env_choice is not None and self.env_choice.path is not None:
+            command += f" --env-file {self.env_choice.path}"
+        return f"Attach again with:\n  {command}"
 
     def synth_api_key(self) -> str:
         """Only the backend key: enough to attach to a job, which needs no task app."""

@@ -153,6 +153,9 @@ class WatchOptions:
     use_sse: bool = True
     max_backoff: float = 30.0
     max_pages_per_tick: int = 50
+    # A backend never reached at all (wrong URL, nothing listening, a web page) is not a
+    # restart to wait out: after this many failed first tries the error is raised.
+    give_up_unreached: int = 5
 
 
 @dataclass
@@ -187,7 +190,8 @@ class JobWatcher:
                     async for update in self._tick():
                         yield update
                 except ApiError as exc:
-                    if not exc.transient:
+                    never_reached = self._state.last_status is None
+                    if not exc.transient or (never_reached and self._state.failures + 1 >= opts.give_up_unreached):
                         raise
                     self._state.failures += 1
                     self._state.reconnecting = True

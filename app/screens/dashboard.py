@@ -62,7 +62,7 @@ class DashboardScreen(FlowScreen):
         Binding("e", "export", "Export", id="dashboard.export"),
         Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
         Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
-        Binding("escape", "close_filter", "Close filter", id="dashboard.close_filter", show=False),
+        Binding("escape", "close_filter", "Close filter / back", id="dashboard.close_filter", show=False),
     ]
     PALETTE_COMMANDS = (
         ("Cancel job", "Cancel the job on the backend (asks first)", "cancel_job"),
@@ -169,8 +169,8 @@ class DashboardScreen(FlowScreen):
         final = self.query_one("#dash-final")
         final.display = True
         if reason == "timeout":
-            text = (f"Stopped watching after --poll-timeout; the job is still {status} on the backend.\n"
-                    f"Attach again: synth-tui attach {self.job.job_id} --backend {self.session.backend_base}")
+            text = (f"Stopped watching after --poll-timeout; the job was still {status}.\n"
+                    f"{self.session.attach_hint(self.job.job_id)}")
             self.notify(text, title="Watch stopped", severity="warning")
         else:
             text = f"Final status: {status}\n{json.dumps(payload, indent=2)}"
@@ -233,7 +233,14 @@ class DashboardScreen(FlowScreen):
         field.focus()
 
     def action_close_filter(self) -> None:
-        self.query_one("#dash-filter").display = False
+        """Esc: close the filter; on a dashboard opened from the history, go back to it."""
+        field = self.query_one("#dash-filter")
+        if field.display:
+            field.display = False
+        elif len(self.app.screen_stack) > 1 and type(self.app.screen_stack[-2]).__name__ == "HistoryScreen":
+            if self.feed is not None:
+                self.feed.stop()
+            self.app.pop_screen()
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         if event.input.id == "dash-filter":
@@ -301,18 +308,22 @@ class DashboardScreen(FlowScreen):
         if self.ended:
             self._exit()
             return
-        self.flow_app.confirm("Quit? The job keeps running on the backend.", self._exit, label="Quit",
-                              detail=f"Attach again with: synth-tui attach {self.job.job_id}")
+        question = ("Quit? The demo's backend stops with the app, and this job with it."
+                    if self.session.options.embedded_backend else "Quit? The job keeps running on the backend.")
+        self.flow_app.confirm(question, self._exit, label="Quit", detail=self.session.attach_hint(self.job.job_id))
 
     def _exit(self) -> None:
         if self.feed is not None:
             self.feed.stop()
         if self.ended:
             message = f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
+            # The same exit codes as the headless command: 0 succeeded, 1 failed or cancelled.
+            code = 0 if self.status in ("succeeded", "completed") else 1
         else:
-            message = (f"Job {self.job.job_id} keeps running. Attach again with:\n"
-                       f"  synth-tui attach {self.job.job_id} --backend {self.session.backend_base}")
-        self.app.exit(0, message=message)
+            message = f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
+            code = 0
+        self.flow_app.exit_code = code
+        self.app.exit(code, message=message)
 
     def on_unmount(self) -> None:
         if self.feed is not None:

@@ -8,7 +8,15 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
 from app.core.history import RunHistory, RunRecord
+from app.core.series import default_metric
 from app.screens.base import FlowScreen
+
+
+def headline_metrics(metrics: dict[str, float], count: int = 2) -> list[tuple[str, float]]:
+    """The mean score first (the chart's default series), then the others by name."""
+    first = default_metric(metrics)
+    ordered = sorted(metrics, key=lambda name: (name != first, name))
+    return [(name, metrics[name]) for name in ordered[:count]]
 
 
 class HistoryScreen(FlowScreen):
@@ -47,7 +55,7 @@ class HistoryScreen(FlowScreen):
         table = self.query_one(DataTable)
         table.clear()
         for record in records:
-            metrics = ", ".join(f"{k}={v:.3f}" for k, v in list(record.last_metrics.items())[:2])
+            metrics = ", ".join(f"{k}={v:.3f}" for k, v in headline_metrics(record.last_metrics))
             table.add_row(record.job_id, record.status, record.created_at.replace("T", " ")[:19], record.backend,
                           record.config_path or "—", metrics or "—", key=record.job_id)
         if not records:
