@@ -32,7 +32,8 @@ class SynthTuiApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
     BINDINGS = [
         Binding("f1,question_mark", "help", "Help", id="app.help", key_display="?"),
-        Binding("ctrl+q", "quit", "Quit", id="app.quit", priority=True),
+        # Not a priority binding: the dashboard hides it behind its own q (which asks first).
+        Binding("ctrl+q", "quit", "Quit", id="app.quit"),
         Binding("ctrl+p", "command_palette", "Commands", id="app.commands", show=False),
     ]
 
@@ -101,8 +102,11 @@ class SynthTuiApp(App[int]):
         if isinstance(self.screen, HelpModal):
             return
         rows: list[tuple[str, str]] = []
-        seen: set[str] = set()
-        for key, active in self.screen.active_bindings.items():
+        seen: set[tuple[str, str]] = set()
+        # The screen's and the app's own keys first; a focused widget's scroll keys after.
+        actives = sorted(self.screen.active_bindings.values(),
+                         key=lambda active: not isinstance(active.node, (Screen, App)))
+        for active in actives:
             binding = active.binding
             label = binding.description or binding.action
             if not label or (binding.action, label) in seen:
@@ -126,7 +130,11 @@ class SynthTuiApp(App[int]):
             self.exit(self.exit_code)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Textual's "Keys" duplicates our help, and its "Screenshot" writes to a Downloads
+        # folder that a server over SSH usually does not have.
+        for command in super().get_system_commands(screen):
+            if command.title not in ("Keys", "Screenshot"):
+                yield command
         actions = getattr(screen, "PALETTE_COMMANDS", ())
         for title, help_text, action in actions:
             yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))

@@ -26,7 +26,7 @@ def format_readouts(readouts: Readouts, smoothing: str, zoomed: bool) -> str:
     view = f"last {ZOOM_STEPS} steps" if zoomed else "all steps"
     return (f"last {number(readouts.last)}   best {number(readouts.best)}   min {number(readouts.minimum)}   "
             f"max {number(readouts.maximum)}   step {readouts.step if readouts.step is not None else '—'}   "
-            f"rate {rate}   ·   smoothing {smoothing}   ·   {view}")
+            f"rate {rate}   ·   m metric · s smoothing: {smoothing} · z zoom: {view}")
 
 
 def integer_ticks(first: float, last: float, count: int = 6) -> list[int]:

@@ -61,7 +61,12 @@ def require_secrets(resolved: Sequence[envfile.ResolvedKey], *, env_path: Path |
         where = f"add them to {env_path}" if env_path else "pass --env-file PATH or export them in the shell"
         raise MissingSecretsError(f"Missing required keys: {', '.join(missing)}.",
                                   f"{where.capitalize()}; TASK_APP_URL may instead be given with --task-url.")
-    return {key.name: key.value for key in resolved if key.required and key.value}
+    values = {key.name: key.value for key in resolved if key.required and key.value}
+    task_url = values.get("TASK_APP_URL")
+    if task_url and not task_url.startswith(("http://", "https://")):
+        raise MissingSecretsError(f"TASK_APP_URL has no http:// or https:// scheme: {task_url!r}.",
+                                  f"Write it as http://{task_url} (or https://).")
+    return values
 
 
 def resolve_backend(flag: str | None, env: Mapping[str, str] | None = None) -> tuple[str, str]:

@@ -51,17 +51,20 @@ class DashboardScreen(FlowScreen):
     TITLE = "Live dashboard"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
-        Binding("c", "cancel_job", "Cancel job", id="dashboard.cancel"),
+        Binding("c", "cancel_job", "Cancel", id="dashboard.cancel"),
         Binding("r", "rerun", "Rerun", id="dashboard.rerun"),
         Binding("p", "pause", "Pause", id="dashboard.pause"),
-        Binding("m", "metric", "Metric", id="dashboard.metric"),
-        Binding("s", "smoothing", "Smoothing", id="dashboard.smoothing"),
-        Binding("z", "zoom", "Zoom", id="dashboard.zoom"),
+        Binding("m", "metric", "Metric", id="dashboard.metric", show=False),
+        Binding("s", "smoothing", "Smooth", id="dashboard.smoothing", show=False),
+        Binding("z", "zoom", "Zoom", id="dashboard.zoom", show=False),
         Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
-        Binding("n", "noise", "Noise", id="dashboard.noise"),
+        # m, s, z and n are not in the footer (80 columns are full): the chart's readouts and
+        # the log's status line name them where they act.
+        Binding("n", "noise", "Noise", id="dashboard.noise", show=False),
         Binding("e", "export", "Export", id="dashboard.export"),
         Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
         Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
+        Binding("ctrl+q", "app.quit", "Quit", id="dashboard.app_quit", show=False),
         Binding("escape", "close_filter", "Close filter / back", id="dashboard.close_filter", show=False),
     ]
     PALETTE_COMMANDS = (
@@ -97,7 +100,7 @@ class DashboardScreen(FlowScreen):
         yield Input(placeholder="filter events (type, level or text); enter applies, esc closes", id="dash-filter")
         with VerticalScroll(id="dash-final"):
             yield Static("", id="dash-final-text", markup=False)
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -127,7 +130,10 @@ class DashboardScreen(FlowScreen):
             return
         batch = self.feed.drain()
         if self.paused:
-            self._hold(batch)
+            # Pause freezes the chart and the log; the header still tells the truth.
+            self._hold(FeedBatch(batch.events, batch.points))
+            self._apply(FeedBatch(status=batch.status, connection=batch.connection, ended=batch.ended,
+                                  error=batch.error))
             return
         if self._held:
             batch, self._held = self._merge(self._held, batch), FeedBatch()
