@@ -292,3 +292,13 @@ def test_task_app_unreachable_from_the_backend_is_not_called_auth(world):
     code, _, err = run(world)
     assert code == 3
     assert "could not reach the task app" in err and "(auth)" not in err
+
+
+def test_backend_base_url_in_the_env_file_is_used(world):
+    world["env"].write_text(world["env"].read_text() + f"BACKEND_BASE_URL={world['backend'].url}\n")
+    argv = ["train", "--type", "rl", "--no-tui", "--no-poll", "--env-file", str(world["env"]), "--config", str(EXAMPLE)]
+    args = build_parser().parse_args(normalise_argv(argv))
+    out, err = io.StringIO(), io.StringIO()
+    code = run_train(args, printer=Printer(out=out, err=err), cwd=world["cwd"])
+    assert code == 0, err.getvalue()
+    assert f"Backend base: {world['backend'].url}/api" in out.getvalue()

@@ -156,12 +156,12 @@ def project_config_roots() -> list[Path]:
     return [_BUNDLED_CONFIGS] if _BUNDLED_CONFIGS.is_dir() else []
 
 
-def _kind_of_file(path: Path) -> ConfigKind:
-    """Unreadable or unparsable files count as unknown, so discovery skips them."""
+def _kind_of_file(path: Path) -> str:
+    """The config's kind, or "broken" for a file that cannot be read or parsed as TOML."""
     try:
         return infer_config_type(load_toml(path))
     except (ConfigError, ValueError, RecursionError):
-        return "unknown"
+        return "broken"
 
 
 def _resolved(path: Path) -> Path | None:
@@ -186,11 +186,14 @@ def discover_configs(
     extra_roots: Sequence[Path] | None = None,
     kind: str | None = "rl",
     last_config: Path | None = None,
+    include_broken: bool = False,
 ) -> list[ConfigCandidate]:
     """Configs below cwd and the project's configs folder, of the requested kind.
 
     Sorted by (path depth, path) as in the SDK; the last-used config first and marked.
-    `kind=None` (or "auto") keeps every recognised kind.
+    `kind=None` (or "auto") keeps every recognised kind. The SDK skips TOML files it cannot
+    parse; `include_broken` lists them too (kind "broken"), so the picker can show the
+    syntax error instead of the file silently missing.
     """
     roots = [Path(cwd), *(project_config_roots() if extra_roots is None else extra_roots)]
     wanted_kind = None if kind in (None, "auto") else kind
@@ -205,7 +208,10 @@ def discover_configs(
                 continue
             seen.add(resolved)
             found_kind = _kind_of_file(resolved)
-            if found_kind == "unknown" or (wanted_kind and found_kind != wanted_kind):
+            if found_kind == "broken" and include_broken:
+                candidates.append(ConfigCandidate(path=resolved, kind="broken"))  # type: ignore[arg-type]
+                continue
+            if found_kind in ("unknown", "broken") or (wanted_kind and found_kind != wanted_kind):
                 continue
             candidates.append(ConfigCandidate(path=resolved, kind=found_kind))
     candidates.sort(key=lambda c: (len(c.path.parts), str(c.path)))

@@ -83,7 +83,7 @@ class LaunchSession:
     # -- config -------------------------------------------------------------------
 
     def discover_configs(self) -> list[cfg.ConfigCandidate]:
-        candidates = cfg.discover_configs(self.options.cwd, last_config=cfg.read_last_config())
+        candidates = cfg.discover_configs(self.options.cwd, last_config=cfg.read_last_config(), include_broken=True)
         explicit = [Path(p).expanduser().resolve() for p in self.options.config_paths]
         if explicit:
             known = {c.path for c in candidates}
@@ -112,8 +112,19 @@ class LaunchSession:
             candidates = self.env_choice.candidates if self.env_choice else []
         self.env_choice = EnvChoice(path, how, list(candidates))
         self.env = env
+        self._backend_from_env_file()
         self.resolve()
         return env
+
+    def _backend_from_env_file(self) -> None:
+        """Differs from the SDK on purpose: the SDK picks the backend before reading the .env,
+        so a BACKEND_BASE_URL written there is listed but silently ignored. We use it when
+        neither --backend nor the shell chose one (the shell still wins over the file)."""
+        if self.options.backend or self.backend_source not in ("default", "BACKEND_BASE_URL (.env)"):
+            return
+        file_values = {k: v for k, v in (self.env.values if self.env else {}).items() if v}
+        base, source = resolve_backend(None, {**file_values, **self.shell})
+        self.backend_base, self.backend_source = base, (f"{source} (.env)" if source != "default" else source)
 
     def resolve(self) -> list[envfile.ResolvedKey]:
         self.resolved = resolve_secrets(self.env, shell=self.shell, task_url_flag=self.options.task_url)

@@ -199,6 +199,18 @@ async def test_toml_syntax_error_shows_line_and_column(make_app, configs):
         assert "line 7 col" in text and "TOML" in text and "invalid TOML" in text
 
 
+async def test_a_discovered_file_with_a_syntax_error_is_listed_not_hidden(make_app, configs):
+    shutil.copy(BROKEN / "syntax_error.toml", configs / "broken.toml")
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        label = next(name for name in labels(screen) if name.endswith("broken.toml"))
+        highlight(screen, label)
+        await pilot.pause()
+        text = preview_text(screen)
+        assert "✗ 1 problem" in text and "invalid TOML" in text
+
+
 async def test_preview_reloads_when_the_file_changes_on_disk(make_app, configs):
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
