@@ -174,4 +174,4 @@ class EventLog(Vertical):
             parts.append(f"filter: {self.filter_text!r} (/)")
         if self.new_while_away:
             parts.append(f"▼ {self.new_while_away} new (end to follow)")
-        self.query_one("#log-status", Static).update("   ·   ".join(parts))
+        self.query_one("#log-status", Static).update("   ·   ".join(parts), layout=False)  # height 1

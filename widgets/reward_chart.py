@@ -7,6 +7,8 @@ cost does not grow with the run.
 
 from __future__ import annotations
 
+import time
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.reactive import reactive
@@ -45,13 +47,15 @@ class RewardChart(Vertical):
     paused: reactive[bool] = reactive(False)
 
     def __init__(self, store: MetricStore, *, preferred_metric: str | None = None, max_fps: float = 4.0,
-                 id: str | None = None) -> None:
+                 data_interval: float = 2.0, id: str | None = None) -> None:
         super().__init__(id=id)
         self.store = store
         self.preferred_metric = preferred_metric
         self.max_fps = max_fps
         self.redraws = 0
+        self.data_interval = data_interval
         self._drawn_key: tuple | None = None
+        self._drawn_at = 0.0
 
     def compose(self) -> ComposeResult:
         yield PlotextPlot(id="chart-plot")
@@ -91,12 +95,20 @@ class RewardChart(Vertical):
         return (self.metric, series.version if series else -1, self.smoothing, self.zoomed, plot.size)
 
     def redraw_if_changed(self) -> None:
+        """Redraw when the view changed (metric, smoothing, zoom, size: at once) or its data
+        did (at most every ``data_interval`` seconds: a figure costs tens of milliseconds,
+        and a reward curve gains nothing from more than one frame every couple of seconds)."""
         if self.paused:
             return
         key = self._view_key()
-        if key != self._drawn_key:
-            self._drawn_key = key
-            self.redraw()
+        if key == self._drawn_key:
+            return
+        only_data = self._drawn_key is not None and key[0] == self._drawn_key[0] and key[2:] == self._drawn_key[2:]
+        if only_data and time.monotonic() - self._drawn_at < self.data_interval:
+            return
+        self._drawn_key = key
+        self._drawn_at = time.monotonic()
+        self.redraw()
 
     def redraw(self) -> None:
         plot = self.query_one(PlotextPlot)
@@ -120,6 +132,6 @@ class RewardChart(Vertical):
         plt.title(self.metric or "")
         plt.xlabel("step")
         plt.xticks(integer_ticks(xs[0], xs[-1]))
-        readouts.update(format_readouts(series.readouts(), self.smoothing, self.zoomed))
+        readouts.update(format_readouts(series.readouts(), self.smoothing, self.zoomed), layout=False)  # height 2
         self.redraws += 1
         plot.refresh()

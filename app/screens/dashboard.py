@@ -155,7 +155,8 @@ class DashboardScreen(FlowScreen):
             self.reconnecting = batch.connection.message if batch.connection.reconnecting else ""
         if batch.ended is not None:
             self._ended(batch.ended.status, batch.ended.payload, batch.ended.reason)
-        self._render_header()
+        if batch.status is not None or batch.connection is not None or batch.ended is not None:
+            self._render_header()  # otherwise the 1 s clock keeps it current
 
     def _hold(self, batch: FeedBatch) -> None:
         self._held = self._merge(self._held, batch)
@@ -206,7 +207,8 @@ class DashboardScreen(FlowScreen):
             parts.append("[$warning]paused (p)[/]")
         if self.reconnecting:
             parts.append(f"[$warning]reconnecting… {self.reconnecting[:60]}[/]")
-        self.query_one("#dash-header", Static).update("   ".join(parts))
+        # A fixed one-line widget: no layout pass (a full layout costs more than the repaint).
+        self.query_one("#dash-header", Static).update("   ".join(parts), layout=False)
 
     # -- keys -----------------------------------------------------------------------------
 
