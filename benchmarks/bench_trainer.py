@@ -5,7 +5,9 @@ runs the demo config several times, and reports medians of: the first train step
 score, the final eval mean score, the job's wall time, rollouts/s and chat completions/s
 (the backend counts both and reports them in the job's `rl.job.completed` event data).
 
-    .venv/bin/python -m benchmarks.bench_trainer [--runs 3]
+    .venv/bin/python -m benchmarks.bench_trainer [--runs 3] [--iterations N]
+
+``python -m benchmarks`` folds it in through ``bench_demo`` (``main`` returns the medians).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ def run_job(client: httpx.Client, payload: dict, timeout_s: float = 300.0) -> di
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="policy updates per run (default: the demo config's; smaller for a smoke run)")
     args = parser.parse_args(argv)
     api_key, env_key = f"sk_bench_{secrets.token_hex(8)}", secrets.token_hex(32)
     runs = []
@@ -59,7 +63,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             start_backend(api_key=api_key, db_path=Path(tmp) / "bench.sqlite3", env_api_keys=[env_key]) as backend, \
             httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {api_key}"},
                          timeout=30.0) as client:
-        payload = job_payload(load_demo_config(), taskapp.url, backend.url + "/api")
+        config = load_demo_config()
+        if args.iterations:
+            config["training"].update(num_epochs=1, iterations_per_epoch=args.iterations)
+        payload = job_payload(config, taskapp.url, backend.url + "/api")
         for i in range(args.runs):
             result = run_job(client, payload)
             runs.append(result)

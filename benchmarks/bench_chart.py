@@ -1,0 +1,176 @@
+"""Figure 1: the reward chart's redraw cost at 160x45 as the run grows (1k to 1M points).
+
+Measured on the real path: a headless Textual app (``App.run_test(size=(160, 45))``) holding
+a RewardChart on a MetricStore. One sample is ``chart.redraw()`` (downsample + plotext calls)
+plus ``PlotextPlot.render()`` (plotext builds the figure and Rich parses its ANSI), called
+directly because ``refresh()`` only schedules the render. The headless compositor still runs,
+so what is timed is exactly the work a real terminal would wait for, minus the terminal write.
+The chart sits in the dashboard's own layout and stylesheet (plot area about 94x39 at 160x45),
+and the data is a noisy rising reward: with min/max downsampling, noise makes each column's
+stroke taller as more points fall in it, and plotext's cost follows the strokes' height.
+The notes split each sample into downsample / plotext build / Text.from_ansi.
+
+Baseline, same run, same widget: the naive chart that hands plotext every point (no
+downsampling). It is timed at 1k/10k/100k only: at 1M one build takes tens of seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+import time
+
+from rich.text import Text
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widget import Widget
+from textual.widgets import Footer, Header, Static
+from textual_plotext import PlotextPlot
+
+from app.core.series import MetricSeries, MetricStore, downsample
+from app.tui import stylesheet_path
+from benchmarks.common import Figure, below, child_main, median, say, time_calls
+from widgets.event_log import EventLog
+from widgets.reward_chart import RewardChart
+
+METRIC = "train.mean_score"
+SIZE = (160, 45)
+
+
+class DashboardLikeApp(App):
+    """The dashboard's layout with the app's own stylesheet (same ids, so the same CSS
+    rules): header, status line, the chart (3fr) beside the event log (2fr), footer. At
+    160x45 the plot gets about 94x38 cells, as in the real dashboard. No feed: the
+    benchmarks feed the widgets themselves. ``k`` is a no-op key that records when it ran."""
+
+    CSS_PATH = str(stylesheet_path())
+    BINDINGS = [Binding("k", "ping", "Ping")]
+
+    def __init__(self, store: MetricStore, *, log_widget: Widget | None = None) -> None:
+        super().__init__()
+        self.store = store
+        self.log_widget = log_widget
+        self.pings: list[float] = []
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("job_bench   running", id="dash-header", classes="flow-header")
+        with Horizontal(id="dash-body"):
+            yield RewardChart(self.store, id="dash-chart")
+            yield self.log_widget if self.log_widget is not None else EventLog(id="dash-log")
+        yield Footer()
+
+    def action_ping(self) -> None:
+        self.pings.append(time.perf_counter())
+
+
+def make_series(count: int, seed: int = 7) -> MetricSeries:
+    """``count`` points of a noisy rising reward, the same curve at every size (only the
+    density changes), added one by one through the series' own ``add``."""
+    rng = random.Random(seed)
+    series = MetricSeries(METRIC)
+    for step in range(count):
+        series.add(float(step), 0.2 + 0.6 * (1 - math.exp(-4 * step / count)) + rng.gauss(0, 0.05), now=0.0)
+    return series
+
+
+def naive_redraw(plot: PlotextPlot, series: MetricSeries) -> None:
+    """What a chart without downsampling does: every point goes to plotext."""
+    plt = plot.plt
+    plt.clear_data()
+    plt.clear_figure()
+    plt.plot(list(series.steps), list(series.values), marker="braille")
+    plt.title(METRIC)
+    plt.xlabel("step")
+    plot.render()
+
+
+async def measure(quick: bool) -> list[Figure]:
+    sizes = [1_000, 10_000] if quick else [1_000, 10_000, 100_000, 1_000_000]
+    naive_sizes = {1_000, 10_000} if quick else {1_000, 10_000, 100_000}
+    repeat = 4 if quick else 15
+    store = MetricStore()
+    store.series[METRIC] = make_series(10)
+    figures: list[Figure] = []
+    app = DashboardLikeApp(store)
+    async with app.run_test(size=SIZE) as pilot:
+        chart = app.query_one(RewardChart)
+        plot = chart.query_one(PlotextPlot)
+        chart.paused = True  # our samples only: the chart's own 4 Hz timer stays out of the timing
+        chart.metric = METRIC
+        await pilot.pause()
+        say(f"chart: plot area {plot.size.width}x{plot.size.height}")
+
+        def redraw() -> None:
+            chart.redraw()
+            plot.render()
+
+        for count in sizes:
+            series = store.series[METRIC] = make_series(count)
+            await pilot.pause()
+            samples = time_calls(redraw, repeat)
+            # Where the time goes (same inputs as redraw): numpy downsampling, plotext's
+            # figure build, Rich's parse of plotext's ANSI output.
+            columns = max(plot.size.width - 10, 10)
+            down = median(time_calls(lambda: downsample(series.steps, series.values, columns), repeat))
+            build = median(time_calls(plot.plt.build, repeat))
+            ansi = plot.plt.build()
+            parse = median(time_calls(lambda: Text.from_ansi(ansi), repeat))
+            breakdown = f"downsample {down:.2f} ms, plotext build {build:.1f} ms, Text.from_ansi {parse:.1f} ms"
+            base_samples: list[float] = []
+            if count in naive_sizes:
+                # Fewer repetitions where one build takes seconds; still a median.
+                base_repeat = repeat if count < 10_000 else 3
+                base_samples = time_calls(lambda: naive_redraw(plot, series), base_repeat, warmup=0)
+            value, base = median(samples), median(base_samples)
+            say(f"chart: {count:>9,} points  redraw+render {value:.1f} ms ({breakdown})"
+                + (f"  naive {base:.1f} ms (median of {len(base_samples)})" if base is not None else ""))
+            label = f"{count // 1000:,}k" if count < 1_000_000 else f"{count // 1_000_000}M"
+            figures.append(Figure(
+                f"chart redraw+render, {label} points (median of {repeat})", value, "ms",
+                baseline=base, baseline_label="naive: every point" if base is not None else "",
+                goal="< 40 ms", met=below(value, 40.0), samples=samples,
+                note=breakdown + ("" if base is not None else
+                                  "; naive baseline skipped at 1M (one build takes tens of seconds)")))
+            chart.redraw()  # leave the real view drawn between sizes
+
+        # redraw_if_changed (what the chart's 4 Hz timer calls): unchanged data must not
+        # redraw; one new point must, once the chart's data_interval (if any) has passed.
+        chart.paused = False
+        chart.redraw_if_changed()
+        before = chart.redraws
+        for _ in range(100):
+            chart.redraw_if_changed()
+        idle = chart.redraws - before
+        series = store.series[METRIC]
+        series.add(float(len(series)), 0.5, now=0.0)
+        added = time.monotonic()
+        limit = getattr(chart, "data_interval", 0.0) + 1.0
+        while chart.redraws == before + idle and time.monotonic() - added < limit:
+            chart.redraw_if_changed()
+            await asyncio.sleep(0.05)
+        after_change, delay = chart.redraws - before - idle, time.monotonic() - added
+        say(f"chart: redraws on 100 unchanged ticks {idle}; after one new point {after_change} ({delay:.2f} s later)")
+        figures.append(Figure("chart redraws on 100 ticks with unchanged data", idle, "",
+                              goal="0 (and 1 after a new point)", met=idle == 0 and after_change == 1,
+                              note=f"redraws after one new point: {after_change}, {delay:.2f} s after it arrived "
+                                   f"(the chart's data_interval: {getattr(chart, 'data_interval', 'none')})"))
+    # "Flat": the largest run against the smallest, same run (ratio column).
+    small, large = figures[0], figures[len(sizes) - 1]
+    if small.value and large.value:
+        say(f"chart: {sizes[-1]:,}-point redraw costs {large.value / small.value:.2f}x the 1k one")
+        figures.insert(len(sizes), Figure(
+            f"chart flatness: {large.name.split(', ')[1].split(' (')[0]} vs 1k points", large.value, "ms",
+            baseline=small.value, baseline_label="1k points", goal="flat (ratio < 1.5x)",
+            met=large.value / small.value < 1.5))
+    return figures
+
+
+def run(quick: bool) -> list[Figure]:
+    return asyncio.run(measure(quick))
+
+
+if __name__ == "__main__":
+    child_main("bench_chart", run)
