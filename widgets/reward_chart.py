@@ -40,6 +40,17 @@ def integer_ticks(first: float, last: float, count: int = 6) -> list[int]:
     return list(range(first, last + 1, stride))
 
 
+def plot_line(plt, xs: list[float], ys: list[float], banded: bool, *, color: str, label: str | None) -> None:
+    """A downsampled series is drawn as two lines, its per-column lows and highs: one zigzag
+    through both would stroke every column from min to max, and plotext's cost grows with
+    the sub-pixels drawn (profiled: 40-56 ms a frame zigzag, about 20 ms as two lines)."""
+    if banded:
+        plt.plot(xs[0::2], ys[0::2], marker="braille", color=color, label=label)
+        plt.plot(xs[1::2], ys[1::2], marker="braille", color=color)
+    else:
+        plt.plot(xs, ys, marker="braille", color=color, label=label)
+
+
 class RewardChart(Vertical):
     metric: reactive[str | None] = reactive(None)
     smoothing: reactive[str] = reactive("none")
@@ -124,11 +135,12 @@ class RewardChart(Vertical):
             return
         columns = max(plot.size.width - 10, 10)
         start = window(series.steps, ZOOM_STEPS if self.zoomed else None)
+        banded = len(series) - start > 2 * columns  # downsample() then gives (min, max) pairs
         if self.smoothing != "none":
             xs, ys = downsample(series.steps, series.values, columns, start)
-            plt.plot(xs, ys, marker="braille", color="gray", label="raw")
+            plot_line(plt, xs, ys, banded, color="gray", label="raw")
         xs, ys = downsample(series.steps, series.smoothed(self.smoothing), columns, start)
-        plt.plot(xs, ys, marker="braille", label=self.smoothing if self.smoothing != "none" else None)
+        plot_line(plt, xs, ys, banded, color="cyan", label=self.smoothing if self.smoothing != "none" else None)
         plt.title(self.metric or "")
         plt.xlabel("step")
         plt.xticks(integer_ticks(xs[0], xs[-1]))

@@ -15,6 +15,7 @@ from app.screens.env_review import EnvReviewScreen
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
 from widgets.path_prompt import PathPromptModal
+from pilot_waits import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "rl"
@@ -31,15 +32,6 @@ def configs(project):
         shutil.copy(EXAMPLES / name, folder / name)
     shutil.copy(BROKEN / "many_problems.toml", folder / "many_problems.toml")
     return folder
-
-
-async def wait_until(pilot, condition, what: str = "condition") -> None:
-    """Poll (bounded) while workers run in threads; the wait itself is not under test."""
-    for _ in range(500):
-        if condition():
-            return
-        await pilot.pause(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def discovered(pilot) -> ConfigPickerScreen:

@@ -17,6 +17,7 @@ from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from widgets.event_log import EventLog
 from widgets.reward_chart import RewardChart
+from pilot_waits import wait_for
 
 
 def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02) -> SynthTuiApp:
@@ -24,14 +25,6 @@ def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: flo
                             shell={"SYNTH_API_KEY": backend.api_key})
     session.resolve()
     return SynthTuiApp(session, attach=job)
-
-
-async def wait_for(pilot, condition, *, limit: int = 400) -> None:
-    for _ in range(limit):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("condition not reached")
 
 
 def dashboard(app) -> DashboardScreen:

@@ -17,6 +17,7 @@ from app.screens.modals import ConfirmModal, ErrorModal
 from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable
 from widgets.path_prompt import PathPromptModal
+from pilot_waits import wait_until
 
 # Long fake secrets: any of them in full on screen is a leak.
 SYNTH_KEY = "sk_live_FAKE_0123456789abcdefghijklmnopqrstuv"
@@ -52,14 +53,6 @@ def verification_calls(monkeypatch):
     calls: list[str] = []
     monkeypatch.setattr(SynthTuiApp, "go_to_verification", lambda self: calls.append("verify"))
     return calls
-
-
-async def wait_until(pilot, condition, what: str = "condition") -> None:
-    for _ in range(500):
-        if condition():
-            return
-        await pilot.pause(0.01)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def env_screen(pilot) -> EnvReviewScreen:

@@ -20,6 +20,7 @@ from app.screens.dashboard import DashboardScreen
 from app.screens.modals import ErrorModal
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
+from pilot_waits import wait_for
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 SYNTH_KEY = "sk_test_backend_key_0123456789"
@@ -36,15 +37,6 @@ def preview_app(flow_app):
     """An app opened on the preview step, with the config and .env chosen as the earlier
     steps would leave the session (see flow_app); the keys are this file's unless given."""
     return functools.partial(flow_app, "preview", synth_key=SYNTH_KEY, env_key=ENV_KEY)
-
-
-async def wait_for(pilot, condition, *, what: str, limit: int = 400) -> None:
-    """Let the app run until ``condition()`` holds; bounded, so a hang fails the test."""
-    for _ in range(limit):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def preview_ready(pilot) -> PayloadPreviewScreen:

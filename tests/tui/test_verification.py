@@ -21,6 +21,7 @@ from app.screens.verification import VerificationScreen
 from app.core.diagnosis import BackendCheck, TaskAppCheck, Verdict, backend_rows, key_prefix_hint, overall_verdict
 from widgets.diagnostics import DiagnosticsTable
 from widgets.json_view import JsonReportModal
+from pilot_waits import wait_for
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 WRONG_ENV_KEY = "env_wrong_fedcba9876543210fedcba9876543210"
@@ -43,15 +44,6 @@ def verify_app(flow_app):
 @pytest.fixture
 def short_timeout(monkeypatch):
     monkeypatch.setattr(VerificationScreen, "CHECK_TIMEOUT_S", 1.0)
-
-
-async def wait_for(pilot, condition, *, what: str, limit: int = 400) -> None:
-    """Let the app run until ``condition()`` holds; bounded, so a hang fails the test."""
-    for _ in range(limit):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 async def checks_done(pilot) -> VerificationScreen:
