@@ -390,15 +390,19 @@ def run_backend_server(args: argparse.Namespace) -> int:
     if not api_key:
         raise UsageError("The backend needs the SYNTH_API_KEY clients will send.",
                          "Pass --api-key KEY or export SYNTH_API_KEY.")
-    env_keys = args.env_key or [k for k in [os.environ.get("ENVIRONMENT_API_KEY")] if k]
-    serve_backend(args.host, args.port, api_key, env_keys, Path(args.db).expanduser() if args.db else default_db_path())
+    serve_backend(args.host, args.port, api_key, _env_keys(args), Path(args.db).expanduser() if args.db else default_db_path())
     return ExitCode.OK
+
+
+def _env_keys(args: argparse.Namespace) -> list[str]:
+    """--env-key values, else the shell's ENVIRONMENT_API_KEY."""
+    return args.env_key or [k for k in [os.environ.get("ENVIRONMENT_API_KEY")] if k]
 
 
 def run_taskapp_server(args: argparse.Namespace) -> int:
     from app.local.servers import serve_taskapp
 
-    env_keys = args.env_key or [k for k in [os.environ.get("ENVIRONMENT_API_KEY")] if k]
+    env_keys = _env_keys(args)
     if not env_keys:
         # Contract 5.2: a task app without a key answers 503 to every authenticated call.
         printer = Printer()

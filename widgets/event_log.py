@@ -8,7 +8,6 @@ events a second cost little. It keeps at most ``max_lines`` lines on screen and
 from __future__ import annotations
 
 from collections import deque
-from datetime import datetime
 
 from rich.highlighter import Highlighter
 from rich.style import Style
@@ -18,18 +17,14 @@ from textual.containers import Vertical
 from textual.widgets import Log, Static
 
 from app.core.events import is_noise, mask_model_urls
-from app.core.wire import JobEvent
+from app.core.wire import JobEvent, parse_iso
 
 LEVEL_WIDTH = 7
 
 
 def event_time(event: JobEvent) -> str:
-    if event.created_at:
-        try:
-            return datetime.fromisoformat(event.created_at.replace("Z", "+00:00")).astimezone().strftime("%H:%M:%S")
-        except ValueError:
-            pass
-    return "--:--:--"
+    at = parse_iso(event.created_at)
+    return at.astimezone().strftime("%H:%M:%S") if at else "--:--:--"
 
 
 def format_event(event: JobEvent) -> str:

@@ -13,11 +13,10 @@ from array import array
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 
 import numpy as np
 
-from app.core.wire import MetricPoint
+from app.core.wire import MetricPoint, parse_iso
 
 # The default series (design 1.5): the GEPA metric when present, else the first present of the
 # job's mean-score / reward metrics.
@@ -75,18 +74,20 @@ class MetricSeries:
         else:
             self.steps.append(step)
             self.values.append(value)
-            self._extend_smoothing(value)
+            self._smooth_next()
         self.minimum = min(self.minimum, value)
         self.maximum = max(self.maximum, value)
         self._arrivals.append((time.monotonic() if now is None else now, step))
         del self._arrivals[:-20]
         self.version += 1
 
-    def _extend_smoothing(self, value: float) -> None:
+    def _smooth_next(self) -> None:
+        """Extend the EMA and the moving average by the next value not yet smoothed: O(1)."""
+        count = len(self.ema) + 1
+        value = self.values[count - 1]
         previous = self.ema[-1] if self.ema else value
         self.ema.append(previous + EMA_ALPHA * (value - previous))
         self._window_sum += value
-        count = len(self.values)
         if count > MOVING_WINDOW:
             self._window_sum -= self.values[count - 1 - MOVING_WINDOW]
         self.moving.append(self._window_sum / min(count, MOVING_WINDOW))
@@ -97,13 +98,8 @@ class MetricSeries:
         self.steps.insert(index, step)
         self.values.insert(index, value)
         self.ema, self.moving, self._window_sum = array("d"), array("d"), 0.0
-        for count, item in enumerate(self.values, 1):
-            previous = self.ema[-1] if self.ema else item
-            self.ema.append(previous + EMA_ALPHA * (item - previous))
-            self._window_sum += item
-            if count > MOVING_WINDOW:
-                self._window_sum -= self.values[count - 1 - MOVING_WINDOW]
-            self.moving.append(self._window_sum / min(count, MOVING_WINDOW))
+        for _ in self.values:
+            self._smooth_next()
 
     def smoothed(self, mode: str) -> array:
         return {"ema": self.ema, "moving average": self.moving}.get(mode, self.values)
@@ -159,12 +155,8 @@ class MetricStore:
 def _timestamp(created_at: str | None) -> float | None:
     """The backend's time of a point, so the rate means steps per minute of training, not of
     arrival (a replayed or caught-up history arrives all at once)."""
-    if not created_at:
-        return None
-    try:
-        return datetime.fromisoformat(created_at.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return None
+    at = parse_iso(created_at)
+    return at.timestamp() if at else None
 
 
 def window(steps: Sequence[float], recent: int | None) -> int:

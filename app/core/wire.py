@@ -7,6 +7,7 @@ are partly unconfirmed, and older readers use other spellings (``state``, ``even
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -130,6 +131,18 @@ class MetricPoint(_Tolerant):
     @property
     def key(self) -> tuple[str, int]:
         return (self.name, self.step)
+
+
+def parse_iso(value: str | None) -> datetime | None:
+    """A backend timestamp (ISO-8601, ``Z`` allowed) as an aware datetime; None when absent or
+    unreadable. Naive times are taken as local."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.astimezone()
 
 
 def items_of(body: Any, *keys: str) -> list[Any]:

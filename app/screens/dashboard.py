@@ -27,6 +27,7 @@ from app.core.launch import new_idempotency_key
 from app.core.paths import run_dir
 from app.core.series import MetricStore
 from app.core.streaming import WatchOptions
+from app.core.wire import parse_iso
 from app.screens.base import FlowScreen
 from widgets.event_log import EventLog
 from widgets.reward_chart import RewardChart
@@ -150,7 +151,7 @@ class DashboardScreen(FlowScreen):
             self.query_one(EventLog).add_events(batch.events)
         if batch.status is not None:
             self.status = batch.status.status
-            self.created_at = self.created_at or _parse_time(batch.status.created_at)
+            self.created_at = self.created_at or parse_iso(batch.status.created_at)
         if batch.connection is not None:
             self.reconnecting = batch.connection.message if batch.connection.reconnecting else ""
         if batch.ended is not None:
@@ -170,7 +171,7 @@ class DashboardScreen(FlowScreen):
     def _ended(self, status: str, payload: dict[str, Any], reason: str) -> None:
         self.ended = True
         self.status = status
-        created, updated = _parse_time(payload.get("created_at")), _parse_time(payload.get("updated_at"))
+        created, updated = parse_iso(payload.get("created_at")), parse_iso(payload.get("updated_at"))
         if created is not None and updated is not None and reason == "terminal":
             self.finished_after = max(0, int((updated - created).total_seconds()))
         final = self.query_one("#dash-final")
@@ -341,14 +342,3 @@ class DashboardScreen(FlowScreen):
 def _payload_from_history(job_id: str) -> dict[str, Any] | None:
     record = RunHistory().get(job_id)
     return record.payload if record else None
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return parsed if parsed.tzinfo else parsed.astimezone()
-
