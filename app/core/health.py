@@ -133,7 +133,9 @@ def _judge(attempt: HealthAttempt) -> None:
         attempt.reason = "reachable; /health is auth-optional here"
         return
     if status == 400 and error.get("code") == "unauthorised" or status in (401, 403):
-        allowed = [key_prefix(p) for p in error.get("allowed_first15") or []]
+        # Our task apps report "allowed_prefixes" (4 characters); the SDK's "allowed_first15".
+        reported = error.get("allowed_prefixes") or error.get("allowed_first15") or []
+        allowed = [key_prefix(p) for p in reported if p != "****"]
         expected = f" It accepts {len(allowed)} key(s) starting with {', '.join(allowed)}" if allowed else ""
         attempt.reason = f"the task app rejected ENVIRONMENT_API_KEY {attempt.key_hint} (HTTP {status}).{expected}"
         attempt.fix = ("Set ENVIRONMENT_API_KEY to the key the task app was started with; a key made for "

@@ -38,6 +38,38 @@ def key_prefix(value: object) -> str:
     return f"{text[:PREFIX_CHARS]}…" if text else "—"
 
 
+def scrub_key_fragments(text: str, keys: Iterable[str]) -> str:
+    """`text` with every run of more than 4 characters of any key replaced by "[redacted]".
+
+    For what a server relays from another one (a task app's error body, say): a foreign task
+    app may echo 15 characters of a key, which `redact` (whole keys only) would let through.
+    """
+    width = PREFIX_CHARS + 1
+    grams = {key[i:i + width] for key in keys if key and len(key) >= width for i in range(len(key) - width + 1)}
+    if not grams or len(text) < width:
+        return text
+    covered = [False] * len(text)
+    for start in range(len(text) - width + 1):
+        if text[start:start + width] in grams:
+            covered[start:start + width] = [True] * width
+    out, index = [], 0
+    while index < len(text):
+        if covered[index]:
+            while index < len(text) and covered[index]:
+                index += 1
+            out.append("[redacted]")
+        else:
+            out.append(text[index])
+            index += 1
+    return "".join(out)
+
+
+def held_key_prefix(key: str) -> str:
+    """How a server names a key it holds: its first 4 characters, or nothing of a short key
+    (4 characters of an 8-character key are half the secret)."""
+    return f"{key[:PREFIX_CHARS]}…" if len(key) >= 3 * PREFIX_CHARS else "****"
+
+
 def mask_prefixes(body: object) -> object:
     """A copy of a JSON body with every reported key prefix cut to ``key_prefix`` form."""
     if isinstance(body, dict):

@@ -18,6 +18,7 @@ from app.core.config_kind import infer_config_type, lower_text
 from app.core.config_schema import RLConfig
 from app.core.errors import ConfigError
 from app.core.models import check_rl_model, experimental_allowed
+from app.core.trainable import size_problems
 from app.core.toml_source import TomlLineIndex, TomlSyntaxError, parse_toml_text, read_config_text
 
 __all__ = [
@@ -239,6 +240,13 @@ def _check_optional_sections(data: Mapping[str, Any], problems: _ProblemList) ->
                 problems.add(f"{section}.{key}", FIELD_REQUIRED)
 
 
+def _check_sizes(data: Mapping[str, Any], problems: _ProblemList) -> None:
+    """The bounds every backend enforces too (app.core.trainable): refused here first."""
+    for problem in size_problems(data):
+        if not problems.covers(problem.location):
+            problems.add(problem.location, problem.message)
+
+
 def _check_judge(data: Mapping[str, Any], problems: _ProblemList) -> None:
     judge = _table(data, "judge")
     if judge is None:
@@ -339,6 +347,7 @@ def validate_rl_mapping(
     _check_compute_and_topology(data, problems)
     _check_rollout(data, problems)
     _check_optional_sections(data, problems)
+    _check_sizes(data, problems)
     _check_judge(data, problems)
     config = _check_schema(data, problems)
     _check_models(data, problems, experimental_allowed(allow_experimental, env), env)

@@ -30,14 +30,21 @@ import httpx
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from app.core.redact import held_key_prefix, scrub_key_fragments
+from app.core.urls import http_url_problem
 from app.local.errors import describe_http_error, install_json_errors, response_detail
+from app.local.guard import RequestGuard
+from app.local.retry import client_limits
 from app.local.journal import Journal
 from app.local.policy import DEFAULT_ACTIONS, TabularPolicy, state_key
 from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store
 from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
 
+MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
+CHAT_BODY_LIMIT = 4 << 20  # chat histories can be long; every other body stays under guard.MAX_BODY_BYTES
 TERMINAL_EVENT_TYPES = {"rl.job.completed", "rl.job.failed", "rl.job.cancelled"}
 SSE_HEARTBEAT_S = 10.0
+CHAT_PATHS = ("/api/v1/chat/completions", "/v1/chat/completions")
 VERIFY_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 HEADER_STYLES = {
     "X-API-Key": lambda key: {"X-API-Key": key},
@@ -88,8 +95,7 @@ def create_backend_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         b.store = Store(b.db_path)
         b.journal = Journal(b.store)
-        limits = httpx.Limits(max_connections=100, max_keepalive_connections=100)
-        async with httpx.AsyncClient(limits=limits) as http:
+        async with httpx.AsyncClient(limits=client_limits()) as http:
             b.http = http
             b.trainer = Trainer(b.journal, b.env_api_keys, http)
             try:
@@ -104,6 +110,7 @@ def create_backend_app(
     app = FastAPI(title="synth-tui embedded backend", lifespan=lifespan)
     app.state.begin_shutdown = b.begin_shutdown
     install_json_errors(app)
+    app.add_middleware(RequestGuard, limits={path: CHAT_BODY_LIMIT for path in CHAT_PATHS})
 
     def require_key(request: Request) -> None:
         if not b.bearer_ok(request):
@@ -118,7 +125,7 @@ def create_backend_app(
     _job_routes(api, b)
     app.include_router(api)
     chat = _chat_handler(b)
-    for path in ("/api/v1/chat/completions", "/v1/chat/completions"):
+    for path in CHAT_PATHS:
         app.add_api_route(path, chat, methods=["POST"])
     return app
 
@@ -151,8 +158,9 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
     async def verify_task_app(request: Request) -> dict:
         body = await _json_body(request)
         url = body.get("endpoint_base_url") if isinstance(body, dict) else None
-        if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-            raise HTTPException(422, f"endpoint_base_url must be the task app's http(s) URL (got {url!r})")
+        problem = http_url_problem(url)
+        if problem:
+            raise HTTPException(422, f"endpoint_base_url must be the task app's http(s) URL: {problem}")
         return await _verify(b, url)
 
     @api.post("/rl/jobs")
@@ -196,17 +204,20 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         job = b.job_or_404(job_id)
         return JSONResponse({"job_id": job_id, "status": job["status"], "message": "Job cancelled"})
 
-    async def events(request: Request, job_id: str, since_seq: int = 0, limit: int = Query(200, ge=1, le=1000)):
+    async def events(request: Request, job_id: str, since_seq: int = Query(0, ge=-1, le=MAX_CURSOR),
+                     limit: int = Query(200, ge=1, le=1000)):
         b.job_or_404(job_id)
         if "text/event-stream" in request.headers.get("accept", ""):
             return _event_stream(b, job_id, _resume_from(request, since_seq))
         return {"events": b.store.events(job_id, since_seq=since_seq, limit=limit)}
 
-    async def event_stream(request: Request, job_id: str, since_seq: int = 0) -> StreamingResponse:
+    async def event_stream(request: Request, job_id: str,
+                           since_seq: int = Query(0, ge=-1, le=MAX_CURSOR)) -> StreamingResponse:
         b.job_or_404(job_id)
         return _event_stream(b, job_id, _resume_from(request, since_seq))
 
-    async def metrics(job_id: str, after_step: int = -1, limit: int = Query(200, ge=1, le=1000)) -> dict:
+    async def metrics(job_id: str, after_step: int = Query(-1, ge=-1, le=MAX_CURSOR),
+                      limit: int = Query(200, ge=1, le=1000)) -> dict:
         b.job_or_404(job_id)
         return {"job_id": job_id, "points": b.store.metrics(job_id, after_step=after_step, limit=limit)}
 
@@ -224,7 +235,7 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
 def _resume_from(request: Request, since_seq: int) -> int:
     # A reconnecting EventSource sends Last-Event-ID: it wins over the query string.
     last = request.headers.get("last-event-id", "").strip()
-    return int(last) if last.isdigit() else since_seq
+    return int(last) if last.isdigit() and len(last) <= 18 else since_seq
 
 
 def _event_stream(b: _Backend, job_id: str, since_seq: int) -> StreamingResponse:
@@ -260,28 +271,30 @@ async def _verify(b: _Backend, url: str) -> dict:
                           "the task app expects"}
     base = url.rstrip("/")
 
-    async def attempt(endpoint: str, key: str, style: str) -> dict:
+    async def attempt(endpoint: str, index: int, key: str, style: str) -> dict:
         started = time.perf_counter()
-        result: dict[str, Any] = {"endpoint": endpoint, "header": style, "key_prefix": key[:6]}
+        result: dict[str, Any] = {"endpoint": endpoint, "header": style, "key_index": index,
+                                  "key_prefix": held_key_prefix(key)}
         try:
             resp = await b.http.get(base + endpoint, headers=HEADER_STYLES[style](key), timeout=VERIFY_TIMEOUT)
             result.update(status=resp.status_code, ok=resp.status_code == 200, error=None)
             if resp.status_code != 200:
-                result["detail"] = response_detail(resp, 200)
+                # A foreign task app may echo part of the key it was sent: never relay that.
+                result["detail"] = scrub_key_fragments(response_detail(resp, 200), b.env_api_keys)
         except httpx.HTTPError as exc:
             result.update(status=None, ok=False, error=f"{type(exc).__name__}: {describe_http_error(exc)}")
         result["latency_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return result
 
-    combos = [(key, style) for key in b.env_api_keys for style in HEADER_STYLES]
+    combos = [(index, key, style) for index, key in enumerate(b.env_api_keys) for style in HEADER_STYLES]
     attempts = await asyncio.gather(
-        *(attempt(endpoint, key, style) for key, style in combos for endpoint in ("/health", "/task_info"))
+        *(attempt(endpoint, *combo) for combo in combos for endpoint in ("/health", "/task_info"))
     )
     # A combination passes when both endpoints answered 200 to the same key and header.
-    passing = {(a["key_prefix"], a["header"]) for a in attempts if a["ok"] and a["endpoint"] == "/health"}
-    passing &= {(a["key_prefix"], a["header"]) for a in attempts if a["ok"] and a["endpoint"] == "/task_info"}
+    passing = {(a["key_index"], a["header"]) for a in attempts if a["ok"] and a["endpoint"] == "/health"}
+    passing &= {(a["key_index"], a["header"]) for a in attempts if a["ok"] and a["endpoint"] == "/task_info"}
     return {"any_ok": bool(passing), "endpoint_base_url": url,
-            "candidates_first15": [k[:15] for k in b.env_api_keys], "attempts": attempts}
+            "candidates_first15": [held_key_prefix(k) for k in b.env_api_keys], "attempts": attempts}
 
 
 def _chat_handler(b: _Backend):
@@ -296,48 +309,88 @@ def _chat_handler(b: _Backend):
                                 headers={"WWW-Authenticate": "Bearer"})
         if not job_id:
             raise HTTPException(400, "The inference URL must name the job: ?cid=<job_id>[:<rollout_id>]")
-        if not isinstance(body, dict) or not isinstance(body.get("messages"), list):
-            raise HTTPException(422, "messages must be a list of chat messages")
+        problem = chat_body_problem(body)
+        if problem:
+            raise HTTPException(422, f"Invalid chat completion request: {problem}")
         observation = _last_user_text(body["messages"])
         tool, param, actions = _tool_spec(body.get("tools"))
+        call_id = f"call_{secrets.token_hex(8)}"
         if run is not None:
-            action = run.act(rollout_id, observation, actions)
+            action = run.act(rollout_id, observation, actions, call_id)
             model = run.plan.model
         else:
             job = b.job_or_404(job_id)
             policy = TabularPolicy.from_json(b.store.get_policy(job_id))
             action = policy.sample(state_key(observation), actions, random.Random())
             model = _job_view(job)["model"]
-        return _completion(body.get("model") or model, tool, param, action, observation)
+        return _completion(body.get("model") or model, tool, param, action, observation, call_id)
 
     return chat_completions
 
 
+MAX_CHAT_MESSAGES = 10_000
+
+
+def chat_body_problem(body: Any) -> str | None:
+    """What makes a chat completion request unusable, or None. Only what this endpoint reads
+    is checked; unknown keys are allowed, as OpenAI's API allows them."""
+    if not isinstance(body, dict):
+        return "the body must be a JSON object"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages must be a non-empty list of chat messages"
+    if len(messages) > MAX_CHAT_MESSAGES:
+        return f"at most {MAX_CHAT_MESSAGES:,} messages"
+    for index, message in enumerate(messages):
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return f"messages[{index}] must be an object with a string role"
+        content = message.get("content")
+        if not (content is None or isinstance(content, str) or isinstance(content, list)):
+            return f"messages[{index}].content must be a string, a list of content parts or null"
+    tools = body.get("tools")
+    if tools is None:
+        return None
+    if not isinstance(tools, list):
+        return "tools must be a list of tools"
+    for index, tool in enumerate(tools):
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            return f"tools[{index}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
+        parameters = function.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            return f"tools[{index}].function.parameters must be a JSON schema object"
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        return "model must be a string"
+    return None
+
+
 def _last_user_text(messages: list) -> str:
     for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
+        if message.get("role") == "user":
             content = message.get("content")
             if isinstance(content, list):  # OpenAI content parts
-                return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
+                return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
             return str(content or "")
     return ""
 
 
-def _tool_spec(tools: Any) -> tuple[str | None, str, tuple[str, ...]]:
+def _tool_spec(tools: list | None) -> tuple[str | None, str, tuple[str, ...]]:
     """(tool name, argument name, allowed values) from the first function tool whose first
     enum argument lists the actions; the gridworld's move(direction) when there is none."""
-    functions = [t["function"] for t in tools or [] if isinstance(t, dict) and isinstance(t.get("function"), dict)]
+    functions = [t["function"] for t in tools or []]
     for fn in functions:
-        for name, spec in ((fn.get("parameters") or {}).get("properties") or {}).items():
+        properties = (fn.get("parameters") or {}).get("properties")
+        for name, spec in (properties.items() if isinstance(properties, dict) else ()):
             if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
-                return fn.get("name"), name, tuple(str(v) for v in spec["enum"])
-    return (functions[0].get("name") if functions else None), "direction", DEFAULT_ACTIONS
+                return fn["name"], name, tuple(str(v) for v in spec["enum"])
+    return (functions[0]["name"] if functions else None), "direction", DEFAULT_ACTIONS
 
 
-def _completion(model: str, tool: str | None, param: str, action: str, prompt: str) -> dict:
+def _completion(model: str, tool: str | None, param: str, action: str, prompt: str, call_id: str) -> dict:
     message: dict[str, Any] = {"role": "assistant", "content": None}
     if tool:
-        message["tool_calls"] = [{"id": f"call_{secrets.token_hex(8)}", "type": "function",
+        message["tool_calls"] = [{"id": call_id, "type": "function",
                                   "function": {"name": tool, "arguments": json.dumps({param: action})}}]
     else:
         message["content"] = action

@@ -41,19 +41,46 @@ def install_json_errors(app: FastAPI) -> None:
 
 
 def describe_http_error(exc: BaseException) -> str:
-    """'connection refused', 'timed out', ... rather than httpx's generic wording."""
+    """A failed call's cause in words; httpx's own message is often empty."""
+    words = {
+        httpx.ConnectTimeout: "the connection timed out",
+        httpx.ReadTimeout: "no answer within the time limit",
+        httpx.WriteTimeout: "sending the request timed out",
+        httpx.PoolTimeout: "no free connection in time (too many requests at once)",
+        httpx.ReadError: "the connection was closed while waiting for the answer",
+        httpx.WriteError: "the connection was closed while sending the request",
+        httpx.RemoteProtocolError: "the server closed the connection without answering",
+    }
     if isinstance(exc, httpx.ConnectError):
-        cause: BaseException | None = exc
-        while cause is not None:
-            if isinstance(cause, ConnectionRefusedError) or "refused" in str(cause).lower():
-                return "connection refused"
-            cause = cause.__cause__ or cause.__context__
-        return f"cannot connect ({exc or type(exc).__name__})"
-    if isinstance(exc, httpx.TimeoutException):
-        return f"timed out ({type(exc).__name__})"
-    if isinstance(exc, httpx.RemoteProtocolError):
-        return f"the server closed the connection ({exc})"
-    return f"{type(exc).__name__}: {exc}"
+        text = " ".join(_chain_texts(exc)).lower()
+        if "refused" in text or any(isinstance(e, ConnectionRefusedError) for e in _chain(exc)):
+            return "connection refused (nothing is listening there)"
+        if "name or service not known" in text or "nodename" in text or "getaddrinfo" in text:
+            return "the host name cannot be resolved"
+        return f"cannot connect ({_cause_text(exc) or 'no reason given'})"
+    for kind, text in words.items():
+        if isinstance(exc, kind):
+            detail = _cause_text(exc)
+            return f"{text} ({detail})" if detail else text
+    return f"{type(exc).__name__}: {_cause_text(exc) or 'no reason given'}"
+
+
+def _chain(exc: BaseException) -> list[BaseException]:
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain and len(chain) < 8:  # a cause chain can loop
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
+def _chain_texts(exc: BaseException) -> list[str]:
+    return [text for text in (str(e).strip() for e in _chain(exc)) if text]
+
+
+def _cause_text(exc: BaseException) -> str:
+    texts = _chain_texts(exc)
+    return texts[0] if texts else ""
 
 
 def response_detail(response: httpx.Response, limit: int = 300) -> str:

@@ -21,6 +21,7 @@ from fastapi import FastAPI
 
 from app.core.paths import state_dir
 from app.local.backend import create_backend_app
+from app.local.retry import SERVER_KEEPALIVE_S
 from app.local.taskapp import create_taskapp
 
 START_TIMEOUT_S = 15.0
@@ -46,8 +47,10 @@ class _Server(uvicorn.Server):
 
 
 def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+    # Idle connections outlive our clients' (retry.py): a client never reuses one the server
+    # is closing at that moment.
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                          lifespan="on", timeout_graceful_shutdown=3)
+                          lifespan="on", timeout_graceful_shutdown=3, timeout_keep_alive=SERVER_KEEPALIVE_S)
 
 
 def _bind(host: str, port: int) -> socket.socket:

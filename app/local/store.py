@@ -14,6 +14,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+from app.core.paths import private_sqlite
+
 ACTIVE_STATUSES = ("queued", "running")
 TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
 
@@ -90,8 +92,8 @@ class IdempotencyConflict(Exception):
 
 class Store:
     def __init__(self, path: Path) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
+        # 0600 before SQLite opens it: the -wal and -shm files it creates inherit that mode.
+        path = private_sqlite(Path(path))
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(str(path), check_same_thread=False, timeout=10.0)
         self._conn.row_factory = sqlite3.Row

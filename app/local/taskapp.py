@@ -8,7 +8,13 @@ message ends with a `state: pos=x,y goal=x,y blocked=...` line (see policy.py).
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import hmac
 import json
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, Sequence
 
@@ -17,10 +23,14 @@ from fastapi import Depends, FastAPI, HTTPException, Query, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.local import gridworld
+from app.core.redact import held_key_prefix
 from app.local.errors import describe_http_error, install_json_errors, response_detail, without_query
+from app.local.guard import RequestGuard
+from app.local.retry import client_limits, send_with_retries
 
 VERSION = "1.0.0"
 DEFAULT_MAX_TURNS = 12
+MAX_REPORTED_KEYS = 8
 SYSTEM_PROMPT = (
     "You control an agent in a small gridworld. Reach the goal in as few moves as possible. "
     "Answer only by calling the move tool."
@@ -68,12 +78,13 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld") ->
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0)) as client:
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), limits=client_limits()) as client:
             app.state.inference = client
             yield
 
     app = FastAPI(title=f"{app_id} task app", version=VERSION, lifespan=lifespan)
     install_json_errors(app)
+    app.add_middleware(RequestGuard)
 
     def require_key(request: Request) -> None:
         # Contract 5.2: any of X-API-Key, X-API-Keys (CSV), Authorization: Bearer may match.
@@ -88,14 +99,17 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld") ->
         if auth[:7].lower() == "bearer ":
             got.append(auth[7:])
         got = [g.strip() for g in got if g.strip()]
-        if not any(g in allowed for g in got):
+        if not any(hmac.compare_digest(g.encode(), k.encode()) for g in got for k in allowed):
+            # Differs from the SDK on purpose: its task apps answer with the first 15
+            # characters of every key they accept (a short key whole), to anyone who asks.
+            # This says what was wrong and shows no more of any key than the 4-character mask.
             raise HTTPException(400, {"error": {
                 "code": "unauthorised",
-                "message": "API key missing or invalid",
-                "allowed_first15": [k[:15] for k in allowed],
+                "message": _auth_failure(got),
                 "allowed_count": len(allowed),
-                "got_first15": [g[:15] for g in got],
-                "got_lens": [len(g) for g in got],
+                "allowed_prefixes": [held_key_prefix(k) for k in allowed],
+                "got_prefixes": [held_key_prefix(g) for g in got[:MAX_REPORTED_KEYS]],
+                "got_lens": [len(g) for g in got[:MAX_REPORTED_KEYS]],
             }})
 
     authed = [Depends(require_key)]
@@ -106,7 +120,7 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld") ->
 
     @app.get("/health", dependencies=authed)
     async def health() -> dict:
-        return {"healthy": True, "auth": {"required": True, "expected_prefix": allowed[0][:6] + "..."}}
+        return {"healthy": True, "auth": {"required": True, "expected_prefix": held_key_prefix(allowed[0])}}
 
     @app.get("/info", dependencies=authed)
     async def info() -> dict:
@@ -141,9 +155,12 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld") ->
         infos = [_task_info(app_id, s) for s in wanted]
         return infos[0] if len(infos) == 1 else infos
 
+    rollouts = RolloutReplays()
+
     @app.post("/rollout", dependencies=authed)
     async def rollout(req: RolloutRequest, request: Request) -> dict:
-        return await _play(request.app.state.inference, req)
+        # A retried request (same run_id and body) joins or repeats the first run's answer.
+        return await rollouts.run(req, lambda: _play(request.app.state.inference, req))
 
     @app.post("/done", dependencies=authed)
     async def done() -> dict:
@@ -216,7 +233,7 @@ async def _play(client: httpx.AsyncClient, req: RolloutRequest) -> dict:
             **sampling,
         }
         try:
-            resp = await client.post(url, json=body)
+            resp = await send_with_retries(lambda: client.post(url, json=body))
         except httpx.HTTPError as exc:
             raise _inference_failed(url, describe_http_error(exc), where) from exc
         if resp.status_code >= 400:
@@ -282,3 +299,43 @@ def _direction(tool_calls: list) -> str | None:
 
 def _inference_failed(url: str, why: str, where: str) -> HTTPException:
     return HTTPException(502, f"inference call failed: POST {without_query(url)}: {why} ({where})")
+
+
+def _auth_failure(got: list[str]) -> str:
+    if not got:
+        return ("API key missing: send ENVIRONMENT_API_KEY in X-API-Key, X-API-Keys or "
+                "Authorization: Bearer")
+    return (f"API key invalid: none of the {len(got)} key(s) sent is one this task app accepts; "
+            "send the ENVIRONMENT_API_KEY it was started with")
+
+
+class RolloutReplays:
+    """Rollouts by run_id and body, so a retried POST /rollout is answered once: a repeat
+    that arrives while the first is running waits for it, one that arrives after it succeeded
+    gets the same answer, and one after a failure runs again. Answers are kept for
+    KEEP_S seconds, at most KEEP_COUNT of them."""
+
+    KEEP_S = 300.0
+    KEEP_COUNT = 256
+
+    def __init__(self) -> None:
+        self._runs: OrderedDict[str, tuple[float, asyncio.Task]] = OrderedDict()
+
+    async def run(self, req: RolloutRequest, play: Callable[[], Awaitable[dict]]) -> dict:
+        self._forget_old()
+        key = req.run_id + ":" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+        known = self._runs.get(key)
+        task = known[1] if known else None
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.ensure_future(play())
+            self._runs[key] = (time.monotonic(), task)
+        # Shielded: a client that gives up does not cancel the episode its retry will want.
+        return await asyncio.shield(task)
+
+    def _forget_old(self) -> None:
+        now = time.monotonic()
+        for key, (started, task) in list(self._runs.items()):
+            if not task.done():
+                continue
+            if now - started > self.KEEP_S or len(self._runs) > self.KEEP_COUNT:
+                del self._runs[key]

@@ -18,6 +18,7 @@ Every rollout gets its own RNG seeded from (job seed, mode, step, index), so a j
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import secrets
 import time
@@ -26,11 +27,18 @@ from typing import Any, Sequence
 
 import httpx
 
+from app.core.trainable import short_repr, size_problems
+from app.core.urls import http_url_problem
+from app.core.redact import scrub_key_fragments
 from app.local.errors import describe_http_error, response_detail
+from app.local.retry import DEFAULT_BACKOFF, RETRYABLE_STATUS, send_with_retries
 from app.local.journal import Journal
 from app.local.policy import LR_SCALE, Decision, Episode, TabularPolicy, group_advantages, state_key
 
 ROLLOUT_TIMEOUT_S = 120.0
+RETRY_EVENTS_SHOWN = 5
+TASK_APP_GONE_HINT = "Check that the task app is running and reachable at that address; its log says why it failed."
+DEFAULT_MAX_CONCURRENT = 8
 
 
 class InvalidJobPayload(ValueError):
@@ -45,8 +53,8 @@ class TaskAppError(Exception):
     """A call to the task app failed; the message names the call and the reason."""
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -84,14 +92,15 @@ def plan_from_payload(body: Any) -> TrainingPlan:
         raise InvalidJobPayload("Invalid RL job payload: the body must be a JSON object")
     problems: list[str] = []
     if body.get("job_type") != "rl":
-        problems.append(f'job_type must be "rl" (got {body.get("job_type")!r})')
+        problems.append(f'job_type must be "rl" (got {short_repr(body.get("job_type"))})')
     data = body.get("data")
     if not isinstance(data, dict):
         problems.append("data must be an object with endpoint_base_url, config and base_model or model")
         data = {}
     url = data.get("endpoint_base_url")
-    if not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-        problems.append(f"data.endpoint_base_url must be the task app's http(s) URL (got {url!r})")
+    url_problem = http_url_problem(url)
+    if url_problem:
+        problems.append(f"data.endpoint_base_url must be the task app's http(s) URL: {url_problem}")
     model = data.get("model") or data.get("base_model")
     if not (isinstance(model, str) and model.strip()):
         problems.append("data.base_model or data.model is required")
@@ -119,28 +128,26 @@ def plan_from_payload(body: Any) -> TrainingPlan:
     training = section(
         "training", "[training] num_epochs, iterations_per_epoch, max_turns, batch_size, group_size, learning_rate"
     )
-    for key in ("num_epochs", "iterations_per_epoch", "max_turns", "batch_size", "group_size"):
-        if training and not _positive_int(training.get(key)):
-            problems.append(f"data.config.training.{key} must be a positive integer (got {training.get(key)!r})")
-    lr = training.get("learning_rate")
-    if training and not (isinstance(lr, (int, float)) and not isinstance(lr, bool) and lr > 0):
-        problems.append(f"data.config.training.learning_rate must be a positive number (got {lr!r})")
-    concurrent = rollout.get("max_concurrent_rollouts", 8)
-    if rollout and not _positive_int(concurrent):
-        problems.append(f"data.config.rollout.max_concurrent_rollouts must be a positive integer (got {concurrent!r})")
+    for key in ("num_epochs", "iterations_per_epoch", "max_turns", "batch_size", "group_size", "learning_rate"):
+        if training and training.get(key) is None:
+            problems.append(f"data.config.training.{key} is required")
     evaluation = config.get("evaluation") or {}
-    seeds = evaluation.get("seeds") if isinstance(evaluation, dict) else None
+    if evaluation and not isinstance(evaluation, dict):
+        problems.append("data.config.evaluation must be a table of instances, every_n_iters and seeds")
+        evaluation = {}
+    seeds = evaluation.get("seeds")
     if evaluation:
-        if not (isinstance(seeds, list) and seeds and all(isinstance(s, int) and not isinstance(s, bool) for s in seeds)):
-            problems.append(f"data.config.evaluation.seeds must be a non-empty list of integers (got {seeds!r})")
-        if not _positive_int(evaluation.get("instances")):
-            problems.append(f"data.config.evaluation.instances must be a positive integer (got {evaluation.get('instances')!r})")
-        every = evaluation.get("every_n_iters")
-        if not (isinstance(every, int) and not isinstance(every, bool) and every >= 0):
-            problems.append(f"data.config.evaluation.every_n_iters must be an integer >= 0 (got {every!r})")
+        for key in ("instances", "every_n_iters"):
+            if evaluation.get(key) is None:
+                problems.append(f"data.config.evaluation.{key} is required")
+        if not (isinstance(seeds, list) and seeds and all(_is_int(s) for s in seeds)):
+            problems.append(f"data.config.evaluation.seeds must be a non-empty list of integers (got {short_repr(seeds)})")
+    ops = rollout.get("ops")
+    if ops is not None and not (isinstance(ops, list) and all(isinstance(op, str) for op in ops)):
+        problems.append(f"data.config.rollout.ops must be a list of strings (got {short_repr(ops)})")
     seed = training.get("seed")
-    if seed is not None and not (isinstance(seed, int) and not isinstance(seed, bool)):
-        problems.append(f"data.config.training.seed must be an integer (got {seed!r})")
+    # The same bounds as the client's validation (one definition: app.core.trainable).
+    problems.extend(f"data.config.{p.location}: {p.message}" for p in size_problems(config))
     if problems:
         raise InvalidJobPayload("Invalid RL job payload: " + "; ".join(problems))
     return TrainingPlan(
@@ -150,9 +157,9 @@ def plan_from_payload(body: Any) -> TrainingPlan:
         iterations_per_epoch=training["iterations_per_epoch"],
         batch_size=training["batch_size"],
         group_size=training["group_size"],
-        learning_rate=float(lr),
+        learning_rate=float(training["learning_rate"]),
         max_turns=training["max_turns"],
-        max_concurrent=concurrent,
+        max_concurrent=rollout.get("max_concurrent_rollouts") or DEFAULT_MAX_CONCURRENT,
         env_name=str(rollout.get("env_name") or "default"),
         policy_name=str(rollout.get("policy_name") or "policy"),
         ops=tuple(str(op) for op in rollout.get("ops") or ("agent", "env")),
@@ -164,6 +171,35 @@ def plan_from_payload(body: Any) -> TrainingPlan:
 
 
 @dataclass
+class OpenRollout:
+    """A rollout in flight: its RNG, and every answer the chat endpoint gave it by tool-call
+    id. A retried chat call or a replayed rollout can leave answers the episode never used;
+    only those the returned trajectory names are learned from (`used_decisions`)."""
+
+    rng: random.Random
+    decisions: dict[str, Decision] = field(default_factory=dict)
+
+    def used_decisions(self, answer: dict[str, Any]) -> list[Decision]:
+        used = _tool_call_ids(answer)
+        if not used:  # a task app that does not report its tool calls: keep them all
+            return list(self.decisions.values())
+        return [d for call_id, d in self.decisions.items() if call_id in used]
+
+
+def _tool_call_ids(answer: dict[str, Any]) -> set[str]:
+    ids: set[str] = set()
+    trajectories = answer.get("trajectories")
+    for trajectory in trajectories if isinstance(trajectories, list) else ():
+        steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
+        for step in steps if isinstance(steps, list) else ():
+            calls = step.get("tool_calls") if isinstance(step, dict) else None
+            for call in calls if isinstance(calls, list) else ():
+                if isinstance(call, dict) and isinstance(call.get("id"), str):
+                    ids.add(call["id"])
+    return ids
+
+
+@dataclass
 class JobRun:
     """One job being trained: its policy, its rollouts in flight and its counters."""
 
@@ -171,9 +207,10 @@ class JobRun:
     plan: TrainingPlan
     inference_url: str  # the backend's chat endpoint; ?cid=<job_id>:<rollout_id> is added
     policy: TabularPolicy = field(default_factory=TabularPolicy)
-    open_rollouts: dict[str, tuple[random.Random, list[Decision]]] = field(default_factory=dict)
+    open_rollouts: dict[str, OpenRollout] = field(default_factory=dict)
     chat_completions: int = 0
     rollouts: int = 0
+    retries: int = 0
     started: float = field(default_factory=time.monotonic)
     task: asyncio.Task | None = None
     cancel_requested: bool = False
@@ -182,13 +219,13 @@ class JobRun:
         self.seed = self.plan.seed if self.plan.seed is not None else int(self.job_id[-8:], 16)
         self.rng = random.Random(self.seed)
 
-    def act(self, rollout_id: str | None, observation: str, actions: Sequence[str]) -> str:
+    def act(self, rollout_id: str | None, observation: str, actions: Sequence[str], call_id: str) -> str:
         """Sample the policy's move for one chat turn, recording it if the rollout is ours."""
-        rng, decisions = self.open_rollouts.get(rollout_id or "", (self.rng, None))
+        rollout = self.open_rollouts.get(rollout_id or "")
         key = state_key(observation)
-        action = self.policy.sample(key, actions, rng)
-        if decisions is not None:
-            decisions.append(Decision(key, tuple(actions), action))
+        action = self.policy.sample(key, actions, rollout.rng if rollout else self.rng)
+        if rollout is not None:
+            rollout.decisions[call_id] = Decision(key, tuple(actions), action)
         self.chat_completions += 1
         return action
 
@@ -199,6 +236,7 @@ class JobRun:
             "rollouts": self.rollouts,
             "chat_completions": self.chat_completions,
             "rollouts_per_s": round(self.rollouts / seconds, 2),
+            "retries": self.retries,
             "chat_completions_per_s": round(self.chat_completions / seconds, 2),
         }
 
@@ -362,9 +400,10 @@ class Trainer:
         rollout_id = f"{mode}-{step}-{index}-{secrets.token_hex(6)}"
         where = f"seed {seed}, iteration {step}" if mode == "rl" else f"eval seed {seed}, after iteration {step}"
         url = f"{plan.task_url}/rollout"
-        decisions: list[Decision] = []
-        run.open_rollouts[rollout_id] = (random.Random(f"{run.seed}:{mode}:{step}:{index}"), decisions)
+        rollout = OpenRollout(random.Random(f"{run.seed}:{mode}:{step}:{index}"))
+        run.open_rollouts[rollout_id] = rollout
         body = {
+            # The same run_id on every attempt: the task app answers a repeat from its first run.
             "run_id": f"{run.job_id}:{rollout_id}",
             "env": {"env_name": plan.env_name, "config": {"max_turns": plan.max_turns}, "seed": seed},
             "policy": {"policy_name": plan.policy_name,
@@ -380,14 +419,24 @@ class Trainer:
             "mode": mode,
         }
         headers = {"X-API-Key": self.env_api_keys[0], "X-API-Keys": ",".join(self.env_api_keys)}
+
+        def retried(attempt: int, why: str) -> None:
+            self._note_retry(run, f"POST {url} ({where}), attempt {attempt} of {DEFAULT_BACKOFF.attempts}: "
+                                  f"{why}; retrying")
+
         try:
-            resp = await self.http.post(url, json=body, headers=headers, timeout=ROLLOUT_TIMEOUT_S)
+            resp = await send_with_retries(
+                lambda: self.http.post(url, json=body, headers=headers, timeout=ROLLOUT_TIMEOUT_S), on_retry=retried)
         except httpx.HTTPError as exc:
-            raise TaskAppError(f"POST {url} failed: {describe_http_error(exc)} ({where})") from exc
+            raise TaskAppError(f"POST {url} failed after {DEFAULT_BACKOFF.attempts} attempts: "
+                               f"{describe_http_error(exc)} ({where}). {TASK_APP_GONE_HINT}") from exc
         finally:
             run.open_rollouts.pop(rollout_id, None)
         if resp.status_code >= 400:
-            raise TaskAppError(f"POST {url} failed: HTTP {resp.status_code}: {response_detail(resp)} ({where})")
+            detail = scrub_key_fragments(response_detail(resp), self.env_api_keys) or "no reason given"
+            tried = f" after {DEFAULT_BACKOFF.attempts} attempts" if resp.status_code in RETRYABLE_STATUS else ""
+            raise TaskAppError(f"POST {url} failed{tried}: HTTP {resp.status_code}: {detail} ({where}). "
+                               f"{TASK_APP_GONE_HINT}")
         try:
             answer = resp.json()
         except ValueError:
@@ -396,5 +445,16 @@ class Trainer:
             score = float(answer["metrics"]["mean_return"])
         except (KeyError, TypeError, ValueError):
             raise TaskAppError(f"POST {url} failed: the answer has no numeric metrics.mean_return ({where})") from None
+        if not math.isfinite(score):
+            raise TaskAppError(f"POST {url} failed: metrics.mean_return is {score} ({where})")
         run.rollouts += 1
-        return Episode(decisions, score)
+        return Episode(rollout.used_decisions(answer), score)
+
+    def _note_retry(self, run: JobRun, message: str) -> None:
+        """Retries are counted in every step's data; the first few are also events, so a
+        flaky task app shows in the log without flooding it."""
+        run.retries += 1
+        if run.retries <= RETRY_EVENTS_SHOWN:
+            more = " (further retries are counted in the step data)" if run.retries == RETRY_EVENTS_SHOWN else ""
+            self.journal.event(run.job_id, "rl.rollout.retry", message + more, level="warning",
+                               data={"retries": run.retries})

@@ -17,7 +17,7 @@ from fastapi import FastAPI, Request
 import app.local.backend as backend_module
 from app.local.servers import ServerHandle, _bind
 
-from .conftest import (API_KEY, create_job, events_of, long_config, payload, read_sse, small_config,
+from .conftest import (API_KEY, ENV_KEY, create_job, events_of, long_config, payload, read_sse, small_config,
                        wait_event, wait_for, wait_terminal)
 
 
@@ -33,7 +33,7 @@ def _json_detail(resp: httpx.Response) -> str:
     ("GET", "/rl/jobs/job_x/metrics"), ("POST", "/rl/jobs/job_x/cancel"), ("POST", "/rl/verify_task_app"),
     ("GET", "/learning/jobs/job_x"),
 ])
-@pytest.mark.parametrize("auth", [None, "Bearer wrong", f"Basic {API_KEY}"])
+@pytest.mark.parametrize("auth", [None, "Bearer wrong", f"Basic {API_KEY}"], ids=["no-auth", "wrong-bearer", "basic"])
 def test_api_needs_the_bearer_key(backend, method, path, auth):
     headers = {"Authorization": auth} if auth else {}
     resp = httpx.request(method, f"{backend.url}/api{path}", headers=headers, json={})
@@ -232,12 +232,13 @@ def test_cancel_stops_a_running_job_within_a_second(api, taskapp):
 def test_verify_task_app_with_the_right_key(api, taskapp):
     report = api.post("/rl/verify_task_app", json={"endpoint_base_url": taskapp.url + "/"}).json()
     assert report["any_ok"] is True
-    assert report["candidates_first15"] and all(len(c) <= 15 for c in report["candidates_first15"])
+    # Only the 4-character mask of a held key, never the SDK's 15 characters.
+    assert report["candidates_first15"] == [ENV_KEY[:4] + "…"]
     attempts = report["attempts"]
     assert {(a["endpoint"], a["header"]) for a in attempts} == {
         (e, h) for e in ("/health", "/task_info") for h in ("X-API-Key", "X-API-Keys", "Authorization: Bearer")}
     assert all(a["status"] == 200 and a["ok"] and a["error"] is None and a["latency_ms"] >= 0 for a in attempts)
-    assert all(len(a["key_prefix"]) == 6 for a in attempts)
+    assert all(a["key_prefix"] == ENV_KEY[:4] + "…" and a["key_index"] == 0 for a in attempts)
 
 
 def test_verify_task_app_rejects_a_url_that_is_not_http(api):

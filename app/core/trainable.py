@@ -1,0 +1,188 @@
+"""What a trainable RL config is, in numbers: one definition shared by every checker.
+
+`--dry-run`, the config picker and the payload preview (through app.core.validation) and the
+embedded backend (app.local.trainer, on the job's `data.config`) all call
+:func:`size_problems`, so a config the client accepts is never refused by the backend, and a
+typo such as ``batch_size = 1000000000`` is refused everywhere before any work starts.
+docs/hardening.md explains the bounds.
+
+Each bound is wide enough for the hosted service's real configs and narrow enough that one
+job cannot exhaust a machine: the embedded backend builds per-iteration lists of
+``batch_size × group_size`` rollouts and ``ops × max_turns`` operations. No Textual import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MAX_EPISODES_PER_ITERATION",
+    "MAX_TOTAL_ITERATIONS",
+    "NUMBER_BOUNDS",
+    "NumberBound",
+    "SizeProblem",
+    "short_repr",
+    "size_problems",
+]
+
+INT64 = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class NumberBound:
+    """A numeric key of the config and the closed range its value must lie in."""
+
+    location: str  # "section.key"
+    integer: bool
+    low: float
+    high: float
+    why: str = ""  # a few words on what the bound protects, shown with the problem
+
+    def allowed(self) -> str:
+        def show(value: float) -> str:
+            return f"{value:,.0f}" if self.integer else f"{value:g}"
+
+        return f"{show(self.low)} to {show(self.high)}"
+
+
+@dataclass(frozen=True)
+class SizeProblem:
+    location: str
+    message: str
+
+
+# Upper bounds: about 100x the largest value in the hosted service's example configs.
+NUMBER_BOUNDS: tuple[NumberBound, ...] = (
+    NumberBound("training.num_epochs", True, 1, 1_000),
+    NumberBound("training.iterations_per_epoch", True, 1, 100_000),
+    NumberBound("training.batch_size", True, 1, 1_024, "groups per iteration"),
+    NumberBound("training.group_size", True, 2, 256,
+                "group-relative advantages compare at least 2 rollouts of one seed"),
+    NumberBound("training.max_turns", True, 1, 1_000),
+    NumberBound("training.learning_rate", False, 1e-12, 1.0, "a positive, finite step size"),
+    NumberBound("training.gradient_accumulation_steps", True, 1, 1_024),
+    NumberBound("training.max_accumulated_minibatch", True, 1, 65_536),
+    NumberBound("training.log_interval", True, 1, 100_000),
+    NumberBound("training.weight_sync_interval", True, 1, 100_000),
+    NumberBound("training.seed", True, -INT64, INT64),
+    NumberBound("rollout.max_turns", True, 1, 1_000),
+    NumberBound("rollout.episodes_per_batch", True, 1, 262_144),
+    NumberBound("rollout.max_concurrent_rollouts", True, 1, 1_024),
+    NumberBound("rollout.batches_per_step", True, 1, 1_024),
+    NumberBound("evaluation.instances", True, 1, 10_000),
+    NumberBound("evaluation.every_n_iters", True, 0, 100_000, "0 evaluates after the last iteration only"),
+    NumberBound("compute.gpu_count", True, 1, 1_024),
+    NumberBound("compute.nodes", True, 1, 128),
+    NumberBound("policy.max_tokens", True, 1, 1_000_000),
+    NumberBound("policy.temperature", False, 0.0, 10.0),
+    NumberBound("policy.top_p", False, 0.0, 1.0),
+)
+
+MAX_EPISODES_PER_ITERATION = 65_536  # training.batch_size × training.group_size
+MAX_TOTAL_ITERATIONS = 1_000_000  # training.num_epochs × training.iterations_per_epoch
+MAX_EVAL_SEEDS = 10_000
+MAX_OPS = 64  # rollout.ops, repeated max_turns times in every rollout request
+
+
+def _lookup(config: Mapping[str, Any], location: str) -> tuple[bool, Any]:
+    section, _, key = location.partition(".")
+    table = config.get(section)
+    if not isinstance(table, Mapping) or key not in table:
+        return False, None
+    return True, table[key]
+
+
+def short_repr(value: Any, limit: int = 60) -> str:
+    """A value quoted in an error, cut: a hostile body must not come back whole."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_number(bound: NumberBound, value: Any) -> str | None:
+    if value is None:
+        return None  # an unset optional key; required keys are checked by their callers
+    if bound.integer and not _is_int(value):
+        return f"must be a whole number from {bound.allowed()} (got {short_repr(value)})"
+    if not _is_number(value):
+        return f"must be a number from {bound.allowed()} (got {short_repr(value)})"
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number from {bound.allowed()} (got {short_repr(value)})"
+    if not bound.low <= value <= bound.high:
+        why = f"; {bound.why}" if bound.why else ""
+        return f"{value:,} is out of range: allowed {bound.allowed()}{why}" if bound.integer else \
+            f"{value!r} is out of range: allowed {bound.allowed()}{why}"
+    return None
+
+
+def _non_finite_floats(value: Any, location: str, depth: int = 0) -> Iterator[str]:
+    """Every float anywhere in the config that is inf or nan (TOML can write both)."""
+    if depth > 64:
+        return
+    if isinstance(value, float) and not math.isfinite(value):
+        yield location
+    elif isinstance(value, Mapping):
+        for key, item in value.items():
+            yield from _non_finite_floats(item, f"{location}.{key}" if location else str(key), depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _non_finite_floats(item, f"{location}[{index}]", depth + 1)
+
+
+def _product_problems(config: Mapping[str, Any], refused: set[str]) -> Iterator[SizeProblem]:
+    def value(location: str) -> int | None:
+        present, found = _lookup(config, location)
+        return found if present and location not in refused and _is_int(found) and found > 0 else None
+
+    batch, group = value("training.batch_size"), value("training.group_size")
+    if batch and group and batch * group > MAX_EPISODES_PER_ITERATION:
+        yield SizeProblem("training.batch_size",
+                          f"batch_size × group_size = {batch * group:,} rollouts per iteration; "
+                          f"at most {MAX_EPISODES_PER_ITERATION:,}")
+    epochs, iterations = value("training.num_epochs"), value("training.iterations_per_epoch")
+    if epochs and iterations and epochs * iterations > MAX_TOTAL_ITERATIONS:
+        yield SizeProblem("training.iterations_per_epoch",
+                          f"num_epochs × iterations_per_epoch = {epochs * iterations:,} iterations; "
+                          f"at most {MAX_TOTAL_ITERATIONS:,}")
+
+
+def _list_problems(config: Mapping[str, Any]) -> Iterator[SizeProblem]:
+    present, seeds = _lookup(config, "evaluation.seeds")
+    if present and isinstance(seeds, list):
+        if len(seeds) > MAX_EVAL_SEEDS:
+            yield SizeProblem("evaluation.seeds", f"{len(seeds):,} seeds; at most {MAX_EVAL_SEEDS:,}")
+        elif any(_is_int(s) and not -INT64 <= s <= INT64 for s in seeds):
+            yield SizeProblem("evaluation.seeds", "every seed must fit in 64 bits")
+    present, ops = _lookup(config, "rollout.ops")
+    if present and isinstance(ops, list) and len(ops) > MAX_OPS:
+        yield SizeProblem("rollout.ops", f"{len(ops):,} ops; at most {MAX_OPS} (they repeat every turn)")
+
+
+def size_problems(config: Mapping[str, Any]) -> list[SizeProblem]:
+    """Every size, rate and count of the config that is of the wrong type, not finite or out
+    of its range; empty when all are fine. Missing keys are not problems here."""
+    problems = []
+    checked = set()
+    for bound in NUMBER_BOUNDS:
+        present, value = _lookup(config, bound.location)
+        if present:
+            message = _check_number(bound, value)
+            if message:
+                problems.append(SizeProblem(bound.location, message))
+                checked.add(bound.location)
+    for location in _non_finite_floats(config, ""):
+        if location not in checked:
+            problems.append(SizeProblem(location, "must be a finite number (inf and nan are not allowed)"))
+    problems.extend(_product_problems(config, checked))
+    problems.extend(_list_problems(config))
+    return problems

@@ -1,0 +1,133 @@
+"""What both local servers refuse before a route sees it: oversized and too deeply nested bodies.
+
+A pure ASGI middleware, so it runs before FastAPI parses anything:
+- a body over its path's byte limit is answered 413, from its Content-Length when it has one
+  (nothing is read) or as soon as the streamed bytes pass the limit;
+- a JSON body nested deeper than MAX_JSON_DEPTH is answered 422 — Python's JSON parser
+  would raise RecursionError, which used to become a 500 and a closed connection.
+
+docs/hardening.md lists the limits. Answers are the same `{"detail": ...}` JSON as every other
+error of these servers.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from typing import Any
+
+import numpy as np
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+MAX_BODY_BYTES = 1 << 20  # 1 MiB: a job payload is a few kB
+MAX_JSON_DEPTH = 32  # a job payload nests 5 deep
+
+# A JSON string, escapes included, matched without backtracking.
+_JSON_STRING = re.compile(rb'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
+_OPEN = np.frombuffer(b"[{", dtype=np.uint8)
+_CLOSE = np.frombuffer(b"]}", dtype=np.uint8)
+
+
+def json_depth(body: bytes) -> int:
+    """How deeply the arrays and objects of a JSON text nest (0 for a scalar). Counts brackets
+    outside strings, so it works on any bytes and costs no recursion."""
+    outside = np.frombuffer(_JSON_STRING.sub(b'""', body), dtype=np.uint8)
+    if not outside.size:
+        return 0
+    steps = np.isin(outside, _OPEN).astype(np.int32) - np.isin(outside, _CLOSE).astype(np.int32)
+    return int(max(np.cumsum(steps).max(), 0))
+
+
+class BodyTooLarge(Exception):
+    pass
+
+
+class RequestGuard:
+    """Buffers each request body (up to its limit), checks it, then hands it to the app."""
+
+    def __init__(self, app: ASGIApp, *, limits: Mapping[str, int] | None = None,
+                 default_limit: int = MAX_BODY_BYTES, max_depth: int = MAX_JSON_DEPTH) -> None:
+        self.app = app
+        self.limits = dict(limits or {})  # path -> bytes, for routes that need more
+        self.default_limit = default_limit
+        self.max_depth = max_depth
+
+    def limit_for(self, path: str) -> int:
+        return self.limits.get(path, self.default_limit)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope.get("path", ""))
+        declared = _content_length(scope)
+        if declared is not None and declared > limit:
+            await _refuse(send, 413, _too_large(limit, f"{declared:,} bytes"))
+            return
+        try:
+            body = await _read_body(receive, limit)
+        except BodyTooLarge:
+            await _refuse(send, 413, _too_large(limit, "more"))
+            return
+        if body and json_depth(body) > self.max_depth:
+            await _refuse(send, 422, f"The JSON body nests deeper than {self.max_depth} levels; "
+                                     "send a flatter document")
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope.get("headers") or ():
+        if name.lower() == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _read_body(receive: Receive, limit: int) -> bytes:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break  # the client went away; the app sees an empty body and then the disconnect
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    return b"".join(chunks)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # later calls wait for the disconnect, as the server's would
+
+    return replayed
+
+
+def _too_large(limit: int, got: str) -> str:
+    return f"The request body is too large: at most {limit:,} bytes (got {got})"
+
+
+async def _refuse(send: Send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
