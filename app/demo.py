@@ -1,33 +1,62 @@
 """``synth-tui demo``: the embedded backend and the reference task app on free loopback ports,
-a demo .env with fresh keys, and the demo config; then the whole flow, headless or guided."""
+a demo .env with fresh keys, and the demo config; then the whole flow, headless or guided.
+
+The .env and the backend's database live in one private folder (``<state dir>/demo`` unless
+``--workdir`` says otherwise) that later demos reuse with the same keys, so no new copy of
+live keys is left behind on every run."""
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import secrets
+import shutil
 import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from app.core import config as cfg
 from app.core import envfile
 from app.core.errors import UsageError
+from app.core.paths import open_private, private_dir, private_file, state_dir
+
+LOCK_NAME = ".lock"
+
+
+@dataclass
+class DemoFolder:
+    """The folder one demo uses: its own (locked) or, while another demo holds that one, a
+    temporary one that is removed with its keys when the demo ends."""
+
+    path: Path
+    lock: IO[bytes]  # held open: the flock lasts until release() or the process ends
+    temporary: bool = False
+    busy: Path | None = None  # the folder another demo holds, when this one is temporary
+
+    def release(self) -> None:
+        """Idempotent: the servers that used the folder must be stopped first."""
+        if self.temporary:
+            shutil.rmtree(self.path, ignore_errors=True)
+        self.lock.close()
 
 
 @dataclass
 class DemoSetup:
-    folder: Path
+    folder: DemoFolder
     env_path: Path
     config_path: Path
     backend: object  # app.local.servers.ServerHandle
     task_app: object
+    reused_keys: bool = False
 
     def stop(self) -> None:
+        """Stop both servers, then let the folder go (a temporary one is removed with its keys)."""
         for server in (self.backend, self.task_app):
             server.stop()
+        self.folder.release()
 
 
 def demo_config_path() -> Path:
@@ -52,6 +81,7 @@ def demo_payload(config: Mapping[str, Any], task_url: str, backend_base: str = "
 def demo_keys(env_path: Path) -> tuple[str, str]:
     """Fresh keys, or the keys of an earlier demo in the same folder (its database knows them)."""
     if env_path.exists():
+        private_file(env_path)  # a .env left wider by an earlier version is tightened first
         existing = envfile.EnvFile.load(env_path)
         synth, env_key = existing.get("SYNTH_API_KEY"), existing.get("ENVIRONMENT_API_KEY")
         if synth and env_key:
@@ -70,21 +100,63 @@ def write_env(env_path: Path, synth_key: str, env_key: str, task_url: str) -> No
     existing.save()
 
 
+def default_demo_dir() -> Path:
+    return state_dir() / "demo"
+
+
+def claim_demo_folder(workdir: str | None) -> DemoFolder:
+    """The demo folder, locked for this run; if another demo holds it, a fresh private folder.
+
+    Two demos must never share a backend database: the backend fails the jobs it finds
+    running when it opens one, and those would be the other demo's live jobs.
+    """
+    chosen = private_dir(Path(workdir).expanduser() if workdir else default_demo_dir())
+    lock = _try_lock(chosen)
+    if lock is not None:
+        return DemoFolder(chosen, lock)
+    fresh = Path(tempfile.mkdtemp(prefix="demo-", dir=private_dir(state_dir())))  # mkdtemp makes it 0700
+    lock = _try_lock(fresh)
+    assert lock is not None, "a folder made a moment ago cannot be locked by anyone else"
+    return DemoFolder(fresh, lock, temporary=True, busy=chosen)
+
+
+def _try_lock(folder: Path) -> IO[bytes] | None:
+    """The folder's lock file, exclusively locked; None while another process holds it."""
+    handle = open_private(folder / LOCK_NAME, "ab")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    except BaseException:
+        handle.close()
+        raise
+    return handle
+
+
 def start_demo(workdir: str | None) -> DemoSetup:
+    folder = claim_demo_folder(workdir)
+    try:
+        return _start_servers(folder)
+    except BaseException:
+        folder.release()
+        raise
+
+
+def _start_servers(folder: DemoFolder) -> DemoSetup:
     from app.local.servers import start_backend, start_taskapp  # the servers load only when used
 
-    folder = Path(workdir).expanduser().resolve() if workdir else Path(tempfile.mkdtemp(prefix="synth-tui-demo-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    env_path = folder / ".env"
+    env_path = folder.path / ".env"
+    reused = env_path.exists()
     synth_key, env_key = demo_keys(env_path)
     config_path = demo_config_path()
     task_app = start_taskapp(env_api_keys=[env_key])
     try:
-        backend = start_backend(api_key=synth_key, db_path=folder / "backend.sqlite3", env_api_keys=[env_key])
+        backend = start_backend(api_key=synth_key, db_path=folder.path / "backend.sqlite3", env_api_keys=[env_key])
     except BaseException:
         task_app.stop()
         raise
-    setup = DemoSetup(folder, env_path, config_path, backend, task_app)
+    setup = DemoSetup(folder, env_path, config_path, backend, task_app, reused_keys=reused)
     try:
         write_env(env_path, synth_key, env_key, task_app.url)
     except BaseException:
@@ -107,11 +179,23 @@ def train_args(setup: DemoSetup, args: argparse.Namespace) -> argparse.Namespace
     return flags
 
 
+def banner(setup: DemoSetup) -> str:
+    """Where the demo runs and what happens to its keys (stderr, before the flow starts)."""
+    folder = setup.folder
+    if folder.temporary:
+        where = (f"Demo folder: {folder.path} (temporary: another demo is using {folder.busy}; this folder and "
+                 f"its keys are removed when this demo exits)")
+    else:
+        kept = "the keys of the last demo here" if setup.reused_keys else "fresh keys"
+        where = f"Demo folder: {folder.path} (kept for the next demo, with {kept})"
+    return (f"{where}\n  backend:  {setup.backend.url}/api\n  task app: {setup.task_app.url}\n"
+            f"  .env:     {setup.env_path} (mode 0600)\n  config:   {setup.config_path}")
+
+
 def run_demo(args: argparse.Namespace, *, interactive: bool) -> int:
     setup = start_demo(args.workdir)
-    print(f"Demo folder: {setup.folder}\n  backend:  {setup.backend.url}/api\n  task app: {setup.task_app.url}\n"
-          f"  .env:     {setup.env_path} (mode 0600)\n  config:   {setup.config_path}", file=sys.stderr, flush=True)
     try:
+        print(banner(setup), file=sys.stderr, flush=True)
         flags = train_args(setup, args)
         if interactive:
             from app.tui import SynthTuiApp, run_app

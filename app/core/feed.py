@@ -18,6 +18,7 @@ from typing import IO
 
 from app.core.client import SynthClient
 from app.core.history import RunHistory
+from app.core.paths import open_private
 from app.core.streaming import (
     ConnectionState,
     JobWatcher,
@@ -105,10 +106,9 @@ class JobFeed:
     def _open_stream(self) -> IO[str] | None:
         if self.stream_path is None:
             return None
-        self.stream_path.parent.mkdir(parents=True, exist_ok=True)
         # From the start, the file is rewritten; resuming from a cursor appends to it.
         mode = "w" if self.options.since_seq == 0 else "a"
-        return self.stream_path.open(mode, encoding="utf-8")
+        return open_private(self.stream_path, mode, encoding="utf-8")
 
     def _take(self, update: object, stream: IO[str] | None) -> None:
         if isinstance(update, NewEvents) and stream is not None:

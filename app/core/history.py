@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from app.core.paths import history_db_path
+from app.core.paths import history_db_path, private_sqlite
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -63,7 +63,7 @@ class RunHistory:
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_sqlite(self.path)  # 0600 before SQLite opens it: its journal inherits the mode
         connection = sqlite3.connect(self.path, timeout=5.0)
         try:
             connection.execute(_SCHEMA)

@@ -24,7 +24,7 @@ from textual.widgets import Footer, Header, Input, Static
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
 from app.core.launch import new_idempotency_key
-from app.core.paths import run_dir
+from app.core.paths import open_private, private_dir, run_dir
 from app.core.series import MetricStore
 from app.core.streaming import WatchOptions
 from app.core.wire import parse_iso
@@ -298,14 +298,13 @@ class DashboardScreen(FlowScreen):
 
     @work(thread=True, exclusive=True, group="export", exit_on_error=False, name="Export")
     def action_export(self) -> None:
-        folder = run_dir(self.job.job_id) / f"export-{datetime.now():%Y%m%d-%H%M%S}"
-        folder.mkdir(parents=True, exist_ok=True)
+        folder = private_dir(run_dir(self.job.job_id) / f"export-{datetime.now():%Y%m%d-%H%M%S}")
         stream = run_dir(self.job.job_id) / "events.jsonl"
-        if stream.exists():
-            shutil.copyfile(stream, folder / "events.jsonl")
-        else:
-            (folder / "events.jsonl").write_text("")
-        with (folder / "metrics.csv").open("w", newline="") as handle:
+        with open_private(folder / "events.jsonl", "wb") as copy:
+            if stream.exists():
+                with stream.open("rb") as source:
+                    shutil.copyfileobj(source, copy)
+        with open_private(folder / "metrics.csv", "w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(["name", "step", "value"])
             for name, series in list(self.store.series.items()):
