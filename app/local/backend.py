@@ -30,6 +30,7 @@ import httpx
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from app.local.api_schemas import CHAT, CID, JOB_CREATE, VERIFY, json_body
 from app.core.redact import held_key_prefix, scrub_key_fragments
 from app.core.urls import http_url_problem
 from app.local.errors import describe_http_error, install_json_errors, response_detail
@@ -126,7 +127,7 @@ def create_backend_app(
     app.include_router(api)
     chat = _chat_handler(b)
     for path in CHAT_PATHS:
-        app.add_api_route(path, chat, methods=["POST"])
+        app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, CID))
     return app
 
 
@@ -154,7 +155,7 @@ def _job_view(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _job_routes(api: APIRouter, b: _Backend) -> None:
-    @api.post("/rl/verify_task_app")
+    @api.post("/rl/verify_task_app", openapi_extra=json_body(VERIFY))
     async def verify_task_app(request: Request) -> dict:
         body = await _json_body(request)
         url = body.get("endpoint_base_url") if isinstance(body, dict) else None
@@ -163,7 +164,7 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
             raise HTTPException(422, f"endpoint_base_url must be the task app's http(s) URL: {problem}")
         return await _verify(b, url)
 
-    @api.post("/rl/jobs")
+    @api.post("/rl/jobs", status_code=201, openapi_extra=json_body(JOB_CREATE))
     async def create_job(request: Request) -> JSONResponse:
         body = await _json_body(request)
         try:

@@ -70,6 +70,7 @@ class Episode:
     decisions: list[Decision]
     score: float
     advantage: float = 0.0
+    turns: int | None = None  # as the task app counted them (metrics.num_steps), if it did
 
 
 @dataclass

@@ -354,6 +354,9 @@ class Trainer:
                 f"entropy {stats.entropy:.3f}",
                 data={"step": step, "total_steps": plan.total_steps, "epoch": epoch, "mean_score": mean,
                       "loss": stats.loss, "entropy": stats.entropy, "rollouts": len(episodes),
+                      # Equal when every turn was learned from exactly once (retries included).
+                      "decisions": sum(len(e.decisions) for e in episodes),
+                      "turns": sum(e.turns or 0 for e in episodes),
                       "seconds": round(time.monotonic() - started, 3), "policy_states": stats.states})
         self._progress(run, step, train_mean_score=mean)
         n = len(episodes)
@@ -448,7 +451,8 @@ class Trainer:
         if not math.isfinite(score):
             raise TaskAppError(f"POST {url} failed: metrics.mean_return is {score} ({where})")
         run.rollouts += 1
-        return Episode(rollout.used_decisions(answer), score)
+        turns = answer["metrics"].get("num_steps")
+        return Episode(rollout.used_decisions(answer), score, turns=turns if _is_int(turns) else None)
 
     def _note_retry(self, run: JobRun, message: str) -> None:
         """Retries are counted in every step's data; the first few are also events, so a

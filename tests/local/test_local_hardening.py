@@ -1,0 +1,199 @@
+"""Hostile and careless clients of the embedded backend and the task app: oversized configs,
+huge and deeply nested bodies, malformed URLs and chat requests. Each gets a JSON 4xx that
+says what is wrong, and the server keeps answering everyone else."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import httpx
+import pytest
+
+from app.local.guard import MAX_BODY_BYTES, MAX_JSON_DEPTH, json_depth
+
+from .conftest import API_KEY, ENV_KEY, payload, small_config
+
+OVERSIZED = [
+    ("training", "batch_size", 1_000_000_000),
+    ("training", "max_turns", 10_000_000),
+    ("training", "iterations_per_epoch", 1_000_000_000),
+    ("training", "num_epochs", 10_000_000),
+    ("evaluation", "instances", 1_000_000_000),
+    ("training", "learning_rate", float("inf")),
+    ("training", "learning_rate", float("nan")),
+    ("training", "group_size", 0),
+    ("rollout", "max_concurrent_rollouts", -3),
+]
+
+
+def _detail(resp: httpx.Response) -> str:
+    assert resp.headers["content-type"].startswith("application/json"), resp.text
+    detail = resp.json()["detail"]
+    return detail if isinstance(detail, str) else str(detail)
+
+
+def _health_latency(url: str) -> float:
+    started = time.perf_counter()
+    assert httpx.get(url + "/api/health", timeout=5).status_code == 200
+    return time.perf_counter() - started
+
+
+@pytest.mark.parametrize("section,key,value", OVERSIZED, ids=[f"{s}.{k}={v}" for s, k, v in OVERSIZED])
+def test_an_oversized_config_is_refused_and_the_backend_keeps_answering(api, backend, taskapp, section, key, value):
+    config = small_config()
+    config[section][key] = value
+    body = payload(taskapp.url, small_config())
+    body["data"]["config"] = config  # sent as written: the client-side check is bypassed
+    resp = api.post("/rl/jobs", content=_json_with_nonfinite(body), headers={"content-type": "application/json"})
+    assert resp.status_code == 422, resp.text
+    assert f"data.config.{section}.{key}" in _detail(resp)
+    assert _health_latency(backend.url) < 2.0
+
+
+def _json_with_nonfinite(body: dict) -> bytes:
+    import json
+
+    return json.dumps(body, allow_nan=True).encode()  # NaN and Infinity, as a careless client sends
+
+
+def test_a_valid_config_at_the_bounds_is_accepted(api, taskapp):
+    config = small_config(group_size=2, learning_rate=1.0)
+    resp = api.post("/rl/jobs", json=payload(taskapp.url, config))
+    assert resp.status_code == 201, resp.text
+    api.post(f"/rl/jobs/{resp.json()['job_id']}/cancel")
+
+
+def test_a_body_over_the_limit_is_413_without_being_read(api):
+    resp = api.post("/rl/jobs", content=b"{" + b" " * (10 * MAX_BODY_BYTES) + b"}",
+                    headers={"content-type": "application/json"})
+    assert resp.status_code == 413 and "at most 1,048,576 bytes" in _detail(resp)
+
+
+def test_a_streamed_body_over_the_limit_is_413(api):
+    def chunks():
+        for _ in range(40):
+            yield b" " * 65_536
+
+    resp = api.post("/rl/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert resp.status_code == 413
+
+
+@pytest.mark.parametrize("auth", [True, False], ids=["with-key", "without-key"])
+@pytest.mark.parametrize("path", ["/api/rl/jobs", "/api/rl/verify_task_app", "/api/v1/chat/completions"])
+def test_deeply_nested_json_is_422_not_500(backend, path, auth):
+    headers = {"Authorization": f"Bearer {API_KEY}"} if auth else {}
+    body = b"[" * 100_000 + b"]" * 100_000
+    resp = httpx.post(backend.url + path, content=body, headers={**headers, "content-type": "application/json"})
+    assert resp.status_code == 422 and "nests deeper" in _detail(resp)
+
+
+def test_the_task_app_refuses_deep_and_huge_bodies_too(taskapp):
+    headers = {"X-API-Key": ENV_KEY, "content-type": "application/json"}
+    deep = httpx.post(taskapp.url + "/rollout", content=b'{"a":' * 5000 + b"1" + b"}" * 5000, headers=headers)
+    assert deep.status_code == 422 and "nests deeper" in _detail(deep)
+    huge = httpx.post(taskapp.url + "/rollout", content=b" " * (MAX_BODY_BYTES + 1), headers=headers)
+    assert huge.status_code == 413
+
+
+def test_json_depth_ignores_brackets_inside_strings():
+    assert json_depth(b'{"a": "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[["}') == 1
+    assert json_depth(b'"\\"[[["') == 0
+    assert json_depth(b"[" * (MAX_JSON_DEPTH + 1)) == MAX_JSON_DEPTH + 1
+    assert json_depth(b"") == 0
+
+
+@pytest.mark.parametrize("url,words", [
+    ("http://127.0.0.1:99999", "not a valid URL"),
+    ("http://[::1", "not a valid URL"),
+    ("ftp://example", "http:// or https://"),
+    ("http://", "no host"),
+    ("http://exa mple", "spaces"),
+    (12, "empty"),
+])
+def test_verify_refuses_malformed_urls_with_422(api, url, words):
+    resp = api.post("/rl/verify_task_app", json={"endpoint_base_url": url})
+    assert resp.status_code == 422 and words in _detail(resp)
+
+
+@pytest.mark.parametrize("body,words", [
+    ({"messages": "hello"}, "messages must be a non-empty list"),
+    ({"messages": []}, "messages must be a non-empty list"),
+    ({"messages": [1, 2]}, "messages[0] must be an object"),
+    ({"messages": [{"role": "user", "content": 5}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": {"a": 1}}, "tools must be a list"),
+    ({"messages": [{"role": "user", "content": "x"}], "tools": [{"function": "move"}]}, "tools[0]"),
+    ({"messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "m", "parameters": []}}]}, "parameters"),
+    ([1, 2, 3], "JSON object"),
+])
+def test_chat_requests_of_the_wrong_shape_are_422(api, backend, body, words):
+    resp = httpx.post(backend.url + "/api/v1/chat/completions", params={"cid": "job_x:r"}, json=body,
+                      headers={"Authorization": f"Bearer {API_KEY}"})
+    assert resp.status_code == 422 and words in _detail(resp)
+
+
+@pytest.mark.parametrize("params", [{"since_seq": 2**70}, {"since_seq": -5}, {"limit": 10**9}])
+def test_absurd_cursors_are_422(api, params):
+    job_id = api.get("/rl/jobs").json()["jobs"][0]["job_id"] if api.get("/rl/jobs").json()["jobs"] else "job_x"
+    resp = api.get(f"/rl/jobs/{job_id}/events", params=params)
+    assert resp.status_code in (404, 422) and resp.status_code != 500
+
+
+def test_a_huge_last_event_id_is_ignored_not_a_crash(api, taskapp):
+    job_id = api.post("/rl/jobs", json=payload(taskapp.url)).json()["job_id"]
+    resp = api.get(f"/rl/jobs/{job_id}/events", headers={"Last-Event-ID": "9" * 40},
+                   params={"limit": 5})
+    assert resp.status_code == 200
+
+
+def test_a_slow_body_does_not_block_other_clients(backend):
+    """A client trickling a body holds only its own request."""
+    sock = socket.create_connection((backend.host, backend.port))
+    sock.sendall(b"POST /api/rl/jobs HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\nAuthorization: Bearer " + API_KEY.encode() + b"\r\n\r\n{")
+    try:
+        assert _health_latency(backend.url) < 2.0
+    finally:
+        sock.close()
+
+
+def test_concurrent_hostile_requests_leave_the_backend_answering(backend):
+    errors: list[str] = []
+
+    def flood() -> None:
+        with httpx.Client(timeout=10) as client:
+            for _ in range(15):
+                resp = client.post(backend.url + "/api/rl/jobs", content=b"[" * 50_000,
+                                   headers={"Authorization": f"Bearer {API_KEY}"})
+                if resp.status_code >= 500:
+                    errors.append(resp.text)
+
+    threads = [threading.Thread(target=flood) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    assert _health_latency(backend.url) < 2.0
+    for thread in threads:
+        thread.join()
+    assert not errors
+
+
+def test_an_error_from_a_bug_is_json_and_names_no_secret():
+    """The catch-all answer names the kind of error only: its text could quote a key."""
+    from fastapi import FastAPI
+
+    from app.local.errors import install_json_errors
+    from app.local.servers import ServerHandle, _bind
+
+    app = FastAPI()
+    install_json_errors(app)
+
+    @app.get("/boom")
+    async def boom() -> None:
+        raise ValueError(f"bad header Authorization: Bearer {API_KEY}")
+
+    with ServerHandle("buggy", app, _bind("127.0.0.1", 0)).start("/docs") as server:
+        resp = httpx.get(server.url + "/boom")
+    assert resp.status_code == 500 and "ValueError" in _detail(resp)
+    assert API_KEY[:5] not in resp.text
