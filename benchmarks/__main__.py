@@ -29,6 +29,7 @@ BENCHMARKS = {
     "memory": "bench_memory",      # 4. RSS after 1M events
     "requests": "bench_requests",  # 5. requests per tick, event-to-screen latency
     "demo": "bench_demo",          # 6. demo wall time and scores, the trainer benchmark
+    "soak": "bench_soak",          # 7. ten demo jobs at once on one backend, three rounds
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

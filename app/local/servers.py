@@ -8,6 +8,7 @@ means a free port: we bind the socket ourselves and hand it to uvicorn, so the p
 
 from __future__ import annotations
 
+import errno
 import socket
 import sys
 import threading
@@ -19,6 +20,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from app.core.errors import UsageError
 from app.core.paths import state_dir
 from app.local.backend import create_backend_app
 from app.local.retry import SERVER_KEEPALIVE_S
@@ -133,14 +135,39 @@ def start_taskapp(*, env_api_keys: Sequence[str], host: str = "127.0.0.1", port:
     return ServerHandle("task app", create_taskapp(env_api_keys=env_api_keys), _bind(host, port)).start("/")
 
 
+def _bind_for_serving(host: str, port: int, what: str) -> socket.socket:
+    """The listening socket of a `synth-tui backend`/`taskapp` command, or a clear error."""
+    if not 0 <= port <= 65535:
+        raise UsageError(f"--port {port} is not a TCP port.", "Choose a port from 1 to 65535 (0 picks a free one).")
+    try:
+        sock = _bind(host, port)
+    except socket.gaierror:
+        raise UsageError(f"--host {host!r} is not an address of this machine.",
+                         "Use 127.0.0.1 (this machine only) or an address from `ip addr`.") from None
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise UsageError(f"Port {port} on {host} is already in use, so the {what} cannot listen there.",
+                             "Stop what is using it, or pass another --port (0 picks a free one).") from None
+        raise UsageError(f"The {what} cannot listen on {host}:{port}: {exc.strerror or exc}.",
+                         "Pass another --host or --port.") from None
+    if host not in ("127.0.0.1", "::1", "localhost"):
+        print(f"Warning: the {what} listens on {host}, beyond this machine's loopback; anyone who can reach "
+              "that address can try its keys.", file=sys.stderr, flush=True)
+    return sock
+
+
 def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str], db_path: Path) -> None:
     """Serve until Ctrl-C (blocking)."""
+    sock = _bind_for_serving(host, port, "backend")
+    bound = sock.getsockname()[1]
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys)
-    print(f"synth-tui embedded backend on http://{host}:{port}/api (state: {db_path})", file=sys.stderr, flush=True)
-    _Server(_config(app, host, port), app.state.begin_shutdown).run()
+    print(f"synth-tui embedded backend on {_url(host, bound)}/api (state: {db_path})", file=sys.stderr, flush=True)
+    _Server(_config(app, host, bound), app.state.begin_shutdown).run(sockets=[sock])
 
 
 def serve_taskapp(host: str, port: int, env_api_keys: Sequence[str]) -> None:
     """Serve until Ctrl-C (blocking)."""
-    print(f"synth-tui gridworld task app on http://{host}:{port}", file=sys.stderr, flush=True)
-    _Server(_config(create_taskapp(env_api_keys=env_api_keys), host, port), None).run()
+    sock = _bind_for_serving(host, port, "task app")
+    bound = sock.getsockname()[1]
+    print(f"synth-tui gridworld task app on {_url(host, bound)}", file=sys.stderr, flush=True)
+    _Server(_config(create_taskapp(env_api_keys=env_api_keys), host, bound), None).run(sockets=[sock])

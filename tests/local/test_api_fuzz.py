@@ -19,6 +19,8 @@ from app.local.servers import ServerHandle, _bind
 
 from .conftest import API_KEY, ENV_KEY
 
+pytestmark = pytest.mark.slow
+
 # Valid and invalid requests both ("negative" breaks the schema on purpose).
 BOTH_MODES = SchemathesisConfig.from_str('[generation]\nmode = "all"\n')
 EXAMPLES = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)

@@ -18,6 +18,8 @@ from tests.chaos_proxy import ChaosProxy, Mode
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, payload, small_config, wait_terminal
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def chaotic_pair(tmp_path, request) -> Iterator[tuple[ServerHandle, ChaosProxy, ChaosProxy]]:

@@ -197,3 +197,18 @@ def test_an_error_from_a_bug_is_json_and_names_no_secret():
         resp = httpx.get(server.url + "/boom")
     assert resp.status_code == 500 and "ValueError" in _detail(resp)
     assert API_KEY[:5] not in resp.text
+
+
+def test_the_server_commands_refuse_bad_ports_in_words():
+    from app.core.errors import UsageError
+    from app.local.servers import _bind_for_serving
+
+    with pytest.raises(UsageError, match="is not a TCP port"):
+        _bind_for_serving("127.0.0.1", 99999, "backend")
+    with _bind_for_serving("127.0.0.1", 0, "backend") as taken:
+        taken.listen()
+        with pytest.raises(UsageError, match="already in use"):
+            _bind_for_serving("127.0.0.1", taken.getsockname()[1], "backend")
+    # A documentation-only address (TEST-NET-1): binding fails locally, nothing is sent.
+    with pytest.raises(UsageError, match="cannot listen on 192.0.2.1"):
+        _bind_for_serving("192.0.2.1", 0, "task app")
