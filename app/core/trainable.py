@@ -83,6 +83,7 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
 
 MAX_EPISODES_PER_ITERATION = 65_536  # training.batch_size × training.group_size
 MAX_TOTAL_ITERATIONS = 1_000_000  # training.num_epochs × training.iterations_per_epoch
+MAX_TURNS_PER_ITERATION = 4_000_000  # × training.max_turns: the decisions one policy update reads
 MAX_EVAL_SEEDS = 10_000
 MAX_OPS = 64  # rollout.ops, repeated max_turns times in every rollout request
 
@@ -149,6 +150,12 @@ def _product_problems(config: Mapping[str, Any], refused: set[str]) -> Iterator[
         yield SizeProblem("training.batch_size",
                           f"batch_size × group_size = {batch * group:,} rollouts per iteration; "
                           f"at most {MAX_EPISODES_PER_ITERATION:,}")
+    turns = value("training.max_turns")
+    if batch and group and turns and batch * group <= MAX_EPISODES_PER_ITERATION \
+            and batch * group * turns > MAX_TURNS_PER_ITERATION:
+        yield SizeProblem("training.max_turns",
+                          f"batch_size × group_size × max_turns = {batch * group * turns:,} turns per iteration; "
+                          f"at most {MAX_TURNS_PER_ITERATION:,}")
     epochs, iterations = value("training.num_epochs"), value("training.iterations_per_epoch")
     if epochs and iterations and epochs * iterations > MAX_TOTAL_ITERATIONS:
         yield SizeProblem("training.iterations_per_epoch",

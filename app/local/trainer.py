@@ -347,7 +347,8 @@ class Trainer:
         episodes = await self._play_all(run, "rl", step, [s for s in seeds for _ in range(plan.group_size)])
         for i in range(0, len(episodes), plan.group_size):
             group_advantages(episodes[i:i + plan.group_size])
-        stats = run.policy.update(episodes, plan.learning_rate * LR_SCALE)
+        # In a thread: a large batch must not stall the event loop that answers every client.
+        stats = await asyncio.to_thread(run.policy.update, episodes, plan.learning_rate * LR_SCALE)
         mean = sum(e.score for e in episodes) / len(episodes)
         j.event(run.job_id, "rl.train.step",
                 f"Step {step}/{plan.total_steps}: mean score {mean:.3f}, loss {stats.loss:.4f}, "
