@@ -44,7 +44,10 @@ class Backoff:
         return base * (rng or random).uniform(0.5, 1.5)
 
 
-DEFAULT_BACKOFF = Backoff()
+DEFAULT_BACKOFF = Backoff()  # the chat hop: ~1.4 s of waiting in all
+# The rollout hop waits longer (~8 s in all): long enough for a task app restarted by its
+# user (uvicorn starts in 1-2 s) to come back before the job is failed.
+ROLLOUT_BACKOFF = Backoff(attempts=6, first_delay_s=0.25, max_delay_s=4.0)
 
 
 def client_limits(max_connections: int = 100) -> httpx.Limits:

@@ -31,7 +31,7 @@ from app.core.trainable import short_repr, size_problems
 from app.core.urls import http_url_problem
 from app.core.redact import scrub_key_fragments
 from app.local.errors import describe_http_error, response_detail
-from app.local.retry import DEFAULT_BACKOFF, RETRYABLE_STATUS, send_with_retries
+from app.local.retry import RETRYABLE_STATUS, ROLLOUT_BACKOFF, send_with_retries
 from app.local.journal import Journal
 from app.local.policy import LR_SCALE, Decision, Episode, TabularPolicy, group_advantages, state_key
 
@@ -425,20 +425,21 @@ class Trainer:
         headers = {"X-API-Key": self.env_api_keys[0], "X-API-Keys": ",".join(self.env_api_keys)}
 
         def retried(attempt: int, why: str) -> None:
-            self._note_retry(run, f"POST {url} ({where}), attempt {attempt} of {DEFAULT_BACKOFF.attempts}: "
+            self._note_retry(run, f"POST {url} ({where}), attempt {attempt} of {ROLLOUT_BACKOFF.attempts}: "
                                   f"{why}; retrying")
 
         try:
             resp = await send_with_retries(
-                lambda: self.http.post(url, json=body, headers=headers, timeout=ROLLOUT_TIMEOUT_S), on_retry=retried)
+                lambda: self.http.post(url, json=body, headers=headers, timeout=ROLLOUT_TIMEOUT_S),
+                backoff=ROLLOUT_BACKOFF, on_retry=retried)
         except httpx.HTTPError as exc:
-            raise TaskAppError(f"POST {url} failed after {DEFAULT_BACKOFF.attempts} attempts: "
+            raise TaskAppError(f"POST {url} failed after {ROLLOUT_BACKOFF.attempts} attempts: "
                                f"{describe_http_error(exc)} ({where}). {TASK_APP_GONE_HINT}") from exc
         finally:
             run.open_rollouts.pop(rollout_id, None)
         if resp.status_code >= 400:
             detail = scrub_key_fragments(response_detail(resp), self.env_api_keys) or "no reason given"
-            tried = f" after {DEFAULT_BACKOFF.attempts} attempts" if resp.status_code in RETRYABLE_STATUS else ""
+            tried = f" after {ROLLOUT_BACKOFF.attempts} attempts" if resp.status_code in RETRYABLE_STATUS else ""
             raise TaskAppError(f"POST {url} failed{tried}: HTTP {resp.status_code}: {detail} ({where}). "
                                f"{TASK_APP_GONE_HINT}")
         try:

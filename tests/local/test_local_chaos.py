@@ -8,6 +8,7 @@ every turn of every episode learned from exactly once.
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import pytest
@@ -16,7 +17,8 @@ from app.local.backend import create_backend_app
 from app.local.servers import ServerHandle, _bind, start_taskapp
 from tests.chaos_proxy import ChaosProxy, Mode
 
-from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, payload, small_config, wait_terminal
+from .conftest import (API_KEY, ENV_KEY, api_client, create_job, events_of, payload, small_config, wait_for,
+                       wait_terminal)
 
 pytestmark = pytest.mark.slow
 
@@ -55,3 +57,22 @@ def test_lost_requests_on_both_hops_are_retried_and_nothing_is_counted_twice(cha
     summary = next(e["data"] for e in events if e["type"] == "rl.job.completed")
     assert summary["rollouts"] == 4 * 8 + 2 * 4  # training + two evaluations, each once
     assert summary["retries"] >= 1
+
+
+def test_a_task_app_restarted_mid_run_does_not_fail_the_job(api):
+    """Killed and started again on the same port within a second or two, as a user who fixes
+    their task app does: the rollouts in flight are retried and the job goes on."""
+    first = start_taskapp(env_api_keys=[ENV_KEY])
+    host, port = first.host, first.port
+    config = small_config(iterations_per_epoch=30, batch_size=2, group_size=2, max_turns=6, seed=3)
+    del config["evaluation"]
+    job_id = create_job(api, payload(first.url, config))
+    wait_for(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=30,
+             what="the first step")
+    first.stop()
+    time.sleep(0.5)  # the task app is down for a moment, as in a real restart
+    with start_taskapp(env_api_keys=[ENV_KEY], host=host, port=port):
+        job = wait_terminal(api, job_id, timeout=120)
+    assert job["status"] == "succeeded", job.get("error")
+    events = events_of(api, job_id)
+    assert any(e["type"] == "rl.rollout.retry" and "connection refused" in e["message"] for e in events)

@@ -31,7 +31,7 @@ def test_a_task_app_that_dies_mid_run_fails_the_job(api):
     wait_event(api, job_id, "rl.train.step")
     taskapp.stop()
     # Retried first: a task app that is really gone fails the job, with the cause and the fix.
-    _assert_failed_with(api, job_id, rf"^POST {re.escape(taskapp.url)}/rollout failed after 4 attempts: "
+    _assert_failed_with(api, job_id, rf"^POST {re.escape(taskapp.url)}/rollout failed after 6 attempts: "
                                      r"connection refused",
                         r"\(seed \d+, iteration \d+\)\. Check that the task app is running")
 
@@ -50,7 +50,7 @@ def _broken_taskapp(answer) -> ServerHandle:
 def test_task_app_errors_fail_the_job_with_the_reason(api, answer, needle):
     with _broken_taskapp(answer) as broken:
         job_id = create_job(api, payload(broken.url))
-        _assert_failed_with(api, job_id, rf"^POST {re.escape(broken.url)}/rollout failed( after 4 attempts)?: {needle}",
+        _assert_failed_with(api, job_id, rf"^POST {re.escape(broken.url)}/rollout failed( after 6 attempts)?: {needle}",
                             r"\(seed \d+, iteration 1\)(\. Check that the task app is running.*)?$")
 
 
@@ -58,7 +58,7 @@ def test_an_unreachable_task_app_says_connection_refused(api):
     with _bind("127.0.0.1", 0) as sock:
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     job_id = create_job(api, payload(url))
-    _assert_failed_with(api, job_id, rf"^POST {url}/rollout failed after 4 attempts: connection refused "
+    _assert_failed_with(api, job_id, rf"^POST {url}/rollout failed after 6 attempts: connection refused "
                                      r"\(nothing is listening there\) \(seed \d+, iteration 1\)\. Check that the task app")
 
 
