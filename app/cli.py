@@ -29,7 +29,7 @@ def _add_train_flags(parser: argparse.ArgumentParser) -> None:
     add("--dataset", metavar="PATH", help=argparse.SUPPRESS)  # SFT only in the SDK
     add("--examples", type=int, metavar="N", help=argparse.SUPPRESS)  # SFT only in the SDK
     add("--backend", metavar="URL",
-        help="backend base URL (/api is appended); 'local' starts the embedded backend")
+        help="backend base URL, http(s)://HOST[:PORT] (/api is appended); `synth-tui backend` runs a local one")
     add("--model", metavar="ID", help="model to train instead of the config's [model]")
     add("--allow-experimental", dest="allow_experimental", action="store_true", default=None,
         help="allow experimental models (default: SDK_EXPERIMENTAL=1)")
@@ -47,6 +47,17 @@ def _add_train_flags(parser: argparse.ArgumentParser) -> None:
     add("--no-tui", action="store_true", help="run headless: print the SDK's lines, no screens")
 
 
+_SERVER_KEYS_EPILOG = (
+    "Keys come from the environment or from --env-file: SYNTH_API_KEY (the backend's), ENVIRONMENT_API_KEY and "
+    "the comma-separated ENVIRONMENT_API_KEY_ALIASES. A variable set in the shell wins over the file; a key "
+    "given as a flag wins over both, but every user of this machine can read flags with ps.")
+
+
+def _add_server_env_file(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--env-file", metavar="PATH",
+                        help=".env to read the keys from; a variable set in the shell wins over the file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="synth-tui",
@@ -62,7 +73,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = sub.add_parser("demo", help="embedded backend + reference task app + demo config, then the flow")
     demo.add_argument("--no-tui", action="store_true", help="run headless")
-    demo.add_argument("--workdir", metavar="DIR", help="folder for the demo .env and database (default: a new temp folder)")
+    demo.add_argument("--workdir", metavar="DIR",
+                      help="folder for the demo .env (0600) and database, reused with the same keys on the next run "
+                           "(default: demo/ in the state folder, $SYNTH_TUI_STATE_DIR or ~/.local/state/synth-tui); "
+                           "while another demo holds it, this run uses a fresh private folder, removed with its "
+                           "keys when the demo exits")
     demo.add_argument("--poll-interval", type=float, default=0.5, metavar="S")
     demo.add_argument("--poll-timeout", type=float, default=600.0, metavar="S")
     demo.add_argument("--stream-format", choices=["cli", "chart"], default="cli")
@@ -82,19 +97,25 @@ def build_parser() -> argparse.ArgumentParser:
                          help=".env with SYNTH_API_KEY, used to attach or rerun")
     history.add_argument("--no-tui", action="store_true", help="print the history as a table")
 
-    backend = sub.add_parser("backend", help="run the embedded backend as a server")
+    backend = sub.add_parser("backend", help="run the embedded backend as a server", epilog=_SERVER_KEYS_EPILOG)
     backend.add_argument("--host", default="127.0.0.1")
     backend.add_argument("--port", type=int, default=8000)
-    backend.add_argument("--api-key", metavar="KEY", help="SYNTH_API_KEY clients must send (default: $SYNTH_API_KEY)")
+    _add_server_env_file(backend)
+    backend.add_argument("--api-key", metavar="KEY",
+                         help="SYNTH_API_KEY clients must send (visible to every user via ps: prefer the "
+                              "environment or --env-file)")
     backend.add_argument("--env-key", action="append", default=[], metavar="KEY",
-                         help="an ENVIRONMENT_API_KEY the backend holds for verification (default: $ENVIRONMENT_API_KEY)")
+                         help="an ENVIRONMENT_API_KEY the backend holds for verification (visible via ps: prefer "
+                              "the environment or --env-file)")
     backend.add_argument("--db", metavar="PATH", help="SQLite state file (default: in the user's state folder)")
 
-    taskapp = sub.add_parser("taskapp", help="run the reference task app as a server")
+    taskapp = sub.add_parser("taskapp", help="run the reference task app as a server", epilog=_SERVER_KEYS_EPILOG)
     taskapp.add_argument("--host", default="127.0.0.1")
     taskapp.add_argument("--port", type=int, default=8102)
+    _add_server_env_file(taskapp)
     taskapp.add_argument("--env-key", action="append", default=[], metavar="KEY",
-                         help="accepted ENVIRONMENT_API_KEY (default: $ENVIRONMENT_API_KEY)")
+                         help="accepted ENVIRONMENT_API_KEY (visible to every user via ps: prefer the environment "
+                              "or --env-file)")
     return parser
 
 
@@ -107,7 +128,11 @@ def normalise_argv(argv: Sequence[str]) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
+    _tolerate_unencodable_output()
+    try:
+        args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
+    except SystemExit as exc:  # argparse printed the usage error (or --help); keep its code
+        return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     try:
         return _dispatch(args)
     except SynthTuiError as exc:
@@ -116,6 +141,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nInterrupted.", file=sys.stderr)
         return ExitCode.INTERRUPTED
+
+
+def _tolerate_unencodable_output() -> None:
+    """A path or flag that is not valid UTF-8 reaches Python as lone surrogates; echoing it in a
+    message must print an escape, not end in a UnicodeEncodeError."""
+    for stream in (sys.stdout, sys.stderr):
+        if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+            stream.reconfigure(errors="backslashreplace")
 
 
 def _dispatch(args: argparse.Namespace) -> int:

@@ -12,8 +12,10 @@ import asyncio
 import json
 import os
 import sqlite3
+import stat
 import sys
-from collections.abc import Callable
+from collections import ChainMap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -22,13 +24,14 @@ from app.core import config as cfg
 from app.core import envfile
 from app.core.client import ApiError, SynthClient
 from app.core.diagnosis import unreachable_by_backend
-from app.core.errors import ExitCode, SynthTuiError, UsageError
+from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageError
 from app.core.events import event_line, is_noise, metric_line, status_line
 from app.core.history import RunHistory
 from app.core.launch import PreparedJob
 from app.core.session import LaunchOptions, LaunchSession
 from app.core.redact import mask_secret, redact
-from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.core.toml_source import read_config_text
+from app.core.wire import JobEvent, JobStatus, MetricPoint, check_job_id
 from app.text_chart import TextChart
 from app.core.streaming import (
     ConnectionState,
@@ -138,10 +141,9 @@ def _check_type_flags(args: argparse.Namespace, printer: Printer) -> None:
 def select_config(args: argparse.Namespace, printer: Printer, *, cwd: Path) -> Path:
     """Explicit ``--config`` (never filtered by type, as the SDK), else discovery."""
     if args.config:
-        paths = [Path(p).expanduser() for p in args.config]
+        paths = [envfile.user_path(p) for p in args.config]
         for path in paths:
-            if not path.is_file():
-                raise UsageError(f"Config not found: {path}", "Check the path given to --config.")
+            read_config_text(path)  # a ConfigError for a missing, unreadable, huge or special file
         chosen = paths[0].resolve() if len(paths) == 1 else _pick(
             [cfg.ConfigCandidate(p.resolve(), "rl") for p in paths], printer)
         _check_rl_kind(chosen, args.train_type)
@@ -386,33 +388,100 @@ def run_demo(args: argparse.Namespace, *, interactive: bool = False) -> int:
 def run_backend_server(args: argparse.Namespace) -> int:
     from app.local.servers import default_db_path, serve_backend
 
-    api_key = args.api_key or os.environ.get("SYNTH_API_KEY")
+    _warn_keys_in_argv(args)
+    sources = _key_sources(args.env_file)
+    api_key = args.api_key or sources.get("SYNTH_API_KEY")
     if not api_key:
-        raise UsageError("The backend needs the SYNTH_API_KEY clients will send.",
-                         "Pass --api-key KEY or export SYNTH_API_KEY.")
-    serve_backend(args.host, args.port, api_key, _env_keys(args), Path(args.db).expanduser() if args.db else default_db_path())
+        raise MissingSecretsError(
+            f"The backend needs SYNTH_API_KEY (the key its clients will send); none was found in "
+            f"{_where_keys_were_sought(args.env_file)}.",
+            "export SYNTH_API_KEY=<key> before starting it, or put SYNTH_API_KEY=<key> in a .env file "
+            "(chmod 600) and pass --env-file PATH.")
+    serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
+                  envfile.user_path(args.db) if args.db else default_db_path())
     return ExitCode.OK
 
 
-def _env_keys(args: argparse.Namespace) -> list[str]:
-    """--env-key values, else the shell's ENVIRONMENT_API_KEY."""
-    return args.env_key or [k for k in [os.environ.get("ENVIRONMENT_API_KEY")] if k]
+def _key_sources(env_file: str | None) -> Mapping[str, str]:
+    """Where a server's keys are looked up: the shell's variables win over the --env-file's."""
+    shell = {name: value for name, value in os.environ.items() if value}
+    return ChainMap(shell, _env_file_values(env_file))
+
+
+def _env_file_values(env_file: str | None) -> dict[str, str]:
+    """The non-empty values of --env-file; a file that is missing or unreadable is a usage error."""
+    if not env_file:
+        return {}
+    path = envfile.user_path(env_file)
+    try:
+        loaded = envfile.EnvFile.load(path)
+    except SynthTuiError as exc:
+        raise UsageError(exc.message, exc.hint) from None
+    if not loaded.exists:
+        raise UsageError(f"--env-file {path} does not exist.",
+                         "Check the path, or leave --env-file out to take the keys from the shell.")
+    bad_lines = [str(line.lineno) for line in loaded.lines if line.error]
+    if bad_lines:  # the line's text may be a key, so only its number is told
+        which = f"line {bad_lines[0]} is" if len(bad_lines) == 1 else f"lines {', '.join(bad_lines)} are"
+        raise UsageError(f"Cannot parse --env-file {path}: {which} not KEY=value.",
+                         "Write one KEY=value a line, and close every quote you open; then start again.")
+    _warn_if_others_can_read(path)
+    return {name: value for name, value in loaded.values.items() if value}
+
+
+def _warn_if_others_can_read(path: Path) -> None:
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        print(f"Warning: {path} holds keys but other users of this machine can open it (mode {mode:04o}); "
+              f"run: chmod 600 {path}", file=sys.stderr, flush=True)
+
+
+def _where_keys_were_sought(env_file: str | None) -> str:
+    return f"the shell or {envfile.user_path(env_file)}" if env_file else "the shell (no --env-file given)"
+
+
+# A flag's value is in /proc/<pid>/cmdline, which every local user can read (ps shows it).
+_ARGV_KEY_FLAGS = {
+    "api_key": ("--api-key", "SYNTH_API_KEY"),
+    "env_key": ("--env-key", "ENVIRONMENT_API_KEY (more keys: ENVIRONMENT_API_KEY_ALIASES=key1,key2)"),
+}
+
+
+def _warn_keys_in_argv(args: argparse.Namespace) -> None:
+    """One line per key flag used; the key itself is never printed."""
+    for attribute, (flag, variable) in _ARGV_KEY_FLAGS.items():
+        if getattr(args, attribute, None):
+            print(f"Warning: {flag} puts the key in the command line, which every user of this machine can "
+                  f"read with ps; set {variable} in the environment or in a .env file passed with "
+                  f"--env-file PATH instead.", file=sys.stderr, flush=True)
+
+
+def _env_keys(args: argparse.Namespace, sources: Mapping[str, str]) -> list[str]:
+    """--env-key values, else ENVIRONMENT_API_KEY and the comma-separated ENVIRONMENT_API_KEY_ALIASES."""
+    if args.env_key:
+        return list(args.env_key)
+    candidates = [sources.get("ENVIRONMENT_API_KEY", ""), *sources.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",")]
+    return list(dict.fromkeys(key.strip() for key in candidates if key.strip()))
 
 
 def run_taskapp_server(args: argparse.Namespace) -> int:
     from app.local.servers import serve_taskapp
 
-    env_keys = _env_keys(args)
+    _warn_keys_in_argv(args)
+    sources = _key_sources(args.env_file)
+    env_keys = _env_keys(args, sources)
     if not env_keys:
         # Contract 5.2: a task app without a key answers 503 to every authenticated call.
         printer = Printer()
-        printer.diag("Warning: no ENVIRONMENT_API_KEY given (--env-key); every authenticated call will answer 503.")
+        printer.diag(f"Warning: no ENVIRONMENT_API_KEY found in {_where_keys_were_sought(args.env_file)}; "
+                     "every authenticated call will answer 503.")
     serve_taskapp(args.host, args.port, env_keys)
     return ExitCode.OK
 
 
 def run_attach(args: argparse.Namespace, *, interactive: bool = False) -> int:
     """Watch an existing job: the dashboard on a terminal, the SDK's lines otherwise."""
+    check_job_id(args.job_id)  # it goes into URL paths: "../x" or "" must stop here
     record = RunHistory().get(args.job_id)
     if interactive:
         from app.tui import run_attach_tui
@@ -432,7 +501,7 @@ def run_attach(args: argparse.Namespace, *, interactive: bool = False) -> int:
 async def _attach_flow(args: argparse.Namespace, printer: Printer, record) -> int:
     session = LaunchSession(LaunchOptions.from_args(args))
     if record is not None and not args.backend:
-        session.backend_base = record.backend
+        session.use_backend(record.backend, "the job history")
     choice = session.initial_env_choice()
     session.open_env(choice.path, choice.how, choice.candidates)
     printer.secrets.extend(session.secret_values())

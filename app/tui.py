@@ -12,6 +12,7 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
+from app.core import envfile
 from app.core.errors import SynthTuiError
 from app.core.history import RunHistory
 from app.core.redact import redact
@@ -175,7 +176,7 @@ def initial_step(session: LaunchSession) -> str:
     options = session.options
     if len(options.config_paths) != 1:
         return "picker"
-    path = Path(options.config_paths[0]).expanduser().resolve()
+    path = envfile.resolved_user_path(options.config_paths[0])
     report = session.validate(path)
     if not report.ok:
         return "picker"
@@ -202,7 +203,7 @@ def run_attach_tui(args: argparse.Namespace, record=None) -> int:
 
     session = LaunchSession(LaunchOptions.from_args(args))
     if record is not None and not args.backend:
-        session.backend_base = record.backend
+        session.use_backend(record.backend, "the job history")
     choice = session.initial_env_choice()
     session.open_env(choice.path, choice.how, choice.candidates)
     session.synth_api_key()  # fail before the screen opens when the key is missing

@@ -492,11 +492,8 @@ def test_training_missing_fields_and_bad_types():
     assert problems_of(report) == [
         ("training.max_turns", 30, "field required"),
         ("training.group_size", 30, "field required"),
-        (
-            "training.batch_size",
-            33,
-            "Input should be a valid integer, unable to parse string as an integer (got 'sixteen')",
-        ),
+        # The bounds of app.core.trainable speak first, with the allowed range.
+        ("training.batch_size", 33, "must be a whole number from 1 to 1,024 (got 'sixteen')"),
         (
             "training.weight_sync.verify_every_k",
             38,
@@ -516,7 +513,7 @@ def test_every_problem_is_reported_at_once():
         ("topology", None, MISSING["topology"]),
         ("rollout.policy_name", 15, "field required"),
         ("evaluation.every_n_iters", 21, "field required"),
-        ("rollout.max_turns", 17, "Input should be a valid integer, unable to parse string as an integer (got 'ten')"),
+        ("rollout.max_turns", 17, "must be a whole number from 1 to 1,000 (got 'ten')"),
         ("evaluation.seeds.2", 23, "Input should be a valid integer, unable to parse string as an integer (got 'two')"),
     ]
     rendered = report.render().splitlines()

@@ -14,18 +14,22 @@ import functools
 import json
 import os
 import random
+import re
 import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
 from app import __version__
-from app.core.errors import ExitCode, SynthTuiError
-from app.core.redact import mask_prefixes, redact
-from app.core.wire import JobEvent, JobStatus, MetricPoint, items_of
+from app.core.envfile import header_value_problem
+from app.core.errors import ExitCode, SynthTuiError, UnusableSecretError, UsageError
+from app.core.redact import key_prefix, mask_prefixes, redact
+from app.core.urls import http_url_problem
+from app.core.wire import JobEvent, JobStatus, MetricPoint, check_job_id, items_of, job_id_problem
 
 DEFAULT_PROD_BACKEND = "https://agent-learning.onrender.com"
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
@@ -104,21 +108,78 @@ def ensure_api_base(url: str) -> str:
     return url if url.endswith("/api") else f"{url}/api"
 
 
-def backend_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """Backend base from the environment as contract 3.1; returns (base, where it came from)."""
+BACKEND_URL_HINT = ("Write it as http://HOST:PORT or https://HOST (/api is appended), e.g. http://127.0.0.1:8000; "
+                    "`synth-tui backend` runs a local backend and `synth-tui demo` a whole local setup.")
+
+
+def request_url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as an http(s) URL to send requests to, or None."""
+    if url.strip() and "://" not in url:
+        return "it has no http:// or https:// scheme"  # quoting none of it: it may be a pasted key
+    problem = http_url_problem(url)
+    if problem:
+        return problem
+    try:
+        httpx.URL(url).host  # reading .host decodes an IDNA name ("xn--...") as every request does
+    except (httpx.InvalidURL, ValueError) as exc:  # ValueError: a bad IDNA host name too
+        return f"it is not a valid URL ({exc})"
+    return None
+
+
+def backend_url_problem(url: str) -> str | None:
+    """What is wrong with ``url`` as a backend base URL, or None when it can be used."""
+    url = url.strip()
+    if "?" in url or "#" in url:
+        return "it has a ?query or #fragment, but /api is appended to its path"
+    return request_url_problem(url)
+
+
+def shown_url(url: str) -> str:
+    """A URL quoted for a message, never a secret pasted into it: user:password@, ?query and
+    #fragment are hidden, and a value without "://" (maybe a key in the wrong place) is cut to
+    its first 4 characters, as a key's mask shows. Escapes stay visible; the length is bounded."""
+    text = url.strip()
+    if "://" not in text:
+        return repr(key_prefix(text) if len(text) > 4 else text)
+    hidden = re.sub(r"(?<=//)[^/@]*@", "…@", text)
+    hidden = re.sub(r"([?#]).*", r"\1…", hidden, flags=re.DOTALL)
+    return repr(hidden if len(hidden) <= 200 else hidden[:200] + "…")
+
+
+def checked_api_base(url: str, where: str) -> str:
+    """``url`` with /api appended, or a UsageError naming where it came from and what is wrong."""
+    problem = backend_url_problem(url)
+    if problem:
+        raise UsageError(f"{where} is not a usable backend URL: {problem}. Got {shown_url(url)}.", BACKEND_URL_HINT)
+    return ensure_api_base(url)
+
+
+def backend_from_env(env: Mapping[str, str] | None = None, *,
+                     origins: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """Backend base from the environment as contract 3.1; returns (base, where it came from).
+
+    ``origins`` names where each variable was set (default: the shell environment), so a
+    malformed URL is reported with its variable and its place.
+    """
     env = os.environ if env is None else env
+    variable, url, source = _backend_variable(env)
+    where = f"{variable} in {(origins or {}).get(variable, 'the shell environment')}"
+    return checked_api_base(url, where), source
+
+
+def _backend_variable(env: Mapping[str, str]) -> tuple[str, str, str]:
+    """(the variable that chooses the backend, its URL, the source label)."""
     if env.get("BACKEND_BASE_URL"):
-        return ensure_api_base(env["BACKEND_BASE_URL"]), "BACKEND_BASE_URL"
+        return "BACKEND_BASE_URL", env["BACKEND_BASE_URL"], "BACKEND_BASE_URL"
     if env.get("BACKEND_OVERRIDE"):
         override = env["BACKEND_OVERRIDE"].strip().rstrip("/")
         override = override[: -len("/api")] if override.endswith("/api") else override
-        return ensure_api_base(override), "BACKEND_OVERRIDE"
+        return "BACKEND_OVERRIDE", override, "BACKEND_OVERRIDE"
     mode = (env.get("SYNTH_BACKEND_URL_OVERRIDE") or "").strip().lower()
-    if mode == "local":
-        return ensure_api_base(env.get("LOCAL_BACKEND_URL") or "http://localhost:8000"), "SYNTH_BACKEND_URL_OVERRIDE=local"
-    if mode == "dev":
-        return ensure_api_base(env.get("DEV_BACKEND_URL") or "http://localhost:8000"), "SYNTH_BACKEND_URL_OVERRIDE=dev"
-    return ensure_api_base(env.get("PROD_BACKEND_URL") or DEFAULT_PROD_BACKEND), "default"
+    if mode in ("local", "dev"):
+        variable = f"{mode.upper()}_BACKEND_URL"
+        return variable, env.get(variable) or "http://localhost:8000", f"SYNTH_BACKEND_URL_OVERRIDE={mode}"
+    return "PROD_BACKEND_URL", env.get("PROD_BACKEND_URL") or DEFAULT_PROD_BACKEND, "default"
 
 
 # --------------------------------------------------------------------------- results
@@ -177,7 +238,9 @@ class SynthClient:
     def __init__(self, base_url: str, api_key: str, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
                  retries: int = 2, backoff: float = 0.25, transport: httpx.AsyncBaseTransport | None = None,
                  extra_headers: Mapping[str, str] | None = None) -> None:
-        self.base_url = ensure_api_base(base_url)
+        # Checked here as well as where they are resolved: httpx would fail with a traceback.
+        self.base_url = checked_api_base(base_url, "The URL")
+        _check_api_key(api_key)
         self._api_key = api_key
         self.retries = retries
         self.backoff = backoff
@@ -305,7 +368,7 @@ class SynthClient:
         last_error: NotFoundError | None = None
         for prefix in prefixes:
             try:
-                response = await self.request("GET", f"{prefix}/{job_id}{suffix}", what=what,
+                response = await self.request("GET", job_path(prefix, job_id, suffix), what=what,
                                               params=params, retries=retries)
             except NotFoundError as exc:
                 last_error = exc
@@ -343,8 +406,18 @@ class SynthClient:
         job_id = None
         if isinstance(body, dict):
             job_id = body.get("job_id") or body.get("id")
+        job_id = str(job_id) if job_id else None
+        problem = job_id_problem(job_id) if job_id else None
+        if problem:
+            # Every later request puts the id in a path: a strange one is refused, not followed.
+            error = BadResponseError(
+                f"The backend answered job creation with an unusable job id ({problem}).",
+                "Check that --backend points at the Synth API; the job may exist: see the backend's job list.",
+                status=response.status, body=response.text[:400])
+            error.transient = False
+            raise error
         return CreateResult(status=response.status, body=body, response=response,
-                            idempotency_key=idempotency_key, job_id=str(job_id) if job_id else None)
+                            idempotency_key=idempotency_key, job_id=job_id)
 
     async def get_job(self, job_id: str, *, retries: int | None = None) -> JobStatus:
         response = await self._job_request(job_id, "", what=f"status of job {job_id}", retries=retries)
@@ -371,7 +444,7 @@ class SynthClient:
 
     async def cancel_job(self, job_id: str) -> dict[str, Any]:
         prefix = self._job_prefix.get(job_id, "/rl/jobs")
-        response = await self.request("POST", f"{prefix}/{job_id}/cancel", what=f"cancel of job {job_id}",
+        response = await self.request("POST", job_path(prefix, job_id, "/cancel"), what=f"cancel of job {job_id}",
                                       json_body={}, retries=1)
         return response.body if isinstance(response.body, dict) else {}
 
@@ -389,7 +462,7 @@ class SynthClient:
         polls); ends when the server closes the stream.
         """
         prefix = self._job_prefix.get(job_id, "/rl/jobs")
-        path = f"{prefix}/{job_id}/events"
+        path = job_path(prefix, job_id, "/events")
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
         self.request_count += 1
         try:
@@ -415,6 +488,19 @@ class SynthClient:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def job_path(prefix: str, job_id: str, suffix: str = "") -> str:
+    """``prefix/<job id>suffix`` with the id checked and quoted: it is one path segment."""
+    return f"{prefix}/{quote(check_job_id(job_id), safe='')}{suffix}"
+
+
+def _check_api_key(api_key: str) -> None:
+    problem = header_value_problem(api_key)
+    if problem:
+        raise UnusableSecretError(
+            f"SYNTH_API_KEY cannot be sent: {problem}.",
+            "API keys are plain ASCII with no spaces: copy the key again from where it was issued.")
 
 
 async def sse_data_lines(lines: AsyncIterator[str]) -> AsyncIterator[str]:

@@ -48,6 +48,8 @@ _BOM = "\ufeff"
 _SKIP_DIRS = frozenset({".git", ".venv", "node_modules", "__pycache__"})
 # A scan from a huge cwd (say, $HOME) must not freeze the TUI; the SDK's glob has no bound.
 _MAX_DIRS_SCANNED = 5000
+# A .env holds a handful of lines; a bigger file is the wrong file, and parsing it would stall.
+MAX_ENV_BYTES = 1024 * 1024
 _NEW_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 # Values we write without quotes: plain enough that shells and other dotenv readers agree too.
 _PLAIN_VALUE = re.compile(r"[A-Za-z0-9_\-./:@+,%~^]*\Z")
@@ -83,7 +85,60 @@ def display_value(name: str, value: str | None) -> str:
     return mask_value(value) if is_secret_key(name) else value
 
 
+# --------------------------------------------------------------------------- header keys
+
+# Keys sent as HTTP header values (Authorization: Bearer ..., X-API-Key). A header value must
+# be printable ASCII, or the HTTP library fails while encoding the request; a space or a line
+# break inside a key is a paste accident that would fail authentication anyway.
+HEADER_KEYS: tuple[str, ...] = ("SYNTH_API_KEY", "ENVIRONMENT_API_KEY")
+
+
+def header_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot be sent as an API key in an HTTP header, or None. Names the first
+    bad character's position and kind, never the character or the value."""
+    for position, char in enumerate(value, start=1):
+        kind = _bad_character_kind(char)
+        if kind:
+            return f"character {position} of {len(value)} is {kind}"
+    return None
+
+
+def _bad_character_kind(char: str) -> str | None:
+    code = ord(char)
+    if char in "\r\n":
+        return "a line break"
+    if char == "\t":
+        return "a tab"
+    if char == " ":
+        return "a space"
+    if code < 32 or code == 127:
+        return "a control character"
+    if code > 126:
+        return "a non-ASCII space" if char.isspace() else "not ASCII (an accented letter, a curly quote or an emoji?)"
+    return None
+
+
 # --------------------------------------------------------------------------- discovery
+
+
+def user_path(raw: str | os.PathLike[str]) -> Path:
+    """A path as the user typed it, with ``~`` expanded. ``~name`` of an unknown user stays
+    literal, as in a shell (a folder so named in the working directory), instead of raising."""
+    path = Path(raw)
+    try:
+        return path.expanduser()
+    except RuntimeError:
+        return Path.cwd() / path
+
+
+def resolved_user_path(raw: str | os.PathLike[str]) -> Path:
+    """``user_path``, made absolute with symlinks resolved where possible: a symlink loop
+    (RuntimeError in Python 3.11) stays unresolved, and reading the file then says why."""
+    path = user_path(raw)
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return Path(os.path.abspath(path))
 
 
 def demo_state_env_path(state_dir: Path | None = None) -> Path | None:
@@ -325,7 +380,7 @@ class EnvFile:
 
     @classmethod
     def load(cls, path: Path) -> EnvFile:
-        path = Path(path).expanduser()
+        path = user_path(path)
         raw = _read_bytes(path)
         if raw is None:
             return cls(path, "", exists=False)
@@ -503,6 +558,11 @@ def _read_bytes(path: Path) -> bytes | None:
             )
         if not stat.S_ISREG(st.st_mode):
             raise EnvFileError(f"Cannot read {path}: not a regular file", hint="Pass a .env text file.")
+        if st.st_size > MAX_ENV_BYTES:
+            raise EnvFileError(
+                f"Cannot read {path}: it is {st.st_size / 1_048_576:.1f} MB, too large for a .env file",
+                hint="Is this really a .env file? It holds a few KEY=value lines.",
+            )
         return path.read_bytes()
     except FileNotFoundError:
         return None
@@ -676,6 +736,16 @@ class ResolvedKey:
     def display(self) -> str:
         return display_value(self.name, self.value)
 
+    @property
+    def where(self) -> str:
+        """Where the value comes from, in words, for messages."""
+        return {
+            "flag": f"the {self.origin} flag",
+            "shell": "the shell environment",
+            "file": str(self.origin),
+            "alias": f"its alias {self.origin}",
+        }.get(self.source, "nowhere")
+
     def __repr__(self) -> str:
         return (
             f"ResolvedKey(name={self.name!r}, value={self.display!r}, source={self.source!r}, "
@@ -749,6 +819,7 @@ def missing_required(resolved: Sequence[ResolvedKey], *, optional: Iterable[str]
 
 __all__ = [
     "FLAG_NAMES",
+    "HEADER_KEYS",
     "KEY_ALIASES",
     "REQUIRED_KEYS",
     "EnvFile",
@@ -758,9 +829,11 @@ __all__ = [
     "demo_state_env_path",
     "discover_env_files",
     "display_value",
+    "header_value_problem",
     "is_secret_key",
     "mask_value",
     "missing_required",
     "resolve_keys",
+    "user_path",
     "write_demo_env",
 ]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -11,8 +12,8 @@ from pathlib import Path
 
 from app.core import config as cfg
 from app.core import envfile
-from app.core.client import backend_from_env, ensure_api_base
-from app.core.errors import MissingSecretsError, UsageError
+from app.core.client import backend_from_env, checked_api_base, request_url_problem, shown_url
+from app.core.errors import MissingSecretsError, UnusableSecretError, UsageError
 
 
 def new_idempotency_key() -> str:
@@ -32,10 +33,9 @@ def choose_env_file(env_files: Sequence[str], *, cwd: Path, config_path: Path | 
     """``--env-file`` first (only the first is read, as the SDK), then ``~/.synth-ai/demo.json``,
     then discovery. Discovered candidates are returned for a picker; the first is proposed."""
     if env_files:
-        path = Path(env_files[0]).expanduser()
-        if not path.exists():
-            raise UsageError(f"Env file not found: {path}", "Pass an existing file with --env-file.")
-        others = [Path(p).expanduser() for p in env_files[1:]]
+        path = envfile.user_path(env_files[0])
+        _check_env_flag_path(path)
+        others = [envfile.user_path(p) for p in env_files[1:]]
         return EnvChoice(path.resolve(), "flag", [path.resolve(), *others])
     demo = envfile.demo_state_env_path()
     if demo is not None and demo.exists():
@@ -44,6 +44,20 @@ def choose_env_file(env_files: Sequence[str], *, cwd: Path, config_path: Path | 
     if candidates:
         return EnvChoice(candidates[0], "discovered", candidates)
     return EnvChoice(None, "none", [])
+
+
+def _check_env_flag_path(path: Path) -> None:
+    """A usage error when --env-file names nothing, a folder or a pipe (reading one would wait)."""
+    try:
+        mode = path.stat().st_mode
+    except (OSError, ValueError):
+        raise UsageError(f"Env file not found: {path}", "Pass an existing file with --env-file.") from None
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"--env-file {path} is a directory, not a .env file",
+                         f"Pass the file itself, e.g. --env-file {path / '.env'}")
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"--env-file {path} is not a regular file (a pipe, socket or device)",
+                         "Pass a .env text file.")
 
 
 def resolve_secrets(env: envfile.EnvFile | None, *, shell: Mapping[str, str] | None = None,
@@ -61,19 +75,28 @@ def require_secrets(resolved: Sequence[envfile.ResolvedKey], *, env_path: Path |
         where = f"add them to {env_path}" if env_path else "pass --env-file PATH or export them in the shell"
         raise MissingSecretsError(f"Missing required keys: {', '.join(missing)}.",
                                   f"{where.capitalize()}; TASK_APP_URL may instead be given with --task-url.")
-    values = {key.name: key.value for key in resolved if key.required and key.value}
-    task_url = values.get("TASK_APP_URL")
-    if task_url and not task_url.startswith(("http://", "https://")):
-        raise MissingSecretsError(f"TASK_APP_URL has no http:// or https:// scheme: {task_url!r}.",
-                                  f"Write it as http://{task_url} (or https://).")
-    return values
+    require_sendable_keys(resolved)
+    return {key.name: key.value for key in resolved if key.required and key.value}
 
 
-def resolve_backend(flag: str | None, env: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """(base URL ending in /api, where it came from). ``local`` is handled by the caller."""
-    if flag:
-        return ensure_api_base(flag), "--backend"
-    return backend_from_env(env)
+def require_sendable_keys(resolved: Sequence[envfile.ResolvedKey]) -> None:
+    """An UnusableSecretError for the first key an HTTP header cannot carry (say, a non-ASCII
+    letter or a space): naming the key, where it is set and the character's position."""
+    for key in resolved:
+        problem = envfile.header_value_problem(key.value) if key.name in envfile.HEADER_KEYS and key.value else None
+        if problem:
+            raise UnusableSecretError(
+                f"{key.name} from {key.where} cannot be sent: {problem}.",
+                f"API keys are plain ASCII with no spaces: copy {key.name} again from where it was issued "
+                f"and replace it in {key.where}.")
+
+
+def resolve_backend(flag: str | None, env: Mapping[str, str] | None = None, *,
+                    origins: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(base URL ending in /api, where it came from); a malformed URL is a UsageError."""
+    if flag is not None:
+        return checked_api_base(flag, "--backend"), "--backend"
+    return backend_from_env(env, origins=origins)
 
 
 @dataclass
@@ -88,12 +111,23 @@ class PreparedJob:
 
 
 def prepare_payload(config_path: Path, *, task_url_flag: str | None, env_task_url: str | None,
-                    backend_base: str, model: str | None, allow_experimental: bool | None) -> PreparedJob:
+                    backend_base: str, model: str | None, allow_experimental: bool | None,
+                    env_task_url_where: str = "TASK_APP_URL") -> PreparedJob:
     report = cfg.validate_rl_file(config_path, allow_experimental=allow_experimental)
     config = report.raise_if_invalid()
     config_task_url = config.services.task_url if config.services else None
     task_url, source = cfg.resolve_task_url(cli_task_url=task_url_flag, env_task_url=env_task_url,
                                             config_task_url=config_task_url)
+    where = {"flag": "--task-url", "env": env_task_url_where}.get(source, f"[services] task_url in {config_path}")
+    check_task_url(task_url, where)
     payload = cfg.build_rl_payload(config, task_url=task_url, backend_base=backend_base,
                                    model_override=model, allow_experimental=allow_experimental)
     return PreparedJob(config_path, report, payload, task_url, source)
+
+
+def check_task_url(url: str, where: str) -> None:
+    """A UsageError naming where the task app URL came from when it cannot be requested."""
+    problem = request_url_problem(url)
+    if problem:
+        raise UsageError(f"{where} is not a usable task app URL: {problem}. Got {shown_url(url)}.",
+                         "Write it with its scheme, as http://HOST:PORT or https://HOST, e.g. http://127.0.0.1:8102.")

@@ -11,10 +11,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.core import envfile
 from app.core.display_paths import display_path
 from app.core.errors import ConfigError
 from app.core.session import LaunchSession
-from app.core.toml_source import parse_toml_text
+from app.core.toml_source import parse_toml_text, read_config_text
 from app.core.validation import ValidationReport
 
 __all__ = ["ConfigEntry", "config_path_problem", "disk_stamp", "find_config_entries", "load_config_entry"]
@@ -63,8 +64,8 @@ def load_config_entry(
     stamp = disk_stamp(path)  # before reading, so a change during the read is noticed later
     report = session.validate(path)
     try:
-        text: str | None = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError):
+        text: str | None = read_config_text(path)  # bounded: never a pipe or a huge file
+    except ConfigError:
         text = None
     return ConfigEntry(
         path=path,
@@ -80,7 +81,7 @@ def load_config_entry(
 def find_config_entries(session: LaunchSession, opened: Sequence[Path] = ()) -> list[ConfigEntry]:
     """``--config`` paths first, then the discovered configs (last used first), then the files
     the user opened by path. Blocking: call from a worker."""
-    explicit = [Path(p).expanduser().resolve() for p in session.options.config_paths]
+    explicit = [envfile.resolved_user_path(p) for p in session.options.config_paths]
     discovered = session.discover_configs()
     last_used = {c.path for c in discovered if c.last_used}
     ordered = list(dict.fromkeys([*explicit, *(c.path for c in discovered), *opened]))
@@ -99,11 +100,9 @@ def config_path_problem(path: Path, cwd: Path) -> str | None:
     if path.is_dir():
         return f"{shown} is a folder; type the path of a .toml file"
     try:
-        text = path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        return f"{shown} is not a text file, so not a TOML config"
-    except OSError as exc:
-        return f"Cannot read {shown}: {exc.strerror or exc}"
+        text = read_config_text(path)
+    except ConfigError as exc:
+        return exc.message.replace(str(path), shown)
     if path.suffix.lower() != ".toml":
         try:
             parse_toml_text(text, path)

@@ -6,6 +6,7 @@ or the network is called from a worker. No Textual here, so the flow is testable
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -13,8 +14,8 @@ from pathlib import Path
 
 from app.core import config as cfg
 from app.core import envfile
-from app.core.client import SynthClient, VerifyResult
-from app.core.errors import MissingSecretsError
+from app.core.client import SynthClient, VerifyResult, checked_api_base
+from app.core.errors import MissingSecretsError, UsageError
 from app.core.health import HealthReport, check_task_app
 from app.core.launch import (
     EnvChoice,
@@ -23,6 +24,7 @@ from app.core.launch import (
     new_idempotency_key,
     prepare_payload,
     require_secrets,
+    require_sendable_keys,
     resolve_backend,
     resolve_secrets,
 )
@@ -46,6 +48,15 @@ class LaunchOptions:
     # The backend runs inside this process (synth-tui demo): it stops when the app does.
     embedded_backend: bool = False
 
+    def __post_init__(self) -> None:
+        # Expanded once here, so no later expanduser() meets an unknown ~user and raises.
+        self.config_paths = [str(envfile.user_path(p)) for p in self.config_paths]
+        self.env_files = [str(envfile.user_path(p)) for p in self.env_files]
+        check_seconds("--poll-interval", self.poll_interval, allow_zero=False)
+        check_seconds("--poll-timeout", self.poll_timeout, allow_zero=True)
+        if self.idempotency:
+            check_idempotency_key(self.idempotency)
+
     @classmethod
     def from_args(cls, args: object, *, cwd: Path | None = None) -> LaunchOptions:
         """From parsed command-line flags; commands without a flag get its default."""
@@ -59,6 +70,30 @@ class LaunchOptions:
             poll_interval=flag("poll_interval", 5.0), poll_timeout=flag("poll_timeout", 3600.0),
             metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
         )
+
+
+def check_seconds(flag: str, value: object, *, allow_zero: bool) -> None:
+    """A UsageError unless ``value`` is a finite number of seconds (above zero, or at least
+    zero when ``allow_zero``): nan fails every comparison, so a wait on it never ends or never
+    starts, and a poll every 0 seconds floods the backend."""
+    low = "0 or more" if allow_zero else "more than 0"
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 or (allow_zero and value == 0))
+    if not ok:
+        example = f"{flag} 3600 (86400 waits a day)" if allow_zero else f"{flag} 5"
+        raise UsageError(f"{flag} must be a number of seconds, {low} (got {value!r}).", f"For example {example}.")
+
+
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+
+
+def check_idempotency_key(key: str) -> None:
+    """A UsageError unless ``key`` can be sent as the Idempotency-Key header."""
+    problem = envfile.header_value_problem(key)
+    if problem is None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        problem = f"it is {len(key):,} characters long; at most {MAX_IDEMPOTENCY_KEY_CHARS}"
+    if problem:
+        raise UsageError(f"--idempotency cannot be sent as an Idempotency-Key header: {problem}.",
+                         "Use plain ASCII letters, digits and dashes, e.g. a UUID (the default when it is left out).")
 
 
 @dataclass
@@ -75,16 +110,25 @@ class LaunchSession:
     idempotency_key: str = ""
     prepared: PreparedJob | None = None
     job_id: str | None = None
+    # A malformed backend URL in the .env: raised by open_env, and again by anything that
+    # would talk to the backend, so the hosted default is never used in its place.
+    backend_problem: UsageError | None = None
 
     def __post_init__(self) -> None:
         self.backend_base, self.backend_source = resolve_backend(self.options.backend, self.shell)
         self.idempotency_key = self.options.idempotency or new_idempotency_key()
 
+    def use_backend(self, url: str, source: str) -> None:
+        """Talk to this backend (e.g. the one a job from the history ran on); the .env does
+        not override it."""
+        self.backend_base, self.backend_source = checked_api_base(url, f"The backend recorded in {source}"), source
+        self.backend_problem = None
+
     # -- config -------------------------------------------------------------------
 
     def discover_configs(self) -> list[cfg.ConfigCandidate]:
         candidates = cfg.discover_configs(self.options.cwd, last_config=cfg.read_last_config(), include_broken=True)
-        explicit = [Path(p).expanduser().resolve() for p in self.options.config_paths]
+        explicit = [envfile.resolved_user_path(p) for p in self.options.config_paths]
         if explicit:
             known = {c.path for c in candidates}
             candidates = [cfg.ConfigCandidate(p, "rl") for p in explicit if p not in known] + candidates
@@ -112,22 +156,33 @@ class LaunchSession:
             candidates = self.env_choice.candidates if self.env_choice else []
         self.env_choice = EnvChoice(path, how, list(candidates))
         self.env = env
-        self._backend_from_env_file()
         self.resolve()
+        self._raise_backend_problem()
         return env
 
     def _backend_from_env_file(self) -> None:
         """Differs from the SDK on purpose: the SDK picks the backend before reading the .env,
         so a BACKEND_BASE_URL written there is listed but silently ignored. We use it when
-        neither --backend nor the shell chose one (the shell still wins over the file)."""
-        if self.options.backend or self.backend_source not in ("default", "BACKEND_BASE_URL (.env)"):
+        neither --backend nor the shell chose one (the shell still wins over the file).
+        A malformed URL there is kept in backend_problem rather than raised: the env review
+        resolves after every edit and must go on showing the keys."""
+        from_env_file_or_default = self.backend_source == "default" or self.backend_source.endswith("(.env)")
+        if self.options.backend is not None or not from_env_file_or_default:
             return
         file_values = {k: v for k, v in (self.env.values if self.env else {}).items() if v}
-        base, source = resolve_backend(None, {**file_values, **self.shell})
+        origins = {name: str(self.env.path) for name in file_values if name not in self.shell} if self.env else {}
+        self.backend_problem = None
+        try:
+            base, source = resolve_backend(None, {**file_values, **self.shell}, origins=origins)
+        except UsageError as problem:
+            self.backend_problem = problem
+            return
         self.backend_base, self.backend_source = base, (f"{source} (.env)" if source != "default" else source)
 
     def resolve(self) -> list[envfile.ResolvedKey]:
+        """The keys (and the backend, which the .env may set) as they are now; never raises."""
         self.resolved = resolve_secrets(self.env, shell=self.shell, task_url_flag=self.options.task_url)
+        self._backend_from_env_file()
         self.prepared = None
         return self.resolved
 
@@ -150,12 +205,19 @@ class LaunchSession:
 
     def prepare(self) -> PreparedJob:
         assert self.config_path is not None, "choose a config first"
+        self._raise_backend_problem()
         secrets = self.secrets()
+        task_url_key = next((k for k in self.resolved if k.name == "TASK_APP_URL"), None)
         self.prepared = prepare_payload(
             self.config_path, task_url_flag=self.options.task_url, env_task_url=secrets.get("TASK_APP_URL"),
             backend_base=self.backend_base, model=self.options.model,
-            allow_experimental=self.options.allow_experimental)
+            allow_experimental=self.options.allow_experimental,
+            env_task_url_where=f"TASK_APP_URL from {task_url_key.where}" if task_url_key else "TASK_APP_URL")
         return self.prepared
+
+    def _raise_backend_problem(self) -> None:
+        if self.backend_problem is not None:
+            raise self.backend_problem
 
     def attach_hint(self, job_id: str) -> str:
         """How to watch this job again after leaving: the command with every flag it needs."""
@@ -169,13 +231,15 @@ class LaunchSession:
 
     def synth_api_key(self) -> str:
         """Only the backend key: enough to attach to a job, which needs no task app."""
-        key = next((k.value for k in self.resolved if k.name == "SYNTH_API_KEY" and k.value), None)
+        key = next((k for k in self.resolved if k.name == "SYNTH_API_KEY" and k.value), None)
         if key is None:
             raise MissingSecretsError("Missing required key: SYNTH_API_KEY.",
                                       "Pass --env-file PATH with SYNTH_API_KEY, or export it in the shell.")
-        return key
+        require_sendable_keys([key])
+        return key.value
 
     def client(self, **kwargs: object) -> SynthClient:
+        self._raise_backend_problem()
         return SynthClient(self.backend_base, self.synth_api_key(), **kwargs)  # type: ignore[arg-type]
 
     async def verify(self, *, timeout: float = 30.0) -> VerifyResult:

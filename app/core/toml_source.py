@@ -1,21 +1,39 @@
 """TOML config text: parsing with line and column on errors, and line numbers of keys.
 
-Reading a config file never ends in a traceback: a missing, unreadable or non-UTF-8 file is a
-ConfigError and a syntax error is a TomlSyntaxError with tomllib's 1-based line and column.
+Reading a config file never ends in a traceback: a missing, unreadable, oversized or non-UTF-8
+file is a ConfigError and a syntax error is a TomlSyntaxError with tomllib's 1-based line and
+column. Hostile text is refused before tomllib sees it: deep nesting makes tomllib recurse past
+Python's limit, and long dotted keys make it use memory quadratic in their length.
 TomlLineIndex finds the line of a dotted key ("training.batch_size"), which tomllib does not
 give, so validation problems can say where they are. No Textual import.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import tomllib
 from pathlib import Path
 from typing import Any
 
 from app.core.errors import ConfigError
 
-__all__ = ["TomlLineIndex", "TomlSyntaxError", "load_toml", "parse_toml_text", "read_config_text"]
+__all__ = [
+    "MAX_CONFIG_BYTES",
+    "MAX_TOML_DEPTH",
+    "TomlLineIndex",
+    "TomlSyntaxError",
+    "load_toml",
+    "parse_toml_text",
+    "read_config_text",
+]
+
+# RL configs are a few kilobytes. The bound keeps a wrong file (a log, a data dump) from
+# stalling the picker: tomllib needs seconds and hundreds of MB for a few MB of dotted keys.
+MAX_CONFIG_BYTES = 256 * 1024
+# Real configs nest three or four levels; anything past this is not a config.
+MAX_TOML_DEPTH = 32
 
 
 # ---------------------------------------------------------------------------------------
@@ -70,42 +88,169 @@ def _toml_error_position(exc: tomllib.TOMLDecodeError, text: str) -> tuple[str, 
     return message, line, column
 
 
+def _syntax_error(
+    detail: str, line: int | None, column: int | None, path: Path | None, hint: str
+) -> TomlSyntaxError:
+    where = str(path) if path else "<config>"
+    at = ""
+    if line is not None:
+        at = f" at line {line}" + (f", column {column}" if column is not None else "")
+    return TomlSyntaxError(
+        f"{where}: invalid TOML{at}: {detail}", detail=detail, line=line, column=column, path=path, hint=hint
+    )
+
+
+def _line_and_column(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column of a character offset, counted as tomllib counts them."""
+    line_start = text.rfind("\n", 0, offset) + 1
+    return text.count("\n", 0, offset) + 1, offset - line_start + 1
+
+
 def parse_toml_text(text: str, path: Path | None = None) -> dict[str, Any]:
     """Parse TOML text; a syntax error becomes TomlSyntaxError with line and column."""
+    _refuse_deep_text(text, path)
     try:
-        return tomllib.loads(text)
+        data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         detail, line, column = _toml_error_position(exc, text)
-        where = str(path) if path else "<config>"
-        raise TomlSyntaxError(
-            f"{where}: invalid TOML at line {line}, column {column}: {detail}",
-            detail=detail,
-            line=line,
-            column=column,
-            path=path,
-            hint="fix the TOML syntax at that position",
-        ) from None
+        raise _syntax_error(detail, line, column, path, "fix the TOML syntax at that position") from None
+    except RecursionError:  # a backstop: _refuse_deep_text should have caught it
+        raise _too_deep(None, None, path) from None
+    except ValueError as exc:  # tomllib lets Python's int() refuse numbers over 4,300 digits
+        raise _number_error(exc, text, path) from None
+    _refuse_deep_data(data, text, path)
+    return data
+
+
+def _number_error(exc: ValueError, text: str, path: Path | None) -> TomlSyntaxError:
+    long_number = re.search(r"[0-9](?:_?[0-9]){4300}", text)
+    line, column = _line_and_column(text, long_number.start()) if long_number else (None, None)
+    detail = "a number has more than 4,300 digits" if "digits" in str(exc) else f"a value cannot be read ({exc})"
+    return _syntax_error(detail, line, column, path, "write the number with fewer digits (or as a string)")
+
+
+def _too_deep(line: int | None, column: int | None, path: Path | None) -> TomlSyntaxError:
+    return _syntax_error(
+        f"nested too deeply (more than {MAX_TOML_DEPTH} levels of arrays, inline tables or dotted keys)",
+        line, column, path, "an RL config nests only a few levels; is this the right file?",
+    )
+
+
+# Tokens for the nesting scan: comments and strings are skipped whole (a bracket or a dot in
+# them means nothing), brackets and braces nest, and bare or quoted words joined by dots form
+# one dotted key. Anything else ends a dotted key.
+_SCAN_TOKEN = re.compile(
+    r'(?P<skip>#[^\n]*)'
+    r'|(?P<word>"""(?:[^\\]|\\.)*?"""|\'\'\'.*?\'\'\'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|[A-Za-z0-9_+\-]+)'
+    r'|(?P<open>[\[{])|(?P<close>[\]}])|(?P<dot>\.)|(?P<space>[ \t]+)|(?P<other>.)',
+    re.DOTALL,
+)
+
+
+def _refuse_deep_text(text: str, path: Path | None) -> None:
+    """Raise TomlSyntaxError at the first place nested more than MAX_TOML_DEPTH levels: by
+    arrays and inline tables, or by the parts of one dotted key or table header."""
+    depth = 0
+    parts = 0  # words in the dotted key being read
+    after_dot = False
+    for token in _SCAN_TOKEN.finditer(text):
+        kind = token.lastgroup
+        if kind == "space":
+            continue
+        if kind == "word":
+            parts = parts + 1 if after_dot else 1
+            after_dot = False
+        elif kind == "dot" and parts and not after_dot:
+            after_dot = True
+            continue
+        else:
+            parts, after_dot = 0, False
+            if kind == "open":
+                depth += 1
+            elif kind == "close":
+                depth = max(0, depth - 1)
+        if depth > MAX_TOML_DEPTH or parts > MAX_TOML_DEPTH:
+            raise _too_deep(*_line_and_column(text, token.start()), path)
+
+
+def _refuse_deep_data(data: dict[str, Any], text: str, path: Path | None) -> None:
+    """The scan bounds each kind of nesting alone; a table header, a dotted key and arrays
+    together can still nest deeper, and the code that walks the data later may recurse."""
+    stack: list[tuple[Any, tuple[str | None, ...]]] = [(data, ())]  # None: a step into an array
+    while stack:
+        value, keys = stack.pop()
+        if len(keys) > MAX_TOML_DEPTH:
+            table_keys = keys[: keys.index(None)] if None in keys else keys
+            line = TomlLineIndex(text).line_for(".".join(table_keys)) if table_keys else None  # type: ignore[arg-type]
+            raise _too_deep(line, None, path)
+        if isinstance(value, dict):
+            stack.extend((child, (*keys, str(key))) for key, child in value.items() if isinstance(child, (dict, list)))
+        elif isinstance(value, list):
+            stack.extend((child, (*keys, None)) for child in value if isinstance(child, (dict, list)))
 
 
 def read_config_text(path: Path) -> str:
-    """The file's text; a missing, unreadable or non-UTF-8 file is a ConfigError with a hint."""
-    if not path.exists():
+    """The file's text; a missing, unreadable, oversized, non-regular or non-UTF-8 file is a
+    ConfigError with a hint."""
+    raw = _read_config_bytes(path)
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError(
+            f"{path}: not UTF-8 text (the first bad byte is on line {line})",
+            hint="TOML files must be UTF-8 text; is this really a config?",
+        ) from None
+
+
+def _read_config_bytes(path: Path) -> bytes:
+    try:
+        # O_NONBLOCK: opening a named pipe must not wait for a writer; then fstat says what
+        # was opened, so nothing can be swapped in between a check and the read.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
         raise ConfigError(
             f"Config not found: {path}",
             hint="check the path, or run without --config to pick from the discovered configs",
-        )
-    if path.is_dir():
-        raise ConfigError(
-            f"Config {path} is a directory, not a TOML file", hint="pass the path of a .toml file"
-        )
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text", hint="TOML files must be UTF-8 encoded") from None
-    except OSError as exc:
-        raise ConfigError(
-            f"Cannot read config {path}: {exc.strerror or exc}", hint="check the file's permissions"
         ) from None
+    except (OSError, ValueError) as exc:  # ValueError: a path the OS cannot take (a NUL byte)
+        raise _unreadable(path, exc) from None
+    try:
+        info = os.fstat(fd)
+        _check_config_kind(path, info)
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+    except OSError as exc:
+        raise _unreadable(path, exc) from None
+    finally:
+        os.close(fd)
+    if len(raw) > MAX_CONFIG_BYTES:  # it grew after the fstat
+        raise _too_large(path, len(raw))
+    return raw
+
+
+def _check_config_kind(path: Path, info: os.stat_result) -> None:
+    if stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"Config {path} is a directory, not a TOML file", hint="pass the path of a .toml file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(
+            f"Config {path} is not a regular file (a pipe, socket or device)", hint="pass the path of a .toml file"
+        )
+    if info.st_size > MAX_CONFIG_BYTES:
+        raise _too_large(path, info.st_size)
+
+
+def _too_large(path: Path, size: int) -> ConfigError:
+    return ConfigError(
+        f"Config {path} is too large for a config ({size / 1_048_576:.1f} MB; at most "
+        f"{MAX_CONFIG_BYTES // 1024} KB)",
+        hint="RL configs are a few kilobytes; is this the right file?",
+    )
+
+
+def _unreadable(path: Path, exc: OSError | ValueError) -> ConfigError:
+    reason = getattr(exc, "strerror", None) or exc
+    return ConfigError(f"Cannot read config {path}: {reason}", hint="check the path and the file's permissions")
 
 
 def load_toml(path: Path) -> dict[str, Any]:

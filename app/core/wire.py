@@ -7,10 +7,13 @@ are partly unconfirmed, and older readers use other spellings (``state``, ``even
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from app.core.errors import UsageError
 
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "canceled", "completed", "error"})
 SUCCESS_STATUSES = frozenset({"succeeded", "completed"})
@@ -38,6 +41,40 @@ def terminal_status_of_event(event_type: str) -> str | None:
     if event_type in TERMINAL_CANCEL_EVENTS:
         return "cancelled"
     return None
+
+
+# A job id goes into URL paths (/rl/jobs/<id>/events), so only plain characters are accepted:
+# "../x" would otherwise send the key to another path. The client quotes it as well.
+JOB_ID_MAX_CHARS = 128
+_JOB_ID_CHARACTER = re.compile(r"[A-Za-z0-9._:-]")
+JOB_ID_RULE = f"1 to {JOB_ID_MAX_CHARS} letters, digits, dots, underscores, colons or hyphens"
+
+
+def job_id_problem(job_id: object) -> str | None:
+    """What makes ``job_id`` unusable as a job id, or None."""
+    if not isinstance(job_id, str) or not job_id:
+        return "it is empty"
+    if len(job_id) > JOB_ID_MAX_CHARS:
+        return f"it is {len(job_id):,} characters long"
+    if job_id in (".", ".."):
+        return "it is a path step"
+    for position, char in enumerate(job_id, start=1):
+        if not _JOB_ID_CHARACTER.fullmatch(char):
+            shown = f" ({char!r})" if char.isascii() and char.isprintable() else ""
+            return f"character {position}{shown} is not allowed"
+    return None
+
+
+def check_job_id(job_id: object) -> str:
+    """``job_id`` when usable, else a UsageError saying what is wrong and what a job id is."""
+    problem = job_id_problem(job_id)
+    if problem is None:
+        return job_id  # type: ignore[return-value]
+    # The value is not echoed: a mistaken paste could be a key.
+    raise UsageError(
+        f"Not a job id: {problem}; a job id is {JOB_ID_RULE}.",
+        "Copy the job id printed when the job was created (e.g. job_3f2a…), or find it with `synth-tui history`.",
+    )
 
 
 class _Tolerant(BaseModel):

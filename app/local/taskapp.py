@@ -114,9 +114,11 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld") ->
 
     authed = [Depends(require_key)]
 
-    @app.api_route("/", methods=["GET", "HEAD"])
+    @app.get("/")
     async def root() -> dict:
         return {"status": "ok", "service": app_id}
+
+    app.add_api_route("/", root, methods=["HEAD"], include_in_schema=False)  # one operation id for "/"
 
     @app.get("/health", dependencies=authed)
     async def health() -> dict:
