@@ -33,6 +33,9 @@ from app.core.wire import JobEvent, JobStatus, MetricPoint, check_job_id, items_
 
 DEFAULT_PROD_BACKEND = "https://agent-learning.onrender.com"
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+# Idle connections are dropped before a server would close them (uvicorn's default is 5 s), so
+# a request is never sent on a connection being closed at that moment (docs/hardening.md).
+CLIENT_KEEPALIVE_S = 2.0
 PAGE_LIMIT = 200
 
 
@@ -251,6 +254,7 @@ class SynthClient:
         }
         headers.update(extra_headers or {})
         self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
+                                       limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S),
                                        transport=transport, follow_redirects=True, verify=ssl_context())
         # Differs from the SDK on purpose: it polls /rl, /learning and /orchestration on every
         # tick. We use /learning/... only after /rl/... answered 404, and remember what worked.

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import httpx
 
+from app.core.client import CLIENT_KEEPALIVE_S
 from app.local.errors import describe_http_error
 
-CLIENT_KEEPALIVE_S = 2.0
 SERVER_KEEPALIVE_S = 15
 RETRYABLE_STATUS = frozenset({502, 503, 504})
 _NOT_RETRIED = (httpx.ReadTimeout,)
