@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import builtins
+import io
 import os
 
 import pytest
@@ -45,3 +47,36 @@ def tiny_task_app():
 def pytest_configure(config):
     os.environ.pop("NO_COLOR", None)
     os.environ.pop("TEXTUAL_THEME", None)
+
+
+@pytest.fixture
+def refuse_os_access(monkeypatch):
+    """Make the OS refuse (EACCES) to open a file, or to create files in a folder with
+    creating=True: what chmod does to anyone but root. CI runs as root, where chmod cannot
+    refuse anything, so the permission paths are tested this way for everyone."""
+    real_os_open, real_io_open = os.open, io.open
+    refused: list[tuple[str, bool]] = []
+
+    def check(path, creates: bool) -> None:
+        if isinstance(path, int):
+            return
+        target = os.path.abspath(os.fspath(path))
+        for denied, creating in refused:
+            if (os.path.dirname(target) == denied and creates) if creating else target == denied:
+                raise PermissionError(13, "Permission denied", target)
+
+    def guarded_os_open(path, flags, *args, **kwargs):
+        check(path, bool(flags & os.O_CREAT))
+        return real_os_open(path, flags, *args, **kwargs)
+
+    def guarded_io_open(file, mode="r", *args, **kwargs):
+        check(file, any(c in mode for c in "wax"))
+        return real_io_open(file, mode, *args, **kwargs)
+
+    def refuse(path, *, creating: bool = False) -> None:
+        refused.append((os.path.abspath(os.fspath(path)), creating))
+
+    monkeypatch.setattr(os, "open", guarded_os_open)
+    monkeypatch.setattr(io, "open", guarded_io_open)
+    monkeypatch.setattr(builtins, "open", guarded_io_open)
+    return refuse
