@@ -16,7 +16,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Any, Sequence
+from typing import Annotated, Any, Sequence
 
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Query, Request
@@ -24,12 +24,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.local import gridworld
 from app.core.redact import held_key_prefix
+from app.core.urls import http_url_problem
 from app.local.errors import describe_http_error, install_json_errors, response_detail, without_query
 from app.local.guard import RequestGuard
 from app.local.retry import client_limits, send_with_retries
 
 VERSION = "1.0.0"
 DEFAULT_MAX_TURNS = 12
+MAX_TURNS_ALLOWED = 1_000  # as training.max_turns (app.core.trainable); an episode plays at most 100
 MAX_REPORTED_KEYS = 8
 SYSTEM_PROMPT = (
     "You control an agent in a small gridworld. Reach the goal in as few moves as possible. "
@@ -53,16 +55,34 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
+# What /rollout reads is typed and bounded here, so a wrong value is pydantic's 422 (and the
+# API fuzzer in the tests generates these fields); everything else passes through.
+Turns = Annotated[int, Field(ge=1, le=MAX_TURNS_ALLOWED)]
+
+
+class EnvConfig(_Open):
+    max_turns: Turns | None = None
+
+
 class EnvSpec(_Open):
     env_name: str | None = None
-    seed: int = 0
-    config: dict[str, Any] = Field(default_factory=dict)
+    seed: int = Field(0, ge=-(2**63), le=2**63 - 1)
+    config: EnvConfig = Field(default_factory=EnvConfig)
+
+
+class PolicyConfig(_Open):
+    inference_url: str
+    model: str | None = None
+    max_turns: Turns | None = None
+    temperature: float | None = Field(None, ge=0, le=10, allow_inf_nan=False)
+    top_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
 
 
 class PolicySpec(_Open):
     policy_id: str | None = None
     policy_name: str | None = None
-    config: dict[str, Any]
+    config: PolicyConfig
 
 
 class RolloutRequest(_Open):
@@ -199,7 +219,7 @@ def _task_info(app_id: str, seed: int) -> dict:
 
 
 def _max_turns(req: RolloutRequest) -> int:
-    turns = req.env.config.get("max_turns") or req.policy.config.get("max_turns")
+    turns = req.env.config.max_turns or req.policy.config.max_turns
     if not turns:  # else one "agent" op per turn, as the hosted trainer expands ops
         turns = sum(1 for op in req.ops if op == "agent") or DEFAULT_MAX_TURNS
     return max(1, min(int(turns), 100))
@@ -214,18 +234,19 @@ def _chat_url(inference_url: str) -> str:
 
 
 async def _play(client: httpx.AsyncClient, req: RolloutRequest) -> dict:
-    inference_url = req.policy.config.get("inference_url")
-    if not isinstance(inference_url, str) or not inference_url.startswith(("http://", "https://")):
-        raise HTTPException(422, "policy.config.inference_url must be an http(s) URL")
+    inference_url = req.policy.config.inference_url
+    problem = http_url_problem(inference_url)
+    if problem:
+        raise HTTPException(422, f"policy.config.inference_url must be an http(s) URL: {problem}")
     url = _chat_url(inference_url)
     episode = gridworld.Episode(req.env.seed, _max_turns(req))
-    sampling = {k: req.policy.config[k] for k in ("temperature", "top_p", "max_tokens") if k in req.policy.config}
+    sampling = req.policy.config.model_dump(include={"temperature", "top_p", "max_tokens"}, exclude_none=True)
     steps = []
     while not episode.done:
         obs = episode.observation()
         where = f"turn {episode.turns + 1}, seed {req.env.seed}"
         body = {
-            "model": req.policy.config.get("model", "policy"),
+            "model": req.policy.config.model or "policy",
             "messages": [
                 {"role": "system", "content": SYSTEM_PROMPT},
                 {"role": "user", "content": obs["text"]},

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from app.demo import demo_payload as job_payload, load_demo_config
-from app.local.servers import ServerHandle, start_backend, start_taskapp
+from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 
 API_KEY = f"sk_test_{secrets.token_hex(12)}"
 ENV_KEY = secrets.token_hex(32)
@@ -117,6 +117,13 @@ def backend(tmp_path_factory: pytest.TempPathFactory, taskapp: ServerHandle) -> 
 def api(backend: ServerHandle) -> Iterator[httpx.Client]:
     with api_client(backend) as client:
         yield client
+
+
+@pytest.fixture(scope="module")
+def closed_url() -> Iterator[str]:
+    """A loopback port that refuses connections: bound, never listened on."""
+    with _bind("127.0.0.1", 0) as sock:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @pytest.fixture

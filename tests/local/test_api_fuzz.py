@@ -8,14 +8,14 @@ a closed loopback port first, so the servers under test never call out of this m
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
 
-from app.local.servers import ServerHandle, _bind
+from app.local.servers import ServerHandle
 
 from .conftest import API_KEY, ENV_KEY
 
@@ -24,13 +24,6 @@ pytestmark = pytest.mark.slow
 # Valid and invalid requests both ("negative" breaks the schema on purpose).
 BOTH_MODES = SchemathesisConfig.from_str('[generation]\nmode = "all"\n')
 EXAMPLES = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-
-
-@pytest.fixture(scope="module")
-def closed_url() -> Iterator[str]:
-    """A loopback port that refuses connections: bound, never listened on."""
-    with _bind("127.0.0.1", 0) as sock:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
 @pytest.fixture

@@ -212,3 +212,25 @@ def test_the_server_commands_refuse_bad_ports_in_words():
     # A documentation-only address (TEST-NET-1): binding fails locally, nothing is sent.
     with pytest.raises(UsageError, match="cannot listen on 192.0.2.1"):
         _bind_for_serving("192.0.2.1", 0, "task app")
+
+
+@pytest.mark.parametrize("where,value", [
+    ("env", 10**20), ("env", "x"), ("env", [1]), ("env", -5), ("policy", "ten"), ("policy", 1e300),
+])
+def test_a_rollout_with_a_bad_max_turns_is_422(taskapp, closed_url, where, value):
+    body = {"run_id": f"bad-{where}-{value!r}", "env": {"seed": 1, "config": {}}, "mode": "rl",
+            "policy": {"config": {"inference_url": closed_url}}}
+    body[where]["config"]["max_turns"] = value
+    resp = httpx.post(taskapp.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
+    assert resp.status_code == 422 and "max_turns" in _detail(resp)
+
+
+@pytest.mark.parametrize("policy_config,words", [
+    ({}, "inference_url"),
+    ({"inference_url": "http://[::1"}, "inference_url must be an http(s) URL"),
+    ({"inference_url": "http://127.0.0.1:9", "temperature": -1}, "temperature"),
+])
+def test_a_rollout_with_a_bad_policy_config_is_422(taskapp, policy_config, words):
+    body = {"run_id": "bad-policy", "env": {"seed": 1}, "mode": "rl", "policy": {"config": policy_config}}
+    resp = httpx.post(taskapp.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
+    assert resp.status_code == 422 and words in _detail(resp)
