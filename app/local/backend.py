@@ -37,9 +37,10 @@ from app.local.errors import describe_http_error, install_json_errors, response_
 from app.local.guard import RequestGuard
 from app.local.retry import client_limits
 from app.local.journal import Journal
-from app.local.policy import DEFAULT_ACTIONS, TabularPolicy, state_key
+from app.local.action_space import TEXT_ANSWER, ActionSpace, UnsupportedSchema, choose_tool, compile_tool
+from app.local.policy import TabularPolicy, choose
 from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store
-from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
+from app.local.trainer import InvalidJobPayload, Trainer, parse_correlation_id, plan_from_payload
 
 MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
 CHAT_BODY_LIMIT = 4 << 20  # chat histories can be long; every other body stays under guard.MAX_BODY_BYTES
@@ -301,30 +302,37 @@ async def _verify(b: _Backend, url: str) -> dict:
 def _chat_handler(b: _Backend):
     async def chat_completions(request: Request) -> dict:
         body = await _json_body(request)
-        cid = request.query_params.get("cid", "")
-        job_id, _, rollout_id = cid.partition(":")
+        job_id, rollout_id = parse_correlation_id(request.query_params.get("cid", ""))
         run = b.trainer.runs.get(job_id) if b.trainer else None
         if not (b.bearer_ok(request) or (run is not None and rollout_id in run.open_rollouts)):
             raise HTTPException(401, "Missing or invalid credentials: send Authorization: Bearer <SYNTH_API_KEY>, "
                                      "or call the inference URL the trainer gave for a rollout in flight",
                                 headers={"WWW-Authenticate": "Bearer"})
         if not job_id:
-            raise HTTPException(400, "The inference URL must name the job: ?cid=<job_id>[:<rollout_id>]")
+            raise HTTPException(400, "The inference URL must name the job: ?cid=trace_<job_id>[:<rollout_id>]")
         problem = chat_body_problem(body)
         if problem:
             raise HTTPException(422, f"Invalid chat completion request: {problem}")
         observation = _last_user_text(body["messages"])
-        tool, param, actions = _tool_spec(body.get("tools"))
+        try:
+            space = action_space_for(body.get("tools"), body.get("tool_choice"))
+        except UnsupportedSchema as exc:
+            message = (f"The task app's tool cannot be answered by the embedded policy: {exc}. It acts by "
+                       "choosing from finite sets (enums, booleans, bounded numbers, arrays of those); see "
+                       "docs/embedded-policy.md")
+            if run is not None:
+                b.trainer.abort(job_id, message)
+            raise HTTPException(422, message) from None
         call_id = f"call_{secrets.token_hex(8)}"
         if run is not None:
-            action = run.act(rollout_id, observation, actions, call_id)
+            arguments = run.act(rollout_id, observation, space, call_id)
             model = run.plan.model
         else:
             job = b.job_or_404(job_id)
             policy = TabularPolicy.from_json(b.store.get_policy(job_id))
-            action = policy.sample(state_key(observation), actions, random.Random())
+            arguments, _ = choose(policy, observation, space, random.Random())
             model = _job_view(job)["model"]
-        return _completion(body.get("model") or model, tool, param, action, observation, call_id)
+        return _completion(body.get("model") or model, space, arguments, observation, call_id)
 
     return chat_completions
 
@@ -376,25 +384,20 @@ def _last_user_text(messages: list) -> str:
     return ""
 
 
-def _tool_spec(tools: list | None) -> tuple[str | None, str, tuple[str, ...]]:
-    """(tool name, argument name, allowed values) from the first function tool whose first
-    enum argument lists the actions; the gridworld's move(direction) when there is none."""
-    functions = [t["function"] for t in tools or []]
-    for fn in functions:
-        properties = (fn.get("parameters") or {}).get("properties")
-        for name, spec in (properties.items() if isinstance(properties, dict) else ()):
-            if isinstance(spec, dict) and isinstance(spec.get("enum"), list) and spec["enum"]:
-                return fn["name"], name, tuple(str(v) for v in spec["enum"])
-    return (functions[0]["name"] if functions else None), "direction", DEFAULT_ACTIONS
+def action_space_for(tools: list | None, tool_choice: Any) -> ActionSpace:
+    """The action space of the tool to call; a plain-text answer when no tool is offered."""
+    tool = choose_tool(tools or [], tool_choice)
+    return compile_tool(tool) if tool is not None else TEXT_ANSWER
 
 
-def _completion(model: str, tool: str | None, param: str, action: str, prompt: str, call_id: str) -> dict:
+def _completion(model: str, space: ActionSpace, arguments: dict[str, Any], prompt: str, call_id: str) -> dict:
+    tool = space.tool if space is not TEXT_ANSWER else None
     message: dict[str, Any] = {"role": "assistant", "content": None}
     if tool:
         message["tool_calls"] = [{"id": call_id, "type": "function",
-                                  "function": {"name": tool, "arguments": json.dumps({param: action})}}]
+                                  "function": {"name": tool, "arguments": json.dumps(arguments)}}]
     else:
-        message["content"] = action
+        message["content"] = str(arguments.get("content", ""))
     prompt_tokens = len(prompt.split())
     return {
         "id": f"chatcmpl-{secrets.token_hex(12)}",

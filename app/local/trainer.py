@@ -33,7 +33,8 @@ from app.core.redact import scrub_key_fragments
 from app.local.errors import describe_http_error, response_detail
 from app.local.retry import RETRYABLE_STATUS, ROLLOUT_BACKOFF, send_with_retries
 from app.local.journal import Journal
-from app.local.policy import LR_SCALE, Decision, Episode, TabularPolicy, group_advantages, state_key
+from app.local.action_space import ActionSpace
+from app.local.policy import LR_SCALE, Decision, Episode, TabularPolicy, choose, group_advantages
 
 ROLLOUT_TIMEOUT_S = 120.0
 RETRY_EVENTS_SHOWN = 5
@@ -170,6 +171,20 @@ def plan_from_payload(body: Any) -> TrainingPlan:
     )
 
 
+CID_PREFIX = "trace_"  # task apps built on the SDK refuse a correlation id without it
+
+
+def correlation_id(job_id: str, rollout_id: str) -> str:
+    """The `cid` of a rollout's inference URL: names the job and the rollout."""
+    return f"{CID_PREFIX}{job_id}:{rollout_id}"
+
+
+def parse_correlation_id(cid: str) -> tuple[str, str]:
+    """(job id, rollout id) of a cid; the prefix is optional (older clients sent none)."""
+    job_id, _, rollout_id = cid.removeprefix(CID_PREFIX).partition(":")
+    return job_id, rollout_id
+
+
 @dataclass
 class OpenRollout:
     """A rollout in flight: its RNG, and every answer the chat endpoint gave it by tool-call
@@ -177,13 +192,12 @@ class OpenRollout:
     only those the returned trajectory names are learned from (`used_decisions`)."""
 
     rng: random.Random
-    decisions: dict[str, Decision] = field(default_factory=dict)
+    decisions: dict[str, list[Decision]] = field(default_factory=dict)
 
     def used_decisions(self, answer: dict[str, Any]) -> list[Decision]:
         used = _tool_call_ids(answer)
-        if not used:  # a task app that does not report its tool calls: keep them all
-            return list(self.decisions.values())
-        return [d for call_id, d in self.decisions.items() if call_id in used]
+        # A task app that does not report its tool calls: every answer counts.
+        return [d for call_id, made in self.decisions.items() if not used or call_id in used for d in made]
 
 
 def _tool_call_ids(answer: dict[str, Any]) -> set[str]:
@@ -214,20 +228,22 @@ class JobRun:
     started: float = field(default_factory=time.monotonic)
     task: asyncio.Task | None = None
     cancel_requested: bool = False
+    abort_reason: str | None = None  # set by abort(): the job fails with this message
+    flat_steps: int = 0  # steps whose rollouts all scored the same
 
     def __post_init__(self) -> None:
         self.seed = self.plan.seed if self.plan.seed is not None else int(self.job_id[-8:], 16)
         self.rng = random.Random(self.seed)
 
-    def act(self, rollout_id: str | None, observation: str, actions: Sequence[str], call_id: str) -> str:
-        """Sample the policy's move for one chat turn, recording it if the rollout is ours."""
+    def act(self, rollout_id: str | None, observation: str, space: ActionSpace, call_id: str) -> dict[str, Any]:
+        """The arguments of the policy's tool call for one chat turn, recorded if the rollout
+        is ours."""
         rollout = self.open_rollouts.get(rollout_id or "")
-        key = state_key(observation)
-        action = self.policy.sample(key, actions, rollout.rng if rollout else self.rng)
+        arguments, decisions = choose(self.policy, observation, space, rollout.rng if rollout else self.rng)
         if rollout is not None:
-            rollout.decisions[call_id] = Decision(key, tuple(actions), action)
+            rollout.decisions[call_id] = decisions
         self.chat_completions += 1
-        return action
+        return arguments
 
     def counters(self) -> dict[str, Any]:
         seconds = max(time.monotonic() - self.started, 1e-9)
@@ -262,6 +278,13 @@ class Trainer:
         # Also covers a task cancelled before its first line ran (no handler ever executed).
         self.runs.pop(job_id, None)
         self.journal.finish(job_id, "cancelled", "rl.job.cancelled", "Job cancelled by request")
+
+    def abort(self, job_id: str, reason: str) -> None:
+        """Fail a running job at once (say, the task app asks for what the policy cannot do)."""
+        run = self.runs.get(job_id)
+        if run is not None and run.task is not None and not run.task.done() and run.abort_reason is None:
+            run.abort_reason = reason
+            run.task.cancel()
 
     def stop_all(self) -> list[asyncio.Task]:
         """Server shutdown: stop training without recording anything, so the next start of
@@ -299,11 +322,22 @@ class Trainer:
                         j.event(job_id, "hatchet.worker.heartbeat",
                                 "Embedded stand-in for the Hatchet worker heartbeat", data={"step": step})
             j.event(job_id, "rl.runtime.modal.stopped", "In-process stand-in for the Modal runtime stopped")
-            summary = {"steps": step, "final_eval_mean_score": eval_score, **run.counters()}
+            summary = {"steps": step, "final_eval_mean_score": eval_score, "flat_steps": run.flat_steps,
+                       **run.counters()}
             score = "" if eval_score is None else f"; final eval mean score {eval_score:.3f}"
-            j.finish(job_id, "succeeded", "rl.job.completed",
-                     f"Training finished after {step} steps{score}", data=summary)
+            if run.flat_steps == step:
+                # Never a quiet success: the job ran, but no step had anything to learn from.
+                j.finish(job_id, "succeeded", "rl.job.completed",
+                         f"Training finished after {step} steps{score}, but LEARNED NOTHING: in every step all "
+                         "rollouts scored the same", level="warning", data=summary)
+            else:
+                j.finish(job_id, "succeeded", "rl.job.completed",
+                         f"Training finished after {step} steps{score}", data=summary)
         except asyncio.CancelledError:
+            if run.abort_reason is not None:
+                j.finish(job_id, "failed", "rl.job.failed", run.abort_reason, level="error",
+                         data={"step": step, **run.counters()}, error=run.abort_reason)
+                return
             if not run.cancel_requested:
                 raise  # server shutdown: see stop_all
             j.finish(job_id, "cancelled", "rl.job.cancelled",
@@ -360,6 +394,7 @@ class Trainer:
                       "turns": sum(e.turns or 0 for e in episodes),
                       "seconds": round(time.monotonic() - started, 3), "policy_states": stats.states})
         self._progress(run, step, train_mean_score=mean)
+        self._warn_if_flat(run, step, episodes)
         n = len(episodes)
         return [_point("train.mean_score", mean, "train", n), _point("train.loss", stats.loss, "train", n),
                 _point("train.entropy", stats.entropy, "train", n)]
@@ -377,6 +412,21 @@ class Trainer:
                                  "instances": len(episodes), "success_rate": solved})
         self._progress(run, step, eval_mean_score=mean)
         return mean
+
+    def _warn_if_flat(self, run: JobRun, step: int, episodes: list[Episode]) -> None:
+        """Rollouts that all score the same teach nothing (every advantage is 0): say so the
+        first time, loudly, instead of looking like a healthy run."""
+        scores = {e.score for e in episodes}
+        if len(scores) != 1:
+            return
+        run.flat_steps += 1
+        if run.flat_steps == 1:
+            self.journal.event(
+                run.job_id, "rl.train.warning",
+                f"Step {step}: every one of {len(episodes)} rollouts scored exactly {scores.pop():g}, so nothing "
+                "was learned from it. If this goes on, the task app may be rejecting the policy's actions, or its "
+                "reward does not depend on them: check the task app's log and its tool schema.",
+                level="warning", data={"step": step, "rollouts": len(episodes)})
 
     def _progress(self, run: JobRun, step: int, **scores: float) -> None:
         job = self.journal.store.get_job(run.job_id)
@@ -412,7 +462,7 @@ class Trainer:
             "env": {"env_name": plan.env_name, "config": {"max_turns": plan.max_turns}, "seed": seed},
             "policy": {"policy_name": plan.policy_name,
                        "config": {"model": plan.model, "max_turns": plan.max_turns, "temperature": 1.0,
-                                  "inference_url": f"{run.inference_url}?cid={run.job_id}:{rollout_id}"}},
+                                  "inference_url": f"{run.inference_url}?cid={correlation_id(run.job_id, rollout_id)}"}},
             "ops": list(plan.ops) * plan.max_turns,
             "record": {"trajectories": True, "logprobs": False, "value": False, "return_trace": False,
                        "trace_format": "compact"},
