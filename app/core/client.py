@@ -119,14 +119,7 @@ def request_url_problem(url: str) -> str | None:
     """What is wrong with ``url`` as an http(s) URL to send requests to, or None."""
     if url.strip() and "://" not in url:
         return "it has no http:// or https:// scheme"  # quoting none of it: it may be a pasted key
-    problem = http_url_problem(url)
-    if problem:
-        return problem
-    try:
-        httpx.URL(url).host  # reading .host decodes an IDNA name ("xn--...") as every request does
-    except (httpx.InvalidURL, ValueError) as exc:  # ValueError: a bad IDNA host name too
-        return f"it is not a valid URL ({exc})"
-    return None
+    return http_url_problem(url)
 
 
 def backend_url_problem(url: str) -> str | None:

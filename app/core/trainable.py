@@ -54,7 +54,9 @@ class SizeProblem:
     message: str
 
 
-# Upper bounds: about 100x the largest value in the hosted service's example configs.
+# Upper bounds: about 100x the largest value in the hosted service's example configs (64
+# episodes per batch, 12 concurrent rollouts, 10 turns), and low enough that one job at its
+# bounds leaves the embedded backend answering its other clients.
 NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("training.num_epochs", True, 1, 1_000),
     NumberBound("training.iterations_per_epoch", True, 1, 100_000),
@@ -70,7 +72,7 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("training.seed", True, -INT64, INT64),
     NumberBound("rollout.max_turns", True, 1, 1_000),
     NumberBound("rollout.episodes_per_batch", True, 1, 262_144),
-    NumberBound("rollout.max_concurrent_rollouts", True, 1, 1_024),
+    NumberBound("rollout.max_concurrent_rollouts", True, 1, 256),
     NumberBound("rollout.batches_per_step", True, 1, 1_024),
     NumberBound("evaluation.instances", True, 1, 10_000),
     NumberBound("evaluation.every_n_iters", True, 0, 100_000, "0 evaluates after the last iteration only"),
@@ -81,9 +83,9 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("policy.top_p", False, 0.0, 1.0),
 )
 
-MAX_EPISODES_PER_ITERATION = 65_536  # training.batch_size × training.group_size
+MAX_EPISODES_PER_ITERATION = 4_096  # training.batch_size × training.group_size
 MAX_TOTAL_ITERATIONS = 1_000_000  # training.num_epochs × training.iterations_per_epoch
-MAX_TURNS_PER_ITERATION = 4_000_000  # × training.max_turns: the decisions one policy update reads
+MAX_TURNS_PER_ITERATION = 1_000_000  # × training.max_turns: the decisions one policy update reads
 MAX_EVAL_SEEDS = 10_000
 MAX_OPS = 64  # rollout.ops, repeated max_turns times in every rollout request
 

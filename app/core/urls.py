@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from urllib.parse import urlsplit
 
+import httpx
+
 MAX_URL_CHARS = 2_048
 
 
@@ -27,4 +29,8 @@ def http_url_problem(url: object) -> str | None:
         return "it has no host name"
     if port == 0:
         return "port 0 cannot be connected to"
+    try:
+        httpx.URL(url).host  # reading .host decodes an IDNA name ("xn--...") as every request does
+    except (httpx.InvalidURL, ValueError) as exc:  # ValueError: a bad IDNA host name too
+        return f"it is not a valid URL ({exc})"
     return None

@@ -137,6 +137,8 @@ async def _json_body(request: Request) -> Any:
         return await request.json()
     except ValueError:
         raise HTTPException(422, "The request body must be JSON") from None
+    except RecursionError:  # the guard counts depth first; this is the last line of defence
+        raise HTTPException(422, "The JSON body nests too deeply") from None
 
 
 def _job_view(job: dict[str, Any]) -> dict[str, Any]:

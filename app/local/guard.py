@@ -44,6 +44,26 @@ def json_depth(body: bytes) -> int:
     return int(max(np.cumsum(steps).max(), 0))
 
 
+# A \uD800-\uDFFF escape that is not half of a pair: Python's parser accepts it, and the string
+# then cannot be encoded anywhere (a 500 when stored, logged or sent on).
+_LONE_SURROGATE = re.compile(
+    rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2}")
+
+
+def body_problem(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a request body cannot be taken as JSON text, or None."""
+    # JSON between systems is UTF-8 (RFC 8259). Python's parser also guesses UTF-16 and -32,
+    # in which the depth count below would read the wrong bytes as brackets and quotes.
+    if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
+        return "The body must be JSON encoded as UTF-8"
+    if json_depth(body) > max_depth:
+        return f"The JSON body nests deeper than {max_depth} levels; send a flatter document"
+    if _LONE_SURROGATE.search(body):
+        return "The JSON body holds a \\u escape of half a character (a lone surrogate); send valid text"
+    return None
+
+
 class BodyTooLarge(Exception):
     pass
 
@@ -75,9 +95,9 @@ class RequestGuard:
         except BodyTooLarge:
             await _refuse(send, 413, _too_large(limit, "more"))
             return
-        if body and json_depth(body) > self.max_depth:
-            await _refuse(send, 422, f"The JSON body nests deeper than {self.max_depth} levels; "
-                                     "send a flatter document")
+        problem = body_problem(body, self.max_depth) if body else None
+        if problem:
+            await _refuse(send, 422, problem)
             return
         await self.app(scope, _replay(body, receive), send)
 

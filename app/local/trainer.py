@@ -435,19 +435,24 @@ class Trainer:
         self.journal.store.set_metadata(run.job_id, metadata)
 
     async def _play_all(self, run: JobRun, mode: str, step: int, seeds: list[int]) -> list[Episode]:
-        limit = asyncio.Semaphore(run.plan.max_concurrent)
+        """Every rollout of a step, at most max_concurrent at a time. A fixed pool of workers
+        takes them in turn: thousands of waiting tasks would slow the event loop every client
+        shares, and a cancel would have to unwind them all."""
+        episodes: list[Episode | None] = [None] * len(seeds)
+        queue = iter(enumerate(seeds))
 
-        async def one(index: int, seed: int) -> Episode:
-            async with limit:
-                return await self._rollout(run, mode, step, index, seed)
+        async def worker() -> None:
+            for index, seed in queue:
+                episodes[index] = await self._rollout(run, mode, step, index, seed)
 
         try:
             async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(one(i, s)) for i, s in enumerate(seeds)]
+                for _ in range(min(run.plan.max_concurrent, len(seeds))):
+                    group.create_task(worker())
         except BaseExceptionGroup as failed:
             # The first failure cancelled the others; report that one, not a group.
             raise failed.exceptions[0] from None
-        return [t.result() for t in tasks]
+        return [e for e in episodes if e is not None]
 
     async def _rollout(self, run: JobRun, mode: str, step: int, index: int, seed: int) -> Episode:
         plan = run.plan

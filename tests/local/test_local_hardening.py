@@ -4,6 +4,7 @@ says what is wrong, and the server keeps answering everyone else."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -53,8 +54,6 @@ def test_an_oversized_config_is_refused_and_the_backend_keeps_answering(api, bac
 
 
 def _json_with_nonfinite(body: dict) -> bytes:
-    import json
-
     return json.dumps(body, allow_nan=True).encode()  # NaN and Infinity, as a careless client sends
 
 
@@ -95,6 +94,27 @@ def test_the_task_app_refuses_deep_and_huge_bodies_too(taskapp):
     assert deep.status_code == 422 and "nests deeper" in _detail(deep)
     huge = httpx.post(taskapp.url + "/rollout", content=b" " * (MAX_BODY_BYTES + 1), headers=headers)
     assert huge.status_code == 413
+
+
+@pytest.mark.parametrize("body,words", [
+    (json.dumps(["\u2253", "[" * 5000]).encode("utf-16-le"), "UTF-8"),  # 0x5B 0x22 would read as ["
+    (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "lone surrogate"),
+    (b'{"a": "\\udc00 tail"}', "lone surrogate"),
+])
+def test_bodies_that_fool_a_byte_scanner_are_422(backend, body, words):
+    for path in ("/api/rl/jobs", "/api/v1/chat/completions", "/api/rl/verify_task_app"):
+        resp = httpx.post(backend.url + path, content=body, params={"cid": "job_x:r"},
+                          headers={"Authorization": f"Bearer {API_KEY}", "content-type": "application/json"})
+        assert resp.status_code == 422 and words in _detail(resp), resp.text
+
+
+def test_a_surrogate_pair_is_text_and_passes(api, taskapp):
+    body = payload(taskapp.url)
+    body["data"]["config"]["tags"] = {"note": "\ud83d\ude00"}
+    resp = api.post("/rl/jobs", content=json.dumps(body).encode(), headers={"content-type": "application/json"})
+    assert resp.status_code == 201, resp.text
+    api.post(f"/rl/jobs/{resp.json()['job_id']}/cancel")
+    assert api.get("/rl/jobs", params={"limit": 5}).status_code == 200
 
 
 def test_json_depth_ignores_brackets_inside_strings():
