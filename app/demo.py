@@ -13,6 +13,7 @@ import secrets
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,8 +79,17 @@ def demo_payload(config: Mapping[str, Any], task_url: str, backend_base: str = "
     return cfg.build_rl_payload(validated, task_url=task_url, backend_base=backend_base)
 
 
+def _check_own_file(env_path: Path) -> None:
+    """The demo writes its .env in place: never through a link (it would write, and chmod,
+    whatever file the link points at) nor into anything but a plain file."""
+    if env_path.is_symlink() or (env_path.exists() and not env_path.is_file()):
+        raise UsageError(f"{env_path} is a link or not a plain file; the demo writes only a .env of its own.",
+                         f"Remove it (the demo makes a new one with fresh keys), or pass another --workdir.")
+
+
 def demo_keys(env_path: Path) -> tuple[str, str]:
     """Fresh keys, or the keys of an earlier demo in the same folder (its database knows them)."""
+    _check_own_file(env_path)
     if env_path.exists():
         private_file(env_path)  # a .env left wider by an earlier version is tightened first
         existing = envfile.EnvFile.load(env_path)
@@ -96,7 +106,10 @@ def write_env(env_path: Path, synth_key: str, env_key: str, task_url: str) -> No
                                           "TASK_APP_URL": task_url})
         return
     existing = envfile.EnvFile.load(env_path)
-    existing.set("TASK_APP_URL", task_url)
+    # The keys too: an earlier .env whose keys were removed gets the fresh ones (demo_keys).
+    for name, value in (("SYNTH_API_KEY", synth_key), ("ENVIRONMENT_API_KEY", env_key), ("TASK_APP_URL", task_url)):
+        if existing.get(name) != value:
+            existing.set(name, value)
     existing.save()
 
 
@@ -114,10 +127,23 @@ def claim_demo_folder(workdir: str | None) -> DemoFolder:
     lock = _try_lock(chosen)
     if lock is not None:
         return DemoFolder(chosen, lock)
+    _remove_abandoned_temporary_folders()
     fresh = Path(tempfile.mkdtemp(prefix="demo-", dir=private_dir(state_dir())))  # mkdtemp makes it 0700
     lock = _try_lock(fresh)
     assert lock is not None, "a folder made a moment ago cannot be locked by anyone else"
     return DemoFolder(fresh, lock, temporary=True, busy=chosen)
+
+
+def _remove_abandoned_temporary_folders() -> None:
+    """Temporary demo folders whose demo was killed (so never cleaned up) still hold keys:
+    any whose lock nobody holds is removed."""
+    for folder in state_dir().glob("demo-*"):
+        # A minute old at least: one made this instant may not be locked by its demo yet.
+        if folder.is_dir() and not folder.is_symlink() and time.time() - folder.stat().st_mtime > 60:
+            lock = _try_lock(folder)
+            if lock is not None:
+                lock.close()
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _try_lock(folder: Path) -> IO[bytes] | None:

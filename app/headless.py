@@ -98,7 +98,7 @@ async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState
     session.config_path = config_path
     printer.line(f"Using config: {config_path} (rl)")
 
-    choice = session.initial_env_choice()
+    choice = session.unattended_env_choice()
     env = session.open_env(choice.path, choice.how, choice.candidates)
     for warning in env.warnings if env else []:
         printer.diag(f"Warning: {choice.path}: {warning}")
@@ -502,7 +502,7 @@ async def _attach_flow(args: argparse.Namespace, printer: Printer, record) -> in
     session = LaunchSession(LaunchOptions.from_args(args))
     if record is not None and not args.backend:
         session.use_backend(record.backend, "the job history")
-    choice = session.initial_env_choice()
+    choice = session.unattended_env_choice()
     session.open_env(choice.path, choice.how, choice.candidates)
     printer.secrets.extend(session.secret_values())
     printer.line(f"Attaching to job {args.job_id} at {session.backend_base}")

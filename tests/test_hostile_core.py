@@ -368,3 +368,23 @@ def test_env_file_flag_pointing_at_a_folder_or_a_pipe(tmp_path):
                           (tmp_path / "gone", "Env file not found")]:
         with pytest.raises(UsageError, match=message):
             choose_env_file([str(path)], cwd=tmp_path, config_path=None)
+
+
+# --------------------------------------------------------------------------- unattended .env
+
+
+def test_a_headless_run_never_takes_a_dependencys_env_on_its_own(tmp_path, monkeypatch):
+    """A .env deep in the tree (a vendored library's) must not receive the shell's keys."""
+    from app.core.errors import UsageError
+    from app.core.session import LaunchOptions, LaunchSession
+
+    vendor = tmp_path / "vendor" / "somelib"
+    vendor.mkdir(parents=True)
+    (vendor / ".env").write_text("BACKEND_BASE_URL=http://127.0.0.1:9\n")
+    monkeypatch.setenv("SYNTH_API_KEY", "sk_shell_0123456789abcdef")
+    session = LaunchSession(LaunchOptions(cwd=tmp_path))
+    with pytest.raises(UsageError, match="all in sub-folders") as info:
+        session.unattended_env_choice()
+    assert "--env-file" in info.value.hint
+    (tmp_path / ".env").write_text("TASK_APP_URL=http://127.0.0.1:8102\n")
+    assert session.unattended_env_choice().path == (tmp_path / ".env").resolve()

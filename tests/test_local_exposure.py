@@ -419,3 +419,43 @@ def test_a_second_demo_at_the_same_time_gets_its_own_folder_removed_at_exit(tmp_
         stop(first)
     assert shared.exists() and not list(state_dir().glob("demo-*"))
     assert_all_private(state_dir())
+
+
+def test_the_demo_never_writes_through_a_link_in_its_folder(tmp_path):
+    from app.core.errors import UsageError
+    from app.demo import demo_keys
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    victim.chmod(0o644)
+    folder = tmp_path / "demo"
+    folder.mkdir()
+    (folder / ".env").symlink_to(victim)
+    with pytest.raises(UsageError, match="link or not a plain file"):
+        demo_keys(folder / ".env")
+    assert victim.read_text() == "precious\n" and mode(victim) == 0o644
+
+
+def test_a_demo_env_whose_keys_were_removed_gets_fresh_ones(tmp_path):
+    from app.core import envfile
+    from app.demo import demo_keys, write_env
+
+    env_path = tmp_path / ".env"
+    env_path.write_text("# my notes\nTASK_APP_URL=http://127.0.0.1:1\n")
+    synth, env_key = demo_keys(env_path)
+    write_env(env_path, synth, env_key, "http://127.0.0.1:2")
+    saved = envfile.EnvFile.load(env_path)
+    assert (saved.get("SYNTH_API_KEY"), saved.get("ENVIRONMENT_API_KEY")) == (synth, env_key)
+    assert saved.get("TASK_APP_URL") == "http://127.0.0.1:2" and "# my notes" in env_path.read_text()
+
+
+def test_abandoned_temporary_demo_folders_are_removed(tmp_path):
+    from app.demo import _remove_abandoned_temporary_folders
+
+    old = private_dir(state_dir() / "demo-abandoned")
+    (old / ".env").write_text("SYNTH_API_KEY=sk_left_behind_by_a_killed_demo\n")
+    fresh = private_dir(state_dir() / "demo-just-made")
+    an_hour_ago = time.time() - 3600
+    os.utime(old, (an_hour_ago, an_hour_ago))
+    _remove_abandoned_temporary_folders()
+    assert not old.exists() and fresh.exists()

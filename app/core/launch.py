@@ -46,6 +46,23 @@ def choose_env_file(env_files: Sequence[str], *, cwd: Path, config_path: Path | 
     return EnvChoice(None, "none", [])
 
 
+def unattended_env_choice(choice: EnvChoice, *, cwd: Path, config_path: Path | None) -> EnvChoice:
+    """The .env a run without anyone to confirm it may use. A discovered file is taken only
+    from the working directory or the config's folder: one found deeper (a dependency's, say)
+    could send the shell's SYNTH_API_KEY to a BACKEND_BASE_URL it names, or its
+    ENVIRONMENT_API_KEY to its TASK_APP_URL. docs/hardening.md."""
+    if choice.how != "discovered":
+        return choice
+    trusted = {cwd.resolve(), *([config_path.resolve().parent] if config_path else [])}
+    for candidate in choice.candidates:
+        if candidate.parent in trusted:
+            return EnvChoice(candidate, choice.how, choice.candidates)
+    found = ", ".join(str(c) for c in choice.candidates[:5]) + (" …" if len(choice.candidates) > 5 else "")
+    raise UsageError(f"No --env-file was given, and the .env files found are all in sub-folders: {found}.",
+                     "Pass the one to use with --env-file PATH: a .env in a sub-folder may belong to a "
+                     "dependency and name another backend or task app, which would then receive your keys.")
+
+
 def _check_env_flag_path(path: Path) -> None:
     """A usage error when --env-file names nothing, a folder or a pipe (reading one would wait)."""
     try:

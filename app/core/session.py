@@ -27,6 +27,7 @@ from app.core.launch import (
     require_sendable_keys,
     resolve_backend,
     resolve_secrets,
+    unattended_env_choice,
 )
 
 
@@ -148,6 +149,10 @@ class LaunchSession:
 
     def initial_env_choice(self) -> EnvChoice:
         return choose_env_file(self.options.env_files, cwd=self.options.cwd, config_path=self.config_path)
+
+    def unattended_env_choice(self) -> EnvChoice:
+        """The .env for a headless run, where no one confirms what discovery proposes."""
+        return unattended_env_choice(self.initial_env_choice(), cwd=self.options.cwd, config_path=self.config_path)
 
     def open_env(self, path: Path | None, how: str = "chosen",
                  candidates: Sequence[Path] | None = None) -> envfile.EnvFile | None:
