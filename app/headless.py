@@ -29,7 +29,7 @@ from app.core.events import event_line, is_noise, metric_line, status_line
 from app.core.history import RunHistory
 from app.core.launch import PreparedJob
 from app.core.session import LaunchOptions, LaunchSession
-from app.core.redact import mask_secret, redact
+from app.core.redact import mask_secret, printable, redact
 from app.core.toml_source import read_config_text
 from app.core.wire import JobEvent, JobStatus, MetricPoint, check_job_id
 from app.text_chart import TextChart
@@ -55,10 +55,10 @@ class Printer:
     secrets: list[str] = field(default_factory=list)
 
     def line(self, text: str = "") -> None:
-        print(redact(text, self.secrets), file=self.out, flush=True)
+        print(printable(redact(text, self.secrets)), file=self.out, flush=True)
 
     def diag(self, text: str) -> None:
-        print(redact(text, self.secrets), file=self.err, flush=True)
+        print(printable(redact(text, self.secrets)), file=self.err, flush=True)
 
     def error(self, exc: SynthTuiError) -> None:
         self.diag(f"Error: {exc.render()}")

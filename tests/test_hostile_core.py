@@ -3,6 +3,7 @@ TOML, keys an HTTP header cannot carry, malformed URLs, job ids that are paths, 
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import time
@@ -388,3 +389,42 @@ def test_a_headless_run_never_takes_a_dependencys_env_on_its_own(tmp_path, monke
     assert "--env-file" in info.value.hint
     (tmp_path / ".env").write_text("TASK_APP_URL=http://127.0.0.1:8102\n")
     assert session.unattended_env_choice().path == (tmp_path / ".env").resolve()
+
+
+# --------------------------------------------------------------------------- terminal codes
+
+
+def test_control_characters_from_files_and_servers_are_shown_not_obeyed():
+    from app.core.redact import printable
+
+    hostile = "label\x1b]0;pwned\x07\x1b[2J and\x9b1m\nnext\tline"
+    shown = printable(hostile)
+    assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown
+    assert shown == "label\\x1b]0;pwned\\x07\\x1b[2J and\\x9b1m\nnext\tline"
+
+
+def test_the_headless_printer_never_writes_a_terminal_command():
+    from app.headless import Printer
+
+    out, err = io.StringIO(), io.StringIO()
+    printer = Printer(out=out, err=err)
+    printer.line("status=running\x1b]52;c;cHduZWQ=\x07")
+    printer.diag("osc \x1b]0;title\x07")
+    assert "\x1b" not in out.getvalue() + err.getvalue()
+    assert "\\x1b]52" in out.getvalue()
+
+
+def test_the_dashboard_header_escapes_what_the_backend_says():
+    from app.screens.dashboard import shown_text
+
+    assert shown_text("running[/]\x1b]0;x\x07") == "running\\[/]\\x1b]0;x\\x07"
+    assert len(shown_text("s" * 500, 40)) == 41
+
+
+def test_values_a_chart_cannot_span_are_left_out_of_it():
+    from app.core.series import MetricSeries
+
+    series = MetricSeries("train.mean_score")
+    for step, value in enumerate([0.5, 1e308, -1e308, 0.7]):
+        series.add(step, value)
+    assert list(series.values) == [0.5, 0.7]

@@ -9,6 +9,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from app.core.config import TOML_LOCATION, Problem, config_facts
+from app.core.redact import printable
 from widgets.config_list import ConfigEntry
 
 # Pygments themes that sit well on Textual's dark and light surfaces.
@@ -125,7 +126,7 @@ class ConfigPreview(VerticalScroll):
         dark = self.app.current_theme.dark
         source.update(
             Syntax(
-                entry.text,
+                printable(entry.text),  # a control character in the file must not reach the terminal
                 "toml",
                 theme=DARK_SYNTAX_THEME if dark else LIGHT_SYNTAX_THEME,
                 line_numbers=True,

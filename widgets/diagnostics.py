@@ -17,6 +17,7 @@ from rich.text import Text
 from textual.widget import Widget
 
 from app.core.diagnosis import DiagnosticRow, Verdict, format_latency
+from app.core.redact import printable
 
 NARROW_WIDTH = 100
 
@@ -69,13 +70,13 @@ class DiagnosticsTable(Widget):
         fix_label = self._style("fix-label")
         for row in self._rows:
             verdict_style = verdict_styles[row.verdict]
-            reason = Text(row.reason, style=verdict_style if row.verdict is Verdict.PENDING else "")
+            reason = Text(printable(row.reason), style=verdict_style if row.verdict is Verdict.PENDING else "")
             if row.fix:
                 reason.append("\nFix: ", style=fix_label)
                 reason.append(row.fix)
             table.add_row(
                 Text(row.check),
-                Text(row.tried),
+                Text(printable(row.tried)),
                 Text("—" if row.status is None else str(row.status)),
                 Text("" if row.verdict is Verdict.PENDING else format_latency(row.latency_ms)),
                 Text(row.verdict.symbol, style=verdict_style),

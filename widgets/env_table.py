@@ -14,6 +14,7 @@ from textual.color import Color, ColorParseError
 from textual.widgets import DataTable
 
 from app.core.envfile import ResolvedKey
+from app.core.redact import printable
 
 
 def source_label(key: ResolvedKey) -> str:
@@ -88,7 +89,7 @@ class MaskedEnvTable(DataTable):
 
     def _cells(self, key: ResolvedKey, edited: bool) -> tuple[Text, Text, Text, Text]:
         name = Text(key.name, style=Style(bold=key.required))
-        value = Text(key.display, style=self._style("foreground-muted") if not key.value else "")
+        value = Text(printable(key.display), style=self._style("foreground-muted") if not key.value else "")
         source = Text(source_label(key), style=self._style("text-error") if key.source == "missing" else "")
         return name, value, source, self._note(key, edited)
 

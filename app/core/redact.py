@@ -6,7 +6,19 @@ message that leaves the core goes through :func:`redact` with the secrets in pla
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
+
+
+# C0 controls but tab and newline, DEL, and C1 controls: on a terminal, ESC starts a command
+# (clear the screen, set the title, write the clipboard). Text from files and servers is shown
+# with these made visible instead.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """`text` safe to put on a terminal: control characters shown as escapes (\\x1b)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def mask_secret(value: str | None) -> str:

@@ -48,6 +48,8 @@ def lower_is_better(name: str) -> bool:
     return any(word in name for word in ("loss", "error", "perplexity"))
 
 
+MAX_CHARTED = 1e15
+
 class MetricSeries:
     """One metric's points in step order, with its smoothed copies kept incrementally."""
 
@@ -67,7 +69,9 @@ class MetricSeries:
         return len(self.steps)
 
     def add(self, step: float, value: float, now: float | None = None) -> None:
-        if not math.isfinite(value):
+        # Beyond ±1e15 a chart's range overflows (1e308 - -1e308 is inf) and plotext fails;
+        # such a value says "diverged", which the event log still shows in full.
+        if not math.isfinite(value) or abs(value) > MAX_CHARTED or not math.isfinite(step) or abs(step) > MAX_CHARTED:
             return
         if self.steps and step < self.steps[-1]:
             self._insert(step, value)

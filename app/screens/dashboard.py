@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from textual import work
+from textual.markup import escape as escape_markup
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -25,6 +26,7 @@ from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
 from app.core.launch import new_idempotency_key
 from app.core.paths import open_private, private_dir, run_dir
+from app.core.redact import printable
 from app.core.series import MetricStore
 from app.core.streaming import WatchOptions
 from app.core.wire import parse_iso
@@ -35,6 +37,13 @@ from widgets.reward_chart import RewardChart
 STATUS_CLASSES = {"succeeded": "ok", "completed": "ok", "failed": "bad", "error": "bad", "cancelled": "warn",
                   "canceled": "warn"}
 
+
+
+def shown_text(text: object, limit: int = 200) -> str:
+    """Text from a server or a file, for a markup line: control characters made visible,
+    markup escaped, cut to `limit` characters."""
+    cleaned = printable(str(text))
+    return escape_markup(cleaned if len(cleaned) <= limit else cleaned[:limit] + "…")
 
 @dataclass
 class JobContext:
@@ -195,15 +204,17 @@ class DashboardScreen(FlowScreen):
         elif self.created_at is not None:
             elapsed = max(0, int((datetime.now(self.created_at.tzinfo) - self.created_at).total_seconds()))
         style = STATUS_CLASSES.get(self.status, "")
-        status = f"[$success]●[/] {self.status}" if style == "ok" else (
-            f"[$error]●[/] {self.status}" if style == "bad" else (
-                f"[$warning]●[/] {self.status}" if style == "warn" else f"[$accent]●[/] {self.status}"))
-        parts = [f"[b]{self.job.job_id}[/b]", status, f"{elapsed // 3600:02d}:{elapsed % 3600 // 60:02d}:{elapsed % 60:02d}",
-                 f"backend {self.session.backend_base}"]
+        shown = shown_text(self.status, 40)  # the backend's words: neither markup nor terminal codes
+        status = f"[$success]●[/] {shown}" if style == "ok" else (
+            f"[$error]●[/] {shown}" if style == "bad" else (
+                f"[$warning]●[/] {shown}" if style == "warn" else f"[$accent]●[/] {shown}"))
+        parts = [f"[b]{shown_text(self.job.job_id)}[/b]", status,
+                 f"{elapsed // 3600:02d}:{elapsed % 3600 // 60:02d}:{elapsed % 60:02d}",
+                 f"backend {shown_text(self.session.backend_base)}"]
         if self.job.config_path:
-            parts.append(f"config {Path(self.job.config_path).name}")
+            parts.append(f"config {shown_text(Path(self.job.config_path).name)}")
         if self.job.model:
-            parts.append(f"model {self.job.model}")
+            parts.append(f"model {shown_text(self.job.model)}")
         if self.paused:
             parts.append("[$warning]paused (p)[/]")
         if self.reconnecting:

@@ -8,6 +8,8 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Static
 
+from app.core.redact import printable
+
 
 class ConfirmModal(ModalScreen[bool]):
     """Ask before something that cannot be undone; y/enter confirms, n/escape cancels."""
@@ -60,9 +62,9 @@ class ErrorModal(ModalScreen[None]):
         with Vertical(id="modal-body"):
             yield Static(self.title_text, id="modal-title")
             with VerticalScroll(id="modal-scroll"):
-                yield Static(self.message, id="modal-message", markup=False)
+                yield Static(printable(self.message), id="modal-message", markup=False)
                 if self.hint:
-                    yield Static(f"What to do: {self.hint}", id="modal-hint", markup=False)
+                    yield Static(printable(f"What to do: {self.hint}"), id="modal-hint", markup=False)
             with Horizontal(id="modal-buttons"):
                 yield Button("Close (esc)", variant="error", id="error-close")
 
