@@ -112,6 +112,9 @@ def build_parser() -> argparse.ArgumentParser:
     taskapp = sub.add_parser("taskapp", help="run the reference task app as a server", epilog=_SERVER_KEYS_EPILOG)
     taskapp.add_argument("--host", default="127.0.0.1")
     taskapp.add_argument("--port", type=int, default=8102)
+    taskapp.add_argument("--game", choices=["gridworld", "crafter-lite"], default="gridworld",
+                         help="gridworld (a move tool) or crafter-lite (an SDK-style app: an array-of-enum tool, "
+                              "tool_choice, trace_ correlation ids)")
     _add_server_env_file(taskapp)
     taskapp.add_argument("--env-key", action="append", default=[], metavar="KEY",
                          help="accepted ENVIRONMENT_API_KEY (visible to every user via ps: prefer the environment "

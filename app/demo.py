@@ -84,7 +84,7 @@ def _check_own_file(env_path: Path) -> None:
     whatever file the link points at) nor into anything but a plain file."""
     if env_path.is_symlink() or (env_path.exists() and not env_path.is_file()):
         raise UsageError(f"{env_path} is a link or not a plain file; the demo writes only a .env of its own.",
-                         f"Remove it (the demo makes a new one with fresh keys), or pass another --workdir.")
+                         "Remove it (the demo makes a new one with fresh keys), or pass another --workdir.")
 
 
 def demo_keys(env_path: Path) -> tuple[str, str]:

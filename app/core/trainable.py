@@ -74,6 +74,7 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("rollout.episodes_per_batch", True, 1, 262_144),
     NumberBound("rollout.max_concurrent_rollouts", True, 1, 256),
     NumberBound("rollout.batches_per_step", True, 1, 1_024),
+    NumberBound("rollout.timeout_s", False, 1, 3_600, "seconds one rollout may take before it is retried or fails"),
     NumberBound("evaluation.instances", True, 1, 10_000),
     NumberBound("evaluation.every_n_iters", True, 0, 100_000, "0 evaluates after the last iteration only"),
     NumberBound("compute.gpu_count", True, 1, 1_024),

@@ -24,6 +24,7 @@ from app.core.errors import UsageError
 from app.core.paths import state_dir
 from app.local.backend import create_backend_app
 from app.local.retry import SERVER_KEEPALIVE_S
+from app.local.crafter_taskapp import create_crafter_taskapp
 from app.local.taskapp import create_taskapp
 
 START_TIMEOUT_S = 15.0
@@ -131,8 +132,13 @@ def start_backend(
     return ServerHandle("backend", app, sock).start("/api/health")
 
 
-def start_taskapp(*, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0) -> ServerHandle:
-    return ServerHandle("task app", create_taskapp(env_api_keys=env_api_keys), _bind(host, port)).start("/")
+TASK_APPS = {"gridworld": create_taskapp, "crafter-lite": create_crafter_taskapp}
+
+
+def start_taskapp(*, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0,
+                  game: str = "gridworld") -> ServerHandle:
+    app = TASK_APPS[game](env_api_keys=env_api_keys)
+    return ServerHandle("task app", app, _bind(host, port)).start("/")
 
 
 def _bind_for_serving(host: str, port: int, what: str) -> socket.socket:
@@ -165,9 +171,9 @@ def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str
     _Server(_config(app, host, bound), app.state.begin_shutdown).run(sockets=[sock])
 
 
-def serve_taskapp(host: str, port: int, env_api_keys: Sequence[str]) -> None:
+def serve_taskapp(host: str, port: int, env_api_keys: Sequence[str], game: str = "gridworld") -> None:
     """Serve until Ctrl-C (blocking)."""
     sock = _bind_for_serving(host, port, "task app")
     bound = sock.getsockname()[1]
-    print(f"synth-tui gridworld task app on {_url(host, bound)}", file=sys.stderr, flush=True)
-    _Server(_config(create_taskapp(env_api_keys=env_api_keys), host, bound), None).run(sockets=[sock])
+    print(f"synth-tui {game} task app on {_url(host, bound)}", file=sys.stderr, flush=True)
+    _Server(_config(TASK_APPS[game](env_api_keys=env_api_keys), host, bound), None).run(sockets=[sock])

@@ -72,6 +72,7 @@ class TrainingPlan:
     env_name: str
     policy_name: str
     ops: tuple[str, ...]
+    rollout_timeout_s: float = ROLLOUT_TIMEOUT_S
     eval_seeds: tuple[int, ...] = ()
     eval_instances: int = 0
     eval_every: int = 0
@@ -164,6 +165,7 @@ def plan_from_payload(body: Any) -> TrainingPlan:
         env_name=str(rollout.get("env_name") or "default"),
         policy_name=str(rollout.get("policy_name") or "policy"),
         ops=tuple(str(op) for op in rollout.get("ops") or ("agent", "env")),
+        rollout_timeout_s=float(rollout.get("timeout_s") or ROLLOUT_TIMEOUT_S),
         eval_seeds=tuple(seeds or ()),
         eval_instances=evaluation.get("instances", 0) if evaluation else 0,
         eval_every=evaluation.get("every_n_iters", 0) if evaluation else 0,
@@ -389,7 +391,8 @@ class Trainer:
                 f"entropy {stats.entropy:.3f}",
                 data={"step": step, "total_steps": plan.total_steps, "epoch": epoch, "mean_score": mean,
                       "loss": stats.loss, "entropy": stats.entropy, "rollouts": len(episodes),
-                      # Equal when every turn was learned from exactly once (retries included).
+                      # One decision per tool argument a turn used: with a single-choice tool (the
+                      # gridworld) decisions == turns when every turn was learned from once.
                       "decisions": sum(len(e.decisions) for e in episodes),
                       "turns": sum(e.turns or 0 for e in episodes),
                       "seconds": round(time.monotonic() - started, 3), "policy_states": stats.states})
@@ -407,7 +410,7 @@ class Trainer:
         solved = sum(e.score > 0 for e in episodes) / len(episodes)
         self.journal.event(run.job_id, "rl.eval.summary",
                            f"Eval after step {step}: mean score {mean:.3f} over {len(episodes)} episodes "
-                           f"({solved:.0%} reached the goal)",
+                           f"({solved:.0%} scored above 0)",
                            data={"step": step, "mean_score": mean, "seeds": sorted(set(seeds)),
                                  "instances": len(episodes), "success_rate": solved})
         self._progress(run, step, eval_mean_score=mean)
@@ -472,7 +475,7 @@ class Trainer:
             "record": {"trajectories": True, "logprobs": False, "value": False, "return_trace": False,
                        "trace_format": "compact"},
             "on_done": "reset",
-            "safety": {"max_ops": 100_000, "max_time_s": ROLLOUT_TIMEOUT_S},
+            "safety": {"max_ops": 100_000, "max_time_s": plan.rollout_timeout_s},
             "training_session_id": None,
             "synth_base_url": None,
             "mode": mode,
@@ -485,7 +488,7 @@ class Trainer:
 
         try:
             resp = await send_with_retries(
-                lambda: self.http.post(url, json=body, headers=headers, timeout=ROLLOUT_TIMEOUT_S),
+                lambda: self.http.post(url, json=body, headers=headers, timeout=plan.rollout_timeout_s),
                 backoff=ROLLOUT_BACKOFF, on_retry=retried)
         except httpx.HTTPError as exc:
             raise TaskAppError(f"POST {url} failed after {ROLLOUT_BACKOFF.attempts} attempts: "

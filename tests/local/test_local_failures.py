@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -11,7 +12,7 @@ from fastapi.responses import PlainTextResponse
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 
 from .conftest import (API_KEY, ENV_KEY, api_client, create_job, events_of, long_config, payload,
-                       wait_event, wait_terminal)
+                       small_config, wait_event, wait_terminal)
 
 
 def _assert_failed_with(api, job_id, *needles):
@@ -79,3 +80,18 @@ def test_verify_with_a_wrong_key_reports_the_400s(db_path, taskapp):
         assert all("unauthorised" in a["detail"] for a in report["attempts"])
         # Training with that key fails on the first rollout, saying so.
         _assert_failed_with(api, create_job(api, payload(taskapp.url)), "HTTP 400: .*unauthorised")
+
+
+def test_a_slow_task_app_gets_the_configs_rollout_timeout(api):
+    """[rollout] timeout_s bounds one rollout; a task app slower than that is named in words."""
+    slow = FastAPI()
+
+    @slow.post("/rollout")
+    async def rollout():
+        await asyncio.sleep(5)
+
+    config = small_config()
+    config["rollout"]["timeout_s"] = 1
+    with ServerHandle("slow task app", slow, _bind("127.0.0.1", 0)).start("/docs") as taskapp:
+        job_id = create_job(api, payload(taskapp.url, config))
+        _assert_failed_with(api, job_id, "no answer within the time limit")

@@ -1,0 +1,238 @@
+"""What every task app of this repository shares, written the way the SDK's task apps are.
+
+The request models of `POST /rollout`, the app itself with the SDK's auth rules (any of
+X-API-Key, X-API-Keys, Authorization: Bearer; 400 when wrong, 503 when the app has no key),
+`/`, `/health` and `/done`, answers to repeated rollouts, and the call to the policy's chat
+endpoint with retries. The gridworld (taskapp.py) and the inventory game (crafter_taskapp.py)
+add their own `/info`, `/task_info` and `/rollout` on top. docs/hardening.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import time
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Sequence
+
+import httpx
+from fastapi import Depends, FastAPI, HTTPException, Request
+from fastapi.params import Depends as DependsParam
+from pydantic import BaseModel, ConfigDict, Field
+
+from app.core.redact import held_key_prefix
+from app.core.urls import http_url_problem
+from app.local.errors import describe_http_error, install_json_errors, response_detail, without_query
+from app.local.guard import RequestGuard
+from app.local.retry import client_limits, send_with_retries
+
+MAX_TURNS_ALLOWED = 1_000  # as training.max_turns (app.core.trainable)
+MAX_REPORTED_KEYS = 8
+
+
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+# What /rollout reads is typed and bounded here, so a wrong value is pydantic's 422 (and the
+# API fuzzer in the tests generates these fields); everything else passes through.
+Turns = Annotated[int, Field(ge=1, le=MAX_TURNS_ALLOWED)]
+
+
+class EnvConfig(_Open):
+    max_turns: Turns | None = None
+
+
+class EnvSpec(_Open):
+    env_name: str | None = None
+    seed: int = Field(0, ge=-(2**63), le=2**63 - 1)
+    config: EnvConfig = Field(default_factory=EnvConfig)
+
+
+class PolicyConfig(_Open):
+    inference_url: str
+    model: str | None = None
+    max_turns: Turns | None = None
+    temperature: float | None = Field(None, ge=0, le=10, allow_inf_nan=False)
+    top_p: float | None = Field(None, ge=0, le=1, allow_inf_nan=False)
+    max_tokens: int | None = Field(None, ge=1, le=1_000_000)
+
+
+class PolicySpec(_Open):
+    policy_id: str | None = None
+    policy_name: str | None = None
+    config: PolicyConfig
+
+
+class RolloutRequest(_Open):
+    run_id: str
+    env: EnvSpec
+    policy: PolicySpec
+    ops: list[Any] = Field(default_factory=list)
+    mode: str
+
+
+def base_taskapp(*, app_id: str, title: str, version: str,
+                 env_api_keys: Sequence[str]) -> tuple[FastAPI, list[DependsParam]]:
+    """The app with `/`, `/health` and `/done`, and the dependency that checks the key."""
+    allowed = [k for k in env_api_keys if k]
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), limits=client_limits()) as client:
+            app.state.inference = client
+            yield
+
+    app = FastAPI(title=title, version=version, lifespan=lifespan)
+    install_json_errors(app)
+    app.add_middleware(RequestGuard)
+
+    def require_key(request: Request) -> None:
+        if not allowed:
+            raise HTTPException(503, {"error": {
+                "code": "missing_environment_api_key",
+                "message": "ENVIRONMENT_API_KEY is not configured on the task app",
+            }})
+        got = [request.headers.get("x-api-key", "")]
+        got += request.headers.get("x-api-keys", "").split(",")
+        auth = request.headers.get("authorization", "")
+        if auth[:7].lower() == "bearer ":
+            got.append(auth[7:])
+        got = [g.strip() for g in got if g.strip()]
+        if not any(hmac.compare_digest(g.encode(), k.encode()) for g in got for k in allowed):
+            # Differs from the SDK on purpose: its task apps answer with the first 15
+            # characters of every key they accept (a short key whole), to anyone who asks.
+            # This says what was wrong and shows no more of any key than the 4-character mask.
+            raise HTTPException(400, {"error": {
+                "code": "unauthorised",
+                "message": _auth_failure(got),
+                "allowed_count": len(allowed),
+                "allowed_prefixes": [held_key_prefix(k) for k in allowed],
+                "got_prefixes": [held_key_prefix(g) for g in got[:MAX_REPORTED_KEYS]],
+                "got_lens": [len(g) for g in got[:MAX_REPORTED_KEYS]],
+            }})
+
+    authed = [Depends(require_key)]
+
+    @app.get("/")
+    async def root() -> dict:
+        return {"status": "ok", "service": app_id}
+
+    app.add_api_route("/", root, methods=["HEAD"], include_in_schema=False)  # one operation id for "/"
+
+    @app.get("/health", dependencies=authed)
+    async def health() -> dict:
+        return {"healthy": True, "auth": {"required": True, "expected_prefix": held_key_prefix(allowed[0])}}
+
+    @app.post("/done", dependencies=authed)
+    async def done() -> dict:
+        return {"ok": True, "service": app_id}
+
+    return app, authed
+
+
+def chat_url(inference_url: str) -> str:
+    """The chat completions URL of a policy's inference URL (which may be a base URL)."""
+    problem = http_url_problem(inference_url)
+    if problem:
+        raise HTTPException(422, f"policy.config.inference_url must be an http(s) URL: {problem}")
+    base, _, query = inference_url.partition("?")
+    base = base.rstrip("/")
+    if not base.endswith("/chat/completions"):
+        base += "/chat/completions" if base.endswith("/v1") else "/v1/chat/completions"
+    return f"{base}?{query}" if query else base
+
+
+async def ask_policy(client: httpx.AsyncClient, url: str, body: dict[str, Any], where: str) -> list[Any]:
+    """The tool calls of the policy's answer to one chat request; transient failures are
+    retried, and a failure that stays is a 502 naming the call and the reason."""
+    try:
+        resp = await send_with_retries(lambda: client.post(url, json=body))
+    except httpx.HTTPError as exc:
+        raise inference_failed(url, describe_http_error(exc), where) from exc
+    if resp.status_code >= 400:
+        raise inference_failed(url, f"HTTP {resp.status_code}: {response_detail(resp)}", where)
+    try:
+        return resp.json()["choices"][0]["message"].get("tool_calls") or []
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        raise inference_failed(url, "the answer is not an OpenAI chat completion", where) from None
+
+
+def inference_failed(url: str, why: str, where: str) -> HTTPException:
+    return HTTPException(502, f"inference call failed: POST {without_query(url)}: {why} ({where})")
+
+
+def rollout_response(req: RolloutRequest, *, env_id: str, steps: list[dict[str, Any]], score: float,
+                     final: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
+    """The SDK's RolloutResponse for one episode."""
+    inference_url = req.policy.config.inference_url
+    return {
+        "run_id": req.run_id,
+        "trajectories": [{
+            "env_id": env_id,
+            "policy_id": req.policy.policy_id or req.policy.policy_name or "policy",
+            "steps": steps,
+            "final": final,
+            "length": len(steps),
+            "inference_url": inference_url,
+            "decision_samples": None,
+        }],
+        "branches": {},
+        "metrics": {
+            "episode_returns": [score],
+            "mean_return": score,
+            "num_steps": len(steps),
+            "num_episodes": 1,
+            "outcome_score": score,
+            "events_score": None,
+            "details": details,
+        },
+        "aborted": False,
+        "ops_executed": 2 * len(steps),
+        "trace_correlation_id": inference_url.partition("cid=")[2] or None,
+        "trace": None,
+        "pipeline_metadata": {"inference_url": inference_url},
+    }
+
+
+def _auth_failure(got: list[str]) -> str:
+    if not got:
+        return ("API key missing: send ENVIRONMENT_API_KEY in X-API-Key, X-API-Keys or "
+                "Authorization: Bearer")
+    return (f"API key invalid: none of the {len(got)} key(s) sent is one this task app accepts; "
+            "send the ENVIRONMENT_API_KEY it was started with")
+
+
+class RolloutReplays:
+    """Rollouts by run_id and body, so a retried POST /rollout is answered once: a repeat
+    that arrives while the first is running waits for it, one that arrives after it succeeded
+    gets the same answer, and one after a failure runs again. Answers are kept for
+    KEEP_S seconds, at most KEEP_COUNT of them."""
+
+    KEEP_S = 300.0
+    KEEP_COUNT = 256
+
+    def __init__(self) -> None:
+        self._runs: OrderedDict[str, tuple[float, asyncio.Task]] = OrderedDict()
+
+    async def run(self, req: RolloutRequest, play: Callable[[], Awaitable[dict]]) -> dict:
+        self._forget_old()
+        key = req.run_id + ":" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+        known = self._runs.get(key)
+        task = known[1] if known else None
+        if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):
+            task = asyncio.ensure_future(play())
+            self._runs[key] = (time.monotonic(), task)
+        # Shielded: a client that gives up does not cancel the episode its retry will want.
+        return await asyncio.shield(task)
+
+    def _forget_old(self) -> None:
+        now = time.monotonic()
+        for key, (started, task) in list(self._runs.items()):
+            if not task.done():
+                continue
+            if now - started > self.KEEP_S or len(self._runs) > self.KEEP_COUNT:
+                del self._runs[key]
