@@ -25,6 +25,7 @@ from app.cli import main
 from app.core.client import backend_url_problem
 from app.core.envfile import header_value_problem
 from app.core.wire import job_id_problem
+from hostile_inputs import MALFORMED_BACKEND_URLS
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_TOML = (REPO / "configs" / "rl" / "demo.toml").read_text(encoding="utf-8")
@@ -304,14 +305,7 @@ def test_a_key_a_header_cannot_carry_is_named_without_its_value(tmp_path, key, p
     assert f"SYNTH_API_KEY from {env} cannot be sent: character {position} of {len(key)} is {kind}" in err
 
 
-@pytest.mark.parametrize("url,problem", [
-    ("http://[::1", "Invalid IPv6 URL"),
-    ("http://host:99999", "Port out of range"),
-    ("ftp://x", "must start with http:// or https://"),
-    ("not a url", "no http:// or https:// scheme"),
-    ("http://", "no host name"),
-    ("http://xn--/", "not a valid URL"),
-])
+@pytest.mark.parametrize("url,problem", MALFORMED_BACKEND_URLS)
 def test_a_malformed_backend_url_is_a_usage_error_naming_its_place(tmp_path, monkeypatch, url, problem):
     env = write(tmp_path, ".env", good_env(tmp_path).read_text() + f"BACKEND_BASE_URL={url}\n")
     config = write(tmp_path, "config.toml", DEMO_TOML)

@@ -29,6 +29,7 @@ from app.core.session import LaunchOptions, LaunchSession
 from app.core.toml_source import MAX_TOML_DEPTH, TomlSyntaxError, parse_toml_text, read_config_text
 from app.core.validation import validate_rl_file
 from app.core.wire import check_job_id, job_id_problem
+from hostile_inputs import MALFORMED_BACKEND_URLS
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "configs" / "rl" / "demo.toml"
@@ -196,12 +197,7 @@ def test_a_huge_env_file_is_refused_without_reading_it(tmp_path):
 
 
 @pytest.mark.parametrize("url,problem", [
-    ("http://[::1", "Invalid IPv6 URL"),
-    ("http://host:99999", "Port out of range"),
-    ("ftp://x", "must start with http:// or https://"),
-    ("not a url", "no http:// or https:// scheme"),
-    ("http://", "no host name"),
-    ("http://xn--/", "not a valid URL"),
+    *MALFORMED_BACKEND_URLS,
     ("http://h/?q=1", "?query or #fragment"),
     ("http://\x01", "control characters"),
 ])

@@ -24,6 +24,7 @@ __all__ = [
     "NUMBER_BOUNDS",
     "NumberBound",
     "SizeProblem",
+    "is_int",
     "short_repr",
     "size_problems",
 ]
@@ -105,7 +106,8 @@ def short_repr(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _is_int(value: Any) -> bool:
+def is_int(value: Any) -> bool:
+    """A whole number, not a boolean (JSON and TOML booleans are ints to Python)."""
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -116,7 +118,7 @@ def _is_number(value: Any) -> bool:
 def _check_number(bound: NumberBound, value: Any) -> str | None:
     if value is None:
         return None  # an unset optional key; required keys are checked by their callers
-    if bound.integer and not _is_int(value):
+    if bound.integer and not is_int(value):
         return f"must be a whole number from {bound.allowed()} (got {short_repr(value)})"
     if not _is_number(value):
         return f"must be a number from {bound.allowed()} (got {short_repr(value)})"
@@ -146,7 +148,7 @@ def _non_finite_floats(value: Any, location: str, depth: int = 0) -> Iterator[st
 def _product_problems(config: Mapping[str, Any], refused: set[str]) -> Iterator[SizeProblem]:
     def value(location: str) -> int | None:
         present, found = _lookup(config, location)
-        return found if present and location not in refused and _is_int(found) and found > 0 else None
+        return found if present and location not in refused and is_int(found) and found > 0 else None
 
     batch, group = value("training.batch_size"), value("training.group_size")
     if batch and group and batch * group > MAX_EPISODES_PER_ITERATION:
@@ -171,7 +173,7 @@ def _list_problems(config: Mapping[str, Any]) -> Iterator[SizeProblem]:
     if present and isinstance(seeds, list):
         if len(seeds) > MAX_EVAL_SEEDS:
             yield SizeProblem("evaluation.seeds", f"{len(seeds):,} seeds; at most {MAX_EVAL_SEEDS:,}")
-        elif any(_is_int(s) and not -INT64 <= s <= INT64 for s in seeds):
+        elif any(is_int(s) and not -INT64 <= s <= INT64 for s in seeds):
             yield SizeProblem("evaluation.seeds", "every seed must fit in 64 bits")
     present, ops = _lookup(config, "rollout.ops")
     if present and isinstance(ops, list) and len(ops) > MAX_OPS:

@@ -152,10 +152,9 @@ class _Compiler:
             return self.array_node(schema, where, depth)
         if kind == "boolean":
             return _Node("slot", slot=self.add_slot(where or "value", (False, True)))
-        if kind == "integer":
-            return _Node("slot", slot=self.add_slot(where or "value", self.integer_choices(schema, where)))
-        if kind == "number":
-            return _Node("slot", slot=self.add_slot(where or "value", self.number_choices(schema, where)))
+        if kind in ("integer", "number"):
+            choices = self.range_choices(schema, where, integer=kind == "integer")
+            return _Node("slot", slot=self.add_slot(where or "value", choices))
         if kind == "null":
             return _Node("const", value=None)
         if kind == "string":
@@ -198,24 +197,21 @@ class _Compiler:
         items = tuple(self.node(schema.get("items") or {}, f"{where}[{i}]", depth + 1) for i in range(high))
         return _Node("array", slot=length, items=items, min_items=low)
 
-    def integer_choices(self, schema: dict[str, Any], where: str) -> tuple[int, ...]:
-        low, high = _bounds(schema, integer=True)
+    def range_choices(self, schema: dict[str, Any], where: str, *, integer: bool) -> tuple[Any, ...]:
+        """A bounded integer's values (at most MAX_CHOICES, evenly spaced when wider) or a
+        bounded number's NUMBER_POINTS points."""
+        kind = "an integer" if integer else "a number"
+        low, high = _bounds(schema, integer=integer)
         if low is None or high is None:
-            raise self.fail(where, "an integer needs minimum and maximum to be chosen")
+            raise self.fail(where, f"{kind} needs minimum and maximum to be chosen")
         if high < low:
-            raise self.fail(where, "an empty integer range")
+            raise self.fail(where, f"an empty {kind.split()[1]} range")
+        if not integer:
+            return tuple(low + (high - low) * i / (NUMBER_POINTS - 1) for i in range(NUMBER_POINTS))
         if high - low < MAX_CHOICES:
             return tuple(range(low, high + 1))
         step = (high - low) / (MAX_CHOICES - 1)
         return tuple(sorted({low + round(i * step) for i in range(MAX_CHOICES)}))
-
-    def number_choices(self, schema: dict[str, Any], where: str) -> tuple[float, ...]:
-        low, high = _bounds(schema, integer=False)
-        if low is None or high is None:
-            raise self.fail(where, "a number needs minimum and maximum to be chosen")
-        if high < low:
-            raise self.fail(where, "an empty number range")
-        return tuple(low + (high - low) * i / (NUMBER_POINTS - 1) for i in range(NUMBER_POINTS))
 
 
 def _bounds(schema: dict[str, Any], *, integer: bool) -> tuple[Any, Any]:

@@ -27,7 +27,7 @@ from typing import Any, Sequence
 
 import httpx
 
-from app.core.trainable import short_repr, size_problems
+from app.core.trainable import is_int, short_repr, size_problems
 from app.core.urls import http_url_problem
 from app.core.redact import scrub_key_fragments
 from app.local.errors import describe_http_error, response_detail
@@ -52,10 +52,6 @@ def _point(name: str, value: float, phase: str, n: int) -> dict[str, Any]:
 
 class TaskAppError(Exception):
     """A call to the task app failed; the message names the call and the reason."""
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True)
@@ -142,7 +138,7 @@ def plan_from_payload(body: Any) -> TrainingPlan:
         for key in ("instances", "every_n_iters"):
             if evaluation.get(key) is None:
                 problems.append(f"data.config.evaluation.{key} is required")
-        if not (isinstance(seeds, list) and seeds and all(_is_int(s) for s in seeds)):
+        if not (isinstance(seeds, list) and seeds and all(is_int(s) for s in seeds)):
             problems.append(f"data.config.evaluation.seeds must be a non-empty list of integers (got {short_repr(seeds)})")
     ops = rollout.get("ops")
     if ops is not None and not (isinstance(ops, list) and all(isinstance(op, str) for op in ops)):
@@ -512,7 +508,7 @@ class Trainer:
             raise TaskAppError(f"POST {url} failed: metrics.mean_return is {score} ({where})")
         run.rollouts += 1
         turns = answer["metrics"].get("num_steps")
-        return Episode(rollout.used_decisions(answer), score, turns=turns if _is_int(turns) else None)
+        return Episode(rollout.used_decisions(answer), score, turns=turns if is_int(turns) else None)
 
     def _note_retry(self, run: JobRun, message: str) -> None:
         """Retries are counted in every step's data; the first few are also events, so a
