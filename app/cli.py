@@ -29,7 +29,8 @@ def _add_train_flags(parser: argparse.ArgumentParser) -> None:
     add("--dataset", metavar="PATH", help=argparse.SUPPRESS)  # SFT only in the SDK
     add("--examples", type=int, metavar="N", help=argparse.SUPPRESS)  # SFT only in the SDK
     add("--backend", metavar="URL",
-        help="backend base URL, http(s)://HOST[:PORT] (/api is appended); `synth-tui backend` runs a local one")
+        help="backend base URL, http(s)://HOST[:PORT] (/api is appended), or `local`: the embedded backend in this "
+             "process (it trains any conforming task app here; its jobs stop with the run)")
     add("--model", metavar="ID", help="model to train instead of the config's [model]")
     add("--allow-experimental", dest="allow_experimental", action="store_true", default=None,
         help="allow experimental models (default: SDK_EXPERIMENTAL=1)")
@@ -63,7 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="synth-tui",
         description="Launch and watch RL training jobs on Synth or on an embedded local backend.",
         epilog="Exit codes: 0 succeeded, 1 job failed/cancelled, 2 usage or invalid config, "
-               "3 missing secrets or failed checks, 4 --poll-timeout reached, 5 backend error, 130 interrupted.",
+               "3 missing secrets or failed checks, 4 --poll-timeout reached, 5 backend error, "
+               "6 job paused on the backend (the watch ended), 130 interrupted.",
     )
     parser.add_argument("--version", action="version", version=f"synth-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -115,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     taskapp.add_argument("--game", choices=["gridworld", "crafter-lite"], default="gridworld",
                          help="gridworld (a move tool) or crafter-lite (an SDK-style app: an array-of-enum tool, "
                               "tool_choice, trace_ correlation ids)")
+    taskapp.add_argument("--contract", choices=["0.2", "0.5"], default="0.2",
+                         help="rollout contract generation: 0.2 (synth-ai 0.2: run_id) or 0.5 (synth-ai 0.4/0.5: "
+                              "trace_correlation_id, reward_info); docs/rollout-contracts.md")
     _add_server_env_file(taskapp)
     taskapp.add_argument("--env-key", action="append", default=[], metavar="KEY",
                          help="accepted ENVIRONMENT_API_KEY (visible to every user via ps: prefer the environment "
@@ -154,16 +159,26 @@ def _tolerate_unencodable_output() -> None:
             stream.reconfigure(errors="backslashreplace")
 
 
+def _run_train(args: argparse.Namespace, interactive: bool) -> int:
+    from app import headless
+
+    if not interactive:
+        return headless.run_train(args)
+    from app.tui import run_tui  # imported late: headless runs never load Textual
+
+    return run_tui(args)
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     from app import headless
 
     interactive = not getattr(args, "no_tui", False) and headless.has_terminal()
     if args.command == "train":
-        if not interactive:
-            return headless.run_train(args)
-        from app.tui import run_tui  # imported late: headless runs never load Textual
+        from app.embedded import run_with_local_backend, wants_local_backend
 
-        return run_tui(args)
+        if wants_local_backend(args):
+            return run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
+        return _run_train(args, interactive)
     if args.command == "demo":
         return headless.run_demo(args, interactive=interactive)
     if args.command == "backend":
@@ -171,6 +186,9 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "taskapp":
         return headless.run_taskapp_server(args)
     if args.command == "attach":
+        from app.embedded import refuse_local_attach
+
+        refuse_local_attach(args)
         return headless.run_attach(args, interactive=interactive)
     if args.command == "history":
         return headless.run_history(args, interactive=interactive)

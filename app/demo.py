@@ -118,26 +118,31 @@ def default_demo_dir() -> Path:
 
 
 def claim_demo_folder(workdir: str | None) -> DemoFolder:
-    """The demo folder, locked for this run; if another demo holds it, a fresh private folder.
+    return claim_folder(Path(workdir).expanduser() if workdir else default_demo_dir(), "demo-")
 
-    Two demos must never share a backend database: the backend fails the jobs it finds
-    running when it opens one, and those would be the other demo's live jobs.
+
+def claim_folder(path: Path, temporary_prefix: str) -> DemoFolder:
+    """``path``, locked for this run; if another run holds it, a fresh private folder named
+    ``<temporary_prefix>…`` in the state folder.
+
+    Two runs must never share a backend database: the backend fails the jobs it finds
+    running when it opens one, and those would be the other run's live jobs.
     """
-    chosen = private_dir(Path(workdir).expanduser() if workdir else default_demo_dir())
+    chosen = private_dir(path)
     lock = _try_lock(chosen)
     if lock is not None:
         return DemoFolder(chosen, lock)
-    _remove_abandoned_temporary_folders()
-    fresh = Path(tempfile.mkdtemp(prefix="demo-", dir=private_dir(state_dir())))  # mkdtemp makes it 0700
+    _remove_abandoned_temporary_folders(temporary_prefix)
+    fresh = Path(tempfile.mkdtemp(prefix=temporary_prefix, dir=private_dir(state_dir())))  # mkdtemp: 0700
     lock = _try_lock(fresh)
     assert lock is not None, "a folder made a moment ago cannot be locked by anyone else"
     return DemoFolder(fresh, lock, temporary=True, busy=chosen)
 
 
-def _remove_abandoned_temporary_folders() -> None:
-    """Temporary demo folders whose demo was killed (so never cleaned up) still hold keys:
-    any whose lock nobody holds is removed."""
-    for folder in state_dir().glob("demo-*"):
+def _remove_abandoned_temporary_folders(prefix: str) -> None:
+    """Temporary folders whose run was killed (so never cleaned up) still hold keys: any
+    whose lock nobody holds is removed."""
+    for folder in state_dir().glob(f"{prefix}*"):
         # A minute old at least: one made this instant may not be locked by its demo yet.
         if folder.is_dir() and not folder.is_symlink() and time.time() - folder.stat().st_mtime > 60:
             lock = _try_lock(folder)

@@ -104,14 +104,18 @@ async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState
         printer.diag(f"Warning: {choice.path}: {warning}")
     printer.secrets.extend(session.secret_values())
     _print_found_keys(session.resolved, printer)
-    secrets = session.secrets()
+    session.secrets()  # every missing key is reported here, before anything is sent
     printer.line(f"Using env file: {choice.path}" if choice.path else "Using env file: none (shell environment only)")
 
     state.session = session
-    printer.line(f"Backend base: {session.backend_base} (key {mask_secret(secrets['SYNTH_API_KEY'])})")
-    prepared = session.prepare()
+    printer.line(f"Backend base: {session.backend_base} (key {mask_secret(session.synth_api_key())})")
+    session.prepare()  # a config that cannot be sent is reported before any network call
 
+    session.hand_env_keys_to_embedded_backend()
     async with session.client() as client:
+        support = await session.probe(client)
+        printer.diag(f"Backend offers RL jobs ({support.how}).")
+        prepared = session.prepared or session.prepare()
         await verify_backend(client, prepared, printer)
         await check_health(session, printer)
         if args.dry_run:
@@ -352,12 +356,14 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
         printer.diag(f"Stopped watching after --poll-timeout {args.poll_timeout:g}s; job {job_id} was still "
                      f"{ended.status}. {session.attach_hint(job_id)}")
         printer.line(f"Final status: {ended.status} (watch timed out)")
-        printer.line(json.dumps(ended.payload, indent=2)[:600])
-        return ExitCode.POLL_TIMEOUT
-    printer.line(f"Final status: {ended.status}")
+    elif ended.reason == "paused":
+        printer.diag(session.paused_message(job_id))
+        printer.line(f"Final status: {ended.status} (the job is paused on the backend; watch ended)")
+    else:
+        printer.line(f"Final status: {ended.status}")
     printer.line(json.dumps(ended.payload, indent=2)[:600])
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
-    return ExitCode.OK if ended.status in ("succeeded", "completed") else ExitCode.JOB_FAILED
+    return ended.exit_code
 
 
 def _remember(printer: Printer, write: Callable[[RunHistory], None]) -> None:
@@ -507,6 +513,7 @@ async def _attach_flow(args: argparse.Namespace, printer: Printer, record) -> in
     printer.secrets.extend(session.secret_values())
     printer.line(f"Attaching to job {args.job_id} at {session.backend_base}")
     async with session.client() as client:
+        await session.probe(client)  # a backend without RL jobs says so, not "job not found"
         return await stream_job(client, args.job_id, args, printer, session)
 
 

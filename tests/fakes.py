@@ -76,6 +76,9 @@ class FaultyBackend:
         self.create_job_template: list[tuple[str, list[dict], list[dict]]] = [("queued", [], [])]
         self.rl_paths_missing = False  # serve jobs only under /learning (the /rl paths answer 404)
         self.sse_enabled = False
+        self.rl_offered = True  # False: every /api/rl/... answers 404, as a backend without RL jobs
+        self.contract_header: str | None = None  # X-Synth-RL-Contract on GET /api/rl/jobs
+        self.events_stream = False  # also serve SSE at /events/stream, as SDK 0.4+ backends do
         self.idempotency: dict[str, tuple[str, str]] = {}
         self.connections: set[socket.socket] = set()
         self.port = 0
@@ -141,8 +144,9 @@ class FaultyBackend:
         with self._lock:
             return self.faults[route].pop(0) if self.faults[route] else None
 
-    def count(self, route_part: str) -> int:
-        return sum(1 for _, path, _, _ in self.requests if route_part in path)
+    def count(self, route_part: str, method: str | None = None) -> int:
+        return sum(1 for verb, path, _, _ in self.requests
+                   if route_part in path and (method is None or verb == method))
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -163,9 +167,12 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- plumbing ----------------------------------------------------------------------
 
-    def _send(self, status: int, body: Any, content_type: str = "application/json") -> None:
+    def _send(self, status: int, body: Any, content_type: str = "application/json",
+              headers: dict[str, str] | None = None) -> None:
         raw = body if isinstance(body, bytes) else (body if isinstance(body, str) else json.dumps(body)).encode()
         self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(raw)))
         self.end_headers()
@@ -228,6 +235,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(404, {"detail": "Not Found"})
             return
         segments = segments[1:]
+        if segments[:1] == ["rl"] and not self.owner.rl_offered:
+            self._send(404, {"detail": "Not Found"})
+            return
         if method == "POST" and segments == ["rl", "verify_task_app"]:
             if self._fault("verify") != "handled":
                 self._send(*self.owner.verify_answer)
@@ -237,7 +247,9 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if method == "GET" and segments == ["rl", "jobs"]:
             if self._fault("list") != "handled":
-                self._send(200, {"jobs": [{"job_id": j.job_id, "status": j.status} for j in self.owner.jobs.values()]})
+                said = {"X-Synth-RL-Contract": self.owner.contract_header} if self.owner.contract_header else {}
+                self._send(200, {"jobs": [{"job_id": j.job_id, "status": j.status} for j in self.owner.jobs.values()]},
+                           headers=said)
             return
         if len(segments) >= 3 and segments[1] == "jobs" and segments[0] in ("rl", "learning"):
             if segments[0] == "rl" and self.owner.rl_paths_missing:
@@ -300,6 +312,9 @@ class _Handler(BaseHTTPRequestHandler):
             elif fault == "stale":
                 events = job.visible_events()[:limit]  # ignores since_seq: everything again
             self._send(200, {"events": events})
+            return
+        if method == "GET" and rest == ["events", "stream"] and self.owner.events_stream:
+            self._sse(job, int(query.get("since_seq", ["0"])[0]))
             return
         if method == "GET" and rest == ["metrics"]:
             fault = self._fault("metrics")

@@ -14,6 +14,7 @@ from app.core.client import (
     BadResponseError,
     ConflictError,
     NotFoundError,
+    RlNotOffered,
     ServerError,
     SynthClient,
     backend_from_env,
@@ -36,7 +37,7 @@ def _free_port() -> int:
 def test_ensure_api_base_and_env_precedence():
     assert ensure_api_base("http://h:1/") == "http://h:1/api"
     assert ensure_api_base("http://h:1/api") == "http://h:1/api"
-    assert backend_from_env({}) == ("https://agent-learning.onrender.com/api", "default")
+    assert backend_from_env({}) == ("https://api.usesynth.ai/api", "default")
     assert backend_from_env({"BACKEND_BASE_URL": "http://a", "BACKEND_OVERRIDE": "http://b"})[0] == "http://a/api"
     assert backend_from_env({"BACKEND_OVERRIDE": "http://b/api"})[0] == "http://b/api"
     assert backend_from_env({"SYNTH_BACKEND_URL_OVERRIDE": "local"})[0] == "http://localhost:8000/api"
@@ -198,3 +199,37 @@ async def test_server_echoing_the_key_is_redacted(faulty_backend):
             await client.create_job({}, idempotency_key="k")
     assert faulty_backend.api_key not in info.value.render()
     assert "sk_t…89" in info.value.render()
+
+
+def test_every_sdk_generation_s_backend_variable_in_its_documented_order():
+    # docs/compatibility.md: the 0.2.x train command's three, then SYNTH_API_URL (today's SDK),
+    # then the names it deprecated; the hosted service of SDK 0.3.9 and later by default.
+    order = [("BACKEND_BASE_URL", "http://a"), ("BACKEND_OVERRIDE", "http://b"),
+             ("SYNTH_BACKEND_URL_OVERRIDE", "dev"), ("SYNTH_API_URL", "http://c"),
+             ("SYNTH_BACKEND_URL", "http://d"), ("SYNTH_API_BASE_URL", "http://e")]
+    env = dict(order) | {"DEV_BACKEND_URL": "http://dev"}
+    expected = ["http://a/api", "http://b/api", "http://dev/api", "http://c/api", "http://d/api", "http://e/api"]
+    for (variable, _), base in zip(order, expected):
+        assert backend_from_env(env)[0] == base, variable
+        del env[variable]
+    assert backend_from_env(env) == ("https://api.usesynth.ai/api", "default")
+    assert backend_from_env({"SYNTH_API_URL": "https://api.usesynth.ai"}) == ("https://api.usesynth.ai/api",
+                                                                              "SYNTH_API_URL")
+    assert backend_from_env({"SYNTH_BACKEND_URL": "http://x:1/api/"}) == ("http://x:1/api", "SYNTH_BACKEND_URL")
+
+
+async def test_the_probe_reads_the_generation_the_backend_names(faulty_backend):
+    async with _client(faulty_backend) as client:
+        assert (await client.probe_rl()).generations == frozenset()
+        faulty_backend.contract_header = "0.2, 0.5, 9.9"
+        support = await client.probe_rl()
+    assert support.generations == {"0.2", "0.5"} and "X-Synth-RL-Contract" in support.how
+
+
+async def test_the_probe_says_plainly_when_a_backend_has_no_rl_jobs(faulty_backend):
+    faulty_backend.rl_offered = False
+    async with _client(faulty_backend) as client:
+        with pytest.raises(RlNotOffered) as caught:
+            await client.probe_rl()
+    assert caught.value.exit_code == 5 and "--backend local" in caught.value.hint
+    assert "after 0.5.0" in caught.value.message

@@ -32,6 +32,7 @@ from app.core.config import (
     write_last_config,
 )
 from app.core.errors import ConfigError
+from app.core.payload import for_backend
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "configs" / "rl"
@@ -661,3 +662,51 @@ def test_line_index_finds_every_generated_key(sections):
     index = TomlLineIndex("\n".join(lines))
     for location, line in expected.items():
         assert index.line_for(location) == line
+
+
+# -- [judge] renamed [verifier] in SDK 0.4.6, rollout.ops dropped (docs/compatibility.md) --------
+
+
+def test_verifier_is_judge_under_its_later_name():
+    base = (EXAMPLES / "crafter_policy_lora.toml").read_text()
+    good = base + '\n[verifier]\nenabled = true\n[verifier.options]\nprovider = "synth"\nmodel = "m"\n'
+    assert validate_rl_text(good).ok
+    report = validate_rl_text(base + "\n[verifier]\nenabled = true\n")
+    assert [(p.location, p.message) for p in report.problems] == [
+        ("verifier.options", "[verifier.options] section is required when [verifier] is present")]
+    report = validate_rl_text(base + '\n[verifier]\n[verifier.options]\nprovider = "synth"\n')
+    assert [p.location for p in report.problems] == ["verifier.options.model"]
+
+
+def test_judge_and_verifier_together_are_one_section_too_many():
+    options = '[{0}.options]\nprovider = "synth"\nmodel = "m"\n'
+    text = (EXAMPLES / "crafter_policy_lora.toml").read_text() + "\n" + options.format("judge") + options.format("verifier")
+    report = validate_rl_text(text)
+    assert [p.location for p in report.problems] == ["verifier"]
+    assert "keep one of them" in report.problems[0].hint
+    text = (EXAMPLES / "crafter_policy_lora.toml").read_text() + '\n[services]\njudge_url = "https://j"\nverifier_url = "https://j"\n'
+    assert [p.location for p in validate_rl_text(text).problems] == ["services.verifier_url"]
+
+
+def test_rollout_ops_may_be_left_out():
+    text = "\n".join(line for line in (EXAMPLES / "crafter_qwen4b.toml").read_text().splitlines()
+                     if not line.startswith("ops ="))
+    report = validate_rl_text(text)
+    assert report.ok, report.problems
+    assert "ops" not in report.config.to_dict()["rollout"]
+
+
+@pytest.mark.parametrize("generations, section, url", [
+    (frozenset({"0.2"}), "judge", "judge_url"), (frozenset({"0.5"}), "verifier", "verifier_url")])
+@pytest.mark.parametrize("written", ["judge", "verifier"])
+def test_payload_takes_the_names_of_the_backend_generation(generations, section, url, written):
+    payload = {"data": {"config": {written: {"options": {"model": "m"}},
+                                   "services": {f"{written}_url": "https://v", "task_url": "https://t"}}}}
+    sent = for_backend(payload, generations)["data"]["config"]
+    assert sent[section] == {"options": {"model": "m"}}
+    assert ({"judge", "verifier"} - {section}).isdisjoint(sent)
+    assert sent["services"] == {url: "https://v", "task_url": "https://t"}
+    assert payload["data"]["config"][written] == {"options": {"model": "m"}}  # the original is untouched
+    # A backend that speaks both, or does not say, gets the config as written.
+    for unknown in (frozenset(), frozenset({"0.2", "0.5"})):
+        assert for_backend(payload, unknown) == payload

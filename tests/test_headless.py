@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import build_parser, normalise_argv
-from app.headless import Printer, run_train
+from app.headless import Printer, run_attach, run_train
 from fakes import FaultyBackend, ScriptedJob, TinyTaskApp, event, training_timeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def test_env_file_is_never_rewritten(world):
 
 def test_payload_sent_is_the_contract_shape(world):
     run(world, "--no-poll", "--idempotency", "my-key-1")
-    method, path, headers, body = [r for r in world["backend"].requests if r[1] == "/api/rl/jobs"][0]
+    method, path, headers, body = [r for r in world["backend"].requests if r[:2] == ("POST", "/api/rl/jobs")][0]
     assert headers["Idempotency-Key"] == "my-key-1"
     assert body["job_type"] == "rl"
     assert body["data"]["endpoint_base_url"] == world["task_app"].url
@@ -115,7 +115,7 @@ def test_poll_timeout_is_enforced_with_exit_4(world):
 def test_dry_run_creates_nothing(world):
     code, out, _ = run(world, "--dry-run")
     assert code == 0 and "Dry run: no job was created." in out
-    assert world["backend"].count("/api/rl/jobs") == 0
+    assert world["backend"].count("/api/rl/jobs", "POST") == 0
 
 
 def test_missing_secrets_exit_3(world):
@@ -188,7 +188,7 @@ def test_backend_down_exits_5(world):
     world["backend"].stop()
     code, _, err = run(world)
     assert code == 5
-    assert "Task app verification call failed: Cannot reach the backend" in err
+    assert "Cannot reach the backend" in err and "connection refused" in err
     assert "Traceback" not in err
 
 
@@ -302,3 +302,78 @@ def test_backend_base_url_in_the_env_file_is_used(world):
     code = run_train(args, printer=Printer(out=out, err=err), cwd=world["cwd"])
     assert code == 0, err.getvalue()
     assert f"Backend base: {world['backend'].url}/api" in out.getvalue()
+
+
+# -- the contract as it evolved (docs/compatibility.md) ------------------------------------
+
+
+def test_a_backend_without_rl_jobs_is_named_and_the_embedded_backend_offered(world):
+    world["backend"].rl_offered = False
+    code, out, err = run(world)
+    assert code == 5
+    assert f"The backend at {world['backend'].url}/api answers, but offers no RL jobs" in err
+    assert "--backend local" in err and "Error: Not found" not in err
+    assert world["backend"].count("/api/rl/jobs", "POST") == 0
+    assert_no_secrets(world, out, err)
+
+
+def test_attach_to_a_backend_without_rl_jobs_says_so(world, capsys):
+    world["backend"].rl_offered = False
+    args = build_parser().parse_args(normalise_argv(
+        ["attach", "job_0001", "--no-tui", "--env-file", str(world["env"]), "--backend", world["backend"].url]))
+    code = run_attach(args)
+    err = capsys.readouterr().err
+    assert code == 5 and "offers no RL jobs" in err and "--backend local" in err
+
+
+VERIFIER_CONFIG = """
+[verifier]
+enabled = true
+[verifier.options]
+provider = "synth"
+model = "judge-model"
+"""
+
+
+@pytest.mark.parametrize("said, sent", [("0.2", "judge"), ("0.5", "verifier"), ("0.2, 0.5", "verifier"),
+                                        (None, "verifier")])
+def test_the_verifier_section_is_sent_under_the_name_the_backend_reads(world, tmp_path, said, sent):
+    config = tmp_path / "verifier.toml"
+    config.write_text(EXAMPLE.read_text() + VERIFIER_CONFIG)
+    world["backend"].contract_header = said
+    code, _, err = run(world, "--no-poll", config=config)
+    assert code == 0, err
+    body = [r for r in world["backend"].requests if r[:2] == ("POST", "/api/rl/jobs")][0][3]
+    config_sent = body["data"]["config"]
+    assert sent in config_sent and ({"judge", "verifier"} - {sent}).isdisjoint(config_sent)
+    assert config_sent[sent]["options"]["model"] == "judge-model"
+
+
+def test_a_paused_job_ends_the_watch_with_exit_6_and_says_how_to_attach_again(world, monkeypatch):
+    timeline = training_timeline(steps=2)
+    world["backend"].create_job_template = [*timeline[:3], ("paused", [event(90, "rl.job.paused", message="paused")], [])]
+    code, out, err = run(world)
+    assert code == 6, err
+    assert "Final status: paused (the job is paused on the backend; watch ended)" in out
+    assert "is paused on the backend: it keeps its state there" in err
+    assert "synth-tui attach job_0001 --backend" in err
+    assert world["backend"].count("/cancel") == 0
+
+
+def test_the_event_stream_is_read_at_events_stream_where_offered(world):
+    world["backend"].sse_enabled = True
+    world["backend"].events_stream = True
+    code, out, err = run(world)
+    assert code == 0, err
+    streamed = [p for m, p, h, _ in world["backend"].requests if h.get("Accept") == "text/event-stream"]
+    assert streamed and all(p.endswith("/events/stream") for p in streamed)
+    assert "rl.job.completed (info): done" in out
+
+
+def test_an_older_backend_streams_at_events(world):
+    world["backend"].sse_enabled = True  # /events/stream answers 404 here
+    code, out, err = run(world)
+    assert code == 0, err
+    streamed = [p for m, p, h, _ in world["backend"].requests if h.get("Accept") == "text/event-stream"]
+    assert any(p.endswith("/events/stream") for p in streamed) and any(p.endswith("/events") for p in streamed)
+    assert sum(p.endswith("/events/stream") for p in streamed) == 1  # tried once, then remembered

@@ -152,7 +152,7 @@ def test_any_toml_ends_with_an_exit_code_and_no_traceback(content):
 
 ENV_KEYS = st.sampled_from(["SYNTH_API_KEY", "ENVIRONMENT_API_KEY", "DEV_ENVIRONMENT_API_KEY", "TASK_APP_URL",
                             "BACKEND_BASE_URL", "BACKEND_OVERRIDE", "SYNTH_BACKEND_URL_OVERRIDE", "LOCAL_BACKEND_URL",
-                            "export SYNTH_API_KEY", "OTHER", "9BAD", "A B"])
+                            "SYNTH_API_URL", "SYNTH_BACKEND_URL", "export SYNTH_API_KEY", "OTHER", "9BAD", "A B"])
 ENV_VALUES = st.one_of(
     ODD_TEXT,
     st.sampled_from(["sk_tëst_0123456789", "sk_test_😀_0123456789", "'sk key with spaces 01'", '"sk\\nline 0123"',

@@ -424,3 +424,15 @@ def test_values_a_chart_cannot_span_are_left_out_of_it():
     for step, value in enumerate([0.5, 1e308, -1e308, 0.7]):
         series.add(step, value)
     assert list(series.values) == [0.5, 0.7]
+
+
+@pytest.mark.parametrize("variable", ["SYNTH_API_URL", "SYNTH_BACKEND_URL"])
+def test_a_later_sdk_s_backend_variable_in_the_env_file_picks_the_backend(tmp_path, variable):
+    path = tmp_path / ".env"
+    path.write_text(env_text(**{variable: "http://127.0.0.1:8123"}))
+    session = LaunchSession(LaunchOptions(cwd=tmp_path), shell={})
+    session.open_env(path, "flag")
+    assert (session.backend_base, session.backend_source) == ("http://127.0.0.1:8123/api", f"{variable} (.env)")
+    shell = LaunchSession(LaunchOptions(cwd=tmp_path), shell={"SYNTH_API_URL": "http://127.0.0.1:9"})
+    shell.open_env(path, "flag")  # the shell still wins over the file
+    assert shell.backend_base == "http://127.0.0.1:9/api"

@@ -457,5 +457,5 @@ def test_abandoned_temporary_demo_folders_are_removed(tmp_path):
     fresh = private_dir(state_dir() / "demo-just-made")
     an_hour_ago = time.time() - 3600
     os.utime(old, (an_hour_ago, an_hour_ago))
-    _remove_abandoned_temporary_folders()
+    _remove_abandoned_temporary_folders("demo-")
     assert not old.exists() and fresh.exists()

@@ -187,8 +187,9 @@ async def test_at_most_three_requests_per_tick(faulty_backend):
     job = faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=10)))
     await collect(faulty_backend, "job_a")
     ticks = job.tick
-    # one extra events+metrics read at the end, after the terminal status
-    assert len(faulty_backend.requests) <= 3 * ticks + 2
+    # one extra events+metrics read at the end, after the terminal status, and one try of
+    # each stream path (/events/stream, then /events) before the watcher settles on polling
+    assert len(faulty_backend.requests) <= 3 * ticks + 2 + 2
 
 
 async def test_server_sent_events_used_and_a_broken_stream_falls_back(faulty_backend):
@@ -229,3 +230,23 @@ def test_metric_cursor_keeps_step_zero_and_bounds_memory():
     for step in range(1, 500):
         cursor.accept([MetricPoint(name="a", step=step, value=1.0)])
     assert len(cursor._seen) <= 2
+
+
+async def test_a_paused_job_ends_the_watch_and_keeps_its_state(faulty_backend):
+    # SDK 0.9's streamers stop on "paused" too: the job is not over, the watch is (exit 6).
+    timeline = training_timeline(steps=2)
+    paused = [*timeline[:3], ("paused", [event(50, "rl.job.paused", message="paused by the operator")], [])]
+    faulty_backend.add_job(ScriptedJob("job_a", paused))
+    updates = await collect(faulty_backend, "job_a")
+    ended = updates[-1]
+    assert isinstance(ended, WatchEnded) and (ended.status, ended.reason, ended.exit_code) == ("paused", "paused", 6)
+    assert 50 in seqs(updates)  # the events written with the pause are read before the watch ends
+    assert faulty_backend.count("/cancel") == 0
+
+
+def test_every_end_of_a_watch_has_its_exit_code():
+    codes = {(status, reason): WatchEnded(status, {}, reason).exit_code
+             for status, reason in [("succeeded", "terminal"), ("completed", "terminal"), ("failed", "terminal"),
+                                    ("cancelled", "terminal"), ("running", "timeout"), ("paused", "paused")]}
+    assert codes == {("succeeded", "terminal"): 0, ("completed", "terminal"): 0, ("failed", "terminal"): 1,
+                     ("cancelled", "terminal"): 1, ("running", "timeout"): 4, ("paused", "paused"): 6}

@@ -31,7 +31,9 @@ from app.core.redact import key_prefix, mask_prefixes, redact
 from app.core.urls import http_url_problem
 from app.core.wire import JobEvent, JobStatus, MetricPoint, check_job_id, items_of, job_id_problem
 
-DEFAULT_PROD_BACKEND = "https://agent-learning.onrender.com"
+# The hosted service since SDK 0.3.9 (0.2.x used https://agent-learning.onrender.com).
+# docs/compatibility.md.
+DEFAULT_PROD_BACKEND = "https://api.usesynth.ai"
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # Idle connections are dropped before a server would close them (uvicorn's default is 5 s), so
 # a request is never sent on a connection being closed at that moment (docs/hardening.md).
@@ -60,6 +62,9 @@ class ApiError(SynthTuiError):
         super().__init__(message, hint)
         self.status = status
         self.body = body
+
+    def body_summary(self) -> str:
+        return error_detail(self.body, self.body if isinstance(self.body, str) else "")[:120]
 
 
 class BackendUnreachable(ApiError):
@@ -100,6 +105,10 @@ class BadResponseError(ApiError):
 
 class StreamUnavailable(ApiError):
     """The backend answered, but offers no server-sent event stream at this path."""
+
+
+class RlNotOffered(NotFoundError):
+    """The backend answers, but has no RL job endpoints (GET /rl/jobs is a 404)."""
 
 
 # --------------------------------------------------------------------------- base URL
@@ -163,6 +172,12 @@ def backend_from_env(env: Mapping[str, str] | None = None, *,
     return checked_api_base(url, where), source
 
 
+# The variables every SDK generation read, in the order they are tried (docs/compatibility.md):
+# the 0.2.x `train` command's three first, then today's SYNTH_API_URL, then the names it
+# deprecated. The first one set wins.
+LATER_BACKEND_VARIABLES = ("SYNTH_API_URL", "SYNTH_BACKEND_URL", "SYNTH_API_BASE_URL")
+
+
 def _backend_variable(env: Mapping[str, str]) -> tuple[str, str, str]:
     """(the variable that chooses the backend, its URL, the source label)."""
     if env.get("BACKEND_BASE_URL"):
@@ -175,10 +190,29 @@ def _backend_variable(env: Mapping[str, str]) -> tuple[str, str, str]:
     if mode in ("local", "dev"):
         variable = f"{mode.upper()}_BACKEND_URL"
         return variable, env.get(variable) or "http://localhost:8000", f"SYNTH_BACKEND_URL_OVERRIDE={mode}"
+    for variable in LATER_BACKEND_VARIABLES:
+        if env.get(variable, "").strip():
+            return variable, env[variable], variable
     return "PROD_BACKEND_URL", env.get("PROD_BACKEND_URL") or DEFAULT_PROD_BACKEND, "default"
 
 
 # --------------------------------------------------------------------------- results
+
+# The RL contract generations a backend may speak (docs/compatibility.md): "0.2" takes
+# [judge] and services.judge_url, "0.5" takes [verifier] and services.verifier_url and serves
+# /events/stream. The embedded backend names both in this header of GET /rl/jobs.
+RL_CONTRACT_HEADER = "X-Synth-RL-Contract"
+KNOWN_GENERATIONS = ("0.2", "0.5")
+
+
+@dataclass(frozen=True)
+class RlSupport:
+    """What the probe learned: RL jobs are offered; the generations the backend named
+    (empty: it did not say) and how that was learned, in words."""
+
+    generations: frozenset[str]
+    how: str
+
 
 
 @dataclass
@@ -188,6 +222,7 @@ class ApiResponse:
     status: int
     body: Any
     text: str
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def preview(self, limit: int) -> str:
         if isinstance(self.body, (dict, list)):
@@ -252,6 +287,7 @@ class SynthClient:
         # Differs from the SDK on purpose: it polls /rl, /learning and /orchestration on every
         # tick. We use /learning/... only after /rl/... answered 404, and remember what worked.
         self._job_prefix: dict[str, str] = {}
+        self._stream_suffix: dict[str, str] = {}
         self.request_count = 0
 
     async def __aenter__(self) -> SynthClient:
@@ -354,7 +390,7 @@ class SynthClient:
                 f"{text.strip()[:120]!r}.",
                 "Is --backend pointing at the API? It should end in /api (added automatically).",
                 status=status, body=text[:400])
-        return ApiResponse(status=status, body=body, text=text)
+        return ApiResponse(status=status, body=body, text=text, headers=response.headers)
 
     # -- job paths: /rl first, /learning only after a 404 -------------------------
 
@@ -376,6 +412,30 @@ class SynthClient:
         raise last_error
 
     # -- endpoints -----------------------------------------------------------------
+
+    async def probe_rl(self) -> RlSupport:
+        """One cheap request that says whether this backend offers RL jobs at all, and which
+        contract generations it says it speaks. Today's hosted service may answer 404 here: RL
+        jobs left the public SDK after 0.5.0 (docs/compatibility.md)."""
+        try:
+            response = await self.request("GET", "/rl/jobs", what="the RL job list", params={"limit": 1})
+        except NotFoundError as exc:
+            raise RlNotOffered(
+                f"The backend at {self.base_url} answers, but offers no RL jobs: GET {self.base_url}/rl/jobs "
+                f"answered 404 ({exc.body_summary()}). Synth's public SDK stopped creating RL jobs after 0.5.0, "
+                "and today's hosted service may not offer them to you.",
+                "Train on this machine with the embedded backend: add --backend local (it trains any "
+                "conforming task app), or point --backend at a backend that offers /api/rl/jobs.",
+                status=404, body=exc.body) from None
+        except RejectedError as exc:
+            if exc.status == 405:  # the path exists, only listing is not allowed
+                return RlSupport(frozenset(), "GET /rl/jobs answered 405: the RL job routes exist")
+            raise
+        said = response.headers.get(RL_CONTRACT_HEADER, "")
+        generations = frozenset(g.strip() for g in said.split(",") if g.strip() in KNOWN_GENERATIONS)
+        how = (f"the backend says it speaks {', '.join(sorted(generations))} ({RL_CONTRACT_HEADER})"
+               if generations else "the backend does not say which contract generation it speaks")
+        return RlSupport(generations, how)
 
     async def verify_task_app(self, task_url: str) -> VerifyResult:
         """``POST /rl/verify_task_app``. HTTP errors come back as a result, not an exception,
@@ -453,13 +513,29 @@ class SynthClient:
         return [JobStatus.model_validate(item) for item in items_of(response.body, "jobs") if isinstance(item, dict)]
 
     async def stream_events(self, job_id: str, since_seq: int) -> AsyncIterator[JobEvent]:
-        """Server-sent events for a job (``Accept: text/event-stream``), from ``since_seq``.
+        """Server-sent events for a job (``Accept: text/event-stream``), from ``since_seq``:
+        at ``/events/stream`` (where SDK 0.4+ streamers look), else at ``/events`` (0.2.x
+        backends negotiate there). The path that worked is remembered for the job.
 
-        Raises an ApiError when the backend does not offer a stream here (the caller then
-        polls); ends when the server closes the stream.
+        Raises StreamUnavailable when the backend offers no stream (the caller then polls);
+        ends when the server closes the stream.
         """
         prefix = self._job_prefix.get(job_id, "/rl/jobs")
-        path = job_path(prefix, job_id, "/events")
+        known = self._stream_suffix.get(job_id)
+        suffixes = [known] if known else ["/events/stream", "/events"]
+        for suffix in suffixes:
+            try:
+                async for event in self._stream_at(job_id, job_path(prefix, job_id, suffix), since_seq):
+                    self._stream_suffix[job_id] = suffix
+                    yield event
+                self._stream_suffix.setdefault(job_id, suffix)
+                return
+            except (StreamUnavailable, NotFoundError, RejectedError):
+                # Raised before the first event: try the older path, or give up on streams.
+                if suffix == suffixes[-1]:
+                    raise StreamUnavailable(f"The backend offers no event stream for job {job_id}.", None) from None
+
+    async def _stream_at(self, job_id: str, path: str, since_seq: int) -> AsyncIterator[JobEvent]:
         headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
         self.request_count += 1
         try:

@@ -51,6 +51,7 @@ class ServicesSection(_Section):
     # supply it. resolve_task_url() decides; the payload builder forces the final value in.
     task_url: str | None = None
     judge_url: str | None = None
+    verifier_url: str | None = None  # judge_url's name from SDK 0.4.6 (docs/compatibility.md)
 
 
 class TopologySection(_Section):
@@ -203,6 +204,7 @@ class RLConfig(_Section):
     training: TrainingSection | None = None
     rubric: dict[str, Any] | None = None
     judge: JudgeSection | None = None
+    verifier: JudgeSection | None = None  # [judge]'s name from SDK 0.4.6, same fields
     tags: dict[str, Any] | None = None
     smoke: dict[str, Any] | None = None
 

@@ -16,7 +16,15 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
-from app.core.client import ApiError, AuthError, BackendTimeout, BackendUnreachable, VerifyResult, error_detail
+from app.core.client import (
+    ApiError,
+    AuthError,
+    BackendTimeout,
+    BackendUnreachable,
+    RlNotOffered,
+    VerifyResult,
+    error_detail,
+)
 from app.core.health import HealthReport
 from app.core.redact import key_prefix, mask_prefixes, redact
 
@@ -160,6 +168,8 @@ def backend_rows(check: BackendCheck) -> list[DiagnosticRow]:
         return [DiagnosticRow(BACKEND_CHECK, tried, Verdict.FAILED, _no_answer(check.timeout_s), None, latency,
                               "The backend is slow or unreachable from here: retry (r), or check --backend.")]
     if check.error is not None:
+        if isinstance(check.error, RlNotOffered):
+            tried = f"GET /rl/jobs · Bearer {check.key_hint}"
         return [DiagnosticRow(BACKEND_CHECK, tried, Verdict.FAILED, check.error.message, check.error.status,
                               latency, check.error.hint)]
     result = check.result

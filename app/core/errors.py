@@ -14,6 +14,8 @@ class ExitCode:
     CHECKS_FAILED = 3
     POLL_TIMEOUT = 4
     BACKEND = 5
+    # The job is paused on the backend: the watch ended, the job keeps its state there.
+    PAUSED = 6
     INTERRUPTED = 130
 
 

@@ -14,6 +14,7 @@ from app.core import config as cfg
 from app.core import envfile
 from app.core.client import backend_from_env, checked_api_base, request_url_problem, shown_url
 from app.core.errors import MissingSecretsError, UnusableSecretError, UsageError
+from app.core.payload import for_backend
 
 
 def new_idempotency_key() -> str:
@@ -84,9 +85,10 @@ def resolve_secrets(env: envfile.EnvFile | None, *, shell: Mapping[str, str] | N
 
 
 def require_secrets(resolved: Sequence[envfile.ResolvedKey], *, env_path: Path | None,
-                    task_url_flag: str | None) -> dict[str, str]:
-    """The required values, or a MissingSecretsError naming every missing key and the fix."""
-    optional = ("TASK_APP_URL",) if task_url_flag else ()
+                    task_url_flag: str | None, optional: Sequence[str] = ()) -> dict[str, str]:
+    """The required values (``optional`` ones may be missing), or a MissingSecretsError
+    naming every missing key and the fix."""
+    optional = (*optional, *(("TASK_APP_URL",) if task_url_flag else ()))
     missing = envfile.missing_required(resolved, optional=optional)
     if missing:
         where = f"add them to {env_path}" if env_path else "pass --env-file PATH or export them in the shell"
@@ -129,7 +131,10 @@ class PreparedJob:
 
 def prepare_payload(config_path: Path, *, task_url_flag: str | None, env_task_url: str | None,
                     backend_base: str, model: str | None, allow_experimental: bool | None,
-                    env_task_url_where: str = "TASK_APP_URL") -> PreparedJob:
+                    env_task_url_where: str = "TASK_APP_URL",
+                    generations: frozenset[str] = frozenset()) -> PreparedJob:
+    """The validated config and its payload, under the names a backend of ``generations``
+    reads (empty: as written)."""
     report = cfg.validate_rl_file(config_path, allow_experimental=allow_experimental)
     config = report.raise_if_invalid()
     config_task_url = config.services.task_url if config.services else None
@@ -139,6 +144,7 @@ def prepare_payload(config_path: Path, *, task_url_flag: str | None, env_task_ur
     check_task_url(task_url, where)
     payload = cfg.build_rl_payload(config, task_url=task_url, backend_base=backend_base,
                                    model_override=model, allow_experimental=allow_experimental)
+    payload = for_backend(payload, generations)
     return PreparedJob(config_path, report, payload, task_url, source)
 
 

@@ -156,6 +156,32 @@ def build_rl_payload(
     }
 
 
+# Names the backend generations give the same settings (docs/compatibility.md): 0.2 backends
+# read [judge] and services.judge_url, SDK 0.4.6 and later [verifier] and services.verifier_url.
+_NAMES_BY_GENERATION = {"0.2": ("judge", "judge_url"), "0.5": ("verifier", "verifier_url")}
+
+
+def for_backend(payload: Mapping[str, Any], generations: frozenset[str]) -> dict[str, Any]:
+    """The payload under the names a backend of ``generations`` reads. A backend that names
+    one generation gets that one's names; one that names both, or says nothing, gets the
+    config as written (it was written for that backend)."""
+    payload = copy.deepcopy(dict(payload))
+    if len(generations) != 1:
+        return payload
+    (generation,) = generations
+    section, url = _NAMES_BY_GENERATION[generation]
+    other_section, other_url = next(v for k, v in _NAMES_BY_GENERATION.items() if k != generation)
+    config = (payload.get("data") or {}).get("config")
+    if not isinstance(config, dict):
+        return payload
+    if other_section in config and section not in config:
+        config[section] = config.pop(other_section)
+    services = config.get("services")
+    if isinstance(services, dict) and other_url in services and url not in services:
+        services[url] = services.pop(other_url)
+    return payload
+
+
 def _ordered_data(data: dict[str, Any]) -> dict[str, Any]:
     """Key order as the SDK prints it: endpoint, config, then the model."""
     order = ("endpoint_base_url", "config", "base_model", "model")

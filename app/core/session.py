@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from app.core import config as cfg
 from app.core import envfile
-from app.core.client import SynthClient, VerifyResult, checked_api_base
+from app.core.client import RlSupport, SynthClient, VerifyResult, checked_api_base
 from app.core.errors import MissingSecretsError, UsageError
 from app.core.health import HealthReport, check_task_app
 from app.core.launch import (
@@ -46,8 +46,13 @@ class LaunchOptions:
     poll_timeout: float = 3600.0
     metric: str | None = None
     cwd: Path = field(default_factory=Path.cwd)
-    # The backend runs inside this process (synth-tui demo): it stops when the app does.
+    # The backend runs inside this process (synth-tui demo, --backend local): it stops when
+    # the app does.
     embedded_backend: bool = False
+    # --backend local: the key of the backend started for this run (SYNTH_API_KEY is then not
+    # needed), and how to hand it the ENVIRONMENT_API_KEY it calls the task app with.
+    backend_key: str | None = None
+    hold_env_keys: Callable[[Sequence[str]], None] | None = None
 
     def __post_init__(self) -> None:
         # Expanded once here, so no later expanduser() meets an unknown ~user and raises.
@@ -70,6 +75,7 @@ class LaunchOptions:
             idempotency=flag("idempotency"), backend=flag("backend"),
             poll_interval=flag("poll_interval", 5.0), poll_timeout=flag("poll_timeout", 3600.0),
             metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
+            backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),  # type: ignore[arg-type]
         )
 
 
@@ -114,6 +120,8 @@ class LaunchSession:
     # A malformed backend URL in the .env: raised by open_env, and again by anything that
     # would talk to the backend, so the hosted default is never used in its place.
     backend_problem: UsageError | None = None
+    # What the backend said about RL jobs (probe): the payload takes the names it reads.
+    rl_support: RlSupport | None = None
 
     def __post_init__(self) -> None:
         self.backend_base, self.backend_source = resolve_backend(self.options.backend, self.shell)
@@ -191,13 +199,19 @@ class LaunchSession:
         self.prepared = None
         return self.resolved
 
+    def optional_keys(self) -> tuple[str, ...]:
+        """Required keys this run can do without: the task URL given by flag, the backend key
+        of a backend this process started."""
+        return ((("TASK_APP_URL",) if self.options.task_url else ())
+                + (("SYNTH_API_KEY",) if self.options.backend_key else ()))
+
     def missing_keys(self) -> list[str]:
-        optional = ("TASK_APP_URL",) if self.options.task_url else ()
-        return envfile.missing_required(self.resolved, optional=optional)
+        return envfile.missing_required(self.resolved, optional=self.optional_keys())
 
     def secrets(self) -> dict[str, str]:
         path = self.env_choice.path if self.env_choice else None
-        return require_secrets(self.resolved, env_path=path, task_url_flag=self.options.task_url)
+        return require_secrets(self.resolved, env_path=path, task_url_flag=self.options.task_url,
+                               optional=self.optional_keys())
 
     def secret_values(self) -> list[str]:
         """Every secret in play, for redaction of anything shown."""
@@ -217,7 +231,8 @@ class LaunchSession:
             self.config_path, task_url_flag=self.options.task_url, env_task_url=secrets.get("TASK_APP_URL"),
             backend_base=self.backend_base, model=self.options.model,
             allow_experimental=self.options.allow_experimental,
-            env_task_url_where=f"TASK_APP_URL from {task_url_key.where}" if task_url_key else "TASK_APP_URL")
+            env_task_url_where=f"TASK_APP_URL from {task_url_key.where}" if task_url_key else "TASK_APP_URL",
+            generations=self.rl_support.generations if self.rl_support else frozenset())
         return self.prepared
 
     def _raise_backend_problem(self) -> None:
@@ -227,15 +242,22 @@ class LaunchSession:
     def attach_hint(self, job_id: str) -> str:
         """How to watch this job again after leaving: the command with every flag it needs."""
         if self.options.embedded_backend:
-            return (f"The demo's embedded backend stops with this process, and job {job_id} with it "
+            return (f"The embedded backend stops with this process, and job {job_id} with it "
                     f"(marked failed when that backend starts again).")
         command = f"synth-tui attach {job_id} --backend {self.backend_base}"
         if self.env_choice is not None and self.env_choice.path is not None:
             command += f" --env-file {self.env_choice.path}"
         return f"Attach again with:\n  {command}"
 
+    def paused_message(self, job_id: str) -> str:
+        """What a watch that ended on a paused job says (the job is not over)."""
+        return (f"Job {job_id} is paused on the backend: it keeps its state there, and this watch has ended. "
+                f"Resume it on the backend, then watch it again. {self.attach_hint(job_id)}")
+
     def synth_api_key(self) -> str:
         """Only the backend key: enough to attach to a job, which needs no task app."""
+        if self.options.backend_key:
+            return self.options.backend_key
         key = next((k for k in self.resolved if k.name == "SYNTH_API_KEY" and k.value), None)
         if key is None:
             raise MissingSecretsError("Missing required key: SYNTH_API_KEY.",
@@ -247,13 +269,36 @@ class LaunchSession:
         self._raise_backend_problem()
         return SynthClient(self.backend_base, self.synth_api_key(), **kwargs)  # type: ignore[arg-type]
 
+    async def probe(self, client: SynthClient) -> RlSupport:
+        """Ask the backend whether it offers RL jobs (RlNotOffered, with the way out, when it
+        does not) and remember which generation it speaks, so the payload is prepared again
+        under the names that one reads."""
+        support = await client.probe_rl()
+        if self.rl_support is None or support.generations != self.rl_support.generations:
+            self.prepared = None
+        self.rl_support = support
+        return support
+
     async def verify(self, *, timeout: float = 30.0) -> VerifyResult:
-        prepared = self.prepared or self.prepare()
+        """The probe, then the backend's verification of the task app (POST /rl/verify_task_app)."""
+        self.hand_env_keys_to_embedded_backend()
         async with self.client(timeout=timeout, retries=0) as client:
+            await self.probe(client)
+            prepared = self.prepared or self.prepare()
             return await client.verify_task_app(prepared.task_url)
+
+    def env_keys(self) -> list[str]:
+        """ENVIRONMENT_API_KEY and its aliases: every key the task app may accept."""
+        aliases = [a.strip() for a in self.shell.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
+        return [self.secrets()["ENVIRONMENT_API_KEY"], *aliases]
+
+    def hand_env_keys_to_embedded_backend(self) -> None:
+        """An embedded backend of this process holds the task-app keys as they are now (the
+        hosted service holds the keys an org uploaded; this one gets them in memory)."""
+        if self.options.hold_env_keys is not None:
+            self.options.hold_env_keys(self.env_keys())
 
     async def health(self, *, timeout: float = 30.0) -> HealthReport:
         prepared = self.prepared or self.prepare()
-        aliases = [a.strip() for a in self.shell.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
-        return await check_task_app(prepared.task_url, self.secrets()["ENVIRONMENT_API_KEY"], aliases=aliases,
-                                    timeout=timeout)
+        key, *aliases = self.env_keys()
+        return await check_task_app(prepared.task_url, key, aliases=aliases, timeout=timeout)

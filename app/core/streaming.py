@@ -26,7 +26,16 @@ from app.core.client import (
     SynthClient,
     backoff_delay,
 )
-from app.core.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status, terminal_status_of_event
+from app.core.errors import ExitCode
+from app.core.wire import (
+    SUCCESS_STATUSES,
+    JobEvent,
+    JobStatus,
+    MetricPoint,
+    is_paused_status,
+    is_terminal_status,
+    terminal_status_of_event,
+)
 
 # --------------------------------------------------------------------------- updates
 
@@ -58,7 +67,16 @@ class ConnectionState:
 class WatchEnded:
     status: str
     payload: dict[str, Any]
-    reason: Literal["terminal", "timeout"]
+    reason: Literal["terminal", "timeout", "paused"]
+
+    @property
+    def exit_code(self) -> int:
+        """What a front end exits with after this end (docs/compatibility.md lists them)."""
+        if self.reason == "timeout":
+            return ExitCode.POLL_TIMEOUT
+        if self.reason == "paused":
+            return ExitCode.PAUSED
+        return ExitCode.OK if self.status in SUCCESS_STATUSES else ExitCode.JOB_FAILED
 
 
 Update = StatusChanged | NewEvents | NewMetrics | ConnectionState | WatchEnded
@@ -212,6 +230,12 @@ class JobWatcher:
                     async for update in self._drain():
                         yield update
                     yield WatchEnded(final, self._final_payload(final), "terminal")
+                    return
+                if self._state.last_status is not None and is_paused_status(self._state.last_status.status):
+                    async for update in self._drain():
+                        yield update
+                    paused = self._state.last_status.status
+                    yield WatchEnded(paused, self._final_payload(paused), "paused")
                     return
                 if deadline is not None and time.monotonic() >= deadline:
                     yield self._timeout_end()

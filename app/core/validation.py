@@ -248,20 +248,30 @@ def _check_sizes(data: Mapping[str, Any], problems: _ProblemList) -> None:
 
 
 def _check_judge(data: Mapping[str, Any], problems: _ProblemList) -> None:
-    judge = _table(data, "judge")
-    if judge is None:
-        return
-    options = judge.get("options")
-    if not isinstance(options, Mapping):
-        problems.add(
-            "judge.options",
-            "[judge.options] section is required when [judge] is present",
-            hint="add [judge.options] with provider and model, or remove [judge]",
-        )
-        return
-    for key in ("provider", "model"):
-        if not options.get(key):
-            problems.add(f"judge.options.{key}", FIELD_REQUIRED)
+    """[judge], or [verifier] as SDK 0.4.6 renamed it (docs/compatibility.md): one of them,
+    with provider and model in its options."""
+    if _table(data, "judge") is not None and _table(data, "verifier") is not None:
+        problems.add("verifier", "[judge] and [verifier] are the same section (renamed in SDK 0.4.6)",
+                     hint="keep one of them; synth-tui sends it under the name the backend expects")
+    services = _table(data, "services") or {}
+    if services.get("judge_url") is not None and services.get("verifier_url") is not None:
+        problems.add("services.verifier_url", "services.judge_url and services.verifier_url are the same setting",
+                     hint="keep one of them (verifier_url is its name from SDK 0.4.6)")
+    for name in ("judge", "verifier"):
+        section = _table(data, name)
+        if section is None:
+            continue
+        options = section.get("options")
+        if not isinstance(options, Mapping):
+            problems.add(
+                f"{name}.options",
+                f"[{name}.options] section is required when [{name}] is present",
+                hint=f"add [{name}.options] with provider and model, or remove [{name}]",
+            )
+            continue
+        for key in ("provider", "model"):
+            if not options.get(key):
+                problems.add(f"{name}.options.{key}", FIELD_REQUIRED)
 
 
 def _pydantic_message(error: Mapping[str, Any]) -> str:

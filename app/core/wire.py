@@ -17,6 +17,9 @@ from app.core.errors import UsageError
 
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "canceled", "completed", "error"})
 SUCCESS_STATUSES = frozenset({"succeeded", "completed"})
+# Not an end of the job, but of a watch: SDK 0.9's streamers stop on it too. The job keeps
+# its state on the backend and may be resumed there (docs/compatibility.md).
+PAUSED_STATUSES = frozenset({"paused"})
 TERMINAL_SUCCESS_EVENTS = frozenset(
     {"sft.job.completed", "rl.train.completed", "rl.job.completed", "workflow.completed", "training.completed"}
 )
@@ -30,6 +33,10 @@ def is_terminal_status(status: str | None) -> bool:
     # Differs from the SDK on purpose: its JobStreamer does not treat "error" as terminal,
     # so a job stuck in "error" streams forever.
     return (status or "").lower() in TERMINAL_STATUSES
+
+
+def is_paused_status(status: str | None) -> bool:
+    return (status or "").lower() in PAUSED_STATUSES
 
 
 def terminal_status_of_event(event_type: str) -> str | None:

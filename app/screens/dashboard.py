@@ -28,8 +28,8 @@ from app.core.launch import new_idempotency_key
 from app.core.paths import open_private, private_dir, run_dir
 from app.core.redact import printable
 from app.core.series import MetricStore
-from app.core.streaming import WatchOptions
-from app.core.wire import parse_iso
+from app.core.streaming import WatchEnded, WatchOptions
+from app.core.wire import SUCCESS_STATUSES, parse_iso
 from app.screens.base import FlowScreen
 from widgets.event_log import EventLog
 from widgets.reward_chart import RewardChart
@@ -91,6 +91,7 @@ class DashboardScreen(FlowScreen):
         self.status = "unknown"
         self.reconnecting = ""
         self.ended = False
+        self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
         self.paused = False
         self.started = time.monotonic()
         self.created_at: datetime | None = None
@@ -164,7 +165,7 @@ class DashboardScreen(FlowScreen):
         if batch.connection is not None:
             self.reconnecting = batch.connection.message if batch.connection.reconnecting else ""
         if batch.ended is not None:
-            self._ended(batch.ended.status, batch.ended.payload, batch.ended.reason)
+            self._ended(batch.ended)
         if batch.status is not None or batch.connection is not None or batch.ended is not None:
             self._render_header()  # otherwise the 1 s clock keeps it current
 
@@ -177,8 +178,10 @@ class DashboardScreen(FlowScreen):
                          second.status or first.status, second.connection or first.connection,
                          second.ended or first.ended, second.error or first.error)
 
-    def _ended(self, status: str, payload: dict[str, Any], reason: str) -> None:
+    def _ended(self, ended: WatchEnded) -> None:
+        status, payload, reason = ended.status, ended.payload, ended.reason
         self.ended = True
+        self.ended_code = ended.exit_code
         self.status = status
         created, updated = parse_iso(payload.get("created_at")), parse_iso(payload.get("updated_at"))
         if created is not None and updated is not None and reason == "terminal":
@@ -189,9 +192,12 @@ class DashboardScreen(FlowScreen):
             text = (f"Stopped watching after --poll-timeout; the job was still {status}.\n"
                     f"{self.session.attach_hint(self.job.job_id)}")
             self.notify(text, title="Watch stopped", severity="warning")
+        elif reason == "paused":
+            text = self.session.paused_message(self.job.job_id)
+            self.notify(text, title="Job paused", severity="warning")
         else:
             text = f"Final status: {status}\n{json.dumps(payload, indent=2)}"
-            severity = "information" if status in ("succeeded", "completed") else "error"
+            severity = "information" if status in SUCCESS_STATUSES else "error"
             self.notify(f"Job {self.job.job_id} {status}", title="Job finished", severity=severity)
             self.app.bell()
         self.query_one("#dash-final-text", Static).update(text)
@@ -336,8 +342,8 @@ class DashboardScreen(FlowScreen):
             self.feed.stop()
         if self.ended:
             message = f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
-            # The same exit codes as the headless command: 0 succeeded, 1 failed or cancelled.
-            code = 0 if self.status in ("succeeded", "completed") else 1
+            # The same exit codes as the headless command (WatchEnded.exit_code).
+            code = self.ended_code
         else:
             message = f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
             code = 0

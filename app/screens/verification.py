@@ -155,7 +155,7 @@ class VerificationScreen(FlowScreen):
         if run != self._run:
             return
         self.target = CheckTarget(prepared.task_url, self.session.backend_base,
-                                  mask_secret(secrets.get("SYNTH_API_KEY")),
+                                  mask_secret(self.session.synth_api_key()),
                                   mask_secret(secrets.get("ENVIRONMENT_API_KEY")))
         self._checks_started = self.clock()
         self.run_worker(self._verify_with_backend(run, self.target), name=BACKEND_WORKER, group=WORKER_GROUP,

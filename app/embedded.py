@@ -1,0 +1,63 @@
+"""``--backend local``: the embedded backend inside this process, for one run.
+
+It is what a user has when the hosted service offers no RL jobs (docs/compatibility.md): the
+same API on a free loopback port, trained by app/local's RL loop, with its state in
+``<state dir>/local`` (a temporary folder while another run holds that one). It gets a fresh
+key of its own, so SYNTH_API_KEY is not needed, and it is handed the ENVIRONMENT_API_KEY in
+memory when the flow has one. It stops when the run ends, and a job still running with it
+(the next start of that backend marks such a job failed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+from collections.abc import Callable
+
+from app.core.errors import UsageError
+from app.core.paths import state_dir
+
+LOCAL = "local"
+
+
+def wants_local_backend(args: argparse.Namespace) -> bool:
+    return str(getattr(args, "backend", None) or "").strip().lower() == LOCAL
+
+
+def refuse_local_attach(args: argparse.Namespace) -> None:
+    """A job of an embedded backend ends with the process that ran it: nothing to attach to."""
+    if wants_local_backend(args):
+        raise UsageError("--backend local starts a new embedded backend for a `train` run; it has no earlier jobs "
+                         "to attach to (each stops with the run that started it).",
+                         "Attach with --backend http://HOST:PORT to a backend that keeps running, e.g. one started "
+                         "with `synth-tui backend`.")
+
+
+def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+    """Start the embedded backend, run the flow against it, stop it."""
+    from app.demo import claim_folder
+    from app.local.servers import start_backend  # the servers load only when used
+
+    folder = claim_folder(state_dir() / "local", "local-")
+    try:
+        backend = start_backend(api_key=f"sk_local_{secrets.token_hex(16)}",
+                                db_path=folder.path / "backend.sqlite3", env_api_keys=[])
+        try:
+            print(f"Embedded backend: {backend.url}/api (state: {folder.path}; it stops when this run ends)",
+                  file=sys.stderr, flush=True)
+            return run(with_backend(args, backend))
+        finally:
+            backend.stop()
+    finally:
+        folder.release()
+
+
+def with_backend(args: argparse.Namespace, backend) -> argparse.Namespace:
+    """The flags of the run, pointed at the embedded backend (``backend``: a ServerHandle)."""
+    flags = argparse.Namespace(**vars(args))
+    flags.backend = backend.url
+    flags.embedded_backend = True
+    flags.backend_key = backend.api_key
+    flags.hold_env_keys = backend.hold_env_keys
+    return flags
