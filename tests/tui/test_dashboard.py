@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import threading
 
+import pytest
+
 from app.core.feed import FeedBatch
 from app.core.history import RunHistory
 from app.core.streaming import WatchEnded
@@ -115,6 +117,25 @@ async def test_cancel_asks_then_cancels(faulty_backend):
         assert isinstance(app.screen, ConfirmModal)
         await pilot.press("y")
     assert app.return_code == 0
+
+
+@pytest.mark.parametrize("end, options, code", [
+    ("paused", {}, 6), ("running", {"poll_timeout": 0.3}, 4), ("failed", {}, 1), ("succeeded", {}, 0)])
+async def test_the_dashboard_exits_as_the_headless_command_does(faulty_backend, end, options, code):
+    # docs/compatibility.md: paused ends the watch (6), a poll timeout is 4, as headless.
+    faulty_backend.add_job(ScriptedJob("job_a", [*training_timeline(steps=2)[:3], (end, [event(40)], [])]))
+    session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.02, **options),
+                            shell={"SYNTH_API_KEY": faulty_backend.api_key})
+    session.resolve()
+    app = SynthTuiApp(session, attach=JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        if end == "paused":
+            text = str(screen.query_one("#dash-final-text").render())
+            assert "is paused on the backend: it keeps its state there" in text and "synth-tui attach job_a" in text
+        await pilot.press("q")
+    assert app.return_value == code  # run_app exits with this
 
 
 async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
