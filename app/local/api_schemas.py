@@ -79,12 +79,17 @@ CHAT = {
 
 
 CID = {"name": "cid", "in": "query", "required": False, "schema": {"type": "string"},
-       "description": "<job_id>:<rollout_id>, as the trainer writes it into the inference URL"}
+       "description": "trace_<job_id>:<rollout_id>, as the trainer writes it into a 0.2 inference URL"}
+TRIAL_PATH = {"name": "trial", "in": "path", "required": True, "schema": {"type": "string"},
+              "description": "the job id, as the trainer writes it into a 0.4/0.5 inference URL"}
+CID_PATH = {"name": "cid", "in": "path", "required": True, "schema": {"type": "string"},
+            "description": "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the trainer writes it "
+                           "into a 0.4/0.5 inference URL"}
 
 
 def json_body(schema: dict[str, Any], *query: dict[str, Any]) -> dict[str, Any]:
-    """`openapi_extra` for a route that reads a JSON body of this shape (and query parameters
-    it reads itself)."""
+    """`openapi_extra` for a route that reads a JSON body of this shape (and query or path
+    parameters it reads itself)."""
     extra: dict[str, Any] = {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
     if query:
         extra["parameters"] = list(query)

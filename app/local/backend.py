@@ -4,10 +4,12 @@ Everything lives under /api and needs `Authorization: Bearer <api_key>`, except:
 - `GET /api/health` (reachability, no secret involved);
 - the OpenAI-compatible chat endpoint, `POST /api/v1/chat/completions` (also
   `/v1/chat/completions`), which serves the job's current policy to the task app. The trainer
-  gives the task app `{base}/api/v1/chat/completions?cid=<job_id>:<rollout_id>`; the cid names
-  the job and the rollout, and while that rollout is in flight the cid itself is the
-  credential (the task app holds no Synth key). With a Bearer key any job's policy can be
-  queried, finished jobs included (their final policy is stored).
+  gives the task app `{base}/api/v1/chat/completions?cid=trace_<job_id>:<rollout_id>` (contract
+  0.2) or the path form `{base}/api/v1/<job_id>/trace_<job_id>:<rollout_id>`, to which the task
+  app appends /chat/completions (0.4/0.5; docs/rollout-contracts.md). The cid names the job
+  and the rollout, and while that rollout is in flight the cid itself is the credential (the
+  task app holds no Synth key). With a Bearer key any job's policy can be queried, finished
+  jobs included (their final policy is stored).
 
 Errors are always `{"detail": ...}` JSON. Job events are also served as server-sent events
 when the client asks for `text/event-stream`.
@@ -20,6 +22,7 @@ import hashlib
 import hmac
 import json
 import random
+import re
 import secrets
 import time
 from contextlib import asynccontextmanager
@@ -30,7 +33,7 @@ import httpx
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.local.api_schemas import CHAT, CID, JOB_CREATE, VERIFY, json_body
+from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, TRIAL_PATH, VERIFY, json_body
 from app.core.redact import held_key_prefix, scrub_key_fragments
 from app.core.urls import http_url_problem
 from app.local.errors import describe_http_error, install_json_errors, response_detail
@@ -40,13 +43,18 @@ from app.local.journal import Journal
 from app.local.action_space import TEXT_ANSWER, ActionSpace, UnsupportedSchema, choose_tool, compile_tool
 from app.local.policy import TabularPolicy, choose
 from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store
-from app.local.trainer import InvalidJobPayload, Trainer, parse_correlation_id, plan_from_payload
+from app.core.trainable import short_repr
+from app.local.rollout_contract import parse_correlation_id
+from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
 
 MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
 CHAT_BODY_LIMIT = 4 << 20  # chat histories can be long; every other body stays under guard.MAX_BODY_BYTES
 TERMINAL_EVENT_TYPES = {"rl.job.completed", "rl.job.failed", "rl.job.cancelled"}
 SSE_HEARTBEAT_S = 10.0
 CHAT_PATHS = ("/api/v1/chat/completions", "/v1/chat/completions")
+# The path form of contract 0.4/0.5: the trial (our job id) and the correlation id in the path.
+CHAT_PATH_FORMS = ("/api/v1/{trial}/{cid}/chat/completions", "/v1/{trial}/{cid}/chat/completions")
+_CHAT_PATH_FORM = re.compile(r"^(/api)?/v1/[^/]+/[^/]+/chat/completions$")
 VERIFY_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
 HEADER_STYLES = {
     "X-API-Key": lambda key: {"X-API-Key": key},
@@ -112,7 +120,8 @@ def create_backend_app(
     app = FastAPI(title="synth-tui embedded backend", lifespan=lifespan)
     app.state.begin_shutdown = b.begin_shutdown
     install_json_errors(app)
-    app.add_middleware(RequestGuard, limits={path: CHAT_BODY_LIMIT for path in CHAT_PATHS})
+    app.add_middleware(RequestGuard, limits={path: CHAT_BODY_LIMIT for path in CHAT_PATHS},
+                       pattern_limits=[(_CHAT_PATH_FORM, CHAT_BODY_LIMIT)])
 
     def require_key(request: Request) -> None:
         if not b.bearer_ok(request):
@@ -129,6 +138,8 @@ def create_backend_app(
     chat = _chat_handler(b)
     for path in CHAT_PATHS:
         app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, CID))
+    for path in CHAT_PATH_FORMS:
+        app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, TRIAL_PATH, CID_PATH))
     return app
 
 
@@ -186,7 +197,7 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         b.journal.event(job["id"], "rl.job.created", f"Job created: train {plan.model} on {plan.task_url}",
                         data={"model": plan.model, "task_app_url": plan.task_url, "total_steps": plan.total_steps})
         base = b.public_base_url or str(request.base_url).rstrip("/")
-        b.trainer.start(job["id"], plan, f"{base}/api/v1/chat/completions")
+        b.trainer.start(job["id"], plan, f"{base}/api/v1")
         return JSONResponse(_job_view(job), status_code=201)
 
     async def list_jobs(limit: int = Query(50, ge=1, le=500), status: str | None = None) -> dict:
@@ -304,14 +315,27 @@ async def _verify(b: _Backend, url: str) -> dict:
 def _chat_handler(b: _Backend):
     async def chat_completions(request: Request) -> dict:
         body = await _json_body(request)
-        job_id, rollout_id = parse_correlation_id(request.query_params.get("cid", ""))
+        # The correlation id: in the path (contract 0.4/0.5), else ?cid= (0.2); any of the
+        # prefixes trace_, cid_, eval_, or none.
+        query_cid = request.query_params.get("cid", "")
+        cid = request.path_params.get("cid", query_cid)
+        job_id, rollout_id = parse_correlation_id(cid)
         run = b.trainer.runs.get(job_id) if b.trainer else None
         if not (b.bearer_ok(request) or (run is not None and rollout_id in run.open_rollouts)):
             raise HTTPException(401, "Missing or invalid credentials: send Authorization: Bearer <SYNTH_API_KEY>, "
                                      "or call the inference URL the trainer gave for a rollout in flight",
                                 headers={"WWW-Authenticate": "Bearer"})
         if not job_id:
-            raise HTTPException(400, "The inference URL must name the job: ?cid=trace_<job_id>[:<rollout_id>]")
+            raise HTTPException(400, "The inference URL must name the job: ?cid=trace_<job_id>[:<rollout_id>] "
+                                     "or, in the path, /v1/<job_id>/trace_<job_id>[:<rollout_id>]/chat/completions")
+        trial = request.path_params.get("trial")
+        if trial is not None and trial != job_id:
+            raise HTTPException(400, f"The inference URL's path names trial {short_repr(trial)} but its correlation "
+                                     f"id names job {short_repr(job_id)}: /v1/<job_id>/trace_<job_id>:<rollout_id>"
+                                     "/chat/completions; use the inference URL the trainer gave")
+        if query_cid and cid != query_cid:
+            raise HTTPException(400, "The inference URL carries two different correlation ids, one in its path "
+                                     "and one as ?cid=; use the inference URL the trainer gave")
         problem = chat_body_problem(body)
         if problem:
             raise HTTPException(422, f"Invalid chat completion request: {problem}")

@@ -3,9 +3,10 @@
 What makes it different, on purpose: its one tool, `interact_many`, takes an *array* of
 enum actions (1 to 4 a call) and is forced with `tool_choice`; the observation is the
 SDK-style free text with a step counter and the recent actions echoed (which a state key must
-look through); and, as the SDK's hosted-env helpers do, a rollout in "rl" mode needs an
+look through); and, as the SDK's hosted-env helpers do, a 0.2 rollout in "rl" mode needs an
 inference URL whose correlation id (`?cid=`) starts with `trace_` (refused with a 400 here,
-where the SDK's apps fail with a 500).
+where the SDK's apps fail with a 500). With `contract="0.5"` it speaks the 0.4/0.5 contract
+instead (docs/rollout-contracts.md).
 
 The game, "crafter-lite": collect wood and stone, place a table (2 wood), make a pickaxe (a
 table, 1 wood, 1 stone). Making the pickaxe ends the episode with a score of 1.0 less 0.1 per
@@ -20,11 +21,11 @@ import json
 import random
 from dataclasses import dataclass, field
 from typing import Any, Sequence
-from urllib.parse import parse_qs, urlsplit
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, HTTPException
 
-from app.local.taskapp_kit import RolloutReplays, RolloutRequest, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.rollout_contract import GEN_02, cid_in_url
+from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 
 VERSION = "0.1.0"
 APP_ID = "crafter-lite"
@@ -110,7 +111,7 @@ class Game:
         return True
 
 
-def create_crafter_taskapp(*, env_api_keys: Sequence[str]) -> FastAPI:
+def create_crafter_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_02) -> FastAPI:
     app, authed = base_taskapp(app_id=APP_ID, title="crafter-lite task app", version=VERSION,
                                env_api_keys=env_api_keys)
 
@@ -124,13 +125,7 @@ def create_crafter_taskapp(*, env_api_keys: Sequence[str]) -> FastAPI:
     async def task_info() -> dict:
         return {"taskset": {**_task(), "actions": list(ACTIONS), "default_max_turns": DEFAULT_MAX_TURNS}}
 
-    rollouts = RolloutReplays()
-
-    @app.post("/rollout", dependencies=authed)
-    async def rollout(req: RolloutRequest, request: Request) -> dict:
-        check_correlation_id(req)
-        return await rollouts.run(req, lambda: _play(request.app.state.inference, req))
-
+    add_rollout_route(app, authed, contract, _play, check=check_correlation_id if contract == GEN_02 else None)
     return app
 
 
@@ -138,10 +133,9 @@ def _task() -> dict:
     return {"id": APP_ID, "name": "Crafter-lite", "version": VERSION}
 
 
-def check_correlation_id(req: RolloutRequest) -> None:
-    """The SDK's rule: in rl mode the inference URL must carry a cid that starts with trace_."""
-    query = parse_qs(urlsplit(req.policy.config.inference_url).query)
-    cid = (query.get("cid") or [""])[0]
+def check_correlation_id(req: Any) -> None:
+    """The SDK's 0.2 rule: in rl mode the inference URL must carry a cid that starts with trace_."""
+    cid = cid_in_url(req.policy.config.inference_url) or ""
     if req.mode == "rl" and not cid.startswith("trace_"):
         raise HTTPException(400, "policy.config.inference_url must carry ?cid=trace_... in rl mode "
                                  f"(got {'no cid' if not cid else 'a cid without the trace_ prefix'})")
@@ -162,7 +156,7 @@ def _actions(tool_calls: list) -> list[str]:
     return [a for a in actions if isinstance(a, str)]
 
 
-async def _play(client: Any, req: RolloutRequest) -> dict:
+async def _play(client: Any, req: Any) -> dict:
     url = chat_url(req.policy.config.inference_url)
     turns = req.env.config.max_turns or req.policy.config.max_turns or DEFAULT_MAX_TURNS
     game = Game(req.env.seed, min(turns, 50))
@@ -187,4 +181,5 @@ async def _play(client: Any, req: RolloutRequest) -> dict:
     return rollout_response(req, env_id=f"{APP_ID}:{req.env.seed}", steps=steps, score=score,
                             final={"observation": game.observation(), "reward": score},
                             details={"pickaxe": game.pickaxe, "rejected_actions": game.rejected,
-                                     "seed": req.env.seed})
+                                     "seed": req.env.seed},
+                            system_prompt=SYSTEM_PROMPT)

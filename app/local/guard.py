@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -72,14 +72,18 @@ class RequestGuard:
     """Buffers each request body (up to its limit), checks it, then hands it to the app."""
 
     def __init__(self, app: ASGIApp, *, limits: Mapping[str, int] | None = None,
+                 pattern_limits: Sequence[tuple[re.Pattern[str], int]] = (),
                  default_limit: int = MAX_BODY_BYTES, max_depth: int = MAX_JSON_DEPTH) -> None:
         self.app = app
         self.limits = dict(limits or {})  # path -> bytes, for routes that need more
+        self.pattern_limits = list(pattern_limits)  # (full-path pattern, bytes), for routes with path parameters
         self.default_limit = default_limit
         self.max_depth = max_depth
 
     def limit_for(self, path: str) -> int:
-        return self.limits.get(path, self.default_limit)
+        if path in self.limits:
+            return self.limits[path]
+        return next((limit for pattern, limit in self.pattern_limits if pattern.fullmatch(path)), self.default_limit)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -25,6 +25,7 @@ from app.core.paths import state_dir
 from app.local.backend import create_backend_app
 from app.local.retry import SERVER_KEEPALIVE_S
 from app.local.crafter_taskapp import create_crafter_taskapp
+from app.local.rollout_contract import GEN_02
 from app.local.taskapp import create_taskapp
 
 START_TIMEOUT_S = 15.0
@@ -136,8 +137,10 @@ TASK_APPS = {"gridworld": create_taskapp, "crafter-lite": create_crafter_taskapp
 
 
 def start_taskapp(*, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0,
-                  game: str = "gridworld") -> ServerHandle:
-    app = TASK_APPS[game](env_api_keys=env_api_keys)
+                  game: str = "gridworld", contract: str = GEN_02) -> ServerHandle:
+    """A reference task app; `contract` is the rollout contract generation it speaks
+    ("0.2" or "0.5", docs/rollout-contracts.md)."""
+    app = TASK_APPS[game](env_api_keys=env_api_keys, contract=contract)
     return ServerHandle("task app", app, _bind(host, port)).start("/")
 
 
@@ -171,9 +174,12 @@ def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str
     _Server(_config(app, host, bound), app.state.begin_shutdown).run(sockets=[sock])
 
 
-def serve_taskapp(host: str, port: int, env_api_keys: Sequence[str], game: str = "gridworld") -> None:
+def serve_taskapp(host: str, port: int, env_api_keys: Sequence[str], game: str = "gridworld",
+                  contract: str = GEN_02) -> None:
     """Serve until Ctrl-C (blocking)."""
+    app = TASK_APPS[game](env_api_keys=env_api_keys, contract=contract)  # an unknown contract fails here
     sock = _bind_for_serving(host, port, "task app")
     bound = sock.getsockname()[1]
-    print(f"synth-tui {game} task app on {_url(host, bound)}", file=sys.stderr, flush=True)
-    _Server(_config(TASK_APPS[game](env_api_keys=env_api_keys), host, bound), None).run(sockets=[sock])
+    print(f"synth-tui {game} task app (rollout contract {contract}) on {_url(host, bound)}", file=sys.stderr,
+          flush=True)
+    _Server(_config(app, host, bound), None).run(sockets=[sock])

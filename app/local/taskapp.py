@@ -1,6 +1,7 @@
 """The reference task app: the gridworld of gridworld.py behind the SDK's task-app contract.
 
-Endpoints and auth come from taskapp_kit.py. `POST /rollout` plays one episode: at every turn
+Endpoints and auth come from taskapp_kit.py, in either contract generation (`contract="0.2"`,
+the default, or `"0.5"`: docs/rollout-contracts.md). `POST /rollout` plays one episode: at every turn
 it calls the policy's inference URL (an OpenAI-compatible chat endpoint) with the observation
 and the `move(direction)` tool, parses the tool call and steps the environment. The user
 message ends with a `state: pos=x,y goal=x,y blocked=...` line (see policy.py).
@@ -12,11 +13,11 @@ import json
 from typing import Any, Sequence
 
 import httpx
-from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi import FastAPI, HTTPException, Query
 
 from app.local import gridworld
-from app.local.taskapp_kit import (RolloutReplays, RolloutRequest, ask_policy, base_taskapp, chat_url,
-                                   rollout_response)
+from app.local.rollout_contract import GEN_02
+from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 
 VERSION = "1.0.0"
 DEFAULT_MAX_TURNS = 12
@@ -38,9 +39,7 @@ MOVE_TOOL = {
 }
 
 
-
-
-def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld") -> FastAPI:
+def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", contract: str = GEN_02) -> FastAPI:
     app, authed = base_taskapp(app_id=app_id, title=f"{app_id} task app", version=VERSION,
                                env_api_keys=env_api_keys)
 
@@ -77,13 +76,7 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld") ->
         infos = [_task_info(app_id, s) for s in wanted]
         return infos[0] if len(infos) == 1 else infos
 
-    rollouts = RolloutReplays()
-
-    @app.post("/rollout", dependencies=authed)
-    async def rollout(req: RolloutRequest, request: Request) -> dict:
-        # A retried request (same run_id and body) joins or repeats the first run's answer.
-        return await rollouts.run(req, lambda: _play(request.app.state.inference, req))
-
+    add_rollout_route(app, authed, contract, _play)
     return app
 
 
@@ -114,14 +107,14 @@ def _task_info(app_id: str, seed: int) -> dict:
     }
 
 
-def _max_turns(req: RolloutRequest) -> int:
+def _max_turns(req: Any) -> int:
     turns = req.env.config.max_turns or req.policy.config.max_turns
     if not turns:  # else one "agent" op per turn, as the hosted trainer expands ops
         turns = sum(1 for op in req.ops if op == "agent") or DEFAULT_MAX_TURNS
     return max(1, min(int(turns), 100))
 
 
-async def _play(client: httpx.AsyncClient, req: RolloutRequest) -> dict:
+async def _play(client: httpx.AsyncClient, req: Any) -> dict:
     inference_url = req.policy.config.inference_url
     url = chat_url(inference_url)
     episode = gridworld.Episode(req.env.seed, _max_turns(req))
@@ -155,7 +148,8 @@ async def _play(client: httpx.AsyncClient, req: RolloutRequest) -> dict:
     return rollout_response(req, env_id=f"gridworld:{req.env.seed}", steps=steps, score=score,
                             final={"observation": episode.observation(), "reward": score},
                             details={"reached_goal": episode.reached, "seed": req.env.seed,
-                                     "shortest_path": episode.layout.shortest})
+                                     "shortest_path": episode.layout.shortest},
+                            system_prompt=SYSTEM_PROMPT)
 
 
 def _direction(tool_calls: list) -> str | None:

@@ -1,10 +1,12 @@
 """What every task app of this repository shares, written the way the SDK's task apps are.
 
-The request models of `POST /rollout`, the app itself with the SDK's auth rules (any of
-X-API-Key, X-API-Keys, Authorization: Bearer; 400 when wrong, 503 when the app has no key),
-`/`, `/health` and `/done`, answers to repeated rollouts, and the call to the policy's chat
-endpoint with retries. The gridworld (taskapp.py) and the inventory game (crafter_taskapp.py)
-add their own `/info`, `/task_info` and `/rollout` on top. docs/hardening.md.
+The request models of `POST /rollout` in both contract generations (0.2: `run_id`; 0.5:
+`trace_correlation_id`, docs/rollout-contracts.md), the app itself with the SDK's auth rules
+(any of X-API-Key, X-API-Keys, Authorization: Bearer; 400 when wrong, 503 when the app has no
+key), `/`, `/health` and `/done`, the `/rollout` route with answers to repeated rollouts, the
+answer in either generation, and the call to the policy's chat endpoint with retries. The
+gridworld (taskapp.py) and the inventory game (crafter_taskapp.py) add their own `/info`,
+`/task_info` and episode on top. docs/hardening.md.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Sequence
+from typing import Annotated, Any, ClassVar, Sequence
 
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -28,6 +30,7 @@ from app.core.urls import http_url_problem
 from app.local.errors import describe_http_error, install_json_errors, response_detail, without_query
 from app.local.guard import RequestGuard
 from app.local.retry import client_limits, send_with_retries
+from app.local.rollout_contract import GEN_05, GENERATIONS, chat_completions_url, cid_in_url
 
 MAX_TURNS_ALLOWED = 1_000  # as training.max_turns (app.core.trainable)
 MAX_REPORTED_KEYS = 8
@@ -68,11 +71,49 @@ class PolicySpec(_Open):
 
 
 class RolloutRequest(_Open):
+    """The 0.2 request: a rollout is named by its run_id."""
+
     run_id: str
     env: EnvSpec
     policy: PolicySpec
     ops: list[Any] = Field(default_factory=list)
     mode: str
+
+    @property
+    def replay_key(self) -> str:
+        return self.run_id
+
+
+class SafetyConfig(_Open):
+    max_time_s: float = Field(3600.0, gt=0, le=86_400, allow_inf_nan=False)
+
+
+def _request_v05() -> type[BaseModel]:
+    # Defined in a function so that its OpenAPI name is RolloutRequest, as in the SDK's apps:
+    # the trainer reads the generation from that schema's required fields.
+    class RolloutRequest(BaseModel):
+        """The 0.4/0.5 request: a rollout is named by its trace_correlation_id; other keys are
+        ignored, as pydantic's default does in the SDK."""
+
+        trace_correlation_id: str = Field(min_length=1, max_length=512)
+        env: EnvSpec
+        policy: PolicySpec
+        on_done: str = "reset"
+        safety: SafetyConfig = Field(default_factory=SafetyConfig)
+        training_session_id: str | None = None
+        synth_base_url: str | None = None
+        # Not in this generation; read by the episodes as "nothing asked".
+        ops: ClassVar[tuple[Any, ...]] = ()
+        mode: ClassVar[str | None] = None
+
+        @property
+        def replay_key(self) -> str:
+            return self.trace_correlation_id
+
+    return RolloutRequest
+
+
+RolloutRequestV05 = _request_v05()
 
 
 def base_taskapp(*, app_id: str, title: str, version: str,
@@ -134,16 +175,50 @@ def base_taskapp(*, app_id: str, title: str, version: str,
     return app, authed
 
 
+def add_rollout_route(app: FastAPI, authed: list[DependsParam], contract: str,
+                      play: Callable[[httpx.AsyncClient, Any], Awaitable[dict]],
+                      check: Callable[[Any], None] | None = None) -> None:
+    """`POST /rollout` in a contract generation: the request model of that generation, its
+    checks, then `play(client, request)` once per rollout (a retried request joins or repeats
+    the first run's answer)."""
+    if contract not in GENERATIONS:
+        raise ValueError(f"contract must be one of {', '.join(GENERATIONS)} (got {contract!r})")
+    replays = RolloutReplays()
+
+    async def run(req: Any, request: Request) -> dict:
+        if check is not None:
+            check(req)
+        return await replays.run(req, lambda: play(request.app.state.inference, req))
+
+    if contract == GEN_05:
+        async def rollout(req: RolloutRequestV05, request: Request) -> dict:
+            check_trace_correlation_id(req)
+            return await run(req, request)
+    else:
+        async def rollout(req: RolloutRequest, request: Request) -> dict:
+            return await run(req, request)
+
+    app.post("/rollout", dependencies=authed)(rollout)
+
+
+def check_trace_correlation_id(req: Any) -> None:
+    """0.5: a correlation id the inference URL carries (in its path, else ?cid=) must be the
+    request's trace_correlation_id, or the trace and the policy's calls would be filed under
+    two ids. The ids are not echoed: an inference URL's id is a credential."""
+    in_url = cid_in_url(req.policy.config.inference_url)
+    if in_url is not None and in_url != req.trace_correlation_id:
+        raise HTTPException(400, "policy.config.inference_url carries a correlation id that differs from "
+                                 "trace_correlation_id; send the inference URL made for this rollout, whose "
+                                 "id (in its path, /v1/<trial>/<id>, or as ?cid=) is the trace_correlation_id")
+
+
 def chat_url(inference_url: str) -> str:
-    """The chat completions URL of a policy's inference URL (which may be a base URL)."""
+    """The chat completions URL of a policy's inference URL (which may be a base URL),
+    normalised as the SDK's task apps do (rollout_contract.chat_completions_url)."""
     problem = http_url_problem(inference_url)
     if problem:
         raise HTTPException(422, f"policy.config.inference_url must be an http(s) URL: {problem}")
-    base, _, query = inference_url.partition("?")
-    base = base.rstrip("/")
-    if not base.endswith("/chat/completions"):
-        base += "/chat/completions" if base.endswith("/v1") else "/v1/chat/completions"
-    return f"{base}?{query}" if query else base
+    return chat_completions_url(inference_url)
 
 
 async def ask_policy(client: httpx.AsyncClient, url: str, body: dict[str, Any], where: str) -> list[Any]:
@@ -165,9 +240,13 @@ def inference_failed(url: str, why: str, where: str) -> HTTPException:
     return HTTPException(502, f"inference call failed: POST {without_query(url)}: {why} ({where})")
 
 
-def rollout_response(req: RolloutRequest, *, env_id: str, steps: list[dict[str, Any]], score: float,
-                     final: dict[str, Any], details: dict[str, Any]) -> dict[str, Any]:
-    """The SDK's RolloutResponse for one episode."""
+def rollout_response(req: Any, *, env_id: str, steps: list[dict[str, Any]], score: float,
+                     final: dict[str, Any], details: dict[str, Any], system_prompt: str) -> dict[str, Any]:
+    """The SDK's RolloutResponse for one episode, in the generation of the request. Each step
+    is `{obs: {text, ...}, tool_calls, reward, done, truncated, info}`."""
+    if isinstance(req, RolloutRequestV05):
+        return _response_v05(req, env_id=env_id, steps=steps, score=score, final=final, details=details,
+                             system_prompt=system_prompt)
     inference_url = req.policy.config.inference_url
     return {
         "run_id": req.run_id,
@@ -192,9 +271,46 @@ def rollout_response(req: RolloutRequest, *, env_id: str, steps: list[dict[str, 
         },
         "aborted": False,
         "ops_executed": 2 * len(steps),
-        "trace_correlation_id": inference_url.partition("cid=")[2] or None,
+        "trace_correlation_id": cid_in_url(inference_url),
         "trace": None,
         "pipeline_metadata": {"inference_url": inference_url},
+    }
+
+
+def _response_v05(req: Any, *, env_id: str, steps: list[dict[str, Any]], score: float, final: dict[str, Any],
+                  details: dict[str, Any], system_prompt: str) -> dict[str, Any]:
+    """synth-ai 0.5.0's RolloutResponse: reward_info, and a v3 trace with one lm_call event per
+    turn, whose tool calls name the turns (docs/rollout-contracts.md)."""
+    cid = req.trace_correlation_id
+    events = [{
+        "type": "lm_call",
+        "event_type": "lm_call",
+        "turn": turn,
+        "llm_request": {"messages": [{"role": "system", "content": system_prompt},
+                                     {"role": "user", "content": step["obs"].get("text")}]},
+        "llm_response": {"message": {"role": "assistant", "content": None, "tool_calls": step["tool_calls"]}},
+        "reward": step["reward"],
+        "metadata": {"done": step["done"], "truncated": step["truncated"], "info": step["info"]},
+    } for turn, step in enumerate(steps, 1)]
+    return {
+        "trace_correlation_id": cid,
+        "reward_info": {
+            "outcome_reward": score,
+            "event_rewards": [step["reward"] for step in steps],
+            "outcome_objectives": None,
+            "details": {**details, "num_steps": len(steps)},
+        },
+        "trace": {
+            "schema_version": "3.0",
+            "event_history": events,
+            "markov_blanket_message_history": [],
+            "metadata": {"trace_correlation_id": cid, "correlation_ids": {"trace_correlation_id": cid},
+                         "env_id": env_id, "final": final},
+        },
+        "inference_url": req.policy.config.inference_url,
+        "artifact": None,
+        "success_status": "success",
+        "status_detail": None,
     }
 
 
@@ -207,7 +323,8 @@ def _auth_failure(got: list[str]) -> str:
 
 
 class RolloutReplays:
-    """Rollouts by run_id and body, so a retried POST /rollout is answered once: a repeat
+    """Rollouts by their id (run_id in 0.2, trace_correlation_id in 0.5: `replay_key`) and
+    body, so a retried POST /rollout is answered once: a repeat
     that arrives while the first is running waits for it, one that arrives after it succeeded
     gets the same answer, and one after a failure runs again. Answers are kept for
     KEEP_S seconds, at most KEEP_COUNT of them."""
@@ -218,9 +335,9 @@ class RolloutReplays:
     def __init__(self) -> None:
         self._runs: OrderedDict[str, tuple[float, asyncio.Task]] = OrderedDict()
 
-    async def run(self, req: RolloutRequest, play: Callable[[], Awaitable[dict]]) -> dict:
+    async def run(self, req: Any, play: Callable[[], Awaitable[dict]]) -> dict:
         self._forget_old()
-        key = req.run_id + ":" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
+        key = req.replay_key + ":" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
         known = self._runs.get(key)
         task = known[1] if known else None
         if task is None or (task.done() and (task.cancelled() or task.exception() is not None)):

@@ -13,12 +13,15 @@ loop forever around a wall).
 
 Every rollout gets its own RNG seeded from (job seed, mode, step, index), so a job with
 `[training] seed` set is reproducible whatever order the concurrent turns arrive in.
+
+Before the first rollout the job learns which rollout contract generation the task app speaks
+(0.2 or 0.4/0.5) from its /openapi.json, else from the refusal of a body in the other one
+(rollout_contract.py, docs/rollout-contracts.md), and says so in an `rl.taskapp.contract` event.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import secrets
 import time
@@ -35,6 +38,8 @@ from app.local.retry import RETRYABLE_STATUS, ROLLOUT_BACKOFF, send_with_retries
 from app.local.journal import Journal
 from app.local.action_space import ActionSpace
 from app.local.policy import LR_SCALE, Decision, Episode, TabularPolicy, choose, group_advantages
+from app.local.rollout_contract import (GEN_02, GENERATION_NAMES, RolloutAsk, TaskAppError, fetch_openapi,
+                                        generation_from_openapi, read_answer, refusal_asks_for, rollout_body)
 
 ROLLOUT_TIMEOUT_S = 120.0
 RETRY_EVENTS_SHOWN = 5
@@ -48,10 +53,6 @@ class InvalidJobPayload(ValueError):
 
 def _point(name: str, value: float, phase: str, n: int) -> dict[str, Any]:
     return {"name": name, "value": value, "phase": phase, "data": {"n": n}}
-
-
-class TaskAppError(Exception):
-    """A call to the task app failed; the message names the call and the reason."""
 
 
 @dataclass(frozen=True)
@@ -169,20 +170,6 @@ def plan_from_payload(body: Any) -> TrainingPlan:
     )
 
 
-CID_PREFIX = "trace_"  # task apps built on the SDK refuse a correlation id without it
-
-
-def correlation_id(job_id: str, rollout_id: str) -> str:
-    """The `cid` of a rollout's inference URL: names the job and the rollout."""
-    return f"{CID_PREFIX}{job_id}:{rollout_id}"
-
-
-def parse_correlation_id(cid: str) -> tuple[str, str]:
-    """(job id, rollout id) of a cid; the prefix is optional (older clients sent none)."""
-    job_id, _, rollout_id = cid.removeprefix(CID_PREFIX).partition(":")
-    return job_id, rollout_id
-
-
 @dataclass
 class OpenRollout:
     """A rollout in flight: its RNG, and every answer the chat endpoint gave it by tool-call
@@ -192,23 +179,10 @@ class OpenRollout:
     rng: random.Random
     decisions: dict[str, list[Decision]] = field(default_factory=dict)
 
-    def used_decisions(self, answer: dict[str, Any]) -> list[Decision]:
-        used = _tool_call_ids(answer)
+    def used_decisions(self, used: frozenset[str] | set[str]) -> list[Decision]:
+        """The decisions of the tool calls the answer names (rollout_contract.read_tool_call_ids)."""
         # A task app that does not report its tool calls: every answer counts.
         return [d for call_id, made in self.decisions.items() if not used or call_id in used for d in made]
-
-
-def _tool_call_ids(answer: dict[str, Any]) -> set[str]:
-    ids: set[str] = set()
-    trajectories = answer.get("trajectories")
-    for trajectory in trajectories if isinstance(trajectories, list) else ():
-        steps = trajectory.get("steps") if isinstance(trajectory, dict) else None
-        for step in steps if isinstance(steps, list) else ():
-            calls = step.get("tool_calls") if isinstance(step, dict) else None
-            for call in calls if isinstance(calls, list) else ():
-                if isinstance(call, dict) and isinstance(call.get("id"), str):
-                    ids.add(call["id"])
-    return ids
 
 
 @dataclass
@@ -217,7 +191,7 @@ class JobRun:
 
     job_id: str
     plan: TrainingPlan
-    inference_url: str  # the backend's chat endpoint; ?cid=<job_id>:<rollout_id> is added
+    api_base: str  # the backend's `{base}/api/v1`: rollout_contract.inference_url builds on it
     policy: TabularPolicy = field(default_factory=TabularPolicy)
     open_rollouts: dict[str, OpenRollout] = field(default_factory=dict)
     chat_completions: int = 0
@@ -228,6 +202,8 @@ class JobRun:
     cancel_requested: bool = False
     abort_reason: str | None = None  # set by abort(): the job fails with this message
     flat_steps: int = 0  # steps whose rollouts all scored the same
+    contract: str = GEN_02  # the rollout contract generation spoken to the task app
+    contract_announced: bool = False
 
     def __post_init__(self) -> None:
         self.seed = self.plan.seed if self.plan.seed is not None else int(self.job_id[-8:], 16)
@@ -262,8 +238,9 @@ class Trainer:
         self.http = http
         self.runs: dict[str, JobRun] = {}
 
-    def start(self, job_id: str, plan: TrainingPlan, inference_url: str) -> None:
-        run = JobRun(job_id, plan, inference_url)
+    def start(self, job_id: str, plan: TrainingPlan, api_base: str) -> None:
+        """Train a job; `api_base` is the backend's `{base}/api/v1`, which the task app reaches."""
+        run = JobRun(job_id, plan, api_base.rstrip("/"))
         self.runs[job_id] = run
         run.task = asyncio.get_running_loop().create_task(self._train(run), name=f"train-{job_id}")
 
@@ -306,6 +283,7 @@ class Trainer:
                     "The embedded backend holds no ENVIRONMENT_API_KEY, so it cannot call the "
                     "task app; restart it with the key the task app expects"
                 )
+            await self._learn_contract(run)
             eval_score = None
             for epoch in range(plan.epochs):
                 for _ in range(plan.iterations_per_epoch):
@@ -453,42 +431,37 @@ class Trainer:
             raise failed.exceptions[0] from None
         return [e for e in episodes if e is not None]
 
+    def _headers(self) -> dict[str, str]:
+        return {"X-API-Key": self.env_api_keys[0], "X-API-Keys": ",".join(self.env_api_keys)}
+
+    async def _learn_contract(self, run: JobRun) -> None:
+        """Which contract generation to speak, from the task app's /openapi.json when it says;
+        otherwise 0.2 until a rollout is refused for lacking a field of the other one."""
+        doc = await fetch_openapi(self.http, run.plan.task_url, self._headers())
+        generation = generation_from_openapi(doc)
+        if generation is not None:
+            run.contract = generation
+            self._announce_contract(run, "from /openapi.json", "openapi")
+
+    def _announce_contract(self, run: JobRun, how: str, source: str) -> None:
+        run.contract_announced = True
+        self.journal.event(run.job_id, "rl.taskapp.contract",
+                           f"The task app speaks rollout contract {run.contract} "
+                           f"({GENERATION_NAMES[run.contract]}), learned {how}",
+                           data={"contract": run.contract, "source": source, "task_app_url": run.plan.task_url})
+
     async def _rollout(self, run: JobRun, mode: str, step: int, index: int, seed: int) -> Episode:
         plan = run.plan
         rollout_id = f"{mode}-{step}-{index}-{secrets.token_hex(6)}"
         where = f"seed {seed}, iteration {step}" if mode == "rl" else f"eval seed {seed}, after iteration {step}"
         url = f"{plan.task_url}/rollout"
+        ask = RolloutAsk(job_id=run.job_id, rollout_id=rollout_id, mode=mode, seed=seed, env_name=plan.env_name,
+                         policy_name=plan.policy_name, model=plan.model, max_turns=plan.max_turns, ops=plan.ops,
+                         timeout_s=plan.rollout_timeout_s, api_base=run.api_base)
         rollout = OpenRollout(random.Random(f"{run.seed}:{mode}:{step}:{index}"))
         run.open_rollouts[rollout_id] = rollout
-        body = {
-            # The same run_id on every attempt: the task app answers a repeat from its first run.
-            "run_id": f"{run.job_id}:{rollout_id}",
-            "env": {"env_name": plan.env_name, "config": {"max_turns": plan.max_turns}, "seed": seed},
-            "policy": {"policy_name": plan.policy_name,
-                       "config": {"model": plan.model, "max_turns": plan.max_turns, "temperature": 1.0,
-                                  "inference_url": f"{run.inference_url}?cid={correlation_id(run.job_id, rollout_id)}"}},
-            "ops": list(plan.ops) * plan.max_turns,
-            "record": {"trajectories": True, "logprobs": False, "value": False, "return_trace": False,
-                       "trace_format": "compact"},
-            "on_done": "reset",
-            "safety": {"max_ops": 100_000, "max_time_s": plan.rollout_timeout_s},
-            "training_session_id": None,
-            "synth_base_url": None,
-            "mode": mode,
-        }
-        headers = {"X-API-Key": self.env_api_keys[0], "X-API-Keys": ",".join(self.env_api_keys)}
-
-        def retried(attempt: int, why: str) -> None:
-            self._note_retry(run, f"POST {url} ({where}), attempt {attempt} of {ROLLOUT_BACKOFF.attempts}: "
-                                  f"{why}; retrying")
-
         try:
-            resp = await send_with_retries(
-                lambda: self.http.post(url, json=body, headers=headers, timeout=plan.rollout_timeout_s),
-                backoff=ROLLOUT_BACKOFF, on_retry=retried)
-        except httpx.HTTPError as exc:
-            raise TaskAppError(f"POST {url} failed after {ROLLOUT_BACKOFF.attempts} attempts: "
-                               f"{describe_http_error(exc)} ({where}). {TASK_APP_GONE_HINT}") from exc
+            resp = await self._post_rollout(run, url, ask, where)
         finally:
             run.open_rollouts.pop(rollout_id, None)
         if resp.status_code >= 400:
@@ -501,14 +474,51 @@ class Trainer:
         except ValueError:
             raise TaskAppError(f"POST {url} failed: the answer is not JSON: {resp.text[:80]!r} ({where})") from None
         try:
-            score = float(answer["metrics"]["mean_return"])
-        except (KeyError, TypeError, ValueError):
-            raise TaskAppError(f"POST {url} failed: the answer has no numeric metrics.mean_return ({where})") from None
-        if not math.isfinite(score):
-            raise TaskAppError(f"POST {url} failed: metrics.mean_return is {score} ({where})")
+            outcome = read_answer(answer)
+        except TaskAppError as exc:
+            raise TaskAppError(f"POST {url} failed: {exc} ({where})") from None
+        if not run.contract_announced:
+            self._announce_contract(run, f"by default: /openapi.json did not say, and a {run.contract} rollout "
+                                         "was accepted", "default")
         run.rollouts += 1
-        turns = answer["metrics"].get("num_steps")
-        return Episode(rollout.used_decisions(answer), score, turns=turns if is_int(turns) else None)
+        return Episode(rollout.used_decisions(outcome.tool_call_ids), outcome.score, turns=outcome.turns)
+
+    async def _post_rollout(self, run: JobRun, url: str, ask: RolloutAsk, where: str) -> httpx.Response:
+        """POST /rollout in the job's generation, retried on transient failures with the same
+        body (the task app answers a repeat from its first run). A 400/422 that asks for a field
+        of the other generation switches the job to it, and this rollout is sent once more."""
+        headers = self._headers()
+
+        def retried(attempt: int, why: str) -> None:
+            self._note_retry(run, f"POST {url} ({where}), attempt {attempt} of {ROLLOUT_BACKOFF.attempts}: "
+                                  f"{why}; retrying")
+
+        switched = False
+        while True:
+            sent = run.contract
+            body = rollout_body(sent, ask)
+            try:
+                resp = await send_with_retries(
+                    lambda body=body: self.http.post(url, json=body, headers=headers,
+                                                     timeout=run.plan.rollout_timeout_s),
+                    backoff=ROLLOUT_BACKOFF, on_retry=retried)
+            except httpx.HTTPError as exc:
+                raise TaskAppError(f"POST {url} failed after {ROLLOUT_BACKOFF.attempts} attempts: "
+                                   f"{describe_http_error(exc)} ({where}). {TASK_APP_GONE_HINT}") from exc
+            if switched or resp.status_code >= 500 or resp.status_code < 400:
+                return resp
+            try:
+                refusal = resp.json()
+            except ValueError:
+                return resp
+            asked = refusal_asks_for(sent, resp.status_code, refusal)
+            if asked is None:
+                return resp
+            generation, field_name = asked
+            switched = True
+            if run.contract == sent:  # the first rollout to learn it says so; the others follow
+                run.contract = generation
+                self._announce_contract(run, f"after a {resp.status_code} that asked for {field_name}", "refusal")
 
     def _note_retry(self, run: JobRun, message: str) -> None:
         """Retries are counted in every step's data; the first few are also events, so a

@@ -107,6 +107,13 @@ def taskapp() -> Iterator[ServerHandle]:
 
 
 @pytest.fixture(scope="session")
+def taskapp_05() -> Iterator[ServerHandle]:
+    """The gridworld speaking rollout contract 0.5 (trace_correlation_id in, reward_info out)."""
+    with start_taskapp(env_api_keys=[ENV_KEY], contract="0.5") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
 def backend(tmp_path_factory: pytest.TempPathFactory, taskapp: ServerHandle) -> Iterator[ServerHandle]:
     db = tmp_path_factory.mktemp("backend") / "state.sqlite3"
     with start_backend(api_key=API_KEY, db_path=db, env_api_keys=[ENV_KEY]) as server:

@@ -36,8 +36,14 @@ def taskapp_schema(taskapp: ServerHandle) -> Any:
     return schemathesis.openapi.from_url(taskapp.url + "/openapi.json", config=BOTH_MODES)
 
 
+@pytest.fixture
+def taskapp_05_schema(taskapp_05: ServerHandle) -> Any:
+    return schemathesis.openapi.from_url(taskapp_05.url + "/openapi.json", config=BOTH_MODES)
+
+
 backend_api = schemathesis.pytest.from_fixture("backend_schema")
 taskapp_api = schemathesis.pytest.from_fixture("taskapp_schema")
+taskapp_05_api = schemathesis.pytest.from_fixture("taskapp_05_schema")
 
 
 def keep_on_loopback(value: Any, closed: str) -> Any:
@@ -82,9 +88,7 @@ def test_the_backend_answers_strangers_without_a_5xx(case, closed_url):
     check_answer(case.call(timeout=15), [API_KEY, ENV_KEY])
 
 
-@taskapp_api.parametrize()
-@EXAMPLES
-def test_the_task_app_answers_any_request_without_a_5xx(case, closed_url):
+def check_task_app_answer(case: Any, closed_url: str) -> None:
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
     response = case.call(headers={"X-API-Key": ENV_KEY}, timeout=15)
@@ -93,6 +97,18 @@ def test_the_task_app_answers_any_request_without_a_5xx(case, closed_url):
     if response.status_code == 502 and "inference call failed" in response.text:
         return
     check_answer(response, [ENV_KEY])
+
+
+@taskapp_api.parametrize()
+@EXAMPLES
+def test_the_task_app_answers_any_request_without_a_5xx(case, closed_url):
+    check_task_app_answer(case, closed_url)
+
+
+@taskapp_05_api.parametrize()
+@EXAMPLES
+def test_the_0_5_task_app_answers_any_request_without_a_5xx(case, closed_url):
+    check_task_app_answer(case, closed_url)
 
 
 @taskapp_api.parametrize()

@@ -25,9 +25,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture
 def chaotic_pair(tmp_path, request) -> Iterator[tuple[ServerHandle, ChaosProxy, ChaosProxy]]:
-    """(backend, proxy in front of the task app, proxy in front of the chat endpoint)."""
-    mode: Mode = request.param
-    with start_taskapp(env_api_keys=[ENV_KEY]) as taskapp, \
+    """(backend, proxy in front of the task app, proxy in front of the chat endpoint); the
+    param is the proxies' mode, or (mode, rollout contract of the task app)."""
+    mode: Mode
+    mode, contract = request.param if isinstance(request.param, tuple) else (request.param, "0.2")
+    with start_taskapp(env_api_keys=[ENV_KEY], contract=contract) as taskapp, \
             ChaosProxy(every=7, mode=mode) as to_taskapp, ChaosProxy(every=11, mode=mode) as to_chat:
         to_taskapp.target = (taskapp.host, taskapp.port)
         app = create_backend_app(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
@@ -37,7 +39,8 @@ def chaotic_pair(tmp_path, request) -> Iterator[tuple[ServerHandle, ChaosProxy, 
             yield backend, to_taskapp, to_chat
 
 
-@pytest.mark.parametrize("chaotic_pair", ["before", "after"], indirect=True)
+@pytest.mark.parametrize("chaotic_pair", ["before", "after", pytest.param(("after", "0.5"), id="after-0.5")],
+                         indirect=True)
 def test_lost_requests_on_both_hops_are_retried_and_nothing_is_counted_twice(chaotic_pair):
     backend, to_taskapp, to_chat = chaotic_pair
     config = small_config(iterations_per_epoch=4, batch_size=2, group_size=4, max_turns=6, seed=7)

@@ -46,7 +46,8 @@ def _broken_taskapp(answer) -> ServerHandle:
 @pytest.mark.parametrize("answer,needle", [
     (lambda: PlainTextResponse("upstream exploded", status_code=503), r"HTTP 503: upstream exploded"),
     (lambda: PlainTextResponse("<html>oops</html>"), r"the answer is not JSON: .<html>oops</html>."),
-    (lambda: {"metrics": {}}, r"the answer has no numeric metrics.mean_return"),
+    (lambda: {"metrics": {}}, (r"the answer has no score: it has none of reward_info.outcome_reward, "
+                               r"metrics.outcome_reward, metrics.mean_return, metrics.episode_returns")),
 ])
 def test_task_app_errors_fail_the_job_with_the_reason(api, answer, needle):
     with _broken_taskapp(answer) as broken:

@@ -1,6 +1,9 @@
-"""The embedded backend really learns: the demo config goes from chance to a high eval score."""
+"""The embedded backend really learns: the demo config goes from chance to a high eval score,
+on the gridworld in either rollout contract generation (docs/rollout-contracts.md)."""
 
 from __future__ import annotations
+
+import pytest
 
 from app.demo import demo_payload as job_payload, load_demo_config
 
@@ -8,7 +11,24 @@ from .conftest import create_job, events_of, wait_terminal
 
 
 def test_the_demo_config_learns(api, taskapp):
-    job_id = create_job(api, job_payload(load_demo_config(), taskapp.url))
+    _assert_learns(api, taskapp.url, load_demo_config())
+
+
+@pytest.mark.slow
+def test_the_demo_config_learns_on_a_0_5_task_app(api, taskapp_05):
+    config = load_demo_config()
+    config["training"]["seed"] = 1
+    job_id = _assert_learns(api, taskapp_05.url, config)
+    contract = [e for e in events_of(api, job_id) if e["type"] == "rl.taskapp.contract"]
+    assert len(contract) == 1 and "contract 0.5" in contract[0]["message"], contract
+    assert contract[0]["message"].endswith("from /openapi.json")
+    # Every turn learned from once: the tool-call ids were read from the 0.5 answer's trace.
+    steps = [e["data"] for e in events_of(api, job_id) if e["type"] == "rl.train.step"]
+    assert all(s["decisions"] == s["turns"] > 0 for s in steps)
+
+
+def _assert_learns(api, task_url: str, config: dict) -> str:
+    job_id = create_job(api, job_payload(config, task_url))
     job = wait_terminal(api, job_id, timeout=120)
     assert job["status"] == "succeeded", job
     points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
@@ -21,3 +41,4 @@ def test_the_demo_config_learns(api, taskapp):
     assert done["type"] == "rl.job.completed"
     assert done["data"]["final_eval_mean_score"] == evals[-1]
     assert done["data"]["chat_completions"] > done["data"]["rollouts"] > 0
+    return job_id

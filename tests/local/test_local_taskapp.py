@@ -79,14 +79,15 @@ def test_task_info_with_and_without_seeds(taskapp):
 
 
 def _fake_policy(answer):
-    """A chat endpoint that records each request and answers answer(request body)."""
+    """A chat endpoint at any path that records each request (its body, path and ?cid=) and
+    answers answer(request body)."""
     calls: list[dict] = []
     app = FastAPI()
 
-    @app.post("/v1/chat/completions")
+    @app.post("/{path:path}")
     async def chat(request: Request):
         body = await request.json()
-        calls.append({"body": body, "cid": request.query_params.get("cid")})
+        calls.append({"body": body, "cid": request.query_params.get("cid"), "path": request.url.path})
         return answer(body)
 
     return app, calls
@@ -127,7 +128,7 @@ def test_rollout_calls_the_policy_every_turn(taskapp):
     traj = out["trajectories"][0]
     lay = gridworld.layout(3)
     assert traj["length"] == len(traj["steps"]) == len(calls) == lay.shortest
-    assert all(c["cid"] == "job_1:r1" for c in calls)
+    assert all(c["cid"] == "job_1:r1" and c["path"] == "/v1/chat/completions" for c in calls)
     assert calls[0]["body"]["tools"][0]["function"]["name"] == "move"
     assert "state: pos=" in calls[0]["body"]["messages"][-1]["content"]
     assert traj["steps"][-1]["done"] is True and traj["steps"][-1]["reward"] == out["metrics"]["mean_return"]
