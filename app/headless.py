@@ -481,7 +481,7 @@ def run_taskapp_server(args: argparse.Namespace) -> int:
         printer = Printer()
         printer.diag(f"Warning: no ENVIRONMENT_API_KEY found in {_where_keys_were_sought(args.env_file)}; "
                      "every authenticated call will answer 503.")
-    serve_taskapp(args.host, args.port, env_keys, args.game)
+    serve_taskapp(args.host, args.port, env_keys, args.game, contract=args.contract)
     return ExitCode.OK
 
 

@@ -76,6 +76,13 @@ class _Backend:
         self.trainer: Trainer | None = None
         self.http: httpx.AsyncClient
 
+    def hold_env_keys(self, keys: Sequence[str]) -> None:
+        """Hold these task-app keys from now on (``--backend local`` hands them over in memory:
+        the backend runs in the flow's own process, docs/compatibility.md)."""
+        self.env_api_keys[:] = [k for k in keys if k]
+        if self.trainer is not None:
+            self.trainer.env_api_keys[:] = self.env_api_keys
+
     def begin_shutdown(self) -> None:
         """Called by servers.py as uvicorn starts shutting down: end live streams and
         training now, or uvicorn would wait for them."""
@@ -119,6 +126,7 @@ def create_backend_app(
 
     app = FastAPI(title="synth-tui embedded backend", lifespan=lifespan)
     app.state.begin_shutdown = b.begin_shutdown
+    app.state.hold_env_keys = b.hold_env_keys
     install_json_errors(app)
     app.add_middleware(RequestGuard, limits={path: CHAT_BODY_LIMIT for path in CHAT_PATHS},
                        pattern_limits=[(_CHAT_PATH_FORM, CHAT_BODY_LIMIT)])

@@ -84,6 +84,9 @@ class ServerHandle:
         self._sock = sock
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        # Set by start_backend, for a flow in this process (app/embedded.py).
+        self.api_key: str | None = None
+        self.hold_env_keys: Callable[[Sequence[str]], None] | None = None
 
     def start(self, probe_path: str) -> "ServerHandle":
         self._server = _Server(_config(self._app, self.host, self.port),
@@ -130,7 +133,10 @@ def start_backend(
     sock = _bind(host, port)
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
                              public_base_url=_url(host, sock.getsockname()[1]))
-    return ServerHandle("backend", app, sock).start("/api/health")
+    handle = ServerHandle("backend", app, sock).start("/api/health")
+    handle.api_key = api_key  # for a flow in this process (app/embedded.py)
+    handle.hold_env_keys = app.state.hold_env_keys
+    return handle
 
 
 TASK_APPS = {"gridworld": create_taskapp, "crafter-lite": create_crafter_taskapp}

@@ -490,8 +490,6 @@ def test_the_taskapp_command_takes_a_contract():
         parse(["taskapp", "--contract", "0.3"])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="app/headless.py run_taskapp_server does not pass args.contract to "
-                                       "serve_taskapp yet; remove this mark when it does")
 def test_synth_tui_taskapp_contract_0_5_serves_the_0_5_app(monkeypatch):
     seen: dict[str, Any] = {}
     monkeypatch.setattr("app.local.servers.serve_taskapp", lambda *args, **kwargs: seen.update(a=args, k=kwargs))
@@ -499,3 +497,24 @@ def test_synth_tui_taskapp_contract_0_5_serves_the_0_5_app(monkeypatch):
     assert cli.main(["taskapp", "--contract", "0.5"]) == 0
     assert seen, "serve_taskapp was not called"
     assert "0.5" in seen["a"] or seen["k"].get("contract") == "0.5", json.dumps(seen, default=str)
+
+
+@pytest.mark.slow
+def test_train_backend_local_trains_a_0_5_task_app_with_a_verifier_config(taskapp_05, tmp_path, capsys):
+    """`--backend local` end to end (docs/compatibility.md): the embedded backend started in
+    this process with its own key (no SYNTH_API_KEY in the .env), handed the .env's
+    ENVIRONMENT_API_KEY, training a 0.5-shape task app from a config written for 0.5 SDKs."""
+    from app.cli import main
+    from app.demo import demo_config_path
+
+    config = tmp_path / "demo_verifier.toml"
+    config.write_text(demo_config_path().read_text()
+                      + '\n[verifier]\nenabled = false\n[verifier.options]\nprovider = "synth"\nmodel = "m"\n')
+    env = tmp_path / ".env"
+    env.write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={taskapp_05.url}\n")
+    code = main(["train", "--type", "rl", "--no-tui", "--backend", "local", "--config", str(config),
+                 "--env-file", str(env), "--poll-interval", "0.2"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Embedded backend: http://127.0.0.1:" in err and "Final status: succeeded" in out
+    assert "rl.taskapp.contract" in out and ENV_KEY not in out + err
