@@ -29,7 +29,16 @@ from app.core.envfile import header_value_problem
 from app.core.errors import ExitCode, SynthTuiError, UnusableSecretError, UsageError
 from app.core.redact import key_prefix, mask_prefixes, redact
 from app.core.urls import http_url_problem
-from app.core.wire import JobEvent, JobStatus, MetricPoint, check_job_id, items_of, job_id_problem
+from app.core.wire import (
+    KNOWN_GENERATIONS,
+    RL_CONTRACT_HEADER,
+    JobEvent,
+    JobStatus,
+    MetricPoint,
+    check_job_id,
+    items_of,
+    job_id_problem,
+)
 
 # The hosted service since SDK 0.3.9 (0.2.x used https://agent-learning.onrender.com).
 # docs/compatibility.md.
@@ -197,13 +206,6 @@ def _backend_variable(env: Mapping[str, str]) -> tuple[str, str, str]:
 
 
 # --------------------------------------------------------------------------- results
-
-# The RL contract generations a backend may speak (docs/compatibility.md): "0.2" takes
-# [judge] and services.judge_url, "0.5" takes [verifier] and services.verifier_url and serves
-# /events/stream. The embedded backend names both in this header of GET /rl/jobs.
-RL_CONTRACT_HEADER = "X-Synth-RL-Contract"
-KNOWN_GENERATIONS = ("0.2", "0.5")
-
 
 @dataclass(frozen=True)
 class RlSupport:

@@ -15,6 +15,13 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.core.errors import UsageError
 
+# The RL contract generations a backend may speak (docs/compatibility.md): "0.2" takes
+# [judge] and services.judge_url, "0.5" takes [verifier] and services.verifier_url and serves
+# /events/stream. A backend names those it speaks in this header of GET /rl/jobs; the
+# embedded backend names both.
+RL_CONTRACT_HEADER = "X-Synth-RL-Contract"
+KNOWN_GENERATIONS = ("0.2", "0.5")
+
 TERMINAL_STATUSES = frozenset({"succeeded", "failed", "cancelled", "canceled", "completed", "error"})
 SUCCESS_STATUSES = frozenset({"succeeded", "completed"})
 # Not an end of the job, but of a watch: SDK 0.9's streamers stop on it too. The job keeps

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Sequence
 
 import httpx
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, TRIAL_PATH, VERIFY, json_body
@@ -44,6 +44,7 @@ from app.local.action_space import TEXT_ANSWER, ActionSpace, UnsupportedSchema, 
 from app.local.policy import TabularPolicy, choose
 from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store
 from app.core.trainable import short_repr
+from app.core.wire import KNOWN_GENERATIONS, RL_CONTRACT_HEADER
 from app.local.rollout_contract import parse_correlation_id
 from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
 
@@ -208,7 +209,9 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         b.trainer.start(job["id"], plan, f"{base}/api/v1")
         return JSONResponse(_job_view(job), status_code=201)
 
-    async def list_jobs(limit: int = Query(50, ge=1, le=500), status: str | None = None) -> dict:
+    async def list_jobs(response: Response, limit: int = Query(50, ge=1, le=500), status: str | None = None) -> dict:
+        # Both generations' configs are accepted here, and both event stream paths served.
+        response.headers[RL_CONTRACT_HEADER] = ", ".join(KNOWN_GENERATIONS)
         return {"jobs": [_job_view(j) for j in b.store.list_jobs(limit=limit, status=status)]}
 
     async def get_job(job_id: str) -> dict:

@@ -518,3 +518,14 @@ def test_train_backend_local_trains_a_0_5_task_app_with_a_verifier_config(taskap
     assert code == 0, err
     assert "Embedded backend: http://127.0.0.1:" in err and "Final status: succeeded" in out
     assert "rl.taskapp.contract" in out and ENV_KEY not in out + err
+
+
+async def test_the_embedded_backend_names_both_backend_generations_to_the_probe(backend):
+    """docs/compatibility.md: the probe learns both generations, so configs go as written."""
+    from app.core.client import SynthClient
+
+    from .conftest import API_KEY
+
+    async with SynthClient(backend.url, API_KEY, retries=0) as client:
+        support = await client.probe_rl()
+    assert support.generations == {"0.2", "0.5"} and "X-Synth-RL-Contract" in support.how
