@@ -6,6 +6,7 @@ or the network is called from a worker. No Textual here, so the flow is testable
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -194,7 +195,10 @@ class LaunchSession:
 
     def resolve(self) -> list[envfile.ResolvedKey]:
         """The keys (and the backend, which the .env may set) as they are now; never raises."""
-        self.resolved = resolve_secrets(self.env, shell=self.shell, task_url_flag=self.options.task_url)
+        optional = set(self.optional_keys())
+        # A key this run can do without is shown as such, not as "required — missing".
+        self.resolved = [dataclasses.replace(key, required=False) if key.name in optional else key
+                         for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.options.task_url)]
         self._backend_from_env_file()
         self.prepared = None
         return self.resolved

@@ -136,6 +136,17 @@ async def test_task_url_flag_counts_as_a_source(make_app, project):
         assert app.session.missing_keys() == []
 
 
+async def test_the_embedded_backend_key_is_not_asked_for(make_app, project):
+    """With --backend local the run has the embedded backend's own key: SYNTH_API_KEY is not needed."""
+    (project / ".env").write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={TASK_URL}\n")
+    app = make_app(start="env", backend="http://127.0.0.1:9", backend_key=NEW_KEY)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "<unset>", "missing", ""]
+        assert "✓ Every required key has a value" in text_of(screen, "#env-status")
+        assert_no_secret(app.export_screenshot())
+
+
 async def test_no_env_file_says_how_to_create_one(make_app, project, fixed_home):
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:
