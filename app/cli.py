@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from app import __version__
 from app.core.errors import ExitCode, SynthTuiError
+from app.core.session import LaunchOptions, LaunchSession
 
 COMMANDS = ("train", "demo", "attach", "history", "backend", "taskapp")
 
@@ -160,19 +161,18 @@ def _tolerate_unencodable_output() -> None:
 
 
 def _run_train(args: argparse.Namespace, interactive: bool) -> int:
-    from app import headless
-
     if not interactive:
-        return headless.run_train(args)
+        from app.headless import run_train
+
+        return run_train(args)
     from app.tui import run_tui  # imported late: headless runs never load Textual
 
-    return run_tui(args)
+    return run_tui(LaunchSession(LaunchOptions.from_args(args)))
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    from app import headless
-
-    interactive = not getattr(args, "no_tui", False) and headless.has_terminal()
+    """Each command to its front end: the TUI on a terminal, else (or with --no-tui) headless."""
+    interactive = not getattr(args, "no_tui", False) and has_terminal()
     if args.command == "train":
         from app.embedded import run_with_local_backend, wants_local_backend
 
@@ -180,19 +180,37 @@ def _dispatch(args: argparse.Namespace) -> int:
             return run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
         return _run_train(args, interactive)
     if args.command == "demo":
-        return headless.run_demo(args, interactive=interactive)
-    if args.command == "backend":
-        return headless.run_backend_server(args)
-    if args.command == "taskapp":
-        return headless.run_taskapp_server(args)
+        from app.demo import run_demo
+
+        return run_demo(args, interactive=interactive)
+    if args.command in ("backend", "taskapp"):
+        from app import serve
+
+        return serve.run_backend_server(args) if args.command == "backend" else serve.run_taskapp_server(args)
     if args.command == "attach":
         from app.embedded import refuse_local_attach
 
         refuse_local_attach(args)
-        return headless.run_attach(args, interactive=interactive)
+        if not interactive:
+            from app.headless import run_attach
+
+            return run_attach(args)
+        from app.tui import run_attach_tui
+
+        return run_attach_tui(LaunchSession(LaunchOptions.from_args(args)), args.job_id)
     if args.command == "history":
-        return headless.run_history(args, interactive=interactive)
+        if not interactive:
+            from app.headless import run_history
+
+            return run_history()
+        from app.tui import run_history_tui
+
+        return run_history_tui(LaunchSession(LaunchOptions.from_args(args)))
     raise AssertionError(args.command)
+
+
+def has_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 if __name__ == "__main__":

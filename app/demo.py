@@ -23,6 +23,8 @@ from app.core import config as cfg
 from app.core import envfile
 from app.core.errors import UsageError
 from app.core.paths import open_private, private_dir, private_file, state_dir
+from app.core.session import LaunchOptions, LaunchSession
+from app.headless import TrainRun, run_headless
 
 LOCK_NAME = ".lock"
 
@@ -196,18 +198,12 @@ def _start_servers(folder: DemoFolder) -> DemoSetup:
     return setup
 
 
-def train_args(setup: DemoSetup, args: argparse.Namespace) -> argparse.Namespace:
-    """The train flags the demo stands for."""
-    from app.cli import build_parser
-
-    flags = build_parser().parse_args([
-        "train", "--type", "rl", "--config", str(setup.config_path), "--env-file", str(setup.env_path),
-        "--backend", setup.backend.url, "--poll-interval", str(args.poll_interval),
-        "--poll-timeout", str(args.poll_timeout), "--stream-format", args.stream_format,
-        *(["--no-tui"] if args.no_tui else []),
-    ])
-    flags.embedded_backend = True
-    return flags
+def demo_options(setup: DemoSetup, *, poll_interval: float = 0.5, poll_timeout: float = 600.0,
+                 cwd: Path | None = None) -> LaunchOptions:
+    """What the demo stands for: ``train --type rl`` with its config, .env and backend."""
+    return LaunchOptions(config_paths=[str(setup.config_path)], env_files=[str(setup.env_path)],
+                         backend=setup.backend.url, poll_interval=poll_interval, poll_timeout=poll_timeout,
+                         cwd=cwd or Path.cwd(), embedded_backend=True)
 
 
 def banner(setup: DemoSetup) -> str:
@@ -227,14 +223,11 @@ def run_demo(args: argparse.Namespace, *, interactive: bool) -> int:
     setup = start_demo(args.workdir)
     try:
         print(banner(setup), file=sys.stderr, flush=True)
-        flags = train_args(setup, args)
+        options = demo_options(setup, poll_interval=args.poll_interval, poll_timeout=args.poll_timeout)
         if interactive:
-            from app.tui import SynthTuiApp, run_app
-            from app.core.session import LaunchOptions, LaunchSession
+            from app.tui import SynthTuiApp, run_app  # headless demos never load Textual
 
-            return run_app(SynthTuiApp(LaunchSession(LaunchOptions.from_args(flags)), start="picker"))
-        from app.headless import run_train
-
-        return run_train(flags)
+            return run_app(SynthTuiApp(LaunchSession(options), start="picker"))
+        return run_headless(TrainRun(options, stream_format=args.stream_format))
     finally:
         setup.stop()

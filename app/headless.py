@@ -10,12 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import sqlite3
-import stat
 import sys
-from collections import ChainMap
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -23,15 +18,16 @@ from typing import TextIO
 from app.core import config as cfg
 from app.core import envfile
 from app.core.client import ApiError, SynthClient
-from app.core.diagnosis import unreachable_by_backend
-from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageError
+from app.core.diagnosis import BackendCheck, TaskAppCheck, overall_verdict
+from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.events import event_line, is_noise, metric_line, status_line
 from app.core.history import RunHistory
+from app.core.jobs import remember
 from app.core.launch import PreparedJob
-from app.core.session import LaunchOptions, LaunchSession
 from app.core.redact import mask_secret, printable, redact
+from app.core.session import LaunchOptions, LaunchSession
 from app.core.toml_source import read_config_text
-from app.core.wire import JobEvent, JobStatus, MetricPoint, check_job_id
+from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.text_chart import TextChart
 from app.core.streaming import (
     ConnectionState,
@@ -42,10 +38,6 @@ from app.core.streaming import (
     WatchEnded,
     WatchOptions,
 )
-
-
-def has_terminal() -> bool:
-    return sys.stdin.isatty() and sys.stdout.isatty()
 
 
 @dataclass
@@ -64,6 +56,25 @@ class Printer:
         self.diag(f"Error: {exc.render()}")
 
 
+@dataclass(frozen=True)
+class TrainRun:
+    """A headless train run: the options both front ends share, and the flags only this one
+    reads. ``synth-tui demo --no-tui`` builds one directly."""
+
+    options: LaunchOptions
+    train_type: str = "rl"
+    dry_run: bool = False
+    poll: bool = True
+    stream_format: str = "cli"
+    sft_flags_given: bool = False  # --dataset / --examples: SFT only, ignored with a warning
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, *, cwd: Path) -> TrainRun:
+        return cls(LaunchOptions.from_args(args, cwd=cwd), train_type=args.train_type, dry_run=args.dry_run,
+                   poll=args.poll, stream_format=args.stream_format,
+                   sft_flags_given=bool(args.dataset or args.examples))
+
+
 @dataclass
 class RunState:
     """What the run has learned so far, for the Ctrl-C message."""
@@ -76,10 +87,21 @@ class RunState:
 
 
 def run_train(args: argparse.Namespace, *, printer: Printer | None = None, cwd: Path | None = None) -> int:
+    """``synth-tui train --no-tui``: every error a message and an exit code."""
+    printer = printer or Printer()
+    try:
+        run = TrainRun.from_args(args, cwd=cwd or Path.cwd())
+    except SynthTuiError as exc:
+        printer.error(exc)
+        return exc.exit_code
+    return run_headless(run, printer)
+
+
+def run_headless(run: TrainRun, printer: Printer | None = None) -> int:
     printer = printer or Printer()
     state = RunState()
     try:
-        return asyncio.run(train_flow(args, printer, state, cwd=cwd or Path.cwd()))
+        return asyncio.run(train_flow(run, printer, state))
     except SynthTuiError as exc:
         printer.error(exc)
         return exc.exit_code
@@ -91,16 +113,15 @@ def run_train(args: argparse.Namespace, *, printer: Printer | None = None, cwd: 
         return ExitCode.INTERRUPTED
 
 
-async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState, *, cwd: Path) -> int:
-    _check_type_flags(args, printer)
-    session = LaunchSession(LaunchOptions.from_args(args, cwd=cwd))
-    config_path = select_config(args, printer, cwd=cwd)
+async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
+    _check_type_flags(run, printer)
+    session = LaunchSession(run.options)
+    config_path = select_config(run, printer)
     session.config_path = config_path
     printer.line(f"Using config: {config_path} (rl)")
 
-    choice = session.unattended_env_choice()
-    env = session.open_env(choice.path, choice.how, choice.candidates)
-    for warning in env.warnings if env else []:
+    choice = session.open_unattended_env()
+    for warning in session.env.warnings if session.env else []:
         printer.diag(f"Warning: {choice.path}: {warning}")
     printer.secrets.extend(session.secret_values())
     _print_found_keys(session.resolved, printer)
@@ -115,42 +136,42 @@ async def train_flow(args: argparse.Namespace, printer: Printer, state: RunState
     async with session.client() as client:
         support = await session.probe(client)
         printer.diag(f"Backend offers RL jobs ({support.how}).")
-        prepared = session.prepared or session.prepare()
-        await verify_backend(client, prepared, printer)
-        await check_health(session, printer)
-        if args.dry_run:
+        prepared = session.prepare()
+        await run_checks(session, client, prepared, printer)
+        if run.dry_run:
             printer.line("Payload preview:")
             printer.line(json.dumps(prepared.payload, indent=2)[:800])
             printer.line("Dry run: no job was created.")
             return ExitCode.OK
         job_id = await create_job(client, prepared, session.idempotency_key, printer)
         state.job_id = job_id
-        _remember(printer, lambda h: h.record_submission(
-            job_id=job_id, backend=session.backend_base, config_path=str(config_path), payload=prepared.payload,
-            idempotency_key=session.idempotency_key))
-        if not args.poll:
+        warning = session.remember_submission(session.submitted_job(job_id, prepared))
+        if warning:
+            printer.diag(f"Warning: {warning}")
+        if not run.poll:
             printer.line(f"Created job {job_id} (polling disabled)")
             return ExitCode.OK
-        return await stream_job(client, job_id, args, printer, session)
+        return await stream_job(client, job_id, run.stream_format, printer, session)
 
 
-def _check_type_flags(args: argparse.Namespace, printer: Printer) -> None:
-    if args.train_type in ("sft", "prompt_learning"):
-        raise UsageError(f"synth-tui launches RL jobs only (got --type {args.train_type}).",
-                         f"Use `synth-ai train --type {args.train_type}` for that job type.")
-    if args.dataset or args.examples:
+def _check_type_flags(run: TrainRun, printer: Printer) -> None:
+    if run.train_type in ("sft", "prompt_learning"):
+        raise UsageError(f"synth-tui launches RL jobs only (got --type {run.train_type}).",
+                         f"Use `synth-ai train --type {run.train_type}` for that job type.")
+    if run.sft_flags_given:
         printer.diag("Warning: --dataset and --examples apply to SFT only; they are ignored for RL.")
 
 
-def select_config(args: argparse.Namespace, printer: Printer, *, cwd: Path) -> Path:
+def select_config(run: TrainRun, printer: Printer) -> Path:
     """Explicit ``--config`` (never filtered by type, as the SDK), else discovery."""
-    if args.config:
-        paths = [envfile.user_path(p) for p in args.config]
+    cwd = run.options.cwd
+    if run.options.config_paths:
+        paths = [Path(p) for p in run.options.config_paths]
         for path in paths:
             read_config_text(path)  # a ConfigError for a missing, unreadable, huge or special file
         chosen = paths[0].resolve() if len(paths) == 1 else _pick(
             [cfg.ConfigCandidate(p.resolve(), "rl") for p in paths], printer)
-        _check_rl_kind(chosen, args.train_type)
+        _check_rl_kind(chosen, run.train_type)
     else:
         candidates = cfg.discover_configs(cwd, last_config=cfg.read_last_config())
         if not candidates:
@@ -217,46 +238,44 @@ def _source_words(key: envfile.ResolvedKey) -> str:
 # --------------------------------------------------------------------------- steps
 
 
-async def verify_backend(client: SynthClient, prepared: PreparedJob, printer: Printer) -> None:
+CHECK_TIMEOUT_S = 30.0  # the health check's budget, as the SDK's
+
+
+async def run_checks(session: LaunchSession, client: SynthClient, prepared: PreparedJob, printer: Printer) -> None:
+    """The backend's verification, then the direct health check, each with the SDK's lines;
+    what failed is judged once, by the verdict the TUI's verification screen shows too."""
+    backend = BackendCheck(session.backend_base, mask_secret(session.synth_api_key()), CHECK_TIMEOUT_S)
     try:
-        result = await client.verify_task_app(prepared.task_url)
-    except ApiError as exc:
+        backend.result = result = await client.verify_task_app(prepared.task_url)
+    except ApiError as exc:  # unreachable, 401…: the error's own exit code and fix
         exc.message = f"Task app verification call failed: {exc.message}"
         raise
     if result.status >= 400 or result.body is None:
         printer.line("Task app verification error:")
         printer.line(result.preview_source.preview(800))
-        raise VerificationFailed(f"Verification failed with status {result.status}",
-                                 "The backend could not run the verification; see its answer above.")
-    if not result.any_ok:
+    elif not result.any_ok:
         printer.line("Task app verification failed; no auth combination succeeded. Full report:")
         printer.line(result.preview_source.preview(1200))
-        if unreachable_by_backend(result):
-            error = next(a.get("error") for a in result.attempts)
-            raise VerificationFailed(
-                f"Task app verification failed: the backend could not reach the task app at {prepared.task_url} "
-                f"({error})",
-                "Start the task app, or fix TASK_APP_URL; the backend must be able to reach that address.")
-        raise VerificationFailed(
-            "Task app verification failed (auth)",
-            "The backend holds no ENVIRONMENT_API_KEY that this task app accepts: upload the task app's key "
-            "to the backend, or point TASK_APP_URL at the task app your key belongs to.")
-    statuses = [a.get("status") for a in result.attempts]
-    printer.line(f"Verification OK (candidates={result.candidates}, statuses={statuses})")
-
-
-async def check_health(session: LaunchSession, printer: Printer) -> None:
+    else:
+        statuses = [a.get("status") for a in result.attempts]
+        printer.line(f"Verification OK (candidates={result.candidates}, statuses={statuses})")
     printer.line("Performing task app health check…")
-    report = await session.health()
+    task_app = TaskAppCheck(prepared.task_url, mask_secret(session.env_keys()[0]), CHECK_TIMEOUT_S)
+    task_app.report = report = await session.health(timeout=CHECK_TIMEOUT_S)
     if report.ok:
         printer.line("Task app healthy")
-        return
-    printer.line(f"Task app health check failed: {report.detail}")
-    for attempt in report.attempts:
-        if not attempt.ok:
-            fix = f" Fix: {attempt.fix}" if attempt.fix else ""
-            printer.diag(f"  {attempt.endpoint}: {attempt.reason}.{fix}")
-    raise VerificationFailed("Aborting due to failing health check", None)
+    else:
+        printer.line(f"Task app health check failed: {report.detail}")
+        for attempt in report.attempts:
+            if not attempt.ok:
+                fix = f" Fix: {attempt.fix}" if attempt.fix else ""
+                printer.diag(f"  {attempt.endpoint}: {attempt.reason}.{fix}")
+    verdict = overall_verdict(backend, task_app)
+    if not verdict.ready:
+        for problem in verdict.problems[1:]:
+            printer.diag(f"Also: {problem.message}" + (f" Fix: {problem.fix}" if problem.fix else ""))
+        first = verdict.problems[0]
+        raise VerificationFailed(first.message, first.fix)
 
 
 async def create_job(client: SynthClient, prepared: PreparedJob, idempotency_key: str, printer: Printer) -> str:
@@ -318,12 +337,13 @@ class ChartView:
         self.chart.draw(force=True)
 
 
-async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace, printer: Printer,
+async def stream_job(client: SynthClient, job_id: str, stream_format: str, printer: Printer,
                      session: LaunchSession) -> int:
     printer.line()
     printer.line("=== Streaming Job Progress ===")
-    view = ChartView(printer, args.metric) if args.stream_format == "chart" else LineView(printer)
-    options = WatchOptions(poll_interval=args.poll_interval, poll_timeout=args.poll_timeout)
+    flags = session.options
+    view = ChartView(printer, flags.metric) if stream_format == "chart" else LineView(printer)
+    options = WatchOptions(poll_interval=flags.poll_interval, poll_timeout=flags.poll_timeout)
     hidden = 0
     ended: WatchEnded | None = None
     last_metrics: dict[str, float] = {}
@@ -348,12 +368,14 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
             ended = update
     assert ended is not None
     view.finish()
-    _remember(printer, lambda h: h.record_progress(job_id, status=ended.status, last_metrics=last_metrics,
-                                                   final=ended.reason == "terminal"))
+    warning = remember(lambda history: history.record_progress(
+        job_id, status=ended.status, last_metrics=last_metrics, final=ended.reason == "terminal"))
+    if warning:
+        printer.diag(f"Warning: {warning}")
     if hidden:
         printer.diag(f"({hidden} hatchet/modal infrastructure events hidden)")
     if ended.reason == "timeout":
-        printer.diag(f"Stopped watching after --poll-timeout {args.poll_timeout:g}s; job {job_id} was still "
+        printer.diag(f"Stopped watching after --poll-timeout {flags.poll_timeout:g}s; job {job_id} was still "
                      f"{ended.status}. {session.attach_hint(job_id)}")
         printer.line(f"Final status: {ended.status} (watch timed out)")
     elif ended.reason == "paused":
@@ -364,14 +386,6 @@ async def stream_job(client: SynthClient, job_id: str, args: argparse.Namespace,
     printer.line(json.dumps(ended.payload, indent=2)[:600])
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
     return ended.exit_code
-
-
-def _remember(printer: Printer, write: Callable[[RunHistory], None]) -> None:
-    """Write to the run history; a history that cannot be written never fails the run."""
-    try:
-        write(RunHistory())
-    except (sqlite3.Error, OSError) as exc:
-        printer.diag(f"Warning: could not update the run history: {exc}")
 
 
 class VerificationFailed(SynthTuiError):
@@ -385,117 +399,11 @@ class JobCreationFailed(SynthTuiError):
 # --------------------------------------------------------------------------- other commands
 
 
-def run_demo(args: argparse.Namespace, *, interactive: bool = False) -> int:
-    from app.demo import run_demo as run
-
-    return run(args, interactive=interactive)
-
-
-def run_backend_server(args: argparse.Namespace) -> int:
-    from app.local.servers import default_db_path, serve_backend
-
-    _warn_keys_in_argv(args)
-    sources = _key_sources(args.env_file)
-    api_key = args.api_key or sources.get("SYNTH_API_KEY")
-    if not api_key:
-        raise MissingSecretsError(
-            f"The backend needs SYNTH_API_KEY (the key its clients will send); none was found in "
-            f"{_where_keys_were_sought(args.env_file)}.",
-            "export SYNTH_API_KEY=<key> before starting it, or put SYNTH_API_KEY=<key> in a .env file "
-            "(chmod 600) and pass --env-file PATH.")
-    serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
-                  envfile.user_path(args.db) if args.db else default_db_path())
-    return ExitCode.OK
-
-
-def _key_sources(env_file: str | None) -> Mapping[str, str]:
-    """Where a server's keys are looked up: the shell's variables win over the --env-file's."""
-    shell = {name: value for name, value in os.environ.items() if value}
-    return ChainMap(shell, _env_file_values(env_file))
-
-
-def _env_file_values(env_file: str | None) -> dict[str, str]:
-    """The non-empty values of --env-file; a file that is missing or unreadable is a usage error."""
-    if not env_file:
-        return {}
-    path = envfile.user_path(env_file)
+def run_attach(args: argparse.Namespace, *, printer: Printer | None = None) -> int:
+    """``synth-tui attach JOB_ID --no-tui``: the SDK's lines for an existing job."""
+    printer = printer or Printer()
     try:
-        loaded = envfile.EnvFile.load(path)
-    except SynthTuiError as exc:
-        raise UsageError(exc.message, exc.hint) from None
-    if not loaded.exists:
-        raise UsageError(f"--env-file {path} does not exist.",
-                         "Check the path, or leave --env-file out to take the keys from the shell.")
-    bad_lines = [str(line.lineno) for line in loaded.lines if line.error]
-    if bad_lines:  # the line's text may be a key, so only its number is told
-        which = f"line {bad_lines[0]} is" if len(bad_lines) == 1 else f"lines {', '.join(bad_lines)} are"
-        raise UsageError(f"Cannot parse --env-file {path}: {which} not KEY=value.",
-                         "Write one KEY=value a line, and close every quote you open; then start again.")
-    _warn_if_others_can_read(path)
-    return {name: value for name, value in loaded.values.items() if value}
-
-
-def _warn_if_others_can_read(path: Path) -> None:
-    mode = stat.S_IMODE(path.stat().st_mode)
-    if mode & 0o077:
-        print(f"Warning: {path} holds keys but other users of this machine can open it (mode {mode:04o}); "
-              f"run: chmod 600 {path}", file=sys.stderr, flush=True)
-
-
-def _where_keys_were_sought(env_file: str | None) -> str:
-    return f"the shell or {envfile.user_path(env_file)}" if env_file else "the shell (no --env-file given)"
-
-
-# A flag's value is in /proc/<pid>/cmdline, which every local user can read (ps shows it).
-_ARGV_KEY_FLAGS = {
-    "api_key": ("--api-key", "SYNTH_API_KEY"),
-    "env_key": ("--env-key", "ENVIRONMENT_API_KEY (more keys: ENVIRONMENT_API_KEY_ALIASES=key1,key2)"),
-}
-
-
-def _warn_keys_in_argv(args: argparse.Namespace) -> None:
-    """One line per key flag used; the key itself is never printed."""
-    for attribute, (flag, variable) in _ARGV_KEY_FLAGS.items():
-        if getattr(args, attribute, None):
-            print(f"Warning: {flag} puts the key in the command line, which every user of this machine can "
-                  f"read with ps; set {variable} in the environment or in a .env file passed with "
-                  f"--env-file PATH instead.", file=sys.stderr, flush=True)
-
-
-def _env_keys(args: argparse.Namespace, sources: Mapping[str, str]) -> list[str]:
-    """--env-key values, else ENVIRONMENT_API_KEY and the comma-separated ENVIRONMENT_API_KEY_ALIASES."""
-    if args.env_key:
-        return list(args.env_key)
-    candidates = [sources.get("ENVIRONMENT_API_KEY", ""), *sources.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",")]
-    return list(dict.fromkeys(key.strip() for key in candidates if key.strip()))
-
-
-def run_taskapp_server(args: argparse.Namespace) -> int:
-    from app.local.servers import serve_taskapp
-
-    _warn_keys_in_argv(args)
-    sources = _key_sources(args.env_file)
-    env_keys = _env_keys(args, sources)
-    if not env_keys:
-        # Contract 5.2: a task app without a key answers 503 to every authenticated call.
-        printer = Printer()
-        printer.diag(f"Warning: no ENVIRONMENT_API_KEY found in {_where_keys_were_sought(args.env_file)}; "
-                     "every authenticated call will answer 503.")
-    serve_taskapp(args.host, args.port, env_keys, args.game, contract=args.contract)
-    return ExitCode.OK
-
-
-def run_attach(args: argparse.Namespace, *, interactive: bool = False) -> int:
-    """Watch an existing job: the dashboard on a terminal, the SDK's lines otherwise."""
-    check_job_id(args.job_id)  # it goes into URL paths: "../x" or "" must stop here
-    record = RunHistory().get(args.job_id)
-    if interactive:
-        from app.tui import run_attach_tui
-
-        return run_attach_tui(args, record)
-    printer = Printer()
-    try:
-        return asyncio.run(_attach_flow(args, printer, record))
+        return asyncio.run(_attach_flow(args, printer))
     except SynthTuiError as exc:
         printer.error(exc)
         return exc.exit_code
@@ -504,24 +412,18 @@ def run_attach(args: argparse.Namespace, *, interactive: bool = False) -> int:
         return ExitCode.INTERRUPTED
 
 
-async def _attach_flow(args: argparse.Namespace, printer: Printer, record) -> int:
+async def _attach_flow(args: argparse.Namespace, printer: Printer) -> int:
     session = LaunchSession(LaunchOptions.from_args(args))
-    if record is not None and not args.backend:
-        session.use_backend(record.backend, "the job history")
-    choice = session.unattended_env_choice()
-    session.open_env(choice.path, choice.how, choice.candidates)
+    job = session.attach(args.job_id)
     printer.secrets.extend(session.secret_values())
-    printer.line(f"Attaching to job {args.job_id} at {session.backend_base}")
+    printer.line(f"Attaching to job {job.job_id} at {session.backend_base}")
     async with session.client() as client:
         await session.probe(client)  # a backend without RL jobs says so, not "job not found"
-        return await stream_job(client, args.job_id, args, printer, session)
+        return await stream_job(client, job.job_id, args.stream_format, printer, session)
 
 
-def run_history(args: argparse.Namespace, *, interactive: bool = False) -> int:
-    if interactive:
-        from app.tui import run_history_tui
-
-        return run_history_tui(args)
+def run_history() -> int:
+    """``synth-tui history --no-tui``: one line per job launched from this machine."""
     records = RunHistory().list()
     if not records:
         print("No jobs launched from this machine yet.")

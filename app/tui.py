@@ -3,21 +3,28 @@ place where worker errors become an error modal."""
 
 from __future__ import annotations
 
-import argparse
-import sqlite3
-from collections.abc import Iterable
+import asyncio
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.screen import Screen
 
 from app.core import envfile
 from app.core.errors import SynthTuiError
-from app.core.history import RunHistory
+from app.core.jobs import JobContext
 from app.core.redact import redact
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.session import LaunchSession
+from app.screens.base import FlowScreen
+from app.screens.config_picker import ConfigPickerScreen
+from app.screens.dashboard import DashboardScreen
+from app.screens.env_review import EnvReviewScreen
+from app.screens.history import HistoryScreen
 from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
+from app.screens.preview import PayloadPreviewScreen
+from app.screens.verification import VerificationScreen
 
 
 def stylesheet_path() -> Path:
@@ -38,7 +45,7 @@ class SynthTuiApp(App[int]):
         Binding("ctrl+p", "command_palette", "Commands", id="app.commands", show=False),
     ]
 
-    def __init__(self, session: LaunchSession, *, start: str = "picker", attach=None) -> None:
+    def __init__(self, session: LaunchSession, *, start: str = "picker", attach: JobContext | None = None) -> None:
         """``start`` is the first step shown (flags skip steps); ``attach`` (a JobContext) opens
         only the dashboard of an existing job; ``start="history"`` opens the run history."""
         super().__init__()
@@ -49,53 +56,52 @@ class SynthTuiApp(App[int]):
 
     # -- flow ------------------------------------------------------------------------------
 
-    STEPS = ("picker", "env", "verify", "preview")
+    # The guided steps in order; Esc on one goes to the one before.
+    STEPS: dict[str, Callable[[], FlowScreen]] = {
+        "picker": ConfigPickerScreen, "env": EnvReviewScreen, "verify": VerificationScreen,
+        "preview": PayloadPreviewScreen,
+    }
 
     def on_mount(self) -> None:
-        """Push the picker, then every step up to ``start``, so Escape always goes back."""
-        from app.screens.config_picker import ConfigPickerScreen
-
+        """Show the first step only: earlier steps are made when the user goes back to them,
+        so a start on a later step (flags skip steps) runs nothing of the steps skipped."""
         if self.attach is not None:
-            from app.screens.dashboard import DashboardScreen
-
             self.push_screen(DashboardScreen(self.attach))
-            return
-        if self.start == "history":
-            from app.screens.history import HistoryScreen
-
+        elif self.start == "history":
             self.push_screen(HistoryScreen())
-            return
-        self.push_screen(ConfigPickerScreen())
-        start = self.start if self.start in self.STEPS else "picker"
-        for step in self.STEPS[1 : self.STEPS.index(start) + 1]:
-            {"env": self.go_to_env, "verify": self.go_to_verification, "preview": self.go_to_preview}[step]()
+        else:
+            self.push_screen(self.STEPS.get(self.start, ConfigPickerScreen)())
 
     def go_to_env(self) -> None:
-        from app.screens.env_review import EnvReviewScreen
-
         self.push_screen(EnvReviewScreen())
 
     def go_to_verification(self) -> None:
-        from app.screens.verification import VerificationScreen
-
         self.push_screen(VerificationScreen())
 
     def go_to_preview(self) -> None:
-        from app.screens.preview import PayloadPreviewScreen
-
         self.push_screen(PayloadPreviewScreen())
 
-    def go_to_dashboard(self, job_id: str) -> None:
-        """After a submit: remember the run, then watch it."""
-        from app.screens.dashboard import DashboardScreen, JobContext
+    def go_back(self, step: str) -> None:
+        """From ``step`` to the step before it: the screen below when the user came that way,
+        else a new one (the run started on ``step``)."""
+        if len(self.screen_stack) > 2:
+            self.pop_screen()
+            return
+        names = list(self.STEPS)
+        index = names.index(step)
+        if index > 0:
+            self.switch_screen(self.STEPS[names[index - 1]]())
 
-        session = self.session
-        payload = session.prepared.payload if session.prepared else None
-        data = (payload or {}).get("data", {})
-        context = JobContext(job_id, payload, str(session.config_path) if session.config_path else None,
-                             data.get("base_model") or data.get("model"))
-        self.run_worker(lambda: remember_submission(session, context), thread=True, name="Run history")
-        self.push_screen(DashboardScreen(context))
+    def go_to_dashboard(self, job: JobContext) -> None:
+        """After a submit: remember the run, then watch it."""
+        self._remember_submission(job)
+        self.push_screen(DashboardScreen(job))
+
+    @work(exit_on_error=False, name="Run history")
+    async def _remember_submission(self, job: JobContext) -> None:
+        warning = await asyncio.to_thread(self.session.remember_submission, job)
+        if warning:
+            self.notify(f"The job runs, but synth-tui {warning}.", title="Run history", severity="warning")
 
     # -- app-wide actions -------------------------------------------------------------------
 
@@ -118,12 +124,17 @@ class SynthTuiApp(App[int]):
         self.push_screen(HelpModal(str(title), rows))
 
     async def action_quit(self) -> None:
-        """Ctrl+Q: on the dashboard, the same confirm-and-attach-hint as its own q."""
-        quit_dashboard = getattr(self.screen, "action_quit_dashboard", None)
+        """Ctrl+Q (and the palette's Quit): the screen decides, e.g. the dashboard asks while
+        the job runs and says how to attach again."""
+        if isinstance(self.screen, FlowScreen):
+            self.screen.request_quit()
+        else:
+            self.quit_flow()
+
+    def quit_flow(self) -> None:
+        """Leave, asking first when the .env has unsaved edits."""
         env = self.session.env
-        if quit_dashboard is not None:
-            quit_dashboard()
-        elif env is not None and env.dirty:
+        if env is not None and env.dirty:
             self.confirm(f"Quit and drop the unsaved changes to {env.path.name}?",
                          lambda: self.exit(self.exit_code), label="Quit",
                          detail="ctrl+s on the .env screen saves them first.")
@@ -161,15 +172,6 @@ class SynthTuiApp(App[int]):
         self.push_screen(ErrorModal(title, redact(message, secrets), redact(hint, secrets) if hint else None))
 
 
-def remember_submission(session: LaunchSession, context) -> None:
-    try:
-        RunHistory().record_submission(job_id=context.job_id, backend=session.backend_base,
-                                       config_path=context.config_path, payload=context.payload,
-                                       idempotency_key=session.idempotency_key)
-    except (sqlite3.Error, OSError):
-        pass  # the history is a convenience; a full disk must not stop the dashboard
-
-
 def initial_step(session: LaunchSession) -> str:
     """Flags skip steps as in the SDK: one valid --config skips the picker; with --env-file
     too and every required key present, the env review is skipped as well."""
@@ -183,8 +185,7 @@ def initial_step(session: LaunchSession) -> str:
     session.choose_config(path, report)
     if not options.env_files:
         return "env"
-    choice = session.initial_env_choice()
-    session.open_env(choice.path, choice.how, choice.candidates)
+    session.open_unattended_env()  # --env-file: what the user named, nothing to confirm
     return "verify" if not session.missing_keys() else "env"
 
 
@@ -193,29 +194,14 @@ def run_app(app: SynthTuiApp) -> int:
     return result if isinstance(result, int) else app.exit_code
 
 
-def run_tui(args: argparse.Namespace, *, session: LaunchSession | None = None) -> int:
-    session = session or LaunchSession(LaunchOptions.from_args(args))
+def run_tui(session: LaunchSession) -> int:
     return run_app(SynthTuiApp(session, start=initial_step(session)))
 
 
-def run_attach_tui(args: argparse.Namespace, record=None) -> int:
-    from app.screens.dashboard import JobContext
-
-    session = LaunchSession(LaunchOptions.from_args(args))
-    if record is not None and not args.backend:
-        session.use_backend(record.backend, "the job history")
-    choice = session.initial_env_choice()
-    session.open_env(choice.path, choice.how, choice.candidates)
-    session.synth_api_key()  # fail before the screen opens when the key is missing
-    payload = record.payload if record is not None else None
-    model = ((payload or {}).get("data") or {})
-    context = JobContext(args.job_id, payload, record.config_path if record else None,
-                         model.get("base_model") or model.get("model"))
-    return run_app(SynthTuiApp(session, attach=context))
+def run_attach_tui(session: LaunchSession, job_id: str) -> int:
+    return run_app(SynthTuiApp(session, attach=session.attach(job_id)))
 
 
-def run_history_tui(args: argparse.Namespace) -> int:
-    session = LaunchSession(LaunchOptions.from_args(args))
-    choice = session.initial_env_choice()
-    session.open_env(choice.path, choice.how, choice.candidates)
+def run_history_tui(session: LaunchSession) -> int:
+    session.open_unattended_env()
     return run_app(SynthTuiApp(session, start="history"))

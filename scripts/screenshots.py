@@ -9,7 +9,6 @@ the live dashboard mid-run and at the end.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import tempfile
@@ -19,8 +18,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app.core.session import LaunchOptions, LaunchSession  # noqa: E402
-from app.demo import start_demo, train_args  # noqa: E402
+from app.core.session import LaunchSession  # noqa: E402
+from app.demo import demo_options, start_demo  # noqa: E402
 from app.screens.config_picker import ConfigPickerScreen  # noqa: E402
 from app.screens.dashboard import DashboardScreen  # noqa: E402
 from app.screens.env_review import EnvReviewScreen  # noqa: E402
@@ -46,9 +45,7 @@ async def walk(out: Path) -> list[Path]:
     with tempfile.TemporaryDirectory(prefix="synth-tui-shots-") as folder:
         setup = start_demo(folder)
         try:
-            flags = train_args(setup, argparse.Namespace(poll_interval=0.5, poll_timeout=600.0,
-                                                         stream_format="cli", no_tui=False))
-            app = SynthTuiApp(LaunchSession(LaunchOptions.from_args(flags, cwd=Path(folder))), start="picker")
+            app = SynthTuiApp(LaunchSession(demo_options(setup, cwd=Path(folder))), start="picker")
             saved = []
 
             def shot(name: str) -> None:

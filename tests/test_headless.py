@@ -12,7 +12,7 @@ import pytest
 
 from app.cli import build_parser, normalise_argv
 from app.headless import Printer, run_attach, run_train
-from fakes import FaultyBackend, ScriptedJob, TinyTaskApp, event, training_timeline
+from fakes import ScriptedJob, event, training_timeline
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
@@ -158,14 +158,17 @@ def test_verification_failure_exits_3_with_the_report(world):
     code, out, err = run(world)
     assert code == 3
     assert "Task app verification failed; no auth combination succeeded. Full report:" in out
-    assert "Error: Task app verification failed (auth)" in err
+    # The verdict the TUI's verification screen shows (app/core/diagnosis.py), with its fix.
+    assert "Error: The backend holds no key this task app accepts" in err
+    assert "Upload this task app's ENVIRONMENT_API_KEY" in err
 
 
 def test_verification_http_error_exits_3(world):
     world["backend"].verify_answer = (500, {"detail": "boom"})
     code, out, err = run(world)
     assert code == 3
-    assert "Task app verification error:" in out and "Verification failed with status 500" in err
+    assert "Task app verification error:" in out
+    assert "Error: Backend verification failed: the backend could not run the verification (HTTP 500): boom" in err
 
 
 def test_health_check_with_a_wrong_environment_key_exits_3(world):
@@ -291,7 +294,8 @@ def test_task_app_unreachable_from_the_backend_is_not_called_auth(world):
         {"endpoint": "/health", "status": None, "error": "ConnectError: connection refused"}]})
     code, _, err = run(world)
     assert code == 3
-    assert "could not reach the task app" in err and "(auth)" not in err
+    assert "could not reach the task app" in err and "though it answers from this machine" in err
+    assert "holds no key" not in err
 
 
 def test_backend_base_url_in_the_env_file_is_used(world):
@@ -351,7 +355,8 @@ def test_the_verifier_section_is_sent_under_the_name_the_backend_reads(world, tm
 
 def test_a_paused_job_ends_the_watch_with_exit_6_and_says_how_to_attach_again(world, monkeypatch):
     timeline = training_timeline(steps=2)
-    world["backend"].create_job_template = [*timeline[:3], ("paused", [event(90, "rl.job.paused", message="paused")], [])]
+    paused = ("paused", [event(90, "rl.job.paused", message="paused")], [])
+    world["backend"].create_job_template = [*timeline[:3], paused]
     code, out, err = run(world)
     assert code == 6, err
     assert "Final status: paused (the job is paused on the backend; watch ended)" in out

@@ -62,7 +62,7 @@ def mode(path: Path) -> int:
 def assert_all_private(root: Path) -> list[str]:
     """Every folder under root (root included) is 0700 and every file 0600; returns their names."""
     wrong, seen = [], []
-    for folder, dirs, files in os.walk(root):
+    for folder, _dirs, files in os.walk(root):
         for path in [Path(folder)] + [Path(folder) / f for f in files]:
             expected = 0o700 if path.is_dir() else 0o600
             seen.append(str(path.relative_to(root)))
@@ -192,11 +192,10 @@ def test_the_feed_stream_file_is_private(wide_umask):
 
 
 async def test_the_dashboard_export_is_private(faulty_backend, wide_umask):
-    from fakes import ScriptedJob, training_timeline
-
     from app.core.session import LaunchOptions, LaunchSession
     from app.screens.dashboard import DashboardScreen, JobContext
     from app.tui import SynthTuiApp
+    from fakes import ScriptedJob, training_timeline
 
     faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
     session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.02),
@@ -281,8 +280,8 @@ def test_key_flags_still_work_but_warn_without_echoing_the_key(tmp_path):
 
 
 def test_shell_variables_win_over_the_env_file(tmp_path, monkeypatch):
-    from app.headless import _env_keys, _key_sources
     from app.cli import build_parser
+    from app.serve import _env_keys, _key_sources
 
     env_file = write_env_file(tmp_path / "keys.env", "SYNTH_API_KEY=from_file\nENVIRONMENT_API_KEY=file_env\n"
                                                      "ENVIRONMENT_API_KEY_ALIASES=file_alias\n")
@@ -298,7 +297,7 @@ def test_shell_variables_win_over_the_env_file(tmp_path, monkeypatch):
 
 
 def test_an_env_file_others_can_open_is_warned_about(tmp_path, capsys):
-    from app.headless import _key_sources
+    from app.serve import _key_sources
 
     env_file = write_env_file(tmp_path / "keys.env", f"SYNTH_API_KEY={SYNTH_KEY}\n")
     _key_sources(str(env_file))

@@ -203,8 +203,8 @@ def _verify_http_fix(status: int) -> str:
     if status == 404:
         return "Check --backend (or BACKEND_BASE_URL): it must be the Synth API base."
     if status >= 500 or status == 429:
-        return "The backend had a problem: retry (r) in a moment; press d for its full answer."
-    return "Press d for the backend's full answer; check TASK_APP_URL is a full https:// URL."
+        return "The backend had a problem: retry in a moment; the full diagnostics show its whole answer."
+    return "Check TASK_APP_URL is a full https:// URL; the full diagnostics show the backend's whole answer."
 
 
 def _verify_attempt_row(attempt: dict[str, Any]) -> DiagnosticRow:
@@ -287,12 +287,12 @@ def _backend_access_problems(check: BackendCheck) -> Iterable[Problem]:
     error = check.error
     if check.timed_out or isinstance(error, BackendTimeout):
         yield Problem(f"The backend at {check.backend_base} did not answer within {check.timeout_s:g} s.",
-                      "Retry (r); if it persists, check --backend and your network.")
+                      "Retry; if it persists, check --backend and your network.")
     elif isinstance(error, BackendUnreachable):
         yield Problem(f"Backend unreachable: {error.message}", error.hint)
     elif isinstance(error, AuthError):
         yield Problem(f"Wrong SYNTH_API_KEY: the backend rejected {check.key_hint} (HTTP {error.status}).",
-                      "Set SYNTH_API_KEY to an API key of this backend's org (back with b to edit the .env).")
+                      "Set SYNTH_API_KEY to an API key of this backend's org, in the .env or the shell.")
     elif error is not None:
         yield Problem(error.message, error.hint)
     elif check.result is not None and (check.result.status >= 400 or check.result.body is None):
@@ -326,19 +326,26 @@ def _verification_problems(backend: BackendCheck, task_app: TaskAppCheck) -> Ite
     result = backend.result
     if result is None or result.status >= 400 or result.body is None or result.any_ok:
         return
-    if task_app.ok:
+    if unreachable_by_backend(result) and task_app.ok:
+        error = next(str(a.get("error")) for a in result.attempts)
+        yield Problem(
+            f"The backend could not reach the task app at {task_app.task_url} ({_short(error)}), though it "
+            "answers from this machine.",
+            "The backend must be able to reach that address: a loopback or private URL works only with a backend "
+            "on this machine. Use the task app's public URL, or --backend local.")
+    elif unreachable_by_backend(result):
+        yield Problem("The backend could not reach the task app either.",
+                      "Fix the task app problem above first, then retry.")
+    elif task_app.ok:
         why = ("it has no ENVIRONMENT_API_KEY stored for your org" if not result.attempts and not result.candidates
                else "every stored key it tried was rejected, while your own key works")
         yield Problem(
             f"The backend holds no key this task app accepts: {why}.",
             "Upload this task app's ENVIRONMENT_API_KEY to the backend (synth-ai setup), or point "
             "TASK_APP_URL at the task app your uploaded key belongs to.")
-    elif unreachable_by_backend(result):
-        yield Problem("The backend could not reach the task app either.",
-                      "Fix the task app problem above first, then retry (r).")
     else:
         yield Problem("The backend's verification failed too: none of the keys it holds was accepted.",
-                      "Fix the task app problem above first, then retry (r).")
+                      "Fix the task app problem above first, then retry.")
 
 
 def unreachable_by_backend(result: VerifyResult) -> bool:

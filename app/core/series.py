@@ -152,6 +152,11 @@ class MetricStore:
     def names(self) -> list[str]:
         return list(self.series)
 
+    def points(self) -> list[tuple[str, int, float]]:
+        """Every (name, step, value), series by series: a copy, safe to write out elsewhere."""
+        return [(name, int(step), value) for name, series in self.series.items()
+                for step, value in zip(series.steps, series.values, strict=True)]
+
     def get(self, name: str | None) -> MetricSeries | None:
         return self.series.get(name) if name else None
 

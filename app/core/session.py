@@ -17,7 +17,9 @@ from app.core import config as cfg
 from app.core import envfile
 from app.core.client import RlSupport, SynthClient, VerifyResult, checked_api_base
 from app.core.errors import MissingSecretsError, UsageError
+from app.core.wire import check_job_id
 from app.core.health import HealthReport, check_task_app
+from app.core.jobs import JobContext, read_history, remember
 from app.core.launch import (
     EnvChoice,
     PreparedJob,
@@ -32,9 +34,10 @@ from app.core.launch import (
 )
 
 
-@dataclass
+@dataclass(frozen=True)
 class LaunchOptions:
-    """The command-line flags that prefill or skip steps (the SDK's, plus --backend)."""
+    """The command-line flags that prefill or skip steps (the SDK's, plus --backend), as
+    given: what the user changes later (the preview's overrides) is held by the session."""
 
     config_paths: Sequence[str] = ()
     env_files: Sequence[str] = ()
@@ -57,8 +60,8 @@ class LaunchOptions:
 
     def __post_init__(self) -> None:
         # Expanded once here, so no later expanduser() meets an unknown ~user and raises.
-        self.config_paths = [str(envfile.user_path(p)) for p in self.config_paths]
-        self.env_files = [str(envfile.user_path(p)) for p in self.env_files]
+        object.__setattr__(self, "config_paths", tuple(str(envfile.user_path(p)) for p in self.config_paths))
+        object.__setattr__(self, "env_files", tuple(str(envfile.user_path(p)) for p in self.env_files))
         check_seconds("--poll-interval", self.poll_interval, allow_zero=False)
         check_seconds("--poll-timeout", self.poll_timeout, allow_zero=True)
         if self.idempotency:
@@ -104,8 +107,20 @@ def check_idempotency_key(key: str) -> None:
                          "Use plain ASCII letters, digits and dashes, e.g. a UUID (the default when it is left out).")
 
 
+@dataclass(frozen=True)
+class Overrides:
+    """What the preview lets the user change, over the flags (None: as the config says)."""
+
+    model: str | None = None
+    task_url: str | None = None
+    allow_experimental: bool | None = None
+
+
 @dataclass
 class LaunchSession:
+    """One launch, shared by both front ends: each step is a method here, and the screens and
+    the headless flow only show what these return (docs/architecture.md)."""
+
     options: LaunchOptions
     shell: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
     config_path: Path | None = None
@@ -123,10 +138,30 @@ class LaunchSession:
     backend_problem: UsageError | None = None
     # What the backend said about RL jobs (probe): the payload takes the names it reads.
     rl_support: RlSupport | None = None
+    overrides: Overrides = field(init=False)
+    # The task URL the verification step passed with, so the preview can say it changed since.
+    verified_task_url: str | None = None
+    # What the prepared payload was built from; the same inputs give it back without a re-read.
+    _prepared_from: tuple[object, ...] | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.backend_base, self.backend_source = resolve_backend(self.options.backend, self.shell)
         self.idempotency_key = self.options.idempotency or new_idempotency_key()
+        options = self.options
+        self.overrides = Overrides(options.model, options.task_url, options.allow_experimental)
+
+    def override(self, **changes: object) -> bool:
+        """Change the preview's overrides (model, task_url, allow_experimental); the flags stay
+        as given. True when something changed, and the payload is then prepared again."""
+        new = dataclasses.replace(self.overrides, **changes)  # type: ignore[arg-type]
+        if new == self.overrides:
+            return False
+        task_url_changed = new.task_url != self.overrides.task_url
+        self.overrides = new
+        self.prepared = None
+        if task_url_changed:
+            self.resolve()  # TASK_APP_URL resolution depends on the task URL given
+        return True
 
     def use_backend(self, url: str, source: str) -> None:
         """Talk to this backend (e.g. the one a job from the history ran on); the .env does
@@ -145,7 +180,7 @@ class LaunchSession:
         return candidates
 
     def validate(self, path: Path) -> cfg.ValidationReport:
-        return cfg.validate_rl_file(path, allow_experimental=self.options.allow_experimental, env=self.shell)
+        return cfg.validate_rl_file(path, allow_experimental=self.overrides.allow_experimental, env=self.shell)
 
     def choose_config(self, path: Path, report: cfg.ValidationReport) -> None:
         """Remember the choice (the SDK's LAST_CONFIG); a new config invalidates the payload."""
@@ -160,8 +195,16 @@ class LaunchSession:
         return choose_env_file(self.options.env_files, cwd=self.options.cwd, config_path=self.config_path)
 
     def unattended_env_choice(self) -> EnvChoice:
-        """The .env for a headless run, where no one confirms what discovery proposes."""
+        """The .env for a run where no one confirms what discovery proposes."""
         return unattended_env_choice(self.initial_env_choice(), cwd=self.options.cwd, config_path=self.config_path)
+
+    def open_unattended_env(self) -> EnvChoice:
+        """Open the .env without asking: headless runs, attach, the history, and a TUI start
+        that skips the env review (--env-file given). Only the env review lets a user confirm
+        a discovered file, so only it opens :meth:`initial_env_choice` itself."""
+        choice = self.unattended_env_choice()
+        self.open_env(choice.path, choice.how, choice.candidates)
+        return choice
 
     def open_env(self, path: Path | None, how: str = "chosen",
                  candidates: Sequence[Path] | None = None) -> envfile.EnvFile | None:
@@ -198,7 +241,7 @@ class LaunchSession:
         optional = set(self.optional_keys())
         # A key this run can do without is shown as such, not as "required — missing".
         self.resolved = [dataclasses.replace(key, required=False) if key.name in optional else key
-                         for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.options.task_url)]
+                         for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.overrides.task_url)]
         self._backend_from_env_file()
         self.prepared = None
         return self.resolved
@@ -206,7 +249,7 @@ class LaunchSession:
     def optional_keys(self) -> tuple[str, ...]:
         """Required keys this run can do without: the task URL given by flag, the backend key
         of a backend this process started."""
-        return ((("TASK_APP_URL",) if self.options.task_url else ())
+        return ((("TASK_APP_URL",) if self.overrides.task_url else ())
                 + (("SYNTH_API_KEY",) if self.options.backend_key else ()))
 
     def missing_keys(self) -> list[str]:
@@ -214,7 +257,7 @@ class LaunchSession:
 
     def secrets(self) -> dict[str, str]:
         path = self.env_choice.path if self.env_choice else None
-        return require_secrets(self.resolved, env_path=path, task_url_flag=self.options.task_url,
+        return require_secrets(self.resolved, env_path=path, task_url_flag=self.overrides.task_url,
                                optional=self.optional_keys())
 
     def secret_values(self) -> list[str]:
@@ -227,21 +270,64 @@ class LaunchSession:
     # -- payload, checks, submit ---------------------------------------------------------
 
     def prepare(self) -> PreparedJob:
+        """The payload to send: built once, and again only when what it is built from changed
+        (the config file on disk, the keys, an override, the backend and its generation)."""
         assert self.config_path is not None, "choose a config first"
         self._raise_backend_problem()
         secrets = self.secrets()
+        inputs = self._prepare_inputs(secrets)
+        if self.prepared is not None and inputs == self._prepared_from:
+            return self.prepared
         task_url_key = next((k for k in self.resolved if k.name == "TASK_APP_URL"), None)
+        overrides = self.overrides
         self.prepared = prepare_payload(
-            self.config_path, task_url_flag=self.options.task_url, env_task_url=secrets.get("TASK_APP_URL"),
-            backend_base=self.backend_base, model=self.options.model,
-            allow_experimental=self.options.allow_experimental,
+            self.config_path, task_url_flag=overrides.task_url, env_task_url=secrets.get("TASK_APP_URL"),
+            backend_base=self.backend_base, model=overrides.model, allow_experimental=overrides.allow_experimental,
             env_task_url_where=f"TASK_APP_URL from {task_url_key.where}" if task_url_key else "TASK_APP_URL",
             generations=self.rl_support.generations if self.rl_support else frozenset())
+        self._prepared_from = inputs
         return self.prepared
+
+    def _prepare_inputs(self, secrets: Mapping[str, str]) -> tuple[object, ...]:
+        assert self.config_path is not None
+        try:
+            stat = self.config_path.stat()
+            on_disk: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            on_disk = None  # prepare_payload reports the missing file
+        generations = self.rl_support.generations if self.rl_support else frozenset()
+        return (self.config_path, on_disk, secrets.get("TASK_APP_URL"), self.overrides, self.backend_base,
+                generations)
 
     def _raise_backend_problem(self) -> None:
         if self.backend_problem is not None:
             raise self.backend_problem
+
+    # -- the job ---------------------------------------------------------------------
+
+    def submitted_job(self, job_id: str, prepared: PreparedJob) -> JobContext:
+        """The job that submitting ``prepared`` created: its context for the dashboard."""
+        self.job_id = job_id
+        return JobContext.of(job_id, prepared.payload, str(self.config_path) if self.config_path else None)
+
+    def remember_submission(self, job: JobContext, *, idempotency_key: str | None = None,
+                            rerun_of: str | None = None) -> str | None:
+        """Record a created job in the run history; a warning when it could not be written."""
+        return remember(lambda history: history.record_submission(
+            job_id=job.job_id, backend=self.backend_base, config_path=job.config_path, payload=job.payload,
+            idempotency_key=idempotency_key or self.idempotency_key, rerun_of=rerun_of))
+
+    def attach(self, job_id: str) -> JobContext:
+        """Set up a watch of an existing job, the same for both front ends: the backend it ran
+        on (from the history, unless --backend names one), the .env, the backend key (missing:
+        MissingSecretsError before anything is shown)."""
+        check_job_id(job_id)  # it goes into URL paths: "../x" or "" must stop here
+        record = read_history(job_id)
+        if record is not None and not self.options.backend:
+            self.use_backend(record.backend, "the job history")
+        self.open_unattended_env()
+        self.synth_api_key()
+        return JobContext.from_record(record) if record is not None else JobContext.of(job_id)
 
     def attach_hint(self, job_id: str) -> str:
         """How to watch this job again after leaving: the command with every flag it needs."""

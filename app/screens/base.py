@@ -34,6 +34,10 @@ class FlowScreen(Screen):
             self.title = self.app.title
             self.sub_title = self.TITLE
 
+    def request_quit(self) -> None:
+        """Ctrl+Q or the palette's Quit on this screen; the dashboard asks first while it runs."""
+        self.flow_app.quit_flow()
+
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR and event.worker.error is not None:
             self.flow_app.show_error(f"{event.worker.name or 'A background task'} failed", event.worker.error)

@@ -64,6 +64,14 @@ class ConfigPickerScreen(FlowScreen):
     class ConfigChosen(Message):
         pass
 
+    class ChoiceRefused(Message):
+        """The config changed since it was listed and is no longer usable (entry), or the check
+        itself failed (None: the error reaches FlowScreen's handler)."""
+
+        def __init__(self, entry: ConfigEntry | None) -> None:
+            super().__init__()
+            self.entry = entry
+
     def __init__(self) -> None:
         super().__init__()
         self.entries: list[ConfigEntry] = []
@@ -261,11 +269,15 @@ class ConfigPickerScreen(FlowScreen):
                 self.post_message(self.ConfigChosen())  # _choosing stays set until we are back
                 return
         except BaseException:
-            self.app.call_from_thread(setattr, self, "_choosing", False)
+            self.post_message(self.ChoiceRefused(None))
             raise
         self.post_message(self.EntryRefreshed(fresh))
-        self.app.call_from_thread(self._refuse, fresh)
-        self.app.call_from_thread(setattr, self, "_choosing", False)
+        self.post_message(self.ChoiceRefused(fresh))
 
     def on_config_picker_screen_config_chosen(self, message: ConfigChosen) -> None:
         self.flow_app.go_to_env()
+
+    def on_config_picker_screen_choice_refused(self, message: ChoiceRefused) -> None:
+        self._choosing = False
+        if message.entry is not None:
+            self._refuse(message.entry)

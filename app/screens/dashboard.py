@@ -6,11 +6,9 @@ times a second into the chart and the log, so a burst of events becomes one upda
 
 from __future__ import annotations
 
-import csv
+import asyncio
 import json
-import shutil
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,9 @@ from textual.widgets import Footer, Header, Input, Static
 
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
+from app.core.jobs import JobContext, export_run
 from app.core.launch import new_idempotency_key
-from app.core.paths import open_private, private_dir, run_dir
+from app.core.paths import run_dir
 from app.core.redact import printable
 from app.core.series import MetricStore
 from app.core.streaming import WatchEnded, WatchOptions
@@ -45,17 +44,6 @@ def shown_text(text: object, limit: int = 200) -> str:
     cleaned = printable(str(text))
     return escape_markup(cleaned if len(cleaned) <= limit else cleaned[:limit] + "…")
 
-@dataclass
-class JobContext:
-    """What the dashboard knows about its job beyond the feed."""
-
-    job_id: str
-    payload: dict[str, Any] | None = None
-    config_path: str | None = None
-    model: str | None = None
-    # A finished run shown from fixed data instead of the backend (snapshots, README pictures).
-    replay: FeedBatch | None = None
-
 
 class DashboardScreen(FlowScreen):
     TITLE = "Live dashboard"
@@ -74,7 +62,7 @@ class DashboardScreen(FlowScreen):
         Binding("e", "export", "Export", id="dashboard.export"),
         Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
         Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
-        Binding("ctrl+q", "app.quit", "Quit", id="dashboard.app_quit", show=False),
+        Binding("ctrl+q", "quit_dashboard", "Quit", id="dashboard.app_quit", show=False),
         Binding("escape", "close_filter", "Close filter / back", id="dashboard.close_filter", show=False),
     ]
     PALETTE_COMMANDS = (
@@ -84,9 +72,11 @@ class DashboardScreen(FlowScreen):
         ("Toggle infrastructure noise", "Show or hide hatchet/modal events", "noise"),
     )
 
-    def __init__(self, job: JobContext | str, *, since_seq: int = 0) -> None:
+    def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False) -> None:
+        """``back_to_history``: opened from the run history, so Esc goes back there."""
         super().__init__()
         self.job = job if isinstance(job, JobContext) else JobContext(job)
+        self.back_to_history = back_to_history
         self.store = MetricStore()
         self.status = "unknown"
         self.reconnecting = ""
@@ -263,7 +253,7 @@ class DashboardScreen(FlowScreen):
         field = self.query_one("#dash-filter")
         if field.display:
             field.display = False
-        elif len(self.app.screen_stack) > 1 and type(self.app.screen_stack[-2]).__name__ == "HistoryScreen":
+        elif self.back_to_history:
             if self.feed is not None:
                 self.feed.stop()
             self.app.pop_screen()
@@ -304,30 +294,23 @@ class DashboardScreen(FlowScreen):
         if not result.job_id:
             self.notify("The backend answered without a job id.", severity="error")
             return
-        RunHistory().record_submission(job_id=result.job_id, backend=self.session.backend_base,
-                                       config_path=self.job.config_path, payload=payload, idempotency_key=key,
-                                       rerun_of=self.job.job_id)
+        context = JobContext.of(result.job_id, payload, self.job.config_path)
         self.session.idempotency_key = key
         self.session.job_id = result.job_id
+        warning = self.session.remember_submission(context, idempotency_key=key, rerun_of=self.job.job_id)
         self.notify(f"Rerun submitted as {result.job_id}", title="Rerun")
-        context = JobContext(result.job_id, payload, self.job.config_path, self.job.model)
-        self.app.switch_screen(DashboardScreen(context))
+        if warning:
+            self.notify(f"The job runs, but synth-tui {warning}.", title="Run history", severity="warning")
+        self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history))
 
-    @work(thread=True, exclusive=True, group="export", exit_on_error=False, name="Export")
-    def action_export(self) -> None:
-        folder = private_dir(run_dir(self.job.job_id) / f"export-{datetime.now():%Y%m%d-%H%M%S}")
-        stream = run_dir(self.job.job_id) / "events.jsonl"
-        with open_private(folder / "events.jsonl", "wb") as copy:
-            if stream.exists():
-                with stream.open("rb") as source:
-                    shutil.copyfileobj(source, copy)
-        with open_private(folder / "metrics.csv", "w", newline="") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["name", "step", "value"])
-            for name, series in list(self.store.series.items()):
-                for step, value in zip(list(series.steps), list(series.values)):
-                    writer.writerow([name, int(step), repr(value)])
-        self.app.call_from_thread(self.notify, f"Exported to {folder}", title="Export")
+    @work(exclusive=True, group="export", exit_on_error=False, name="Export")
+    async def action_export(self) -> None:
+        points = self.store.points()  # read here, on the UI thread that adds to the store
+        folder = await asyncio.to_thread(export_run, self.job.job_id, points, datetime.now())
+        self.notify(f"Exported to {folder}", title="Export")
+
+    def request_quit(self) -> None:
+        self.action_quit_dashboard()
 
     def action_quit_dashboard(self) -> None:
         if self.ended:

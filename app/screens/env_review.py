@@ -313,10 +313,10 @@ class EnvReviewScreen(FlowScreen):
         if env is not None and env.dirty:
             self.flow_app.confirm(
                 f"Go back with unsaved changes to {self.file_label()}?",
-                self.app.pop_screen,
+                lambda: self.flow_app.go_back("env"),
                 detail="Your edits stay in memory for this session and show here again; "
                 "they reach the disk only when you press ctrl+s.",
                 label="Go back",
             )
         else:
-            self.app.pop_screen()
+            self.flow_app.go_back("env")

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from textual import work
+import asyncio
+
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Header, Static
 
+from app.core.errors import SynthTuiError
 from app.core.history import RunHistory, RunRecord
+from app.core.jobs import JobContext
 from app.core.series import default_metric
 from app.screens.base import FlowScreen
+from app.screens.dashboard import DashboardScreen
 
 
 def headline_metrics(metrics: dict[str, float], count: int = 2) -> list[tuple[str, float]]:
@@ -45,13 +50,12 @@ class HistoryScreen(FlowScreen):
         table.add_columns("Job", "Status", "Created", "Backend", "Config", "Last metrics")
         self.action_reload()
 
-    @work(thread=True, exclusive=True, exit_on_error=False, name="Load history")
-    def action_reload(self) -> None:
-        records = RunHistory().list()
-        self.app.call_from_thread(self._show, records)
+    @work(exclusive=True, exit_on_error=False, name="Load history")
+    async def action_reload(self) -> None:
+        self.records = await asyncio.to_thread(RunHistory().list)
+        self._show(self.records)
 
     def _show(self, records: list[RunRecord]) -> None:
-        self.records = records
         table = self.query_one(DataTable)
         table.clear()
         for record in records:
@@ -67,30 +71,33 @@ class HistoryScreen(FlowScreen):
             return None
         return self.records[table.cursor_row]
 
-    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+    @on(DataTable.RowSelected, "#history-table")
+    def _row_chosen(self) -> None:
         self.action_attach()
 
-    def action_attach(self) -> None:
-        from app.screens.dashboard import DashboardScreen, JobContext
+    def _open(self, record: RunRecord) -> DashboardScreen | None:
+        """The job's dashboard, on the backend it ran on; Esc comes back here."""
+        try:
+            self.session.use_backend(record.backend, "the job history")
+        except SynthTuiError as exc:  # a history file edited by hand
+            self.flow_app.show_error("Cannot open this job", exc)
+            return None
+        screen = DashboardScreen(JobContext.from_record(record), back_to_history=True)
+        self.app.push_screen(screen)
+        return screen
 
+    def action_attach(self) -> None:
         record = self._selected()
-        if record is None:
-            return
-        self.session.backend_base = record.backend
-        model = ((record.payload or {}).get("data") or {})
-        self.app.push_screen(DashboardScreen(JobContext(record.job_id, record.payload, record.config_path,
-                                                        model.get("base_model") or model.get("model"))))
+        if record is not None:
+            self._open(record)
 
     def action_rerun(self) -> None:
-        from app.screens.dashboard import DashboardScreen, JobContext
-
         record = self._selected()
         if record is None:
             return
         if record.payload is None:
             self.notify("This job was attached, not launched here: its payload is unknown.", severity="error")
             return
-        self.session.backend_base = record.backend
-        screen = DashboardScreen(JobContext(record.job_id, record.payload, record.config_path))
-        self.app.push_screen(screen, lambda _: None)
-        screen.call_after_refresh(screen.action_rerun)
+        screen = self._open(record)
+        if screen is not None:
+            screen.call_after_refresh(screen.action_rerun)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -37,14 +38,14 @@ class ConfirmModal(ModalScreen[bool]):
     def on_mount(self) -> None:
         self.query_one("#confirm-yes", Button).focus()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(event.button.id == "confirm-yes")
-
+    @on(Button.Pressed, "#confirm-yes")
     def action_confirm(self) -> None:
         self.dismiss(True)
 
+    @on(Button.Pressed, "#confirm-no")
     def action_cancel(self) -> None:
         self.dismiss(False)
+
 
 
 class ErrorModal(ModalScreen[None]):
@@ -71,9 +72,7 @@ class ErrorModal(ModalScreen[None]):
     def on_mount(self) -> None:
         self.query_one("#error-close", Button).focus()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        self.dismiss(None)
-
+    @on(Button.Pressed, "#error-close")
     def action_close(self) -> None:
         self.dismiss(None)
 

@@ -11,10 +11,12 @@ import asyncio
 import json
 from typing import ClassVar
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
+from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Button, Footer, Header, Input, Label, Static, Switch
 
@@ -22,8 +24,8 @@ from app.core.client import ApiError, ConflictError, CreateResult
 from app.core.errors import SynthTuiError
 from app.core.launch import PreparedJob
 from app.core.redact import redact
+from app.core.jobs import payload_model
 from app.screens.base import FlowScreen
-from app.screens.verification import VerificationScreen
 from widgets.json_view import json_highlighted
 
 PREPARE_WORKER = "Rebuilding the payload"
@@ -49,22 +51,25 @@ class PayloadPreviewScreen(FlowScreen):
         ("Preview: back to verification", "Leave without sending anything", "back"),
     )
 
+    # The screen's state; any change redraws the status, the problem line and the response.
+    prepared: var[PreparedJob | None] = var(None)  # what is shown, and so what a submit sends
+    problem: var[SynthTuiError | None] = var(None)
+    rebuilding = var(True)
+    submitting = var(False)
+    submit_error: var[SynthTuiError | None] = var(None)
+    response: var[CreateResult | None] = var(None)
+    response_expanded = var(False)
+    STATE = ("prepared", "problem", "rebuilding", "submitting", "submit_error", "response", "response_expanded")
+
     def __init__(self) -> None:
         super().__init__()
-        self.prepared: PreparedJob | None = None  # what is shown, and so what a submit sends
         self.shown_json = ""
-        self.problem: SynthTuiError | None = None
-        self.rebuilding = True
-        self.submitting = False
-        self.submit_error: SynthTuiError | None = None
-        self.response: CreateResult | None = None
-        self.response_expanded = False
         self._generation = 0
         self._rebuild_timer: Timer | None = None
         self._prefilled = False
 
     def compose(self) -> ComposeResult:
-        options = self.session.options
+        overrides = self.session.overrides
         yield Header()
         with Vertical(id="payload-facts", classes="flow-header"):
             yield Static(Content.assemble(("Step 4 of 4 · ", "$text-muted"), ("Review the job, then submit", "bold"),
@@ -75,14 +80,14 @@ class PayloadPreviewScreen(FlowScreen):
         with Vertical(id="payload-overrides"):
             with Horizontal(classes="override-row"):
                 yield Label("Model", classes="override-label")
-                yield Input(options.model or "", placeholder="from the config", compact=True, id="override-model")
+                yield Input(overrides.model or "", placeholder="from the config", compact=True, id="override-model")
             with Horizontal(classes="override-row"):
                 yield Label("Task URL", classes="override-label")
-                yield Input(options.task_url or "", placeholder="from TASK_APP_URL or the config", compact=True,
+                yield Input(overrides.task_url or "", placeholder="from TASK_APP_URL or the config", compact=True,
                             id="override-task-url")
             with Horizontal(classes="override-row"):
                 yield Label("Experimental", classes="override-label")
-                yield Switch(bool(options.allow_experimental), id="override-experimental")
+                yield Switch(bool(overrides.allow_experimental), id="override-experimental")
                 yield Static(id="override-experimental-note", classes="override-note muted")
         yield Static(id="payload-problem")
         with VerticalScroll(id="payload-json-scroll", can_focus=True) as scroll:
@@ -103,33 +108,36 @@ class PayloadPreviewScreen(FlowScreen):
             (session.idempotency_key, "bold")))
         self.query_one("#payload-response-scroll").display = False
         self._show_experimental_note()
+        for name in self.STATE:
+            self.watch(self, name, self._show_state, init=False)
+        self._show_state()
         self._rebuild()
+
+    def watch_prepared(self, prepared: PreparedJob | None) -> None:
+        if prepared is not None:
+            self._show_payload(prepared)
 
     # -- overrides ----------------------------------------------------------------------
 
-    def on_input_changed(self, event: Input.Changed) -> None:
-        options = self.session.options
-        value = event.value.strip() or None
-        if event.input.id == "override-model":
-            if value == options.model:
-                return
-            options.model = value
-        elif event.input.id == "override-task-url":
-            shown = self.prepared.task_url if self.prepared else None
-            if value == options.task_url or (options.task_url is None and value == shown):
-                return  # the prefill, or no change
-            options.task_url = value
-            self.session.resolve()  # TASK_APP_URL resolution depends on the flag
-        else:
-            return
-        self._schedule_rebuild()
+    @on(Input.Changed, "#override-model")
+    def _model_changed(self, event: Input.Changed) -> None:
+        if self.session.override(model=event.value.strip() or None):
+            self._schedule_rebuild()
 
-    def on_switch_changed(self, event: Switch.Changed) -> None:
-        if event.switch.id != "override-experimental":
-            return
+    @on(Input.Changed, "#override-task-url")
+    def _task_url_changed(self, event: Input.Changed) -> None:
+        value = event.value.strip() or None
+        shown = self.prepared.task_url if self.prepared else None
+        if self.session.overrides.task_url is None and value == shown:
+            return  # the prefill
+        if self.session.override(task_url=value):
+            self._schedule_rebuild()
+
+    @on(Switch.Changed, "#override-experimental")
+    def _experimental_changed(self, event: Switch.Changed) -> None:
         self._show_experimental_note()
-        if event.value != bool(self.session.options.allow_experimental):
-            self.session.options.allow_experimental = event.value
+        if event.value != bool(self.session.overrides.allow_experimental):
+            self.session.override(allow_experimental=event.value)
             self._schedule_rebuild()
 
     def _show_experimental_note(self) -> None:
@@ -141,7 +149,6 @@ class PayloadPreviewScreen(FlowScreen):
     def _schedule_rebuild(self) -> None:
         self._generation += 1
         self.rebuilding = True
-        self._show_state()
         if self._rebuild_timer is not None:
             self._rebuild_timer.stop()
         self._rebuild_timer = self.set_timer(self.REBUILD_DELAY_S, self._rebuild)
@@ -159,15 +166,12 @@ class PayloadPreviewScreen(FlowScreen):
         if generation != self._generation:
             return  # the user changed something meanwhile; the newer rebuild decides
         self.prepared, self.problem, self.rebuilding = prepared, problem, False
-        if prepared is not None:
-            self._show_payload(prepared)
-        self._show_state()
 
     # -- submit -------------------------------------------------------------------------
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "payload-submit":
-            self.action_submit()
+    @on(Button.Pressed, "#payload-submit")
+    def _submit_pressed(self) -> None:
+        self.action_submit()
 
     def action_submit(self) -> None:
         if self.submitting:
@@ -181,36 +185,30 @@ class PayloadPreviewScreen(FlowScreen):
         else:
             self.submitting = True
             self.submit_error = None
-            self._show_state()
             self.run_worker(self._submit(self.prepared), name=SUBMIT_WORKER, group="payload-submit",
                             exclusive=True, exit_on_error=False)
 
     async def _submit(self, prepared: PreparedJob) -> None:
         session = self.session
-        session.prepared = prepared
         try:
             async with session.client() as client:
                 result = await client.create_job(prepared.payload, idempotency_key=session.idempotency_key)
         except SynthTuiError as exc:
             self.submitting, self.submit_error, self.response = False, exc, None
-            self._show_state()
             self.flow_app.show_error("Submit failed", exc)
             return
         self.submitting, self.response = False, result
-        self._show_state()
         if result.job_id:
-            session.job_id = result.job_id
-            self.flow_app.go_to_dashboard(result.job_id)
+            self.flow_app.go_to_dashboard(session.submitted_job(result.job_id, prepared))
 
     def action_toggle_response(self) -> None:
         if self._response_text() is None:
             self.notify("No response yet: press s to submit.", severity="information")
             return
         self.response_expanded = not self.response_expanded
-        self._show_state()
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        self.flow_app.go_back("preview")
 
     # -- view ---------------------------------------------------------------------------
 
@@ -219,8 +217,7 @@ class PayloadPreviewScreen(FlowScreen):
         self.shown_json = redact(json.dumps(prepared.payload, indent=2), secrets)
         self.query_one("#payload-json", Static).update(json_highlighted(self.shown_json))
         model_input = self.query_one("#override-model", Input)
-        data = prepared.payload.get("data", {})
-        model_input.placeholder = f"from the config: {data.get('base_model') or data.get('model') or '?'}"
+        model_input.placeholder = f"from the config: {payload_model(prepared.payload) or '?'}"
         if not self._prefilled:  # once: later, an empty field is the user's own doing
             self._prefilled = True
             url_input = self.query_one("#override-task-url", Input)
@@ -263,19 +260,12 @@ class PayloadPreviewScreen(FlowScreen):
             parts = [("✗ ", "bold $text-error"), self.problem.message]
             if self.problem.hint:
                 parts += ["\n", ("  Fix: ", "bold $text-primary"), self.problem.hint]
-        elif self.prepared and (verified := self._verified_task_url()) and self.prepared.task_url != verified:
+        elif self.prepared and (verified := self.session.verified_task_url) and self.prepared.task_url != verified:
             parts = [("! ", "bold $text-warning"), f"The task URL changed since verification ({verified}): "
                      "esc goes back to verify the new one."]
         line = self.query_one("#payload-problem", Static)
         line.display = bool(parts)
         line.update(_redacted_content(parts, secrets))
-
-    def _verified_task_url(self) -> str | None:
-        """The task URL the verification step passed with in this flow, if it did."""
-        for screen in self.app.screen_stack:
-            if isinstance(screen, VerificationScreen) and screen.target and (v := screen.verdict) and v.ready:
-                return screen.target.task_url
-        return None
 
     def _status_parts(self) -> list[str | tuple[str, str]]:
         key = ("same Idempotency-Key", "bold")

@@ -276,10 +276,11 @@ class VerificationScreen(FlowScreen):
         elif (verdict := self.verdict) is not None and not verdict.ready:
             self.notify(f"Cannot continue: {verdict.headline}", severity="error", timeout=6)
         else:
+            self.session.verified_task_url = self.target.task_url if self.target else None
             self.flow_app.go_to_preview()
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        self.flow_app.go_back("verify")
 
     def action_diagnostics(self) -> None:
         payload = diagnostics_payload(self.backend_check, self.task_app_check, self.verdict)

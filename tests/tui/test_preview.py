@@ -182,7 +182,7 @@ async def test_model_override_rebuilds_the_payload_and_a_bad_one_disables_submit
         model = screen.query_one("#override-model", Input)
         model.focus()
         await pilot.press(*"Qwen/Qwen3-8B")
-        await wait_for(pilot, lambda: not screen.rebuilding and live.session.options.model == "Qwen/Qwen3-8B",
+        await wait_for(pilot, lambda: not screen.rebuilding and live.session.overrides.model == "Qwen/Qwen3-8B",
                        what="the rebuilt payload")
         shown = json.loads(screen.shown_json)
         assert shown["data"]["model"] == "Qwen/Qwen3-8B" and "base_model" not in shown["data"]
@@ -209,24 +209,32 @@ async def test_experimental_switch_allows_an_experimental_model(live):
         assert "experimental" in screen.problem.message.lower() or "experimental" in (screen.problem.hint or "")
         screen.query_one("#override-experimental", Switch).value = True
         await wait_for(pilot, lambda: screen.problem is None and not screen.rebuilding, what="the rebuild")
-        assert live.session.options.allow_experimental is True
+        assert live.session.overrides.allow_experimental is True
         assert json.loads(screen.shown_json)["data"]["model"] == "Qwen/Qwen3-4B-Thinking-2507"
 
 
-async def test_task_url_override_changes_the_payload_and_warns_it_is_unverified(live):
-    async with live.run_test(size=SIZE) as pilot:
-        screen = await preview_ready(pilot)
-        verification = next(s for s in live.screen_stack if isinstance(s, VerificationScreen))
+async def test_task_url_override_changes_the_payload_and_warns_it_is_unverified(flow_app, faulty_backend,
+                                                                                 tiny_task_app):
+    app = flow_app("verify", backend=faulty_backend.url, task_url=tiny_task_app.url, synth_key=SYNTH_KEY,
+                   env_key=ENV_KEY)
+    async with app.run_test(size=SIZE) as pilot:
+        verification = app.screen
+        assert isinstance(verification, VerificationScreen)
         await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
-                       what="the verification below to pass")
+                       what="the verification to pass")
+        await pilot.press("enter")
+        screen = await preview_ready(pilot)
+        assert app.session.verified_task_url == tiny_task_app.url
+        assert not screen.query_one("#payload-problem").display
         screen.query_one("#override-task-url", Input).value = "https://other.example.test/"
-        await wait_for(pilot, lambda: not screen.rebuilding and live.session.options.task_url is not None,
+        await wait_for(pilot, lambda: not screen.rebuilding and app.session.overrides.task_url is not None,
                        what="the rebuild")
         await wait_for(pilot, lambda: "example" in screen.shown_json, what="the new URL")
         assert json.loads(screen.shown_json)["data"]["endpoint_base_url"] == "https://other.example.test"
         warning = str(screen.query_one("#payload-problem").render())
         assert "changed since verification" in warning
         assert not screen.query_one("#payload-submit", Button).disabled
+        assert app.session.options.task_url is None  # the flags stay as given; the override is the session's
 
 
 async def test_escape_goes_back_to_verification(live):

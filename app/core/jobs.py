@@ -1,0 +1,91 @@
+"""A job once it exists: what a watch of it knows beyond the feed, and how it is remembered.
+
+Both front ends build a :class:`JobContext` here (after a submit, an attach, a rerun, a pick
+in the history) and write the run history through :func:`remember`, so the model shown and
+the policy for a history that cannot be written are the same everywhere.
+"""
+
+from __future__ import annotations
+
+import csv
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.core.history import RunHistory, RunRecord
+from app.core.paths import open_private, private_dir, run_dir
+
+if TYPE_CHECKING:  # the feed imports the watcher; a context is built long before a feed runs
+    from app.core.feed import FeedBatch
+
+
+def payload_model(payload: Mapping[str, Any] | None) -> str | None:
+    """The model a job trains, as the payload names it (``base_model`` for a base model,
+    ``model`` for a fine-tuned one: docs/wire-contract.md#job-creation)."""
+    data = (payload or {}).get("data")
+    if not isinstance(data, Mapping):
+        return None
+    model = data.get("base_model") or data.get("model")
+    return str(model) if model else None
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What the dashboard knows about its job beyond the feed."""
+
+    job_id: str
+    payload: dict[str, Any] | None = None
+    config_path: str | None = None
+    model: str | None = None
+    # A finished run shown from fixed data instead of the backend (snapshots, README pictures).
+    replay: FeedBatch | None = None
+
+    @classmethod
+    def of(cls, job_id: str, payload: dict[str, Any] | None = None, config_path: str | None = None) -> JobContext:
+        return cls(job_id, payload, config_path, payload_model(payload))
+
+    @classmethod
+    def from_record(cls, record: RunRecord) -> JobContext:
+        return cls.of(record.job_id, record.payload, record.config_path)
+
+
+def remember(write: Callable[[RunHistory], None], history: RunHistory | None = None) -> str | None:
+    """Write to the run history. The history is a convenience: one that cannot be written
+    (a full disk, a locked file) never fails a run. The reason is returned, for a warning."""
+    try:
+        write(history or RunHistory())
+    except (sqlite3.Error, OSError) as exc:
+        return f"could not update the run history: {exc}"
+    return None
+
+
+def read_history(job_id: str) -> RunRecord | None:
+    """The job's record, if it was launched or watched from this machine; an unreadable
+    history counts as none (attach then needs --backend, and says so)."""
+    try:
+        return RunHistory().get(job_id)
+    except (sqlite3.Error, OSError):
+        return None
+
+
+def export_run(job_id: str, points: Iterable[tuple[str, int, float]], when: datetime) -> Path:
+    """The dashboard's export: the job's events as streamed (events.jsonl) and its metrics
+    (metrics.csv: name, step, value) in a new private folder of the run's; returns it."""
+    folder = private_dir(run_dir(job_id) / f"export-{when:%Y%m%d-%H%M%S}")
+    stream = run_dir(job_id) / "events.jsonl"
+    with open_private(folder / "events.jsonl", "wb") as copy:
+        if stream.exists():
+            with stream.open("rb") as source:
+                shutil.copyfileobj(source, copy)
+    with open_private(folder / "metrics.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["name", "step", "value"])
+        writer.writerows([name, step, repr(value)] for name, step, value in points)
+    return folder
+
+
+__all__ = ["JobContext", "export_run", "payload_model", "read_history", "remember"]

@@ -1,0 +1,109 @@
+"""``synth-tui backend`` and ``synth-tui taskapp``: the embedded servers as commands, with
+their keys from the shell or an --env-file (never from a flag's value if it can be helped:
+a command line is readable by every user of the machine)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import stat
+import sys
+from collections import ChainMap
+from collections.abc import Mapping
+from pathlib import Path
+
+from app.core import envfile
+from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageError
+
+
+def run_backend_server(args: argparse.Namespace) -> int:
+    from app.local.servers import default_db_path, serve_backend
+
+    _warn_keys_in_argv(args)
+    sources = _key_sources(args.env_file)
+    api_key = args.api_key or sources.get("SYNTH_API_KEY")
+    if not api_key:
+        raise MissingSecretsError(
+            f"The backend needs SYNTH_API_KEY (the key its clients will send); none was found in "
+            f"{_where_keys_were_sought(args.env_file)}.",
+            "export SYNTH_API_KEY=<key> before starting it, or put SYNTH_API_KEY=<key> in a .env file "
+            "(chmod 600) and pass --env-file PATH.")
+    serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
+                  envfile.user_path(args.db) if args.db else default_db_path())
+    return ExitCode.OK
+
+
+def _key_sources(env_file: str | None) -> Mapping[str, str]:
+    """Where a server's keys are looked up: the shell's variables win over the --env-file's."""
+    shell = {name: value for name, value in os.environ.items() if value}
+    return ChainMap(shell, _env_file_values(env_file))
+
+
+def _env_file_values(env_file: str | None) -> dict[str, str]:
+    """The non-empty values of --env-file; a file that is missing or unreadable is a usage error."""
+    if not env_file:
+        return {}
+    path = envfile.user_path(env_file)
+    try:
+        loaded = envfile.EnvFile.load(path)
+    except SynthTuiError as exc:
+        raise UsageError(exc.message, exc.hint) from None
+    if not loaded.exists:
+        raise UsageError(f"--env-file {path} does not exist.",
+                         "Check the path, or leave --env-file out to take the keys from the shell.")
+    bad_lines = [str(line.lineno) for line in loaded.lines if line.error]
+    if bad_lines:  # the line's text may be a key, so only its number is told
+        which = f"line {bad_lines[0]} is" if len(bad_lines) == 1 else f"lines {', '.join(bad_lines)} are"
+        raise UsageError(f"Cannot parse --env-file {path}: {which} not KEY=value.",
+                         "Write one KEY=value a line, and close every quote you open; then start again.")
+    _warn_if_others_can_read(path)
+    return {name: value for name, value in loaded.values.items() if value}
+
+
+def _warn_if_others_can_read(path: Path) -> None:
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o077:
+        print(f"Warning: {path} holds keys but other users of this machine can open it (mode {mode:04o}); "
+              f"run: chmod 600 {path}", file=sys.stderr, flush=True)
+
+
+def _where_keys_were_sought(env_file: str | None) -> str:
+    return f"the shell or {envfile.user_path(env_file)}" if env_file else "the shell (no --env-file given)"
+
+
+# A flag's value is in /proc/<pid>/cmdline, which every local user can read (ps shows it).
+_ARGV_KEY_FLAGS = {
+    "api_key": ("--api-key", "SYNTH_API_KEY"),
+    "env_key": ("--env-key", "ENVIRONMENT_API_KEY (more keys: ENVIRONMENT_API_KEY_ALIASES=key1,key2)"),
+}
+
+
+def _warn_keys_in_argv(args: argparse.Namespace) -> None:
+    """One line per key flag used; the key itself is never printed."""
+    for attribute, (flag, variable) in _ARGV_KEY_FLAGS.items():
+        if getattr(args, attribute, None):
+            print(f"Warning: {flag} puts the key in the command line, which every user of this machine can "
+                  f"read with ps; set {variable} in the environment or in a .env file passed with "
+                  f"--env-file PATH instead.", file=sys.stderr, flush=True)
+
+
+def _env_keys(args: argparse.Namespace, sources: Mapping[str, str]) -> list[str]:
+    """--env-key values, else ENVIRONMENT_API_KEY and the comma-separated ENVIRONMENT_API_KEY_ALIASES."""
+    if args.env_key:
+        return list(args.env_key)
+    candidates = [sources.get("ENVIRONMENT_API_KEY", ""), *sources.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",")]
+    return list(dict.fromkeys(key.strip() for key in candidates if key.strip()))
+
+
+def run_taskapp_server(args: argparse.Namespace) -> int:
+    from app.local.servers import serve_taskapp
+
+    _warn_keys_in_argv(args)
+    sources = _key_sources(args.env_file)
+    env_keys = _env_keys(args, sources)
+    if not env_keys:
+        # A task app without a key answers 503 to every authenticated call (docs/wire-contract.md).
+        print(f"Warning: no ENVIRONMENT_API_KEY found in {_where_keys_were_sought(args.env_file)}; "
+              "every authenticated call will answer 503.", file=sys.stderr, flush=True)
+    serve_taskapp(args.host, args.port, env_keys, args.game, contract=args.contract)
+    return ExitCode.OK
