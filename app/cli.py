@@ -1,4 +1,4 @@
-"""Command-line entry point: argument parsing and dispatch (design section 2).
+"""Command-line entry point: argument parsing and dispatch (docs/product.md#commands).
 
 ``synth-tui`` with no command is ``synth-tui train --type rl``. Without a terminal, or with
 ``--no-tui``, the train flow runs headless (``app.headless``) and prints the SDK's lines.
@@ -18,7 +18,7 @@ COMMANDS = ("train", "demo", "attach", "history", "backend", "taskapp")
 
 
 def _add_train_flags(parser: argparse.ArgumentParser) -> None:
-    """Every flag of the SDK's ``train`` (contract 1.2), plus --backend, --no-tui, --metric."""
+    """Every flag of the SDK's ``train`` (docs/wire-contract.md#train-flags), plus --backend, --no-tui, --metric."""
     add = parser.add_argument
     add("--config", action="append", default=[], metavar="PATH",
         help="RL config TOML (repeatable; several open the picker)")

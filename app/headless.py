@@ -1,7 +1,7 @@
-"""The headless mode: the train flow as the SDK's printed lines (contract 1.3, 4.5).
+"""The headless mode: the train flow as the SDK's printed lines (docs/wire-contract.md#headless-output).
 
 The SDK's lines go to stdout, diagnostics to stderr, and every run ends with the exit code of
-design section 2. User errors end with ``Error: <message>`` and a hint, never a traceback.
+docs/product.md#exit-codes. User errors end with ``Error: <message>`` and a hint, never a traceback.
 Everything printed passes through :class:`Printer`, which redacts the secrets in play.
 """
 

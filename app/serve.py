@@ -102,7 +102,7 @@ def run_taskapp_server(args: argparse.Namespace) -> int:
     sources = _key_sources(args.env_file)
     env_keys = _env_keys(args, sources)
     if not env_keys:
-        # A task app without a key answers 503 to every authenticated call (docs/wire-contract.md).
+        # A task app without a key answers 503 to every authenticated call (docs/wire-contract.md#task-app-auth).
         print(f"Warning: no ENVIRONMENT_API_KEY found in {_where_keys_were_sought(args.env_file)}; "
               "every authenticated call will answer 503.", file=sys.stderr, flush=True)
     serve_taskapp(args.host, args.port, env_keys, args.game, contract=args.contract)

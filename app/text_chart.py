@@ -1,7 +1,7 @@
 """``--stream-format chart``: a plotext chart of the reward metric, redrawn in place.
 
 Differs from the SDK on purpose: its RL chart tracks a metric its stream never passes, so it
-never plots anything (contract 4.6). Ours plots the job's mean score (or ``--metric``).
+never plots anything (docs/wire-contract.md#chart-mode). Ours plots the job's mean score (or ``--metric``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Async HTTP client for the Synth backend (contract section 3), hosted or embedded.
+"""Async HTTP client for the Synth backend (docs/wire-contract.md#endpoints-and-auth), hosted or embedded.
 
 Every failure becomes a typed :class:`ApiError` with a human message and a fix; secrets are
 redacted from anything an error carries. Reads are retried with backoff and jitter; a job
@@ -170,7 +170,7 @@ def checked_api_base(url: str, where: str) -> str:
 
 def backend_from_env(env: Mapping[str, str] | None = None, *,
                      origins: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """Backend base from the environment as contract 3.1; returns (base, where it came from).
+    """Backend base from the environment as docs/wire-contract.md#backend-url; returns (base, where it came from).
 
     ``origins`` names where each variable was set (default: the shell environment), so a
     malformed URL is reported with its variable and its place.

@@ -1,6 +1,6 @@
 """RL training configs: find them, recognise them, validate them, summarise them.
 
-Follows the SDK's `train` command (contract 1.4, 1.5, 2.1, 2.2) and improves on it where the
+Follows the SDK's `train` command (docs/wire-contract.md#configs) and improves on it where the
 SDK hurts users: every problem of a config is reported at once with its line number (the SDK
 stops at the first, often with a traceback), and `[policy]`-only configs are accepted.
 
@@ -112,7 +112,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------
-# Discovery (contract 1.4)
+# Discovery (docs/wire-contract.md#config-discovery)
 # ---------------------------------------------------------------------------------------
 
 # The SDK's skip list plus virtualenv/tooling folders that only ever hold other projects'
@@ -219,7 +219,7 @@ def discover_configs(
 
 
 # ---------------------------------------------------------------------------------------
-# The remembered last choice (contract 1.5): ~/.synth-ai/train_cli.json, key LAST_CONFIG
+# The remembered last choice (docs/wire-contract.md#last-config): ~/.synth-ai/train_cli.json, key LAST_CONFIG
 # ---------------------------------------------------------------------------------------
 
 LAST_CONFIG_KEY = "LAST_CONFIG"

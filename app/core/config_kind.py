@@ -1,6 +1,6 @@
 """What kind of training config a parsed TOML is: RL, SFT, prompt learning or unknown.
 
-The SDK's `_infer_config_type` (contract 1.4), first match wins. Discovery uses it to keep RL
+The SDK's `_infer_config_type` (docs/wire-contract.md#config-kind), first match wins. Discovery uses it to keep RL
 configs, validation to say plainly when a file is some other kind. No Textual import.
 """
 
@@ -15,7 +15,7 @@ ConfigKind = Literal["rl", "sft", "prompt_learning", "unknown"]
 
 
 # ---------------------------------------------------------------------------------------
-# What kind of config is this (contract 1.4, first match wins)
+# What kind of config is this (docs/wire-contract.md#config-kind, first match wins)
 # ---------------------------------------------------------------------------------------
 
 _PROMPT_LEARNING_ALGORITHMS = frozenset({"mipro", "gepa"})

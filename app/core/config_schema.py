@@ -1,4 +1,4 @@
-"""The RL config's schema (contract 2.2): one pydantic model per TOML section, and RLConfig.
+"""The RL config's schema (docs/wire-contract.md#config-schema): one pydantic model per TOML section, and RLConfig.
 
 Types and required keys only; validation (app.core.validation) adds the SDK's other rules and
 reports every problem with its line. No Textual import.
@@ -31,7 +31,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------
-# Schema (contract 2.2). Every model allows extra keys, like the SDK's ExtraModel.
+# Schema (docs/wire-contract.md#config-schema). Every model allows extra keys, like the SDK's ExtraModel.
 # ---------------------------------------------------------------------------------------
 
 

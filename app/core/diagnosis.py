@@ -29,7 +29,7 @@ from app.core.health import HealthReport
 from app.core.redact import key_prefix, mask_prefixes, redact
 
 VERIFY_ENDPOINT = "POST /rl/verify_task_app"
-# The health check sends every header style at once, as the SDK does (contract 5.3).
+# The health check sends every header style at once, as the SDK does (docs/wire-contract.md#health-check).
 TASK_APP_HEADER_STYLES = "X-API-Key, X-API-Keys, Bearer"
 READY_MESSAGE = "Ready: press enter to preview the payload"
 _BUG_FIX = "This is a bug in synth-tui: retry (r), and report it with the diagnostics (d)."

@@ -1,6 +1,6 @@
 """Read, edit and save ``.env`` files; discover them; resolve the keys a train run needs.
 
-Contract 1.6 (discovery, preload, per-key resolution, aliases, masking) and design 1.2 (masked
+docs/wire-contract.md#env-files (discovery, resolution, aliases, masking) and docs/product.md#env-review (masked
 review, explicit byte-preserving saves).
 
 How a file is held: the text is cut into ``EnvLine`` pieces along the statements python-dotenv
@@ -167,7 +167,7 @@ def discover_env_files(
     extra_roots: Sequence[Path] = (),
     limit: int = 20,
 ) -> list[Path]:
-    """Candidate .env files in contract 1.6 step 3 order, resolved and de-duplicated.
+    """Candidate .env files in docs/wire-contract.md#env-files order, resolved and de-duplicated.
 
     ``limit`` bounds the scan under ``cwd`` (as in the SDK); the config dir and extra roots
     are still added after it.

@@ -1,7 +1,7 @@
 """Typed errors shared by the core, the headless command and the TUI.
 
 Every error carries a human message, an optional hint that says how to fix it, and the exit
-code the headless command ends with (design section 2). None of them may hold a full secret.
+code the headless command ends with (docs/product.md#exit-codes). None of them may hold a full secret.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Presenting events and metrics: the SDK's ``cli`` lines (contract 4.5) and the noise rule."""
+"""Presenting events and metrics: the SDK's ``cli`` lines (docs/wire-contract.md#stream-lines) and the noise rule."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The direct task-app health check (contract 5.3), with a plain-language reason per attempt.
+"""The direct task-app health check (docs/wire-contract.md#health-check), with a plain-language reason per attempt.
 
 Success follows the SDK: ``/health`` answers 200 (or 401/403 carrying an expected key prefix:
 "auth-optional"), and ``/task_info`` answers 200. Unlike the SDK, which returns one terse

@@ -1,4 +1,4 @@
-"""Which models and algorithms an RL job may use (contract 2.3 and 2.1 step 5).
+"""Which models and algorithms an RL job may use (docs/wire-contract.md#models).
 
 The rules copy the SDK's allow-lists (`synth_ai/api/models/supported.py` and
 `synth_ai/api/train/supported_algos.py`): ids match case-insensitively, fine-tuned ids must
@@ -54,7 +54,7 @@ QWEN3_MODELS: tuple[str, ...] = (
     "Qwen/Qwen3-VL-235B-A22B-Thinking",
 )
 
-# The bases that accept online policy_gradient / gspo jobs (contract 2.3).
+# The bases that accept online policy_gradient / gspo jobs (docs/wire-contract.md#models).
 RL_CAPABLE_MODELS: tuple[str, ...] = (
     "Qwen/Qwen3-0.6B",
     "Qwen/Qwen3-1.7B",

@@ -1,4 +1,4 @@
-"""The body of `POST /rl/jobs` (contract 3.4.2) and the task URL it points at (2.1 step 6).
+"""The body of `POST /rl/jobs` and its task URL (docs/wire-contract.md#job-creation, #task-url).
 
 Takes a validated RLConfig (app.core.config) and produces exactly the SDK's payload shape,
 with the SDK's defects fixed where noted.

@@ -39,7 +39,7 @@ def redact(text: str, secrets: Iterable[str | None]) -> str:
 
 
 PREFIX_CHARS = 4
-# Fields in which backends and task apps report key prefixes (contract 5.2, 6). A "first 15"
+# Fields in which backends and task apps report key prefixes (docs/wire-contract.md#key-prefixes). A "first 15"
 # prefix of a short key is the whole key, so every one is cut to the mask's first 4 characters.
 _PREFIX_FIELDS = ("first15", "prefix", "key_prefix")
 

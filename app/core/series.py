@@ -18,7 +18,7 @@ import numpy as np
 
 from app.core.wire import MetricPoint, parse_iso
 
-# The default series (design 1.5): the GEPA metric when present, else the first present of the
+# The default series (docs/product.md#reward-chart): the GEPA metric when present, else the first present of the
 # job's mean-score / reward metrics.
 PREFERRED_METRICS = (
     "gepa.transformation.mean_score",

@@ -1,6 +1,6 @@
 """Watch a job: status, events and metrics as one async stream of typed updates.
 
-This is the poller of design section 3, fixing the SDK's JobStreamer (contract 4.4):
+This is the poller of docs/product.md#streaming, fixing the SDK's JobStreamer (docs/wire-contract.md#sdk-jobstreamer):
 - ``poll_timeout`` is enforced: the watch (not the job) stops and says so;
 - step-0 metrics are kept, and a metric written late for an already-seen step is not lost;
 - the event cursor advances past every event (filtering is the display's business);

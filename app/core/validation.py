@@ -1,4 +1,4 @@
-"""RL config validation (contract 2.1): every problem at once, each with its line number.
+"""RL config validation (docs/wire-contract.md#config-validation): every problem at once, each with its line number.
 
 The SDK stops at the first problem, often with a traceback; here a ValidationReport lists them
 all (`Problem`s with location, line, message and hint), and ConfigValidationError carries them
@@ -34,7 +34,7 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------
-# Validation (contract 2.1), reporting every problem at once
+# Validation (docs/wire-contract.md#config-validation), reporting every problem at once
 # ---------------------------------------------------------------------------------------
 
 TOML_LOCATION = "<toml>"
@@ -308,7 +308,7 @@ _MODEL_KEYS = (
 def _check_models(
     data: Mapping[str, Any], problems: _ProblemList, allow_experimental: bool, env: Mapping[str, str] | None
 ) -> None:
-    """The allow-list of contract 2.3 for every model id the config names."""
+    """The allow-list of docs/wire-contract.md#models for every model id the config names."""
     for section, key, fine_tuned_ok in _MODEL_KEYS:
         table = _table(data, section)
         value = table.get(key) if table is not None else None

@@ -1,4 +1,4 @@
-"""Wire models of the backend's answers (contract sections 3.4 and 4.1).
+"""Wire models of the backend's answers (docs/wire-contract.md#tolerant-reading).
 
 They tolerate extra and missing fields: the hosted backend is closed source and its shapes
 are partly unconfirmed, and older readers use other spellings (``state``, ``event_type``,

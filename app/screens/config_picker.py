@@ -1,4 +1,4 @@
-"""Step 1: choose the RL config (design 1.1).
+"""Step 1: choose the RL config (docs/product.md#config-picker).
 
 Discovery and validation read files, so they run in a thread worker that reports back with a
 message; the screen only arranges what it is told. Keys: with the list focused, letters are

@@ -1,4 +1,4 @@
-"""Step 2: review the .env secrets, masked, and edit them in place (design 1.2).
+"""Step 2: review the .env secrets, masked, and edit them in place (docs/product.md#env-review).
 
 Edits change the .env held in memory (``session.env``) and take effect for this session at
 once; the file on disk changes only on ctrl+s, in a worker. Reading and saving files runs in
