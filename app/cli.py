@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from app import __version__
+from app import __version__, demo, embedded, headless, serve
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
@@ -162,47 +162,36 @@ def _tolerate_unencodable_output() -> None:
 
 def _run_train(args: argparse.Namespace, interactive: bool) -> int:
     if not interactive:
-        from app.headless import run_train
-
-        return run_train(args)
-    from app.tui import run_tui  # imported late: headless runs never load Textual
+        return headless.run_train(args)
+    from app.tui import run_tui  # imported when chosen: a headless run never loads Textual
 
     return run_tui(LaunchSession(LaunchOptions.from_args(args)))
 
 
 def _dispatch(args: argparse.Namespace) -> int:
-    """Each command to its front end: the TUI on a terminal, else (or with --no-tui) headless."""
+    """Each command to its front end: the TUI on a terminal, else (or with --no-tui) headless.
+    The TUI's modules are imported only when it is chosen: a headless run never loads Textual."""
     interactive = not getattr(args, "no_tui", False) and has_terminal()
     if args.command == "train":
-        from app.embedded import run_with_local_backend, wants_local_backend
-
-        if wants_local_backend(args):
-            return run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
+        if embedded.wants_local_backend(args):
+            return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
         return _run_train(args, interactive)
     if args.command == "demo":
-        from app.demo import run_demo
-
-        return run_demo(args, interactive=interactive)
-    if args.command in ("backend", "taskapp"):
-        from app import serve
-
-        return serve.run_backend_server(args) if args.command == "backend" else serve.run_taskapp_server(args)
+        return demo.run_demo(args, interactive=interactive)
+    if args.command == "backend":
+        return serve.run_backend_server(args)
+    if args.command == "taskapp":
+        return serve.run_taskapp_server(args)
     if args.command == "attach":
-        from app.embedded import refuse_local_attach
-
-        refuse_local_attach(args)
+        embedded.refuse_local_attach(args)
         if not interactive:
-            from app.headless import run_attach
-
-            return run_attach(args)
+            return headless.run_attach(args)
         from app.tui import run_attach_tui
 
         return run_attach_tui(LaunchSession(LaunchOptions.from_args(args)), args.job_id)
     if args.command == "history":
         if not interactive:
-            from app.headless import run_history
-
-            return run_history()
+            return headless.run_history()
         from app.tui import run_history_tui
 
         return run_history_tui(LaunchSession(LaunchOptions.from_args(args)))

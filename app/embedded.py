@@ -16,6 +16,7 @@ import sys
 from collections.abc import Callable
 
 from app.core.errors import UsageError
+from app.demo import claim_folder
 from app.core.paths import state_dir
 
 LOCAL = "local"
@@ -36,8 +37,7 @@ def refuse_local_attach(args: argparse.Namespace) -> None:
 
 def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """Start the embedded backend, run the flow against it, stop it."""
-    from app.demo import claim_folder
-    from app.local.servers import start_backend  # the servers load only when used
+    from app.local.servers import start_backend  # the servers (FastAPI, uvicorn) load only when used
 
     folder = claim_folder(state_dir() / "local", "local-")
     try:

@@ -9,13 +9,11 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from app.core.config_schema import RLConfig
 from app.core.errors import ConfigError
 from app.core.models import check_rl_model, experimental_allowed, unsupported_algorithm_message
-
-if TYPE_CHECKING:  # config.py imports this module, so only type checkers import it back.
-    from app.core.config import RLConfig
 
 TaskUrlSource = Literal["flag", "env", "config"]
 

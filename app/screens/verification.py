@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerState
@@ -82,13 +83,16 @@ class VerificationScreen(FlowScreen):
     # The clock behind elapsed times and latencies; snapshot tests fix it.
     clock = staticmethod(time.monotonic)
 
+    # The checks' state; any change redraws the rows and the verdict (the ticker redraws the
+    # elapsed times in between).
+    target: var[CheckTarget | None] = var(None)
+    setup_problem: var[SynthTuiError | None] = var(None)
+    backend_check: var[BackendCheck | None] = var(None)
+    task_app_check: var[TaskAppCheck | None] = var(None)
+
     def __init__(self, *, check_timeout: float | None = None) -> None:
         super().__init__()
         self.check_timeout = check_timeout or self.CHECK_TIMEOUT_S
-        self.target: CheckTarget | None = None
-        self.setup_problem: SynthTuiError | None = None
-        self.backend_check: BackendCheck | None = None
-        self.task_app_check: TaskAppCheck | None = None
         self._checks_started = 0.0
         self._ticker: Timer | None = None
         # Each retry is a new run; a result from an older run is dropped, never shown as current.
@@ -103,6 +107,8 @@ class VerificationScreen(FlowScreen):
         yield Footer()
 
     def on_mount(self) -> None:
+        for name in ("target", "setup_problem", "backend_check", "task_app_check"):
+            self.watch(self, name, self._show, init=False)
         self.action_retry()
 
     def on_screen_resume(self) -> None:
@@ -150,7 +156,6 @@ class VerificationScreen(FlowScreen):
         except SynthTuiError as exc:  # a bad config or missing keys: explained in place
             if run == self._run:
                 self.setup_problem = exc
-                self._show()
             return
         if run != self._run:
             return
@@ -162,7 +167,6 @@ class VerificationScreen(FlowScreen):
                         exit_on_error=False)
         self.run_worker(self._check_task_app(run, self.target), name=TASK_APP_WORKER, group=WORKER_GROUP,
                         exit_on_error=False)
-        self._show()
 
     async def _verify_with_backend(self, run: int, target: CheckTarget) -> None:
         check = BackendCheck(target.backend_base, target.synth_key_hint, self.check_timeout)
@@ -177,7 +181,6 @@ class VerificationScreen(FlowScreen):
         check.elapsed_s = self.clock() - started
         if run == self._run:
             self.backend_check = check
-            self._show()
 
     async def _check_task_app(self, run: int, target: CheckTarget) -> None:
         check = TaskAppCheck(target.task_url, target.env_key_hint, self.check_timeout)
@@ -190,7 +193,6 @@ class VerificationScreen(FlowScreen):
         check.elapsed_s = self.clock() - started
         if run == self._run:
             self.task_app_check = check
-            self._show()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A check that crashed still ends (FlowScreen shows the error): no endless 'verifying…'."""
@@ -206,7 +208,6 @@ class VerificationScreen(FlowScreen):
         elif event.worker.name == TASK_APP_WORKER and self.target and self.task_app_check is None:
             self.task_app_check = TaskAppCheck(self.target.task_url, self.target.env_key_hint, self.check_timeout,
                                                error=stopped)
-        self._show()
 
     # -- view ---------------------------------------------------------------------------
 
