@@ -117,7 +117,7 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
     _check_type_flags(run, printer)
     session = LaunchSession(run.options)
     config_path = select_config(run, printer)
-    session.config_path = config_path
+    session.choose_config(config_path, session.validate(config_path))  # problems are reported by prepare()
     printer.line(f"Using config: {config_path} (rl)")
 
     choice = session.open_unattended_env()
@@ -138,9 +138,9 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
         printer.diag(f"Backend offers RL jobs ({support.how}).")
         prepared = session.prepare()
         await run_checks(session, client, prepared, printer)
-        if run.dry_run:
+        if run.dry_run:  # the whole payload: checking it is what a dry run is for
             printer.line("Payload preview:")
-            printer.line(json.dumps(prepared.payload, indent=2)[:800])
+            printer.line(json.dumps(prepared.payload, indent=2, ensure_ascii=False))
             printer.line("Dry run: no job was created.")
             return ExitCode.OK
         job_id = await create_job(client, prepared, session.idempotency_key, printer)
@@ -178,7 +178,6 @@ def select_config(run: TrainRun, printer: Printer) -> Path:
             raise UsageError("No training configs found. Pass --config explicitly.",
                              f"No RL config TOML was found under {cwd} or the bundled configs.")
         chosen = _pick(candidates, printer)
-    cfg.write_last_config(chosen)
     return chosen
 
 
@@ -221,7 +220,7 @@ def _pick(candidates: list[cfg.ConfigCandidate], printer: Printer) -> Path:
 
 def _print_found_keys(resolved: list[envfile.ResolvedKey], printer: Printer) -> None:
     for key in resolved:
-        if not key.required or not key.value:
+        if key.name not in envfile.REQUIRED_KEYS or not key.value:
             continue
         if key.source == "alias":
             printer.line(f"Found {key.name} via {key.origin}: {key.display}")
@@ -280,7 +279,7 @@ async def run_checks(session: LaunchSession, client: SynthClient, prepared: Prep
 
 async def create_job(client: SynthClient, prepared: PreparedJob, idempotency_key: str, printer: Printer) -> str:
     printer.line("Payload preview:")
-    printer.line(json.dumps(prepared.payload, indent=2)[:800])
+    printer.line(json.dumps(prepared.payload, indent=2, ensure_ascii=False)[:800])
     printer.diag(f"Idempotency-Key: {idempotency_key}")
     result = await client.create_job(prepared.payload, idempotency_key=idempotency_key)
     printer.line(f"Response {result.status}: {result.response.preview(400)}")
@@ -383,7 +382,7 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
         printer.line(f"Final status: {ended.status} (the job is paused on the backend; watch ended)")
     else:
         printer.line(f"Final status: {ended.status}")
-    printer.line(json.dumps(ended.payload, indent=2)[:600])
+    printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
     return ended.exit_code
 
@@ -418,7 +417,7 @@ async def _attach_flow(args: argparse.Namespace, printer: Printer) -> int:
     printer.secrets.extend(session.secret_values())
     printer.line(f"Attaching to job {job.job_id} at {session.backend_base}")
     async with session.client() as client:
-        await session.probe(client)  # a backend without RL jobs says so, not "job not found"
+        await session.probe_for_attach(client)
         return await stream_job(client, job.job_id, args.stream_format, printer, session)
 
 

@@ -199,7 +199,9 @@ def run_tui(session: LaunchSession) -> int:
 
 
 def run_attach_tui(session: LaunchSession, job_id: str) -> int:
-    return run_app(SynthTuiApp(session, attach=session.attach(job_id)))
+    job = session.attach(job_id)
+    session.check_attach_backend()
+    return run_app(SynthTuiApp(session, attach=job))
 
 
 def run_history_tui(session: LaunchSession) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser, normalise_argv
+from app.cli import build_parser, main, normalise_argv
+from app.core.errors import ExitCode
 from app.headless import Printer, run_attach, run_train
 from fakes import ScriptedJob, event, training_timeline
 
@@ -118,11 +120,17 @@ def test_dry_run_creates_nothing(world):
     assert world["backend"].count("/api/rl/jobs", "POST") == 0
 
 
-def test_missing_secrets_exit_3(world):
+def test_missing_secrets_exit_3(world, tmp_path):
     world["env"].write_text(f"SYNTH_API_KEY={world['backend'].api_key}\n")
-    code, out, err = run(world)
+    no_task_url = tmp_path / "no_task_url.toml"
+    no_task_url.write_text("\n".join(line for line in EXAMPLE.read_text().splitlines()
+                                     if not line.startswith("task_url")))
+    code, out, err = run(world, config=no_task_url)
     assert code == 3
     assert "Missing required keys: ENVIRONMENT_API_KEY, TASK_APP_URL." in err
+    # A config that names its task app needs no TASK_APP_URL.
+    code, out, err = run(world)
+    assert code == 3 and "Missing required keys: ENVIRONMENT_API_KEY." in err
     assert_no_secrets(world, out, err)
 
 
@@ -327,7 +335,40 @@ def test_attach_to_a_backend_without_rl_jobs_says_so(world, capsys):
         ["attach", "job_0001", "--no-tui", "--env-file", str(world["env"]), "--backend", world["backend"].url]))
     code = run_attach(args)
     err = capsys.readouterr().err
-    assert code == 5 and "offers no RL jobs" in err and "--backend local" in err
+    assert code == 5 and "offers no RL jobs" in err
+    # attach refuses --backend local, so it is not offered here; the backend that ran the job is.
+    assert "--backend local" not in err and "Attach with --backend URL of the backend that ran the job" in err
+
+
+def test_the_tui_attach_checks_the_backend_before_the_dashboard_opens(world):
+    """The TUI's attach probes as headless does: a backend without RL jobs ends with exit 5."""
+    world["backend"].rl_offered = False
+    argv = ["attach", "job_0001", "--env-file", str(world["env"]), "--backend", world["backend"].url]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("app.cli.has_terminal", lambda: True)
+        patch.setattr("app.tui.run_app", lambda app: pytest.fail("the dashboard opened"))
+        code = main(argv)
+    assert code == ExitCode.BACKEND
+
+
+def test_dry_run_prints_the_whole_payload(world, tmp_path):
+    code, out, _ = run(world, "--dry-run")
+    assert code == 0
+    payload = out.split("Payload preview:\n", 1)[1].split("\nDry run: no job was created.", 1)[0]
+    assert json.loads(payload)["data"]["endpoint_base_url"] == world["task_app"].url  # whole, so it parses
+
+
+def test_the_config_task_url_is_used_without_task_app_url(world, tmp_path):
+    """--task-url > TASK_APP_URL > [services].task_url: a config naming its task app needs no
+    TASK_APP_URL (docs/wire-contract.md#task-url)."""
+    world["env"].write_text(world["env"].read_text().replace(f"TASK_APP_URL={world['task_app'].url}\n", ""))
+    config = tmp_path / "with_task_url.toml"
+    example_url = "https://your-org--grpo-crafter-task-app-fastapi-app.modal.run"
+    assert example_url in EXAMPLE.read_text()
+    config.write_text(EXAMPLE.read_text().replace(example_url, world["task_app"].url))
+    code, out, err = run(world, "--dry-run", config=config)
+    assert code == 0, err
+    assert f'"endpoint_base_url": "{world["task_app"].url}"' in out
 
 
 VERIFIER_CONFIG = """

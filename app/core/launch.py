@@ -95,7 +95,7 @@ def require_secrets(resolved: Sequence[envfile.ResolvedKey], *, env_path: Path |
         raise MissingSecretsError(f"Missing required keys: {', '.join(missing)}.",
                                   f"{where.capitalize()}; TASK_APP_URL may instead be given with --task-url.")
     require_sendable_keys(resolved)
-    return {key.name: key.value for key in resolved if key.required and key.value}
+    return {key.name: key.value for key in resolved if key.name in envfile.REQUIRED_KEYS and key.value}
 
 
 def require_sendable_keys(resolved: Sequence[envfile.ResolvedKey]) -> None:

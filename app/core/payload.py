@@ -25,7 +25,7 @@ TASK_URL_REQUIRED = "Task app URL required (provide --task-url or set services.t
 TASK_URL_HINT = "pass --task-url URL, set TASK_APP_URL in your .env, or set [services].task_url in the config"
 
 
-def _usable_url(value: str | None) -> str | None:
+def usable_url(value: str | None) -> str | None:
     cleaned = (value or "").strip()
     if not cleaned or cleaned.lower() == PLACEHOLDER_TASK_URL:
         return None
@@ -50,7 +50,7 @@ def resolve_task_url(
         (config_task_url, "config"),
     )
     for value, source in sources:
-        url = _usable_url(value)
+        url = usable_url(value)
         if url:
             return url, source
     raise ConfigError(TASK_URL_REQUIRED, hint=TASK_URL_HINT)

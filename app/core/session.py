@@ -6,6 +6,7 @@ or the network is called from a worker. No Textual here, so the flow is testable
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import math
 import os
@@ -15,11 +16,12 @@ from pathlib import Path
 
 from app.core import config as cfg
 from app.core import envfile
-from app.core.client import RlSupport, SynthClient, VerifyResult, checked_api_base
+from app.core.client import RlNotOffered, RlSupport, SynthClient, VerifyResult, checked_api_base
 from app.core.errors import MissingSecretsError, UsageError
 from app.core.wire import check_job_id
 from app.core.health import HealthReport, check_task_app
 from app.core.jobs import JobContext, read_history, remember
+from app.core.payload import usable_url
 from app.core.launch import (
     EnvChoice,
     PreparedJob,
@@ -183,11 +185,14 @@ class LaunchSession:
         return cfg.validate_rl_file(path, allow_experimental=self.overrides.allow_experimental, env=self.shell)
 
     def choose_config(self, path: Path, report: cfg.ValidationReport) -> None:
-        """Remember the choice (the SDK's LAST_CONFIG); a new config invalidates the payload."""
+        """Use this config; a valid one is remembered (the SDK's LAST_CONFIG), so a later run
+        without --config never proposes one that cannot be sent."""
         self.config_path = path
         self.report = report
         self.prepared = None
-        cfg.write_last_config(path)
+        if report.ok:
+            cfg.write_last_config(path)
+        self.resolve()  # the config's [services].task_url may make TASK_APP_URL optional
 
     # -- env -------------------------------------------------------------------------
 
@@ -238,19 +243,31 @@ class LaunchSession:
 
     def resolve(self) -> list[envfile.ResolvedKey]:
         """The keys (and the backend, which the .env may set) as they are now; never raises."""
-        optional = set(self.optional_keys())
-        # A key this run can do without is shown as such, not as "required — missing".
-        self.resolved = [dataclasses.replace(key, required=False) if key.name in optional else key
+        self.resolved = [self._as_this_run_needs(key)
                          for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.overrides.task_url)]
         self._backend_from_env_file()
         self.prepared = None
         return self.resolved
 
+    def _as_this_run_needs(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
+        """With --backend local, SYNTH_API_KEY is the key of the backend this process started,
+        never the .env's or the shell's (a hosted key must not reach it), shown as from that
+        flag. A key this run can do without is shown as such, not as "required — missing"."""
+        if key.name == "SYNTH_API_KEY" and self.options.backend_key:
+            return dataclasses.replace(key, value=self.options.backend_key, source="flag", origin="--backend local",
+                                       shell_overrides_file=False)
+        if key.name in self.optional_keys():
+            return dataclasses.replace(key, required=False)
+        return key
+
     def optional_keys(self) -> tuple[str, ...]:
-        """Required keys this run can do without: the task URL given by flag, the backend key
-        of a backend this process started."""
-        return ((("TASK_APP_URL",) if self.overrides.task_url else ())
-                + (("SYNTH_API_KEY",) if self.options.backend_key else ()))
+        """Required keys this run can do without: TASK_APP_URL when --task-url (or the preview's
+        override) or the config's [services].task_url names the task app."""
+        return ("TASK_APP_URL",) if self.overrides.task_url or self._config_task_url() else ()
+
+    def _config_task_url(self) -> str | None:
+        config = self.report.config if self.report is not None else None
+        return usable_url(config.services.task_url) if config is not None and config.services else None
 
     def missing_keys(self) -> list[str]:
         return envfile.missing_required(self.resolved, optional=self.optional_keys())
@@ -346,8 +363,6 @@ class LaunchSession:
 
     def synth_api_key(self) -> str:
         """Only the backend key: enough to attach to a job, which needs no task app."""
-        if self.options.backend_key:
-            return self.options.backend_key
         key = next((k for k in self.resolved if k.name == "SYNTH_API_KEY" and k.value), None)
         if key is None:
             raise MissingSecretsError("Missing required key: SYNTH_API_KEY.",
@@ -368,6 +383,25 @@ class LaunchSession:
             self.prepared = None
         self.rl_support = support
         return support
+
+    async def probe_for_attach(self, client: SynthClient) -> RlSupport:
+        """The probe before a watch of an existing job: a backend without RL jobs is named as
+        such, not as "job not found", with a way out that attach can take."""
+        try:
+            return await self.probe(client)
+        except RlNotOffered as exc:
+            exc.hint = ("Attach with --backend URL of the backend that ran the job (`synth-tui history` lists "
+                        "where each job launched from this machine ran).")
+            raise
+
+    def check_attach_backend(self) -> RlSupport:
+        """:meth:`probe_for_attach` before the dashboard opens (the TUI's attach), so the TUI
+        ends as headless does (exit 5) instead of showing an empty dashboard."""
+        async def probe() -> RlSupport:
+            async with self.client() as client:
+                return await self.probe_for_attach(client)
+
+        return asyncio.run(probe())
 
     async def verify(self, *, timeout: float = 30.0) -> VerifyResult:
         """The probe, then the backend's verification of the task app (POST /rl/verify_task_app)."""

@@ -22,7 +22,8 @@ from textual.widgets import Footer, Header, Input, Static
 
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
-from app.core.jobs import JobContext, export_run
+from app.core.errors import ExitCode
+from app.core.jobs import JobContext, export_run, remember
 from app.core.launch import new_idempotency_key
 from app.core.paths import run_dir
 from app.core.redact import printable
@@ -265,7 +266,7 @@ class DashboardScreen(FlowScreen):
 
     def action_cancel_job(self) -> None:
         if self.ended:
-            self.notify(f"The job is already {self.status}.", severity="warning")
+            self.notify(f"The job has already ended ({self.status}).", severity="warning")
             return
         self.flow_app.confirm(f"Cancel job {self.job.job_id}?", self._cancel, label="Cancel job",
                               detail="The backend stops the job; its events so far are kept.")
@@ -316,7 +317,7 @@ class DashboardScreen(FlowScreen):
         if self.ended:
             self._exit()
             return
-        question = ("Quit? The demo's backend stops with the app, and this job with it."
+        question = ("Quit? The embedded backend stops with the app, and this job with it."
                     if self.session.options.embedded_backend else "Quit? The job keeps running on the backend.")
         self.flow_app.confirm(question, self._exit, label="Quit", detail=self.session.attach_hint(self.job.job_id))
 
@@ -327,6 +328,12 @@ class DashboardScreen(FlowScreen):
             message = f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
             # The same exit codes as the headless command (WatchEnded.exit_code).
             code = self.ended_code
+        elif self.session.options.embedded_backend:
+            # The job ends with this process: it did not succeed, and the history must not
+            # list it as running for ever.
+            message = f"Job {self.job.job_id} stopped with the app. {self.session.attach_hint(self.job.job_id)}"
+            code = ExitCode.JOB_FAILED
+            remember(lambda history: history.record_progress(self.job.job_id, status="failed", final=True))
         else:
             message = f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
             code = 0

@@ -14,10 +14,10 @@ from app.core import envfile
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ConfirmModal, ErrorModal
+from pilot_waits import wait_until
 from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable
 from widgets.path_prompt import PathPromptModal
-from pilot_waits import wait_until
 
 # Long fake secrets: any of them in full on screen is a leak.
 SYNTH_KEY = "sk_live_FAKE_0123456789abcdefghijklmnopqrstuv"
@@ -142,7 +142,8 @@ async def test_the_embedded_backend_key_is_not_asked_for(make_app, project):
     app = make_app(start="env", backend="http://127.0.0.1:9", backend_key=NEW_KEY)
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
-        assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "<unset>", "missing", ""]
+        # The embedded backend's own key, masked, from the flag; a hosted key is never used there.
+        assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "sk_n…78", "flag --backend local", ""]
         assert "✓ Every required key has a value" in text_of(screen, "#env-status")
         assert_no_secret(app.export_screenshot())
 
