@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 MAX_CHOICES = 64  # per slot: an integer range wider than this is sampled at evenly spaced points
 NUMBER_POINTS = 5  # points of a bounded number's range
@@ -47,8 +48,8 @@ class _Node:
     kind: str  # "const" | "slot" | "object" | "array"
     value: Any = None  # const value
     slot: int = -1  # index into ActionSpace.slots ("slot"; "array": its length slot)
-    fields: tuple[tuple[str, "_Node"], ...] = ()  # object
-    items: tuple["_Node", ...] = ()  # array: one node per position
+    fields: tuple[tuple[str, _Node], ...] = ()  # object
+    items: tuple[_Node, ...] = ()  # array: one node per position
     min_items: int = 0
 
 
@@ -59,7 +60,7 @@ class ActionSpace:
     root: _Node
 
     def values(self, picks: Sequence[int]) -> list[Any]:
-        return [slot.choices[pick] for slot, pick in zip(self.slots, picks)]
+        return [slot.choices[pick] for slot, pick in zip(self.slots, picks, strict=True)]
 
     def build(self, picks: Sequence[int]) -> dict[str, Any]:
         """The arguments for one pick (an index into each slot's choices)."""

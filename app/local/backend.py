@@ -1,4 +1,4 @@
-"""The embedded backend: the hosted Synth RL API (contract sections 3, 4 and 8) on one machine.
+"""The embedded backend: the hosted Synth RL API (docs/wire-contract.md#embedded-backend) on one machine.
 
 Everything lives under /api and needs `Authorization: Bearer <api_key>`, except:
 - `GET /api/health` (reachability, no secret involved);
@@ -25,27 +25,28 @@ import random
 import re
 import secrets
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Sequence
+from typing import Any
 
 import httpx
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, TRIAL_PATH, VERIFY, json_body
 from app.core.redact import held_key_prefix, scrub_key_fragments
+from app.core.trainable import short_repr
 from app.core.urls import http_url_problem
+from app.core.wire import KNOWN_GENERATIONS, RL_CONTRACT_HEADER
+from app.local.action_space import TEXT_ANSWER, ActionSpace, UnsupportedSchema, choose_tool, compile_tool
+from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, TRIAL_PATH, VERIFY, json_body
 from app.local.errors import describe_http_error, install_json_errors, response_detail
 from app.local.guard import RequestGuard
-from app.local.retry import client_limits
 from app.local.journal import Journal
-from app.local.action_space import TEXT_ANSWER, ActionSpace, UnsupportedSchema, choose_tool, compile_tool
 from app.local.policy import TabularPolicy, choose
-from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store
-from app.core.trainable import short_repr
-from app.core.wire import KNOWN_GENERATIONS, RL_CONTRACT_HEADER
+from app.local.retry import client_limits
 from app.local.rollout_contract import parse_correlation_id
+from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store
 from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
 
 MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
@@ -53,11 +54,11 @@ CHAT_BODY_LIMIT = 4 << 20  # chat histories can be long; every other body stays 
 TERMINAL_EVENT_TYPES = {"rl.job.completed", "rl.job.failed", "rl.job.cancelled"}
 SSE_HEARTBEAT_S = 10.0
 CHAT_PATHS = ("/api/v1/chat/completions", "/v1/chat/completions")
-# The path form of contract 0.4/0.5: the trial (our job id) and the correlation id in the path.
+# The path form of rollout contract 0.4/0.5: the trial (our job id) and the correlation id in the path.
 CHAT_PATH_FORMS = ("/api/v1/{trial}/{cid}/chat/completions", "/v1/{trial}/{cid}/chat/completions")
 _CHAT_PATH_FORM = re.compile(r"^(/api)?/v1/[^/]+/[^/]+/chat/completions$")
 VERIFY_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
-HEADER_STYLES = {
+HEADER_STYLES: dict[str, Callable[[str], dict[str, str]]] = {
     "X-API-Key": lambda key: {"X-API-Key": key},
     "X-API-Keys": lambda key: {"X-API-Keys": key},
     "Authorization: Bearer": lambda key: {"Authorization": f"Bearer {key}"},
@@ -90,6 +91,12 @@ class _Backend:
         if self.trainer is not None:
             self.trainer.stop_all()
             self.journal.wake_all()
+
+    def live_trainer(self) -> Trainer:
+        """The trainer, which exists while the app serves (between lifespan start and end)."""
+        if self.trainer is None:
+            raise HTTPException(503, "The embedded backend is not serving (starting or shutting down)")
+        return self.trainer
 
     def bearer_ok(self, request: Request) -> bool:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -138,7 +145,7 @@ def create_backend_app(
                                 headers={"WWW-Authenticate": "Bearer"})
 
     @app.get("/api/health")
-    async def health() -> dict:
+    async def health() -> dict[str, Any]:
         return {"status": "ok", "service": "synth-tui-embedded-backend"}
 
     api = APIRouter(prefix="/api", dependencies=[Depends(require_key)])
@@ -179,11 +186,11 @@ def _job_view(job: dict[str, Any]) -> dict[str, Any]:
 
 def _job_routes(api: APIRouter, b: _Backend) -> None:
     @api.post("/rl/verify_task_app", openapi_extra=json_body(VERIFY))
-    async def verify_task_app(request: Request) -> dict:
+    async def verify_task_app(request: Request) -> dict[str, Any]:
         body = await _json_body(request)
         url = body.get("endpoint_base_url") if isinstance(body, dict) else None
         problem = http_url_problem(url)
-        if problem:
+        if problem or not isinstance(url, str):  # a URL that is not a string is a problem too
             raise HTTPException(422, f"endpoint_base_url must be the task app's http(s) URL: {problem}")
         return await _verify(b, url)
 
@@ -206,18 +213,19 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         b.journal.event(job["id"], "rl.job.created", f"Job created: train {plan.model} on {plan.task_url}",
                         data={"model": plan.model, "task_app_url": plan.task_url, "total_steps": plan.total_steps})
         base = b.public_base_url or str(request.base_url).rstrip("/")
-        b.trainer.start(job["id"], plan, f"{base}/api/v1")
+        b.live_trainer().start(job["id"], plan, f"{base}/api/v1")
         return JSONResponse(_job_view(job), status_code=201)
 
-    async def list_jobs(response: Response, limit: int = Query(50, ge=1, le=500), status: str | None = None) -> dict:
+    async def list_jobs(response: Response, limit: int = Query(50, ge=1, le=500),
+                        status: str | None = None) -> dict[str, Any]:
         # Both generations' configs are accepted here, and both event stream paths served.
         response.headers[RL_CONTRACT_HEADER] = ", ".join(KNOWN_GENERATIONS)
         return {"jobs": [_job_view(j) for j in b.store.list_jobs(limit=limit, status=status)]}
 
-    async def get_job(job_id: str) -> dict:
+    async def get_job(job_id: str) -> dict[str, Any]:
         return _job_view(b.job_or_404(job_id))
 
-    async def start_job(job_id: str) -> dict:
+    async def start_job(job_id: str) -> dict[str, Any]:
         job = b.job_or_404(job_id)
         return {"job_id": job_id, "status": job["status"], "message": "Jobs start when they are created"}
 
@@ -226,12 +234,12 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         if job["status"] in TERMINAL_STATUSES:
             return JSONResponse({"detail": f"Job {job_id} already {job['status']}; only queued or running jobs "
                                            "can be cancelled", "status": job["status"]}, status_code=409)
-        await b.trainer.cancel(job_id)
+        await b.live_trainer().cancel(job_id)
         job = b.job_or_404(job_id)
         return JSONResponse({"job_id": job_id, "status": job["status"], "message": "Job cancelled"})
 
     async def events(request: Request, job_id: str, since_seq: int = Query(0, ge=-1, le=MAX_CURSOR),
-                     limit: int = Query(200, ge=1, le=1000)):
+                     limit: int = Query(200, ge=1, le=1000)) -> Response | dict[str, Any]:
         b.job_or_404(job_id)
         if "text/event-stream" in request.headers.get("accept", ""):
             return _event_stream(b, job_id, _resume_from(request, since_seq))
@@ -243,7 +251,7 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         return _event_stream(b, job_id, _resume_from(request, since_seq))
 
     async def metrics(job_id: str, after_step: int = Query(-1, ge=-1, le=MAX_CURSOR),
-                      limit: int = Query(200, ge=1, le=1000)) -> dict:
+                      limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
         b.job_or_404(job_id)
         return {"job_id": job_id, "points": b.store.metrics(job_id, after_step=after_step, limit=limit)}
 
@@ -253,7 +261,8 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         api.add_api_route(f"{prefix}/{{job_id}}", get_job, methods=["GET"])
         api.add_api_route(f"{prefix}/{{job_id}}/start", start_job, methods=["POST"])
         api.add_api_route(f"{prefix}/{{job_id}}/cancel", cancel_job, methods=["POST"])
-        api.add_api_route(f"{prefix}/{{job_id}}/events", events, methods=["GET"])
+        # JSON or an event stream, by the Accept header: no response model.
+        api.add_api_route(f"{prefix}/{{job_id}}/events", events, methods=["GET"], response_model=None)
         api.add_api_route(f"{prefix}/{{job_id}}/events/stream", event_stream, methods=["GET"])
         api.add_api_route(f"{prefix}/{{job_id}}/metrics", metrics, methods=["GET"])
 
@@ -289,7 +298,7 @@ def _event_stream(b: _Backend, job_id: str, since_seq: int) -> StreamingResponse
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
-async def _verify(b: _Backend, url: str) -> dict:
+async def _verify(b: _Backend, url: str) -> dict[str, Any]:
     """Try every key the backend holds with every header style on /health and /task_info."""
     if not b.env_api_keys:
         return {"any_ok": False, "endpoint_base_url": url, "candidates_first15": [], "attempts": [],
@@ -297,7 +306,7 @@ async def _verify(b: _Backend, url: str) -> dict:
                           "the task app expects"}
     base = url.rstrip("/")
 
-    async def attempt(endpoint: str, index: int, key: str, style: str) -> dict:
+    async def attempt(endpoint: str, index: int, key: str, style: str) -> dict[str, Any]:
         started = time.perf_counter()
         result: dict[str, Any] = {"endpoint": endpoint, "header": style, "key_index": index,
                                   "key_prefix": held_key_prefix(key)}
@@ -323,10 +332,10 @@ async def _verify(b: _Backend, url: str) -> dict:
             "candidates_first15": [held_key_prefix(k) for k in b.env_api_keys], "attempts": attempts}
 
 
-def _chat_handler(b: _Backend):
-    async def chat_completions(request: Request) -> dict:
+def _chat_handler(b: _Backend) -> Callable[[Request], Awaitable[dict[str, Any]]]:
+    async def chat_completions(request: Request) -> dict[str, Any]:
         body = await _json_body(request)
-        # The correlation id: in the path (contract 0.4/0.5), else ?cid= (0.2); any of the
+        # The correlation id: in the path (rollout contract 0.4/0.5), else ?cid= (0.2); any of the
         # prefixes trace_, cid_, eval_, or none.
         query_cid = request.query_params.get("cid", "")
         cid = request.path_params.get("cid", query_cid)
@@ -358,7 +367,7 @@ def _chat_handler(b: _Backend):
                        "choosing from finite sets (enums, booleans, bounded numbers, arrays of those); see "
                        "docs/embedded-policy.md")
             if run is not None:
-                b.trainer.abort(job_id, message)
+                b.live_trainer().abort(job_id, message)
             raise HTTPException(422, message) from None
         call_id = f"call_{secrets.token_hex(8)}"
         if run is not None:
@@ -411,7 +420,7 @@ def chat_body_problem(body: Any) -> str | None:
     return None
 
 
-def _last_user_text(messages: list) -> str:
+def _last_user_text(messages: list[Any]) -> str:
     for message in reversed(messages):
         if message.get("role") == "user":
             content = message.get("content")
@@ -421,13 +430,13 @@ def _last_user_text(messages: list) -> str:
     return ""
 
 
-def action_space_for(tools: list | None, tool_choice: Any) -> ActionSpace:
+def action_space_for(tools: list[Any] | None, tool_choice: Any) -> ActionSpace:
     """The action space of the tool to call; a plain-text answer when no tool is offered."""
     tool = choose_tool(tools or [], tool_choice)
     return compile_tool(tool) if tool is not None else TEXT_ANSWER
 
 
-def _completion(model: str, space: ActionSpace, arguments: dict[str, Any], prompt: str, call_id: str) -> dict:
+def _completion(model: str, space: ActionSpace, arguments: dict[str, Any], prompt: str, call_id: str) -> dict[str, Any]:
     tool = space.tool if space is not TEXT_ANSWER else None
     message: dict[str, Any] = {"role": "assistant", "content": None}
     if tool:

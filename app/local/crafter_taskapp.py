@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from fastapi import FastAPI, HTTPException
 
@@ -116,20 +117,20 @@ def create_crafter_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_0
                                env_api_keys=env_api_keys)
 
     @app.get("/info", dependencies=authed)
-    async def info() -> dict:
+    async def info() -> dict[str, Any]:
         return {"service": {"task": _task(), "version": VERSION}, "dataset": {"id": APP_ID, "splits": ["train"]},
                 "rubrics": None, "inference": {"tool": "interact_many", "tool_choice": TOOL_CHOICE},
                 "limits": {"max_turns": DEFAULT_MAX_TURNS}}
 
     @app.get("/task_info", dependencies=authed)
-    async def task_info() -> dict:
+    async def task_info() -> dict[str, Any]:
         return {"taskset": {**_task(), "actions": list(ACTIONS), "default_max_turns": DEFAULT_MAX_TURNS}}
 
     add_rollout_route(app, authed, contract, _play, check=check_correlation_id if contract == GEN_02 else None)
     return app
 
 
-def _task() -> dict:
+def _task() -> dict[str, Any]:
     return {"id": APP_ID, "name": "Crafter-lite", "version": VERSION}
 
 
@@ -141,7 +142,7 @@ def check_correlation_id(req: Any) -> None:
                                  f"(got {'no cid' if not cid else 'a cid without the trace_ prefix'})")
 
 
-def _actions(tool_calls: list) -> list[str]:
+def _actions(tool_calls: list[Any]) -> list[str]:
     """The actions asked for; an answer that does not fit the tool is an empty list, as in
     the SDK's Crafter app (and every such turn is a wasted one)."""
     try:
@@ -156,7 +157,7 @@ def _actions(tool_calls: list) -> list[str]:
     return [a for a in actions if isinstance(a, str)]
 
 
-async def _play(client: Any, req: Any) -> dict:
+async def _play(client: Any, req: Any) -> dict[str, Any]:
     url = chat_url(req.policy.config.inference_url)
     turns = req.env.config.max_turns or req.policy.config.max_turns or DEFAULT_MAX_TURNS
     game = Game(req.env.seed, min(turns, 50))

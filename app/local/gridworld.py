@@ -18,6 +18,7 @@ import random
 from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 SIZE = 5
 WALLS = 1
@@ -42,7 +43,7 @@ class Layout:
     def blocked(self, cell: Cell) -> list[str]:
         return [d for d, (dx, dy) in MOVES.items() if not self.free((cell[0] + dx, cell[1] + dy))]
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "size": SIZE,
             "walls": sorted(list(w) for w in self.walls),
@@ -107,7 +108,7 @@ class Episode:
         self.reached = self.pos == self.layout.goal
         return moved, self.score if self.reached else 0.0
 
-    def observation(self) -> dict:
+    def observation(self) -> dict[str, Any]:
         blocked = self.layout.blocked(self.pos)
         x, y = self.pos
         gx, gy = self.layout.goal

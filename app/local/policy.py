@@ -22,8 +22,9 @@ import hashlib
 import math
 import random
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from app.local.action_space import ActionSpace
 
@@ -134,7 +135,7 @@ class TabularPolicy:
                 rows = [grads.setdefault(d.key, {})]
                 if d.prior_key:
                     rows.append(grads.setdefault(d.prior_key, {}))
-                for a, q in zip(d.actions, p):
+                for a, q in zip(d.actions, p, strict=True):
                     pg = ep.advantage * ((a == d.action) - q)
                     bonus = ENTROPY_COEF * (-q * (math.log(q) + h)) if q > 0 else 0.0
                     for g in rows:
@@ -150,7 +151,7 @@ class TabularPolicy:
         return {"kind": "tabular-softmax", "table": self.table}
 
     @classmethod
-    def from_json(cls, data: dict[str, Any] | None) -> "TabularPolicy":
+    def from_json(cls, data: dict[str, Any] | None) -> TabularPolicy:
         return cls(table=dict((data or {}).get("table", {})))
 
 

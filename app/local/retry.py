@@ -40,7 +40,7 @@ class Backoff:
 
     def delay(self, failed_attempt: int, rng: random.Random | None = None) -> float:
         """Exponential, with ±50% jitter so many clients do not retry in step."""
-        base = min(self.max_delay_s, self.first_delay_s * 2 ** (failed_attempt - 1))
+        base = min(self.max_delay_s, self.first_delay_s * 2.0 ** (failed_attempt - 1))
         return base * (rng or random).uniform(0.5, 1.5)
 
 

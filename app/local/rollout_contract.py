@@ -235,7 +235,7 @@ def read_turns(answer: Any) -> int | None:
     for field in ("metrics.num_steps", "reward_info.details.num_steps", "metrics.details.num_steps"):
         value = _at(answer, field)
         if is_int(value) and value >= 0:
-            return value
+            return int(value)
     return None
 
 
@@ -256,7 +256,7 @@ def read_tool_call_ids(answer: Any) -> set[str]:
     return ids
 
 
-def _dicts(items: Any, inner: str | None = None) -> Iterator[dict]:
+def _dicts(items: Any, inner: str | None = None) -> Iterator[dict[str, Any]]:
     """The objects of a list (or of each object's `inner` list); anything else is skipped."""
     for item in items if isinstance(items, list) else ():
         if not isinstance(item, dict):

@@ -13,8 +13,8 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Sequence
 
 import httpx
 import uvicorn
@@ -23,8 +23,8 @@ from fastapi import FastAPI
 from app.core.errors import UsageError
 from app.core.paths import state_dir
 from app.local.backend import create_backend_app
-from app.local.retry import SERVER_KEEPALIVE_S
 from app.local.crafter_taskapp import create_crafter_taskapp
+from app.local.retry import SERVER_KEEPALIVE_S
 from app.local.rollout_contract import GEN_02
 from app.local.taskapp import create_taskapp
 
@@ -88,7 +88,7 @@ class ServerHandle:
         self.api_key: str | None = None
         self.hold_env_keys: Callable[[Sequence[str]], None] | None = None
 
-    def start(self, probe_path: str) -> "ServerHandle":
+    def start(self, probe_path: str) -> ServerHandle:
         self._server = _Server(_config(self._app, self.host, self.port),
                                getattr(self._app.state, "begin_shutdown", None))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [self._sock]},
@@ -108,7 +108,8 @@ class ServerHandle:
                         pass
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"the {self.name} on port {self.port} did not answer within {START_TIMEOUT_S:.0f}s")
+                    raise RuntimeError(f"the {self.name} on port {self.port} did not answer "
+                                       f"within {START_TIMEOUT_S:.0f}s")
                 time.sleep(0.01)
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
@@ -120,7 +121,7 @@ class ServerHandle:
                 self._thread.join(timeout)
         self._sock.close()
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -69,12 +69,12 @@ CREATE TABLE IF NOT EXISTS idempotency (
 
 def utc_now() -> str:
     """ISO-8601 UTC with microseconds, so two status changes never share a timestamp."""
-    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+    return datetime.now(UTC).isoformat(timespec="microseconds")
 
 
 def _later_than(previous: str) -> str:
     # The SDK's streamer prints a status only when updated_at changes: force it to move.
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     before = datetime.fromisoformat(previous)
     if now <= before:
         now = before + timedelta(microseconds=1)
@@ -125,7 +125,7 @@ class Store:
                 if row is not None:
                     if row["body_hash"] != body_hash:
                         raise IdempotencyConflict(idempotency_key, row["job_id"])
-                    return self._job(row["job_id"]), False
+                    return self._existing_job(row["job_id"]), False
             now = utc_now()
             self._conn.execute(
                 "INSERT INTO jobs (id, status, payload, idempotency_key, body_hash, created_at,"
@@ -137,7 +137,7 @@ class Store:
                     "INSERT INTO idempotency (key, body_hash, job_id) VALUES (?, ?, ?)",
                     (idempotency_key, body_hash, job_id),
                 )
-            return self._job(job_id), True
+            return self._existing_job(job_id), True
 
     def get_job(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:
@@ -231,6 +231,13 @@ class Store:
     def _job(self, job_id: str) -> dict[str, Any] | None:
         row = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return _job_dict(row) if row is not None else None
+
+    def _existing_job(self, job_id: str) -> dict[str, Any]:
+        """A job the caller knows is there (just inserted, or referenced by a key's row)."""
+        job = self._job(job_id)
+        if job is None:  # the schema's REFERENCES and the lock make this unreachable
+            raise LookupError(f"job {job_id} vanished from the store")
+        return job
 
     # -- events and metrics -------------------------------------------------------------
 

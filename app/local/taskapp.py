@@ -10,7 +10,8 @@ message ends with a `state: pos=x,y goal=x,y blocked=...` line (see policy.py).
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, HTTPException, Query
@@ -44,7 +45,7 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", co
                                env_api_keys=env_api_keys)
 
     @app.get("/info", dependencies=authed)
-    async def info() -> dict:
+    async def info() -> dict[str, Any]:
         return {
             "service": {"task": _task(app_id), "version": VERSION},
             "dataset": _dataset(),
@@ -62,7 +63,7 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", co
             try:
                 wanted += [int(s) for s in seeds.split(",") if s.strip()]
             except ValueError:
-                raise HTTPException(422, f"seeds must be comma-separated integers, got {seeds!r}")
+                raise HTTPException(422, f"seeds must be comma-separated integers, got {seeds!r}") from None
         if not wanted:
             return {"taskset": {
                 **_task(app_id),
@@ -80,11 +81,11 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", co
     return app
 
 
-def _task(app_id: str) -> dict:
+def _task(app_id: str) -> dict[str, Any]:
     return {"id": app_id, "name": "Gridworld", "version": VERSION}
 
 
-def _dataset() -> dict:
+def _dataset() -> dict[str, Any]:
     return {
         "id": "gridworld-seeds",
         "name": "Seeded 5x5 gridworlds",
@@ -95,7 +96,7 @@ def _dataset() -> dict:
     }
 
 
-def _task_info(app_id: str, seed: int) -> dict:
+def _task_info(app_id: str, seed: int) -> dict[str, Any]:
     return {
         "task": {**_task(app_id), "description": "Walk to the goal."},
         "environment": "gridworld",
@@ -114,7 +115,7 @@ def _max_turns(req: Any) -> int:
     return max(1, min(int(turns), 100))
 
 
-async def _play(client: httpx.AsyncClient, req: Any) -> dict:
+async def _play(client: httpx.AsyncClient, req: Any) -> dict[str, Any]:
     inference_url = req.policy.config.inference_url
     url = chat_url(inference_url)
     episode = gridworld.Episode(req.env.seed, _max_turns(req))
@@ -152,7 +153,7 @@ async def _play(client: httpx.AsyncClient, req: Any) -> dict:
                             system_prompt=SYSTEM_PROMPT)
 
 
-def _direction(tool_calls: list) -> str | None:
+def _direction(tool_calls: list[Any]) -> str | None:
     """The move asked for, or None (the turn is wasted) if the answer is not a valid call."""
     try:
         call = tool_calls[0]["function"]

@@ -16,9 +16,9 @@ import hashlib
 import hmac
 import time
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, ClassVar, Sequence
+from typing import Annotated, Any, ClassVar
 
 import httpx
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -85,11 +85,12 @@ class RolloutRequest(_Open):
 
 
 class SafetyConfig(_Open):
-    max_time_s: float = Field(3600.0, gt=0, le=86_400, allow_inf_nan=False)
+    # default= by keyword: type checkers read a positional default as a required field.
+    max_time_s: float = Field(default=3600.0, gt=0, le=86_400, allow_inf_nan=False)
 
 
-def _request_v05() -> type[BaseModel]:
-    # Defined in a function so that its OpenAPI name is RolloutRequest, as in the SDK's apps:
+class _Gen05:
+    # A namespace so that the request's OpenAPI name is RolloutRequest, as in the SDK's apps:
     # the trainer reads the generation from that schema's required fields.
     class RolloutRequest(BaseModel):
         """The 0.4/0.5 request: a rollout is named by its trace_correlation_id; other keys are
@@ -110,10 +111,8 @@ def _request_v05() -> type[BaseModel]:
         def replay_key(self) -> str:
             return self.trace_correlation_id
 
-    return RolloutRequest
 
-
-RolloutRequestV05 = _request_v05()
+RolloutRequestV05 = _Gen05.RolloutRequest
 
 
 def base_taskapp(*, app_id: str, title: str, version: str,
@@ -122,7 +121,7 @@ def base_taskapp(*, app_id: str, title: str, version: str,
     allowed = [k for k in env_api_keys if k]
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), limits=client_limits()) as client:
             app.state.inference = client
             yield
@@ -159,24 +158,24 @@ def base_taskapp(*, app_id: str, title: str, version: str,
     authed = [Depends(require_key)]
 
     @app.get("/")
-    async def root() -> dict:
+    async def root() -> dict[str, Any]:
         return {"status": "ok", "service": app_id}
 
     app.add_api_route("/", root, methods=["HEAD"], include_in_schema=False)  # one operation id for "/"
 
     @app.get("/health", dependencies=authed)
-    async def health() -> dict:
+    async def health() -> dict[str, Any]:
         return {"healthy": True, "auth": {"required": True, "expected_prefix": held_key_prefix(allowed[0])}}
 
     @app.post("/done", dependencies=authed)
-    async def done() -> dict:
+    async def done() -> dict[str, Any]:
         return {"ok": True, "service": app_id}
 
     return app, authed
 
 
 def add_rollout_route(app: FastAPI, authed: list[DependsParam], contract: str,
-                      play: Callable[[httpx.AsyncClient, Any], Awaitable[dict]],
+                      play: Callable[[httpx.AsyncClient, Any], Awaitable[dict[str, Any]]],
                       check: Callable[[Any], None] | None = None) -> None:
     """`POST /rollout` in a contract generation: the request model of that generation, its
     checks, then `play(client, request)` once per rollout (a retried request joins or repeats
@@ -185,20 +184,20 @@ def add_rollout_route(app: FastAPI, authed: list[DependsParam], contract: str,
         raise ValueError(f"contract must be one of {', '.join(GENERATIONS)} (got {contract!r})")
     replays = RolloutReplays()
 
-    async def run(req: Any, request: Request) -> dict:
+    async def run(req: Any, request: Request) -> dict[str, Any]:
         if check is not None:
             check(req)
         return await replays.run(req, lambda: play(request.app.state.inference, req))
 
-    if contract == GEN_05:
-        async def rollout(req: RolloutRequestV05, request: Request) -> dict:
-            check_trace_correlation_id(req)
-            return await run(req, request)
-    else:
-        async def rollout(req: RolloutRequest, request: Request) -> dict:
-            return await run(req, request)
+    async def rollout_05(req: RolloutRequestV05, request: Request) -> dict[str, Any]:
+        check_trace_correlation_id(req)
+        return await run(req, request)
 
-    app.post("/rollout", dependencies=authed)(rollout)
+    async def rollout_02(req: RolloutRequest, request: Request) -> dict[str, Any]:
+        return await run(req, request)
+
+    # Named "rollout" either way: the OpenAPI operation id stays rollout_rollout_post.
+    app.post("/rollout", dependencies=authed, name="rollout")(rollout_05 if contract == GEN_05 else rollout_02)
 
 
 def check_trace_correlation_id(req: Any) -> None:
@@ -333,9 +332,9 @@ class RolloutReplays:
     KEEP_COUNT = 256
 
     def __init__(self) -> None:
-        self._runs: OrderedDict[str, tuple[float, asyncio.Task]] = OrderedDict()
+        self._runs: OrderedDict[str, tuple[float, asyncio.Task[dict[str, Any]]]] = OrderedDict()
 
-    async def run(self, req: Any, play: Callable[[], Awaitable[dict]]) -> dict:
+    async def run(self, req: Any, play: Callable[[], Awaitable[dict[str, Any]]]) -> dict[str, Any]:
         self._forget_old()
         key = req.replay_key + ":" + hashlib.sha256(req.model_dump_json().encode()).hexdigest()
         known = self._runs.get(key)

@@ -25,21 +25,32 @@ import asyncio
 import random
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from functools import partial
+from typing import Any
 
 import httpx
 
+from app.core.redact import scrub_key_fragments
 from app.core.trainable import is_int, short_repr, size_problems
 from app.core.urls import http_url_problem
-from app.core.redact import scrub_key_fragments
-from app.local.errors import describe_http_error, response_detail
-from app.local.retry import RETRYABLE_STATUS, ROLLOUT_BACKOFF, send_with_retries
-from app.local.journal import Journal
 from app.local.action_space import ActionSpace
+from app.local.errors import describe_http_error, response_detail
+from app.local.journal import Journal
 from app.local.policy import LR_SCALE, Decision, Episode, TabularPolicy, choose, group_advantages
-from app.local.rollout_contract import (GEN_02, GENERATION_NAMES, RolloutAsk, TaskAppError, fetch_openapi,
-                                        generation_from_openapi, read_answer, refusal_asks_for, rollout_body)
+from app.local.retry import RETRYABLE_STATUS, ROLLOUT_BACKOFF, send_with_retries
+from app.local.rollout_contract import (
+    GEN_02,
+    GENERATION_NAMES,
+    RolloutAsk,
+    TaskAppError,
+    fetch_openapi,
+    generation_from_openapi,
+    read_answer,
+    refusal_asks_for,
+    rollout_body,
+)
 
 ROLLOUT_TIMEOUT_S = 120.0
 RETRY_EVENTS_SHOWN = 5
@@ -86,7 +97,7 @@ class TrainingPlan:
 
 
 def plan_from_payload(body: Any) -> TrainingPlan:
-    """Check a job payload (contract 3.4.2) and read what training needs from it."""
+    """Check a job payload (docs/wire-contract.md#job-creation) and read what training needs from it."""
     if not isinstance(body, dict):
         raise InvalidJobPayload("Invalid RL job payload: the body must be a JSON object")
     problems: list[str] = []
@@ -98,17 +109,19 @@ def plan_from_payload(body: Any) -> TrainingPlan:
         data = {}
     url = data.get("endpoint_base_url")
     url_problem = http_url_problem(url)
-    if url_problem:
+    if url_problem or not isinstance(url, str):  # a URL that is not a string is a problem too
         problems.append(f"data.endpoint_base_url must be the task app's http(s) URL: {url_problem}")
+        url = ""
     model = data.get("model") or data.get("base_model")
     if not (isinstance(model, str) and model.strip()):
         problems.append("data.base_model or data.model is required")
+        model = ""
     config = data.get("config")
     if not isinstance(config, dict):
         problems.append("data.config must be the training config (the TOML as an object)")
         config = {}
 
-    def section(name: str, hint: str) -> dict:
+    def section(name: str, hint: str) -> dict[str, Any]:
         value = config.get(name)
         if not isinstance(value, dict) or not value:
             problems.append(f"data.config.{name} is required ({hint})")
@@ -140,7 +153,8 @@ def plan_from_payload(body: Any) -> TrainingPlan:
             if evaluation.get(key) is None:
                 problems.append(f"data.config.evaluation.{key} is required")
         if not (isinstance(seeds, list) and seeds and all(is_int(s) for s in seeds)):
-            problems.append(f"data.config.evaluation.seeds must be a non-empty list of integers (got {short_repr(seeds)})")
+            problems.append("data.config.evaluation.seeds must be a non-empty list of integers "
+                            f"(got {short_repr(seeds)})")
     ops = rollout.get("ops")
     if ops is not None and not (isinstance(ops, list) and all(isinstance(op, str) for op in ops)):
         problems.append(f"data.config.rollout.ops must be a list of strings (got {short_repr(ops)})")
@@ -198,7 +212,7 @@ class JobRun:
     rollouts: int = 0
     retries: int = 0
     started: float = field(default_factory=time.monotonic)
-    task: asyncio.Task | None = None
+    task: asyncio.Task[None] | None = None
     cancel_requested: bool = False
     abort_reason: str | None = None  # set by abort(): the job fails with this message
     flat_steps: int = 0  # steps whose rollouts all scored the same
@@ -261,7 +275,7 @@ class Trainer:
             run.abort_reason = reason
             run.task.cancel()
 
-    def stop_all(self) -> list[asyncio.Task]:
+    def stop_all(self) -> list[asyncio.Task[None]]:
         """Server shutdown: stop training without recording anything, so the next start of
         the backend marks these jobs failed with the restart explanation (store.py)."""
         tasks = [r.task for r in self.runs.values() if r.task is not None and not r.task.done()]
@@ -499,8 +513,7 @@ class Trainer:
             body = rollout_body(sent, ask)
             try:
                 resp = await send_with_retries(
-                    lambda body=body: self.http.post(url, json=body, headers=headers,
-                                                     timeout=run.plan.rollout_timeout_s),
+                    partial(self.http.post, url, json=body, headers=headers, timeout=run.plan.rollout_timeout_s),
                     backoff=ROLLOUT_BACKOFF, on_retry=retried)
             except httpx.HTTPError as exc:
                 raise TaskAppError(f"POST {url} failed after {ROLLOUT_BACKOFF.attempts} attempts: "
