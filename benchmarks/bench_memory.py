@@ -18,7 +18,7 @@ import json
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from benchmarks.common import REPO, Figure, below, child_main, peak_rss_mb, rss_mb, say
 
@@ -74,7 +74,7 @@ async def dashboard_rss(events: int, points: int) -> dict:
             store.add([MetricPoint.model_validate({"name": "train.mean_score", "step": step, "value": step / points})
                        for step in range(start, min(points, start + 1_000))])
         chart.data_changed()
-        base = datetime.now(timezone.utc)
+        base = datetime.now(UTC)
         for number, start in enumerate(range(1, events + 1, BATCH)):
             batch = [JobEvent.model_validate(item) for item in event_dicts(start, min(BATCH, events + 1 - start), base)]
             log.add_events(batch)
@@ -88,7 +88,7 @@ async def dashboard_rss(events: int, points: int) -> dict:
         await pilot.pause()
         gc.collect()
         after = rss_mb()
-        kept, lines = len(log.kept), log.log.line_count
+        kept, lines = len(log.kept), log.log_view.line_count
     return {"before": before, "after": after, "peak": peak_rss_mb(), "kept": kept, "lines": lines}
 
 

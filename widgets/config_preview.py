@@ -8,9 +8,10 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from app.core.config import TOML_LOCATION, Problem, config_facts
+from app.core.config import Problem, config_facts
+from app.core.picker import ConfigEntry
 from app.core.redact import printable
-from widgets.config_list import ConfigEntry
+from app.core.validation import TOML_LOCATION
 
 # Pygments themes that sit well on Textual's dark and light surfaces.
 DARK_SYNTAX_THEME = "monokai"

@@ -88,7 +88,7 @@ class EventLog(Vertical):
         self._update_status()
 
     def _scrolled(self) -> None:
-        log = self.log
+        log = self.log_view
         tailing = log.is_vertical_scroll_end or log.max_scroll_y == 0
         if tailing != self.tailing:
             self.tailing = tailing
@@ -98,10 +98,11 @@ class EventLog(Vertical):
 
     def on_resize(self) -> None:
         if self.tailing:
-            self.log.call_after_refresh(self.log.scroll_end, animate=False)
+            self.log_view.call_after_refresh(self.log_view.scroll_end, animate=False)
 
     @property
-    def log(self) -> Log:
+    def log_view(self) -> Log:
+        """The Log of the lines (not `log`: that is Textual's logger on every widget)."""
         return self.query_one("#log-lines", Log)
 
     def _visible(self, event: JobEvent) -> bool:
@@ -124,7 +125,7 @@ class EventLog(Vertical):
             if self._visible(event):
                 lines.append(format_event(event))
         if lines:
-            log = self.log
+            log = self.log_view
             log.auto_scroll = self.tailing
             if not self.tailing:
                 self.new_while_away += len(lines)
@@ -137,7 +138,7 @@ class EventLog(Vertical):
 
     def rebuild(self) -> None:
         """After the filter or the noise toggle changed: redraw from the kept events."""
-        log = self.log
+        log = self.log_view
         log.clear()
         log.auto_scroll = True
         self.tailing = True
@@ -157,8 +158,8 @@ class EventLog(Vertical):
         """Back to tail mode."""
         self.new_while_away = 0
         self.tailing = True
-        self.log.auto_scroll = True
-        self.log.scroll_end(animate=False)
+        self.log_view.auto_scroll = True
+        self.log_view.scroll_end(animate=False)
         self._update_status()
 
     def _update_status(self) -> None:

@@ -143,7 +143,8 @@ class RewardChart(Vertical):
         plot_line(plt, xs, ys, banded, color="cyan", label=self.smoothing if self.smoothing != "none" else None)
         plt.title(self.metric or "")
         plt.xlabel("step")
-        plt.xticks(integer_ticks(xs[0], xs[-1]))
+        ticks: list[float] = [*integer_ticks(xs[0], xs[-1])]  # plotext's stubs take floats; ints are floats
+        plt.xticks(ticks)
         readouts.update(format_readouts(series.readouts(), self.smoothing, self.zoomed), layout=False)  # height 2
         self.redraws += 1
         plot.refresh()

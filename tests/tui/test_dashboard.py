@@ -9,17 +9,17 @@ import pytest
 
 from app.core.feed import FeedBatch
 from app.core.history import RunHistory
-from app.core.streaming import WatchEnded
-from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.core.paths import run_dir
 from app.core.session import LaunchOptions, LaunchSession
+from app.core.streaming import WatchEnded
+from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.screens.modals import ConfirmModal
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
+from pilot_waits import wait_for
 from widgets.event_log import EventLog
 from widgets.reward_chart import RewardChart
-from pilot_waits import wait_for
 
 
 def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02) -> SynthTuiApp:
@@ -66,9 +66,9 @@ async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
         await pilot.press("z")
         assert chart.zoomed
         log = screen.query_one(EventLog)
-        before = log.log.line_count
+        before = log.log_view.line_count
         await pilot.press("n")
-        assert log.show_noise and log.log.line_count == before + 1
+        assert log.show_noise and log.log_view.line_count == before + 1
 
 
 async def test_filter_limits_the_log(faulty_backend):
@@ -81,7 +81,7 @@ async def test_filter_limits_the_log(faulty_backend):
         await pilot.press(*"completed", "enter")
         log = screen.query_one(EventLog)
         assert log.filter_text == "completed"
-        assert log.log.line_count == 1
+        assert log.log_view.line_count == 1
 
 
 async def test_pause_stops_redraws_and_resume_applies_what_arrived(faulty_backend):
@@ -246,13 +246,13 @@ async def test_log_follows_the_tail_until_the_user_scrolls_up():
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         log = app.screen.query_one(EventLog)
-        await wait_for(pilot, lambda: log.log.is_vertical_scroll_end)
-        log.log.scroll_home(animate=False)
+        await wait_for(pilot, lambda: log.log_view.is_vertical_scroll_end)
+        log.log_view.scroll_home(animate=False)
         await pilot.pause()
         assert not log.tailing
         log.add_events([JobEvent(seq=100 + i, type="rl.train.step", message="late") for i in range(3)])
         assert log.new_while_away == 3
         assert "3 new" in str(log.query_one("#log-status").render())
         await pilot.press("end")
-        await wait_for(pilot, lambda: log.log.is_vertical_scroll_end)
+        await wait_for(pilot, lambda: log.log_view.is_vertical_scroll_end)
         assert log.tailing and log.new_while_away == 0
