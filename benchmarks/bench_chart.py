@@ -20,6 +20,7 @@ import asyncio
 import math
 import random
 import time
+from functools import partial
 
 from rich.text import Text
 from textual.app import App, ComposeResult
@@ -114,16 +115,16 @@ async def measure(quick: bool) -> list[Figure]:
             # Where the time goes (same inputs as redraw): numpy downsampling, plotext's
             # figure build, Rich's parse of plotext's ANSI output.
             columns = max(plot.size.width - 10, 10)
-            down = median(time_calls(lambda: downsample(series.steps, series.values, columns), repeat))
+            down = median(time_calls(partial(downsample, series.steps, series.values, columns), repeat))
             build = median(time_calls(plot.plt.build, repeat))
             ansi = plot.plt.build()
-            parse = median(time_calls(lambda: Text.from_ansi(ansi), repeat))
+            parse = median(time_calls(partial(Text.from_ansi, ansi), repeat))
             breakdown = f"downsample {down:.2f} ms, plotext build {build:.1f} ms, Text.from_ansi {parse:.1f} ms"
             base_samples: list[float] = []
             if count in naive_sizes:
                 # Fewer repetitions where one build takes seconds; still a median.
                 base_repeat = repeat if count < 10_000 else 3
-                base_samples = time_calls(lambda: naive_redraw(plot, series), base_repeat, warmup=0)
+                base_samples = time_calls(partial(naive_redraw, plot, series), base_repeat, warmup=0)
             value, base = median(samples), median(base_samples)
             say(f"chart: {count:>9,} points  redraw+render {value:.1f} ms ({breakdown})"
                 + (f"  naive {base:.1f} ms (median of {len(base_samples)})" if base is not None else ""))

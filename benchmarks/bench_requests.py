@@ -9,7 +9,7 @@ interactive ``synth-tui demo`` the servers share the process and the GIL as well
 Requests per tick: one demo job watched by ``JobWatcher(poll_interval=0.2, use_sse=False)``
 (``SynthClient.request_count`` / ticks, a tick being a status request; the final drain's two
 reads count too) and, concurrently on the same job and backend, an emulation of the SDK
-0.2.22 JobStreamer's loop (contract 4.4): status on /rl, /learning, /orchestration (first that
+0.2.22 JobStreamer's loop (docs/wire-contract.md#sdk-jobstreamer): status on /rl, /learning, /orchestration (first that
 works), events on all three, metrics on /rl and /learning: 6 requests a tick.
 
 Latency: for each event shown, (time the dashboard's EventLog.add_events received it) minus
@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 
 import httpx
@@ -121,12 +122,12 @@ def per_tick(at_status: list[int], total: int) -> dict:
     full = len(at_status) - 1
     return {"requests": total, "ticks": len(at_status),
             "per_tick": (at_status[-1] - at_status[0]) / full if full > 0 else None,
-            "max_tick": max((b - a for a, b in zip(at_status, at_status[1:])), default=None),
+            "max_tick": max((b - a for a, b in pairwise(at_status)), default=None),
             "last_tick": total - at_status[-1] if at_status else None}
 
 
 async def sdk_pattern_per_tick(servers: Servers, job_id: str, poll_interval: float = 0.2) -> dict:
-    """The SDK 0.2.22 JobStreamer's requests, emulated from contract 4.4: status on the three
+    """The SDK 0.2.22 JobStreamer's requests, emulated from docs/wire-contract.md#sdk-jobstreamer: status on the three
     paths until one answers a dict; events on all three paths with a cursor per path; metrics
     on /rl and /learning after the largest step seen of any metric. Errors are swallowed."""
     paths = [f"/rl/jobs/{job_id}", f"/learning/jobs/{job_id}", f"/orchestration/jobs/{job_id}"]

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from app.demo import demo_payload as job_payload, load_demo_config
+from app.demo import demo_payload as job_payload
+from app.demo import load_demo_config
 from app.local.servers import start_backend, start_taskapp
 
 TERMINAL = {"succeeded", "failed", "cancelled"}

@@ -232,7 +232,7 @@ def format_table(figures: Sequence[Figure]) -> str:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
 
     def line(cells: Sequence[str]) -> str:
-        return " | ".join(str(c).ljust(w) for c, w in zip(cells, widths)).rstrip()
+        return " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
 
     out = [line(header), "-+-".join("-" * w for w in widths)]
     out += [line(r) for r in rows]

@@ -1,14 +1,14 @@
 """A synthetic backend for the CPU benchmark, run as its own process so its CPU is not counted.
 
 Stdlib only (ThreadingHTTPServer, HTTP/1.1 keep-alive). It serves jobs whose events and metric
-points appear over wall time at fixed rates, with the contract's JSON shapes (section 3.4):
+points appear over wall time at fixed rates, with the JSON shapes of docs/wire-contract.md#endpoints-and-auth:
 
     GET /api/{rl,learning}/jobs/{id}                      -> job status object
     GET /api/{rl,learning}/jobs/{id}/events?since_seq&limit -> {"events": [...]}
     GET /api/{rl,learning}/jobs/{id}/metrics?after_step&limit -> {"job_id", "points": [...]}
 
 Bearer auth. It offers no server-sent events: a request with ``Accept: text/event-stream``
-gets the JSON page (what contract 3.7 asks of a stand-in), so a client falls back to polling.
+gets the JSON page (what docs/wire-contract.md#sse asks of a stand-in), so a client falls back to polling.
 
 A job's clock starts at its first request, so a scenario started later sees the same stream.
 
@@ -28,11 +28,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
-CREATED = datetime.now(timezone.utc) - timedelta(hours=1)
+CREATED = datetime.now(UTC) - timedelta(hours=1)
 
 
 @dataclass
@@ -48,7 +48,7 @@ class Job:
     def touch(self) -> None:
         if self.started is None:
             self.started = time.monotonic()
-            self.started_utc = datetime.now(timezone.utc)
+            self.started_utc = datetime.now(UTC)
 
     def _elapsed(self) -> float:
         return time.monotonic() - (self.started or time.monotonic())
@@ -68,7 +68,8 @@ class Job:
         if seq % 20 == 0:
             kind, level, message = "hatchet.worker.heartbeat", "debug", "worker alive"
         elif seq % 10 == 0:
-            kind, level, message = "rl.eval.summary", "info", f"Eval after step {seq}: mean score 0.612 over 32 episodes"
+            kind, level = "rl.eval.summary", "info"
+            message = f"Eval after step {seq}: mean score 0.612 over 32 episodes"
         else:
             kind, level, message = "rl.train.step", "info", f"Step {seq}: mean score 0.57, loss -0.14, entropy 0.53"
         return {"job_id": self.job_id, "seq": seq, "type": kind, "level": level, "message": message,
