@@ -1,9 +1,22 @@
-"""Bounded waits for Pilot tests: workers run in threads, so tests wait for a condition, and a
-hang fails the test instead of stalling the run."""
+"""Bounded waits, the one copy the tests share: a condition is polled until it holds, and a
+hang fails the test instead of stalling the run.
+
+``wait_for`` / ``wait_until`` poll inside a Pilot test (workers run in threads, so tests wait
+for a condition). ``poll_until`` polls from plain test code (servers, subprocesses, jobs).
+"""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from typing import TypeVar
+
+T = TypeVar("T")
+
+# poll_until's interval: quick at first, then backing off. A test polling the embedded backend
+# at 50 Hz takes the GIL from the server's own thread, which then trains at half speed.
+FIRST_INTERVAL_S = 0.02
+MAX_INTERVAL_S = 0.2
 
 
 async def wait_for(pilot, condition: Callable[[], bool], *, what: str = "condition", limit: int = 400,
@@ -18,3 +31,17 @@ async def wait_for(pilot, condition: Callable[[], bool], *, what: str = "conditi
 async def wait_until(pilot, condition: Callable[[], bool], what: str = "condition") -> None:
     """The picker and env tests' finer-grained bound (500 x 0.01 s)."""
     await wait_for(pilot, condition, what=what, limit=500, step=0.01)
+
+
+def poll_until(fn: Callable[[], T | None], *, timeout: float = 10.0, what: str = "the condition") -> T:
+    """Call fn until it returns something truthy, and return that; fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    interval = FIRST_INTERVAL_S
+    while True:
+        value = fn()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
+        time.sleep(interval)
+        interval = min(interval * 1.5, MAX_INTERVAL_S)

@@ -17,7 +17,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -28,6 +27,7 @@ from app.core.history import RunHistory
 from app.core.paths import open_private, private_dir, private_file, run_dir, state_dir
 from app.core.streaming import WatchOptions
 from app.local.store import Store
+from pilot_waits import poll_until, wait_for
 
 EXE = Path(sys.executable).with_name("synth-tui")
 WIDE_UMASK = 0o022  # the common default: without care, files would be 0644 and folders 0755
@@ -37,16 +37,6 @@ ALIAS_KEY = "envkey_alias_only_3f6a91d2c4b8"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def wait_until(condition: Callable[[], object], *, what: str, seconds: float = 30.0) -> object:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {seconds:g}s waiting for {what}")
 
 
 def free_port() -> int:
@@ -106,15 +96,7 @@ def wait_answering(proc: subprocess.Popen, url: str, err_path: Path) -> httpx.Re
         assert proc.poll() is None, f"the server exited early:\n{err_path.read_text()}"
         return answers(url)
 
-    return wait_until(ready, what=f"{url} to answer")
-
-
-async def pilot_wait(pilot, condition: Callable[[], bool], *, limit: int = 500) -> None:
-    for _ in range(limit):
-        if condition():
-            return
-        await pilot.pause(0.02)
-    raise AssertionError("timed out waiting in the app")
+    return poll_until(ready, timeout=30, what=f"{url} to answer")
 
 
 def cmdline(pid: int) -> str:
@@ -207,9 +189,10 @@ async def test_the_dashboard_export_is_private(faulty_backend, wide_umask):
         return done and any(run_dir("job_a").glob("export-*/metrics.csv"))
 
     async with app.run_test(size=(160, 45)) as pilot:
-        await pilot_wait(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.ended)
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.ended, limit=500,
+                       what="the job's end")
         await pilot.press("e")
-        await pilot_wait(pilot, exported)
+        await wait_for(pilot, exported, limit=500, what="the export")
     names = assert_all_private(state_dir())
     assert any(n.endswith("metrics.csv") for n in names) and "runs/job_a/events.jsonl" in names
 
@@ -389,7 +372,7 @@ def test_a_second_demo_at_the_same_time_gets_its_own_folder_removed_at_exit(tmp_
     with (tmp_path / "first.out").open("w") as out, first_err.open("w") as err:
         first = start("demo", "--no-tui", "--poll-timeout", "600", stdout=out, stderr=err)
     try:
-        wait_until(lambda: "Demo folder:" in first_err.read_text() or first.poll() is not None,
+        poll_until(lambda: "Demo folder:" in first_err.read_text() or first.poll() is not None, timeout=30,
                    what="the first demo's banner")
         shared = demo_folder_in(first_err.read_text())
         first_keys = env_keys_of(shared / ".env")
@@ -399,8 +382,8 @@ def test_a_second_demo_at_the_same_time_gets_its_own_folder_removed_at_exit(tmp_
         with (tmp_path / "second.out").open("w") as out, second_err.open("w") as err:
             second = start("demo", "--no-tui", "--poll-timeout", "0.5", stdout=out, stderr=err)
         try:
-            wait_until(lambda: "Demo folder:" in second_err.read_text() or second.poll() is not None,
-                       what="the second demo's banner")
+            poll_until(lambda: "Demo folder:" in second_err.read_text() or second.poll() is not None,
+                       timeout=30, what="the second demo's banner")
             own = demo_folder_in(second_err.read_text())
             assert own != shared and own.parent == state_dir().absolute()
             assert f"another demo is using {shared}" in second_err.read_text()

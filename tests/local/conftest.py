@@ -4,32 +4,21 @@ from __future__ import annotations
 
 import copy
 import secrets
-import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 
-from app.demo import demo_payload as job_payload, load_demo_config
+from app.demo import demo_payload as job_payload
+from app.demo import load_demo_config
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
+from pilot_waits import poll_until
 
 API_KEY = f"sk_test_{secrets.token_hex(12)}"
 ENV_KEY = secrets.token_hex(32)
 TERMINAL = {"succeeded", "failed", "cancelled"}
-T = TypeVar("T")
-
-
-def wait_for(fn: Callable[[], T], *, timeout: float = 10.0, what: str = "the condition") -> T:
-    """Poll fn until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = fn()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def small_config(**training: Any) -> dict[str, Any]:
@@ -67,7 +56,7 @@ def wait_terminal(api: httpx.Client, job_id: str, timeout: float = 30.0) -> dict
         job = api.get(f"/rl/jobs/{job_id}").json()
         return job if job["status"] in TERMINAL else None
 
-    return wait_for(done, timeout=timeout, what=f"job {job_id} to finish")
+    return poll_until(done, timeout=timeout, what=f"job {job_id} to finish")
 
 
 def events_of(api: httpx.Client, job_id: str, prefix: str = "/rl/jobs") -> list[dict[str, Any]]:
@@ -75,7 +64,7 @@ def events_of(api: httpx.Client, job_id: str, prefix: str = "/rl/jobs") -> list[
 
 
 def wait_event(api: httpx.Client, job_id: str, event_type: str, timeout: float = 15.0) -> dict[str, Any]:
-    return wait_for(lambda: next((e for e in events_of(api, job_id) if e["type"] == event_type), None),
+    return poll_until(lambda: next((e for e in events_of(api, job_id) if e["type"] == event_type), None),
                     timeout=timeout, what=f"a {event_type} event of {job_id}")
 
 

@@ -1,4 +1,4 @@
-"""The embedded backend's HTTP contract (contract sections 3, 4 and 8)."""
+"""The embedded backend's HTTP contract (docs/wire-contract.md#embedded-backend)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,20 @@ from fastapi import FastAPI, Request
 
 import app.local.backend as backend_module
 from app.local.servers import ServerHandle, _bind
+from pilot_waits import poll_until
 
-from .conftest import (API_KEY, ENV_KEY, create_job, events_of, long_config, payload, read_sse, small_config,
-                       wait_event, wait_for, wait_terminal)
+from .conftest import (
+    API_KEY,
+    ENV_KEY,
+    create_job,
+    events_of,
+    long_config,
+    payload,
+    read_sse,
+    small_config,
+    wait_event,
+    wait_terminal,
+)
 
 
 def _json_detail(resp: httpx.Response) -> str:
@@ -153,7 +164,7 @@ def test_status_events_and_metrics_of_a_finished_job(api, taskapp):
                 seen[job_id].append((job["status"], job["updated_at"]))
         return all(s[-1][0] == "succeeded" for s in seen.values())
 
-    wait_for(poll, timeout=30, what="both jobs to succeed")
+    poll_until(poll, timeout=30, what="both jobs to succeed")
     for job_id in ids:
         statuses = [s for s, _ in seen[job_id]]
         assert statuses == sorted(set(statuses), key=["queued", "running", "succeeded"].index)
@@ -172,7 +183,8 @@ def test_status_events_and_metrics_of_a_finished_job(api, taskapp):
         assert {"model", "epochs", "iters_per_epoch", "batch_size", "group_size"} <= started["data"].keys()
         steps = [e for e in events if e["type"] == "rl.train.step"]
         assert [e["data"]["step"] for e in steps] == [1, 2]
-        assert {"step", "total_steps", "mean_score", "loss", "entropy", "rollouts", "seconds"} <= steps[0]["data"].keys()
+        assert ({"step", "total_steps", "mean_score", "loss", "entropy", "rollouts", "seconds"}
+                <= steps[0]["data"].keys())
         assert [e["data"]["step"] for e in events if e["type"] == "rl.eval.summary"] == [1, 2]
         assert any("tabular" in e["message"] for e in events)
         assert any("hatchet" in t or "modal" in t for t in types)
@@ -206,10 +218,12 @@ def test_sse_stream_matches_the_json_events(api, taskapp):
                                                      params={"since_seq": 5}) if "data" in f]
     assert [e["seq"] for e in tail] == [e["seq"] for e in streamed[5:]]
     resumed = [json.loads(f["data"]) for f in read_sse(api, f"/learning/jobs/{job_id}/events",
-                                                        headers={"Last-Event-ID": str(len(streamed) - 2)}) if "data" in f]
+                                                        headers={"Last-Event-ID": str(len(streamed) - 2)})
+               if "data" in f]
     assert resumed == streamed[-2:]
     # Past the terminal event there is nothing more: the stream closes at once.
-    assert [f for f in read_sse(api, f"/rl/jobs/{job_id}/events", params={"since_seq": len(streamed)}) if "data" in f] == []
+    past_the_end = read_sse(api, f"/rl/jobs/{job_id}/events", params={"since_seq": len(streamed)})
+    assert [f for f in past_the_end if "data" in f] == []
 
 
 def test_cancel_stops_a_running_job_within_a_second(api, taskapp):
@@ -261,7 +275,8 @@ def test_chat_endpoint_serves_the_policy(api, backend, taskapp):
     wait_terminal(api, job_id)
     body = {"model": "x", "messages": [{"role": "user", "content": "state: pos=0,0 goal=4,4 blocked=up,left"}],
             "tools": [{"type": "function", "function": {"name": "move", "parameters": {
-                "type": "object", "properties": {"direction": {"type": "string", "enum": ["up", "down", "left", "right"]}}}}}]}
+                "type": "object",
+                "properties": {"direction": {"type": "string", "enum": ["up", "down", "left", "right"]}}}}}]}
     for url in (f"{backend.url}/api/v1/chat/completions", f"{backend.url}/v1/chat/completions"):
         resp = api.post(url, params={"cid": f"{job_id}:manual"}, json=body)
         assert resp.status_code == 200, resp.text
@@ -299,7 +314,7 @@ def test_sse_heartbeats_while_idle_and_pushes_new_events_at_once(api, monkeypatc
 
         reader = threading.Thread(target=read)
         reader.start()
-        wait_for(lambda: sum(1 for _, line in arrivals if line == ": heartbeat") >= 3, what="heartbeats")
+        poll_until(lambda: sum(1 for _, line in arrivals if line == ": heartbeat") >= 3, what="heartbeats")
         asked = time.monotonic()
         assert api.post(f"/rl/jobs/{job_id}/cancel").json()["status"] == "cancelled"
         reader.join(5)

@@ -9,16 +9,25 @@ every turn of every episode learned from exactly once.
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from app.local.backend import create_backend_app
 from app.local.servers import ServerHandle, _bind, start_taskapp
-from tests.chaos_proxy import ChaosProxy, Mode
+from chaos_proxy import ChaosProxy, Mode
+from pilot_waits import poll_until
 
-from .conftest import (API_KEY, ENV_KEY, api_client, create_job, events_of, payload, small_config, wait_for,
-                       wait_terminal)
+from .conftest import (
+    API_KEY,
+    ENV_KEY,
+    api_client,
+    create_job,
+    events_of,
+    payload,
+    small_config,
+    wait_terminal,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +79,7 @@ def test_a_task_app_restarted_mid_run_does_not_fail_the_job(api):
     config = small_config(iterations_per_epoch=30, batch_size=2, group_size=2, max_turns=6, seed=3)
     del config["evaluation"]
     job_id = create_job(api, payload(first.url, config))
-    wait_for(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=30,
+    poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=30,
              what="the first step")
     first.stop()
     time.sleep(0.5)  # the task app is down for a moment, as in a real restart

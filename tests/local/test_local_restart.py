@@ -7,9 +7,20 @@ import time
 
 from app.local.servers import start_backend
 from app.local.store import RESTART_MESSAGE
+from pilot_waits import poll_until
 
-from .conftest import (API_KEY, ENV_KEY, api_client, create_job, events_of, long_config, payload,
-                       read_sse, wait_event, wait_for, wait_terminal)
+from .conftest import (
+    API_KEY,
+    ENV_KEY,
+    api_client,
+    create_job,
+    events_of,
+    long_config,
+    payload,
+    read_sse,
+    wait_event,
+    wait_terminal,
+)
 
 
 def test_a_finished_job_survives_a_restart(db_path, taskapp):
@@ -37,7 +48,7 @@ def test_a_job_running_at_shutdown_is_failed_on_restart(db_path, taskapp):
         # A live event stream must not hold the shutdown up: the server ends it.
         reader = threading.Thread(target=lambda: streamed.extend(read_sse(stream_client, f"/rl/jobs/{job_id}/events")))
         reader.start()
-        wait_for(lambda: streamed or len(events_of(api, job_id)) > 8, what="more progress")
+        poll_until(lambda: streamed or len(events_of(api, job_id)) > 8, what="more progress")
         before = events_of(api, job_id)
         stopping = time.monotonic()
         backend.stop()

@@ -1,5 +1,5 @@
-"""The calls the synth-ai 0.2.22 `train --type rl` command makes (contract sections 1.3, 4.4, 5.3
-and 8), replayed against the embedded backend and the task app exactly as that client makes
+"""The calls the synth-ai 0.2.22 `train --type rl` command makes (docs/wire-contract.md#embedded-backend)
+replayed against the embedded backend and the task app exactly as that client makes
 them, including its JobStreamer's polling of every fallback path."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import httpx
 
 from app.demo import demo_payload as job_payload
+from pilot_waits import poll_until
 
-from .conftest import API_KEY, ENV_KEY, small_config, wait_for
+from .conftest import API_KEY, ENV_KEY, small_config
 
 TERMINAL_STATUSES = {"succeeded", "failed", "cancelled", "canceled", "completed"}
 TERMINAL_EVENTS = {"rl.job.completed", "rl.job.failed", "rl.train.completed", "rl.train.failed"}
@@ -96,7 +97,7 @@ def test_the_0_2_22_cli_flow(backend, taskapp):
                     printed_metrics.append((point["name"], step))
         return terminal["done"] or printed_status[-1] in TERMINAL_STATUSES
 
-    wait_for(tick, timeout=30, what="the streamer to reach a terminal state")
+    poll_until(tick, timeout=30, what="the streamer to reach a terminal state")
     tick()  # the job may have ended between the status and the events of the last tick
     final = get_json(f"/rl/jobs/{job_id}")
     assert final["status"] == "succeeded"
