@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import re
 from typing import Any
 
 import httpx
@@ -507,9 +508,16 @@ def test_train_backend_local_trains_a_0_5_task_app_with_a_verifier_config(taskap
     from app.cli import main
     from app.demo import demo_config_path
 
+    # The demo config cut to a seeded job of a few rollouts: this test asserts the wiring and
+    # the job's success, not learning (test_local_learning.py trains the whole config).
+    text = demo_config_path().read_text().replace("[training]\n", "[training]\nseed = 1\n", 1)
+    for key, value in {"num_epochs": 1, "iterations_per_epoch": 2, "batch_size": 2, "group_size": 2,
+                       "instances": 2, "every_n_iters": 1, "seeds": [0, 1]}.items():
+        text, found = re.subn(rf"^{key} = .*$", f"{key} = {json.dumps(value)}", text, flags=re.MULTILINE)
+        assert found == 1, key
+    assert "seed = 1\n" in text
     config = tmp_path / "demo_verifier.toml"
-    config.write_text(demo_config_path().read_text()
-                      + '\n[verifier]\nenabled = false\n[verifier.options]\nprovider = "synth"\nmodel = "m"\n')
+    config.write_text(text + '\n[verifier]\nenabled = false\n[verifier.options]\nprovider = "synth"\nmodel = "m"\n')
     env = tmp_path / ".env"
     env.write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={taskapp_05.url}\n")
     code = main(["train", "--type", "rl", "--no-tui", "--backend", "local", "--config", str(config),
