@@ -33,7 +33,7 @@ class ChaosProxy:
         self._thread = threading.Thread(target=self._loop.run_forever, name=f"chaos-{self.port}", daemon=True)
         self._server: asyncio.AbstractServer | None = None
 
-    def start(self) -> "ChaosProxy":
+    def start(self) -> ChaosProxy:
         self._thread.start()
         future = asyncio.run_coroutine_threadsafe(
             asyncio.start_server(self._handle, sock=self._sock), self._loop)
@@ -52,7 +52,7 @@ class ChaosProxy:
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=5)
 
-    def __enter__(self) -> "ChaosProxy":
+    def __enter__(self) -> ChaosProxy:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -356,7 +356,7 @@ class _Handler(BaseHTTPRequestHandler):
 
 
 class TinyTaskApp:
-    """``/health`` and ``/task_info`` with the SDK's task-app auth (contract 5.2)."""
+    """``/health`` and ``/task_info`` with the SDK's task-app auth (docs/wire-contract.md#task-app-auth)."""
 
     def __init__(self, keys: list[str] | None = None, *, health_status: int | None = None) -> None:
         self.keys = keys if keys is not None else ["env_key_0123456789abcdef0123456789abcdef"]

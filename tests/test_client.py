@@ -209,7 +209,7 @@ def test_every_sdk_generation_s_backend_variable_in_its_documented_order():
              ("SYNTH_BACKEND_URL", "http://d"), ("SYNTH_API_BASE_URL", "http://e")]
     env = dict(order) | {"DEV_BACKEND_URL": "http://dev"}
     expected = ["http://a/api", "http://b/api", "http://dev/api", "http://c/api", "http://d/api", "http://e/api"]
-    for (variable, _), base in zip(order, expected):
+    for (variable, _), base in zip(order, expected, strict=True):
         assert backend_from_env(env)[0] == base, variable
         del env[variable]
     assert backend_from_env(env) == ("https://api.usesynth.ai/api", "default")

@@ -107,7 +107,7 @@ def test_load_toml_directory_and_binary(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------
-# infer_config_type (contract 1.4)
+# infer_config_type (docs/wire-contract.md#config-kind)
 # ---------------------------------------------------------------------------------------
 
 
@@ -207,7 +207,8 @@ def test_discovery_includes_extra_roots_sorted_by_depth_then_path(tree):
 
 def test_discovery_filters_by_kind(tree):
     assert [c.path for c in discover_configs(tree["cwd"], extra_roots=[], kind="sft")] == [tree["deep_sft"].resolve()]
-    assert [c.kind for c in discover_configs(tree["cwd"], extra_roots=[], kind="prompt_learning")] == ["prompt_learning"]
+    found = discover_configs(tree["cwd"], extra_roots=[], kind="prompt_learning")
+    assert [c.kind for c in found] == ["prompt_learning"]
     every_kind = discover_configs(tree["cwd"], extra_roots=[], kind=None)
     assert sorted(c.kind for c in every_kind) == ["prompt_learning", "rl", "rl", "sft"]
     assert discover_configs(tree["cwd"], extra_roots=[], kind="auto") == every_kind
@@ -399,12 +400,14 @@ def test_syntax_error_is_one_problem_with_line_and_column():
     assert report.problems == [
         Problem("<toml>", "invalid TOML: Expected ']' at the end of a table declaration", line=7, column=9)
     ]
-    assert report.render() == "  - [line 7, column 9] <toml>: invalid TOML: Expected ']' at the end of a table declaration"
+    assert report.render() == ("  - [line 7, column 9] <toml>: invalid TOML: "
+                               "Expected ']' at the end of a table declaration")
 
 
 def test_missing_file_is_a_problem_not_an_exception(tmp_path):
     report = validate_rl_file(tmp_path / "gone.toml")
-    assert [(p.location, p.message) for p in report.problems] == [("<toml>", f"Config not found: {tmp_path / 'gone.toml'}")]
+    assert [(p.location, p.message) for p in report.problems] == [
+        ("<toml>", f"Config not found: {tmp_path / 'gone.toml'}")]
 
 
 def test_missing_algorithm():
@@ -537,7 +540,8 @@ def test_sft_config_is_named_as_such():
     report = validate_rl_file(BAD / "sft_config.toml")
     assert report.problems[0] == Problem("<toml>", "this looks like an SFT config, not an RL config")
     locations = [p.location for p in report.problems]
-    assert locations == ["<toml>", "algorithm.type", "algorithm.method", "algorithm.variety", "model", "topology", "rollout"]
+    assert locations == ["<toml>", "algorithm.type", "algorithm.method", "algorithm.variety", "model", "topology",
+                         "rollout"]
 
 
 def test_prompt_learning_config_is_named_as_such():
@@ -680,7 +684,8 @@ def test_verifier_is_judge_under_its_later_name():
 
 def test_judge_and_verifier_together_are_one_section_too_many():
     options = '[{0}.options]\nprovider = "synth"\nmodel = "m"\n'
-    text = (EXAMPLES / "crafter_policy_lora.toml").read_text() + "\n" + options.format("judge") + options.format("verifier")
+    text = ((EXAMPLES / "crafter_policy_lora.toml").read_text() + "\n"
+            + options.format("judge") + options.format("verifier"))
     report = validate_rl_text(text)
     assert [p.location for p in report.problems] == ["verifier"]
     assert "keep one of them" in report.problems[0].hint

@@ -248,7 +248,7 @@ def env_text(draw) -> str:
     eols = [draw(st.sampled_from(["\n", "\r\n"])) for _ in lines]
     eols[-1] = draw(st.sampled_from(["\n", "\r\n", ""]))
     bom = draw(st.sampled_from(["", "", "", "\ufeff"]))
-    return bom + "".join(line + eol for line, eol in zip(lines, eols))
+    return bom + "".join(line + eol for line, eol in zip(lines, eols, strict=True))
 
 
 def _blocked_by_unclosed_quote(env: EnvFile, before: str) -> bool:

@@ -35,7 +35,7 @@ def config_from(text: str) -> RLConfig:
 
 
 # ---------------------------------------------------------------------------------------
-# Model rules (contract 2.3)
+# Model rules (docs/wire-contract.md#models)
 # ---------------------------------------------------------------------------------------
 
 
@@ -96,7 +96,8 @@ def test_experimental_models_are_gated():
         check_rl_model("Qwen/Qwen3-4B-Thinking-2507", allow_experimental=False, env={})
     assert caught.value.message == "Model 'Qwen/Qwen3-4B-Thinking-2507' is experimental and disabled."
     assert caught.value.hint == "pass --allow-experimental or set SDK_EXPERIMENTAL=1"
-    assert check_rl_model("qwen/qwen3-4b-thinking-2507", allow_experimental=True, env={}) == "Qwen/Qwen3-4B-Thinking-2507"
+    assert (check_rl_model("qwen/qwen3-4b-thinking-2507", allow_experimental=True, env={})
+            == "Qwen/Qwen3-4B-Thinking-2507")
     with pytest.raises(ConfigError, match="experimental"):
         check_rl_model("rl:Qwen/Qwen3-4B-Thinking-2507:job_9", allow_experimental=False, env={})
 
@@ -138,7 +139,7 @@ def test_experimental_allowed_reads_the_process_env(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------
-# Task URL precedence (contract 2.1 step 6)
+# Task URL precedence (docs/wire-contract.md#task-url)
 # ---------------------------------------------------------------------------------------
 
 
@@ -167,7 +168,7 @@ def test_task_url_required(config):
 
 
 # ---------------------------------------------------------------------------------------
-# The payload (contract 3.4.2)
+# The payload (docs/wire-contract.md#job-creation)
 # ---------------------------------------------------------------------------------------
 
 
@@ -291,12 +292,14 @@ def test_model_override_replaces_base_everywhere():
     data = payload["data"]
     assert data["model"] == "rl:Qwen/Qwen3-4B:job_42"
     assert "base_model" not in data
-    assert data["config"]["model"] == {"source": "rl:Qwen/Qwen3-4B:job_42", "trainer_mode": "full", "label": "crafter-rl-from-base"}
+    assert data["config"]["model"] == {"source": "rl:Qwen/Qwen3-4B:job_42", "trainer_mode": "full",
+                                       "label": "crafter-rl-from-base"}
 
 
 def test_model_override_on_a_policy_config():
     payload = build_rl_payload(
-        example("crafter_policy_lora.toml"), task_url=TASK_URL, backend_base=BACKEND, model_override="Qwen/Qwen3-8B", env={}
+        example("crafter_policy_lora.toml"), task_url=TASK_URL, backend_base=BACKEND, model_override="Qwen/Qwen3-8B",
+        env={},
     )
     assert payload["data"]["model"] == "Qwen/Qwen3-8B"
     assert "base_model" not in payload["data"]
@@ -358,7 +361,8 @@ def test_services_judge_url_is_kept_and_task_url_forced():
 
 
 def test_experimental_model_in_payload_needs_permission(monkeypatch):
-    config = config_from(MINIMAL + '[model]\nbase = "Qwen/Qwen3-4B-Thinking-2507"\ntrainer_mode = "full"\nlabel = "m"\n')
+    config = config_from(MINIMAL + '[model]\nbase = "Qwen/Qwen3-4B-Thinking-2507"\n'
+                                   'trainer_mode = "full"\nlabel = "m"\n')
     with pytest.raises(ConfigError, match="experimental and disabled") as caught:
         build_rl_payload(config, task_url="http://x", backend_base=BACKEND, env={})
     assert caught.value.hint == "pass --allow-experimental or set SDK_EXPERIMENTAL=1"

@@ -4,8 +4,8 @@ the policy cannot act in fails the job at once; a run that cannot learn says so.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import httpx
 import pytest

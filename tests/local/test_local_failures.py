@@ -11,8 +11,18 @@ from fastapi.responses import PlainTextResponse
 
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 
-from .conftest import (API_KEY, ENV_KEY, api_client, create_job, events_of, long_config, payload,
-                       small_config, wait_event, wait_terminal)
+from .conftest import (
+    API_KEY,
+    ENV_KEY,
+    api_client,
+    create_job,
+    events_of,
+    long_config,
+    payload,
+    small_config,
+    wait_event,
+    wait_terminal,
+)
 
 
 def _assert_failed_with(api, job_id, *needles):
@@ -61,7 +71,8 @@ def test_an_unreachable_task_app_says_connection_refused(api):
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     job_id = create_job(api, payload(url))
     _assert_failed_with(api, job_id, rf"^POST {url}/rollout failed after 6 attempts: connection refused "
-                                     r"\(nothing is listening there\) \(seed \d+, iteration 1\)\. Check that the task app")
+                                     r"\(nothing is listening there\) \(seed \d+, iteration 1\)\. "
+                                     r"Check that the task app")
 
 
 def test_a_backend_without_environment_keys(db_path, taskapp):

@@ -1,4 +1,4 @@
-"""The reference task app: contract section 5 (auth, endpoints, rollouts)."""
+"""The reference task app: docs/wire-contract.md#task-app (auth, endpoints, rollouts)."""
 
 from __future__ import annotations
 
@@ -69,7 +69,9 @@ def test_health_and_info_shapes(taskapp):
 
 
 def test_task_info_with_and_without_seeds(taskapp):
-    get = lambda query: httpx.get(taskapp.url + "/task_info" + query, headers={"X-API-Key": ENV_KEY}).json()
+    def get(query: str):
+        return httpx.get(taskapp.url + "/task_info" + query, headers={"X-API-Key": ENV_KEY}).json()
+
     assert "taskset" in get("")
     one = get("?seed=1")
     assert one["task_metadata"]["seed"] == 1 and one["environment"] == "gridworld"
@@ -95,7 +97,8 @@ def _fake_policy(answer):
 
 def _move(direction):
     return {"choices": [{"message": {"role": "assistant", "content": None, "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "move", "arguments": json.dumps({"direction": direction})}}]}}]}
+        {"id": "c1", "type": "function",
+         "function": {"name": "move", "arguments": json.dumps({"direction": direction})}}]}}]}
 
 
 def _oracle(body):

@@ -47,7 +47,7 @@ def test_an_update_moves_probability_towards_the_rewarded_action():
     good = Episode([Decision("s", actions, "right")], 1.0, advantage=1.0)
     bad = Episode([Decision("s", actions, "left")], 0.0, advantage=-1.0)
     stats = policy.update([good, bad], lr=1.0)
-    p = dict(zip(actions, policy.probs("s", actions)))
+    p = dict(zip(actions, policy.probs("s", actions), strict=True))
     assert p["right"] > 0.25 > p["left"]
     assert math.isclose(stats.entropy, math.log(4))
     rng = random.Random(1)
@@ -85,7 +85,8 @@ def test_plan_reads_the_sizes():
 
 
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),
+                     lambda inner: (st.lists(inner, max_size=3)
+                                    | st.dictionaries(st.text(max_size=8), inner, max_size=4)),
                      max_leaves=12)
 
 

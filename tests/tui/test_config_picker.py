@@ -12,10 +12,10 @@ from textual.widgets import Input, Static
 from app.core import config as cfg
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
+from pilot_waits import wait_until
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
 from widgets.path_prompt import PathPromptModal
-from pilot_waits import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "rl"

@@ -16,12 +16,12 @@ import pytest
 from textual.widgets import TextArea
 
 from app.core.client import ApiResponse, VerifyResult
+from app.core.diagnosis import BackendCheck, TaskAppCheck, Verdict, backend_rows, key_prefix_hint, overall_verdict
 from app.core.health import HealthAttempt, HealthReport, check_task_app
 from app.screens.verification import VerificationScreen
-from app.core.diagnosis import BackendCheck, TaskAppCheck, Verdict, backend_rows, key_prefix_hint, overall_verdict
+from pilot_waits import wait_for
 from widgets.diagnostics import DiagnosticsTable
 from widgets.json_view import JsonReportModal
-from pilot_waits import wait_for
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 WRONG_ENV_KEY = "env_wrong_fedcba9876543210fedcba9876543210"
@@ -392,7 +392,7 @@ async def fixed_health_report(env_key: str, task_url: str = FIXED_TASK_URL):
         return httpx.Response(200, json={"healthy": True} if request.url.path == "/health" else {"taskset": {}})
 
     report = await check_task_app(task_url, env_key, transport=httpx.MockTransport(answer))
-    for attempt, latency in zip(report.attempts, (4.0, 6.0)):
+    for attempt, latency in zip(report.attempts, (4.0, 6.0), strict=True):
         attempt.latency_ms = latency
     return report
 
