@@ -15,6 +15,8 @@ from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
 COMMANDS = ("train", "demo", "attach", "history", "backend", "taskapp")
+GIVE_UP_HELP = ("stop watching when a backend that answered before has not answered for S seconds: exit 5 "
+                "(default 60; 0 waits until --poll-timeout)")
 
 
 def _add_train_flags(parser: argparse.ArgumentParser) -> None:
@@ -44,6 +46,8 @@ def _add_train_flags(parser: argparse.ArgumentParser) -> None:
     add("--poll-timeout", type=float, default=3600.0, metavar="S",
         help="stop watching (not the job) after S seconds (default 3600)")
     add("--poll-interval", type=float, default=5.0, metavar="S", help="seconds between polls (default 5)")
+    add("--give-up-after", type=float, default=60.0, metavar="S",
+        help=GIVE_UP_HELP)
     add("--stream-format", choices=["cli", "chart"], default="cli", help="headless output: lines or a chart")
     add("--metric", metavar="NAME", help="metric to chart (default: the job's mean score)")
     add("--no-tui", action="store_true", help="run headless: print the SDK's lines, no screens")
@@ -91,6 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--env-file", action="append", default=[], metavar="PATH")
     attach.add_argument("--poll-interval", type=float, default=5.0, metavar="S")
     attach.add_argument("--poll-timeout", type=float, default=3600.0, metavar="S")
+    attach.add_argument("--give-up-after", type=float, default=60.0, metavar="S",
+                        help=GIVE_UP_HELP)
     attach.add_argument("--no-tui", action="store_true", help="print the SDK's lines instead of the dashboard")
     attach.add_argument("--stream-format", choices=["cli", "chart"], default="cli")
     attach.add_argument("--metric", metavar="NAME", help="metric to chart")

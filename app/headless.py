@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import json
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -30,13 +31,14 @@ from app.core.toml_source import read_config_text
 from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.text_chart import TextChart
 from app.core.streaming import (
+    BackendGaveUp,
     ConnectionState,
     JobWatcher,
     NewEvents,
     NewMetrics,
     StatusChanged,
+    Update,
     WatchEnded,
-    WatchOptions,
 )
 
 
@@ -342,11 +344,10 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
     printer.line("=== Streaming Job Progress ===")
     flags = session.options
     view = ChartView(printer, flags.metric) if stream_format == "chart" else LineView(printer)
-    options = WatchOptions(poll_interval=flags.poll_interval, poll_timeout=flags.poll_timeout)
     hidden = 0
     ended: WatchEnded | None = None
     last_metrics: dict[str, float] = {}
-    async for update in JobWatcher(client, job_id, options).watch():
+    async for update in _watch(client, job_id, session):
         if isinstance(update, StatusChanged):
             view.status(update.status)
         elif isinstance(update, NewEvents):
@@ -385,6 +386,16 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
     printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
     return ended.exit_code
+
+
+async def _watch(client: SynthClient, job_id: str, session: LaunchSession) -> AsyncIterator[Update]:
+    """The job's updates; a backend that stopped answering ends it with the way back in."""
+    try:
+        async for update in JobWatcher(client, job_id, session.watch_options()).watch():
+            yield update
+    except BackendGaveUp as exc:
+        exc.hint = f"{exc.hint} {session.attach_hint(job_id)}"
+        raise
 
 
 class VerificationFailed(SynthTuiError):

@@ -290,6 +290,29 @@ def test_attach_to_nothing_listening_gives_up_with_exit_5(world, monkeypatch, ca
     assert code == 5 and "Cannot reach the backend" in err and "Traceback" not in err
 
 
+def test_attach_gives_up_on_a_backend_killed_mid_watch_with_exit_5(world):
+    """The backend dies after the first event: attach ends within --give-up-after, exit 5,
+    with the command to attach again (not after --poll-timeout)."""
+    backend = world["backend"]
+    backend.add_job(ScriptedJob("job_x", training_timeline(steps=200)))
+
+    class KillingPrinter(Printer):
+        def line(self, text: str = "") -> None:
+            super().line(text)
+            if text.startswith("[") or "rl." in text:  # the first event line: the backend dies
+                backend.stop()
+
+    out, err = io.StringIO(), io.StringIO()
+    args = build_parser().parse_args(normalise_argv(
+        ["attach", "job_x", "--no-tui", "--backend", backend.url, "--env-file", str(world["env"]),
+         "--poll-interval", "0.02", "--give-up-after", "0.5"]))
+    code = run_attach(args, printer=KillingPrinter(out=out, err=err))
+    assert code == ExitCode.BACKEND, err.getvalue()
+    assert "has not answered for" in err.getvalue()
+    assert f"synth-tui attach job_x --backend {backend.url}/api" in err.getvalue()
+    assert "Traceback" not in err.getvalue()
+
+
 def test_backend_that_is_a_web_page_exits_5_with_the_api_hint(world):
     world["backend"].verify_answer = (501, "<html><body>Unsupported method ('POST')</body></html>")
     code, _, err = run(world)

@@ -8,7 +8,9 @@ import time
 import pytest
 
 from app.core.client import AuthError, SynthClient
+from app.core.errors import ExitCode
 from app.core.streaming import (
+    BackendGaveUp,
     ConnectionState,
     EventCursor,
     JobWatcher,
@@ -164,6 +166,29 @@ async def test_backend_restart_mid_run_loses_and_repeats_nothing():
         backend.stop()
     assert seqs(got) == all_seqs(timeline)
     assert any(isinstance(u, ConnectionState) and u.reconnecting for u in got)
+
+
+async def test_a_backend_that_stops_answering_is_given_up_after_the_bound():
+    """Killed mid-run and never back: the watch ends with BackendGaveUp (exit 5) once the
+    backend has been silent for give_up_after, not at --poll-timeout."""
+    backend = FaultyBackend().start()
+    backend.add_job(ScriptedJob("job_a", training_timeline(steps=30)))
+    got: list = []
+    try:
+        async with SynthClient(backend.url, backend.api_key, retries=0, timeout=1.0) as client:
+            watcher = JobWatcher(client, "job_a", WatchOptions(**{**FAST, "give_up_after": 0.5}))
+            with pytest.raises(BackendGaveUp) as ended:
+                async for update in watcher.watch():
+                    got.append(update)
+                    if len(seqs(got)) >= 3:
+                        backend.stop()
+    finally:
+        backend.stop()
+    assert ended.value.exit_code == ExitCode.BACKEND
+    assert "has not answered for" in ended.value.message and "job_a" in ended.value.message
+    assert "--give-up-after" in ended.value.hint
+    assert any(isinstance(u, ConnectionState) and u.reconnecting for u in got)
+    assert not any(isinstance(u, WatchEnded) for u in got)
 
 
 async def test_fallback_paths_only_after_a_404(faulty_backend):

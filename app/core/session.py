@@ -18,6 +18,7 @@ from app.core import config as cfg
 from app.core import envfile
 from app.core.client import RlNotOffered, RlSupport, SynthClient, VerifyResult, checked_api_base
 from app.core.errors import MissingSecretsError, UsageError
+from app.core.streaming import WatchOptions
 from app.core.wire import check_job_id
 from app.core.health import HealthReport, check_task_app
 from app.core.jobs import JobContext, read_history, remember
@@ -50,6 +51,8 @@ class LaunchOptions:
     backend: str | None = None
     poll_interval: float = 5.0
     poll_timeout: float = 3600.0
+    # Seconds a watch waits for a backend that stopped answering (0: until poll_timeout).
+    give_up_after: float = 60.0
     metric: str | None = None
     cwd: Path = field(default_factory=Path.cwd)
     # The backend runs inside this process (synth-tui demo, --backend local): it stops when
@@ -66,6 +69,7 @@ class LaunchOptions:
         object.__setattr__(self, "env_files", tuple(str(envfile.user_path(p)) for p in self.env_files))
         check_seconds("--poll-interval", self.poll_interval, allow_zero=False)
         check_seconds("--poll-timeout", self.poll_timeout, allow_zero=True)
+        check_seconds("--give-up-after", self.give_up_after, allow_zero=True)
         if self.idempotency:
             check_idempotency_key(self.idempotency)
 
@@ -80,6 +84,7 @@ class LaunchOptions:
             task_url=flag("task_url"), model=flag("model"), allow_experimental=flag("allow_experimental"),
             idempotency=flag("idempotency"), backend=flag("backend"),
             poll_interval=flag("poll_interval", 5.0), poll_timeout=flag("poll_timeout", 3600.0),
+            give_up_after=flag("give_up_after", 60.0),
             metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
             backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),  # type: ignore[arg-type]
         )
@@ -345,6 +350,12 @@ class LaunchSession:
         self.open_unattended_env()
         self.synth_api_key()
         return JobContext.from_record(record) if record is not None else JobContext.of(job_id)
+
+    def watch_options(self, *, since_seq: int = 0) -> WatchOptions:
+        """How both front ends watch a job: the flags' intervals and bounds."""
+        options = self.options
+        return WatchOptions(poll_interval=options.poll_interval, poll_timeout=options.poll_timeout,
+                            give_up_after=options.give_up_after or None, since_seq=since_seq)
 
     def attach_hint(self, job_id: str) -> str:
         """How to watch this job again after leaving: the command with every flag it needs."""

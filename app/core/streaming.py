@@ -174,6 +174,14 @@ class WatchOptions:
     # A backend never reached at all (wrong URL, nothing listening, a web page) is not a
     # restart to wait out: after this many failed first tries the error is raised.
     give_up_unreached: int = 5
+    # A backend that answered before and then stopped (killed, a network gone) is waited
+    # for this long from its last answer, then BackendGaveUp (exit 5); None waits until
+    # poll_timeout.
+    give_up_after: float | None = 60.0
+
+
+class BackendGaveUp(ApiError):
+    """The backend stopped answering for longer than the watch waits; the job may still run."""
 
 
 @dataclass
@@ -202,18 +210,28 @@ class JobWatcher:
     async def watch(self) -> AsyncIterator[Update]:
         opts = self.options
         deadline = None if opts.poll_timeout is None else time.monotonic() + opts.poll_timeout
+        last_answer = time.monotonic()
         try:
             while True:
                 try:
                     async for update in self._tick():
                         yield update
+                    last_answer = time.monotonic()
                 except ApiError as exc:
                     never_reached = self._state.last_status is None
                     if not exc.transient or (never_reached and self._state.failures + 1 >= opts.give_up_unreached):
                         raise
+                    silent = time.monotonic() - last_answer
+                    if opts.give_up_after is not None and silent >= opts.give_up_after:
+                        raise BackendGaveUp(
+                            f"The backend has not answered for {silent:.0f} s ({exc.message}); stopped watching job "
+                            f"{self.job_id}, which may still be running there.",
+                            "Check that the backend is up; --give-up-after S waits longer (0: until --poll-timeout).") from None
                     self._state.failures += 1
                     self._state.reconnecting = True
                     delay = min(opts.max_backoff, max(opts.poll_interval, backoff_delay(self._state.failures, opts.poll_interval)))
+                    if opts.give_up_after is not None:  # never sleep past the moment to give up
+                        delay = max(0.0, min(delay, opts.give_up_after - silent))
                     yield ConnectionState(True, exc.message, delay)
                     if await self._wait(delay, deadline):
                         yield self._timeout_end()

@@ -22,13 +22,13 @@ from textual.widgets import Footer, Header, Input, Static
 
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
-from app.core.errors import ExitCode
+from app.core.errors import ExitCode, SynthTuiError
 from app.core.jobs import JobContext, export_run, remember
 from app.core.launch import new_idempotency_key
 from app.core.paths import run_dir
 from app.core.redact import printable
 from app.core.series import MetricStore
-from app.core.streaming import WatchEnded, WatchOptions
+from app.core.streaming import WatchEnded
 from app.core.wire import SUCCESS_STATUSES, parse_iso
 from app.screens.base import FlowScreen
 from widgets.event_log import EventLog
@@ -83,6 +83,7 @@ class DashboardScreen(FlowScreen):
         self.reconnecting = ""
         self.ended = False
         self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
+        self.end_message: str | None = None  # why the watch stopped, when it did not see the job end
         self.paused = False
         self.started = time.monotonic()
         self.created_at: datetime | None = None
@@ -120,8 +121,7 @@ class DashboardScreen(FlowScreen):
 
     def _start_feed(self) -> None:
         session = self.session
-        options = WatchOptions(poll_interval=session.options.poll_interval, poll_timeout=session.options.poll_timeout,
-                               since_seq=self.since_seq)
+        options = session.watch_options(since_seq=self.since_seq)
         self.feed = JobFeed(lambda: session.client(retries=0), self.job.job_id, options,
                             stream_path=run_dir(self.job.job_id) / "events.jsonl", history=RunHistory())
         self.run_worker(self.feed.run, thread=True, exit_on_error=False, name="Job feed", group="feed")
@@ -144,7 +144,7 @@ class DashboardScreen(FlowScreen):
 
     def _apply(self, batch: FeedBatch) -> None:
         if batch.error is not None:
-            self.flow_app.show_error("The job feed stopped", batch.error)
+            self._feed_stopped(batch.error)
         if batch.points:
             self.store.add(batch.points)
             self.query_one(RewardChart).data_changed()
@@ -159,6 +159,17 @@ class DashboardScreen(FlowScreen):
             self._ended(batch.ended)
         if batch.status is not None or batch.connection is not None or batch.ended is not None:
             self._render_header()  # otherwise the 1 s clock keeps it current
+
+    def _feed_stopped(self, error: BaseException) -> None:
+        """The watch failed (the backend stopped answering, a 404…): the run ends with the
+        error's exit code, as headless does, and says how to attach again."""
+        if isinstance(error, SynthTuiError):
+            self.ended, self.ended_code = True, error.exit_code
+            self.end_message = f"{error.message}\n{self.session.attach_hint(self.job.job_id)}"
+            self.query_one("#dash-final").display = True
+            self.query_one("#dash-final-text", Static).update(self.end_message)
+        self.flow_app.show_error("The job feed stopped", error)
+        self._render_header()
 
     def _hold(self, batch: FeedBatch) -> None:
         self._held = self._merge(self._held, batch)
@@ -325,7 +336,7 @@ class DashboardScreen(FlowScreen):
         if self.feed is not None:
             self.feed.stop()
         if self.ended:
-            message = f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
+            message = self.end_message or f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
             # The same exit codes as the headless command (WatchEnded.exit_code).
             code = self.ended_code
         elif self.session.options.embedded_backend:

@@ -7,6 +7,7 @@ import threading
 
 import pytest
 
+from app.core.errors import ExitCode
 from app.core.feed import FeedBatch
 from app.core.history import RunHistory
 from app.core.paths import run_dir
@@ -14,7 +15,7 @@ from app.core.session import LaunchOptions, LaunchSession
 from app.core.streaming import WatchEnded
 from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.screens.dashboard import DashboardScreen, JobContext
-from app.screens.modals import ConfirmModal
+from app.screens.modals import ConfirmModal, ErrorModal
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from pilot_waits import wait_for
@@ -136,6 +137,26 @@ async def test_the_dashboard_exits_as_the_headless_command_does(faulty_backend, 
             assert "is paused on the backend: it keeps its state there" in text and "synth-tui attach job_a" in text
         await pilot.press("q")
     assert app.return_value == code  # run_app exits with this
+
+
+async def test_a_backend_that_dies_mid_watch_ends_the_dashboard_with_exit_5(faulty_backend):
+    """As headless: silent for --give-up-after, the watch stops with exit 5 and the way back in."""
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=200)))
+    session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.02, give_up_after=0.5),
+                            shell={"SYNTH_API_KEY": faulty_backend.api_key})
+    session.resolve()
+    app = SynthTuiApp(session, attach=JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.query_one(EventLog).total > 0, what="the first events")
+        faulty_backend.stop()
+        await wait_for(pilot, lambda: screen.ended, what="the watch to give up")
+        text = str(screen.query_one("#dash-final-text").render())
+        assert "has not answered for" in text and "synth-tui attach job_a" in text
+        assert isinstance(app.screen, ErrorModal)
+        await pilot.press("escape")
+        await pilot.press("q")
+    assert app.return_value == ExitCode.BACKEND
 
 
 async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
