@@ -6,6 +6,7 @@ never plots anything (docs/wire-contract.md#chart-mode). Ours plots the job's me
 
 from __future__ import annotations
 
+import re
 import shutil
 import time
 from typing import TextIO
@@ -17,6 +18,7 @@ from app.core.series import MetricStore, default_metric, downsample
 from app.core.wire import JobEvent, MetricPoint
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
 class TextChart:
@@ -75,6 +77,8 @@ class TextChart:
             return
         size = shutil.get_terminal_size((100, 30))
         text = self.render(min(size.columns, 160), min(size.lines - 1, 40))
+        if not self.live:  # a file or a pipe gets plain text: plotext's colour resets stay out
+            text = ANSI_SEQUENCE.sub("", text)
         self.out.write((CLEAR_SCREEN if self.live else "") + text + "\n")
         self.out.flush()
         self._drawn_at = now

@@ -260,6 +260,7 @@ def test_chart_format_plots_the_mean_score(world):
     assert "train.mean_score | status=succeeded" in out
     assert "latest: 0.9000 (step 2)" in out
     assert "[metric]" not in out, "the chart replaces the metric lines"
+    assert "\x1b" not in out, "output that is not a terminal gets no escape codes"
     assert "Final status: succeeded" in out
 
 
