@@ -120,8 +120,11 @@ __all__ = [
 # as well; the root itself is never skipped, whatever its name.
 # Differs from the SDK on purpose: the SDK tests the *absolute* path's parts, so working
 # inside e.g. ~/build/project found nothing at all. We only test parts below the root.
+# Test fixture folders hold configs written to be broken or odd, not ones to train; the `o`
+# path prompt (or --config) still opens any file.
 SKIP_DIR_NAMES = frozenset(
-    {".git", ".venv", "node_modules", "__pycache__", "dist", "build", "venv", "site-packages"}
+    {".git", ".venv", "node_modules", "__pycache__", "dist", "build", "venv", "site-packages",
+     "fixtures", "test_fixtures", "testdata", "test_data", "__snapshots__"}
 )
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -135,14 +138,16 @@ class ConfigCandidate:
     last_used: bool = False
 
 
-def _is_skipped_dir(name: str) -> bool:
-    return name in SKIP_DIR_NAMES or name.startswith(".")
+def _is_skipped_dir(parent: str, name: str) -> bool:
+    """A folder never searched: by its name, or a virtual environment of any name (it holds a
+    pyvenv.cfg), whose site-packages would list other projects' configs."""
+    return name in SKIP_DIR_NAMES or name.startswith(".") or os.path.isfile(os.path.join(parent, name, "pyvenv.cfg"))
 
 
 def iter_toml_files(root: Path) -> Iterator[Path]:
     """Every *.toml below root, pruning skipped directories instead of walking into them."""
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(name for name in dirnames if not _is_skipped_dir(name))
+        dirnames[:] = sorted(name for name in dirnames if not _is_skipped_dir(dirpath, name))
         for name in sorted(filenames):
             if name.endswith(".toml"):
                 yield Path(dirpath) / name
