@@ -304,7 +304,13 @@ class Trainer:
                     step += 1
                     points = await self._train_step(run, step, epoch)
                     if plan.eval_due(step):
-                        eval_score = await self._evaluate(run, step)
+                        try:
+                            eval_score = await self._evaluate(run, step)
+                        except BaseException:
+                            # The step trained (its event says so): its metrics are kept even
+                            # when the evaluation after it fails or the job is cancelled.
+                            j.metrics(job_id, step, [{**p, "epoch": epoch} for p in points])
+                            raise
                         points.append(_point("eval.mean_score", eval_score, "eval", plan.eval_instances))
                     # A step's metrics appear together, evaluation included (store.add_metrics).
                     j.metrics(job_id, step, [{**p, "epoch": epoch} for p in points])

@@ -9,7 +9,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import PlainTextResponse
 
+from app.local.rollout_contract import TaskAppError
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
+from app.local.trainer import Trainer
 
 from .conftest import (
     API_KEY,
@@ -45,6 +47,22 @@ def test_a_task_app_that_dies_mid_run_fails_the_job(api):
     _assert_failed_with(api, job_id, rf"^POST {re.escape(taskapp.url)}/rollout failed after 6 attempts: "
                                      r"connection refused",
                         r"\(seed \d+, iteration \d+\)\. Check that the task app is running")
+
+
+def test_a_failed_evaluation_keeps_the_metrics_of_the_step_it_followed(api, taskapp, monkeypatch):
+    """The step trained and its event says so; the evaluation after it fails: the step's
+    training metrics are still recorded before the job fails (the backend runs in this process,
+    so the evaluation is made to fail where it starts)."""
+    async def failing_evaluation(self, run, step):
+        raise TaskAppError(f"evaluation after step {step} failed (injected)")
+
+    monkeypatch.setattr(Trainer, "_evaluate", failing_evaluation)
+    job_id = create_job(api, payload(taskapp.url, small_config()))
+    _assert_failed_with(api, job_id, r"evaluation after step 1 failed \(injected\)")
+    steps = [e["data"]["step"] for e in events_of(api, job_id) if e["type"] == "rl.train.step"]
+    metrics = api.get(f"/rl/jobs/{job_id}/metrics").json()["points"]
+    assert steps == [1]
+    assert sorted(m["name"] for m in metrics if m["step"] == 1) == ["train.entropy", "train.loss", "train.mean_score"]
 
 
 def _broken_taskapp(answer) -> ServerHandle:
