@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import secrets
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,8 @@ import pytest
 
 from app.demo import demo_payload as job_payload
 from app.demo import load_demo_config
+from app.local import trainer
+from app.local.retry import Backoff
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from pilot_waits import poll_until
 
@@ -113,6 +116,16 @@ def backend(tmp_path_factory: pytest.TempPathFactory, taskapp: ServerHandle) -> 
 def api(backend: ServerHandle) -> Iterator[httpx.Client]:
     with api_client(backend) as client:
         yield client
+
+
+@pytest.fixture
+def quick_rollout_retries(monkeypatch: pytest.MonkeyPatch) -> Backoff:
+    """The trainer's rollout retries as they are (the same attempts, the same messages), with
+    waits of 10-50 ms instead of about 8 s in all: for tests of what a failed job says, not of
+    how long it waited (test_local_chaos keeps the real waits: a restart must fit in them)."""
+    quick = replace(trainer.ROLLOUT_BACKOFF, first_delay_s=0.01, max_delay_s=0.05)
+    monkeypatch.setattr(trainer, "ROLLOUT_BACKOFF", quick)
+    return quick
 
 
 @pytest.fixture(scope="module")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
 from app.local.rollout_contract import TaskAppError
@@ -38,7 +39,7 @@ def _assert_failed_with(api, job_id, *needles):
     return last
 
 
-def test_a_task_app_that_dies_mid_run_fails_the_job(api):
+def test_a_task_app_that_dies_mid_run_fails_the_job(api, quick_rollout_retries):
     taskapp = start_taskapp(env_api_keys=[ENV_KEY])
     job_id = create_job(api, payload(taskapp.url, long_config()))
     wait_event(api, job_id, "rl.train.step")
@@ -77,14 +78,14 @@ def _broken_taskapp(answer) -> ServerHandle:
     (lambda: {"metrics": {}}, (r"the answer has no score: it has none of reward_info.outcome_reward, "
                                r"metrics.outcome_reward, metrics.mean_return, metrics.episode_returns")),
 ])
-def test_task_app_errors_fail_the_job_with_the_reason(api, answer, needle):
+def test_task_app_errors_fail_the_job_with_the_reason(api, answer, needle, quick_rollout_retries):
     with _broken_taskapp(answer) as broken:
         job_id = create_job(api, payload(broken.url))
         _assert_failed_with(api, job_id, rf"^POST {re.escape(broken.url)}/rollout failed( after 6 attempts)?: {needle}",
                             r"\(seed \d+, iteration 1\)(\. Check that the task app is running.*)?$")
 
 
-def test_an_unreachable_task_app_says_connection_refused(api):
+def test_an_unreachable_task_app_says_connection_refused(api, quick_rollout_retries):
     with _bind("127.0.0.1", 0) as sock:
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     job_id = create_job(api, payload(url))
@@ -117,8 +118,11 @@ def test_a_slow_task_app_gets_the_configs_rollout_timeout(api):
     slow = FastAPI()
 
     @slow.post("/rollout")
-    async def rollout():
-        await asyncio.sleep(5)
+    async def rollout(request: Request):
+        # 5 s, or until the trainer hangs up (then the server can stop without waiting it out).
+        deadline = time.monotonic() + 5
+        while not await request.is_disconnected() and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
 
     config = small_config()
     config["rollout"]["timeout_s"] = 1
