@@ -8,9 +8,11 @@ a closed loopback port first, so the servers under test never call out of this m
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.config import SchemathesisConfig
@@ -24,6 +26,15 @@ pytestmark = pytest.mark.slow
 # Valid and invalid requests both ("negative" breaks the schema on purpose).
 BOTH_MODES = SchemathesisConfig.from_str('[generation]\nmode = "all"\n')
 EXAMPLES = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+
+
+@pytest.fixture(scope="module")
+def http() -> Iterator[requests.Session]:
+    """One keep-alive session for every case: no connection set up per request, and no proxy
+    settings read from the environment per request (the servers are on loopback)."""
+    with requests.Session() as session:
+        session.trust_env = False
+        yield session
 
 
 @pytest.fixture
@@ -73,25 +84,25 @@ def check_answer(response: Any, keys: list[str]) -> None:
 
 @backend_api.parametrize()
 @EXAMPLES
-def test_the_backend_answers_any_request_without_a_5xx(case, closed_url):
+def test_the_backend_answers_any_request_without_a_5xx(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
-    response = case.call(headers={"Authorization": f"Bearer {API_KEY}"}, timeout=15)
+    response = case.call(session=http, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=15)
     check_answer(response, [API_KEY, ENV_KEY])
 
 
 @backend_api.parametrize()
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_the_backend_answers_strangers_without_a_5xx(case, closed_url):
+def test_the_backend_answers_strangers_without_a_5xx(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
-    check_answer(case.call(timeout=15), [API_KEY, ENV_KEY])
+    check_answer(case.call(session=http, timeout=15), [API_KEY, ENV_KEY])
 
 
-def check_task_app_answer(case: Any, closed_url: str) -> None:
+def check_task_app_answer(case: Any, closed_url: str, http: requests.Session) -> None:
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
-    response = case.call(headers={"X-API-Key": ENV_KEY}, timeout=15)
+    response = case.call(session=http, headers={"X-API-Key": ENV_KEY}, timeout=15)
     # A rollout whose inference URL is the closed port is the task app reporting a dead
     # upstream: 502 with the reason, by design, not a crash.
     if response.status_code == 502 and "inference call failed" in response.text:
@@ -101,19 +112,19 @@ def check_task_app_answer(case: Any, closed_url: str) -> None:
 
 @taskapp_api.parametrize()
 @EXAMPLES
-def test_the_task_app_answers_any_request_without_a_5xx(case, closed_url):
-    check_task_app_answer(case, closed_url)
+def test_the_task_app_answers_any_request_without_a_5xx(case, closed_url, http):
+    check_task_app_answer(case, closed_url, http)
 
 
 @taskapp_05_api.parametrize()
 @EXAMPLES
-def test_the_0_5_task_app_answers_any_request_without_a_5xx(case, closed_url):
-    check_task_app_answer(case, closed_url)
+def test_the_0_5_task_app_answers_any_request_without_a_5xx(case, closed_url, http):
+    check_task_app_answer(case, closed_url, http)
 
 
 @taskapp_api.parametrize()
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_the_task_app_tells_strangers_nothing_of_its_key(case, closed_url):
+def test_the_task_app_tells_strangers_nothing_of_its_key(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
-    check_answer(case.call(headers={"X-API-Key": ENV_KEY[:15]}, timeout=15), [ENV_KEY])
+    check_answer(case.call(session=http, headers={"X-API-Key": ENV_KEY[:15]}, timeout=15), [ENV_KEY])
