@@ -18,13 +18,14 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.cli import main
 from app.core.client import backend_url_problem
 from app.core.envfile import header_value_problem
 from app.core.wire import job_id_problem
+from app.embedded import LOCAL
 from hostile_inputs import MALFORMED_BACKEND_URLS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -220,6 +221,7 @@ def hostile_flags(draw) -> list[str]:
 
 @HOSTILE
 @given(hostile_flags())
+@example(["--backend", "local", "--dry-run"])  # the embedded backend: not a usage error
 def test_any_flags_end_with_an_exit_code_and_no_traceback(flags):
     with tempfile.TemporaryDirectory() as folder:
         config = write(Path(folder), "config.toml", DEMO_TOML)
@@ -239,7 +241,8 @@ def expects_usage_error(flags: list[str]) -> bool:
     backend, key = given.get("--backend"), given.get("--idempotency")
     interval, timeout = given.get("--poll-interval"), given.get("--poll-timeout")
     return any([
-        backend is not None and backend_url_problem(backend) is not None,
+        # --backend local is the embedded backend, not a URL.
+        backend is not None and backend.strip().lower() != LOCAL and backend_url_problem(backend) is not None,
         bool(key) and (header_value_problem(key) is not None or len(key) > 255),
         interval is not None and _bad_seconds(interval, allow_zero=False),
         timeout is not None and _bad_seconds(timeout, allow_zero=True),
