@@ -17,7 +17,6 @@ from app.core.config import (
     ConfigCandidate,
     ConfigValidationError,
     Problem,
-    TomlLineIndex,
     TomlSyntaxError,
     config_facts,
     discover_configs,
@@ -33,6 +32,7 @@ from app.core.config import (
 )
 from app.core.errors import ConfigError
 from app.core.payload import for_backend
+from app.core.toml_source import TomlLineIndex
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "configs" / "rl"
