@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow
+
 
 def test_demo_headless_succeeds_and_the_score_rises(tmp_path):
     exe = Path(sys.executable).with_name("synth-tui")

@@ -345,6 +345,7 @@ def env_keys_of(env_path: Path) -> dict[str, str]:
     return {k: v for k, v in lines if k in ("SYNTH_API_KEY", "ENVIRONMENT_API_KEY")}
 
 
+@pytest.mark.slow
 def test_the_demo_reuses_one_private_folder_with_the_same_keys(tmp_path):
     runs = []
     for number in range(2):
@@ -367,6 +368,7 @@ def test_the_demo_reuses_one_private_folder_with_the_same_keys(tmp_path):
     assert not list(state_dir().glob("demo-*"))
 
 
+@pytest.mark.slow
 def test_a_second_demo_at_the_same_time_gets_its_own_folder_removed_at_exit(tmp_path):
     first_err = tmp_path / "first.err"
     with (tmp_path / "first.out").open("w") as out, first_err.open("w") as err:
