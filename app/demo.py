@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from app.core import config as cfg
 from app.core import envfile
@@ -25,6 +25,9 @@ from app.core.errors import UsageError
 from app.core.paths import open_private, private_dir, private_file, state_dir
 from app.core.session import LaunchOptions, LaunchSession
 from app.headless import TrainRun, run_headless
+
+if TYPE_CHECKING:  # the servers (FastAPI, uvicorn) load only when a demo starts them
+    from app.local.servers import ServerHandle
 
 LOCK_NAME = ".lock"
 
@@ -51,8 +54,8 @@ class DemoSetup:
     folder: DemoFolder
     env_path: Path
     config_path: Path
-    backend: object  # app.local.servers.ServerHandle
-    task_app: object
+    backend: ServerHandle
+    task_app: ServerHandle
     reused_keys: bool = False
 
     def stop(self) -> None:

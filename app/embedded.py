@@ -16,8 +16,8 @@ import sys
 from collections.abc import Callable
 
 from app.core.errors import UsageError
-from app.demo import claim_folder
 from app.core.paths import state_dir
+from app.demo import claim_folder
 
 LOCAL = "local"
 

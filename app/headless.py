@@ -27,9 +27,6 @@ from app.core.jobs import remember
 from app.core.launch import PreparedJob
 from app.core.redact import mask_secret, printable, redact
 from app.core.session import LaunchOptions, LaunchSession
-from app.core.toml_source import read_config_text
-from app.core.wire import JobEvent, JobStatus, MetricPoint
-from app.text_chart import TextChart
 from app.core.streaming import (
     BackendGaveUp,
     ConnectionState,
@@ -40,6 +37,9 @@ from app.core.streaming import (
     Update,
     WatchEnded,
 )
+from app.core.toml_source import read_config_text
+from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.text_chart import TextChart
 
 
 @dataclass
@@ -147,9 +147,9 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
             return ExitCode.OK
         job_id = await create_job(client, prepared, session.idempotency_key, printer)
         state.job_id = job_id
-        warning = session.remember_submission(session.submitted_job(job_id, prepared))
-        if warning:
-            printer.diag(f"Warning: {warning}")
+        history_warning = session.remember_submission(session.submitted_job(job_id, prepared))
+        if history_warning:
+            printer.diag(f"Warning: {history_warning}")
         if not run.poll:
             printer.line(f"Created job {job_id} (polling disabled)")
             return ExitCode.OK

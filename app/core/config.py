@@ -27,7 +27,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from app.core.config_facts import config_facts
 from app.core.config_kind import ConfigKind, infer_config_type
@@ -55,10 +55,8 @@ from app.core.models import (
     normalize_model_id,
 )
 from app.core.payload import build_rl_payload, resolve_task_url
-from app.core.toml_source import TomlLineIndex, TomlSyntaxError, load_toml, parse_toml_text
+from app.core.toml_source import TomlSyntaxError, load_toml, parse_toml_text
 from app.core.validation import (
-    FIELD_REQUIRED,
-    TOML_LOCATION,
     ConfigValidationError,
     Problem,
     ValidationReport,
@@ -67,8 +65,8 @@ from app.core.validation import (
     validate_rl_text,
 )
 
-# Also importable from here, as before the split, though not listed in __all__: TomlLineIndex,
-# TOML_LOCATION, FIELD_REQUIRED, SKIP_DIR_NAMES, LAST_CONFIG_KEY and iter_toml_files.
+# One name, one home: toml_source and validation export their own names (TomlLineIndex,
+# TOML_LOCATION, FIELD_REQUIRED); what is listed here is this facade's.
 __all__ = [
     "AlgorithmSection",
     "ComputeSection",
@@ -134,7 +132,7 @@ _BUNDLED_CONFIGS = Path(__file__).resolve().parents[1] / "bundled_configs"
 @dataclass(frozen=True)
 class ConfigCandidate:
     path: Path
-    kind: ConfigKind
+    kind: ConfigKind | Literal["broken"]  # broken: listed only to show its syntax error
     last_used: bool = False
 
 
@@ -161,7 +159,7 @@ def project_config_roots() -> list[Path]:
     return [_BUNDLED_CONFIGS] if _BUNDLED_CONFIGS.is_dir() else []
 
 
-def _kind_of_file(path: Path) -> str:
+def _kind_of_file(path: Path) -> ConfigKind | Literal["broken"]:
     """The config's kind, or "broken" for a file that cannot be read or parsed as TOML."""
     try:
         return infer_config_type(load_toml(path))
@@ -214,7 +212,7 @@ def discover_configs(
             seen.add(resolved)
             found_kind = _kind_of_file(resolved)
             if found_kind == "broken" and include_broken:
-                candidates.append(ConfigCandidate(path=resolved, kind="broken"))  # type: ignore[arg-type]
+                candidates.append(ConfigCandidate(path=resolved, kind="broken"))
                 continue
             if found_kind in ("unknown", "broken") or (wanted_kind and found_kind != wanted_kind):
                 continue

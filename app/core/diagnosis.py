@@ -374,7 +374,8 @@ def diagnostics_payload(backend: BackendCheck | None, task_app: TaskAppCheck | N
                                 "body": backend.error.body}
         if backend.result is not None:
             section["status"] = backend.result.status
-            section["body"] = backend.result.body if backend.result.body is not None else backend.result.preview_source.text
+            result = backend.result
+            section["body"] = result.body if result.body is not None else result.preview_source.text
         payload["backend_verify"] = section
     if task_app is not None:
         section = {"task_url": task_app.task_url, "environment_api_key": task_app.key_hint,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from dotenv.parser import parse_stream
+from dotenv.parser import Binding, parse_stream
 
 from app.core.errors import EnvFileError
 from app.core.redact import mask_secret
@@ -276,20 +276,22 @@ def _parse(body: str) -> _Parsed:
     return _Parsed(lines, values, warnings)
 
 
-def _statement_spans(body: str) -> list[tuple[int, int, object]]:
+def _statement_spans(body: str) -> list[tuple[int, int, Binding]]:
     """(start, end, binding) of each non-blank statement, start skipping leading whitespace."""
-    spans = []
+    spans: list[tuple[int, int, Binding]] = []
     offset = 0
     for binding in parse_stream(io.StringIO(body)):
         text = binding.original.string
-        lead = _LEADING_SPACE.match(text).end()
+        leading = _LEADING_SPACE.match(text)  # \s* always matches, if only the empty string
+        lead = leading.end() if leading else 0
         if lead < len(text):
             spans.append((offset + lead, offset + len(text), binding))
         offset += len(text)
     return spans
 
 
-def _statement_line(raw: str, lineno: int, binding, values: dict, warnings: list[str]) -> EnvLine:
+def _statement_line(raw: str, lineno: int, binding: Binding, values: dict[str, str | None],
+                    warnings: list[str]) -> EnvLine:
     if binding.error:
         # The line's text may hold a secret (a mistyped assignment), so only its number is told.
         warnings.append(f"line {lineno}: could not parse this line; python-dotenv ignores it")
@@ -493,7 +495,7 @@ class EnvFile:
         for enc in _encodings(value, styles):
             yield head + [_stub(f"{key}={enc}{eol}")]
 
-    def _try_candidates(self, candidates: Iterator[list[EnvLine]], expected: dict) -> bool:
+    def _try_candidates(self, candidates: Iterator[list[EnvLine]], expected: dict[str, str | None]) -> bool:
         """Accept the first candidate that python-dotenv reads back as exactly ``expected``
         (same keys, same order, same values, no new parse errors)."""
         for lines in candidates:

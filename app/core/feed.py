@@ -57,7 +57,7 @@ class JobFeed:
         self._lock = threading.Lock()
         self._batch = FeedBatch()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._stopped = threading.Event()
 
     # -- the UI side --------------------------------------------------------------------

@@ -156,10 +156,10 @@ def _judge(attempt: HealthAttempt) -> None:
 def _error_object(body: Any) -> dict[str, Any]:
     if isinstance(body, dict):
         detail = body.get("detail")
-        if isinstance(detail, dict) and isinstance(detail.get("error"), dict):
-            return detail["error"]
-        if isinstance(body.get("error"), dict):
-            return body["error"]
+        if isinstance(detail, dict) and isinstance(error := detail.get("error"), dict):
+            return error
+        if isinstance(error := body.get("error"), dict):
+            return error
     return {}
 
 

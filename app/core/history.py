@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +35,7 @@ CREATE TABLE IF NOT EXISTS runs (
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 @dataclass(frozen=True)
@@ -115,7 +115,7 @@ _COLUMNS = ("job_id, backend, config_path, payload, idempotency_key, created_at,
             " last_status, last_metrics, rerun_of")
 
 
-def _record(row: tuple) -> RunRecord:
+def _record(row: tuple[Any, ...]) -> RunRecord:
     (job_id, backend, config_path, payload, key, created, updated, final, last, metrics, rerun_of) = row
     return RunRecord(job_id, backend, config_path, json.loads(payload) if payload else None, key, created,
                      updated, final, last, json.loads(metrics) if metrics else {}, rerun_of)

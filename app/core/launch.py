@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.core import config as cfg
 from app.core import envfile
@@ -124,7 +125,7 @@ class PreparedJob:
 
     config_path: Path
     report: cfg.ValidationReport
-    payload: dict
+    payload: dict[str, Any]
     task_url: str
     task_url_source: str
 

@@ -163,21 +163,21 @@ def for_backend(payload: Mapping[str, Any], generations: frozenset[str]) -> dict
     """The payload under the names a backend of ``generations`` reads. A backend that names
     one generation gets that one's names; one that names both, or says nothing, gets the
     config as written (it was written for that backend)."""
-    payload = copy.deepcopy(dict(payload))
+    renamed: dict[str, Any] = copy.deepcopy(dict(payload))
     if len(generations) != 1:
-        return payload
+        return renamed
     (generation,) = generations
     section, url = _NAMES_BY_GENERATION[generation]
     other_section, other_url = next(v for k, v in _NAMES_BY_GENERATION.items() if k != generation)
-    config = (payload.get("data") or {}).get("config")
+    config = (renamed.get("data") or {}).get("config")
     if not isinstance(config, dict):
-        return payload
+        return renamed
     if other_section in config and section not in config:
         config[section] = config.pop(other_section)
     services = config.get("services")
     if isinstance(services, dict) and other_url in services and url not in services:
         services[url] = services.pop(other_url)
-    return payload
+    return renamed
 
 
 def _ordered_data(data: dict[str, Any]) -> dict[str, Any]:

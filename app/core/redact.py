@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-
 # C0 controls but tab and newline, DEL, and C1 controls: on a terminal, ESC starts a command
 # (clear the screen, set the title, write the clipboard). Text from files and servers is shown
 # with these made visible instead.

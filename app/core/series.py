@@ -55,10 +55,10 @@ class MetricSeries:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.steps: array = array("d")
-        self.values: array = array("d")
-        self.ema: array = array("d")
-        self.moving: array = array("d")
+        self.steps: array[float] = array("d")
+        self.values: array[float] = array("d")
+        self.ema: array[float] = array("d")
+        self.moving: array[float] = array("d")
         self._window_sum = 0.0
         self.version = 0
         self.minimum = math.inf
@@ -105,7 +105,7 @@ class MetricSeries:
         for _ in self.values:
             self._smooth_next()
 
-    def smoothed(self, mode: str) -> array:
+    def smoothed(self, mode: str) -> array[float]:
         return {"ema": self.ema, "moving average": self.moving}.get(mode, self.values)
 
     def readouts(self) -> Readouts:
@@ -175,7 +175,8 @@ def window(steps: Sequence[float], recent: int | None) -> int:
     return bisect_left(steps, steps[-1] - recent + 1)
 
 
-def downsample(steps: array, values: array, columns: int, start: int = 0) -> tuple[list[float], list[float]]:
+def downsample(steps: array[float], values: array[float], columns: int,
+               start: int = 0) -> tuple[list[float], list[float]]:
     """At most two points per column: each bucket's min and max, so peaks stay visible.
 
     numpy reads the arrays' buffers in place (no copy), so a redraw over a million points

@@ -13,16 +13,14 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.core import config as cfg
 from app.core import envfile
 from app.core.client import RlNotOffered, RlSupport, SynthClient, VerifyResult, checked_api_base
 from app.core.errors import MissingSecretsError, UsageError
-from app.core.streaming import WatchOptions
-from app.core.wire import check_job_id
 from app.core.health import HealthReport, check_task_app
 from app.core.jobs import JobContext, read_history, remember
-from app.core.payload import usable_url
 from app.core.launch import (
     EnvChoice,
     PreparedJob,
@@ -35,6 +33,9 @@ from app.core.launch import (
     resolve_secrets,
     unattended_env_choice,
 )
+from app.core.payload import usable_url
+from app.core.streaming import WatchOptions
+from app.core.wire import check_job_id
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,7 @@ class LaunchOptions:
     @classmethod
     def from_args(cls, args: object, *, cwd: Path | None = None) -> LaunchOptions:
         """From parsed command-line flags; commands without a flag get its default."""
-        def flag(name: str, default: object = None) -> object:
+        def flag(name: str, default: Any = None) -> Any:
             return getattr(args, name, default)
 
         return cls(
@@ -86,7 +87,7 @@ class LaunchOptions:
             poll_interval=flag("poll_interval", 5.0), poll_timeout=flag("poll_timeout", 3600.0),
             give_up_after=flag("give_up_after", 60.0),
             metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
-            backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),  # type: ignore[arg-type]
+            backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),
         )
 
 
@@ -375,7 +376,7 @@ class LaunchSession:
     def synth_api_key(self) -> str:
         """Only the backend key: enough to attach to a job, which needs no task app."""
         key = next((k for k in self.resolved if k.name == "SYNTH_API_KEY" and k.value), None)
-        if key is None:
+        if key is None or not key.value:
             raise MissingSecretsError("Missing required key: SYNTH_API_KEY.",
                                       "Pass --env-file PATH with SYNTH_API_KEY, or export it in the shell.")
         require_sendable_keys([key])

@@ -190,10 +190,10 @@ class _State:
     terminal_from_event: str | None = None
     failures: int = 0
     reconnecting: bool = False
-    sse_task: asyncio.Task | None = None
+    sse_task: asyncio.Task[None] | None = None
     sse_disabled: bool = False
     sse_retry_at: float = 0.0
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    queue: asyncio.Queue[JobEvent] = field(default_factory=asyncio.Queue)
 
 
 class JobWatcher:
@@ -226,10 +226,12 @@ class JobWatcher:
                         raise BackendGaveUp(
                             f"The backend has not answered for {silent:.0f} s ({exc.message}); stopped watching job "
                             f"{self.job_id}, which may still be running there.",
-                            "Check that the backend is up; --give-up-after S waits longer (0: until --poll-timeout).") from None
+                            "Check that the backend is up; --give-up-after S waits longer (0: until --poll-timeout)."
+                        ) from None
                     self._state.failures += 1
                     self._state.reconnecting = True
-                    delay = min(opts.max_backoff, max(opts.poll_interval, backoff_delay(self._state.failures, opts.poll_interval)))
+                    backoff = backoff_delay(self._state.failures, opts.poll_interval)
+                    delay = min(opts.max_backoff, max(opts.poll_interval, backoff))
                     if opts.give_up_after is not None:  # never sleep past the moment to give up
                         delay = max(0.0, min(delay, opts.give_up_after - silent))
                     yield ConnectionState(True, exc.message, delay)
@@ -388,7 +390,7 @@ class JobWatcher:
             return []
         try:
             first = await asyncio.wait_for(self._state.queue.get(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return []
         return self._accept_events([first, *self._take_queued()])
 

@@ -30,7 +30,7 @@ def http_url_problem(url: object) -> str | None:
     if port == 0:
         return "port 0 cannot be connected to"
     try:
-        httpx.URL(url).host  # reading .host decodes an IDNA name ("xn--...") as every request does
+        _ = httpx.URL(url).host  # reading .host decodes an IDNA name ("xn--...") as every request does
     except (httpx.InvalidURL, ValueError) as exc:  # ValueError: a bad IDNA host name too
         return f"it is not a valid URL ({exc})"
     return None

@@ -18,8 +18,8 @@ from app.core.config_kind import infer_config_type, lower_text
 from app.core.config_schema import RLConfig
 from app.core.errors import ConfigError
 from app.core.models import check_rl_model, experimental_allowed
-from app.core.trainable import size_problems
 from app.core.toml_source import TomlLineIndex, TomlSyntaxError, parse_toml_text, read_config_text
+from app.core.trainable import size_problems
 
 __all__ = [
     "FIELD_REQUIRED",

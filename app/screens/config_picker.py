@@ -156,7 +156,8 @@ class ConfigPickerScreen(FlowScreen):
         visible = [e for e in self.entries if e.matches(query)]
         config_list.show(visible, keep=keep)
         pane = self.query_one("#picker-list-pane")
-        pane.border_title = f"Configs {len(visible)} of {len(self.entries)}" if query else f"Configs ({len(self.entries)})"
+        total = len(self.entries)
+        pane.border_title = f"Configs {len(visible)} of {total}" if query else f"Configs ({total})"
         message = self._list_message(query, visible)
         self.query_one("#picker-message", Static).update(message)
         self.query_one("#picker-message").display = bool(message)
@@ -174,7 +175,8 @@ class ConfigPickerScreen(FlowScreen):
                  "method = \"policy_gradient\", variety = \"gspo\".", "$text-muted"),
             )
         if not visible:
-            return Content.assemble(f"No config matches “{query}”. ", ("esc", "bold $text-accent"), " clears the filter.")
+            return Content.assemble(f"No config matches “{query}”. ", ("esc", "bold $text-accent"),
+                                    " clears the filter.")
         return Content("")
 
     @on(OptionList.OptionHighlighted, "#picker-list")

@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from textual import work
-from textual.markup import escape as escape_markup
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.markup import escape as escape_markup
+from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Header, Input, Static
 
+from app.core.errors import ExitCode, SynthTuiError
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
-from app.core.errors import ExitCode, SynthTuiError
 from app.core.jobs import JobContext, export_run, remember
 from app.core.launch import new_idempotency_key
 from app.core.paths import run_dir
@@ -199,7 +200,7 @@ class DashboardScreen(FlowScreen):
             self.notify(text, title="Job paused", severity="warning")
         else:
             text = f"Final status: {status}\n{json.dumps(payload, indent=2)}"
-            severity = "information" if status in SUCCESS_STATUSES else "error"
+            severity: SeverityLevel = "information" if status in SUCCESS_STATUSES else "error"
             self.notify(f"Job {self.job.job_id} {status}", title="Job finished", severity=severity)
             self.app.bell()
         self.query_one("#dash-final-text", Static).update(text)

@@ -143,7 +143,8 @@ class EnvReviewScreen(FlowScreen):
             how = how_chosen(choice.how) if choice else "chosen"
             others = len(choice.candidates) - 1 if choice else 0
             more = f" · {others} more found, e to switch" if others > 0 else " · e to switch"
-            header = Content.assemble(step, "Env file ", (self.file_label(), "bold"), (f"  ({how}{more})", "$text-muted"))
+            header = Content.assemble(step, "Env file ", (self.file_label(), "bold"),
+                                      (f"  ({how}{more})", "$text-muted"))
         if env.dirty:
             header = Content.assemble(header, ("   ● unsaved changes", "bold $text-warning"))
         return header

@@ -22,9 +22,9 @@ from textual.widgets import Button, Footer, Header, Input, Label, Static, Switch
 
 from app.core.client import ApiError, ConflictError, CreateResult
 from app.core.errors import SynthTuiError
+from app.core.jobs import payload_model
 from app.core.launch import PreparedJob
 from app.core.redact import redact
-from app.core.jobs import payload_model
 from app.screens.base import FlowScreen
 from widgets.json_view import json_highlighted
 

@@ -23,9 +23,6 @@ from textual.widgets import Footer, Header, Static
 from textual.worker import Worker, WorkerState
 
 from app.core.client import ApiError
-from app.core.errors import SynthTuiError
-from app.core.redact import mask_secret, redact
-from app.screens.base import FlowScreen
 from app.core.diagnosis import (
     BackendCheck,
     OverallVerdict,
@@ -38,6 +35,9 @@ from app.core.diagnosis import (
     pending_task_app_row,
     task_app_rows,
 )
+from app.core.errors import SynthTuiError
+from app.core.redact import mask_secret, redact
+from app.screens.base import FlowScreen
 from widgets.diagnostics import DiagnosticsTable
 from widgets.json_view import JsonReportModal
 
