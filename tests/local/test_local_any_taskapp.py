@@ -28,6 +28,9 @@ def crafter() -> Iterator[ServerHandle]:
 
 def test_an_sdk_shaped_task_app_is_learned(api, crafter):
     config = cfg.load_toml(REPO / "configs" / "rl" / "crafter_lite.toml")  # seeded: [training] seed
+    # Its first 12 of 16 steps: with its seed (11) the eval is 0.50 after step 8 and 0.92 after
+    # step 12 (0.93 after 16), every run the same; the evals stay after 8 and at the end.
+    config["training"]["iterations_per_epoch"] = 12
     job_id = create_job(api, payload(crafter.url, config))
     job = wait_terminal(api, job_id, timeout=180)
     assert job["status"] == "succeeded", job.get("error")
