@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -61,14 +62,20 @@ class _ValueDialog(ModalScreen[bool]):
     def action_cancel(self) -> None:
         self.dismiss(False)
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
+    @on(Button.Pressed, "#env-reveal")
+    def _reveal_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        if event.button.id == "env-reveal":
-            self.action_toggle_reveal()
-        elif event.button.id == "env-apply":
-            self.submit()
-        else:
-            self.dismiss(False)
+        self.action_toggle_reveal()
+
+    @on(Button.Pressed, "#env-apply")
+    def _apply_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.submit()
+
+    @on(Button.Pressed, "#env-cancel")
+    def _cancel_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(False)
 
     def show_problem(self, text: str) -> None:
         error = self.query_one("#env-error", Static)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -58,16 +59,12 @@ class JsonReportModal(ModalScreen[None]):
     def on_mount(self) -> None:
         self.query_one("#report-text", TextArea).focus()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "report-copy":
-            self.action_copy()
-        else:
-            self.dismiss(None)
-
+    @on(Button.Pressed, "#report-copy")
     def action_copy(self) -> None:
         selected = self.query_one("#report-text", TextArea).selected_text
         self.app.copy_to_clipboard(selected or self.text)
         self.notify("Selection copied" if selected else self.copied_message, timeout=3)
 
+    @on(Button.Pressed, "#report-close")
     def action_close(self) -> None:
         self.dismiss(None)

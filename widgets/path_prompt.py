@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -71,13 +72,13 @@ class PathPromptModal(ModalScreen[Path | None]):
 
     # -- candidates -------------------------------------------------------------------------
 
-    @work(thread=True, group="path-candidates", exit_on_error=False)
-    def _find(self, find: Callable[[], list[Path]]) -> None:
+    @work(group="path-candidates", exit_on_error=False)
+    async def _find(self, find: Callable[[], list[Path]]) -> None:
         try:
-            found, problem = find(), ""
+            found, problem = await asyncio.to_thread(find), ""
         except Exception as exc:  # noqa: BLE001 - a search failure must not end the app
             found, problem = [], f"Could not search: {exc}"
-        self.app.call_from_thread(self._show_candidates, found, problem)
+        self._show_candidates(found, problem)
 
     def _show_candidates(self, found: list[Path], problem: str) -> None:
         self.candidates = found
@@ -106,12 +107,15 @@ class PathPromptModal(ModalScreen[Path | None]):
         event.stop()
         self._submit_typed()
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
+    @on(Button.Pressed, "#path-open")
+    def _open_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        if event.button.id == "path-open":
-            self._submit_typed()
-        else:
-            self.dismiss(None)
+        self._submit_typed()
+
+    @on(Button.Pressed, "#path-cancel")
+    def _cancel_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.dismiss(None)
 
     def _submit_typed(self) -> None:
         text = self.query_one("#path-input", Input).value.strip()
@@ -121,14 +125,14 @@ class PathPromptModal(ModalScreen[Path | None]):
         # An absolute (or ~) path replaces cwd in the join; a relative one is read from cwd.
         self._check_path(self.cwd / Path(text).expanduser())
 
-    @work(thread=True, exclusive=True, group="path-check", exit_on_error=False)
-    def _check_path(self, path: Path) -> None:
+    @work(exclusive=True, group="path-check", exit_on_error=False)
+    async def _check_path(self, path: Path) -> None:
         try:
-            problem = self.check(path)
-            resolved = path.resolve() if problem is None else None
+            problem = await asyncio.to_thread(self.check, path)
+            resolved = await asyncio.to_thread(path.resolve) if problem is None else None
         except Exception as exc:  # noqa: BLE001 - a failing check is shown, never raised
             problem, resolved = f"Cannot open {display_path(path, self.cwd)}: {exc}", None
-        self.app.call_from_thread(self._checked, resolved, problem)
+        self._checked(resolved, problem)
 
     def _checked(self, resolved: Path | None, problem: str | None) -> None:
         if resolved is None:
