@@ -510,8 +510,8 @@ def test_train_backend_local_trains_a_0_5_task_app_with_a_verifier_config(taskap
 
     # The demo config cut to a seeded job of a few rollouts: this test asserts the wiring and
     # the job's success, not learning (test_local_learning.py trains the whole config).
-    text = demo_config_path().read_text().replace("[training]\n", "[training]\nseed = 1\n", 1)
-    for key, value in {"num_epochs": 1, "iterations_per_epoch": 2, "batch_size": 2, "group_size": 2,
+    text = demo_config_path().read_text()
+    for key, value in {"seed": 1, "num_epochs": 1, "iterations_per_epoch": 2, "batch_size": 2, "group_size": 2,
                        "instances": 2, "every_n_iters": 1, "seeds": [0, 1]}.items():
         text, found = re.subn(rf"^{key} = .*$", f"{key} = {json.dumps(value)}", text, flags=re.MULTILINE)
         assert found == 1, key
