@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from typing import IO
 
 from app.core.client import SynthClient
 from app.core.history import RunHistory
+from app.core.jobs import remember
 from app.core.paths import open_private
 from app.core.streaming import (
     ConnectionState,
@@ -136,11 +136,12 @@ class JobFeed:
         if isinstance(update, NewMetrics):
             self.last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
             return
-        try:
-            if isinstance(update, StatusChanged):
-                self.history.record_progress(self.job_id, status=update.status.status, last_metrics=self.last_metrics)
-            elif isinstance(update, WatchEnded):
-                self.history.record_progress(self.job_id, status=update.status, last_metrics=self.last_metrics,
-                                             final=update.reason == "terminal")
-        except (sqlite3.Error, OSError):
-            pass
+        # jobs.remember: the history's one policy; a failed write never stops the feed.
+        if isinstance(update, StatusChanged):
+            status = update.status.status
+            remember(lambda h: h.record_progress(self.job_id, status=status, last_metrics=self.last_metrics),
+                     self.history)
+        elif isinstance(update, WatchEnded):
+            ended = update
+            remember(lambda h: h.record_progress(self.job_id, status=ended.status, last_metrics=self.last_metrics,
+                                                 final=ended.reason == "terminal"), self.history)
