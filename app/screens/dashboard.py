@@ -13,7 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -65,13 +65,20 @@ class DashboardScreen(FlowScreen):
         Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
         Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
         Binding("ctrl+q", "quit_dashboard", "Quit", id="dashboard.app_quit", show=False),
-        Binding("escape", "close_filter", "Close filter / back", id="dashboard.close_filter", show=False),
+        Binding("escape", "close_filter", "Clear filter / back", id="dashboard.close_filter", show=False),
     ]
     PALETTE_COMMANDS = (
         ("Cancel job", "Cancel the job on the backend (asks first)", "cancel_job"),
         ("Rerun job", "Submit the same payload with a new Idempotency-Key", "rerun"),
         ("Export run", "Write metrics CSV and events JSONL into the run's folder", "export"),
-        ("Toggle infrastructure noise", "Show or hide hatchet/modal events", "noise"),
+        ("Pause or resume the view", "Freeze the chart and the log; the job goes on (p)", "pause"),
+        ("Next metric", "Chart the next metric the job emits (m)", "metric"),
+        ("Smoothing", "None, EMA or moving average (s)", "smoothing"),
+        ("Zoom", "The last 50 steps or all of them (z)", "zoom"),
+        ("Filter events", "Show only events whose type, level or text match (/)", "filter"),
+        ("Clear the event filter", "Show every event again (esc)", "clear_filter"),
+        ("Follow the log", "Scroll to the newest event and stay there (end)", "follow"),
+        ("Toggle infrastructure noise", "Show or hide hatchet/modal events (n)", "noise"),
     )
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False) -> None:
@@ -101,7 +108,8 @@ class DashboardScreen(FlowScreen):
         with Horizontal(id="dash-body"):
             yield RewardChart(self.store, preferred_metric=self.session.options.metric, id="dash-chart")
             yield EventLog(id="dash-log")
-        yield Input(placeholder="filter events (type, level or text); enter applies, esc closes", id="dash-filter")
+        yield Input(placeholder="filter events by type, level or text: applies as you type; enter keeps it, esc clears",
+                    id="dash-filter")
         with VerticalScroll(id="dash-final"):
             yield Static("", id="dash-final-text", markup=False)
         yield Footer(compact=True)
@@ -224,6 +232,8 @@ class DashboardScreen(FlowScreen):
             parts.append(f"config {shown_text(Path(self.job.config_path).name)}")
         if self.job.model:
             parts.append(f"model {shown_text(self.job.model)}")
+        if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
+            parts.insert(2, f"[$warning]filter “{shown_text(needle, 30)}” (esc clears)[/]")
         if self.paused:
             parts.append("[$warning]paused (p)[/]")
         if self.reconnecting:
@@ -262,19 +272,32 @@ class DashboardScreen(FlowScreen):
         field.focus()
 
     def action_close_filter(self) -> None:
-        """Esc: close the filter; on a dashboard opened from the history, go back to it."""
-        field = self.query_one("#dash-filter")
-        if field.display:
-            field.display = False
+        """Esc: clear the filter (and close its field); with no filter, on a dashboard opened
+        from the history, go back to it."""
+        field = self.query_one("#dash-filter", Input)
+        if field.display or self.query_one(EventLog).filter_text:
+            self.action_clear_filter()
         elif self.back_to_history:
             if self.feed is not None:
                 self.feed.stop()
             self.app.pop_screen()
 
-    def on_input_submitted(self, event: Input.Submitted) -> None:
-        if event.input.id == "dash-filter":
-            self.query_one(EventLog).set_filter(event.value)
-            event.input.display = False
+    def action_clear_filter(self) -> None:
+        field = self.query_one("#dash-filter", Input)
+        field.value = ""
+        field.display = False
+        self.query_one(EventLog).set_filter("")
+        self._render_header()
+
+    @on(Input.Changed, "#dash-filter")
+    def _filter_typed(self, event: Input.Changed) -> None:
+        self.query_one(EventLog).set_filter(event.value)
+        self._render_header()
+
+    @on(Input.Submitted, "#dash-filter")
+    def _filter_kept(self, event: Input.Submitted) -> None:
+        event.input.display = False
+        self.query_one(EventLog).focus()
 
     def action_cancel_job(self) -> None:
         if self.ended:

@@ -79,10 +79,30 @@ async def test_filter_limits_the_log(faulty_backend):
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("slash")
-        await pilot.press(*"completed", "enter")
+        await pilot.press(*"completed")
         log = screen.query_one(EventLog)
+        assert log.filter_text == "completed" and log.log_view.line_count == 1  # applied as typed
+        await pilot.press("enter")  # keeps it, closes the field
+        assert not screen.query_one("#dash-filter").display
         assert log.filter_text == "completed"
-        assert log.log_view.line_count == 1
+        # The active filter is visible in the header, and esc clears it.
+        assert "filter “completed” (esc clears)" in str(screen.query_one("#dash-header").render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert log.filter_text == "" and log.log_view.line_count > 1
+        assert "filter" not in str(screen.query_one("#dash-header").render())
+
+
+async def test_every_dashboard_action_is_in_the_palette(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)):
+        screen = dashboard(app)
+        in_palette = {action for _, _, action in screen.PALETTE_COMMANDS}
+        keyed = {b.action for b in screen.BINDINGS if b.action not in ("quit_dashboard", "close_filter")}
+        assert keyed <= in_palette, keyed - in_palette
+        for action in in_palette:
+            assert callable(getattr(screen, f"action_{action}"))
 
 
 async def test_pause_stops_redraws_and_resume_applies_what_arrived(faulty_backend):
