@@ -411,6 +411,23 @@ class EnvFile:
             f"dirty={self.dirty})"
         )
 
+    def reload(self, edits: Mapping[str, str]) -> tuple[EnvFile, list[str]]:
+        """The file as it is on disk now, with the user's ``edits`` (key → value) applied
+        again. An edited key that changed on disk too is left as the disk has it and
+        returned, for the user to decide: neither side is silently dropped."""
+        fresh = EnvFile.load(self.path)
+        loaded = _parse(self._saved_text[len(self._bom):]).values if self.exists else {}
+        conflicts = []
+        for key, value in edits.items():
+            on_disk = fresh.get(key)
+            if on_disk == value:
+                continue
+            if on_disk != loaded.get(key):
+                conflicts.append(key)
+            else:
+                fresh.set(key, value)
+        return fresh, conflicts
+
     # ---- editing (in memory)
 
     def set(self, key: str, value: str) -> None:
@@ -519,10 +536,14 @@ class EnvFile:
             return  # the write below reports the real problem
         before = self._saved_text if self.exists else None
         if current != before:
-            raise EnvFileError(
+            raise EnvFileChangedOnDisk(
                 f"Not saving {self.path}: it changed on disk since it was loaded",
-                hint="Reload the file and apply your edits again.",
+                hint="Reload it from disk: your edits are applied again on top of what it holds now.",
             )
+
+
+class EnvFileChangedOnDisk(EnvFileError):
+    """A save refused because another program changed the file since it was read."""
 
 
 def _stub(raw: str) -> EnvLine:
@@ -825,6 +846,7 @@ __all__ = [
     "KEY_ALIASES",
     "REQUIRED_KEYS",
     "EnvFile",
+    "EnvFileChangedOnDisk",
     "EnvLine",
     "ResolvedKey",
     "Source",

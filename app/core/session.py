@@ -228,6 +228,11 @@ class LaunchSession:
         self._raise_backend_problem()
         return env
 
+    def replace_env(self, env: envfile.EnvFile) -> None:
+        """The same .env as read again from disk (the env review's reload)."""
+        self.env = env
+        self.resolve()
+
     def _backend_from_env_file(self) -> None:
         """Differs from the SDK on purpose: the SDK picks the backend before reading the .env,
         so a BACKEND_BASE_URL written there is listed but silently ignored. We use it when

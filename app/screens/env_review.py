@@ -35,6 +35,7 @@ class EnvReviewScreen(FlowScreen):
         Binding("a", "add_key", "Add key", id="env.add"),
         Binding("ctrl+s", "save", "Save", id="env.save"),
         Binding("e", "choose_env_file", "Other .env", id="env.choose"),
+        Binding("f5", "reload", "Reload from disk", id="env.reload", show=False),  # help and palette list it
         Binding("c,ctrl+n", "continue", "Continue", id="env.continue"),
         Binding("escape", "back", "Back", id="env.back"),
     ]
@@ -42,6 +43,7 @@ class EnvReviewScreen(FlowScreen):
         ("Save the .env", "Write your edits to the .env file (atomic; every other line kept)", "save"),
         ("Choose another .env…", "Pick a discovered .env file or type a path", "choose_env_file"),
         ("Add a key to the .env", "Add a key and its value (kept in memory until you save)", "add_key"),
+        ("Reload the .env from disk", "Read it again; your unsaved edits are applied on top (f5)", "reload"),
         ("Continue to verification", "Check the backend and the task app with these keys", "continue"),
     )
 
@@ -53,6 +55,17 @@ class EnvReviewScreen(FlowScreen):
             super().__init__()
             self.env = env
             self.then_continue = then_continue
+
+    class EnvReloaded(Message):
+        """The .env read again from disk, with the edits that applied; ``conflicts``: edited
+        keys that changed on disk too (their values, the user's, wait for an answer)."""
+
+        def __init__(self, env: envfile.EnvFile, applied: set[str], conflicts: dict[str, str]) -> None:
+            super().__init__()
+            self.env, self.applied, self.conflicts = env, applied, conflicts
+
+    class SaveRefused(Message):
+        """The file changed on disk since it was read: the save was refused, nothing written."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -223,8 +236,55 @@ class EnvReviewScreen(FlowScreen):
                         group="env-save", thread=True, exclusive=True, exit_on_error=False)
 
     def _write(self, env: envfile.EnvFile, then_continue: bool) -> None:
-        env.save()  # atomic; keeps every other byte; a new file gets 0600
+        try:
+            env.save()  # atomic; keeps every other byte; a new file gets 0600
+        except envfile.EnvFileChangedOnDisk:
+            self.post_message(self.SaveRefused())
+            return
         self.post_message(self.EnvSaved(env, then_continue))
+
+    def on_env_review_screen_save_refused(self, message: SaveRefused) -> None:
+        self.flow_app.confirm(
+            f"{self.file_label()} changed on disk since it was read, so nothing was saved. Reload it?",
+            self.action_reload, label="Reload",
+            detail="Your edits are applied again on top of what the file holds now; an edited key that "
+                   "changed on disk too is asked about. Then ctrl+s saves.")
+
+    # -- reload ---------------------------------------------------------------------------------
+
+    def action_reload(self) -> None:
+        env = self._editable()
+        if env is None:
+            return
+        edits = {key: value for key in self.edited if (value := env.get(key)) is not None}
+        self.run_worker(lambda: self._reread(env, edits), name=f"Reloading {self.file_label()}",
+                        group="env-open", thread=True, exclusive=True, exit_on_error=False)
+
+    def _reread(self, env: envfile.EnvFile, edits: dict[str, str]) -> None:
+        fresh, conflicts = env.reload(edits)
+        applied = {key for key in edits if key not in conflicts}
+        self.post_message(self.EnvReloaded(fresh, applied, {key: edits[key] for key in conflicts}))
+
+    def on_env_review_screen_env_reloaded(self, message: EnvReloaded) -> None:
+        current = self.session.env
+        if current is None or current.path != message.env.path:
+            return  # the user switched files meanwhile
+        self.session.replace_env(message.env)
+        self.edited = {key for key in message.applied if message.env.dirty}
+        self._refresh()
+        conflicts = message.conflicts
+        if not conflicts:
+            kept = f"; your edits to {', '.join(sorted(message.applied))} are applied" if message.applied else ""
+            self.notify(f"Reloaded {self.file_label()} from disk{kept}.", title="Reloaded", markup=False)
+            return
+        names = ", ".join(sorted(conflicts))
+        self.flow_app.confirm(
+            f"{names} changed on disk too. Keep your values?", lambda: self._keep_mine(conflicts), label="Keep mine",
+            detail="Yes puts your values back (unsaved until ctrl+s); No keeps what the file holds now.")
+
+    def _keep_mine(self, values: dict[str, str]) -> None:
+        for key, value in values.items():
+            self.apply_value(key, value)
 
     def on_env_review_screen_env_saved(self, message: EnvSaved) -> None:
         if message.env is not self.session.env:

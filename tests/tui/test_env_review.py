@@ -339,6 +339,46 @@ async def test_an_unwritable_env_shows_an_error_and_keeps_the_edits(make_app, pr
 # --------------------------------------------------------------------------- another .env
 
 
+async def test_a_file_changed_on_disk_is_reloaded_with_the_edits_on_top(make_app, project):
+    """ctrl+s refuses to overwrite a file another program changed; the offered reload reads it
+    again, puts the user's edit back on top, and the next save keeps both changes."""
+    env_path = project / ".env"
+    env_path.write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        screen.apply_value("SYNTH_API_KEY", NEW_KEY)
+        env_path.write_text(FULL_ENV.replace(OTHER_TOKEN, "tok_FAKE_changed_elsewhere_0987654321"))
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the reload question")
+        assert "changed on disk since it was read" in app.screen.question
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.session.env.get("OTHER_TOKEN") == "tok_FAKE_changed_elsewhere_0987654321",
+                         "the file read again")
+        assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY and screen.edited == {"SYNTH_API_KEY"}
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: not app.session.env.dirty, "the save")
+        text = env_path.read_text()
+        assert NEW_KEY in text and "tok_FAKE_changed_elsewhere_0987654321" in text and SYNTH_KEY not in text
+        assert_no_secret(app.export_screenshot())
+
+
+async def test_a_reload_asks_about_a_key_changed_on_both_sides(make_app, project):
+    env_path = project / ".env"
+    env_path.write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        screen.apply_value("SYNTH_API_KEY", NEW_KEY)
+        env_path.write_text(FULL_ENV.replace(SYNTH_KEY, SHELL_KEY))
+        await pilot.press("f5")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the conflict question")
+        assert "SYNTH_API_KEY changed on disk too" in app.screen.question
+        await pilot.press("y")
+        await wait_until(pilot, lambda: app.session.env.get("SYNTH_API_KEY") == NEW_KEY, "my value back")
+        assert app.session.env.dirty and SHELL_KEY in env_path.read_text()  # nothing written yet
+
+
 async def test_choose_another_env_from_the_list(make_app, project):
     (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
     (project / "deploy").mkdir()
