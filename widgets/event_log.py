@@ -7,6 +7,7 @@ events a second cost little. It keeps at most ``max_lines`` lines on screen and
 
 from __future__ import annotations
 
+import textwrap
 from collections import deque
 
 from rich.highlighter import Highlighter
@@ -31,6 +32,23 @@ def format_event(event: JobEvent) -> str:
     level = (event.level or "info").upper()[:LEVEL_WIDTH]
     message = " ".join(mask_model_urls(event.message).split())
     return f"{event_time(event)} {event.seq:>6} {level:<{LEVEL_WIDTH}} {event.type}  {message}"
+
+
+# Continuation lines start past the time, seq and level columns, so those stay readable.
+CONTINUATION_INDENT = 16 + LEVEL_WIDTH + 1
+MIN_WRAP_WIDTH = 20
+
+
+def event_lines(event: JobEvent, width: int) -> list[str]:
+    """The event as it reads in ``width`` columns: the message wrapped (not cut at the edge),
+    each continuation line indented under the message when there is room, else under the type."""
+    line = format_event(event)
+    if width < CONTINUATION_INDENT + MIN_WRAP_WIDTH or len(line) <= width:
+        return [line]
+    head_length = len(line) - len(" ".join(mask_model_urls(event.message).split()))
+    indent = head_length if width - head_length >= MIN_WRAP_WIDTH else CONTINUATION_INDENT
+    wrapped = textwrap.wrap(line, width, subsequent_indent=" " * indent, break_on_hyphens=False)
+    return wrapped or [line]
 
 
 class LevelHighlighter(Highlighter):
@@ -60,6 +78,7 @@ class EventLog(Vertical):
         # Tail mode: follow the newest line until the user scrolls up; scrolling back to the
         # end resumes it. Tracked here because the Log's own flag is set on every write.
         self.tailing = True
+        self._wrapped_at = 0
 
     def compose(self) -> ComposeResult:
         yield Static("", id="log-status", markup=False)
@@ -97,13 +116,27 @@ class EventLog(Vertical):
             self._update_status()
 
     def on_resize(self) -> None:
-        if self.tailing:
+        if self._wrapped_at != self._wrap_width and self.kept:
+            self.rebuild()  # the messages are wrapped to the width: wrap them again
+        elif self.tailing:
             self.log_view.call_after_refresh(self.log_view.scroll_end, animate=False)
+
+    @property
+    def _wrap_width(self) -> int:
+        """Columns a line may use: the log's width less room for its scrollbar, which appears
+        only once the lines overflow (0 before layout: nothing is wrapped then)."""
+        log = self.log_view
+        return max(0, log.size.width - log.gutter.width - log.styles.scrollbar_size_vertical)
 
     @property
     def log_view(self) -> Log:
         """The Log of the lines (not `log`: that is Textual's logger on every widget)."""
         return self.query_one("#log-lines", Log)
+
+    @property
+    def shown(self) -> int:
+        """How many kept events pass the noise toggle and the filter (a line may wrap)."""
+        return sum(1 for event in self.kept if self._visible(event))
 
     def _visible(self, event: JobEvent) -> bool:
         if not self.show_noise and is_noise(event):
@@ -117,13 +150,14 @@ class EventLog(Vertical):
     def add_events(self, events: list[JobEvent]) -> None:
         """One coalesced batch from the worker."""
         lines = []
+        width = self._wrapped_at = self._wrap_width
         for event in events:
             self.kept.append(event)
             self.total += 1
             if is_noise(event):
                 self.hidden_noise += 1
             if self._visible(event):
-                lines.append(format_event(event))
+                lines.extend(event_lines(event, width))
         if lines:
             log = self.log_view
             log.auto_scroll = self.tailing
@@ -143,7 +177,8 @@ class EventLog(Vertical):
         log.auto_scroll = True
         self.tailing = True
         self.new_while_away = 0
-        log.write_lines([format_event(e) for e in self.kept if self._visible(e)])
+        width = self._wrapped_at = self._wrap_width
+        log.write_lines([line for e in self.kept if self._visible(e) for line in event_lines(e, width)])
         self._update_status()
 
     def toggle_noise(self) -> None:

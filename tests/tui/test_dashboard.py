@@ -67,9 +67,9 @@ async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
         await pilot.press("z")
         assert chart.zoomed
         log = screen.query_one(EventLog)
-        before = log.log_view.line_count
+        before = log.shown
         await pilot.press("n")
-        assert log.show_noise and log.log_view.line_count == before + 1
+        assert log.show_noise and log.shown == before + 1
 
 
 async def test_filter_limits_the_log(faulty_backend):
@@ -81,7 +81,7 @@ async def test_filter_limits_the_log(faulty_backend):
         await pilot.press("slash")
         await pilot.press(*"completed")
         log = screen.query_one(EventLog)
-        assert log.filter_text == "completed" and log.log_view.line_count == 1  # applied as typed
+        assert log.filter_text == "completed" and log.shown == 1  # applied as typed
         await pilot.press("enter")  # keeps it, closes the field
         assert not screen.query_one("#dash-filter").display
         assert log.filter_text == "completed"
@@ -89,8 +89,29 @@ async def test_filter_limits_the_log(faulty_backend):
         assert "filter “completed” (esc clears)" in str(screen.query_one("#dash-header").render())
         await pilot.press("escape")
         await pilot.pause()
-        assert log.filter_text == "" and log.log_view.line_count > 1
+        assert log.filter_text == "" and log.shown > 1
         assert "filter" not in str(screen.query_one("#dash-header").render())
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_every_step_line_shows_its_numbers_within_the_width(faulty_backend, size):
+    """The log wraps a message instead of cutting it at the panel's edge: each step's mean
+    score, loss and entropy can be read without scrolling sideways."""
+    long = ("Step 11/16: mean score 0.873, loss -0.4213, entropy 0.2210, effective learning rate 10.0, "
+            "256 rollouts in 3.1 s")
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1, "rl.train.step", message=long)], []),
+                                                 ("succeeded", [event(2, "rl.job.completed")], [])]))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=size) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        log = screen.query_one(EventLog).log_view
+        width = log.scrollable_content_region.width
+        lines = [log.lines[i] for i in range(log.line_count)]
+        assert all(len(line) <= width for line in lines), (width, lines)
+        text = " ".join(" ".join(line.split()) for line in lines)
+        for number in ("0.873", "-0.4213", "0.2210", "256 rollouts in 3.1 s"):
+            assert number in text
 
 
 async def test_every_dashboard_action_is_in_the_palette(faulty_backend):
