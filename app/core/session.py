@@ -166,7 +166,6 @@ class LaunchSession:
             return False
         task_url_changed = new.task_url != self.overrides.task_url
         self.overrides = new
-        self.prepared = None
         if task_url_changed:
             self.resolve()  # TASK_APP_URL resolution depends on the task URL given
         return True
@@ -195,7 +194,6 @@ class LaunchSession:
         without --config never proposes one that cannot be sent."""
         self.config_path = path
         self.report = report
-        self.prepared = None
         if report.ok:
             cfg.write_last_config(path)
         self.resolve()  # the config's [services].task_url may make TASK_APP_URL optional
@@ -257,7 +255,6 @@ class LaunchSession:
         self.resolved = [self._as_this_run_needs(key)
                          for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.overrides.task_url)]
         self._backend_from_env_file()
-        self.prepared = None
         return self.resolved
 
     def _as_this_run_needs(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
@@ -306,6 +303,7 @@ class LaunchSession:
         inputs = self._prepare_inputs(secrets)
         if self.prepared is not None and inputs == self._prepared_from:
             return self.prepared
+        self.prepared = None  # until the new one is built: a failed build leaves no stale payload
         task_url_key = next((k for k in self.resolved if k.name == "TASK_APP_URL"), None)
         overrides = self.overrides
         self.prepared = prepare_payload(
@@ -395,11 +393,8 @@ class LaunchSession:
         """Ask the backend whether it offers RL jobs (RlNotOffered, with the way out, when it
         does not) and remember which generation it speaks, so the payload is prepared again
         under the names that one reads."""
-        support = await client.probe_rl()
-        if self.rl_support is None or support.generations != self.rl_support.generations:
-            self.prepared = None
-        self.rl_support = support
-        return support
+        self.rl_support = await client.probe_rl()  # prepare() sees a new generation in its inputs
+        return self.rl_support
 
     async def probe_for_attach(self, client: SynthClient) -> RlSupport:
         """The probe before a watch of an existing job: a backend without RL jobs is named as
@@ -425,8 +420,7 @@ class LaunchSession:
         self.hand_env_keys_to_embedded_backend()
         async with self.client(timeout=timeout, retries=0) as client:
             await self.probe(client)
-            prepared = self.prepared or self.prepare()
-            return await client.verify_task_app(prepared.task_url)
+            return await client.verify_task_app(self.prepare().task_url)
 
     def env_keys(self) -> list[str]:
         """ENVIRONMENT_API_KEY and its aliases: every key the task app may accept."""
@@ -440,6 +434,5 @@ class LaunchSession:
             self.options.hold_env_keys(self.env_keys())
 
     async def health(self, *, timeout: float = 30.0) -> HealthReport:
-        prepared = self.prepared or self.prepare()
         key, *aliases = self.env_keys()
-        return await check_task_app(prepared.task_url, key, aliases=aliases, timeout=timeout)
+        return await check_task_app(self.prepare().task_url, key, aliases=aliases, timeout=timeout)
