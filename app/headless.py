@@ -54,6 +54,11 @@ class Printer:
     def diag(self, text: str) -> None:
         print(printable(redact(text, self.secrets)), file=self.err, flush=True)
 
+    def warning(self, text: str | None) -> None:
+        """A problem that does not stop the run (a history write that failed); None: nothing."""
+        if text:
+            self.diag(f"Warning: {text}")
+
     def error(self, exc: SynthTuiError) -> None:
         self.diag(f"Error: {exc.render()}")
 
@@ -147,9 +152,7 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
             return ExitCode.OK
         job_id = await create_job(client, prepared, session.idempotency_key, printer)
         state.job_id = job_id
-        history_warning = session.remember_submission(session.submitted_job(job_id, prepared))
-        if history_warning:
-            printer.diag(f"Warning: {history_warning}")
+        printer.warning(session.remember_submission(session.submitted_job(job_id, prepared)))
         if not run.poll:
             printer.line(f"Created job {job_id} (polling disabled)")
             return ExitCode.OK
@@ -368,10 +371,8 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
             ended = update
     assert ended is not None
     view.finish()
-    warning = remember(lambda history: history.record_progress(
-        job_id, status=ended.status, last_metrics=last_metrics, final=ended.reason == "terminal"))
-    if warning:
-        printer.diag(f"Warning: {warning}")
+    printer.warning(remember(lambda history: history.record_progress(
+        job_id, status=ended.status, last_metrics=last_metrics, final=ended.reason == "terminal")))
     if hidden:
         printer.diag(f"({hidden} hatchet/modal infrastructure events hidden)")
     if ended.reason == "timeout":

@@ -99,7 +99,10 @@ class SynthTuiApp(App[int]):
 
     @work(exit_on_error=False, name="Run history")
     async def _remember_submission(self, job: JobContext) -> None:
-        warning = await asyncio.to_thread(self.session.remember_submission, job)
+        self.warn_history(await asyncio.to_thread(self.session.remember_submission, job))
+
+    def warn_history(self, warning: str | None) -> None:
+        """A run-history write that failed (jobs.remember): said once, the job goes on."""
         if warning:
             self.notify(f"The job runs, but synth-tui {warning}.", title="Run history", severity="warning")
 

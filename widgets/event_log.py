@@ -28,10 +28,18 @@ def event_time(event: JobEvent) -> str:
     return at.astimezone().strftime("%H:%M:%S") if at else "--:--:--"
 
 
-def format_event(event: JobEvent) -> str:
+def event_head(event: JobEvent) -> str:
+    """Time, seq, level and type: the columns before the message."""
     level = (event.level or "info").upper()[:LEVEL_WIDTH]
-    message = " ".join(mask_model_urls(event.message).split())
-    return f"{event_time(event)} {event.seq:>6} {level:<{LEVEL_WIDTH}} {event.type}  {message}"
+    return f"{event_time(event)} {event.seq:>6} {level:<{LEVEL_WIDTH}} {event.type}  "
+
+
+def event_message(event: JobEvent) -> str:
+    return " ".join(mask_model_urls(event.message).split())
+
+
+def format_event(event: JobEvent) -> str:
+    return event_head(event) + event_message(event)
 
 
 # Continuation lines start past the time, seq and level columns, so those stay readable.
@@ -42,10 +50,11 @@ MIN_WRAP_WIDTH = 20
 def event_lines(event: JobEvent, width: int) -> list[str]:
     """The event as it reads in ``width`` columns: the message wrapped (not cut at the edge),
     each continuation line indented under the message when there is room, else under the type."""
-    line = format_event(event)
+    head = event_head(event)
+    line = head + event_message(event)
     if width < CONTINUATION_INDENT + MIN_WRAP_WIDTH or len(line) <= width:
         return [line]
-    head_length = len(line) - len(" ".join(mask_model_urls(event.message).split()))
+    head_length = len(head)
     indent = head_length if width - head_length >= MIN_WRAP_WIDTH else CONTINUATION_INDENT
     wrapped = textwrap.wrap(line, width, subsequent_indent=" " * indent, break_on_hyphens=False)
     return wrapped or [line]

@@ -335,8 +335,7 @@ class DashboardScreen(FlowScreen):
         self.session.job_id = result.job_id
         warning = self.session.remember_submission(context, idempotency_key=key, rerun_of=self.job.job_id)
         self.notify(f"Rerun submitted as {result.job_id}", title="Rerun")
-        if warning:
-            self.notify(f"The job runs, but synth-tui {warning}.", title="Run history", severity="warning")
+        self.flow_app.warn_history(warning)
         self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history))
 
     @work(exclusive=True, group="export", exit_on_error=False, name="Export")
