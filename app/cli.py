@@ -171,7 +171,7 @@ def _run_train(args: argparse.Namespace, interactive: bool) -> int:
         return headless.run_train(args)
     from app.tui import run_tui  # imported when chosen: a headless run never loads Textual
 
-    return run_tui(LaunchSession(LaunchOptions.from_args(args)))
+    return run_tui(_session(args))
 
 
 def _dispatch(args: argparse.Namespace) -> int:
@@ -194,14 +194,18 @@ def _dispatch(args: argparse.Namespace) -> int:
             return headless.run_attach(args)
         from app.tui import run_attach_tui
 
-        return run_attach_tui(LaunchSession(LaunchOptions.from_args(args)), args.job_id)
+        return run_attach_tui(_session(args), args.job_id)
     if args.command == "history":
         if not interactive:
             return headless.run_history()
         from app.tui import run_history_tui
 
-        return run_history_tui(LaunchSession(LaunchOptions.from_args(args)))
+        return run_history_tui(_session(args))
     raise AssertionError(args.command)
+
+
+def _session(args: argparse.Namespace) -> LaunchSession:
+    return LaunchSession(LaunchOptions.from_args(args))
 
 
 def has_terminal() -> bool:
