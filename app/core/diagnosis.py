@@ -326,16 +326,17 @@ def _verification_problems(backend: BackendCheck, task_app: TaskAppCheck) -> Ite
     result = backend.result
     if result is None or result.status >= 400 or result.body is None or result.any_ok:
         return
-    if unreachable_by_backend(result) and task_app.ok:
+    if unreachable_by_backend(result):
+        if not task_app.ok:
+            yield Problem("The backend could not reach the task app either.",
+                          "Fix the task app problem above first, then retry.")
+            return
         error = next(str(a.get("error")) for a in result.attempts)
         yield Problem(
             f"The backend could not reach the task app at {task_app.task_url} ({_short(error)}), though it "
             "answers from this machine.",
             "The backend must be able to reach that address: a loopback or private URL works only with a backend "
             "on this machine. Use the task app's public URL, or --backend local.")
-    elif unreachable_by_backend(result):
-        yield Problem("The backend could not reach the task app either.",
-                      "Fix the task app problem above first, then retry.")
     elif task_app.ok:
         why = ("it has no ENVIRONMENT_API_KEY stored for your org" if not result.attempts and not result.candidates
                else "every stored key it tried was rejected, while your own key works")
