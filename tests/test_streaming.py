@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -21,7 +22,7 @@ from app.core.streaming import (
     WatchEnded,
     WatchOptions,
 )
-from app.core.wire import JobEvent, MetricPoint
+from app.core.wire import JobEvent, JobStatus, MetricPoint
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 
 FAST = dict(poll_interval=0.02, poll_timeout=20.0, max_backoff=0.05)
@@ -275,3 +276,45 @@ def test_every_end_of_a_watch_has_its_exit_code():
                                     ("cancelled", "terminal"), ("running", "timeout"), ("paused", "paused")]}
     assert codes == {("succeeded", "terminal"): 0, ("completed", "terminal"): 0, ("failed", "terminal"): 1,
                      ("cancelled", "terminal"): 1, ("running", "timeout"): 4, ("paused", "paused"): 6}
+
+
+class _StreamingJob:
+    """A client whose events stream while metrics are read by polling: step k's metric is
+    written when its event streams, as a real trainer writes them."""
+
+    def __init__(self, steps: int) -> None:
+        self.steps = steps
+        self.streamed = 0
+        self.status_reads = 0
+
+    async def get_job(self, job_id, retries=None):
+        self.status_reads += 1
+        return JobStatus(job_id=job_id, status="running")
+
+    async def events(self, job_id, since_seq, limit=200, retries=None):
+        return []
+
+    async def metrics(self, job_id, after_step, limit=200, retries=None):
+        return [MetricPoint(name="train.mean_score", step=s, value=s / 10)
+                for s in range(1, self.streamed + 1) if s > after_step]
+
+    async def stream_events(self, job_id, since_seq):
+        for step in range(1, self.steps + 1):
+            await asyncio.sleep(0.05)
+            self.streamed = step
+            yield JobEvent(seq=step, type="rl.train.step", message=f"Step {step}")
+
+
+async def test_metrics_follow_streamed_events_without_waiting_for_the_next_tick():
+    """Only events stream; a step's metric must reach the chart soon after its event, not a
+    whole poll interval later (the chart trailed the log by a few steps)."""
+    client = _StreamingJob(steps=3)
+    watcher = JobWatcher(client, "job_a", WatchOptions(poll_interval=60.0, poll_timeout=120.0))
+
+    async def until_last_metric() -> None:
+        async for update in watcher.watch():
+            if isinstance(update, NewMetrics) and any(p.step == 3 for p in update.points):
+                return
+
+    await asyncio.wait_for(until_last_metric(), timeout=30)
+    assert client.status_reads == 1, "the metrics came between ticks, not from a later tick"

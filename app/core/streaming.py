@@ -37,6 +37,9 @@ from app.core.wire import (
     terminal_status_of_event,
 )
 
+# Seconds between metric reads that follow streamed events (see JobWatcher._between_ticks).
+METRICS_FOLLOW_INTERVAL = 1.0
+
 # --------------------------------------------------------------------------- updates
 
 
@@ -206,6 +209,7 @@ class JobWatcher:
         self.events = EventCursor(self.options.since_seq)
         self.metrics = MetricCursor(self.options.after_step)
         self._state = _State()
+        self._metrics_read_at = 0.0  # monotonic time of the last metrics read
 
     async def watch(self) -> AsyncIterator[Update]:
         opts = self.options
@@ -264,12 +268,8 @@ class JobWatcher:
                 tick_end = time.monotonic() + opts.poll_interval
                 if deadline is not None:
                     tick_end = min(tick_end, deadline)
-                while (remaining := tick_end - time.monotonic()) > 0:
-                    batch = await self._next_streamed(remaining)
-                    if batch:
-                        yield NewEvents(batch)
-                        if self._state.terminal_from_event:
-                            break
+                async for update in self._between_ticks(tick_end):
+                    yield update
         finally:
             await self._stop_sse()
 
@@ -294,6 +294,34 @@ class JobWatcher:
             yield NewMetrics(points)
         self.events.end_tick()
 
+    async def _between_ticks(self, tick_end: float) -> AsyncIterator[Update]:
+        """Streamed events as they arrive, and the metrics written with them soon after.
+
+        A step's event and its metric points are written together, but only events stream:
+        without this the chart would trail the log by up to a poll interval (a few steps of
+        a fast job). After streamed events, metrics are read once the follow interval since
+        the last read has passed (docs/product.md#reward-chart); a failed read waits for the
+        next tick, which retries it."""
+        metrics_due = False
+        while (remaining := tick_end - time.monotonic()) > 0:
+            if metrics_due:
+                remaining = min(remaining, max(0.0, self._metrics_read_at + METRICS_FOLLOW_INTERVAL
+                                               - time.monotonic()))
+            batch = await self._next_streamed(remaining)
+            if batch:
+                yield NewEvents(batch)
+                if self._state.terminal_from_event:
+                    return
+                metrics_due = True
+            if metrics_due and time.monotonic() >= self._metrics_read_at + METRICS_FOLLOW_INTERVAL:
+                metrics_due = False
+                try:
+                    points = await self._poll_metrics()
+                except ApiError:
+                    continue
+                if points:
+                    yield NewMetrics(points)
+
     async def _poll_events(self) -> AsyncIterator[Update]:
         for _ in range(self.options.max_pages_per_tick):
             page = await self.client.events(self.job_id, self.events.since, limit=PAGE_LIMIT, retries=0)
@@ -304,6 +332,7 @@ class JobWatcher:
                 return
 
     async def _poll_metrics(self) -> list[MetricPoint]:
+        self._metrics_read_at = time.monotonic()
         collected: list[MetricPoint] = []
         for _ in range(self.options.max_pages_per_tick):
             page = await self.client.metrics(self.job_id, self.metrics.after_step, limit=PAGE_LIMIT, retries=0)
