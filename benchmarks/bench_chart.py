@@ -1,7 +1,8 @@
 """Figure 1: the reward chart's redraw cost at 160x45 as the run grows (1k to 1M points).
 
 Measured on the real path: a headless Textual app (``App.run_test(size=(160, 45))``) holding
-a RewardChart on a MetricStore. One sample is ``chart.redraw()`` (downsample + plotext calls)
+a MetricsGrid on a MetricStore holding one metric, so one chart the grid's width. One sample
+is ``chart.redraw()`` (downsample + plotext calls)
 plus ``PlotextPlot.render()`` (plotext builds the figure and Rich parses its ANSI), called
 directly because ``refresh()`` only schedules the render. The headless compositor still runs,
 so what is timed is exactly the work a real terminal would wait for, minus the terminal write.
@@ -34,7 +35,7 @@ from app.core.series import MetricSeries, MetricStore, downsample
 from app.tui import stylesheet_path
 from benchmarks.common import Figure, below, child_main, median, say, time_calls
 from widgets.event_log import EventLog
-from widgets.reward_chart import RewardChart
+from widgets.metrics_grid import MetricChart, MetricsGrid
 
 METRIC = "train.mean_score"
 SIZE = (160, 45)
@@ -59,7 +60,7 @@ class DashboardLikeApp(App):
         yield Header()
         yield Static("job_bench   running", id="dash-header", classes="flow-header")
         with Horizontal(id="dash-body"):
-            yield RewardChart(self.store, id="dash-chart")
+            yield MetricsGrid(self.store, id="dash-chart")
             yield self.log_widget if self.log_widget is not None else EventLog(id="dash-log")
         yield Footer()
 
@@ -97,11 +98,14 @@ async def measure(quick: bool) -> list[Figure]:
     figures: list[Figure] = []
     app = DashboardLikeApp(store)
     async with app.run_test(size=SIZE) as pilot:
-        chart = app.query_one(RewardChart)
-        plot = chart.query_one(PlotextPlot)
-        chart.paused = True  # our samples only: the chart's own 4 Hz timer stays out of the timing
-        chart.metric = METRIC
+        grid = app.query_one(MetricsGrid)
+        grid.paused = True  # our samples only: the grid's own timer stays out of the timing
+        grid.data_changed()
+        while not grid.charts or not grid.charts[0].is_mounted:
+            await pilot.pause()
         await pilot.pause()
+        chart: MetricChart = grid.charts[0]
+        plot = chart.query_one(PlotextPlot)
         say(f"chart: plot area {plot.size.width}x{plot.size.height}")
 
         def redraw() -> None:
@@ -137,27 +141,27 @@ async def measure(quick: bool) -> list[Figure]:
                                   "; naive baseline skipped at 1M (one build takes tens of seconds)")))
             chart.redraw()  # leave the real view drawn between sizes
 
-        # redraw_if_changed (what the chart's 4 Hz timer calls): unchanged data must not
-        # redraw; one new point must, once the chart's data_interval (if any) has passed.
-        chart.paused = False
-        chart.redraw_if_changed()
+        # redraw_if_changed (what the grid's timer calls): unchanged data must not redraw;
+        # one new point must, once the grid's data_interval has passed.
+        grid.paused = False
+        grid.redraw_if_changed()
         before = chart.redraws
         for _ in range(100):
-            chart.redraw_if_changed()
+            grid.redraw_if_changed()
         idle = chart.redraws - before
         series = store.series[METRIC]
         series.add(float(len(series)), 0.5, now=0.0)
         added = time.monotonic()
-        limit = getattr(chart, "data_interval", 0.0) + 1.0
+        limit = grid.data_interval + 1.0
         while chart.redraws == before + idle and time.monotonic() - added < limit:
-            chart.redraw_if_changed()
+            grid.redraw_if_changed()
             await asyncio.sleep(0.05)
         after_change, delay = chart.redraws - before - idle, time.monotonic() - added
         say(f"chart: redraws on 100 unchanged ticks {idle}; after one new point {after_change} ({delay:.2f} s later)")
         figures.append(Figure("chart redraws on 100 ticks with unchanged data", idle, "",
                               goal="0 (and 1 after a new point)", met=idle == 0 and after_change == 1,
                               note=f"redraws after one new point: {after_change}, {delay:.2f} s after it arrived "
-                                   f"(the chart's data_interval: {getattr(chart, 'data_interval', 'none')})"))
+                                   f"(the grid's data_interval: {grid.data_interval} s)"))
     # "Flat": the largest run against the smallest, same run (ratio column).
     small, large = figures[0], figures[len(sizes) - 1]
     if small.value and large.value:

@@ -32,7 +32,7 @@ from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import SynthTuiApp
 from benchmarks.common import REPO, Figure, below, child_main, cpu_seconds, median, say, thread_cpu
 from widgets.event_log import EventLog
-from widgets.reward_chart import RewardChart
+from widgets.metrics_grid import MetricsGrid
 
 SIZE = (160, 45)
 HISTORY = 200  # events already there when the dashboard attaches (and 100 metric points)
@@ -101,7 +101,7 @@ def dashboard_probe(app: App) -> dict:
     screen = app.screen
     if not isinstance(screen, DashboardScreen):
         return {"events": 0, "redraws": 0, "chart_s": RenderClock.spent}
-    return {"events": screen.query_one(EventLog).total, "redraws": screen.query_one(RewardChart).redraws,
+    return {"events": screen.query_one(EventLog).total, "redraws": screen.query_one(MetricsGrid).redraws,
             "chart_s": RenderClock.spent}
 
 

@@ -1,6 +1,6 @@
 """Figure 4: resident memory after 1M events through the dashboard's path.
 
-A headless app with the dashboard's layout (the RewardChart beside the EventLog, whose Log
+A headless app with the dashboard's layout (the MetricsGrid beside the EventLog, whose Log
 keeps at most 5,000 lines and whose deque keeps the last 20,000 events) takes a MetricStore
 of 100k points and 1M JobEvents (parsed from dicts as the client parses a page) in batches of
 2,000, yielding to the event loop between batches so the UI renders as it goes. RSS is VmRSS
@@ -61,7 +61,7 @@ async def dashboard_rss(events: int, points: int) -> dict:
     from app.core.wire import JobEvent, MetricPoint
     from benchmarks.bench_chart import DashboardLikeApp
     from widgets.event_log import EventLog
-    from widgets.reward_chart import RewardChart
+    from widgets.metrics_grid import MetricsGrid
 
     store = MetricStore()
     app = DashboardLikeApp(store)
@@ -69,7 +69,7 @@ async def dashboard_rss(events: int, points: int) -> dict:
         await pilot.pause()
         gc.collect()
         before = rss_mb()
-        chart, log = app.query_one(RewardChart), app.query_one(EventLog)
+        chart, log = app.query_one(MetricsGrid), app.query_one(EventLog)
         for start in range(0, points, 1_000):
             store.add([MetricPoint.model_validate({"name": "train.mean_score", "step": step, "value": step / points})
                        for step in range(start, min(points, start + 1_000))])

@@ -84,3 +84,28 @@ def test_run_history_roundtrip(tmp_path):
     assert record.payload == {"job_type": "rl"} and record.final_status == "succeeded"
     assert record.last_metrics == {"train.mean_score": 0.5}
     assert [r.job_id for r in history.list()] == ["job_2", "job_1"]
+
+
+def test_train_and_eval_of_a_measure_share_a_panel_led_by_the_default_metric():
+    from app.core.series import chart_panels
+
+    panels = chart_panels(["train.loss", "eval.mean_score", "train.entropy", "train.mean_score"])
+    assert [(p.key, p.series) for p in panels] == [
+        ("mean_score", ("train.mean_score", "eval.mean_score")),
+        ("loss", ("train.loss",)),
+        ("entropy", ("train.entropy",)),
+    ]
+    assert chart_panels(["train.loss", "train.mean_score"], preferred="train.loss")[0].key == "loss"
+    assert [p.key for p in chart_panels(["gepa.transformation.mean_score", "x"])] == [
+        "gepa.transformation.mean_score", "x"]
+
+
+def test_a_sparkline_places_points_by_step_and_shares_a_scale():
+    from app.core.series import SPARK_LEVELS, sparkline
+
+    assert sparkline([0, 1, 2, 3], [0.0, 1.0, 2.0, 3.0], 4) == "▁▃▆█"
+    # A sparse series over a longer span: blank before its first point, held between points.
+    assert sparkline([2, 4], [1.0, 1.0], 5, span=(0, 4), scale=(0.0, 2.0)) == "  ▅▅▅"
+    assert sparkline([0, 1], [5.0, 5.0], 3) == SPARK_LEVELS[3] * 3  # flat: a middle line
+    assert sparkline([], [], 10) == ""
+    assert len(sparkline(list(range(1000)), [float(v) for v in range(1000)], 40)) == 40

@@ -18,7 +18,7 @@ import numpy as np
 
 from app.core.wire import MetricPoint, parse_iso
 
-# The default series (docs/product.md#reward-chart): the GEPA metric when present, else the first present of the
+# The default series (docs/product.md#metrics-grid): the GEPA metric when present, else the first present of the
 # job's mean-score / reward metrics.
 PREFERRED_METRICS = (
     "gepa.transformation.mean_score",
@@ -198,3 +198,97 @@ def downsample(steps: array[float], values: array[float], columns: int,
     result = xs.tolist(), ys.tolist()
     del xs_all, ys_all
     return result
+
+
+# -- the metrics grid's panels (docs/product.md#metrics-grid) -----------------------------
+
+# A metric named "<split>.<measure>" with one of these splits shares a panel with its
+# namesakes: train.mean_score and eval.mean_score are one chart, two lines.
+SPLITS = ("train", "eval")
+
+
+@dataclass(frozen=True)
+class ChartPanel:
+    """One chart of the grid: a measure and the metric series drawn on it, in legend order."""
+
+    key: str
+    series: tuple[str, ...]
+
+    @property
+    def title(self) -> str:
+        return self.key.replace("_", " ")
+
+    @property
+    def lead(self) -> str:
+        return self.series[0]
+
+
+def _measure(name: str) -> str:
+    split, _, rest = name.partition(".")
+    return rest if split in SPLITS and rest else name
+
+
+def chart_panels(names: Iterable[str], preferred: str | None = None) -> list[ChartPanel]:
+    """Every metric in a panel; train and eval of one measure together (train first).
+
+    The panel of ``preferred`` (else of the default metric) leads; the others keep the order
+    their metrics were first seen, so a panel never moves once shown.
+    """
+    names = list(names)
+    grouped: dict[str, list[str]] = {}
+    for name in names:
+        grouped.setdefault(_measure(name), []).append(name)
+    panels = [ChartPanel(key, tuple(sorted(members, key=_split_order))) for key, members in grouped.items()]
+    lead = preferred if preferred in names else default_metric(names)
+    panels.sort(key=lambda panel: lead not in panel.series)  # stable: the rest keep their order
+    return panels
+
+
+def _split_order(name: str) -> int:
+    split = name.partition(".")[0]
+    return SPLITS.index(split) if split in SPLITS else len(SPLITS)
+
+
+def split_label(name: str) -> str:
+    """A series' name in its panel's legend: its split ("train", "eval") or its whole name."""
+    split = name.partition(".")[0]
+    return split if split in SPLITS and _measure(name) != name else name
+
+
+SPARK_LEVELS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(steps: Sequence[float], values: Sequence[float], width: int, *,
+              span: tuple[float, float] | None = None, scale: tuple[float, float] | None = None) -> str:
+    """A one-line picture of a series over ``width`` columns.
+
+    Columns are placed by step over ``span`` (first and last step; the series' own by
+    default), so the series of one chart line up; a column is the mean of its points, a
+    column without points repeats the one before, and columns before the first point are
+    blank. Heights are scaled over ``scale`` (low, high; the series' own by default), so
+    one chart's series share a scale. A flat series is a flat middle line.
+    """
+    if not len(values) or width <= 0:
+        return ""
+    xs = np.asarray(steps, dtype=np.float64)
+    ys = np.asarray(values, dtype=np.float64)
+    first, last = span if span is not None else (float(xs[0]), float(xs[-1]))
+    if last > first:
+        columns = np.clip(np.rint((xs - first) / (last - first) * (width - 1)), 0, width - 1).astype(np.int64)
+    else:
+        columns = np.zeros(len(xs), dtype=np.int64)
+        width = 1
+    counts = np.bincount(columns, minlength=width)
+    sums = np.bincount(columns, weights=ys, minlength=width)
+    present = counts > 0
+    means = np.where(present, sums / np.maximum(counts, 1), np.nan)
+    low, high = scale if scale is not None else (float(np.nanmin(means)), float(np.nanmax(means)))
+    top = len(SPARK_LEVELS) - 1
+    out = []
+    level: int | None = None
+    for column in range(width):
+        if present[column]:
+            value = float(means[column])
+            level = 3 if high - low <= 0 else int(min(top, max(0, round((value - low) / (high - low) * top))))
+        out.append(" " if level is None else SPARK_LEVELS[level])
+    return "".join(out)

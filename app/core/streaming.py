@@ -300,7 +300,7 @@ class JobWatcher:
         A step's event and its metric points are written together, but only events stream:
         without this the chart would trail the log by up to a poll interval (a few steps of
         a fast job). After streamed events, metrics are read once the follow interval since
-        the last read has passed (docs/product.md#reward-chart); a failed read waits for the
+        the last read has passed (docs/product.md#metrics-grid); a failed read waits for the
         next tick, which retries it."""
         metrics_due = False
         while (remaining := tick_end - time.monotonic()) > 0:

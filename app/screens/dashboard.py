@@ -9,9 +9,11 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -21,6 +23,7 @@ from textual.markup import escape as escape_markup
 from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Header, Input, Static
 
+from app.core.compare import ComparedRun, earlier_runs, read_runs
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
@@ -30,11 +33,14 @@ from app.core.paths import run_dir
 from app.core.redact import printable
 from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
-from app.core.wire import SUCCESS_STATUSES, parse_iso
+from app.core.wire import SUCCESS_STATUSES, check_job_id, parse_iso
 from app.screens.base import FlowScreen
 from widgets.event_log import EventLog
-from widgets.reward_chart import RewardChart
+from widgets.metrics_grid import MetricsGrid
+from widgets.overlay_picker import MAX_OVERLAYS, OverlayPickerModal
 
+# At 80 columns the charts sit above the log and take at most this share of the height.
+NARROW_CHART_SHARE = 0.6
 STATUS_CLASSES = {"succeeded": "ok", "completed": "ok", "failed": "bad", "error": "bad", "cancelled": "warn",
                   "canceled": "warn"}
 
@@ -51,19 +57,22 @@ class DashboardScreen(FlowScreen):
     TITLE = "Live dashboard"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
+        # In order of need: at 80 columns the footer shows the first few.
+        Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
         Binding("c", "cancel_job", "Cancel", id="dashboard.cancel"),
         Binding("r", "rerun", "Rerun", id="dashboard.rerun"),
         Binding("p", "pause", "Pause", id="dashboard.pause"),
-        Binding("m", "metric", "Metric", id="dashboard.metric", show=False),
-        Binding("s", "smoothing", "Smooth", id="dashboard.smoothing", show=False),
-        Binding("z", "zoom", "Zoom", id="dashboard.zoom", show=False),
         Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
-        # m, s, z and n are not in the footer (80 columns are full): the chart's readouts and
-        # the log's status line name them where they act.
+        Binding("m", "metric", "Chart", id="dashboard.metric"),
+        Binding("M", "metric_back", "Previous chart", id="dashboard.metric_back", show=False),
+        Binding("f", "full", "Full size", id="dashboard.full"),
+        Binding("s", "smoothing", "Smooth", id="dashboard.smoothing"),
+        Binding("z", "zoom", "Zoom", id="dashboard.zoom"),
+        Binding("o", "overlay", "Overlay", id="dashboard.overlay"),
+        # n and e are not in the footer: the log's status line names n, the palette both.
         Binding("n", "noise", "Noise", id="dashboard.noise", show=False),
-        Binding("e", "export", "Export", id="dashboard.export"),
+        Binding("e", "export", "Export", id="dashboard.export", show=False),
         Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
-        Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
         Binding("ctrl+q", "quit_dashboard", "Quit", id="dashboard.app_quit", show=False),
         Binding("escape", "close_filter", "Clear filter / back", id="dashboard.close_filter", show=False),
     ]
@@ -72,7 +81,10 @@ class DashboardScreen(FlowScreen):
         ("Rerun job", "Submit the same payload with a new Idempotency-Key", "rerun"),
         ("Export run", "Write metrics CSV and events JSONL into the run's folder", "export"),
         ("Pause or resume the view", "Freeze the chart and the log; the job goes on (p)", "pause"),
-        ("Next metric", "Chart the next metric the job emits (m)", "metric"),
+        ("Next chart", "Focus the next chart of the grid (m)", "metric"),
+        ("Previous chart", "Focus the chart before (M)", "metric_back"),
+        ("Full size chart", "Show the focused chart alone, or the whole grid again (f)", "full"),
+        ("Overlay earlier runs", "Draw earlier runs of this config, or any job id, as dimmed lines (o)", "overlay"),
         ("Smoothing", "None, EMA or moving average (s)", "smoothing"),
         ("Zoom", "The last 50 steps or all of them (z)", "zoom"),
         ("Filter events", "Show only events whose type, level or text match (/)", "filter"),
@@ -81,11 +93,14 @@ class DashboardScreen(FlowScreen):
         ("Toggle infrastructure noise", "Show or hide hatchet/modal events (n)", "noise"),
     )
 
-    def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False) -> None:
-        """``back_to_history``: opened from the run history, so Esc goes back there."""
+    def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
+                 overlays: Sequence[ComparedRun] = ()) -> None:
+        """``back_to_history``: opened from the run history, so Esc goes back there.
+        ``overlays``: earlier runs drawn beside this one (a rerun overlays the run it repeats)."""
         super().__init__()
         self.job = job if isinstance(job, JobContext) else JobContext(job)
         self.back_to_history = back_to_history
+        self.overlays = list(overlays)
         self.store = MetricStore()
         self.status = "unknown"
         self.reconnecting = ""
@@ -106,7 +121,7 @@ class DashboardScreen(FlowScreen):
         yield Header()
         yield Static("", id="dash-header", classes="flow-header", markup=True)
         with Horizontal(id="dash-body"):
-            yield RewardChart(self.store, preferred_metric=self.session.options.metric, id="dash-chart")
+            yield MetricsGrid(self.store, preferred_metric=self.session.options.metric, id="dash-chart")
             yield EventLog(id="dash-log")
         yield Input(placeholder="filter events by type, level or text: applies as you type; enter keeps it, esc clears",
                     id="dash-filter")
@@ -118,6 +133,8 @@ class DashboardScreen(FlowScreen):
         super().on_mount()
         self.query_one("#dash-filter").display = False
         self.query_one("#dash-final").display = False
+        if self.overlays:
+            self.query_one(MetricsGrid).set_overlays(self.overlays)
         if self.job.replay is not None:
             self._apply(self.job.replay)
             return
@@ -156,7 +173,7 @@ class DashboardScreen(FlowScreen):
             self._feed_stopped(batch.error)
         if batch.points:
             self.store.add(batch.points)
-            self.query_one(RewardChart).data_changed()
+            self.query_one(MetricsGrid).data_changed()
         if batch.events:
             self.query_one(EventLog).add_events(batch.events)
         if batch.status is not None:
@@ -166,6 +183,7 @@ class DashboardScreen(FlowScreen):
             self.reconnecting = batch.connection.message if batch.connection.reconnecting else ""
         if batch.ended is not None:
             self._ended(batch.ended)
+            self.query_one(MetricsGrid).flush()  # the final picture now, not at the next due redraw
         if batch.status is not None or batch.connection is not None or batch.ended is not None:
             self._render_header()  # otherwise the 1 s clock keeps it current
 
@@ -213,6 +231,14 @@ class DashboardScreen(FlowScreen):
             self.app.bell()
         self.query_one("#dash-final-text", Static).update(text)
 
+    def on_resize(self) -> None:
+        # The breakpoint class may have changed: at 80 columns the grid is stacked over the
+        # log and may take 60% of the height (styles.tcss).
+        grid = self.query_one(MetricsGrid)
+        grid.height_share = NARROW_CHART_SHARE if self.has_class("-narrow") else 1.0
+        self.call_after_refresh(grid.arrange_charts)
+        self.call_after_refresh(self._render_header)
+
     def _render_header(self) -> None:
         # The job's age from its created_at (the backend's clock), frozen at its end.
         elapsed = int(time.monotonic() - self.started)
@@ -225,13 +251,19 @@ class DashboardScreen(FlowScreen):
         status = f"[$success]●[/] {shown}" if style == "ok" else (
             f"[$error]●[/] {shown}" if style == "bad" else (
                 f"[$warning]●[/] {shown}" if style == "warn" else f"[$accent]●[/] {shown}"))
-        parts = [f"[b]{shown_text(self.job.job_id)}[/b]", status,
-                 f"{elapsed // 3600:02d}:{elapsed % 3600 // 60:02d}:{elapsed % 60:02d}",
-                 f"backend {shown_text(self.session.backend_base)}"]
+        # At 80 columns the labels go and the backend is its host: all six facts still fit.
+        narrow = self.has_class("-narrow")
+        backend = shown_text(self.session.backend_base)
+        if narrow:
+            backend = shown_text(urlsplit(self.session.backend_base).netloc or self.session.backend_base)
+        clock = f"{elapsed // 3600:02d}:{elapsed % 3600 // 60:02d}:{elapsed % 60:02d}"
+        parts = [f"[b]{shown_text(self.job.job_id)}[/b]", status, clock[3:] if narrow and elapsed < 3600 else clock,
+                 backend if narrow else f"backend {backend}"]
         if self.job.config_path:
-            parts.append(f"config {shown_text(Path(self.job.config_path).name)}")
+            config = shown_text(Path(self.job.config_path).name)
+            parts.append(config if narrow else f"config {config}")
         if self.job.model:
-            parts.append(f"model {shown_text(self.job.model)}")
+            parts.append(shown_text(self.job.model) if narrow else f"model {shown_text(self.job.model)}")
         if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
             parts.insert(2, f"[$warning]filter “{shown_text(needle, 30)}” (esc clears)[/]")
         if self.paused:
@@ -239,25 +271,34 @@ class DashboardScreen(FlowScreen):
         if self.reconnecting:
             parts.append(f"[$warning]reconnecting… {self.reconnecting[:60]}[/]")
         # A fixed one-line widget: no layout pass (a full layout costs more than the repaint).
-        self.query_one("#dash-header", Static).update("   ".join(parts), layout=False)
+        self.query_one("#dash-header", Static).update(("  " if narrow else "   ").join(parts), layout=False)
 
     # -- keys -----------------------------------------------------------------------------
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        self.query_one(RewardChart).paused = self.paused
+        self.query_one(MetricsGrid).paused = self.paused
         if not self.paused:
             self.apply_feed()
         self._render_header()
 
     def action_metric(self) -> None:
-        self.query_one(RewardChart).cycle_metric()
+        self.query_one(MetricsGrid).focus_next_chart()
+
+    def action_metric_back(self) -> None:
+        self.query_one(MetricsGrid).focus_next_chart(-1)
+
+    def action_full(self) -> None:
+        grid = self.query_one(MetricsGrid)
+        grid.toggle_full()
+        # Full size: the chart takes the log's room too.
+        self.set_class(grid.full, "-chart-full")
 
     def action_smoothing(self) -> None:
-        self.query_one(RewardChart).cycle_smoothing()
+        self.query_one(MetricsGrid).cycle_smoothing()
 
     def action_zoom(self) -> None:
-        self.query_one(RewardChart).toggle_zoom()
+        self.query_one(MetricsGrid).toggle_zoom()
 
     def action_noise(self) -> None:
         self.query_one(EventLog).toggle_noise()
@@ -336,7 +377,34 @@ class DashboardScreen(FlowScreen):
         warning = self.session.remember_submission(context, idempotency_key=key, rerun_of=self.job.job_id)
         self.notify(f"Rerun submitted as {result.job_id}", title="Rerun")
         self.flow_app.warn_history(warning)
-        self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history))
+        # The run it repeats stays on the charts, dimmed, beside the new one.
+        overlays = [ComparedRun(self.job.job_id, self.store), *self.query_one(MetricsGrid).overlays][:MAX_OVERLAYS]
+        self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays))
+
+    def action_overlay(self) -> None:
+        self._choose_overlays()
+
+    @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
+    async def _choose_overlays(self) -> None:
+        grid = self.query_one(MetricsGrid)
+        earlier = await asyncio.to_thread(earlier_runs, self.job.config_path, self.job.job_id,
+                                          self.session.backend_base)
+        chosen = await self.app.push_screen_wait(OverlayPickerModal(earlier, [run.job_id for run in grid.overlays]))
+        if chosen is None:
+            return
+        have = {run.job_id: run for run in grid.overlays}
+        missing = [job_id for job_id in chosen if job_id not in have]
+        for job_id in missing:
+            check_job_id(job_id)
+        if missing:
+            self.notify(f"Reading the metrics of {', '.join(missing)}…")
+            async with self.session.client() as client:
+                have.update({run.job_id: run for run in await read_runs(client, missing)})
+        runs = [have[job_id] for job_id in chosen]
+        grid.set_overlays(runs)
+        if any(run.truncated for run in runs):
+            self.notify("A run has more points than are read for an overlay: its start is shown.",
+                        severity="warning")
 
     @work(exclusive=True, group="export", exit_on_error=False, name="Export")
     async def action_export(self) -> None:

@@ -20,7 +20,7 @@ from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from pilot_waits import wait_for
 from widgets.event_log import EventLog
-from widgets.reward_chart import RewardChart
+from widgets.metrics_grid import MetricsGrid
 
 
 def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02) -> SynthTuiApp:
@@ -43,14 +43,14 @@ async def test_events_arrive_and_the_chart_grows(faulty_backend):
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         log = screen.query_one(EventLog)
-        chart = screen.query_one(RewardChart)
+        grid = screen.query_one(MetricsGrid)
         assert log.total == sum(len(e) for _, e, _ in timeline)
         assert log.hidden_noise == 1
-        assert chart.metric == "train.mean_score"
+        assert grid.focused_panel == "mean_score"
         assert len(screen.store.get("train.mean_score")) == 6
         assert screen.status == "succeeded"
         assert "Final status: succeeded" in str(screen.query_one("#dash-final-text").render())
-        await wait_for(pilot, lambda: chart.redraws >= 1)
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
 
 
 async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
@@ -59,13 +59,27 @@ async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
     async with app.run_test(size=(160, 45)) as pilot:
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
-        chart = screen.query_one(RewardChart)
+        grid = screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: len(grid.charts) == 2)
         await pilot.press("m")
-        assert chart.metric == "train.loss"
+        assert grid.focused_panel == "loss"
+        await pilot.press("M")
+        assert grid.focused_panel == "mean_score"
+        await pilot.press("f")
+        await pilot.pause()
+        assert grid.full and screen.has_class("-chart-full")
+        assert [c.panel.key for c in grid.charts if c.display] == ["mean_score"]
+        assert not screen.query_one(EventLog).display
+        await pilot.press("m")
+        await pilot.pause()
+        assert [c.panel.key for c in grid.charts if c.display] == ["loss"], "full size follows the focus"
+        await pilot.press("f")
+        await pilot.pause()
+        assert not grid.full and all(c.display for c in grid.charts)
         await pilot.press("s")
-        assert chart.smoothing == "ema"
+        assert grid.smoothing == "ema"
         await pilot.press("z")
-        assert chart.zoomed
+        assert grid.zoomed
         log = screen.query_one(EventLog)
         before = log.shown
         await pilot.press("n")
@@ -135,7 +149,7 @@ async def test_pause_stops_redraws_and_resume_applies_what_arrived(faulty_backen
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.query_one(EventLog).total >= 1)
         await pilot.press("p")
-        chart = screen.query_one(RewardChart)
+        chart = screen.query_one(MetricsGrid)
         redraws, total = chart.redraws, screen.query_one(EventLog).total
         await wait_for(pilot, lambda: screen.feed.events_seen >= 3)
         assert chart.redraws == redraws and screen.query_one(EventLog).total == total
@@ -214,6 +228,10 @@ async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
         await pilot.press("y")
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.job.job_id != "job_old")
         new_id = app.screen.job.job_id
+        # The run it repeats is drawn beside it, dimmed, named in the legend.
+        grid = app.screen.query_one(MetricsGrid)
+        assert [run.job_id for run in grid.overlays] == ["job_old"]
+        await wait_for(pilot, lambda: bool(grid.charts) and "job_old" in grid.charts[0].legend())
     creates = [r for r in faulty_backend.requests if r[0] == "POST" and r[1] == "/api/rl/jobs"]
     assert len(creates) == 1 and creates[0][3] == payload
     assert creates[0][2]["Idempotency-Key"] != "old-key"
@@ -277,7 +295,10 @@ def finished_run() -> FeedBatch:
                                created_at=f"2026-01-01T12:00:{step + 1:02d}Z"))
         at = f"2026-01-01T12:00:{step + 1:02d}Z"
         points += [MetricPoint(name="train.mean_score", step=step, value=score, created_at=at),
-                   MetricPoint(name="train.loss", step=step, value=round(1.2 - score, 4), created_at=at)]
+                   MetricPoint(name="train.loss", step=step, value=round(1.2 - score, 4), created_at=at),
+                   MetricPoint(name="train.entropy", step=step, value=round(1.5 * 0.93 ** step, 4), created_at=at)]
+        if step % 5 == 0:
+            points.append(MetricPoint(name="eval.mean_score", step=step, value=round(score - 0.04, 4), created_at=at))
     events.append(JobEvent(seq=33, type="rl.pipeline.backpressure", level="warning",
                            message="rollout queue is full", created_at="2026-01-01T12:00:32Z"))
     events.append(JobEvent(seq=34, type="rl.job.completed", level="info", message="Job completed",

@@ -1,0 +1,148 @@
+"""The metrics grid: every metric at once, readable at 160x45 and 80x24, overlays of earlier
+runs, and the redraw rule (docs/product.md#metrics-grid)."""
+
+from __future__ import annotations
+
+import pytest
+from test_dashboard import dashboard, make_dashboard_app
+from textual.app import App, ComposeResult
+
+from app.core.compare import ComparedRun
+from app.core.history import RunHistory
+from app.core.jobs import JobContext
+from app.core.series import MetricStore
+from app.core.wire import MetricPoint
+from app.screens.modals import ErrorModal
+from fakes import ScriptedJob, event, metric
+from pilot_waits import wait_for
+from widgets.metrics_grid import MetricChart, MetricsGrid
+from widgets.overlay_picker import OverlayPickerModal
+
+
+def four_metric_job(job_id: str, steps: int = 12, offset: float = 0.0) -> ScriptedJob:
+    """train and eval mean score, loss and entropy, as the embedded trainer emits them."""
+    timeline = [("running", [event(1, "rl.train.started")], [])]
+    for step in range(steps):
+        score = round(0.2 + 0.06 * step + offset, 4)
+        points = [metric("train.mean_score", step, score), metric("train.loss", step, round(1 - score, 4)),
+                  metric("train.entropy", step, round(1.5 - 0.1 * step, 4))]
+        if step % 4 == 3:
+            points.append(metric("eval.mean_score", step, round(score - 0.05, 4)))
+        timeline.append(("running", [event(step + 2, "rl.train.step", message=f"step {step}")], points))
+    timeline.append(("succeeded", [event(steps + 2, "rl.job.completed")], []))
+    return ScriptedJob(job_id, timeline)
+
+
+def chart_text(chart: MetricChart) -> str:
+    lines = chart.query_one(".chart-lines" if chart.has_class("-compact") else ".chart-readouts")
+    return str(lines.render())
+
+
+@pytest.mark.parametrize("size, compact", [((160, 45), False), ((80, 24), True)])
+async def test_every_metric_is_charted_at_once_with_its_numbers(faulty_backend, size, compact):
+    faulty_backend.add_job(four_metric_job("job_a"))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=size) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        grid = screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: len(grid.charts) == 3 and all(c.redraws for c in grid.charts))
+        charts = {chart.panel.key: chart for chart in grid.charts}
+        assert charts["mean_score"].panel.series == ("train.mean_score", "eval.mean_score")
+        assert all(chart.display for chart in grid.charts), "every chart at once"
+        assert all(chart.has_class("-compact") == compact for chart in grid.charts)
+        # Each series' last value is on screen, train and eval of one measure on one chart.
+        assert "0.8600" in chart_text(charts["mean_score"]) and "0.8100" in chart_text(charts["mean_score"])
+        assert "0.1400" in chart_text(charts["loss"])
+        assert "0.4000" in chart_text(charts["entropy"])
+        legend = charts["mean_score"].legend()
+        assert "train" in legend and "eval" in legend
+
+
+async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_backend):
+    old_job = faulty_backend.add_job(four_metric_job("job_old", offset=-0.1))
+    old_job.tick = len(old_job.timeline)  # finished before this dashboard opened
+    faulty_backend.add_job(four_metric_job("job_new"))
+    backend = faulty_backend.url + "/api"
+    for job_id in ("job_old", "job_new"):
+        RunHistory().record_submission(job_id=job_id, backend=backend, config_path="configs/rl/demo.toml",
+                                       payload=None, idempotency_key=None)
+    app = make_dashboard_app(faulty_backend, JobContext("job_new", config_path="configs/rl/demo.toml"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("o")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverlayPickerModal))
+        assert [r.job_id for r in app.screen.earlier] == ["job_old"]
+        await pilot.press("space")
+        await pilot.click("#overlay-apply")
+        grid = screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: [run.job_id for run in grid.overlays] == ["job_old"])
+        old = grid.overlays[0].store.get("train.mean_score")
+        assert len(old) == 12 and old.values[-1] == pytest.approx(0.76)
+        chart = grid.chart("mean_score")
+        await wait_for(pilot, lambda: "job_old" in str(chart.border_title))
+        assert [label for _, _, label in chart.overlay_series()] == ["job_old train"]
+
+
+async def test_an_unknown_job_id_to_overlay_says_so_and_changes_nothing(faulty_backend):
+    faulty_backend.add_job(four_metric_job("job_new"))
+    app = make_dashboard_app(faulty_backend, JobContext("job_new"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("o")
+        await wait_for(pilot, lambda: isinstance(app.screen, OverlayPickerModal))
+        await pilot.press(*"job_missing", "enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal))
+        assert "job_missing" in app.screen.message
+        assert screen.query_one(MetricsGrid).overlays == []
+
+
+class GridApp(App[None]):
+    def __init__(self, store: MetricStore, data_interval: float) -> None:
+        super().__init__()
+        self.store = store
+        self.data_interval = data_interval
+
+    def compose(self) -> ComposeResult:
+        yield MetricsGrid(self.store, data_interval=self.data_interval)
+
+
+def points(name: str, steps: range) -> list[MetricPoint]:
+    return [MetricPoint(name=name, step=step, value=step / 10) for step in steps]
+
+
+async def test_new_data_waits_for_its_redraw_and_the_end_draws_at_once():
+    """Data alone redraws at most every data_interval; the job's end (flush) draws now."""
+    store = MetricStore()
+    app = GridApp(store, data_interval=3600)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        store.add(points("train.mean_score", range(0, 3)))
+        grid.data_changed()
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws == 1)
+        chart = grid.charts[0]
+        store.add(points("train.mean_score", range(3, 6)))
+        grid.data_changed()
+        await pilot.pause()
+        assert chart.redraws == 1, "throttled: the redraw is not yet due"
+        grid.flush()
+        assert chart.redraws == 2
+        assert "step 5" in chart_text(chart)
+
+
+async def test_overlays_are_drawn_in_their_own_colour_behind_the_live_run():
+    store = MetricStore()
+    store.add(points("train.mean_score", range(0, 5)))
+    earlier = ComparedRun("job_earlier")
+    earlier.store.add(points("train.mean_score", range(0, 9)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays([earlier])
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        chart = grid.charts[0]
+        assert chart.overlay_series()[0][2] == "job_earlier train"
+        assert "job_earlier" in chart.legend()
+        assert "o overlays: 1" in str(app.query_one("#grid-status").render())

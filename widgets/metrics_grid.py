@@ -1,0 +1,439 @@
+"""The metrics grid: every metric the job emits at once, one small chart per measure.
+
+train and eval of a measure share a chart (``app.core.series.chart_panels``); the legend
+sits in the chart's border, outside the data. One chart has focus (``m`` moves it, Tab too);
+``f`` shows it full size. When the grid is too short for plots (80x24), each chart becomes
+a few text rows: a sparkline and the numbers per series. Earlier runs are overlaid as dimmed
+lines (docs/product.md#compare-runs).
+
+Each chart redraws only when what it shows changed, new data at most every
+``data_interval`` seconds, from a copy downsampled to two points per column, so its cost
+does not grow with the run (docs/product.md#metrics-grid).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.events import Resize
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Static
+from textual_plotext import PlotextPlot
+
+from app.core.compare import ComparedRun
+from app.core.series import (
+    SMOOTHING_MODES,
+    ChartPanel,
+    MetricSeries,
+    MetricStore,
+    Readouts,
+    chart_panels,
+    downsample,
+    sparkline,
+    split_label,
+    window,
+)
+
+ZOOM_STEPS = 50
+# A plot needs this many rows inside its border to say anything; below it, text rows.
+MIN_PLOT_ROWS = 9
+# The live series' colours by split (plotext names) and their legend equivalents (Rich).
+LIVE_COLORS = ("cyan", "orange", "green", "magenta")
+LEGEND_COLORS = {"cyan": "cyan", "orange": "dark_orange", "green": "green", "magenta": "magenta",
+                 "gray": "grey50"}
+# Earlier runs: dim, distinct greys, so the live run stands out.
+OVERLAY_COLORS = ((120, 120, 150), (150, 120, 120), (120, 150, 120), (140, 140, 140))
+
+
+def number(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value:.4f}" if abs(value) < 1e5 else f"{value:.3g}"
+
+
+def format_readouts(readouts: Readouts, *, full: bool) -> str:
+    """A chart's numbers: last, best and step always; min, max and rate when there is room."""
+    step = readouts.step if readouts.step is not None else "—"
+    text = f"last {number(readouts.last)}  best {number(readouts.best)}  step {step}"
+    if full:
+        rate = "—" if readouts.steps_per_minute is None else f"{readouts.steps_per_minute:.1f}/min"
+        text += f"  min {number(readouts.minimum)}  max {number(readouts.maximum)}  rate {rate}"
+    return text
+
+
+def integer_ticks(first: float, last: float, count: int = 6) -> list[int]:
+    """Steps are whole numbers: label the x axis with integers, not 1.50."""
+    first, last = int(first), int(last)
+    if last <= first:
+        return [first]
+    stride = max(1, round((last - first) / (count - 1)))
+    return list(range(first, last + 1, stride))
+
+
+def plot_line(plt, xs: list[float], ys: list[float], banded: bool, *, color: object) -> None:
+    """A downsampled series is drawn as two lines, its per-column lows and highs: one zigzag
+    through both would stroke every column from min to max, and plotext's cost grows with
+    the sub-pixels drawn (profiled: 40-56 ms a frame zigzag, about 20 ms as two lines)."""
+    if banded:
+        plt.plot(xs[0::2], ys[0::2], marker="braille", color=color)
+        plt.plot(xs[1::2], ys[1::2], marker="braille", color=color)
+    else:
+        plt.plot(xs, ys, marker="braille", color=color)
+
+
+def legend_mark(color: object) -> str:
+    if isinstance(color, tuple):
+        return f"[rgb({color[0]},{color[1]},{color[2]})]━[/]"
+    return f"[{LEGEND_COLORS.get(str(color), str(color))}]━[/]"
+
+
+class MetricChart(Vertical):
+    """One panel of the grid: its measure's live series and the overlays' lines of it."""
+
+    can_focus = True
+
+    def __init__(self, panel: ChartPanel, grid: MetricsGrid) -> None:
+        super().__init__(classes="metric-chart")
+        self.panel = panel
+        self.grid = grid
+        self.redraws = 0
+        self._drawn_key: tuple | None = None
+        self._drawn_at = 0.0
+
+    def compose(self) -> ComposeResult:
+        yield PlotextPlot(classes="chart-plot")
+        yield Static("", classes="chart-lines", markup=True)
+        yield Static("waiting for metrics…", classes="chart-readouts", markup=False)
+
+    def on_mount(self) -> None:
+        self.border_title = self.legend()
+        self.grid.call_after_refresh(self.grid.arrange_charts)  # a new chart: the grid gains a cell
+
+    # -- what it shows -------------------------------------------------------------------
+
+    def live_series(self) -> list[tuple[MetricSeries, str]]:
+        """(series, colour) of the live run, in legend order."""
+        found = []
+        for index, name in enumerate(self.panel.series):
+            series = self.grid.store.get(name)
+            if series is not None and len(series):
+                found.append((series, LIVE_COLORS[index % len(LIVE_COLORS)]))
+        return found
+
+    def overlay_series(self) -> list[tuple[MetricSeries, tuple[int, int, int], str]]:
+        """(series, colour, label) of the earlier runs: their lead series of this measure."""
+        found = []
+        for index, run in enumerate(self.grid.overlays):
+            for name in self.panel.series:
+                series = run.store.get(name)
+                if series is not None and len(series):
+                    found.append((series, OVERLAY_COLORS[index % len(OVERLAY_COLORS)],
+                                  f"{run.label} {split_label(name)}"))
+                    break
+        return found
+
+    def legend(self) -> str:
+        focus = "▶ " if self.has_focus or self.grid.focused_panel == self.panel.key else ""
+        parts = [f"[b]{focus}{self.panel.title}[/b]"]
+        parts += [f"{legend_mark(LIVE_COLORS[i % len(LIVE_COLORS)])} {split_label(name)}"
+                  for i, name in enumerate(self.panel.series)]
+        parts += [f"{legend_mark(color)} [dim]{label}[/]" for _, color, label in self.overlay_series()]
+        live = self.live_series()
+        if live and self.has_class("-compact"):  # no readouts row: the step goes here
+            parts.append(f"step {live[0][0].readouts().step}")
+        return "  ".join(parts)
+
+    def _view_key(self) -> tuple:
+        versions = tuple(s.version for s, _ in self.live_series())
+        plot = self.query_one(PlotextPlot)
+        return (versions, self.grid.overlays_version, self.grid.smoothing, self.grid.zoomed, plot.size,
+                self.has_class("-compact"), self.grid.full)
+
+    # -- drawing -------------------------------------------------------------------------
+
+    def redraw_if_changed(self, *, now: float, force: bool = False) -> None:
+        """Redraw when the view changed (smoothing, zoom, size, overlays: at once) or its
+        data did (at most every ``data_interval`` seconds: a figure costs tens of ms)."""
+        if not self.is_mounted:
+            return
+        key = self._view_key()
+        if key == self._drawn_key:
+            return
+        only_data = self._drawn_key is not None and key[1:] == self._drawn_key[1:]
+        if only_data and not force and now - self._drawn_at < self.grid.data_interval:
+            return
+        self._drawn_key = key
+        self._drawn_at = now
+        self.redraw()
+
+    def redraw(self) -> None:
+        self.border_title = self.legend()
+        if self.has_class("-compact"):
+            self._draw_lines()
+        else:
+            self._draw_plot()
+        self.redraws += 1
+
+    def _readouts(self) -> str:
+        """One row per series (labelled when the chart has several); min, max and rate too
+        when the row fits the chart's width."""
+        live = self.live_series()
+        if not live:
+            return "waiting for metrics…"
+        width = max(len(split_label(series.name)) for series, _ in live)
+        rows = []
+        for series, _ in live:
+            label = f"{split_label(series.name):<{width}}  " if len(live) > 1 else ""
+            full = label + format_readouts(series.readouts(), full=True)
+            rows.append(full if len(full) <= self.content_size.width else
+                        label + format_readouts(series.readouts(), full=False))
+        return "\n".join(rows)
+
+    def _draw_lines(self) -> None:
+        """Too short for a plot: a sparkline and the numbers per series, one row each, the
+        series placed by step and scaled together so they compare at a glance."""
+        live = self.live_series()
+        views = []
+        for series, color in live:
+            start = window(series.steps, ZOOM_STEPS if self.grid.zoomed else None)
+            views.append((series, color, series.steps[start:], series.smoothed(self.grid.smoothing)[start:]))
+        views = [view for view in views if len(view[2])]
+        if not views:
+            self.query_one(".chart-lines", Static).update("waiting for metrics…")
+            return
+        span = (min(v[2][0] for v in views), max(v[2][-1] for v in views))
+        scale = (min(min(v[3]) for v in views), max(max(v[3]) for v in views))
+        label_width = max(6, *(len(split_label(s.name)[:16]) for s, *_ in views))
+        width = max(self.size.width, 24)
+        rows = []
+        for series, color, steps, values in views:
+            readouts = series.readouts()
+            label = f"{split_label(series.name)[:16]:<{label_width}}"
+            numbers = f"{number(readouts.last)}  best {number(readouts.best)}"
+            spark_width = max(4, width - 2 - len(label) - 2 - len(numbers))
+            line = sparkline(steps, values, spark_width, span=span, scale=scale)
+            rows.append(f"{legend_mark(color)} {label} [{LEGEND_COLORS[color]}]{line}[/] {numbers}")
+        self.query_one(".chart-lines", Static).update("\n".join(rows))
+
+    def _draw_plot(self) -> None:
+        plot = self.query_one(PlotextPlot)
+        plt = plot.plt
+        plt.clear_data()
+        plt.clear_figure()
+        readouts = self.query_one(".chart-readouts", Static)
+        live = self.live_series()
+        if not live:
+            plt.title("waiting for metrics…")
+            readouts.update("waiting for metrics…")
+            plot.refresh()
+            return
+        columns = max(plot.size.width - 10, 10)
+        smoothing = self.grid.smoothing
+        first = last = None
+        for earlier, dim, _ in self.overlay_series():
+            self._line(plt, earlier, columns, color=dim, smoothing=smoothing)
+        for index, (series, color) in enumerate(live):
+            if smoothing != "none" and index == 0:
+                self._line(plt, series, columns, color="gray", smoothing="none")
+            xs = self._line(plt, series, columns, color=color, smoothing=smoothing)
+            if xs:
+                first = xs[0] if first is None else min(first, xs[0])
+                last = xs[-1] if last is None else max(last, xs[-1])
+        if first is not None and last is not None:
+            ticks: list[float] = [*integer_ticks(first, last)]  # plotext's stubs take floats
+            plt.xticks(ticks)
+        readouts.update(self._readouts(), layout=False)
+        plot.refresh()
+
+    def _line(self, plt, series: MetricSeries, columns: int, *, color: object, smoothing: str) -> list[float]:
+        start = window(series.steps, ZOOM_STEPS if self.grid.zoomed else None)
+        banded = len(series) - start > 2 * columns  # downsample() then gives (min, max) pairs
+        xs, ys = downsample(series.steps, series.smoothed(smoothing), columns, start)
+        if xs:
+            plot_line(plt, xs, ys, banded, color=color)
+        return xs
+
+    def on_focus(self) -> None:
+        self.grid.focused_panel = self.panel.key
+
+    def on_blur(self) -> None:
+        self.border_title = self.legend()
+
+
+class MetricsGrid(Vertical):
+    """The charts of one job's metrics, with earlier runs' lines overlaid."""
+
+    focused_panel: reactive[str | None] = reactive(None)
+    smoothing: reactive[str] = reactive("none")
+    zoomed: reactive[bool] = reactive(False)
+    paused: reactive[bool] = reactive(False)
+    full: reactive[bool] = reactive(False)
+
+    def __init__(self, store: MetricStore, *, preferred_metric: str | None = None, data_interval: float = 1.0,
+                 tick: float = 0.1, id: str | None = None) -> None:
+        super().__init__(id=id)
+        # The share of its parent's height the grid may take (the dashboard's narrow layout
+        # stacks it over the log): whether plots fit is judged on that, not on the grid's
+        # own height, which shrinks to its text rows when they are shown.
+        self.height_share = 1.0
+        self.store = store
+        self.preferred_metric = preferred_metric
+        self.data_interval = data_interval
+        self.tick = tick
+        self.overlays: list[ComparedRun] = []
+        self.overlays_version = 0
+        self.panels: list[ChartPanel] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("waiting for metrics…", id="grid-status", markup=True)
+        yield Vertical(id="grid-cells")
+
+    def on_mount(self) -> None:
+        # The drain interval: once a redraw is due, the chart follows the log within a tick.
+        self.set_interval(self.tick, self.redraw_if_changed, name="grid-redraw")
+
+    # -- the charts ------------------------------------------------------------------------
+
+    @property
+    def charts(self) -> list[MetricChart]:
+        return list(self.query(MetricChart))
+
+    def chart(self, key: str | None) -> MetricChart | None:
+        return next((c for c in self.charts if c.panel.key == key), None)
+
+    @property
+    def redraws(self) -> int:
+        return sum(chart.redraws for chart in self.charts)
+
+    def data_changed(self) -> None:
+        """New points arrived: new measures get a chart; the next tick redraws what is due."""
+        names = self.store.names() + [n for run in self.overlays for n in run.store.names()
+                                      if n not in self.store.series]
+        panels = chart_panels(names, self.preferred_metric)
+        if [p.key for p in panels] == [p.key for p in self.panels] and \
+                all(a.series == b.series for a, b in zip(panels, self.panels, strict=True)):
+            return
+        self.panels = panels
+        cells = self.query_one("#grid-cells")
+        by_key = {chart.panel.key: chart for chart in self.charts}
+        for panel in panels:
+            chart = by_key.get(panel.key)
+            if chart is None:
+                cells.mount(MetricChart(panel, self))
+            else:
+                chart.panel = panel
+                chart._drawn_key = None
+        if self.focused_panel is None and panels:
+            self.focused_panel = panels[0].key
+        self.call_after_refresh(self.arrange_charts)
+
+    def set_overlays(self, runs: Sequence[ComparedRun]) -> None:
+        self.overlays = list(runs)
+        self.overlays_version += 1
+        self.data_changed()
+        self._show_status()
+
+    def redraw_if_changed(self, *, force: bool = False) -> None:
+        if self.paused:
+            return
+        now = time.monotonic()
+        for chart in self.charts:
+            if chart.display:
+                chart.redraw_if_changed(now=now, force=force)
+
+    def flush(self) -> None:
+        """Draw what arrived now, throttle or not (the job ended: the final picture)."""
+        self.redraw_if_changed(force=True)
+
+    # -- keys ------------------------------------------------------------------------------
+
+    def focus_next_chart(self, step: int = 1) -> None:
+        keys = [p.key for p in self.panels]
+        if not keys:
+            return
+        index = keys.index(self.focused_panel) + step if self.focused_panel in keys else 0
+        self.focused_panel = keys[index % len(keys)]
+        chart = self.chart(self.focused_panel)
+        if chart is not None and (self.screen.focused is None or isinstance(self.screen.focused, MetricChart)):
+            chart.focus()
+
+    def cycle_smoothing(self) -> None:
+        self.smoothing = SMOOTHING_MODES[(SMOOTHING_MODES.index(self.smoothing) + 1) % len(SMOOTHING_MODES)]
+
+    def toggle_zoom(self) -> None:
+        self.zoomed = not self.zoomed
+
+    def toggle_full(self) -> None:
+        self.full = not self.full
+
+    def watch_focused_panel(self) -> None:
+        for chart in self.charts:
+            chart.border_title = chart.legend()
+            chart.set_class(chart.panel.key == self.focused_panel, "-focused")
+        if self.full:
+            self.arrange_charts()
+        self._show_status()
+
+    def watch_smoothing(self) -> None:
+        self._show_status()
+        self.redraw_if_changed()
+
+    def watch_zoomed(self) -> None:
+        self._show_status()
+        self.redraw_if_changed()
+
+    def watch_full(self) -> None:
+        self.arrange_charts()
+
+    def watch_paused(self, paused: bool) -> None:
+        if not paused:
+            self.redraw_if_changed()
+
+    # -- layout ----------------------------------------------------------------------------
+
+    def on_resize(self, event: Resize) -> None:
+        self.arrange_charts()
+
+    def arrange_charts(self) -> None:
+        """Two columns when wide, plots when tall enough, else text rows; full size shows
+        the focused chart alone."""
+        charts = self.charts
+        cells = self.query_one("#grid-cells")
+        if not charts:
+            return
+        width = cells.size.width or self.size.width
+        parent = self.parent.size.height if isinstance(self.parent, Widget) else self.size.height
+        height = max(int(parent * self.height_share) - 1, 1)  # less the status line
+        shown = [c for c in charts if not self.full or c.panel.key == self.focused_panel] or charts[:1]
+        for chart in charts:
+            chart.display = chart in shown
+        columns = 2 if width >= 90 and len(shown) > 1 else 1
+        rows = math.ceil(len(shown) / columns)
+        compact = not self.full and height // rows < MIN_PLOT_ROWS
+        cells.set_class(compact, "-compact")
+        self.set_class(compact, "-compact")
+        for chart in charts:
+            chart.set_class(compact, "-compact")
+        if compact:
+            cells.styles.layout = "vertical"
+        else:
+            cells.styles.layout = "grid"
+            cells.styles.grid_size_columns = columns
+            cells.styles.grid_size_rows = rows
+        self._show_status()
+        self.redraw_if_changed(force=True)
+
+    def _show_status(self) -> None:
+        if not self.is_mounted:
+            return
+        focused = next((p for p in self.panels if p.key == self.focused_panel), None)
+        view = f"last {ZOOM_STEPS} steps" if self.zoomed else "all steps"
+        overlays = f"o overlays: {len(self.overlays)}" if self.overlays else "o overlay"
+        parts = [f"[b]{focused.title}[/b]" if focused else "waiting for metrics…",
+                 "m chart", f"f {'grid' if self.full else 'full size'}", f"s {self.smoothing}", f"z {view}", overlays]
+        self.query_one("#grid-status", Static).update(" · ".join(parts), layout=False)
