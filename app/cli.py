@@ -197,7 +197,7 @@ def _dispatch(args: argparse.Namespace) -> int:
         return run_attach_tui(_session(args), args.job_id)
     if args.command == "history":
         if not interactive:
-            return headless.run_history()
+            return headless.run_history(args)
         from app.tui import run_history_tui
 
         return run_history_tui(_session(args))

@@ -22,7 +22,8 @@ from app.core.client import ApiError, SynthClient
 from app.core.diagnosis import BackendCheck, TaskAppCheck, overall_verdict
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.events import event_line, is_noise, metric_line, status_line
-from app.core.history import RunHistory
+from app.core.history import RunHistory, RunRecord
+from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
 from app.core.jobs import remember
 from app.core.launch import PreparedJob
 from app.core.redact import mask_secret, printable, redact
@@ -38,7 +39,7 @@ from app.core.streaming import (
     WatchEnded,
 )
 from app.core.toml_source import read_config_text
-from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.core.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status
 from app.text_chart import TextChart
 
 
@@ -433,14 +434,45 @@ async def _attach_flow(args: argparse.Namespace, printer: Printer) -> int:
         return await stream_job(client, job.job_id, args.stream_format, printer, session)
 
 
-def run_history() -> int:
-    """``synth-tui history --no-tui``: one line per job launched from this machine."""
-    records = RunHistory().list()
-    if not records:
-        print("No jobs launched from this machine yet.")
-        return ExitCode.OK
-    print(f"{'JOB':<28} {'STATUS':<11} {'CREATED':<20} {'BACKEND':<40} CONFIG")
+def run_history(args: argparse.Namespace | None = None, *, printer: Printer | None = None) -> int:
+    """``synth-tui history --no-tui``: one line per job launched from this machine, with the
+    statuses of unfinished jobs asked of their backends first (docs/product.md#run-history),
+    and the command that attaches to each job still running."""
+    printer = printer or Printer()
+    try:
+        session = LaunchSession(LaunchOptions.from_args(args) if args is not None else LaunchOptions())
+        if session.options.env_files:
+            session.open_unattended_env()  # a --env-file that cannot be read stops here, not per job
+        history = RunHistory()
+        records = history.list()
+        if not records:
+            printer.line("No jobs launched from this machine yet.")
+            return ExitCode.OK
+        answers = asyncio.run(_refreshed(session, records))
+    except SynthTuiError as exc:
+        printer.error(exc)
+        return exc.exit_code
+    unanswered = {a.job_id for a in answers if a.status is None}
+    statuses = {a.job_id: a.status for a in answers if a.status is not None}
+    for warning in dict.fromkeys(a.warning for a in answers if a.warning):
+        printer.warning(warning)
+    for note in problem_notes(answers):
+        printer.diag(f"Warning: {note}")
+    printer.line(f"{'JOB':<28} {'STATUS':<11} {'CREATED':<20} {'BACKEND':<40} CONFIG")
+    running = []
     for record in records:
-        print(f"{record.job_id:<28} {record.status:<11} {record.created_at[:19]:<20} {record.backend:<40} "
-              f"{record.config_path or '-'}")
+        status = statuses.get(record.job_id, record.status) + ("?" if record.job_id in unanswered else "")
+        if needs_refresh(record) and not is_terminal_status(statuses.get(record.job_id)):
+            running.append(record)
+        printer.line(f"{record.job_id:<28} {status:<11} {record.created_at[:19]:<20} {record.backend:<40} "
+                     f"{record.config_path or '-'}")
+    if running:
+        printer.line("")
+        printer.line("Attach to a job still running with:")
+        for record in running:
+            printer.line(f"  {session.history_attach_command(record)}")
     return ExitCode.OK
+
+
+async def _refreshed(session: LaunchSession, records: list[RunRecord]) -> list[StatusAnswer]:
+    return [answer async for answer in refresh_statuses(session, records)]

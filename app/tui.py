@@ -208,5 +208,6 @@ def run_attach_tui(session: LaunchSession, job_id: str) -> int:
 
 
 def run_history_tui(session: LaunchSession) -> int:
-    session.open_unattended_env()
+    if session.options.env_files:  # checked now; without it each job uses the .env it was launched with
+        session.open_unattended_env()
     return run_app(SynthTuiApp(session, start="history"))

@@ -1,7 +1,8 @@
 """The run history: every job launched from this machine, in a small SQLite file.
 
-``synth-tui history`` lists it; rerun and attach read the payload, backend and cursors from
-it. Secrets are never stored: the payload holds none, and the backend is a URL.
+``synth-tui history`` lists it; rerun and attach read the payload, the backend and the .env the
+job was launched with from it. Secrets are never stored: the payload holds none, the backend is
+a URL and the .env is its path, never its contents.
 """
 
 from __future__ import annotations
@@ -29,9 +30,13 @@ CREATE TABLE IF NOT EXISTS runs (
     final_status TEXT,
     last_status TEXT,
     last_metrics TEXT,
-    rerun_of TEXT
+    rerun_of TEXT,
+    env_path TEXT
 );
 """
+# Columns added after the first release, with their types: a file written by an older version
+# gets them (ALTER TABLE ... ADD COLUMN) the first time it is opened, and its rows read as NULL.
+_ADDED_COLUMNS = (("env_path", "TEXT"),)
 
 
 def utc_now() -> str:
@@ -51,6 +56,8 @@ class RunRecord:
     last_status: str | None
     last_metrics: dict[str, float]
     rerun_of: str | None
+    # The .env the job was launched with (its path only), so attach and rerun find its key.
+    env_path: str | None = None
 
     @property
     def status(self) -> str:
@@ -60,6 +67,7 @@ class RunRecord:
 class RunHistory:
     def __init__(self, path: Path | None = None) -> None:
         self.path = path or history_db_path()
+        self._migrated = False
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
@@ -67,6 +75,9 @@ class RunHistory:
         connection = sqlite3.connect(self.path, timeout=5.0)
         try:
             connection.execute(_SCHEMA)
+            if not self._migrated:
+                _add_missing_columns(connection)
+                self._migrated = True
             yield connection
             connection.commit()
         finally:
@@ -74,15 +85,16 @@ class RunHistory:
 
     def record_submission(self, *, job_id: str, backend: str, config_path: str | None,
                           payload: Mapping[str, Any] | None, idempotency_key: str | None,
-                          rerun_of: str | None = None) -> None:
-        """A created job (an idempotent replay of the same job keeps its first record)."""
+                          rerun_of: str | None = None, env_path: str | None = None) -> None:
+        """A created job (an idempotent replay of the same job keeps its first record).
+        ``env_path``: the .env it was launched with, the path only (never a key)."""
         now = utc_now()
         with self._connect() as db:
             db.execute(
                 "INSERT OR IGNORE INTO runs (job_id, backend, config_path, payload, idempotency_key, created_at,"
-                " updated_at, last_status, rerun_of) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?)",
+                " updated_at, last_status, rerun_of, env_path) VALUES (?, ?, ?, ?, ?, ?, ?, 'queued', ?, ?)",
                 (job_id, backend, config_path, json.dumps(payload) if payload is not None else None,
-                 idempotency_key, now, now, rerun_of))
+                 idempotency_key, now, now, rerun_of, env_path))
 
     def record_progress(self, job_id: str, *, status: str | None = None,
                         last_metrics: Mapping[str, float] | None = None, final: bool = False) -> None:
@@ -112,10 +124,23 @@ class RunHistory:
 
 
 _COLUMNS = ("job_id, backend, config_path, payload, idempotency_key, created_at, updated_at, final_status,"
-            " last_status, last_metrics, rerun_of")
+            " last_status, last_metrics, rerun_of, env_path")
+
+
+def _add_missing_columns(db: sqlite3.Connection) -> None:
+    """Bring a history written by an older version up to this schema; its rows keep working."""
+    present = {row[1] for row in db.execute("PRAGMA table_info(runs)")}
+    for name, kind in _ADDED_COLUMNS:
+        if name in present:
+            continue
+        try:
+            db.execute(f"ALTER TABLE runs ADD COLUMN {name} {kind}")
+        except sqlite3.OperationalError as exc:  # another process added it a moment ago
+            if "duplicate column" not in str(exc).lower():
+                raise
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
-    (job_id, backend, config_path, payload, key, created, updated, final, last, metrics, rerun_of) = row
+    (job_id, backend, config_path, payload, key, created, updated, final, last, metrics, rerun_of, env_path) = row
     return RunRecord(job_id, backend, config_path, json.loads(payload) if payload else None, key, created,
-                     updated, final, last, json.loads(metrics) if metrics else {}, rerun_of)
+                     updated, final, last, json.loads(metrics) if metrics else {}, rerun_of, env_path)

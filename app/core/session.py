@@ -10,6 +10,7 @@ import asyncio
 import dataclasses
 import math
 import os
+import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,9 @@ from typing import Any
 from app.core import config as cfg
 from app.core import envfile
 from app.core.client import RlNotOffered, RlSupport, SynthClient, VerifyResult, checked_api_base
-from app.core.errors import MissingSecretsError, UsageError
+from app.core.errors import EnvFileError, MissingSecretsError, UnusableSecretError, UsageError
 from app.core.health import HealthReport, check_task_app
+from app.core.history import RunRecord
 from app.core.jobs import JobContext, read_history, remember
 from app.core.launch import (
     EnvChoice,
@@ -113,6 +115,13 @@ def check_idempotency_key(key: str) -> None:
     if problem:
         raise UsageError(f"--idempotency cannot be sent as an Idempotency-Key header: {problem}.",
                          "Use plain ASCII letters, digits and dashes, e.g. a UUID (the default when it is left out).")
+
+
+def attach_command(job_id: str, backend: str, env_path: str | Path | None) -> str:
+    """`synth-tui attach` with every flag it needs to work when copied: the backend, and the
+    .env to read SYNTH_API_KEY from (None: the shell's)."""
+    command = f"synth-tui attach {job_id} --backend {backend}"
+    return command if env_path is None else f"{command} --env-file {shlex.quote(str(env_path))}"
 
 
 @dataclass(frozen=True)
@@ -338,22 +347,75 @@ class LaunchSession:
 
     def remember_submission(self, job: JobContext, *, idempotency_key: str | None = None,
                             rerun_of: str | None = None) -> str | None:
-        """Record a created job in the run history; a warning when it could not be written."""
+        """Record a created job in the run history, with the path (never the contents) of the
+        .env it was launched with; a warning when the history could not be written."""
+        env_path = self.env.path if self.env is not None and self.env.exists else None
         return remember(lambda history: history.record_submission(
             job_id=job.job_id, backend=self.backend_base, config_path=job.config_path, payload=job.payload,
-            idempotency_key=idempotency_key or self.idempotency_key, rerun_of=rerun_of))
+            idempotency_key=idempotency_key or self.idempotency_key, rerun_of=rerun_of,
+            env_path=os.path.abspath(env_path) if env_path is not None else None))
 
     def attach(self, job_id: str) -> JobContext:
-        """Set up a watch of an existing job, the same for both front ends: the backend it ran
-        on (from the history, unless --backend names one), the .env, the backend key (missing:
-        MissingSecretsError before anything is shown)."""
+        """Set up a watch of an existing job, the same for both front ends: a job of the run
+        history as :meth:`use_history_record` says; any other with --backend (or the default),
+        the .env found as for a headless run, and its backend key (missing: MissingSecretsError
+        before anything is shown)."""
         check_job_id(job_id)  # it goes into URL paths: "../x" or "" must stop here
         record = read_history(job_id)
-        if record is not None and not self.options.backend:
-            self.use_backend(record.backend, "the job history")
+        if record is not None:
+            return self.use_history_record(record)
         self.open_unattended_env()
         self.synth_api_key()
-        return JobContext.from_record(record) if record is not None else JobContext.of(job_id)
+        return JobContext.of(job_id)
+
+    def use_history_record(self, record: RunRecord) -> JobContext:
+        """Set up an attach, a rerun or a status check of a job from the run history; the one
+        way, for the history screen, `history --no-tui` and `attach`. The backend it ran on
+        (unless --backend names one); the .env: --env-file when given, else the one the job was
+        launched with, else (an older record) as for a headless run; then its SYNTH_API_KEY.
+        A remembered .env that is gone or has no SYNTH_API_KEY is an error naming the file and
+        the fix, raised before anything is sent."""
+        if not self.options.backend:
+            self.use_backend(record.backend, "the job history")
+        remembered = self.remembered_env(record)
+        if remembered is None:
+            self.open_unattended_env()
+            self.synth_api_key()
+        else:
+            self._open_remembered_env(record.job_id, remembered)
+        return JobContext.from_record(record)
+
+    def remembered_env(self, record: RunRecord) -> Path | None:
+        """The .env to use for this job instead of discovery: None when --env-file was given
+        (it wins) or the record is from before the history remembered it."""
+        if self.options.env_files or not record.env_path:
+            return None
+        return Path(record.env_path)
+
+    def for_history_record(self, record: RunRecord) -> LaunchSession:
+        """A new session with these flags and shell, set up for ``record``
+        (:meth:`use_history_record`): the status check asks each job's backend with its own key."""
+        session = LaunchSession(self.options, shell=self.shell)
+        session.use_history_record(record)
+        return session
+
+    def _open_remembered_env(self, job_id: str, path: Path) -> None:
+        fix = (f"pass --env-file PATH with its SYNTH_API_KEY: synth-tui history --env-file PATH, or "
+               f"{attach_command(job_id, self.backend_base, 'PATH')}")
+        present = path.is_file()
+        if not present and not self.shell.get("SYNTH_API_KEY"):
+            raise EnvFileError(f"Job {job_id} was launched with {path}, which no longer exists.",
+                               f"Restore that file, or {fix}.")
+        # The shell's SYNTH_API_KEY wins over the file, as everywhere; it also stands in for a
+        # file that is gone.
+        self.open_env(path if present else None, "the job's .env (run history)", [path])
+        try:
+            self.synth_api_key()
+        except UnusableSecretError:
+            raise
+        except MissingSecretsError:
+            raise MissingSecretsError(f"{path}, the .env job {job_id} was launched with, has no SYNTH_API_KEY.",
+                                      f"Add SYNTH_API_KEY to it, or {fix}.") from None
 
     def watch_options(self, *, since_seq: int = 0) -> WatchOptions:
         """How both front ends watch a job: the flags' intervals and bounds."""
@@ -366,10 +428,15 @@ class LaunchSession:
         if self.options.embedded_backend:
             return (f"The embedded backend stops with this process, and job {job_id} with it "
                     f"(marked failed when that backend starts again).")
-        command = f"synth-tui attach {job_id} --backend {self.backend_base}"
-        if self.env_choice is not None and self.env_choice.path is not None:
-            command += f" --env-file {self.env_choice.path}"
-        return f"Attach again with:\n  {command}"
+        env_path = self.env_choice.path if self.env_choice is not None else None
+        return f"Attach again with:\n  {attach_command(job_id, self.backend_base, env_path)}"
+
+    def history_attach_command(self, record: RunRecord) -> str:
+        """The attach command for a job of the run history, with the backend and .env
+        :meth:`use_history_record` would use (printed by `history --no-tui`; nothing is read)."""
+        backend = self.backend_base if self.options.backend else record.backend
+        env_path = self.options.env_files[0] if self.options.env_files else record.env_path
+        return attach_command(record.job_id, backend, env_path)
 
     def paused_message(self, job_id: str) -> str:
         """What a watch that ended on a paused job says (the job is not over)."""

@@ -1,9 +1,20 @@
-"""The run history: every job launched from this machine; attach to one or rerun it."""
+"""The run history: every job launched from this machine; attach to one or rerun it.
+
+Opening it (and f5) lists the history at once, then asks each unfinished job's backend for its
+status in a worker (``core/history_refresh.py``) and updates the rows as answers arrive. A job
+opens with the backend and .env it was launched with (``LaunchSession.use_history_record``).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from urllib.parse import urlsplit
 
+from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -11,10 +22,17 @@ from textual.widgets import DataTable, Footer, Header, Static
 
 from app.core.errors import SynthTuiError
 from app.core.history import RunHistory, RunRecord
-from app.core.jobs import JobContext
+from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
+from app.core.redact import printable
 from app.core.series import default_metric
+from app.core.wire import SUCCESS_STATUSES, is_terminal_status
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
+
+INTRO = "Jobs launched from this machine, newest first."
+# Below this width the table keeps job, status, created and config; the detail line under it
+# shows the highlighted job's metrics and backend in full.
+WIDE_COLUMNS_FROM = 120
 
 
 def headline_metrics(metrics: dict[str, float], count: int = 2) -> list[tuple[str, float]]:
@@ -24,67 +42,209 @@ def headline_metrics(metrics: dict[str, float], count: int = 2) -> list[tuple[st
     return [(name, metrics[name]) for name in ordered[:count]]
 
 
+def metrics_text(metrics: dict[str, float], count: int) -> str:
+    return ", ".join(f"{name}={value:.3f}" for name, value in headline_metrics(metrics, count))
+
+
+def local_time(created_at: str) -> str:
+    """The record's UTC timestamp in local time, to the minute."""
+    try:
+        return datetime.fromisoformat(created_at).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return created_at[:16]
+
+
+def short_backend(url: str) -> str:
+    """host:port of a backend URL, for the table (the full URL is in the detail line)."""
+    parts = urlsplit(url)
+    return parts.netloc.rpartition("@")[2] or url
+
+
+@dataclass(frozen=True)
+class Row:
+    """One job as listed: its record, and whether the .env it was launched with is still there
+    (read in the loading worker, so the UI thread touches no file)."""
+
+    record: RunRecord
+    env_present: bool | None  # None: no .env remembered (an older record)
+
+
+def config_name(path: str | None) -> str:
+    """The config's file name without .toml (the full path is in the detail line)."""
+    if not path:
+        return "—"
+    name = Path(path).name
+    return name.removesuffix(".toml") or name
+
+
+class HistoryTable(DataTable[Text]):
+    """The history's table. Textual's DataTable binds home/end to the horizontal scroll, so with
+    a row cursor End left the cursor on the first row and Enter opened that job: here they
+    move the cursor to the first and last job. Its enter is shown in the footer as the
+    screen's would be (the focused table's binding hides the screen's)."""
+
+    BINDINGS = [
+        Binding("enter", "select_cursor", "Attach", key_display="enter"),
+        Binding("home", "scroll_top", "First job", show=False),
+        Binding("end", "scroll_bottom", "Last job", show=False),
+    ]
+
+
 class HistoryScreen(FlowScreen):
     TITLE = "Run history"
     BINDINGS = [
         Binding("enter", "attach", "Attach", id="history.attach"),
         Binding("r", "rerun", "Rerun", id="history.rerun"),
-        Binding("f5", "reload", "Reload", id="history.reload"),
+        Binding("f5", "reload", "Check statuses", id="history.reload"),
         Binding("q,escape", "app.quit", "Quit", id="history.quit"),
     ]
 
     def __init__(self) -> None:
         super().__init__()
-        self.records: list[RunRecord] = []
+        self.rows: dict[str, Row] = {}  # by job id, the table's row keys
+        # Job id -> what the last check said: a status, or None when it got no answer.
+        self.checked: dict[str, str | None] = {}
+        self.notes: list[str] = []
+        self.checking = False
+        self.wide: bool | None = None  # the columns shown: all (wide) or the narrow set
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("Jobs launched from this machine (newest first). Enter attaches, r reruns.",
-                     classes="flow-header", markup=False)
-        yield DataTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        yield Static(INTRO, id="history-header", classes="flow-header", markup=False)
+        yield HistoryTable(id="history-table", cursor_type="row", zebra_stripes=True)
+        yield Static("", id="history-detail", classes="flow-header", markup=False)
         yield Footer()
 
     def on_mount(self) -> None:
         super().on_mount()
-        table = self.query_one(DataTable)
-        table.add_columns("Job", "Status", "Created", "Backend", "Config", "Last metrics")
+        self.query_one(HistoryTable).styles.height = "1fr"
         self.action_reload()
 
-    @work(exclusive=True, exit_on_error=False, name="Load history")
-    async def action_reload(self) -> None:
-        self.records = await asyncio.to_thread(RunHistory().list)
-        self._show(self.records)
+    def on_resize(self) -> None:
+        if self.wide is not None and self.wide != (self.size.width >= WIDE_COLUMNS_FROM):
+            self._show(list(self.rows.values()))
 
-    def _show(self, records: list[RunRecord]) -> None:
-        table = self.query_one(DataTable)
-        table.clear()
-        for record in records:
-            metrics = ", ".join(f"{k}={v:.3f}" for k, v in headline_metrics(record.last_metrics))
-            table.add_row(record.job_id, record.status, record.created_at.replace("T", " ")[:19], record.backend,
-                          record.config_path or "—", metrics or "—", key=record.job_id)
-        if not records:
+    # -- loading and checking ---------------------------------------------------------------
+
+    @work(exclusive=True, group="history", exit_on_error=False, name="Load history")
+    async def action_reload(self) -> None:
+        """List the history, then ask the backends about every job that has not ended."""
+        rows = await asyncio.to_thread(_read_rows)
+        self.checked = {}
+        self.notes = []
+        self._show(rows)
+        stale = [row.record for row in rows if needs_refresh(row.record)]
+        if not stale:
+            self._render_header()
+            return
+        self.checking = True
+        backends = len({record.backend for record in stale})
+        self._render_header(f"Checking {len(stale)} unfinished job{'s' if len(stale) != 1 else ''} "
+                            f"with {backends} backend{'s' if backends != 1 else ''}…")
+        answers: list[StatusAnswer] = []
+        try:
+            async for answer in refresh_statuses(self.session, stale):
+                answers.append(answer)
+                self._answered(answer)
+        finally:
+            self.checking = False
+        self.notes = problem_notes(answers)
+        for warning in dict.fromkeys(a.warning for a in answers if a.warning):
+            self.flow_app.warn_history(warning)
+        self._render_header()
+
+    def _answered(self, answer: StatusAnswer) -> None:
+        self.checked[answer.job_id] = answer.status
+        row = self.rows.get(answer.job_id)
+        if row is None:
+            return
+        self.query_one(HistoryTable).update_cell(answer.job_id, "status", self._status_cell(row.record))
+
+    def _render_header(self, checking: str | None = None) -> None:
+        lines = [INTRO]
+        if checking:
+            lines.append(checking)
+        elif self.notes:
+            lines += [f"⚠ {note}" for note in self.notes]
+        elif self.checked:
+            lines.append(f"Statuses checked with the backends at {datetime.now():%H:%M:%S}.")
+        header = self.query_one("#history-header", Static)
+        header.update("\n".join(printable(line) for line in lines))
+        header.set_class(bool(self.notes) and not checking, "warn")
+
+    def _show(self, rows: list[Row]) -> None:
+        table = self.query_one(HistoryTable)
+        selected = self._selected()
+        table.clear(columns=True)
+        self.wide = self.size.width >= WIDE_COLUMNS_FROM
+        columns = [("Job", "job"), ("Status", "status"), ("Created", "created"), ("Config", "config")]
+        if self.wide:
+            columns += [("Last metrics", "metrics"), ("Backend", "backend")]
+        for label, key in columns:
+            table.add_column(label, key=key)
+        self.rows = {row.record.job_id: row for row in rows}
+        for row in rows:
+            record = row.record
+            cells = [Text(printable(record.job_id)), self._status_cell(record), Text(local_time(record.created_at)),
+                     Text(printable(config_name(record.config_path)))]
+            if self.wide:
+                cells += [Text(printable(metrics_text(record.last_metrics, 2)) or "—"),
+                          Text(printable(short_backend(record.backend)))]
+            table.add_row(*cells, key=record.job_id)
+        if selected is not None and selected.job_id in self.rows:  # f5 keeps the cursor on its job
+            table.move_cursor(row=table.get_row_index(selected.job_id))
+        if not rows:
             self.notify("No jobs yet: runs appear here once submitted from this machine.")
+        self._show_detail()
+
+    def _status_cell(self, record: RunRecord) -> Text:
+        """The status the backend gave in this check, else the one last seen; marked "?" when
+        the check got no answer for it."""
+        status = self.checked.get(record.job_id) or record.status
+        unanswered = record.job_id in self.checked and self.checked[record.job_id] is None
+        colour = ("success" if status in SUCCESS_STATUSES else "error" if is_terminal_status(status)
+                  else "warning" if unanswered else "accent")
+        theme = self.app.theme_variables
+        return Text.assemble(("● ", theme.get(colour, "")), printable(status) + ("?" if unanswered else ""))
+
+    # -- the selected job -----------------------------------------------------------------
 
     def _selected(self) -> RunRecord | None:
-        table = self.query_one(DataTable)
-        if not self.records or table.cursor_row is None:
+        table = self.query_one(HistoryTable)
+        if not self.rows or table.row_count == 0:
             return None
-        return self.records[table.cursor_row]
+        row_key = table.coordinate_to_cell_key(table.cursor_coordinate).row_key
+        row = self.rows.get(str(row_key.value))
+        return row.record if row is not None else None
+
+    @on(DataTable.RowHighlighted, "#history-table")
+    def _row_highlighted(self) -> None:
+        self._show_detail()
+
+    def _show_detail(self) -> None:
+        """Where the highlighted job ran, and with which .env (and whether that file is gone)."""
+        record = self._selected()
+        detail = self.query_one("#history-detail", Static)
+        if record is None:
+            detail.update("")
+            return
+        row = self.rows[record.job_id]
+        env = ("--env-file " + str(self.session.options.env_files[0]) if self.session.options.env_files
+               else record.env_path or "not remembered (launched before the history kept it)")
+        if row.env_present is False and not self.session.options.env_files:
+            env += " (missing: pass --env-file PATH)"
+        lines = [f"{record.job_id} on {record.backend}", f".env {env}",
+                 f"config {record.config_path or '— (attached, not launched here)'}"]
+        if record.last_metrics:
+            lines.append(f"last metrics {metrics_text(record.last_metrics, 4)}")
+        detail.update("\n".join(printable(line) for line in lines))
 
     @on(DataTable.RowSelected, "#history-table")
-    def _row_chosen(self) -> None:
-        self.action_attach()
-
-    def _open(self, record: RunRecord) -> DashboardScreen | None:
-        """The job's dashboard, on the backend it ran on; Esc comes back here."""
-        try:
-            self.session.use_backend(record.backend, "the job history")
-        except SynthTuiError as exc:  # a history file edited by hand
-            self.flow_app.show_error("Cannot open this job", exc)
-            return None
-        screen = DashboardScreen(JobContext.from_record(record), back_to_history=True)
-        self.app.push_screen(screen)
-        return screen
+    def _row_chosen(self, event: DataTable.RowSelected) -> None:
+        """Enter (or a click) on a row: that row's job, by its key, whatever the cursor says."""
+        row = self.rows.get(str(event.row_key.value))
+        if row is not None:
+            self._open(row.record)
 
     def action_attach(self) -> None:
         record = self._selected()
@@ -98,6 +258,26 @@ class HistoryScreen(FlowScreen):
         if record.payload is None:
             self.notify("This job was attached, not launched here: its payload is unknown.", severity="error")
             return
-        screen = self._open(record)
-        if screen is not None:
+        self._open(record, rerun=True)
+
+    @work(exclusive=True, group="open", exit_on_error=False, name="Open the job")
+    async def _open(self, record: RunRecord, *, rerun: bool = False) -> None:
+        """The job's dashboard, on the backend it ran on with the .env it was launched with
+        (LaunchSession.use_history_record); Esc comes back here."""
+        try:
+            job = await asyncio.to_thread(self.session.use_history_record, record)
+        except SynthTuiError as exc:  # its .env is gone or has no key; a history edited by hand
+            self.flow_app.show_error(f"Cannot open job {record.job_id}", exc)
+            return
+        screen = DashboardScreen(job, back_to_history=True)
+        self.app.push_screen(screen)
+        if rerun:
             screen.call_after_refresh(screen.action_rerun)
+
+
+def _read_rows() -> list[Row]:
+    rows = []
+    for record in RunHistory().list():
+        present = os.path.isfile(record.env_path) if record.env_path else None
+        rows.append(Row(record, present))
+    return rows
