@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from app import __version__, demo, embedded, headless, serve
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
-COMMANDS = ("train", "demo", "attach", "history", "backend", "taskapp")
+COMMANDS = ("train", "demo", "attach", "history", "jobs", "backend", "taskapp")
 GIVE_UP_HELP = ("stop watching when a backend that answered before has not answered for S seconds: exit 5 "
                 "(default 60; 0 waits until --poll-timeout)")
 
@@ -106,6 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help=".env with SYNTH_API_KEY, used to attach or rerun")
     history.add_argument("--no-tui", action="store_true", help="print the history as a table")
 
+    _add_jobs_parser(sub)
+
     backend = sub.add_parser("backend", help="run the embedded backend as a server", epilog=_SERVER_KEYS_EPILOG)
     backend.add_argument("--host", default="127.0.0.1")
     backend.add_argument("--port", type=int, default=8000)
@@ -132,6 +134,37 @@ def build_parser() -> argparse.ArgumentParser:
                          help="accepted ENVIRONMENT_API_KEY (visible to every user via ps: prefer the environment "
                               "or --env-file)")
     return parser
+
+
+def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
+    """``synth-tui jobs``: the backend's job list (docs/product.md#jobs-view)."""
+    from app.core.client import JOB_PAGE_SIZE, MAX_LISTED_JOBS
+    from app.core.job_list import SORTS
+
+    jobs = sub.add_parser("jobs", help="every job the backend knows (k9s-style): attach, cancel, rerun")
+    jobs.add_argument("--backend", metavar="URL", help="backend base URL, http(s)://HOST[:PORT] (/api is appended)")
+    jobs.add_argument("--env-file", action="append", default=[], metavar="PATH", help=".env with SYNTH_API_KEY")
+    jobs.add_argument("--status", metavar="STATUS",
+                      help="only jobs with this status (e.g. running), as the backend filters them")
+    jobs.add_argument("--limit", type=_count(1, 100_000), default=MAX_LISTED_JOBS, metavar="N",
+                      help=f"list at most N jobs, newest first (default {MAX_LISTED_JOBS})")
+    jobs.add_argument("--page-size", type=_count(1, 500), default=JOB_PAGE_SIZE, metavar="N",
+                      help=f"jobs per request to the backend (default {JOB_PAGE_SIZE})")
+    jobs.add_argument("--sort", choices=SORTS, default="created", help="the order (default: newest first)")
+    jobs.add_argument("--no-tui", action="store_true", help="print the jobs as a table")
+
+
+def _count(low: int, high: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is not from {low} to {high:,}")
+        return value
+
+    return parse
 
 
 def normalise_argv(argv: Sequence[str]) -> list[str]:
@@ -201,6 +234,14 @@ def _dispatch(args: argparse.Namespace) -> int:
         from app.tui import run_history_tui
 
         return run_history_tui(_session(args))
+    if args.command == "jobs":
+        embedded.refuse_local_attach(args, to="list")
+        if not interactive:
+            return headless.run_jobs(args)
+        from app.tui import run_jobs_tui
+
+        return run_jobs_tui(_session(args), status=args.status, max_jobs=args.limit, page_size=args.page_size,
+                            sort=args.sort)
     raise AssertionError(args.command)
 
 

@@ -476,3 +476,42 @@ def run_history(args: argparse.Namespace | None = None, *, printer: Printer | No
 
 async def _refreshed(session: LaunchSession, records: list[RunRecord]) -> list[StatusAnswer]:
     return [answer async for answer in refresh_statuses(session, records)]
+
+
+def run_jobs(args: argparse.Namespace, *, printer: Printer | None = None) -> int:
+    """``synth-tui jobs --no-tui``: every job the backend lists, as a table (docs/product.md#jobs-view)."""
+    printer = printer or Printer()
+    try:
+        return asyncio.run(_jobs_table(args, printer))
+    except SynthTuiError as exc:
+        printer.error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        printer.diag("\nInterrupted.")
+        return ExitCode.INTERRUPTED
+
+
+async def _jobs_table(args: argparse.Namespace, printer: Printer) -> int:
+    from app.core import job_list
+
+    session = LaunchSession(LaunchOptions.from_args(args))
+    session.open_unattended_env()
+    session.synth_api_key()
+    printer.secrets.extend(session.secret_values())
+    async with session.client() as client:
+        await job_list.probe_jobs_backend(session, client)
+        listing = await job_list.read_jobs(client, status=args.status, max_jobs=args.limit, page_size=args.page_size)
+        scores = job_list.ScoreBook()
+        await scores.update(client, listing.rows)
+    rows = job_list.sort_rows(job_list.merge_scores(listing.rows, scores), args.sort)
+    printer.diag(f"Jobs at {session.backend_base}: {len(rows)} in {listing.pages} page(s)")
+    printer.warning(listing.note)
+    if scores.failures:
+        printer.warning(f"the metrics of {scores.failures} job(s) could not be read; their score shows "
+                        f"{job_list.NO_VALUE}")
+    if not rows:
+        printer.line("The backend lists no jobs" + (f" with status {args.status}." if args.status else "."))
+        return ExitCode.OK
+    for line in job_list.table_lines(rows):
+        printer.line(line)
+    return ExitCode.OK

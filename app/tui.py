@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 from textual import work
 from textual.app import App, SystemCommand
@@ -22,6 +23,7 @@ from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dashboard import DashboardScreen
 from app.screens.env_review import EnvReviewScreen
 from app.screens.history import HistoryScreen
+from app.screens.jobs import JobsScreen
 from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
@@ -53,6 +55,7 @@ class SynthTuiApp(App[int]):
         self.start = start
         self.attach = attach
         self.exit_code = 0
+        self.jobs_options: dict[str, Any] = {}  # start="jobs": JobsScreen's arguments (run_jobs_tui)
 
     # -- flow ------------------------------------------------------------------------------
 
@@ -69,6 +72,8 @@ class SynthTuiApp(App[int]):
             self.push_screen(DashboardScreen(self.attach))
         elif self.start == "history":
             self.push_screen(HistoryScreen())
+        elif self.start == "jobs":
+            self.push_screen(JobsScreen(**self.jobs_options))
         else:
             self.push_screen(self.STEPS.get(self.start, ConfigPickerScreen)())
 
@@ -211,3 +216,14 @@ def run_history_tui(session: LaunchSession) -> int:
     if session.options.env_files:  # checked now; without it each job uses the .env it was launched with
         session.open_unattended_env()
     return run_app(SynthTuiApp(session, start="history"))
+
+
+def run_jobs_tui(session: LaunchSession, **jobs_options: Any) -> int:
+    """``synth-tui jobs``: the backend's job list. No key or a backend without RL jobs ends here
+    (exit 3 or 5), as attach does, before a screen is shown."""
+    session.open_unattended_env()
+    session.synth_api_key()
+    session.check_attach_backend()
+    app = SynthTuiApp(session, start="jobs")
+    app.jobs_options = jobs_options
+    return run_app(app)

@@ -33,6 +33,9 @@ class ScriptedJob:
     tick: int = 0
     updated_at: str | None = "2026-01-01T00:00:00Z"
     stamp_updates: bool = True
+    # Listed by GET /api/rl/jobs when set (the jobs view's columns).
+    created_at: str | None = None
+    model: str | None = None
 
     def advance(self) -> None:
         self.tick = min(self.tick + 1, len(self.timeline))
@@ -79,6 +82,11 @@ class FaultyBackend:
         self.rl_offered = True  # False: every /api/rl/... answers 404, as a backend without RL jobs
         self.contract_header: str | None = None  # X-Synth-RL-Contract on GET /api/rl/jobs
         self.events_stream = False  # also serve SSE at /events/stream, as SDK 0.4+ backends do
+        # GET /api/rl/jobs pages as docs/wire-contract.md#job-list says (limit, after = the last
+        # job id of the page before), in the order the jobs were added; "ignore-after": always the
+        # first page; "next-cursor" / "has-more": the page also says whether more follow.
+        self.list_paging: str | None = None
+        self.cancel_status = "cancelled"  # the status a cancelled job moves to (list_paging)
         self.idempotency: dict[str, tuple[str, str]] = {}
         self.connections: set[socket.socket] = set()
         self.port = 0
@@ -248,6 +256,9 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "GET" and segments == ["rl", "jobs"]:
             if self._fault("list") != "handled":
                 said = {"X-Synth-RL-Contract": self.owner.contract_header} if self.owner.contract_header else {}
+                if self.owner.list_paging:
+                    self._send(*self._job_page(query), headers=said)
+                    return
                 self._send(200, {"jobs": [{"job_id": j.job_id, "status": j.status} for j in self.owner.jobs.values()]},
                            headers=said)
             return
@@ -262,6 +273,35 @@ class _Handler(BaseHTTPRequestHandler):
             self._job_route(method, job, segments[3:], query)
             return
         self._send(404, {"detail": "Not Found"})
+
+    def _job_page(self, query: dict[str, list[str]]) -> tuple[int, dict]:
+        jobs = list(self.owner.jobs.values())
+        if "status" in query:
+            jobs = [j for j in jobs if j.status == query["status"][0]]
+        limit = int(query.get("limit", ["50"])[0])
+        after = query.get("after", [None])[0]
+        start = 0
+        if after and self.owner.list_paging != "ignore-after":
+            ids = [j.job_id for j in jobs]
+            if after not in ids:
+                return 400, {"detail": f"unknown cursor {after}"}
+            start = ids.index(after) + 1
+        page = jobs[start:start + limit]
+        listed = []
+        for job in page:
+            item = {"job_id": job.job_id, "status": job.status}
+            if job.created_at:
+                item["created_at"] = job.created_at
+            if job.model:
+                item["model"] = job.model
+            listed.append(item)
+        body: dict[str, Any] = {"jobs": listed}
+        more = start + limit < len(jobs)
+        if self.owner.list_paging == "next-cursor":
+            body["next_cursor"] = page[-1].job_id if more and page else None
+        elif self.owner.list_paging == "has-more":
+            body["has_more"] = more
+        return 200, body
 
     def _create(self, body: Any) -> None:
         if self._fault("create") == "handled":
@@ -321,13 +361,17 @@ class _Handler(BaseHTTPRequestHandler):
             if fault == "handled":
                 return
             after = int(query.get("after_step", ["-1"])[0])
-            points = [m for m in job.visible_metrics() if m["step"] > after]
+            limit = int(query.get("limit", ["200"])[0])
+            points = [m for m in job.visible_metrics() if m["step"] > after][:limit]
             if fault == "dup":
                 points = points + points
             self._send(200, {"job_id": job.job_id, "points": points})
             return
         if method == "POST" and rest == ["cancel"]:
             if self._fault("cancel") != "handled":
+                if self.owner.list_paging:  # the job's status moves, as the jobs view would see
+                    job.timeline = [*job.timeline[:job.tick], (self.owner.cancel_status, [], [])]
+                    job.tick = len(job.timeline)
                 self._send(200, {"job_id": job.job_id, "status": "cancelled", "message": "cancel requested"})
             return
         self._send(404, {"detail": "Not Found"})

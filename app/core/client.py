@@ -48,6 +48,9 @@ DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # a request is never sent on a connection being closed at that moment (docs/hardening.md).
 CLIENT_KEEPALIVE_S = 2.0
 PAGE_LIMIT = 200
+# The job list's paging (docs/wire-contract.md#job-list): jobs per request, and the most listed.
+JOB_PAGE_SIZE = 100
+MAX_LISTED_JOBS = 1000
 
 
 @functools.cache
@@ -251,6 +254,18 @@ class VerifyResult:
         if not isinstance(self.body, dict):
             return []
         return [a for a in self.body.get("attempts") or [] if isinstance(a, dict)]
+
+
+@dataclass(frozen=True)
+class JobList:
+    """Every job a backend listed, newest first as it sent them (docs/wire-contract.md#job-list)."""
+
+    jobs: list[JobStatus]
+    pages: int
+    # True when the listing stopped at max_jobs while the backend may hold more.
+    capped: bool = False
+    # Why the listing stopped early or left something out, in words for the user; None: it did not.
+    note: str | None = None
 
 
 @dataclass
@@ -514,6 +529,59 @@ class SynthClient:
         response = await self.request("GET", "/rl/jobs", what="job list", params=params)
         return [JobStatus.model_validate(item) for item in items_of(response.body, "jobs") if isinstance(item, dict)]
 
+    async def list_all_jobs(self, *, max_jobs: int = MAX_LISTED_JOBS, page_size: int = JOB_PAGE_SIZE,
+                            status: str | None = None, retries: int | None = None) -> JobList:
+        """Every job, page by page (docs/wire-contract.md#job-list): ``after`` is the cursor the
+        backend named (``next_cursor``), else the id of the last job of the page before. Stops
+        at a page that is short (or says ``has_more: false``), empty, or brings no new job (a
+        backend that ignores ``after`` sends the first page again), and at ``max_jobs``."""
+        jobs: list[JobStatus] = []
+        seen: set[str] = set()
+        after: str | None = None
+        pages = skipped = 0
+        note: str | None = None
+        capped = False
+        while True:
+            params: dict[str, Any] = {"limit": page_size}
+            if status:
+                params["status"] = status
+            if after:
+                params["after"] = after
+            response = await self.request("GET", "/rl/jobs", what="job list", params=params, retries=retries)
+            pages += 1
+            items = [JobStatus.model_validate(item) for item in items_of(response.body, "jobs")
+                     if isinstance(item, dict)]
+            fresh = []
+            for job in items:
+                if job.job_id in seen:
+                    continue
+                if job_id_problem(job.job_id):  # it could not be attached to (it goes into paths)
+                    skipped += 1
+                    continue
+                seen.add(job.job_id)
+                fresh.append(job)
+            if pages > 1 and items and not fresh and not skipped:
+                note = ("the backend sent the same jobs again for the next page (it ignores `after`): "
+                        "only its first page is listed")
+            room = max_jobs - len(jobs)
+            jobs.extend(fresh[:room])
+            if len(fresh) > room:
+                capped = True
+            body = response.body if isinstance(response.body, dict) else {}
+            more = _more_pages(body, len(items), page_size)
+            if not fresh or not more:
+                break
+            if len(jobs) >= max_jobs:
+                capped = True
+                break
+            cursor = body.get("next_cursor")
+            after = str(cursor) if isinstance(cursor, (str, int)) and cursor != "" else items[-1].job_id
+        if capped:
+            note = f"only the newest {max_jobs:,} jobs are listed; the backend may hold more"
+        if skipped:
+            note = "; ".join(filter(None, [note, f"{skipped} job(s) with an unusable id left out"]))
+        return JobList(jobs, pages, capped, note)
+
     async def stream_events(self, job_id: str, since_seq: int) -> AsyncIterator[JobEvent]:
         """Server-sent events for a job (``Accept: text/event-stream``), from ``since_seq``:
         at ``/events/stream`` (where SDK 0.4+ streamers look), else at ``/events`` (0.2.x
@@ -563,6 +631,16 @@ class SynthClient:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _more_pages(body: Mapping[str, Any], count: int, page_size: int) -> bool:
+    """Whether a job-list page says more follow: its ``has_more`` or ``next_cursor`` when it
+    sends one, else a full page (docs/wire-contract.md#job-list)."""
+    if isinstance(body.get("has_more"), bool):
+        return bool(body["has_more"])
+    if "next_cursor" in body:
+        return bool(body["next_cursor"])
+    return count >= page_size
 
 
 def job_path(prefix: str, job_id: str, suffix: str = "") -> str:

@@ -37,7 +37,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from app.core.redact import held_key_prefix, scrub_key_fragments
 from app.core.trainable import short_repr
 from app.core.urls import http_url_problem
-from app.core.wire import KNOWN_GENERATIONS, RL_CONTRACT_HEADER
+from app.core.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
 from app.local.action_space import TEXT_ANSWER, ActionSpace, UnsupportedSchema, choose_tool, compile_tool
 from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, TRIAL_PATH, VERIFY, json_body
 from app.local.errors import describe_http_error, install_json_errors, response_detail
@@ -46,7 +46,7 @@ from app.local.journal import Journal
 from app.local.policy import TabularPolicy, choose
 from app.local.retry import client_limits
 from app.local.rollout_contract import parse_correlation_id
-from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store
+from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store, UnknownCursor
 from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
 
 MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
@@ -217,10 +217,16 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         return JSONResponse(_job_view(job), status_code=201)
 
     async def list_jobs(response: Response, limit: int = Query(50, ge=1, le=500),
-                        status: str | None = None) -> dict[str, Any]:
+                        status: str | None = None,
+                        after: str | None = Query(None, min_length=1, max_length=JOB_ID_MAX_CHARS)) -> dict[str, Any]:
         # Both generations' configs are accepted here, and both event stream paths served.
         response.headers[RL_CONTRACT_HEADER] = ", ".join(KNOWN_GENERATIONS)
-        return {"jobs": [_job_view(j) for j in b.store.list_jobs(limit=limit, status=status)]}
+        try:  # `after`: the id of the last job of the page before (docs/wire-contract.md#job-list)
+            jobs = b.store.list_jobs(limit=limit, status=status, after=after)
+        except UnknownCursor:
+            raise HTTPException(400, "after must be the job_id of a job of this backend (the last job of the "
+                                     "page before); no job has this id") from None
+        return {"jobs": [_job_view(j) for j in jobs]}
 
     async def get_job(job_id: str) -> dict[str, Any]:
         return _job_view(b.job_or_404(job_id))

@@ -90,6 +90,14 @@ class IdempotencyConflict(Exception):
         self.job_id = job_id
 
 
+class UnknownCursor(Exception):
+    """A job list's ``after`` names no job of this backend."""
+
+    def __init__(self, after: str) -> None:
+        super().__init__(after)
+        self.after = after
+
+
 class Store:
     def __init__(self, path: Path) -> None:
         # 0600 before SQLite opens it: the -wal and -shm files it creates inherit that mode.
@@ -143,15 +151,26 @@ class Store:
         with self._lock:
             return self._job(job_id)
 
-    def list_jobs(self, *, limit: int, status: str | None = None) -> list[dict[str, Any]]:
-        query = "SELECT * FROM jobs"
+    def list_jobs(self, *, limit: int, status: str | None = None, after: str | None = None) -> list[dict[str, Any]]:
+        """Newest first; ``after`` (a job id) starts below that job: the next page of a listing
+        (docs/wire-contract.md#job-list). An unknown ``after`` raises UnknownCursor."""
+        conditions: list[str] = []
         args: list[Any] = []
-        if status:
-            query += " WHERE status = ?"
-            args.append(status)
-        query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
-        args.append(limit)
         with self._lock:
+            if after is not None:
+                row = self._conn.execute("SELECT created_at, rowid FROM jobs WHERE id = ?", (after,)).fetchone()
+                if row is None:
+                    raise UnknownCursor(after)
+                conditions.append("(created_at < ? OR (created_at = ? AND rowid < ?))")
+                args += [row["created_at"], row["created_at"], row["rowid"]]
+            if status:
+                conditions.append("status = ?")
+                args.append(status)
+            query = "SELECT * FROM jobs"
+            if conditions:
+                query += " WHERE " + " AND ".join(conditions)
+            query += " ORDER BY created_at DESC, rowid DESC LIMIT ?"
+            args.append(limit)
             return [_job_dict(r) for r in self._conn.execute(query, args)]
 
     def set_running(self, job_id: str) -> bool:

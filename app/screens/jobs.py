@@ -1,0 +1,321 @@
+"""The jobs view (docs/product.md#jobs-view): every job the backend lists, live; attach, cancel,
+rerun. The list, its sorting, filtering and scores are ``app.core.job_list``'s."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rich.text import Text
+from textual import events, on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable, Footer, Header, Input, Static
+
+from app.core.client import JOB_PAGE_SIZE, MAX_LISTED_JOBS
+from app.core.errors import SynthTuiError
+from app.core.job_list import (
+    NO_VALUE,
+    JobListing,
+    JobRow,
+    ScoreBook,
+    filter_rows,
+    merge_scores,
+    next_sort,
+    probe_jobs_backend,
+    read_jobs,
+    short_model,
+    shown_created,
+    shown_score,
+    sort_rows,
+)
+from app.core.jobs import JobContext, read_history
+from app.core.launch import new_idempotency_key
+from app.core.redact import redact
+from app.screens.base import FlowScreen
+from app.screens.dashboard import STATUS_CLASSES, DashboardScreen, shown_text
+
+# Column widths: (job, status, model, created, score) at 80 columns and from NARROW_BELOW up.
+NARROW_BELOW = 110
+NARROW_WIDTHS = (28, 9, 12, 11, 5)
+WIDE_WIDTHS = (34, 10, 40, 16, 7)
+STATUS_STYLES = {"ok": "green", "bad": "red", "warn": "yellow"}
+
+
+def _cell(value: str, width: int, style: str = "") -> Text:
+    """A cell's text, cut with … to its column (never markup: the backend's words)."""
+    return Text(value if len(value) <= width else value[: width - 1] + "…", style=style, no_wrap=True)
+
+
+class JobsScreen(FlowScreen):
+    TITLE = "Backend jobs"
+    DEFAULT_CSS = """
+    JobsScreen #jobs-table { height: 1fr; }
+    JobsScreen #jobs-filter { dock: bottom; }
+    """
+    BINDINGS = [
+        # A priority key, so the footer shows it over the table's own enter (check_action lets the
+        # filter field have it while typing).
+        Binding("enter", "attach", "Attach", id="jobs.attach", priority=True),
+        Binding("c", "cancel_job", "Cancel", id="jobs.cancel"),
+        Binding("r", "rerun", "Rerun", id="jobs.rerun"),
+        Binding("s", "sort", "Sort", id="jobs.sort"),
+        Binding("slash", "filter", "Filter", id="jobs.filter", key_display="/"),
+        Binding("f5", "refresh", "Refresh", id="jobs.refresh"),
+        Binding("escape", "clear_filter", "Clear filter", id="jobs.clear_filter", show=False),
+        Binding("q", "app.quit", "Quit", id="jobs.quit"),
+        Binding("ctrl+q", "app.quit", "Quit", id="jobs.app_quit", show=False),  # q is in the footer
+    ]
+    PALETTE_COMMANDS = (
+        ("Attach to the job", "Open the selected job's live dashboard (enter)", "attach"),
+        ("Cancel the job", "Cancel the selected job on the backend, after asking (c)", "cancel_job"),
+        ("Rerun the job", "Submit the selected job's payload again, from the run history (r)", "rerun"),
+        ("Sort the jobs", "By created, status, score or model (s)", "sort"),
+        ("Filter the jobs", "Only jobs whose id, status or model holds the text (/)", "filter"),
+        ("Clear the job filter", "Show every job again (esc)", "clear_filter"),
+        ("Refresh the jobs", "Read the backend's job list now (f5)", "refresh"),
+    )
+
+    def __init__(self, *, status: str | None = None, max_jobs: int = MAX_LISTED_JOBS,
+                 page_size: int = JOB_PAGE_SIZE, sort: str = "created", refresh_every: float | None = 5.0,
+                 preset: JobListing | None = None) -> None:
+        """``status``: only jobs the backend lists with it. ``preset``: fixed rows, no backend
+        and no refresh (snapshots, README pictures)."""
+        super().__init__()
+        self.status_filter = status
+        self.max_jobs = max_jobs
+        self.page_size = page_size
+        self.refresh_every = refresh_every
+        self.preset = preset
+        self.rows: list[JobRow] = list(preset.rows) if preset else []
+        self.note = preset.note if preset else None
+        self.scores = ScoreBook()
+        self.sort_by = sort
+        self.filter_text = ""
+        self.error: str | None = None
+        self.loads = 0  # completed reads of the list (tests wait on it)
+        self.loading = False
+        self._probed = False
+        self._narrow: bool | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="jobs-header", classes="flow-header", markup=True)
+        yield DataTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
+        yield Input(placeholder="filter by id, status or model: applies as you type; enter keeps it, esc clears",
+                    id="jobs-filter")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#jobs-filter").display = False
+        self._show()
+        if self.preset is None:
+            self.action_refresh()
+            if self.refresh_every:
+                self.set_interval(self.refresh_every, self._tick, name="jobs-refresh")
+
+    def on_resize(self, event: events.Resize) -> None:
+        if (event.size.width < NARROW_BELOW) != self._narrow:
+            self._show()
+
+    # -- reading the backend ----------------------------------------------------------------
+
+    def _tick(self) -> None:
+        # The live refresh; not while one runs, nor while the dashboard of a job is on top.
+        if not self.loading and self.is_current:
+            self.action_refresh()
+
+    def action_refresh(self) -> None:
+        # A read under way is not cut short (its answer is as fresh): f5 then does nothing.
+        if self.preset is None and not self.loading:
+            self._load()
+
+    @work(exclusive=True, group="jobs-refresh", exit_on_error=False, name="Job list")
+    async def _load(self) -> None:
+        self.loading = True
+        try:
+            async with self.session.client(retries=0) as client:
+                if not self._probed:
+                    await probe_jobs_backend(self.session, client)
+                    self._probed = True
+                listing = await read_jobs(client, status=self.status_filter, max_jobs=self.max_jobs,
+                                          page_size=self.page_size)
+                self.rows, self.note = listing.rows, listing.note
+                self._show()
+                # Scores for the rows shown, in their order: new metrics only, 4 jobs at a time.
+                await self.scores.update(client, self.scores.wanted(self._shown()))
+            self.error = None
+        except SynthTuiError as exc:
+            # Said once, in the header: a refresh every few seconds must not stack modals.
+            first = self.error is None
+            self.error = redact(exc.message, self.session.secret_values())
+            if first:
+                self.notify(self.error, title="Job list", severity="error")
+        finally:
+            self.loading = False
+            self.loads += 1
+            self._show()
+
+    # -- showing --------------------------------------------------------------------------
+
+    def _shown(self) -> list[JobRow]:
+        rows = self.rows if self.preset is not None else merge_scores(self.rows, self.scores)
+        return sort_rows(filter_rows(rows, self.filter_text), self.sort_by)
+
+    def _show(self) -> None:
+        table = self.query_one(DataTable)
+        narrow = self.size.width < NARROW_BELOW
+        widths = NARROW_WIDTHS if narrow else WIDE_WIDTHS
+        if narrow != self._narrow:
+            self._narrow = narrow
+            table.clear(columns=True)
+            for label, width in zip(("Job", "Status", "Model", "Created", "Score"), widths, strict=True):
+                table.add_column(label, width=width, key=label.lower())
+        selected = self.selected()
+        table.clear()
+        shown = self._shown()
+        for row in shown:
+            style = STATUS_STYLES.get(STATUS_CLASSES.get(row.status, ""), "cyan")
+            model = short_model(row.model) if narrow else row.model or NO_VALUE
+            table.add_row(_cell(row.job_id, widths[0]), _cell(row.status, widths[1], style), _cell(model, widths[2]),
+                          _cell(shown_created(row.created_at, short=narrow), widths[3]),
+                          Text(shown_score(row.score), justify="right"), key=row.job_id)
+        if selected is not None and any(r.job_id == selected.job_id for r in shown):
+            table.move_cursor(row=table.get_row_index(selected.job_id))
+        self._render_header(len(shown))
+
+    def _render_header(self, shown: int) -> None:
+        total = len(self.rows)
+        running = sum(1 for r in self.rows if not r.terminal)
+        count = f"{total} jobs" if shown == total else f"{shown} of {total} jobs"
+        parts = [f"backend {shown_text(self.session.backend_base)}", f"[b]{count}[/b] ({running} active)",
+                 f"sort: {self.sort_by}"]
+        if self.status_filter:
+            parts.append(f"status {shown_text(self.status_filter, 20)}")
+        if self.filter_text:
+            parts.append(f"[$warning]filter “{shown_text(self.filter_text, 30)}” (esc clears)[/]")
+        if self.preset is None and self.loads == 0 and not self.error:
+            parts.append("reading the job list…")
+        lines = ["   ".join(parts)]
+        if self.error:
+            every = f"; trying again every {self.refresh_every:g} s" if self.refresh_every else ""
+            lines.append(f"[$error]⚠ {shown_text(self.error, 300)}{every} (f5 now)[/]")
+        elif self.note:
+            lines.append(f"[$warning]{shown_text(self.note, 200)}[/]")
+        elif self.loads and not self.rows:
+            lines.append("The backend lists no jobs" + (f" with status {shown_text(self.status_filter, 20)}."
+                                                        if self.status_filter else "."))
+        self.query_one("#jobs-header", Static).update("\n".join(lines))
+
+    def selected(self) -> JobRow | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0 or table.cursor_row is None:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+        except LookupError:
+            return None
+        return next((r for r in self.rows if r.job_id == key), None)
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # Enter in the filter field keeps the filter; elsewhere it attaches.
+        return not (action == "attach" and isinstance(self.focused, Input))
+
+    def action_sort(self) -> None:
+        self.sort_by = next_sort(self.sort_by)
+        self._show()
+
+    def action_filter(self) -> None:
+        field = self.query_one("#jobs-filter", Input)
+        field.display = True
+        field.value = self.filter_text
+        field.focus()
+
+    def action_clear_filter(self) -> None:
+        field = self.query_one("#jobs-filter", Input)
+        field.value = ""
+        field.display = False
+        self.filter_text = ""
+        self.query_one(DataTable).focus()
+        self._show()
+
+    @on(Input.Changed, "#jobs-filter")
+    def _filter_typed(self, event: Input.Changed) -> None:
+        self.filter_text = event.value
+        self._show()
+
+    @on(Input.Submitted, "#jobs-filter")
+    def _filter_kept(self, event: Input.Submitted) -> None:
+        event.input.display = False
+        self.query_one(DataTable).focus()
+
+    @on(DataTable.RowSelected, "#jobs-table")
+    def _row_chosen(self) -> None:
+        self.action_attach()
+
+    def action_attach(self) -> None:
+        row = self.selected()
+        if row is not None:
+            self._open_job(row)
+
+    @work(exclusive=True, group="jobs-open", exit_on_error=False, name="Attach")
+    async def _open_job(self, row: JobRow) -> None:
+        record = await asyncio.to_thread(read_history, row.job_id)
+        job = JobContext.from_record(record) if record is not None else JobContext(row.job_id, model=row.model)
+        # Esc on the dashboard comes back here.
+        self.app.push_screen(DashboardScreen(job, back_to_history=True))
+
+    def action_cancel_job(self) -> None:
+        row = self.selected()
+        if row is None:
+            return
+        if row.terminal:
+            self.notify(f"Job {row.job_id} has already ended ({row.status}).", severity="warning")
+            return
+        self.flow_app.confirm(f"Cancel job {row.job_id}?", lambda: self._cancel(row.job_id), label="Cancel job",
+                              detail="The backend stops the job; its events so far are kept.")
+
+    @work(exclusive=True, group="jobs-cancel", exit_on_error=False, name="Cancel")
+    async def _cancel(self, job_id: str) -> None:
+        async with self.session.client() as client:
+            answer = await client.cancel_job(job_id)
+        self.notify(f"Cancel of {job_id} requested: {answer.get('message') or answer.get('status') or 'ok'}")
+        self.action_refresh()
+
+    def action_rerun(self) -> None:
+        row = self.selected()
+        if row is not None:
+            self._ask_rerun(row.job_id)
+
+    @work(exclusive=True, group="jobs-open", exit_on_error=False, name="Rerun")
+    async def _ask_rerun(self, job_id: str) -> None:
+        record = await asyncio.to_thread(read_history, job_id)
+        if record is None or record.payload is None:
+            why = "was not launched from this machine" if record is None else "was attached to, not launched, here"
+            self.notify(f"Job {job_id} {why}: its payload is unknown, so it cannot be rerun from here.",
+                        title="Rerun", severity="error")
+            return
+        payload = record.payload
+        self.flow_app.confirm(f"Rerun job {job_id}?", lambda: self._rerun(job_id, payload, record.config_path),
+                              label="Rerun", detail="Its payload (from the run history) is submitted with a new "
+                                                    "Idempotency-Key; the old job stays listed.")
+
+    @work(exclusive=True, group="jobs-rerun", exit_on_error=False, name="Rerun")
+    async def _rerun(self, job_id: str, payload: dict[str, Any], config_path: str | None) -> None:
+        key = new_idempotency_key()
+        async with self.session.client() as client:
+            result = await client.create_job(payload, idempotency_key=key)
+        if not result.job_id:
+            self.notify("The backend answered without a job id.", severity="error")
+            return
+        job = JobContext.of(result.job_id, payload, config_path)
+        warning = await asyncio.to_thread(self.session.remember_submission, job, idempotency_key=key,
+                                          rerun_of=job_id)
+        self.notify(f"Rerun of {job_id} submitted as {result.job_id}", title="Rerun")
+        self.flow_app.warn_history(warning)
+        self.action_refresh()
+        self.app.push_screen(DashboardScreen(job, back_to_history=True))
