@@ -436,7 +436,7 @@ async def _attach_flow(args: argparse.Namespace, printer: Printer) -> int:
 
 def run_history(args: argparse.Namespace | None = None, *, printer: Printer | None = None) -> int:
     """``synth-tui history --no-tui``: one line per job launched from this machine, with the
-    statuses of unfinished jobs asked of their backends first (docs/product.md#run-history),
+    statuses of unfinished jobs asked of their backends first (docs/product.md#commands),
     and the command that attaches to each job still running."""
     printer = printer or Printer()
     try:
@@ -453,6 +453,7 @@ def run_history(args: argparse.Namespace | None = None, *, printer: Printer | No
         printer.error(exc)
         return exc.exit_code
     unanswered = {a.job_id for a in answers if a.status is None}
+    unknown = {a.job_id for a in answers if a.problem_of == "job"}  # the backend does not know it
     statuses = {a.job_id: a.status for a in answers if a.status is not None}
     for warning in dict.fromkeys(a.warning for a in answers if a.warning):
         printer.warning(warning)
@@ -462,7 +463,8 @@ def run_history(args: argparse.Namespace | None = None, *, printer: Printer | No
     running = []
     for record in records:
         status = statuses.get(record.job_id, record.status) + ("?" if record.job_id in unanswered else "")
-        if needs_refresh(record) and not is_terminal_status(statuses.get(record.job_id)):
+        still_running = needs_refresh(record) and not is_terminal_status(statuses.get(record.job_id))
+        if still_running and record.job_id not in unknown:
             running.append(record)
         printer.line(f"{record.job_id:<28} {status:<11} {record.created_at[:19]:<20} {record.backend:<40} "
                      f"{record.config_path or '-'}")

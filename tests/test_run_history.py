@@ -349,5 +349,20 @@ def test_history_no_tui_names_a_gone_env(tmp_path, monkeypatch, capsys):
     assert main(["history", "--no-tui"]) == 0
     out, err = capsys.readouterr()
     assert "job_a" in out and "running?" in out
-    assert f"No key for http://127.0.0.1:5/api (its job marked ? shows the status last seen): Job job_a was " \
-           f"launched with {gone}, which no longer exists." in err
+    assert (f"Warning: No key for http://127.0.0.1:5/api: Job job_a was launched with {gone}, which no longer "
+            f"exists; its job marked ? shows the status last seen (--env-file PATH gives one).") in err
+
+
+def test_history_no_tui_prints_absolute_env_paths_and_skips_jobs_the_backend_does_not_know(
+        tmp_path, faulty_backend, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    env_file(tmp_path, key=faulty_backend.api_key)
+    api = faulty_backend.url + "/api"
+    faulty_backend.add_job(ScriptedJob("job_running", [("running", [], [])]))
+    remember("job_running", None, backend=api)
+    remember("job_unknown", None, backend=api)
+    assert main(["history", "--no-tui", "--env-file", ".env"]) == 0
+    out, err = capsys.readouterr()
+    assert f"  synth-tui attach job_running --backend {api} --env-file {Path.cwd() / '.env'}" in out
+    assert "attach job_unknown" not in out
+    assert f"Warning: {api} does not know job job_unknown" in err

@@ -67,7 +67,8 @@ def problem_notes(answers: Iterable[StatusAnswer]) -> list[str]:
         if kind == "backend":
             notes.append(f"{backend} {detail}: {jobs} the status last seen.")
         elif kind == "key":
-            notes.append(f"No key for {backend} ({jobs} the status last seen): {detail}")
+            notes.append(f"No key for {backend}: {detail.rstrip('.')}; {jobs} the status last seen "
+                         f"(--env-file PATH gives one).")
         else:
             notes.append(f"{backend} does not know job {detail}: it shows the status last seen, marked ?.")
     return notes
@@ -107,8 +108,7 @@ async def refresh_statuses(session: LaunchSession, records: Sequence[RunRecord],
             found[where] = await asyncio.to_thread(_backend_and_key, session, record)
         resolved = found[where]
         if isinstance(resolved, SynthTuiError):
-            hint = f" {resolved.hint}" if resolved.hint else ""
-            yield StatusAnswer(record.job_id, record.backend, problem=f"{resolved.message}{hint}", problem_of="key")
+            yield StatusAnswer(record.job_id, record.backend, problem=resolved.message, problem_of="key")
             continue
         groups.setdefault(resolved, []).append(record)
     if not groups:

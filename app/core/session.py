@@ -435,7 +435,7 @@ class LaunchSession:
         """The attach command for a job of the run history, with the backend and .env
         :meth:`use_history_record` would use (printed by `history --no-tui`; nothing is read)."""
         backend = self.backend_base if self.options.backend else record.backend
-        env_path = self.options.env_files[0] if self.options.env_files else record.env_path
+        env_path = os.path.abspath(self.options.env_files[0]) if self.options.env_files else record.env_path
         return attach_command(record.job_id, backend, env_path)
 
     def paused_message(self, job_id: str) -> str:

@@ -107,6 +107,7 @@ class HistoryScreen(FlowScreen):
         self.notes: list[str] = []
         self.checking = False
         self.wide: bool | None = None  # the columns shown: all (wide) or the narrow set
+        self.opened_job = False  # a dashboard was opened from here: list and check again on return
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -119,6 +120,12 @@ class HistoryScreen(FlowScreen):
         super().on_mount()
         self.query_one(HistoryTable).styles.height = "1fr"
         self.action_reload()
+
+    def on_screen_resume(self) -> None:
+        """Back from a job's dashboard: its status (and others') may have changed meanwhile."""
+        if self.opened_job:
+            self.opened_job = False
+            self.action_reload()
 
     def on_resize(self) -> None:
         if self.wide is not None and self.wide != (self.size.width >= WIDE_COLUMNS_FROM):
@@ -270,6 +277,7 @@ class HistoryScreen(FlowScreen):
             self.flow_app.show_error(f"Cannot open job {record.job_id}", exc)
             return
         screen = DashboardScreen(job, back_to_history=True)
+        self.opened_job = True
         self.app.push_screen(screen)
         if rerun:
             screen.call_after_refresh(screen.action_rerun)

@@ -14,7 +14,7 @@ from app.core.history import RunHistory
 from app.core.session import LaunchOptions, LaunchSession
 from app.screens.dashboard import DashboardScreen
 from app.screens.history import HistoryScreen, HistoryTable
-from app.screens.modals import ErrorModal
+from app.screens.modals import ConfirmModal, ErrorModal
 from app.tui import SynthTuiApp
 from fakes import ScriptedJob, training_timeline
 from pilot_waits import wait_for
@@ -143,6 +143,8 @@ async def test_enter_without_env_file_attaches_with_the_remembered_env(project, 
         assert f"--backend {faulty_backend.url}/api" in hint and f"--env-file {env}" in hint
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), what="back to the history")
+        # The dashboard saw the job end; the list says so on return, without f5.
+        await wait_for(pilot, lambda: status_text(app, "job_a") == "● succeeded", what="the list again")
 
 
 async def test_a_missing_remembered_env_gives_an_error_naming_the_file_and_the_fix(project, faulty_backend):
@@ -293,3 +295,25 @@ def test_snapshot_history_wide(snap_compare, project, fixed_clock):
 
 def test_snapshot_history_narrow(snap_compare, project, fixed_clock):
     assert snap_compare(snapshot_app(project), terminal_size=(80, 24), run_before=settled)
+
+
+async def test_rerun_from_the_history_uses_the_remembered_env_and_remembers_it_again(project, faulty_backend,
+                                                                                     tmp_path):
+    elsewhere = tmp_path / "launched-from"
+    elsewhere.mkdir()
+    env = write_env(elsewhere, faulty_backend.api_key)
+    faulty_backend.add_job(ScriptedJob("job_old", [("succeeded", [], [])]))
+    record("job_old", faulty_backend.url + "/api", status="succeeded", final=True, env_path=env,
+           payload={"job_type": "rl", "data": {"model": "Qwen/Qwen3-0.6B"}})
+    app = history_app(project)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot, 1)
+        await pilot.press("r")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the rerun question")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.job.job_id != "job_old",
+                       what="the new job's dashboard")
+        new_id = app.screen.job.job_id
+    rerun = RunHistory().get(new_id)
+    assert rerun.rerun_of == "job_old" and rerun.env_path == str(env)
+    assert faulty_backend.count("/rl/jobs", "POST") == 1
