@@ -14,7 +14,7 @@ from app import __version__, demo, embedded, headless, serve
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
-COMMANDS = ("train", "demo", "attach", "history", "jobs", "backend", "taskapp")
+COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "backend", "taskapp")
 GIVE_UP_HELP = ("stop watching when a backend that answered before has not answered for S seconds: exit 5 "
                 "(default 60; 0 waits until --poll-timeout)")
 
@@ -107,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     history.add_argument("--no-tui", action="store_true", help="print the history as a table")
 
     _add_jobs_parser(sub)
+
+    compare = sub.add_parser("compare", help="the metrics of several jobs of one backend on one grid")
+    compare.add_argument("job_ids", nargs="+", metavar="JOB_ID", help="two or more job ids; the first leads")
+    compare.add_argument("--backend", metavar="URL")
+    compare.add_argument("--env-file", action="append", default=[], metavar="PATH")
+    compare.add_argument("--metric", metavar="NAME", help="the metric whose chart leads")
+    compare.add_argument("--no-tui", action="store_true", help="print a table: per metric and job, last and best")
 
     backend = sub.add_parser("backend", help="run the embedded backend as a server", epilog=_SERVER_KEYS_EPILOG)
     backend.add_argument("--host", default="127.0.0.1")
@@ -234,6 +241,13 @@ def _dispatch(args: argparse.Namespace) -> int:
         from app.tui import run_history_tui
 
         return run_history_tui(_session(args))
+    if args.command == "compare":
+        embedded.refuse_local_attach(args, to="compare")
+        if not interactive:
+            return headless.run_compare(args)
+        from app.tui import run_compare_tui
+
+        return run_compare_tui(_session(args), args.job_ids)
     if args.command == "jobs":
         embedded.refuse_local_attach(args, to="list")
         if not interactive:

@@ -19,6 +19,7 @@ from typing import TextIO
 from app.core import config as cfg
 from app.core import envfile
 from app.core.client import ApiError, SynthClient
+from app.core.compare import compare_rows, open_comparison, read_runs
 from app.core.diagnosis import BackendCheck, TaskAppCheck, overall_verdict
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.events import event_line, is_noise, metric_line, status_line
@@ -516,4 +517,47 @@ async def _jobs_table(args: argparse.Namespace, printer: Printer) -> int:
         return ExitCode.OK
     for line in job_list.table_lines(rows):
         printer.line(line)
+    return ExitCode.OK
+
+
+
+def run_compare(args: argparse.Namespace, *, printer: Printer | None = None) -> int:
+    """``synth-tui compare JOB_A JOB_B --no-tui``: per metric and job, the points read, last,
+    best and step, as a table (docs/product.md#compare-runs)."""
+    printer = printer or Printer()
+    try:
+        return asyncio.run(_compare(args, printer))
+    except SynthTuiError as exc:
+        printer.error(exc)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        printer.diag("\nInterrupted.")
+        return ExitCode.INTERRUPTED
+
+
+async def _compare(args: argparse.Namespace, printer: Printer) -> int:
+    session = LaunchSession(LaunchOptions.from_args(args))
+    job_ids = open_comparison(session, args.job_ids)
+    printer.secrets.extend(session.secret_values())
+    async with session.client() as client:
+        await session.probe_for_attach(client)
+        runs = await read_runs(client, job_ids)
+    rows = compare_rows(runs)
+    if not rows:
+        printer.line("None of these jobs has metrics yet.")
+        return ExitCode.OK
+    metric_width = max(len("METRIC"), *(len(row.metric) for row in rows))
+    job_width = max(len("JOB"), *(len(row.job_id) for row in rows))
+
+    def number(value: float | None) -> str:
+        return "-" if value is None else f"{value:.4f}"
+
+    printer.line(f"{'METRIC':<{metric_width}}  {'JOB':<{job_width}}  {'POINTS':>6}  {'LAST':>10}  {'BEST':>10}  STEP")
+    for row in rows:
+        step = "-" if row.step is None else str(row.step)
+        printer.line(f"{printable(row.metric):<{metric_width}}  {printable(row.job_id):<{job_width}}  {row.points:>6}  "
+                     f"{number(row.last):>10}  {number(row.best):>10}  {step}")
+    for run in runs:
+        if run.truncated:
+            printer.diag(f"{run.job_id}: more points than are read for a comparison; its start is shown.")
     return ExitCode.OK

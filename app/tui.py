@@ -14,11 +14,13 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from app.core import envfile
+from app.core.compare import open_comparison
 from app.core.errors import SynthTuiError
 from app.core.jobs import JobContext
 from app.core.redact import redact
 from app.core.session import LaunchSession
 from app.screens.base import FlowScreen
+from app.screens.compare import CompareScreen
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dashboard import DashboardScreen
 from app.screens.env_review import EnvReviewScreen
@@ -55,6 +57,7 @@ class SynthTuiApp(App[int]):
         self.start = start
         self.attach = attach
         self.exit_code = 0
+        self.first_screen: Callable[[], Screen] | None = None  # a command's own screen (compare)
         self.jobs_options: dict[str, Any] = {}  # start="jobs": JobsScreen's arguments (run_jobs_tui)
 
     # -- flow ------------------------------------------------------------------------------
@@ -68,7 +71,9 @@ class SynthTuiApp(App[int]):
     def on_mount(self) -> None:
         """Show the first step only: earlier steps are made when the user goes back to them,
         so a start on a later step (flags skip steps) runs nothing of the steps skipped."""
-        if self.attach is not None:
+        if self.first_screen is not None:
+            self.push_screen(self.first_screen())
+        elif self.attach is not None:
             self.push_screen(DashboardScreen(self.attach))
         elif self.start == "history":
             self.push_screen(HistoryScreen())
@@ -226,4 +231,13 @@ def run_jobs_tui(session: LaunchSession, **jobs_options: Any) -> int:
     session.check_attach_backend()
     app = SynthTuiApp(session, start="jobs")
     app.jobs_options = jobs_options
+    return run_app(app)
+
+
+def run_compare_tui(session: LaunchSession, job_ids: list[str]) -> int:
+    """``synth-tui compare``: the runs' metrics on one grid."""
+    ids = open_comparison(session, job_ids)
+    session.check_attach_backend()
+    app = SynthTuiApp(session)
+    app.first_screen = lambda: CompareScreen(ids)
     return run_app(app)

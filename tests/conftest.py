@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import io
 import os
+import socket
 
 import pytest
 
@@ -37,6 +38,14 @@ def clean_environment(tmp_path_factory, monkeypatch):
 def faulty_backend():
     with FaultyBackend() as backend:
         yield backend
+
+
+@pytest.fixture
+def dead_port():
+    """A loopback port bound and never listening: connecting to it is refused."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 @pytest.fixture

@@ -493,3 +493,14 @@ def shuffled(items: list, seed: int = 0) -> list:
     copy = list(items)
     random.Random(seed).shuffle(copy)
     return copy
+
+
+def finished_job(job_id: str, steps: int, offset: float) -> ScriptedJob:
+    """A job that ended before anyone looked: mean score and loss for every step, all visible."""
+    timeline = [("running", [event(step + 1)], [metric("train.mean_score", step, round(0.1 * step + offset, 4)),
+                                                 metric("train.loss", step, round(1 - 0.1 * step, 4))])
+                for step in range(steps)]
+    timeline.append(("succeeded", [event(steps + 1, "rl.job.completed")], []))
+    job = ScriptedJob(job_id, timeline)
+    job.tick = len(timeline)
+    return job

@@ -86,10 +86,15 @@ def plot_line(plt, xs: list[float], ys: list[float], banded: bool, *, color: obj
         plt.plot(xs, ys, marker="braille", color=color)
 
 
-def legend_mark(color: object) -> str:
+def rich_color(color: object) -> str:
+    """A plotext colour (a name or an RGB tuple) as markup names it."""
     if isinstance(color, tuple):
-        return f"[rgb({color[0]},{color[1]},{color[2]})]━[/]"
-    return f"[{LEGEND_COLORS.get(str(color), str(color))}]━[/]"
+        return f"rgb({color[0]},{color[1]},{color[2]})"
+    return LEGEND_COLORS.get(str(color), str(color))
+
+
+def legend_mark(color: object) -> str:
+    return f"[{rich_color(color)}]━[/]"
 
 
 class MetricChart(Vertical):
@@ -139,8 +144,9 @@ class MetricChart(Vertical):
 
     def legend(self) -> str:
         focus = "▶ " if self.has_focus or self.grid.focused_panel == self.panel.key else ""
+        live_label = f"{self.grid.live_label} " if self.grid.live_label else ""
         parts = [f"[b]{focus}{self.panel.title}[/b]"]
-        parts += [f"{legend_mark(LIVE_COLORS[i % len(LIVE_COLORS)])} {split_label(name)}"
+        parts += [f"{legend_mark(LIVE_COLORS[i % len(LIVE_COLORS)])} {live_label}{split_label(name)}"
                   for i, name in enumerate(self.panel.series)]
         parts += [f"{legend_mark(color)} [dim]{label}[/]" for _, color, label in self.overlay_series()]
         live = self.live_series()
@@ -179,45 +185,55 @@ class MetricChart(Vertical):
             self._draw_plot()
         self.redraws += 1
 
+    def _labelled(self) -> list[tuple[MetricSeries, object, str, bool]]:
+        """(series, colour, legend label, is an overlay) of every line of the chart."""
+        live_label = f"{self.grid.live_label} " if self.grid.live_label else ""
+        rows: list[tuple[MetricSeries, object, str, bool]] = [
+            (series, color, f"{live_label}{split_label(series.name)}", False) for series, color in self.live_series()]
+        rows += [(series, color, label, True) for series, color, label in self.overlay_series()]
+        return rows
+
     def _readouts(self) -> str:
-        """One row per series (labelled when the chart has several); min, max and rate too
-        when the row fits the chart's width."""
-        live = self.live_series()
-        if not live:
+        """One row per line (labelled when the chart has several); min, max and rate too when
+        the row fits the chart's width."""
+        lines = self._labelled()
+        if not lines:
             return "waiting for metrics…"
-        width = max(len(split_label(series.name)) for series, _ in live)
+        width = max(len(label) for *_, label, _ in lines)
         rows = []
-        for series, _ in live:
-            label = f"{split_label(series.name):<{width}}  " if len(live) > 1 else ""
-            full = label + format_readouts(series.readouts(), full=True)
+        for series, _, label, _ in lines:
+            name = f"{label:<{width}}  " if len(lines) > 1 else ""
+            full = name + format_readouts(series.readouts(), full=True)
             rows.append(full if len(full) <= self.content_size.width else
-                        label + format_readouts(series.readouts(), full=False))
+                        name + format_readouts(series.readouts(), full=False))
         return "\n".join(rows)
 
     def _draw_lines(self) -> None:
-        """Too short for a plot: a sparkline and the numbers per series, one row each, the
-        series placed by step and scaled together so they compare at a glance."""
-        live = self.live_series()
+        """Too short for a plot: a sparkline and the numbers per line, one row each, placed
+        by step and scaled together so they compare at a glance (overlays dimmed)."""
         views = []
-        for series, color in live:
+        for series, color, label, overlay in self._labelled():
             start = window(series.steps, ZOOM_STEPS if self.grid.zoomed else None)
-            views.append((series, color, series.steps[start:], series.smoothed(self.grid.smoothing)[start:]))
-        views = [view for view in views if len(view[2])]
+            steps, values = series.steps[start:], series.smoothed(self.grid.smoothing)[start:]
+            if len(steps):
+                views.append((series, color, label, overlay, steps, values))
         if not views:
             self.query_one(".chart-lines", Static).update("waiting for metrics…")
             return
-        span = (min(v[2][0] for v in views), max(v[2][-1] for v in views))
-        scale = (min(min(v[3]) for v in views), max(max(v[3]) for v in views))
-        label_width = max(6, *(len(split_label(s.name)[:16]) for s, *_ in views))
-        width = max(self.size.width, 24)
+        span = (min(v[4][0] for v in views), max(v[4][-1] for v in views))
+        scale = (min(min(v[5]) for v in views), max(max(v[5]) for v in views))
+        label_width = max(6, *(len(v[2][:24]) for v in views))
+        width = max(self.content_size.width, 24)
         rows = []
-        for series, color, steps, values in views:
+        for series, color, label, overlay, steps, values in views:
             readouts = series.readouts()
-            label = f"{split_label(series.name)[:16]:<{label_width}}"
+            name = f"{label[:24]:<{label_width}}"
             numbers = f"{number(readouts.last)}  best {number(readouts.best)}"
-            spark_width = max(4, width - 2 - len(label) - 2 - len(numbers))
+            spark_width = max(4, width - 2 - len(name) - 2 - len(numbers))
             line = sparkline(steps, values, spark_width, span=span, scale=scale)
-            rows.append(f"{legend_mark(color)} {label} [{LEGEND_COLORS[color]}]{line}[/] {numbers}")
+            style = rich_color(color)
+            shown = f"[dim]{name}[/]" if overlay else name
+            rows.append(f"{legend_mark(color)} {shown} [{style}]{line}[/] {numbers}")
         self.query_one(".chart-lines", Static).update("\n".join(rows))
 
     def _draw_plot(self) -> None:
@@ -275,12 +291,16 @@ class MetricsGrid(Vertical):
     full: reactive[bool] = reactive(False)
 
     def __init__(self, store: MetricStore, *, preferred_metric: str | None = None, data_interval: float = 1.0,
-                 tick: float = 0.1, id: str | None = None) -> None:
+                 tick: float = 0.1, overlay_key: bool = True, id: str | None = None) -> None:
+        """``overlay_key``: the screen binds o to choose overlays (the status line says so)."""
         super().__init__(id=id)
+        self.overlay_key = overlay_key
         # The share of its parent's height the grid may take (the dashboard's narrow layout
         # stacks it over the log): whether plots fit is judged on that, not on the grid's
         # own height, which shrinks to its text rows when they are shown.
         self.height_share = 1.0
+        # A name for the live run's lines in the legend, where several runs are compared.
+        self.live_label: str | None = None
         self.store = store
         self.preferred_metric = preferred_metric
         self.data_interval = data_interval
@@ -407,14 +427,18 @@ class MetricsGrid(Vertical):
         if not charts:
             return
         width = cells.size.width or self.size.width
-        parent = self.parent.size.height if isinstance(self.parent, Widget) else self.size.height
-        height = max(int(parent * self.height_share) - 1, 1)  # less the status line
+        if self.height_share < 1.0 and isinstance(self.parent, Widget):
+            height = max(int(self.parent.size.height * self.height_share) - 1, 1)  # less the status line
+        else:
+            height = max(cells.size.height or self.size.height - 1, 1)
         shown = [c for c in charts if not self.full or c.panel.key == self.focused_panel] or charts[:1]
         for chart in charts:
             chart.display = chart in shown
         columns = 2 if width >= 90 and len(shown) > 1 else 1
         rows = math.ceil(len(shown) / columns)
-        compact = not self.full and height // rows < MIN_PLOT_ROWS
+        # Each line of a chart has a readouts row under its plot: more lines, more rows needed.
+        lines = max((len(chart._labelled()) for chart in shown), default=1)
+        compact = not self.full and height // rows < MIN_PLOT_ROWS + max(lines, 1) - 1
         cells.set_class(compact, "-compact")
         self.set_class(compact, "-compact")
         for chart in charts:
@@ -433,7 +457,10 @@ class MetricsGrid(Vertical):
             return
         focused = next((p for p in self.panels if p.key == self.focused_panel), None)
         view = f"last {ZOOM_STEPS} steps" if self.zoomed else "all steps"
-        overlays = f"o overlays: {len(self.overlays)}" if self.overlays else "o overlay"
+        overlays = f"{len(self.overlays)} overlaid" if self.overlays else ""
+        if self.overlay_key:
+            overlays = f"o overlays: {len(self.overlays)}" if self.overlays else "o overlay"
         parts = [f"[b]{focused.title}[/b]" if focused else "waiting for metrics…",
                  "m chart", f"f {'grid' if self.full else 'full size'}", f"s {self.smoothing}", f"z {view}", overlays]
+        parts = [part for part in parts if part]
         self.query_one("#grid-status", Static).update(" · ".join(parts), layout=False)

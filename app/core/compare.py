@@ -9,12 +9,17 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.core.client import PAGE_LIMIT, SynthClient
+from app.core.errors import UsageError
 from app.core.history import RunHistory, RunRecord
-from app.core.series import MetricStore
+from app.core.series import MetricStore, chart_panels
 from app.core.streaming import MetricCursor
-from app.core.wire import MetricPoint
+from app.core.wire import MetricPoint, check_job_id
+
+if TYPE_CHECKING:  # the session imports the history; a comparison needs only its methods
+    from app.core.session import LaunchSession
 
 # A run's metrics are read page by page; this many pages (of PAGE_LIMIT points) at most,
 # so a run with millions of points cannot hold the comparison up for minutes.
@@ -78,3 +83,44 @@ def earlier_runs(config_path: str | None, exclude: str, backend: str, *, limit: 
     return [record for record in records
             if record.job_id != exclude and record.backend == backend and record.config_path
             and Path(record.config_path).resolve() == same][:limit]
+
+
+@dataclass(frozen=True)
+class CompareRow:
+    metric: str
+    job_id: str
+    points: int
+    last: float | None
+    best: float | None
+    step: int | None
+
+
+def compare_rows(runs: Sequence[ComparedRun]) -> list[CompareRow]:
+    """Per metric (in the grid's chart order) and run (in the order given): what a table of
+    the comparison shows. A run without the metric has a row of dashes."""
+    names: list[str] = []
+    for run in runs:
+        names += [name for name in run.store.names() if name not in names]
+    ordered = [name for panel in chart_panels(names) for name in panel.series]
+    rows = []
+    for name in ordered:
+        for run in runs:
+            series = run.store.get(name)
+            if series is None or not len(series):
+                rows.append(CompareRow(name, run.job_id, 0, None, None, None))
+                continue
+            readouts = series.readouts()
+            rows.append(CompareRow(name, run.job_id, len(series), readouts.last, readouts.best, readouts.step))
+    return rows
+
+
+def open_comparison(session: LaunchSession, job_ids: Sequence[str]) -> list[str]:
+    """Both front ends' start of ``synth-tui compare``: the ids checked (they go into URL
+    paths), each once, and the session set up as an attach to the first (its backend and key,
+    from the run history when it is there)."""
+    ids = list(dict.fromkeys(check_job_id(job_id) for job_id in job_ids))
+    if len(ids) < 2:
+        raise UsageError("compare needs at least two different job ids.",
+                         "synth-tui compare JOB_A JOB_B (see synth-tui history or synth-tui jobs).")
+    session.attach(ids[0])
+    return ids

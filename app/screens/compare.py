@@ -1,0 +1,108 @@
+"""``synth-tui compare JOB_A JOB_B…``: several jobs of one backend on one metrics grid, the
+first in the live colours, the others as dimmed overlays (docs/product.md#compare-runs)."""
+
+from __future__ import annotations
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widgets import Footer, Header, Static
+
+from app.core.compare import ComparedRun, read_runs
+from app.screens.base import FlowScreen
+from app.screens.dashboard import shown_text
+from widgets.metrics_grid import MetricsGrid
+
+
+class CompareScreen(FlowScreen):
+    TITLE = "Compare runs"
+    BINDINGS = [
+        Binding("q", "app.quit", "Quit", id="compare.quit"),
+        Binding("m", "metric", "Chart", id="compare.metric"),
+        Binding("M", "metric_back", "Previous chart", id="compare.metric_back", show=False),
+        Binding("f", "full", "Full size", id="compare.full"),
+        Binding("s", "smoothing", "Smooth", id="compare.smoothing"),
+        Binding("z", "zoom", "Zoom", id="compare.zoom"),
+        Binding("f5", "reload", "Reload", id="compare.reload"),
+        Binding("ctrl+q", "app.quit", "Quit", id="compare.app_quit", show=False),  # q is in the footer
+    ]
+    PALETTE_COMMANDS = (
+        ("Next chart", "Focus the next chart of the grid (m)", "metric"),
+        ("Previous chart", "Focus the chart before (M)", "metric_back"),
+        ("Full size chart", "Show the focused chart alone, or the whole grid again (f)", "full"),
+        ("Smoothing", "None, EMA or moving average (s)", "smoothing"),
+        ("Zoom", "The last 50 steps or all of them (z)", "zoom"),
+        ("Reload the runs", "Read every run's metrics again (f5)", "reload"),
+    )
+
+    def __init__(self, job_ids: list[str], *, runs: list[ComparedRun] | None = None) -> None:
+        """``runs``: already read (snapshots, README pictures); f5 reads them again."""
+        super().__init__()
+        self.job_ids = job_ids
+        self.runs = runs
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="compare-header", classes="flow-header", markup=True)
+        yield Static("Reading the runs' metrics…", id="compare-waiting", markup=False)
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#compare-header", Static).update(
+            f"[b]{shown_text(self.job_ids[0])}[/b] against "
+            + ", ".join(shown_text(job_id) for job_id in self.job_ids[1:])
+            + f"   backend {shown_text(self.session.backend_base)}")
+        if self.runs is not None:
+            self.call_later(self._show, self.runs)
+        else:
+            self.action_reload()
+
+    @work(exclusive=True, group="compare", exit_on_error=False, name="Reading the runs")
+    async def action_reload(self) -> None:
+        async with self.session.client() as client:
+            await self.session.probe_for_attach(client)
+            runs = await read_runs(client, self.job_ids)
+        await self._show(runs)
+
+    async def _show(self, runs: list[ComparedRun]) -> None:
+        self.runs = runs
+        first, *others = runs
+        for grid in self.query(MetricsGrid):
+            await grid.remove()
+        grid = MetricsGrid(first.store, preferred_metric=self.session.options.metric, overlay_key=False,
+                           id="compare-grid")
+        grid.live_label = first.label
+        await self.mount(grid, after="#compare-header")
+        self.query_one("#compare-waiting").display = False
+        grid.set_overlays(others)
+        grid.data_changed()
+        empty = [run.job_id for run in runs if not run.store.names()]
+        if empty:
+            self.notify(f"No metrics yet: {', '.join(empty)}", severity="warning")
+        if any(run.truncated for run in runs):
+            self.notify("A run has more points than are read: its start is shown.", severity="warning")
+
+    def _grid(self) -> MetricsGrid | None:
+        grids = self.query(MetricsGrid)
+        return grids.first() if grids else None
+
+    def action_metric(self) -> None:
+        if grid := self._grid():
+            grid.focus_next_chart()
+
+    def action_metric_back(self) -> None:
+        if grid := self._grid():
+            grid.focus_next_chart(-1)
+
+    def action_full(self) -> None:
+        if grid := self._grid():
+            grid.toggle_full()
+
+    def action_smoothing(self) -> None:
+        if grid := self._grid():
+            grid.cycle_smoothing()
+
+    def action_zoom(self) -> None:
+        if grid := self._grid():
+            grid.toggle_zoom()

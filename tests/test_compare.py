@@ -1,0 +1,65 @@
+"""``synth-tui compare``: several jobs' metrics read whole and shown together."""
+
+from __future__ import annotations
+
+from app.cli import main
+from app.core.client import SynthClient
+from app.core.compare import ComparedRun, compare_rows, read_run
+from app.core.errors import ExitCode
+from app.core.wire import MetricPoint
+from fakes import finished_job
+
+
+def test_compare_prints_each_metric_of_each_job(faulty_backend, monkeypatch, capsys):
+    faulty_backend.add_job(finished_job("job_a", 5, 0.0))
+    faulty_backend.add_job(finished_job("job_b", 3, 0.05))
+    monkeypatch.setenv("SYNTH_API_KEY", faulty_backend.api_key)
+    code = main(["compare", "job_a", "job_b", "--no-tui", "--backend", faulty_backend.url])
+    out, err = capsys.readouterr()
+    assert code == ExitCode.OK, err
+    rows = [line.split() for line in out.splitlines()]
+    assert rows[0] == ["METRIC", "JOB", "POINTS", "LAST", "BEST", "STEP"]
+    assert ["train.mean_score", "job_a", "5", "0.4000", "0.4000", "4"] in rows
+    assert ["train.mean_score", "job_b", "3", "0.2500", "0.2500", "2"] in rows
+    assert ["train.loss", "job_b", "3", "0.8000", "0.8000", "2"] in rows
+    assert faulty_backend.api_key not in out + err
+
+
+def test_compare_needs_two_jobs_and_says_which_is_missing(faulty_backend, monkeypatch, capsys):
+    faulty_backend.add_job(finished_job("job_a", 2, 0.0))
+    monkeypatch.setenv("SYNTH_API_KEY", faulty_backend.api_key)
+    assert main(["compare", "job_a", "job_a", "--no-tui", "--backend", faulty_backend.url]) == ExitCode.USAGE
+    assert "at least two different job ids" in capsys.readouterr().err
+    code = main(["compare", "job_a", "job_nope", "--no-tui", "--backend", faulty_backend.url])
+    err = capsys.readouterr().err
+    assert code == ExitCode.BACKEND and "job_nope" in err and "Traceback" not in err
+
+
+def test_compare_refuses_a_dead_backend_with_exit_5(monkeypatch, capsys, dead_port):
+    monkeypatch.setenv("SYNTH_API_KEY", "sk_test_0123456789abcdef")
+    code = main(["compare", "job_a", "job_b", "--no-tui", "--backend", f"http://127.0.0.1:{dead_port}"])
+    assert code == ExitCode.BACKEND
+    assert "Traceback" not in capsys.readouterr().err
+
+
+async def test_a_run_is_read_across_pages_without_duplicates(faulty_backend):
+    job = finished_job("job_long", 450, 0.0)  # 900 points: five pages of 200
+    faulty_backend.add_job(job)
+    async with SynthClient(faulty_backend.url, faulty_backend.api_key, retries=0) as client:
+        run = await read_run(client, "job_long")
+    assert len(run.store.get("train.mean_score")) == 450 and not run.truncated
+    async with SynthClient(faulty_backend.url, faulty_backend.api_key, retries=0) as client:
+        short = await read_run(client, "job_long", max_pages=2)
+    assert short.truncated
+
+
+def test_rows_follow_the_chart_order_and_mark_a_missing_metric():
+    a, b = ComparedRun("job_a"), ComparedRun("job_b")
+    a.store.add([MetricPoint(name="train.loss", step=1, value=0.5),
+                 MetricPoint(name="eval.mean_score", step=1, value=0.2),
+                 MetricPoint(name="train.mean_score", step=1, value=0.3)])
+    b.store.add([MetricPoint(name="train.mean_score", step=2, value=0.4)])
+    rows = [(r.metric, r.job_id, r.points) for r in compare_rows([a, b])]
+    assert rows == [("train.mean_score", "job_a", 1), ("train.mean_score", "job_b", 1),
+                    ("eval.mean_score", "job_a", 1), ("eval.mean_score", "job_b", 0),
+                    ("train.loss", "job_a", 1), ("train.loss", "job_b", 0)]
