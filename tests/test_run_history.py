@@ -366,3 +366,22 @@ def test_history_no_tui_prints_absolute_env_paths_and_skips_jobs_the_backend_doe
     assert f"  synth-tui attach job_running --backend {api} --env-file {Path.cwd() / '.env'}" in out
     assert "attach job_unknown" not in out
     assert f"Warning: {api} does not know job job_unknown" in err
+
+
+def test_a_status_check_never_sends_the_env_file_key_to_another_jobs_backend(tmp_path, faulty_backend):
+    """--env-file is for the job attached to; the automatic check asks each job's backend
+    with the key of the .env that job was launched with, so a key never reaches a backend
+    it was not used with."""
+    from fakes import FaultyBackend
+
+    with FaultyBackend(api_key="sk_other_backend_key_0123") as other:
+        faulty_backend.add_job(ScriptedJob("job_a", [("succeeded", [], [])]))
+        other.add_job(ScriptedJob("job_b", [("failed", [], [])]))
+        env_a = env_file(tmp_path, key=faulty_backend.api_key, name="a.env")
+        remember("job_a", env_a, backend=faulty_backend.url + "/api")
+        remember("job_b", env_file(tmp_path, key=other.api_key, name="b.env"), backend=other.url + "/api")
+        session = LaunchSession(LaunchOptions(cwd=tmp_path, env_files=(str(env_a),)), shell={})
+        answers = {a.job_id: a.status for a in check(session)}
+        sent_to_other = {h.get("Authorization") for _, _, h, _ in other.requests}
+    assert answers == {"job_a": "succeeded", "job_b": "failed"}
+    assert sent_to_other == {f"Bearer {other.api_key}"}

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from app.core.client import (
     ApiError,
@@ -129,6 +130,12 @@ async def refresh_statuses(session: LaunchSession, records: Sequence[RunRecord],
 
 
 def _backend_and_key(session: LaunchSession, record: RunRecord) -> tuple[str, str] | SynthTuiError:
+    """The job's backend and the key to ask it with. --env-file names the key for the job the
+    user attaches to; this check asks every job unasked, so a job launched with a .env that
+    is still there is asked with that .env's key: a key reaches only backends it was used with
+    (docs/product.md#commands)."""
+    if session.options.env_files and record.env_path and Path(record.env_path).is_file():
+        session = LaunchSession(replace(session.options, env_files=()), shell=session.shell)
     try:
         job_session = session.for_history_record(record)
         return job_session.backend_base, job_session.synth_api_key()
