@@ -28,13 +28,12 @@ def wants_local_backend(args: argparse.Namespace) -> bool:
 
 def refuse_local_attach(args: argparse.Namespace, *, to: str = "attach to") -> None:
     """A job of an embedded backend ends with the process that ran it: nothing to attach to
-    (``to="list"``: nothing to list, for `synth-tui jobs`)."""
+    (``to``: what the command would do with earlier jobs, e.g. "list" for `synth-tui jobs`)."""
     if wants_local_backend(args):
         raise UsageError(f"--backend local starts a new embedded backend for a `train` run; it has no earlier jobs "
                          f"to {to} (each stops with the run that started it).",
-                         f"{'List the jobs of' if to == 'list' else 'Attach with --backend http://HOST:PORT to'} "
-                         f"a backend that keeps running{' (--backend http://HOST:PORT)' if to == 'list' else ''}, "
-                         "e.g. one started with `synth-tui backend`.")
+                         "Pass --backend http://HOST:PORT of a backend that keeps running, e.g. one started with "
+                         "`synth-tui backend`.")
 
 
 def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:

@@ -61,7 +61,9 @@ class JobsScreen(FlowScreen):
         Binding("c", "cancel_job", "Cancel", id="jobs.cancel"),
         Binding("r", "rerun", "Rerun", id="jobs.rerun"),
         Binding("s", "sort", "Sort", id="jobs.sort"),
-        Binding("slash", "filter", "Filter", id="jobs.filter", key_display="/"),
+        # Priority too: a key typed right after / goes into the field, not to the table (a
+        # non-priority / is handled after the keys behind it have already gone to the table).
+        Binding("slash", "filter", "Filter", id="jobs.filter", key_display="/", priority=True),
         Binding("f5", "refresh", "Refresh", id="jobs.refresh"),
         Binding("escape", "clear_filter", "Clear filter", id="jobs.clear_filter", show=False),
         Binding("q", "app.quit", "Quit", id="jobs.quit"),
@@ -95,7 +97,7 @@ class JobsScreen(FlowScreen):
         self.filter_text = ""
         self.error: str | None = None
         self.loads = 0  # completed reads of the list (tests wait on it)
-        self.loading = False
+        self.reading = False
         self._probed = False
         self._narrow: bool | None = None
 
@@ -124,17 +126,17 @@ class JobsScreen(FlowScreen):
 
     def _tick(self) -> None:
         # The live refresh; not while one runs, nor while the dashboard of a job is on top.
-        if not self.loading and self.is_current:
+        if not self.reading and self.is_current:
             self.action_refresh()
 
     def action_refresh(self) -> None:
         # A read under way is not cut short (its answer is as fresh): f5 then does nothing.
-        if self.preset is None and not self.loading:
+        if self.preset is None and not self.reading:
             self._load()
 
     @work(exclusive=True, group="jobs-refresh", exit_on_error=False, name="Job list")
     async def _load(self) -> None:
-        self.loading = True
+        self.reading = True
         try:
             async with self.session.client(retries=0) as client:
                 if not self._probed:
@@ -154,7 +156,7 @@ class JobsScreen(FlowScreen):
             if first:
                 self.notify(self.error, title="Job list", severity="error")
         finally:
-            self.loading = False
+            self.reading = False
             self.loads += 1
             self._show()
 
@@ -201,7 +203,7 @@ class JobsScreen(FlowScreen):
         lines = ["   ".join(parts)]
         if self.error:
             every = f"; trying again every {self.refresh_every:g} s" if self.refresh_every else ""
-            lines.append(f"[$error]⚠ {shown_text(self.error, 300)}{every} (f5 now)[/]")
+            lines.append(f"[$error]⚠ {shown_text(self.error.rstrip('.'), 300)}{every} (f5 now)[/]")
         elif self.note:
             lines.append(f"[$warning]{shown_text(self.note, 200)}[/]")
         elif self.loads and not self.rows:
@@ -222,8 +224,8 @@ class JobsScreen(FlowScreen):
     # -- keys -----------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        # Enter in the filter field keeps the filter; elsewhere it attaches.
-        return not (action == "attach" and isinstance(self.focused, Input))
+        # In the filter field, enter keeps the filter and / is typed; elsewhere they attach and filter.
+        return not (action in ("attach", "filter") and isinstance(self.focused, Input))
 
     def action_sort(self) -> None:
         self.sort_by = next_sort(self.sort_by)
@@ -233,7 +235,7 @@ class JobsScreen(FlowScreen):
         field = self.query_one("#jobs-filter", Input)
         field.display = True
         field.value = self.filter_text
-        field.focus()
+        self.set_focus(field)  # at once: keys typed right after the slash go into the field
 
     def action_clear_filter(self) -> None:
         field = self.query_one("#jobs-filter", Input)

@@ -4,7 +4,8 @@ filter, attach, cancel, rerun, live refresh, errors; and its snapshots at both s
 from __future__ import annotations
 
 import pytest
-from textual.widgets import DataTable, Input
+from textual import events
+from textual.widgets import DataTable, Input, LoadingIndicator
 
 from app.core.history import RunHistory
 from app.core.job_list import JobListing, JobRow
@@ -57,7 +58,7 @@ def header(screen: JobsScreen) -> str:
 
 
 async def loaded(pilot, screen: JobsScreen, count: int = 1) -> None:
-    await wait_for(pilot, lambda: screen.loads >= count and not screen.loading, what="the job list")
+    await wait_for(pilot, lambda: screen.loads >= count and not screen.reading, what="the job list")
 
 
 async def test_the_list_shows_every_job_across_pages_with_status_model_and_score(faulty_backend):
@@ -72,6 +73,7 @@ async def test_the_list_shows_every_job_across_pages_with_status_model_and_score
         assert table_column(screen, 3)[0] == "2026-01-01 12:59"
         assert table_column(screen, 4) == [f"{0.1 * (i + 1):.3f}" for i in range(7)]
         assert "7 jobs" in header(screen) and "(3 active)" in header(screen)
+        assert not screen.query(LoadingIndicator)  # nothing covers the list once it is read
     pages = [r for r in faulty_backend.requests if r[0] == "GET" and r[1] == "/api/rl/jobs"]
     assert len(pages) == 1 + 3  # the probe, then 3 + 3 + 1 jobs
 
@@ -113,6 +115,20 @@ async def test_slash_filters_as_typed_enter_keeps_and_esc_clears(faulty_backend)
         assert "filter" not in header(screen)
         await pilot.press("slash", *"qwen3-4")  # the model column counts too
         assert table_column(screen, 0) == ["job_04"]
+
+
+async def test_keys_typed_at_once_after_the_slash_all_go_into_the_filter(faulty_backend):
+    """As a fast typist or tmux send-keys gives them: one burst. A q among them must not quit,
+    and a / inside the filter is typed, not a new filter."""
+    seven_jobs(faulty_backend)
+    app = make_jobs_app(faulty_backend)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = jobs(app)
+        await loaded(pilot, screen)
+        for char in "/qwen/qwen3-4":
+            app.post_message(events.Key("slash" if char == "/" else char, char))
+        await wait_for(pilot, lambda: screen.filter_text == "qwen/qwen3-4", what="the whole filter")
+        assert table_column(screen, 0) == ["job_04"] and app.is_running
 
 
 async def test_enter_attaches_and_esc_on_the_dashboard_comes_back(faulty_backend):
