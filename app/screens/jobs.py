@@ -99,6 +99,7 @@ class JobsScreen(FlowScreen):
         self.loads = 0  # completed reads of the list (tests wait on it)
         self.reading = False
         self._probed = False
+        self._read_again = False
         self._narrow: bool | None = None
 
     def compose(self) -> ComposeResult:
@@ -124,15 +125,24 @@ class JobsScreen(FlowScreen):
 
     # -- reading the backend ----------------------------------------------------------------
 
+    def on_screen_resume(self) -> None:
+        # Back from a job's dashboard: what happened meanwhile shows at once.
+        if self.loads:
+            self.action_refresh()
+
     def _tick(self) -> None:
         # The live refresh; not while one runs, nor while the dashboard of a job is on top.
         if not self.reading and self.is_current:
             self.action_refresh()
 
     def action_refresh(self) -> None:
-        # A read under way is not cut short (its answer is as fresh): f5 then does nothing.
-        if self.preset is None and not self.reading:
-            self._load()
+        # A read under way is not cut short: another follows it (a cancel may have come after
+        # it asked).
+        if self.preset is None:
+            if self.reading:
+                self._read_again = True
+            else:
+                self._load()
 
     @work(exclusive=True, group="jobs-refresh", exit_on_error=False, name="Job list")
     async def _load(self) -> None:
@@ -159,6 +169,9 @@ class JobsScreen(FlowScreen):
             self.reading = False
             self.loads += 1
             self._show()
+            if self._read_again:
+                self._read_again = False
+                self.call_later(self.action_refresh)
 
     # -- showing --------------------------------------------------------------------------
 

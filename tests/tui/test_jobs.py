@@ -145,8 +145,11 @@ async def test_enter_attaches_and_esc_on_the_dashboard_comes_back(faulty_backend
         dashboard = app.screen
         assert dashboard.job.job_id == "job_live" and dashboard.back_to_history
         await wait_for(pilot, lambda: dashboard.ended, what="the job's end")
+        loads = screen.loads
         await pilot.press("escape")
         assert app.screen is screen
+        await loaded(pilot, screen, loads + 1)  # read again on return, without waiting for the timer
+        assert table_column(screen, 1)[0] == "succeeded"
 
 
 async def test_c_asks_then_cancels_and_the_new_status_shows(faulty_backend):
