@@ -49,16 +49,17 @@ class SynthTuiApp(App[int]):
         Binding("ctrl+p", "command_palette", "Commands", id="app.commands", show=False),
     ]
 
-    def __init__(self, session: LaunchSession, *, start: str = "picker", attach: JobContext | None = None) -> None:
+    def __init__(self, session: LaunchSession, *, start: str = "picker", attach: JobContext | None = None,
+                 first_screen: Callable[[], Screen] | None = None) -> None:
         """``start`` is the first step shown (flags skip steps); ``attach`` (a JobContext) opens
-        only the dashboard of an existing job; ``start="history"`` opens the run history."""
+        only the dashboard of an existing job; ``start="history"`` opens the run history;
+        ``first_screen`` makes the screen of a command that is not a step (jobs, compare)."""
         super().__init__()
         self.session = session
         self.start = start
         self.attach = attach
+        self.first_screen = first_screen
         self.exit_code = 0
-        self.first_screen: Callable[[], Screen] | None = None  # a command's own screen (compare)
-        self.jobs_options: dict[str, Any] = {}  # start="jobs": JobsScreen's arguments (run_jobs_tui)
 
     # -- flow ------------------------------------------------------------------------------
 
@@ -77,8 +78,6 @@ class SynthTuiApp(App[int]):
             self.push_screen(DashboardScreen(self.attach))
         elif self.start == "history":
             self.push_screen(HistoryScreen())
-        elif self.start == "jobs":
-            self.push_screen(JobsScreen(**self.jobs_options))
         else:
             self.push_screen(self.STEPS.get(self.start, ConfigPickerScreen)())
 
@@ -229,15 +228,11 @@ def run_jobs_tui(session: LaunchSession, **jobs_options: Any) -> int:
     session.open_unattended_env()
     session.synth_api_key()
     session.check_attach_backend()
-    app = SynthTuiApp(session, start="jobs")
-    app.jobs_options = jobs_options
-    return run_app(app)
+    return run_app(SynthTuiApp(session, first_screen=lambda: JobsScreen(**jobs_options)))
 
 
 def run_compare_tui(session: LaunchSession, job_ids: list[str]) -> int:
     """``synth-tui compare``: the runs' metrics on one grid."""
     ids = open_comparison(session, job_ids)
     session.check_attach_backend()
-    app = SynthTuiApp(session)
-    app.first_screen = lambda: CompareScreen(ids)
-    return run_app(app)
+    return run_app(SynthTuiApp(session, first_screen=lambda: CompareScreen(ids)))

@@ -310,7 +310,7 @@ class DashboardScreen(FlowScreen):
         field = self.query_one("#dash-filter", Input)
         field.display = True
         field.value = self.query_one(EventLog).filter_text
-        field.focus()
+        self.set_focus(field)  # at once: keys typed right after the slash go into the field
 
     def action_close_filter(self) -> None:
         """Esc: clear the filter (and close its field); with no filter, on a dashboard opened

@@ -15,9 +15,7 @@ from widgets.metrics_grid import MetricsGrid
 def compare_app(backend_url: str, api_key: str, job_ids: list[str], runs: list[ComparedRun] | None = None):
     session = LaunchSession(LaunchOptions(backend=backend_url), shell={"SYNTH_API_KEY": api_key})
     session.resolve()
-    app = SynthTuiApp(session)
-    app.first_screen = lambda: CompareScreen(job_ids, runs=runs)
-    return app
+    return SynthTuiApp(session, first_screen=lambda: CompareScreen(job_ids, runs=runs))
 
 
 async def test_compare_reads_the_runs_and_overlays_all_but_the_first(faulty_backend):

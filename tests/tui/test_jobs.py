@@ -24,8 +24,8 @@ def make_jobs_app(backend: FaultyBackend, **options) -> SynthTuiApp:
     session = LaunchSession(LaunchOptions(backend=backend.url, poll_interval=0.05),
                             shell={"SYNTH_API_KEY": backend.api_key})
     session.resolve()
-    app = SynthTuiApp(session, start="jobs")
-    app.jobs_options = {"page_size": 3, "refresh_every": None, **options}
+    screen_options = {"page_size": 3, "refresh_every": None, **options}
+    app = SynthTuiApp(session, first_screen=lambda: JobsScreen(**screen_options))
     return app
 
 
@@ -277,8 +277,7 @@ PRESET = JobListing([
 def preset_app() -> SynthTuiApp:
     session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
     session.resolve()
-    app = SynthTuiApp(session, start="jobs")
-    app.jobs_options = {"preset": PRESET}
+    app = SynthTuiApp(session, first_screen=lambda: JobsScreen(preset=PRESET))
     return app
 
 
