@@ -4,7 +4,8 @@
 
 It starts the embedded backend and the reference task app (fresh demo keys, shown masked),
 drives the guided flow with the same keys a user presses, and saves one SVG per step plus
-the live dashboard mid-run and at the end.
+the live dashboard mid-run, at the end (160x45 and 80x24), a rerun with the first run
+overlaid, the jobs view and the comparison of the two runs.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ sys.path.insert(0, str(REPO))
 
 from app.core.session import LaunchSession  # noqa: E402
 from app.demo import demo_options, start_demo  # noqa: E402
+from app.screens.compare import CompareScreen  # noqa: E402
 from app.screens.config_picker import ConfigPickerScreen  # noqa: E402
 from app.screens.dashboard import DashboardScreen  # noqa: E402
 from app.screens.env_review import EnvReviewScreen  # noqa: E402
+from app.screens.jobs import JobsScreen  # noqa: E402
 from app.screens.preview import PayloadPreviewScreen  # noqa: E402
 from app.screens.verification import VerificationScreen  # noqa: E402
 from app.tui import SynthTuiApp  # noqa: E402
+from widgets.metrics_grid import MetricsGrid  # noqa: E402
 
 OUT = REPO / "docs" / "images"
 SIZE = (160, 45)
@@ -69,6 +73,26 @@ async def walk(out: Path) -> list[Path]:
                 shot("5-dashboard-live")
                 await until(pilot, lambda: app.screen.ended, seconds=120)
                 shot("6-dashboard-finished")
+                first = app.screen.job.job_id
+                await pilot.resize_terminal(80, 24)
+                await until(pilot, lambda: app.screen.has_class("-narrow"))
+                shot("7-dashboard-80x24")
+                await pilot.resize_terminal(*SIZE)
+                # A rerun: the new job's charts carry the first run as a dimmed overlay.
+                await pilot.press("r")
+                await pilot.press("y")
+                await until(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.job.job_id != first
+                            and app.screen.ended, seconds=180)
+                shot("8-rerun-overlay")
+                second = app.screen.job.job_id
+                app.push_screen(JobsScreen(refresh_every=None))
+                await until(pilot, lambda: isinstance(app.screen, JobsScreen) and len(app.screen.rows) >= 2
+                            and all(row.score is not None for row in app.screen._shown()))
+                shot("9-jobs")
+                app.push_screen(CompareScreen([second, first]))
+                await until(pilot, lambda: isinstance(app.screen, CompareScreen)
+                            and bool(app.screen.query(MetricsGrid)))
+                shot("10-compare")
             return saved
         finally:
             setup.stop()

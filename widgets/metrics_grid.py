@@ -201,11 +201,14 @@ class MetricChart(Vertical):
             return "waiting for metrics…"
         width = max(len(label) for *_, label, _ in lines)
         rows = []
+        room = self.content_size.width
         for series, _, label, _ in lines:
             name = f"{label:<{width}}  " if len(lines) > 1 else ""
-            full = name + format_readouts(series.readouts(), full=True)
-            rows.append(full if len(full) <= self.content_size.width else
-                        name + format_readouts(series.readouts(), full=False))
+            readouts = series.readouts()
+            # The most that fits on one row: all the numbers, or last, best and step, or the two.
+            choices = [name + format_readouts(readouts, full=True), name + format_readouts(readouts, full=False),
+                       f"{name}{number(readouts.last)}  best {number(readouts.best)}"]
+            rows.append(next((row for row in choices if len(row) <= room), choices[-1]))
         return "\n".join(rows)
 
     def _draw_lines(self) -> None:
@@ -449,6 +452,8 @@ class MetricsGrid(Vertical):
             cells.styles.layout = "grid"
             cells.styles.grid_size_columns = columns
             cells.styles.grid_size_rows = rows
+        for index, chart in enumerate(shown):  # an odd last chart spans the row, not half of it
+            chart.styles.column_span = columns if index == len(shown) - 1 and len(shown) % columns else 1
         self._show_status()
         self.redraw_if_changed(force=True)
 

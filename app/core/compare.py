@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # the session imports the history; a comparison needs only it
 MAX_PAGES = 200
 # Runs read at once.
 CONCURRENCY = 4
+LABEL_CHARS = 14
 
 
 @dataclass
@@ -38,7 +39,9 @@ class ComparedRun:
 
     @property
     def label(self) -> str:
-        return self.job_id
+        """The run in a legend or a readout row: its job id, cut to LABEL_CHARS (a hosted id is
+        28 characters; the start tells runs apart and the full id is in the header)."""
+        return self.job_id if len(self.job_id) <= LABEL_CHARS else self.job_id[:LABEL_CHARS - 1] + "…"
 
 
 async def read_run(client: SynthClient, job_id: str, *, max_pages: int = MAX_PAGES) -> ComparedRun:
