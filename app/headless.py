@@ -28,6 +28,7 @@ from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes,
 from app.core.jobs import remember
 from app.core.launch import PreparedJob
 from app.core.redact import mask_secret, printable, redact
+from app.core.series import shown_number
 from app.core.session import LaunchOptions, LaunchSession
 from app.core.streaming import (
     BackendGaveUp,
@@ -415,18 +416,20 @@ class JobCreationFailed(SynthTuiError):
 def run_attach(args: argparse.Namespace, *, printer: Printer | None = None) -> int:
     """``synth-tui attach JOB_ID --no-tui``: the SDK's lines for an existing job."""
     printer = printer or Printer()
+    session: LaunchSession | None = None
     try:
-        return asyncio.run(_attach_flow(args, printer))
+        session = LaunchSession(LaunchOptions.from_args(args))
+        return asyncio.run(_attach_flow(session, args, printer))
     except SynthTuiError as exc:
         printer.error(exc)
         return exc.exit_code
     except KeyboardInterrupt:
-        printer.diag(f"\nInterrupted. Job {args.job_id} keeps running on the backend.")
+        hint = f" {session.attach_hint(args.job_id)}" if session is not None else ""
+        printer.diag(f"\nInterrupted. Job {args.job_id} keeps running on the backend.{hint}")
         return ExitCode.INTERRUPTED
 
 
-async def _attach_flow(args: argparse.Namespace, printer: Printer) -> int:
-    session = LaunchSession(LaunchOptions.from_args(args))
+async def _attach_flow(session: LaunchSession, args: argparse.Namespace, printer: Printer) -> int:
     job = session.attach(args.job_id)
     printer.secrets.extend(session.secret_values())
     printer.line(f"Attaching to job {job.job_id} at {session.backend_base}")
@@ -550,7 +553,7 @@ async def _compare(args: argparse.Namespace, printer: Printer) -> int:
     job_width = max(len("JOB"), *(len(row.job_id) for row in rows))
 
     def number(value: float | None) -> str:
-        return "-" if value is None else f"{value:.4f}"
+        return "-" if value is None else shown_number(value)
 
     printer.line(f"{'METRIC':<{metric_width}}  {'JOB':<{job_width}}  {'POINTS':>6}  {'LAST':>10}  {'BEST':>10}  STEP")
     for row in rows:

@@ -135,6 +135,11 @@ class SynthTuiApp(App[int]):
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
         self.push_screen(HelpModal(str(title), rows))
 
+    def action_help_quit(self) -> None:
+        """Ctrl+C with no text selected (with a selection it copies): quit, as Ctrl+Q does,
+        asking first where something would be lost. Textual would only say to press Ctrl+Q."""
+        self.run_worker(self.action_quit(), name="Quit")
+
     async def action_quit(self) -> None:
         """Ctrl+Q (and the palette's Quit): the screen decides, e.g. the dashboard asks while
         the job runs and says how to attach again."""

@@ -72,6 +72,7 @@ class FaultyBackend:
         self.api_key = api_key
         self.jobs: dict[str, ScriptedJob] = {}
         self.faults: dict[str, list[str]] = defaultdict(list)
+        self.release = threading.Event()  # lets a "hold" fault answer
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
         self.verify_answer: tuple[int, Any] = (200, {"any_ok": True, "candidates_first15": ["env_key_prefix"],
                                                      "attempts": [{"status": 200}, {"status": 200}]})
@@ -144,7 +145,7 @@ class FaultyBackend:
     def inject(self, route: str, *faults: str) -> None:
         """Answer the next requests of ``route`` (status, events, metrics, verify, create,
         cancel, list, stream) with these faults, in order: "500", "502", "html", "empty",
-        "drop", "slow", "dup", "shuffle", "401", "404"."""
+        "drop", "slow", "hold" (until ``release`` is set), "dup", "shuffle", "401", "404"."""
         with self._lock:
             self.faults[route].extend(faults)
 
@@ -205,6 +206,9 @@ class _Handler(BaseHTTPRequestHandler):
             return "handled"
         if fault == "slow":
             time.sleep(1.5)
+            return None
+        if fault == "hold":  # until the test lets it go (FaultyBackend.release)
+            self.owner.release.wait(10)
             return None
         if fault == "html":
             self._send(200, "<!doctype html><html><body>Bad gateway page</body></html>", "text/html")

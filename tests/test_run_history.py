@@ -385,3 +385,17 @@ def test_a_status_check_never_sends_the_env_file_key_to_another_jobs_backend(tmp
         sent_to_other = {h.get("Authorization") for _, _, h, _ in other.requests}
     assert answers == {"job_a": "succeeded", "job_b": "failed"}
     assert sent_to_other == {f"Bearer {other.api_key}"}
+
+
+def test_an_embedded_backend_that_stops_fails_every_unfinished_job_of_it(tmp_path):
+    from app.core.jobs import stop_backend_jobs
+
+    history = RunHistory(tmp_path / "h.sqlite")
+    for job_id, backend in (("job_a", "http://127.0.0.1:1/api"), ("job_b", "http://127.0.0.1:1/api"),
+                            ("job_c", "http://127.0.0.1:2/api"), ("job_d", "http://127.0.0.1:1/api")):
+        history.record_submission(job_id=job_id, backend=backend, config_path=None, payload=None,
+                                  idempotency_key=None)
+    history.record_progress("job_d", status="succeeded", final=True)
+    stop_backend_jobs(history, "http://127.0.0.1:1/api")
+    assert {r.job_id: r.status for r in history.list()} == {
+        "job_a": "failed", "job_b": "failed", "job_c": "queued", "job_d": "succeeded"}

@@ -34,6 +34,7 @@ from app.core.series import (
     Readouts,
     chart_panels,
     downsample,
+    shown_number,
     sparkline,
     split_label,
     window,
@@ -44,8 +45,8 @@ ZOOM_STEPS = 50
 MIN_PLOT_ROWS = 9
 # The live series' colours by split (plotext names) and their legend equivalents (Rich).
 LIVE_COLORS = ("cyan", "orange", "green", "magenta")
-LEGEND_COLORS = {"cyan": "cyan", "orange": "dark_orange", "green": "green", "magenta": "magenta",
-                 "gray": "grey50"}
+LEGEND_COLORS = {"cyan": "cyan", "orange": "darkorange", "green": "green", "magenta": "magenta",
+                 "gray": "gray"}  # names Textual's markup parses (not Rich's dark_orange, grey50)
 # Earlier runs: dim, distinct greys, so the live run stands out.
 OVERLAY_COLORS = ((120, 120, 150), (150, 120, 120), (120, 150, 120), (140, 140, 140))
 
@@ -53,7 +54,7 @@ OVERLAY_COLORS = ((120, 120, 150), (150, 120, 120), (120, 150, 120), (140, 140, 
 def number(value: float | None) -> str:
     if value is None:
         return "—"
-    return f"{value:.4f}" if abs(value) < 1e5 else f"{value:.3g}"
+    return shown_number(value)
 
 
 def format_readouts(readouts: Readouts, *, full: bool) -> str:
@@ -194,20 +195,20 @@ class MetricChart(Vertical):
         return rows
 
     def _readouts(self) -> str:
-        """One row per line (labelled when the chart has several); min, max and rate too when
-        the row fits the chart's width."""
+        """One row per line (labelled when the chart has several), the live run's first: all
+        its numbers when the row fits, else fewer; an earlier run's row is its last and best."""
         lines = self._labelled()
         if not lines:
             return "waiting for metrics…"
         width = max(len(label) for *_, label, _ in lines)
-        rows = []
         room = self.content_size.width
-        for series, _, label, _ in lines:
+        rows = []
+        for series, _, label, overlay in lines:
             name = f"{label:<{width}}  " if len(lines) > 1 else ""
             readouts = series.readouts()
-            # The most that fits on one row: all the numbers, or last, best and step, or the two.
-            choices = [name + format_readouts(readouts, full=True), name + format_readouts(readouts, full=False),
-                       f"{name}{number(readouts.last)}  best {number(readouts.best)}"]
+            short = f"{name}{number(readouts.last)}  best {number(readouts.best)}"
+            choices = [short] if overlay else [name + format_readouts(readouts, full=True),
+                                               name + format_readouts(readouts, full=False), short]
             rows.append(next((row for row in choices if len(row) <= room), choices[-1]))
         return "\n".join(rows)
 
@@ -254,19 +255,22 @@ class MetricChart(Vertical):
         columns = max(plot.size.width - 10, 10)
         smoothing = self.grid.smoothing
         first = last = None
-        for earlier, dim, _ in self.overlay_series():
-            self._line(plt, earlier, columns, color=dim, smoothing=smoothing)
+        drawn = [self._line(plt, earlier, columns, color=dim, smoothing=smoothing)
+                 for earlier, dim, _ in self.overlay_series()]
         for index, (series, color) in enumerate(live):
             if smoothing != "none" and index == 0:
                 self._line(plt, series, columns, color="gray", smoothing="none")
-            xs = self._line(plt, series, columns, color=color, smoothing=smoothing)
+            drawn.append(self._line(plt, series, columns, color=color, smoothing=smoothing))
+        for xs in drawn:  # the axis spans every line drawn, overlays included
             if xs:
                 first = xs[0] if first is None else min(first, xs[0])
                 last = xs[-1] if last is None else max(last, xs[-1])
         if first is not None and last is not None:
             ticks: list[float] = [*integer_ticks(first, last)]  # plotext's stubs take floats
             plt.xticks(ticks)
-        readouts.update(self._readouts(), layout=False)
+        text = self._readouts()
+        # A new row count (an overlay added or removed) needs a layout pass; same rows do not.
+        readouts.update(text, layout=text.count("\n") != str(readouts.content).count("\n"))
         plot.refresh()
 
     def _line(self, plt, series: MetricSeries, columns: int, *, color: object, smoothing: str) -> list[float]:

@@ -63,6 +63,15 @@ def remember(write: Callable[[RunHistory], None], history: RunHistory | None = N
     return None
 
 
+def stop_backend_jobs(history: RunHistory, backend: str) -> None:
+    """An embedded backend stops with the app that started it, and every job it still ran
+    with it (a rerun's original too): each is recorded failed, so none stays "running" in the
+    history for ever."""
+    for record in history.list():
+        if record.backend == backend and not record.final_status:
+            history.record_progress(record.job_id, status="failed", final=True)
+
+
 def read_history(job_id: str) -> RunRecord | None:
     """The job's record, if it was launched or watched from this machine; an unreadable
     history counts as none (attach then needs --backend, and says so)."""

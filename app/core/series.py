@@ -44,6 +44,15 @@ def default_metric(names: Iterable[str]) -> str | None:
     return names[0] if names else None
 
 
+def shown_number(value: float) -> str:
+    """A metric's value for a readout or a table: 4 decimals (no "-0.0000" for a tiny
+    negative), or 3 significant digits when large."""
+    if abs(value) >= 1e5:
+        return f"{value:.3g}"
+    text = f"{value:.4f}"
+    return "0.0000" if text == "-0.0000" else text
+
+
 def lower_is_better(name: str) -> bool:
     return any(word in name for word in ("loss", "error", "perplexity"))
 

@@ -19,6 +19,7 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.content import Content
 from textual.markup import escape as escape_markup
 from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Header, Input, Static
@@ -27,7 +28,7 @@ from app.core.compare import ComparedRun, earlier_runs, read_runs
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
-from app.core.jobs import JobContext, export_run, remember
+from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
 from app.core.launch import new_idempotency_key
 from app.core.paths import run_dir
 from app.core.redact import printable
@@ -94,13 +95,15 @@ class DashboardScreen(FlowScreen):
     )
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
-                 overlays: Sequence[ComparedRun] = ()) -> None:
+                 overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = ()) -> None:
         """``back_to_history``: opened from the run history, so Esc goes back there.
-        ``overlays``: earlier runs drawn beside this one (a rerun overlays the run it repeats)."""
+        ``overlays``: earlier runs drawn beside this one (a rerun overlays the run it repeats);
+        ``overlay_ids``: earlier runs to read from the backend and draw (a rerun from a list)."""
         super().__init__()
         self.job = job if isinstance(job, JobContext) else JobContext(job)
         self.back_to_history = back_to_history
         self.overlays = list(overlays)
+        self.overlay_ids = list(overlay_ids)
         self.store = MetricStore()
         self.status = "unknown"
         self.reconnecting = ""
@@ -108,6 +111,7 @@ class DashboardScreen(FlowScreen):
         self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
         self.end_message: str | None = None  # why the watch stopped, when it did not see the job end
         self.paused = False
+        self.watch_stopped = False  # the feed failed: what the header shows is the last known
         self.started = time.monotonic()
         self.created_at: datetime | None = None
         self.finished_after: int | None = None  # seconds from creation to the end, once known
@@ -135,6 +139,8 @@ class DashboardScreen(FlowScreen):
         self.query_one("#dash-final").display = False
         if self.overlays:
             self.query_one(MetricsGrid).set_overlays(self.overlays)
+        if self.overlay_ids:
+            self._overlay(self.overlay_ids)
         if self.job.replay is not None:
             self._apply(self.job.replay)
             return
@@ -179,7 +185,7 @@ class DashboardScreen(FlowScreen):
         if batch.status is not None:
             self.status = batch.status.status
             self.created_at = self.created_at or parse_iso(batch.status.created_at)
-        if batch.connection is not None:
+        if batch.connection is not None and not self.watch_stopped:
             self.reconnecting = batch.connection.message if batch.connection.reconnecting else ""
         if batch.ended is not None:
             self._ended(batch.ended)
@@ -192,9 +198,13 @@ class DashboardScreen(FlowScreen):
         error's exit code, as headless does, and says how to attach again."""
         if isinstance(error, SynthTuiError):
             self.ended, self.ended_code = True, error.exit_code
-            self.end_message = f"{error.message}\n{self.session.attach_hint(self.job.job_id)}"
+            # The attach command first: at 80x24 the panel shows two lines.
+            self.end_message = f"{self.session.attach_hint(self.job.job_id)}\nStopped watching: {error.message}"
             self.query_one("#dash-final").display = True
             self.query_one("#dash-final-text", Static).update(self.end_message)
+        # What the header said is no longer known: the clock stops, the status is the last seen.
+        self.watch_stopped, self.reconnecting = True, ""
+        self.finished_after = self.finished_after if self.finished_after is not None else self._elapsed()
         self.flow_app.show_error("The job feed stopped", error)
         self._render_header()
 
@@ -231,6 +241,14 @@ class DashboardScreen(FlowScreen):
             self.app.bell()
         self.query_one("#dash-final-text", Static).update(text)
 
+    def _elapsed(self) -> int:
+        """The job's age from its created_at (the backend's clock), frozen at its end."""
+        if self.finished_after is not None:
+            return self.finished_after
+        if self.created_at is not None:
+            return max(0, int((datetime.now(self.created_at.tzinfo) - self.created_at).total_seconds()))
+        return int(time.monotonic() - self.started)
+
     def on_resize(self) -> None:
         # The breakpoint class may have changed: at 80 columns the grid is stacked over the
         # log and may take 60% of the height (styles.tcss).
@@ -240,38 +258,44 @@ class DashboardScreen(FlowScreen):
         self.call_after_refresh(self._render_header)
 
     def _render_header(self) -> None:
-        # The job's age from its created_at (the backend's clock), frozen at its end.
-        elapsed = int(time.monotonic() - self.started)
-        if self.finished_after is not None:
-            elapsed = self.finished_after
-        elif self.created_at is not None:
-            elapsed = max(0, int((datetime.now(self.created_at.tzinfo) - self.created_at).total_seconds()))
+        """The job's facts on one line: labelled when they fit, else bare (the backend as its
+        host), else on two lines; the states that need the user (filter, pause, reconnecting,
+        no longer watched) come right after the status, so a narrow terminal cuts facts, not them."""
+        elapsed = self._elapsed()
         style = STATUS_CLASSES.get(self.status, "")
         shown = shown_text(self.status, 40)  # the backend's words: neither markup nor terminal codes
-        status = f"[$success]●[/] {shown}" if style == "ok" else (
-            f"[$error]●[/] {shown}" if style == "bad" else (
-                f"[$warning]●[/] {shown}" if style == "warn" else f"[$accent]●[/] {shown}"))
-        # At 80 columns the labels go and the backend is its host: all six facts still fit.
-        narrow = self.has_class("-narrow")
-        backend = shown_text(self.session.backend_base)
-        if narrow:
-            backend = shown_text(urlsplit(self.session.backend_base).netloc or self.session.backend_base)
+        dot = {"ok": "$success", "bad": "$error", "warn": "$warning"}.get(style, "$accent")
+        status = f"[{dot}]●[/] {shown}"
         clock = f"{elapsed // 3600:02d}:{elapsed % 3600 // 60:02d}:{elapsed % 60:02d}"
-        parts = [f"[b]{shown_text(self.job.job_id)}[/b]", status, clock[3:] if narrow and elapsed < 3600 else clock,
-                 backend if narrow else f"backend {backend}"]
+        head = [f"[b]{shown_text(self.job.job_id)}[/b]", status, clock[3:] if elapsed < 3600 else clock]
+        states = []
+        if self.watch_stopped:
+            states.append("[$error]not watched any more (see below)[/]")
+        if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
+            states.append(f"[$warning]filter “{shown_text(needle, 30)}” (esc clears)[/]")
+        if self.paused:
+            states.append("[$warning]paused (p)[/]")
+        if self.reconnecting:
+            states.append(f"[$warning]reconnecting: {shown_text(self.reconnecting, 50)}[/]")
+        facts = [("backend", shown_text(self.session.backend_base),
+                  shown_text(urlsplit(self.session.backend_base).netloc or self.session.backend_base))]
         if self.job.config_path:
             config = shown_text(Path(self.job.config_path).name)
-            parts.append(config if narrow else f"config {config}")
+            facts.append(("config", config, config))
         if self.job.model:
-            parts.append(shown_text(self.job.model) if narrow else f"model {shown_text(self.job.model)}")
-        if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
-            parts.insert(2, f"[$warning]filter “{shown_text(needle, 30)}” (esc clears)[/]")
-        if self.paused:
-            parts.append("[$warning]paused (p)[/]")
-        if self.reconnecting:
-            parts.append(f"[$warning]reconnecting… {self.reconnecting[:60]}[/]")
-        # A fixed one-line widget: no layout pass (a full layout costs more than the repaint).
-        self.query_one("#dash-header", Static).update(("  " if narrow else "   ").join(parts), layout=False)
+            facts.append(("model", shown_text(self.job.model), shown_text(self.job.model)))
+        room = self.size.width - 2  # the header's padding
+        labelled = "   ".join([*head, *states, *(f"{label} {full}" for label, full, _ in facts)])
+        bare = "  ".join([*head, *states, *(short for _, _, short in facts)])
+        if Content.from_markup(labelled).cell_length <= room:
+            text = labelled
+        elif Content.from_markup(bare).cell_length <= room:
+            text = bare
+        else:
+            text = "  ".join([*head, *states]) + "\n" + "  ".join(short for _, _, short in facts)
+        header = self.query_one("#dash-header", Static)
+        # No layout pass unless the line count changes: a full layout costs more than the repaint.
+        header.update(text, layout=text.count("\n") != str(header.content).count("\n"))
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -377,6 +401,10 @@ class DashboardScreen(FlowScreen):
         warning = self.session.remember_submission(context, idempotency_key=key, rerun_of=self.job.job_id)
         self.notify(f"Rerun submitted as {result.job_id}", title="Rerun")
         self.flow_app.warn_history(warning)
+        # A dialog opened meanwhile (a quit question) is answered first: switching now would
+        # replace the dialog, not this dashboard.
+        while not self.is_active:
+            await asyncio.sleep(0.1)
         # The run it repeats stays on the charts, dimmed, beside the new one.
         overlays = [ComparedRun(self.job.job_id, self.store), *self.query_one(MetricsGrid).overlays][:MAX_OVERLAYS]
         self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays))
@@ -392,6 +420,17 @@ class DashboardScreen(FlowScreen):
         chosen = await self.app.push_screen_wait(OverlayPickerModal(earlier, [run.job_id for run in grid.overlays]))
         if chosen is None:
             return
+        if self.job.job_id in chosen:
+            chosen = [job_id for job_id in chosen if job_id != self.job.job_id]
+            self.notify("This job is the live one; it is not overlaid on itself.", severity="warning")
+        await self._read_overlays(chosen)
+
+    @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
+    async def _overlay(self, job_ids: list[str]) -> None:
+        await self._read_overlays(job_ids)
+
+    async def _read_overlays(self, chosen: list[str]) -> None:
+        grid = self.query_one(MetricsGrid)
         have = {run.job_id: run for run in grid.overlays}
         missing = [job_id for job_id in chosen if job_id not in have]
         for job_id in missing:
@@ -419,9 +458,12 @@ class DashboardScreen(FlowScreen):
         if self.ended:
             self._exit()
             return
-        question = ("Quit? The embedded backend stops with the app, and this job with it."
-                    if self.session.options.embedded_backend else "Quit? The job keeps running on the backend.")
-        self.flow_app.confirm(question, self._exit, label="Quit", detail=self.session.attach_hint(self.job.job_id))
+        if self.session.options.embedded_backend:
+            question = "Quit? The embedded backend stops with the app, and this job with it."
+            detail = f"Its events so far stay in {run_dir(self.job.job_id)}."
+        else:
+            question, detail = "Quit? The job keeps running on the backend.", self.session.attach_hint(self.job.job_id)
+        self.flow_app.confirm(question, self._exit, label="Quit", detail=detail)
 
     def _exit(self) -> None:
         if self.feed is not None:
@@ -435,7 +477,7 @@ class DashboardScreen(FlowScreen):
             # list it as running for ever.
             message = f"Job {self.job.job_id} stopped with the app. {self.session.attach_hint(self.job.job_id)}"
             code = ExitCode.JOB_FAILED
-            remember(lambda history: history.record_progress(self.job.job_id, status="failed", final=True))
+            remember(lambda history: stop_backend_jobs(history, self.session.backend_base))
         else:
             message = f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
             code = 0

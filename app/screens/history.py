@@ -97,6 +97,7 @@ class HistoryScreen(FlowScreen):
         Binding("r", "rerun", "Rerun", id="history.rerun"),
         Binding("f5", "reload", "Check statuses", id="history.reload"),
         Binding("q,escape", "app.quit", "Quit", id="history.quit"),
+        Binding("ctrl+q", "app.quit", "Quit", id="history.app_quit", show=False),  # q is in the footer
     ]
 
     def __init__(self) -> None:
@@ -273,7 +274,11 @@ class HistoryScreen(FlowScreen):
         (LaunchSession.use_history_record); Esc comes back here."""
         try:
             job = await asyncio.to_thread(self.session.use_history_record, record)
-        except SynthTuiError as exc:  # its .env is gone or has no key; a history edited by hand
+            # Its backend first, in a few seconds: a demo's backend stopped with the demo, and
+            # the dashboard would wait out its retries before saying so.
+            async with self.session.client(retries=0, timeout=OPEN_PROBE_TIMEOUT_S) as client:
+                await self.session.probe_for_attach(client)
+        except SynthTuiError as exc:  # its .env is gone or has no key; a dead backend; a history edited by hand
             self.flow_app.show_error(f"Cannot open job {record.job_id}", exc)
             return
         screen = DashboardScreen(job, back_to_history=True)
@@ -281,6 +286,10 @@ class HistoryScreen(FlowScreen):
         self.app.push_screen(screen)
         if rerun:
             screen.call_after_refresh(screen.action_rerun)
+
+
+# Seconds the job's backend has to answer before its dashboard opens.
+OPEN_PROBE_TIMEOUT_S = 5.0
 
 
 def _read_rows() -> list[Row]:

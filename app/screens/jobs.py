@@ -333,4 +333,5 @@ class JobsScreen(FlowScreen):
         self.notify(f"Rerun of {job_id} submitted as {result.job_id}", title="Rerun")
         self.flow_app.warn_history(warning)
         self.action_refresh()
-        self.app.push_screen(DashboardScreen(job, back_to_history=True))
+        # The run it repeats is read and drawn beside it, dimmed, as a rerun from a dashboard is.
+        self.app.push_screen(DashboardScreen(job, back_to_history=True, overlay_ids=[job_id]))

@@ -339,3 +339,72 @@ async def test_log_follows_the_tail_until_the_user_scrolls_up():
         await pilot.press("end")
         await wait_for(pilot, lambda: log.log_view.is_vertical_scroll_end)
         assert log.tailing and log.new_while_away == 0
+
+
+async def test_a_quit_question_asked_during_a_rerun_is_not_swept_away(faulty_backend):
+    """The rerun's new dashboard waits for the open dialog: No keeps the app and then shows
+    the new job; the question is never replaced unanswered."""
+    faulty_backend.create_job_template = training_timeline(steps=2)
+    faulty_backend.add_job(ScriptedJob("job_old", [("running", [event(1)], [])] * 10_000))
+    RunHistory().record_submission(job_id="job_old", backend=faulty_backend.url + "/api", config_path=None,
+                                   payload={"job_type": "rl", "data": {"model": "x"}}, idempotency_key="k")
+    app = make_dashboard_app(faulty_backend, JobContext("job_old"), interval=0.05)
+    faulty_backend.inject("create", "hold")
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.query_one(EventLog).total >= 1)
+        await pilot.press("r", "y")
+        await wait_for(pilot, lambda: faulty_backend.count("/rl/jobs", "POST") == 1, what="the held create")
+        await pilot.press("q")
+        assert isinstance(app.screen, ConfirmModal)
+        faulty_backend.release.set()
+        await wait_for(pilot, lambda: len(RunHistory().list()) == 2, what="the rerun recorded")
+        await pilot.pause(0.3)  # one more turn of the rerun worker: it must keep waiting
+        assert isinstance(app.screen, ConfirmModal), "the quit question is still there"
+        await pilot.press("n")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.job.job_id != "job_old")
+
+
+async def test_a_stopped_watch_says_so_in_the_header_and_stops_the_clock(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=200)))
+    session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.02, give_up_after=0.5),
+                            shell={"SYNTH_API_KEY": faulty_backend.api_key})
+    session.resolve()
+    app = SynthTuiApp(session, attach=JobContext("job_a"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.query_one(EventLog).total > 0, what="the first events")
+        faulty_backend.stop()
+        await wait_for(pilot, lambda: screen.ended, what="the watch to give up")
+        header = str(screen.query_one("#dash-header").render())
+        assert "not watched any more" in header and "reconnecting" not in header
+        assert screen.finished_after is not None
+        # At 80x24 the way back in is the first line of the end panel.
+        assert str(screen.query_one("#dash-final-text").render()).splitlines()[0].startswith("Attach again with")
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_header_keeps_every_fact_with_a_filter_on(faulty_backend, size):
+    faulty_backend.add_job(ScriptedJob("job_0123456789abcdef01234567", training_timeline(steps=2)))
+    job = JobContext("job_0123456789abcdef01234567", config_path="configs/rl/demo.toml", model="Qwen/Qwen3-0.6B")
+    app = make_dashboard_app(faulty_backend, job)
+    async with app.run_test(size=size) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("slash", *"step", "enter")
+        await pilot.pause()
+        header = screen.query_one("#dash-header")
+        text = str(header.render())
+        for fact in ("job_0123456789abcdef01234567", "succeeded", "demo.toml", "Qwen/Qwen3-0.6B", "filter “step”"):
+            assert fact in text, (fact, text)
+        assert all(len(line) <= size[0] - 2 for line in text.splitlines())
+
+
+async def test_ctrl_c_asks_to_quit_like_ctrl_q(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("ctrl+c")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
+        await pilot.press("y")
+    assert app.return_value == 0

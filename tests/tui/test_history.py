@@ -317,3 +317,18 @@ async def test_rerun_from_the_history_uses_the_remembered_env_and_remembers_it_a
     rerun = RunHistory().get(new_id)
     assert rerun.rerun_of == "job_old" and rerun.env_path == str(env)
     assert faulty_backend.count("/rl/jobs", "POST") == 1
+
+
+async def test_a_job_whose_backend_is_gone_says_so_before_a_dashboard_opens(project):
+    """A demo's backend stops with the demo: Enter on its job names the dead backend at once
+    instead of opening a dashboard that retries for seconds."""
+    env = write_env(project, "sk_test_key_0123456789abcdef")
+    record("job_demo", DEAD_BACKEND, status="succeeded", final=True, env_path=env)
+    app = history_app(project)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot, 1)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error")
+        assert app.screen.title_text == "Cannot open job job_demo"
+        assert "127.0.0.1:1" in app.screen.message
+        assert not any(isinstance(s, DashboardScreen) for s in app.screen_stack)

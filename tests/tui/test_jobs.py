@@ -16,6 +16,7 @@ from app.screens.modals import ConfirmModal
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, metric, training_timeline
 from pilot_waits import wait_for
+from widgets.metrics_grid import MetricsGrid
 
 STATUSES = ["running", "succeeded", "failed", "queued", "cancelled", "running", "succeeded"]
 
@@ -184,6 +185,9 @@ async def test_r_reruns_from_the_run_history_payload(faulty_backend):
         await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the new job's dashboard")
         new_id = app.screen.job.job_id
         assert new_id not in ("job_00",) and app.screen.job.payload == payload
+        # The run it repeats is read from the backend and overlaid, as a dashboard's rerun does.
+        grid = app.screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: [run.job_id for run in grid.overlays] == ["job_00"], what="the overlay")
     creates = [r for r in faulty_backend.requests if r[0] == "POST" and r[1] == "/api/rl/jobs"]
     assert len(creates) == 1 and creates[0][3] == payload
     assert creates[0][2]["Idempotency-Key"] != "old-key"
