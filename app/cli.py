@@ -53,10 +53,9 @@ def _add_train_flags(parser: argparse.ArgumentParser) -> None:
     add("--no-tui", action="store_true", help="run headless: print the SDK's lines, no screens")
 
 
-_SERVER_KEYS_EPILOG = (
-    "Keys come from the environment or from --env-file: SYNTH_API_KEY (the backend's), ENVIRONMENT_API_KEY and "
-    "the comma-separated ENVIRONMENT_API_KEY_ALIASES. A variable set in the shell wins over the file; a key "
-    "given as a flag wins over both, but every user of this machine can read flags with ps.")
+def _server_keys_epilog(keys: str) -> str:
+    return (f"Keys come from the environment or from --env-file: {keys}. A variable set in the shell wins over "
+            "the file; a key given as a flag wins over both, but every user of this machine can read flags with ps.")
 
 
 def _add_server_env_file(parser: argparse.ArgumentParser) -> None:
@@ -115,9 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--metric", metavar="NAME", help="the metric whose chart leads")
     compare.add_argument("--no-tui", action="store_true", help="print a table: per metric and job, last and best")
 
-    backend = sub.add_parser("backend", help="run the embedded backend as a server", epilog=_SERVER_KEYS_EPILOG)
-    backend.add_argument("--host", default="127.0.0.1")
-    backend.add_argument("--port", type=int, default=8000)
+    backend = sub.add_parser("backend", help="run the embedded backend as a server", epilog=_server_keys_epilog(
+        "SYNTH_API_KEY (the key clients must send), ENVIRONMENT_API_KEY and the comma-separated "
+        "ENVIRONMENT_API_KEY_ALIASES (the task-app keys it holds)"))
+    backend.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    backend.add_argument("--port", type=int, default=8000, help="port to listen on (default: %(default)s)")
     _add_server_env_file(backend)
     backend.add_argument("--api-key", metavar="KEY",
                          help="SYNTH_API_KEY clients must send (visible to every user via ps: prefer the "
@@ -127,9 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
                               "the environment or --env-file)")
     backend.add_argument("--db", metavar="PATH", help="SQLite state file (default: in the user's state folder)")
 
-    taskapp = sub.add_parser("taskapp", help="run the reference task app as a server", epilog=_SERVER_KEYS_EPILOG)
-    taskapp.add_argument("--host", default="127.0.0.1")
-    taskapp.add_argument("--port", type=int, default=8102)
+    taskapp = sub.add_parser("taskapp", help="run the reference task app as a server", epilog=_server_keys_epilog(
+        "ENVIRONMENT_API_KEY and the comma-separated ENVIRONMENT_API_KEY_ALIASES (the keys callers must send)"))
+    taskapp.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    taskapp.add_argument("--port", type=int, default=8102, help="port to listen on (default: %(default)s)")
     taskapp.add_argument("--game", choices=["gridworld", "crafter-lite"], default="gridworld",
                          help="gridworld (a move tool) or crafter-lite (an SDK-style app: an array-of-enum tool, "
                               "tool_choice, trace_ correlation ids)")

@@ -216,8 +216,8 @@ def banner(setup: DemoSetup) -> str:
         where = (f"Demo folder: {folder.path} (temporary: another demo is using {folder.busy}; this folder and "
                  f"its keys are removed when this demo exits)")
     else:
-        kept = "the keys of the last demo here" if setup.reused_keys else "fresh keys"
-        where = f"Demo folder: {folder.path} (kept for the next demo, with {kept})"
+        keys = "the keys of the last demo here" if setup.reused_keys else "keys made now"
+        where = f"Demo folder: {folder.path} ({keys}; the folder and its keys are kept for the next demo)"
     return (f"{where}\n  backend:  {setup.backend.url}/api\n  task app: {setup.task_app.url}\n"
             f"  .env:     {setup.env_path} (mode 0600)\n  config:   {setup.config_path}")
 

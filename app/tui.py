@@ -162,7 +162,9 @@ class SynthTuiApp(App[int]):
         # Textual's "Keys" duplicates our help, and its "Screenshot" writes to a Downloads
         # folder that a server over SSH usually does not have.
         for command in super().get_system_commands(screen):
-            if command.title not in ("Keys", "Screenshot"):
+            if command.title == "Quit":  # ours asks first where something would be lost
+                yield SystemCommand("Quit", "Quit synth-tui (asks first while a job is watched)", command.callback)
+            elif command.title not in ("Keys", "Screenshot"):
                 yield command
         actions = getattr(screen, "PALETTE_COMMANDS", ())
         for title, help_text, action in actions:

@@ -363,7 +363,7 @@ def test_the_demo_reuses_one_private_folder_with_the_same_keys(tmp_path):
         if number == 0:  # as an earlier version would have left them: all wider
             for path in (state_dir(), folder, folder / ".env", folder / "backend.sqlite3"):
                 os.chmod(path, 0o755 if path.is_dir() else 0o644)
-    assert "with fresh keys" in runs[0][0] and "with the keys of the last demo here" in runs[1][0]
+    assert "(keys made now;" in runs[0][0] and "(the keys of the last demo here;" in runs[1][0]
     assert runs[0][1] == runs[1][1]
     assert not list(state_dir().glob("demo-*"))
 

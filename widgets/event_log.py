@@ -207,11 +207,11 @@ class EventLog(Vertical):
         self._update_status()
 
     def _update_status(self) -> None:
-        parts = [f"{self.total} events"]
+        """One line; what the user set comes first, so a narrow pane cuts the counts, not it."""
+        parts = [f"filter {self.filter_text!r} (esc clears)"] if self.filter_text else []
+        parts.append(f"{self.total} events")
+        if self.new_while_away:
+            parts.insert(0, f"▼ {self.new_while_away} new (end to follow)")
         noise = "shown" if self.show_noise else "hidden"
         parts.append(f"{self.hidden_noise} hatchet/modal {noise} (n)")
-        if self.filter_text:
-            parts.append(f"filter: {self.filter_text!r} (/)")
-        if self.new_while_away:
-            parts.append(f"▼ {self.new_while_away} new (end to follow)")
-        self.query_one("#log-status", Static).update("   ·   ".join(parts), layout=False)  # height 1
+        self.query_one("#log-status", Static).update("  ·  ".join(parts), layout=False)  # height 1
