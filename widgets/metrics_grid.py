@@ -200,11 +200,14 @@ class MetricChart(Vertical):
         lines = self._labelled()
         if not lines:
             return "waiting for metrics…"
-        width = max(len(label) for *_, label, _ in lines)
+        # Live and earlier runs' labels are aligned among themselves: a long run id does not
+        # push the live run's numbers out of its row.
+        widths = {kind: max((len(label) for *_, label, overlay in lines if overlay == kind), default=0)
+                  for kind in (False, True)}
         room = self.content_size.width
         rows = []
         for series, _, label, overlay in lines:
-            name = f"{label:<{width}}  " if len(lines) > 1 else ""
+            name = f"{label:<{widths[overlay]}}  " if len(lines) > 1 else ""
             readouts = series.readouts()
             short = f"{name}{number(readouts.last)}  best {number(readouts.best)}"
             choices = [short] if overlay else [name + format_readouts(readouts, full=True),
