@@ -158,16 +158,17 @@ class MetricChart(Vertical):
     def _view_key(self) -> tuple:
         versions = tuple(s.version for s, _ in self.live_series())
         plot = self.query_one(PlotextPlot)
+        # The chart's own size too: text rows are sized to it, and the plot is hidden then.
         return (versions, self.grid.overlays_version, self.grid.smoothing, self.grid.zoomed, plot.size,
-                self.has_class("-compact"), self.grid.full)
+                self.content_size, self.has_class("-compact"), self.grid.full)
 
     # -- drawing -------------------------------------------------------------------------
 
     def redraw_if_changed(self, *, now: float, force: bool = False) -> None:
         """Redraw when the view changed (smoothing, zoom, size, overlays: at once) or its
         data did (at most every ``data_interval`` seconds: a figure costs tens of ms)."""
-        if not self.is_mounted:
-            return
+        if not self.is_mounted or not self.content_size.width:
+            return  # not laid out yet: whatever it drew now would be sized wrong
         key = self._view_key()
         if key == self._drawn_key:
             return

@@ -24,9 +24,9 @@ async def test_compare_reads_the_runs_and_overlays_all_but_the_first(faulty_back
     faulty_backend.add_job(finished_job("job_c", 5, 0.2))
     app = compare_app(faulty_backend.url, faulty_backend.api_key, ["job_a", "job_b", "job_c"])
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: bool(app.screen.query(MetricsGrid)))
+        await wait_for(pilot, lambda: any([run.job_id for run in grid.overlays] == ["job_b", "job_c"]
+                                          for grid in app.screen.query(MetricsGrid)), what="the overlays")
         grid = app.screen.query_one(MetricsGrid)
-        assert [run.job_id for run in grid.overlays] == ["job_b", "job_c"]
         assert len(grid.store.get("train.mean_score")) == 6
         await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws for c in grid.charts))
         legend = grid.chart("mean_score").legend()
