@@ -6,8 +6,8 @@ sits in the chart's border, outside the data. One chart has focus (``m`` moves i
 a few text rows: a sparkline and the numbers per series. Earlier runs are overlaid as dimmed
 lines (docs/product.md#compare-runs).
 
-Each chart redraws only when what it shows changed, new data at most every
-``data_interval`` seconds, from a copy downsampled to two points per column, so its cost
+Each chart redraws only when what it shows changed (no polling: new data, a key, a resize
+ask), new data at most every ``data_interval`` seconds, from a copy downsampled to two points per column, so its cost
 does not grow with the run (docs/product.md#metrics-grid).
 """
 
@@ -21,6 +21,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.events import Resize
 from textual.reactive import reactive
+from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static
 from textual_plotext import PlotextPlot
@@ -108,6 +109,7 @@ class MetricChart(Vertical):
         self.panel = panel
         self.grid = grid
         self.redraws = 0
+        self._plot: PlotextPlot | None = None  # set on mount
         self._drawn_key: tuple | None = None
         self._drawn_at = 0.0
 
@@ -117,6 +119,7 @@ class MetricChart(Vertical):
         yield Static("waiting for metrics…", classes="chart-readouts", markup=False)
 
     def on_mount(self) -> None:
+        self._plot = self.query_one(PlotextPlot)
         self.border_title = self.legend()
         self.grid.call_after_refresh(self.grid.arrange_charts)  # a new chart: the grid gains a cell
 
@@ -156,28 +159,35 @@ class MetricChart(Vertical):
         return "  ".join(parts)
 
     def _view_key(self) -> tuple:
+        """What the chart shows; checked ten times a second, so it queries no widget."""
         versions = tuple(s.version for s, _ in self.live_series())
-        plot = self.query_one(PlotextPlot)
         # The chart's own size too: text rows are sized to it, and the plot is hidden then.
-        return (versions, self.grid.overlays_version, self.grid.smoothing, self.grid.zoomed, plot.size,
+        plot_size = self._plot.size if self._plot is not None else None
+        return (versions, self.grid.overlays_version, self.grid.smoothing, self.grid.zoomed, plot_size,
                 self.content_size, self.has_class("-compact"), self.grid.full)
 
     # -- drawing -------------------------------------------------------------------------
 
-    def redraw_if_changed(self, *, now: float, force: bool = False) -> None:
+    def redraw_if_changed(self, *, now: float, force: bool = False) -> float | None:
         """Redraw when the view changed (smoothing, zoom, size, overlays: at once) or its
-        data did (at most every ``data_interval`` seconds: a figure costs tens of ms)."""
-        if not self.is_mounted or not self.content_size.width:
-            return  # not laid out yet: whatever it drew now would be sized wrong
+        data did (at most every ``data_interval`` seconds: a figure costs tens of ms).
+        Returns the seconds until a held-back data redraw is due, else None."""
+        if self._plot is None or not self.content_size.width:
+            return None  # not mounted or not laid out yet (its resize comes back here)
         key = self._view_key()
         if key == self._drawn_key:
-            return
+            return None
         only_data = self._drawn_key is not None and key[1:] == self._drawn_key[1:]
-        if only_data and not force and now - self._drawn_at < self.grid.data_interval:
-            return
+        wait = self.grid.data_interval - (now - self._drawn_at)
+        if only_data and not force and wait > 0:
+            return wait
         self._drawn_key = key
         self._drawn_at = now
         self.redraw()
+        return None
+
+    def on_resize(self) -> None:
+        self.grid.redraw_if_changed()
 
     def redraw(self) -> None:
         self.border_title = self.legend()
@@ -301,8 +311,8 @@ class MetricsGrid(Vertical):
     paused: reactive[bool] = reactive(False)
     full: reactive[bool] = reactive(False)
 
-    def __init__(self, store: MetricStore, *, preferred_metric: str | None = None, data_interval: float = 1.0,
-                 tick: float = 0.1, overlay_key: bool = True, id: str | None = None) -> None:
+    def __init__(self, store: MetricStore, *, preferred_metric: str | None = None, data_interval: float = 2.0,
+                 overlay_key: bool = True, id: str | None = None) -> None:
         """``overlay_key``: the screen binds o to choose overlays (the status line says so)."""
         super().__init__(id=id)
         self.overlay_key = overlay_key
@@ -315,24 +325,23 @@ class MetricsGrid(Vertical):
         self.store = store
         self.preferred_metric = preferred_metric
         self.data_interval = data_interval
-        self.tick = tick
+        self._due: float | None = None  # when the scheduled data redraw runs (monotonic)
+        self._due_timer: Timer | None = None
         self.overlays: list[ComparedRun] = []
         self.overlays_version = 0
         self.panels: list[ChartPanel] = []
+        self._charts: list[MetricChart] = []  # in the order mounted; a chart is never removed
 
     def compose(self) -> ComposeResult:
         yield Static("waiting for metrics…", id="grid-status", markup=True)
         yield Vertical(id="grid-cells")
 
-    def on_mount(self) -> None:
-        # The drain interval: once a redraw is due, the chart follows the log within a tick.
-        self.set_interval(self.tick, self.redraw_if_changed, name="grid-redraw")
 
     # -- the charts ------------------------------------------------------------------------
 
     @property
     def charts(self) -> list[MetricChart]:
-        return list(self.query(MetricChart))
+        return self._charts
 
     def chart(self, key: str | None) -> MetricChart | None:
         return next((c for c in self.charts if c.panel.key == key), None)
@@ -342,12 +351,13 @@ class MetricsGrid(Vertical):
         return sum(chart.redraws for chart in self.charts)
 
     def data_changed(self) -> None:
-        """New points arrived: new measures get a chart; the next tick redraws what is due."""
+        """New points arrived: new measures get a chart; what changed is redrawn, or when due."""
         names = self.store.names() + [n for run in self.overlays for n in run.store.names()
                                       if n not in self.store.series]
         panels = chart_panels(names, self.preferred_metric)
         if [p.key for p in panels] == [p.key for p in self.panels] and \
                 all(a.series == b.series for a, b in zip(panels, self.panels, strict=True)):
+            self.redraw_if_changed()
             return
         self.panels = panels
         cells = self.query_one("#grid-cells")
@@ -355,7 +365,9 @@ class MetricsGrid(Vertical):
         for panel in panels:
             chart = by_key.get(panel.key)
             if chart is None:
-                cells.mount(MetricChart(panel, self))
+                chart = MetricChart(panel, self)
+                self._charts.append(chart)
+                cells.mount(chart)
             else:
                 chart.panel = panel
                 chart._drawn_key = None
@@ -370,12 +382,22 @@ class MetricsGrid(Vertical):
         self._show_status()
 
     def redraw_if_changed(self, *, force: bool = False) -> None:
+        """Redraw the charts whose view changed; a data redraw not yet due is scheduled for
+        the moment it is due, so the chart follows the log then, without polling."""
         if self.paused:
             return
         now = time.monotonic()
-        for chart in self.charts:
-            if chart.display:
-                chart.redraw_if_changed(now=now, force=force)
+        waits = [wait for chart in self.charts if chart.display
+                 and (wait := chart.redraw_if_changed(now=now, force=force)) is not None]
+        if waits and (self._due is None or self._due > now + min(waits)):
+            if self._due_timer is not None:
+                self._due_timer.stop()
+            self._due = now + min(waits)
+            self._due_timer = self.set_timer(min(waits), self._redraw_due, name="grid-redraw-due")
+
+    def _redraw_due(self) -> None:
+        self._due, self._due_timer = None, None
+        self.redraw_if_changed()
 
     def flush(self) -> None:
         """Draw what arrived now, throttle or not (the job ended: the final picture)."""

@@ -146,3 +146,18 @@ async def test_overlays_are_drawn_in_their_own_colour_behind_the_live_run():
         assert chart.overlay_series()[0][2] == "job_earlier train"
         assert "job_earlier" in chart.legend()
         assert "o overlays: 1" in str(app.query_one("#grid-status").render())
+
+
+async def test_a_held_back_redraw_runs_when_due_without_being_asked_again():
+    """No polling timer: the redraw that new data was not yet due for is scheduled."""
+    store = MetricStore()
+    app = GridApp(store, data_interval=0.3)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        store.add(points("train.mean_score", range(0, 3)))
+        grid.data_changed()
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws == 1)
+        store.add(points("train.mean_score", range(3, 6)))
+        grid.data_changed()  # the only call: what follows is the grid's own timer
+        await wait_for(pilot, lambda: grid.charts[0].redraws == 2, what="the due redraw")
+        assert "step 5" in chart_text(grid.charts[0])
