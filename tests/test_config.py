@@ -177,7 +177,8 @@ def tree(tmp_path) -> dict[str, Path]:
         "pl": write(cwd / "pl.toml", PL_TOML),
     }
     for skipped in (".git", ".venv/lib", "node_modules/pkg", "__pycache__", "dist", "build", ".hidden",
-                    "venv/lib", "lib/site-packages/pkg", "tests/fixtures", "testdata", "myenv/lib/pkg"):
+                    "venv/lib", "lib/site-packages/pkg", "tests/fixtures", "testdata", "myenv/lib/pkg",
+                    "tests/data/configs", "test/data"):
         write(cwd / skipped / "skipped.toml", RL_TOML)
     write(cwd / "myenv" / "pyvenv.cfg", "home = /usr/bin\n")  # a virtual environment by any name
     write(cwd / "pyproject.toml", '[project]\nname = "x"\n')  # parses, infers unknown

@@ -136,10 +136,17 @@ class ConfigCandidate:
     last_used: bool = False
 
 
+# A test suite's data folder (tests/data, test/data) holds fixtures too, under a plainer name.
+TEST_FOLDER_NAMES = frozenset({"tests", "test"})
+
+
 def _is_skipped_dir(parent: str, name: str) -> bool:
-    """A folder never searched: by its name, or a virtual environment of any name (it holds a
-    pyvenv.cfg), whose site-packages would list other projects' configs."""
-    return name in SKIP_DIR_NAMES or name.startswith(".") or os.path.isfile(os.path.join(parent, name, "pyvenv.cfg"))
+    """A folder never searched: by its name, a test suite's data folder, or a virtual
+    environment of any name (it holds a pyvenv.cfg), whose site-packages would list other
+    projects' configs."""
+    return (name in SKIP_DIR_NAMES or name.startswith(".")
+            or (name == "data" and os.path.basename(parent) in TEST_FOLDER_NAMES)
+            or os.path.isfile(os.path.join(parent, name, "pyvenv.cfg")))
 
 
 def iter_toml_files(root: Path) -> Iterator[Path]:
