@@ -10,28 +10,21 @@ from textual.widgets import Footer, Header, Static
 
 from app.core.compare import ComparedRun, read_runs
 from app.screens.base import FlowScreen
+from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from app.screens.dashboard import shown_text
 from widgets.metrics_grid import MetricsGrid
 
 
-class CompareScreen(FlowScreen):
+class CompareScreen(ChartKeys, FlowScreen):
     TITLE = "Compare runs"
     BINDINGS = [
         Binding("q", "app.quit", "Quit", id="compare.quit"),
-        Binding("m", "metric", "Chart", id="compare.metric"),
-        Binding("M", "metric_back", "Previous chart", id="compare.metric_back", show=False),
-        Binding("f", "full", "Full size", id="compare.full"),
-        Binding("s", "smoothing", "Smooth", id="compare.smoothing"),
-        Binding("z", "zoom", "Zoom", id="compare.zoom"),
+        *CHART_BINDINGS,
         Binding("f5", "reload", "Reload", id="compare.reload"),
         Binding("ctrl+q", "app.quit", "Quit", id="compare.app_quit", show=False),  # q is in the footer
     ]
     PALETTE_COMMANDS = (
-        ("Next chart", "Focus the next chart of the grid (m)", "metric"),
-        ("Previous chart", "Focus the chart before (M)", "metric_back"),
-        ("Full size chart", "Show the focused chart alone, or the whole grid again (f)", "full"),
-        ("Smoothing", "None, EMA or moving average (s)", "smoothing"),
-        ("Zoom", "The last 50 steps or all of them (z)", "zoom"),
+        *CHART_PALETTE,
         ("Reload the runs", "Read every run's metrics again (f5)", "reload"),
     )
 
@@ -82,27 +75,3 @@ class CompareScreen(FlowScreen):
             self.notify(f"No metrics yet: {', '.join(empty)}", severity="warning")
         if any(run.truncated for run in runs):
             self.notify("A run has more points than are read: its start is shown.", severity="warning")
-
-    def _grid(self) -> MetricsGrid | None:
-        grids = self.query(MetricsGrid)
-        return grids.first() if grids else None
-
-    def action_metric(self) -> None:
-        if grid := self._grid():
-            grid.focus_next_chart()
-
-    def action_metric_back(self) -> None:
-        if grid := self._grid():
-            grid.focus_next_chart(-1)
-
-    def action_full(self) -> None:
-        if grid := self._grid():
-            grid.toggle_full()
-
-    def action_smoothing(self) -> None:
-        if grid := self._grid():
-            grid.cycle_smoothing()
-
-    def action_zoom(self) -> None:
-        if grid := self._grid():
-            grid.toggle_zoom()

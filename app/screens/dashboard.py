@@ -36,6 +36,7 @@ from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
 from app.core.wire import SUCCESS_STATUSES, check_job_id, parse_iso
 from app.screens.base import FlowScreen
+from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from widgets.event_log import EventLog
 from widgets.metrics_grid import MetricsGrid
 from widgets.overlay_picker import MAX_OVERLAYS, OverlayPickerModal
@@ -54,7 +55,7 @@ def shown_text(text: object, limit: int = 200) -> str:
     return escape_markup(cleaned if len(cleaned) <= limit else cleaned[:limit] + "…")
 
 
-class DashboardScreen(FlowScreen):
+class DashboardScreen(ChartKeys, FlowScreen):
     TITLE = "Live dashboard"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
@@ -64,11 +65,7 @@ class DashboardScreen(FlowScreen):
         Binding("r", "rerun", "Rerun", id="dashboard.rerun"),
         Binding("p", "pause", "Pause", id="dashboard.pause"),
         Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
-        Binding("m", "metric", "Chart", id="dashboard.metric"),
-        Binding("M", "metric_back", "Previous chart", id="dashboard.metric_back", show=False),
-        Binding("f", "full", "Full size", id="dashboard.full"),
-        Binding("s", "smoothing", "Smooth", id="dashboard.smoothing"),
-        Binding("z", "zoom", "Zoom", id="dashboard.zoom"),
+        *CHART_BINDINGS,
         Binding("o", "overlay", "Overlay", id="dashboard.overlay"),
         # n and e are not in the footer: the log's status line names n, the palette both.
         Binding("n", "noise", "Noise", id="dashboard.noise", show=False),
@@ -82,12 +79,8 @@ class DashboardScreen(FlowScreen):
         ("Rerun job", "Submit the same payload with a new Idempotency-Key", "rerun"),
         ("Export run", "Write metrics CSV and events JSONL into the run's folder", "export"),
         ("Pause or resume the view", "Freeze the chart and the log; the job goes on (p)", "pause"),
-        ("Next chart", "Focus the next chart of the grid (m)", "metric"),
-        ("Previous chart", "Focus the chart before (M)", "metric_back"),
-        ("Full size chart", "Show the focused chart alone, or the whole grid again (f)", "full"),
+        *CHART_PALETTE,
         ("Overlay earlier runs", "Draw earlier runs of this config, or any job id, as dimmed lines (o)", "overlay"),
-        ("Smoothing", "None, EMA or moving average (s)", "smoothing"),
-        ("Zoom", "The last 50 steps or all of them (z)", "zoom"),
         ("Filter events", "Show only events whose type, level or text match (/)", "filter"),
         ("Clear the event filter", "Show every event again (esc)", "clear_filter"),
         ("Follow the log", "Scroll to the newest event and stay there (end)", "follow"),
@@ -305,24 +298,6 @@ class DashboardScreen(FlowScreen):
         if not self.paused:
             self.apply_feed()
         self._render_header()
-
-    def action_metric(self) -> None:
-        self.query_one(MetricsGrid).focus_next_chart()
-
-    def action_metric_back(self) -> None:
-        self.query_one(MetricsGrid).focus_next_chart(-1)
-
-    def action_full(self) -> None:
-        grid = self.query_one(MetricsGrid)
-        grid.toggle_full()
-        # Full size: the chart takes the log's room too.
-        self.set_class(grid.full, "-chart-full")
-
-    def action_smoothing(self) -> None:
-        self.query_one(MetricsGrid).cycle_smoothing()
-
-    def action_zoom(self) -> None:
-        self.query_one(MetricsGrid).toggle_zoom()
 
     def action_noise(self) -> None:
         self.query_one(EventLog).toggle_noise()

@@ -1,0 +1,54 @@
+"""The metrics grid's keys, one definition for every screen that shows a grid (the dashboard,
+compare): bindings, palette entries and actions (docs/product.md#metrics-grid)."""
+
+from __future__ import annotations
+
+from textual.binding import Binding
+from textual.screen import Screen
+
+from widgets.metrics_grid import MetricsGrid
+
+CHART_BINDINGS = [
+    Binding("m", "metric", "Chart", id="chart.next"),
+    Binding("M", "metric_back", "Previous chart", id="chart.previous", show=False),
+    Binding("f", "full", "Full size", id="chart.full"),
+    Binding("s", "smoothing", "Smooth", id="chart.smoothing"),
+    Binding("z", "zoom", "Zoom", id="chart.zoom"),
+]
+CHART_PALETTE = (
+    ("Next chart", "Focus the next chart of the grid (m)", "metric"),
+    ("Previous chart", "Focus the chart before (M)", "metric_back"),
+    ("Full size chart", "Show the focused chart alone, or the whole grid again (f)", "full"),
+    ("Smoothing", "None, EMA or moving average (s)", "smoothing"),
+    ("Zoom", "The last 50 steps or all of them (z)", "zoom"),
+)
+
+
+class ChartKeys(Screen):
+    """Actions on the screen's metrics grid (none yet: a key does nothing). Full size also
+    sets ``-chart-full`` on the screen, so its stylesheet can give the chart the room."""
+
+    def metrics_grid(self) -> MetricsGrid | None:
+        grids = self.query(MetricsGrid)
+        return grids.first() if grids else None
+
+    def action_metric(self) -> None:
+        if grid := self.metrics_grid():
+            grid.focus_next_chart()
+
+    def action_metric_back(self) -> None:
+        if grid := self.metrics_grid():
+            grid.focus_next_chart(-1)
+
+    def action_full(self) -> None:
+        if grid := self.metrics_grid():
+            grid.toggle_full()
+            self.set_class(grid.full, "-chart-full")
+
+    def action_smoothing(self) -> None:
+        if grid := self.metrics_grid():
+            grid.cycle_smoothing()
+
+    def action_zoom(self) -> None:
+        if grid := self.metrics_grid():
+            grid.toggle_zoom()
