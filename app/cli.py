@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from app import __version__, demo, embedded, headless, serve
-from app.core.errors import ExitCode, SynthTuiError
+from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.session import LaunchOptions, LaunchSession
 
 COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "backend", "taskapp")
@@ -51,6 +51,11 @@ def _add_train_flags(parser: argparse.ArgumentParser) -> None:
     add("--stream-format", choices=["cli", "chart"], default="cli", help="headless output: lines or a chart")
     add("--metric", metavar="NAME", help="metric to chart (default: the job's mean score)")
     add("--no-tui", action="store_true", help="run headless: print the SDK's lines, no screens")
+    add("--modal-secret", metavar="NAME",
+        help="read ENVIRONMENT_API_KEY from this Modal secret (starts a short Modal container: a few seconds, "
+             "a little compute; needs the modal CLI: pip install 'synth-tui[modal]')")
+    add("--modal-app", metavar="APP[/FUNCTION]",
+        help="TASK_APP_URL from this deployed Modal app's web endpoint (APP/FUNCTION when it has several)")
 
 
 def _server_keys_epilog(keys: str) -> str:
@@ -211,6 +216,9 @@ def _tolerate_unencodable_output() -> None:
 def _run_train(args: argparse.Namespace, interactive: bool) -> int:
     if not interactive:
         return headless.run_train(args)
+    if getattr(args, "modal_secret", None) or getattr(args, "modal_app", None):
+        # Until the env review shows keys fetched from Modal (issue 11, its TUI part).
+        raise UsageError("--modal-secret and --modal-app run headless for now.", "Add --no-tui.")
     from app.tui import run_tui  # imported when chosen: a headless run never loads Textual
 
     return run_tui(_session(args))

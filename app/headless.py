@@ -133,6 +133,9 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
     choice = session.open_unattended_env()
     for warning in session.env.warnings if session.env else []:
         printer.diag(f"Warning: {choice.path}: {warning}")
+    # --modal-secret / --modal-app (docs/modal.md): a container is started to read the secret,
+    # so it is said first; the value only ever reaches the printer as a mask.
+    session.fetch_modal_values(announce=printer.diag)
     printer.secrets.extend(session.secret_values())
     _print_found_keys(session.resolved, printer)
     session.secrets()  # every missing key is reported here, before anything is sent
@@ -239,7 +242,8 @@ def _print_found_keys(resolved: list[envfile.ResolvedKey], printer: Printer) -> 
 
 
 def _source_words(key: envfile.ResolvedKey) -> str:
-    return {"flag": f"flag {key.origin}", "shell": "shell environment", "file": ".env file"}.get(key.source, key.source)
+    return {"flag": f"flag {key.origin}", "shell": "shell environment", "file": ".env file",
+            "modal": str(key.origin)}.get(key.source, key.source)
 
 
 # --------------------------------------------------------------------------- steps

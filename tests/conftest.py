@@ -90,3 +90,45 @@ def refuse_os_access(monkeypatch):
     monkeypatch.setattr(io, "open", guarded_io_open)
     monkeypatch.setattr(builtins, "open", guarded_io_open)
     return refuse
+
+
+class ModalStandin:
+    """The stand-in `modal` CLI of tests/modal_standin (docs/modal.md): edit ``state`` (secrets,
+    apps, logged_in, delay, banner), then ``save()``; ``calls()`` is every argv it was run
+    with, and the mode of each file it read."""
+
+    def __init__(self, state_path, bin_dir) -> None:
+        self.path = state_path
+        self.bin_dir = bin_dir
+        self.state: dict = {"logged_in": True, "environment": "main", "secrets": {}, "apps": [], "delay": 0,
+                            "banner": True}
+
+    def save(self) -> None:
+        import json
+
+        self.path.write_text(json.dumps(self.state))
+
+    def reload(self) -> dict:
+        import json
+
+        self.state = json.loads(self.path.read_text())
+        return self.state
+
+    def calls(self) -> list[dict]:
+        import json
+
+        log = self.path.with_name(self.path.name + ".calls.jsonl")
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+@pytest.fixture
+def modal_standin(tmp_path, monkeypatch):
+    """The stand-in `modal` first on PATH, its state in a fresh file ($MODAL_STANDIN_STATE)."""
+    from pathlib import Path
+
+    bin_dir = Path(__file__).parent / "modal_standin"
+    standin = ModalStandin(tmp_path / "modal_state.json", bin_dir)
+    standin.save()
+    monkeypatch.setenv("MODAL_STANDIN_STATE", str(standin.path))
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
+    return standin

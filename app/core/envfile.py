@@ -736,7 +736,9 @@ def write_demo_env(path: Path, values: Mapping[str, str]) -> None:
 
 # --------------------------------------------------------------------------- resolution
 
-Source = Literal["flag", "shell", "file", "alias", "missing"]
+# "modal": fetched from Modal for this session (app/core/modal.py, docs/modal.md), never
+# written to the .env unless the user saves it; ``origin`` says from where, e.g. "Modal secret NAME".
+Source = Literal["flag", "shell", "file", "alias", "modal", "missing"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -744,8 +746,9 @@ class ResolvedKey:
     """Where one key's effective value comes from.
 
     ``origin``: the flag name (source "flag"), the env file path ("file"), the alias key name
-    ("alias"), else None. ``shell_overrides_file``: the shell and the file both set the key to
-    different values (so the file's value is not the one used).
+    ("alias"), where in Modal it was read ("modal", e.g. "Modal secret NAME"), else None.
+    ``shell_overrides_file``: the shell and the file both set the key to different values (so
+    the file's value is not the one used).
     """
 
     name: str
@@ -767,6 +770,7 @@ class ResolvedKey:
             "shell": "the shell environment",
             "file": str(self.origin),
             "alias": f"its alias {self.origin}",
+            "modal": str(self.origin),
         }.get(self.source, "nowhere")
 
     def __repr__(self) -> str:

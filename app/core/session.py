@@ -11,6 +11,7 @@ import dataclasses
 import math
 import os
 import shlex
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 
 from app.core import config as cfg
 from app.core import envfile
+from app.core import modal as modal_cli
 from app.core.client import RlNotOffered, RlSupport, SynthClient, VerifyResult, checked_api_base
 from app.core.errors import EnvFileError, MissingSecretsError, UnusableSecretError, UsageError
 from app.core.health import HealthReport, check_task_app
@@ -65,6 +67,11 @@ class LaunchOptions:
     # needed), and how to hand it the ENVIRONMENT_API_KEY it calls the task app with.
     backend_key: str | None = None
     hold_env_keys: Callable[[Sequence[str]], None] | None = None
+    # --modal-secret NAME: ENVIRONMENT_API_KEY from that Modal secret; --modal-app APP[/FUNCTION]:
+    # TASK_APP_URL from that deployed app's web endpoint (docs/modal.md). Fetched by
+    # LaunchSession.fetch_modal_values, not on construction: reading a secret starts a container.
+    modal_secret: str | None = None
+    modal_app: str | None = None
 
     def __post_init__(self) -> None:
         # Expanded once here, so no later expanduser() meets an unknown ~user and raises.
@@ -75,6 +82,13 @@ class LaunchOptions:
         check_seconds("--give-up-after", self.give_up_after, allow_zero=True)
         if self.idempotency:
             check_idempotency_key(self.idempotency)
+        if self.modal_secret is not None:
+            object.__setattr__(self, "modal_secret", modal_cli.check_object_name(self.modal_secret, "secret"))
+        if self.modal_app is not None:
+            modal_cli.split_app_ref(self.modal_app)
+            if self.task_url:
+                raise UsageError("--task-url and --modal-app both name the task app.",
+                                 "Pass one of them: --task-url URL, or --modal-app APP[/FUNCTION].")
 
     @classmethod
     def from_args(cls, args: object, *, cwd: Path | None = None) -> LaunchOptions:
@@ -90,6 +104,7 @@ class LaunchOptions:
             give_up_after=flag("give_up_after", 60.0),
             metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
             backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),
+            modal_secret=flag("modal_secret"), modal_app=flag("modal_app"),
         )
 
 
@@ -158,6 +173,9 @@ class LaunchSession:
     overrides: Overrides = field(init=False)
     # The task URL the verification step passed with, so the preview can say it changed since.
     verified_task_url: str | None = None
+    # Keys fetched from Modal for this session (use_modal_value): they win over the shell and
+    # the .env, are masked like every secret and are never written to the .env on their own.
+    modal_keys: dict[str, envfile.ResolvedKey] = field(default_factory=dict)
     # What the prepared payload was built from; the same inputs give it back without a re-read.
     _prepared_from: tuple[object, ...] | None = field(default=None, init=False, repr=False)
 
@@ -261,10 +279,52 @@ class LaunchSession:
 
     def resolve(self) -> list[envfile.ResolvedKey]:
         """The keys (and the backend, which the .env may set) as they are now; never raises."""
-        self.resolved = [self._as_this_run_needs(key)
+        self.resolved = [self._as_this_run_needs(self._from_modal(key))
                          for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.overrides.task_url)]
         self._backend_from_env_file()
         return self.resolved
+
+    def _from_modal(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
+        """A key fetched from Modal wins over the shell and the .env; --task-url (or the
+        preview's override) still wins over a Modal app's URL."""
+        fetched = self.modal_keys.get(key.name)
+        if fetched is None or key.source == "flag":
+            return key
+        return dataclasses.replace(fetched, required=key.required)
+
+    # -- Modal (docs/modal.md) ----------------------------------------------------------
+
+    def use_modal_value(self, name: str, value: str, origin: str) -> None:
+        """Use ``value`` for the key ``name`` in this session, shown as from ``origin`` (e.g.
+        "Modal secret NAME"). It is not written to the .env: saving it is the user's choice."""
+        self.modal_keys[name] = envfile.ResolvedKey(name, value, "modal", origin, True, False)
+        self.resolve()
+
+    def forget_modal_value(self, name: str) -> None:
+        if self.modal_keys.pop(name, None) is not None:
+            self.resolve()
+
+    def fetch_modal_values(self, cli: modal_cli.ModalCli | None = None, *,
+                           announce: Callable[[str], None] | None = None,
+                           cancel: threading.Event | None = None) -> None:
+        """What --modal-secret and --modal-app ask for: ENVIRONMENT_API_KEY read from the
+        secret (a container is started: ``announce`` is told first), TASK_APP_URL from the
+        app's web endpoint. Raises the ModalError of app/core/modal.py that stopped it."""
+        options = self.options
+        if not (options.modal_secret or options.modal_app):
+            return
+        cli = cli or modal_cli.ModalCli(env=self.shell)
+        if options.modal_secret:
+            if announce:
+                announce(modal_cli.container_notice(options.modal_secret))
+            value = cli.read_secret_value(options.modal_secret, cancel=cancel)
+            self.use_modal_value("ENVIRONMENT_API_KEY", value, f"Modal secret {options.modal_secret}")
+        if options.modal_app:
+            if announce:
+                announce(f"Looking up the web endpoint of Modal app {options.modal_app}…")
+            endpoint = cli.task_app_endpoint(options.modal_app, cancel=cancel)
+            app = options.modal_app.partition("/")[0]
+            self.use_modal_value("TASK_APP_URL", endpoint.url, f"Modal app {app}/{endpoint.function}")
 
     def _as_this_run_needs(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
         """With --backend local, SYNTH_API_KEY is the key of the backend this process started,
