@@ -45,7 +45,7 @@ SHELL_TIMEOUT_S = 180.0
 STOP_GRACE_S = 5.0
 _POLL_S = 0.1
 
-# Modal's own rule for object names (docs/modal.md#names).
+# Modal's own rule for object names (docs/modal.md#errors, "bad name").
 _OBJECT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
 _APP_ID = re.compile(r"ap-[A-Za-z0-9]{22}\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
