@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from app import __version__, demo, embedded, headless, serve
-from app.core.errors import ExitCode, SynthTuiError, UsageError
+from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
 COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "backend", "taskapp")
@@ -216,9 +216,6 @@ def _tolerate_unencodable_output() -> None:
 def _run_train(args: argparse.Namespace, interactive: bool) -> int:
     if not interactive:
         return headless.run_train(args)
-    if getattr(args, "modal_secret", None) or getattr(args, "modal_app", None):
-        # Until the env review shows keys fetched from Modal (issue 11, its TUI part).
-        raise UsageError("--modal-secret and --modal-app run headless for now.", "Add --no-tui.")
     from app.tui import run_tui  # imported when chosen: a headless run never loads Textual
 
     return run_tui(_session(args))

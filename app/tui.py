@@ -4,6 +4,7 @@ place where worker errors become an error modal."""
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -213,8 +214,16 @@ def run_app(app: SynthTuiApp) -> int:
     return result if isinstance(result, int) else app.exit_code
 
 
+def guided_app(session: LaunchSession) -> SynthTuiApp:
+    """The guided session's app. --modal-secret / --modal-app are read first, on the terminal
+    (a container is started: it is said before; docs/modal.md), so the flow starts with them:
+    the env review shows them from "Modal secret NAME", and a complete set skips it."""
+    session.fetch_modal_values(announce=lambda text: print(text, file=sys.stderr, flush=True))
+    return SynthTuiApp(session, start=initial_step(session))
+
+
 def run_tui(session: LaunchSession) -> int:
-    return run_app(SynthTuiApp(session, start=initial_step(session)))
+    return run_app(guided_app(session))
 
 
 def run_attach_tui(session: LaunchSession, job_id: str) -> int:

@@ -403,14 +403,6 @@ def test_not_logged_in_ends_the_run_with_the_fix(headless_world, standin, capsys
     assert code == ExitCode.CHECKS_FAILED and "modal token new" in err and "Traceback" not in err
 
 
-def test_modal_flags_refused_in_the_tui_until_it_shows_them(monkeypatch, capsys):
-    from app import cli
-
-    monkeypatch.setattr(cli, "has_terminal", lambda: True)
-    code = cli.main(["train", "--modal-secret", "task-app-env", "--config", str(DEMO)])
-    assert code == ExitCode.USAGE and "--no-tui" in capsys.readouterr().err
-
-
 def test_the_printer_never_sees_the_value(headless_world):
     from app.cli import build_parser, normalise_argv
     from app.embedded import run_with_local_backend

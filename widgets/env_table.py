@@ -22,6 +22,8 @@ def source_label(key: ResolvedKey) -> str:
         return f"alias {key.origin}"
     if key.source == "flag":
         return f"flag {key.origin}"
+    if key.source == "modal":
+        return "Modal"
     return key.source  # shell, file or missing
 
 
@@ -36,6 +38,7 @@ def describe(key: ResolvedKey, file_label: str) -> str:
         "file": file_label,
         "alias": f"its alias {key.origin}",
         "flag": f"the {key.origin} flag",
+        "modal": f"{key.origin} (read for this session; not in {file_label} unless you save it there)",
     }[key.source]
     text = f"{key.name} = {key.display}, from {where}."
     if key.shell_overrides_file:

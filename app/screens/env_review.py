@@ -21,13 +21,13 @@ from app.core import envfile
 from app.core.display_paths import display_path, home_relative
 from app.core.env_paths import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
-from app.screens.base import FlowScreen
+from app.screens.env_modal import MODAL_BINDINGS, MODAL_PALETTE, ModalActions
 from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable, describe
 from widgets.path_prompt import PathPromptModal
 
 
-class EnvReviewScreen(FlowScreen):
+class EnvReviewScreen(ModalActions):
     TITLE = "Review the .env secrets"
 
     BINDINGS = [
@@ -37,6 +37,7 @@ class EnvReviewScreen(FlowScreen):
         Binding("e", "choose_env_file", "Other .env", id="env.choose"),
         Binding("f5", "reload", "Reload from disk", id="env.reload", show=False),  # help and palette list it
         Binding("c,ctrl+n", "continue", "Continue", id="env.continue"),
+        *MODAL_BINDINGS,
         Binding("escape", "back", "Back", id="env.back"),
     ]
     PALETTE_COMMANDS = (
@@ -44,6 +45,7 @@ class EnvReviewScreen(FlowScreen):
         ("Choose another .env…", "Pick a discovered .env file or type a path", "choose_env_file"),
         ("Add a key to the .env", "Add a key and its value (kept in memory until you save)", "add_key"),
         ("Reload the .env from disk", "Read it again; your unsaved edits are applied on top (f5)", "reload"),
+        *MODAL_PALETTE,
         ("Continue to verification", "Check the backend and the task app with these keys", "continue"),
     )
 
