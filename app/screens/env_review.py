@@ -170,7 +170,7 @@ class EnvReviewScreen(ModalActions):
         missing = self.session.missing_keys()
         if missing:
             return Content.assemble(("✗ Missing: ", "bold $text-error"), (", ".join(missing), "bold"),
-                                    " — select a row and press enter to set it (a adds any key).")
+                                    " — select its row: enter sets it, m takes it from Modal (a adds any key).")
         return Content.assemble(("✓ Every required key has a value", "$text-success"),
                                 " — c continues to verification.")
 
