@@ -411,7 +411,7 @@ def test_the_headless_printer_never_writes_a_terminal_command():
 
 
 def test_the_dashboard_header_escapes_what_the_backend_says():
-    from app.screens.dashboard import shown_text
+    from widgets.job_header import shown_text
 
     assert shown_text("running[/]\x1b]0;x\x07") == "running\\[/]\\x1b]0;x\\x07"
     assert len(shown_text("s" * 500, 40)) == 41

@@ -11,7 +11,7 @@ from textual.widgets import Footer, Header, Static
 from app.core.compare import ComparedRun, read_runs
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
-from app.screens.dashboard import shown_text
+from widgets.job_header import shown_text
 from widgets.metrics_grid import MetricsGrid
 
 

@@ -11,51 +11,38 @@ import json
 import time
 from collections.abc import Sequence
 from datetime import datetime
-from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
-from textual.content import Content
-from textual.markup import escape as escape_markup
 from textual.notifications import SeverityLevel
 from textual.widgets import Footer, Header, Input, Static
 
-from app.core.compare import ComparedRun, earlier_runs, read_runs
+from app.core.compare import ComparedRun
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
 from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
 from app.core.launch import new_idempotency_key
 from app.core.paths import run_dir
-from app.core.redact import printable
 from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
-from app.core.wire import SUCCESS_STATUSES, check_job_id, parse_iso
+from app.core.wire import SUCCESS_STATUSES, parse_iso
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
+from app.screens.overlays import OverlayActions
 from widgets.event_log import EventLog
+from widgets.job_header import JobHeader, shown_text
 from widgets.metrics_grid import MetricsGrid
-from widgets.overlay_picker import MAX_OVERLAYS, OverlayPickerModal
+from widgets.overlay_picker import MAX_OVERLAYS
 
 # At 80 columns the charts sit above the log and take at most this share of the height.
 NARROW_CHART_SHARE = 0.6
-STATUS_CLASSES = {"succeeded": "ok", "completed": "ok", "failed": "bad", "error": "bad", "cancelled": "warn",
-                  "canceled": "warn"}
 
 
-
-def shown_text(text: object, limit: int = 200) -> str:
-    """Text from a server or a file, for a markup line: control characters made visible,
-    markup escaped, cut to `limit` characters."""
-    cleaned = printable(str(text))
-    return escape_markup(cleaned if len(cleaned) <= limit else cleaned[:limit] + "…")
-
-
-class DashboardScreen(ChartKeys, FlowScreen):
+class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     TITLE = "Live dashboard"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
@@ -116,7 +103,7 @@ class DashboardScreen(ChartKeys, FlowScreen):
 
     def compose(self) -> ComposeResult:
         yield Header()
-        yield Static("", id="dash-header", classes="flow-header", markup=True)
+        yield JobHeader("", id="dash-header", classes="flow-header", markup=True)
         with Horizontal(id="dash-body"):
             yield MetricsGrid(self.store, preferred_metric=self.session.options.metric, id="dash-chart")
             yield EventLog(id="dash-log")
@@ -251,16 +238,6 @@ class DashboardScreen(ChartKeys, FlowScreen):
         self.call_after_refresh(self._render_header)
 
     def _render_header(self) -> None:
-        """The job's facts on one line: labelled when they fit, else bare (the backend as its
-        host), else on two lines; the states that need the user (filter, pause, reconnecting,
-        no longer watched) come right after the status, so a narrow terminal cuts facts, not them."""
-        elapsed = self._elapsed()
-        style = STATUS_CLASSES.get(self.status, "")
-        shown = shown_text(self.status, 40)  # the backend's words: neither markup nor terminal codes
-        dot = {"ok": "$success", "bad": "$error", "warn": "$warning"}.get(style, "$accent")
-        status = f"[{dot}]●[/] {shown}"
-        clock = f"{elapsed // 3600:02d}:{elapsed % 3600 // 60:02d}:{elapsed % 60:02d}"
-        head = [f"[b]{shown_text(self.job.job_id)}[/b]", status, clock[3:] if elapsed < 3600 else clock]
         states = []
         if self.watch_stopped:
             states.append("[$error]not watched any more (see below)[/]")
@@ -270,25 +247,9 @@ class DashboardScreen(ChartKeys, FlowScreen):
             states.append("[$warning]paused (p)[/]")
         if self.reconnecting:
             states.append(f"[$warning]reconnecting: {shown_text(self.reconnecting, 50)}[/]")
-        facts = [("backend", shown_text(self.session.backend_base),
-                  shown_text(urlsplit(self.session.backend_base).netloc or self.session.backend_base))]
-        if self.job.config_path:
-            config = shown_text(Path(self.job.config_path).name)
-            facts.append(("config", config, config))
-        if self.job.model:
-            facts.append(("model", shown_text(self.job.model), shown_text(self.job.model)))
-        room = self.size.width - 2  # the header's padding
-        labelled = "   ".join([*head, *states, *(f"{label} {full}" for label, full, _ in facts)])
-        bare = "  ".join([*head, *states, *(short for _, _, short in facts)])
-        if Content.from_markup(labelled).cell_length <= room:
-            text = labelled
-        elif Content.from_markup(bare).cell_length <= room:
-            text = bare
-        else:
-            text = "  ".join([*head, *states]) + "\n" + "  ".join(short for _, _, short in facts)
-        header = self.query_one("#dash-header", Static)
-        # No layout pass unless the line count changes: a full layout costs more than the repaint.
-        header.update(text, layout=text.count("\n") != str(header.content).count("\n"))
+        self.query_one(JobHeader).show(job_id=self.job.job_id, status=self.status, elapsed=self._elapsed(),
+                                       backend=self.session.backend_base, config_path=self.job.config_path,
+                                       model=self.job.model, states=states)
 
     # -- keys -----------------------------------------------------------------------------
 
@@ -383,42 +344,6 @@ class DashboardScreen(ChartKeys, FlowScreen):
         # The run it repeats stays on the charts, dimmed, beside the new one.
         overlays = [ComparedRun(self.job.job_id, self.store), *self.query_one(MetricsGrid).overlays][:MAX_OVERLAYS]
         self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays))
-
-    def action_overlay(self) -> None:
-        self._choose_overlays()
-
-    @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
-    async def _choose_overlays(self) -> None:
-        grid = self.query_one(MetricsGrid)
-        earlier = await asyncio.to_thread(earlier_runs, self.job.config_path, self.job.job_id,
-                                          self.session.backend_base)
-        chosen = await self.app.push_screen_wait(OverlayPickerModal(earlier, [run.job_id for run in grid.overlays]))
-        if chosen is None:
-            return
-        if self.job.job_id in chosen:
-            chosen = [job_id for job_id in chosen if job_id != self.job.job_id]
-            self.notify("This job is the live one; it is not overlaid on itself.", severity="warning")
-        await self._read_overlays(chosen)
-
-    @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
-    async def _overlay(self, job_ids: list[str]) -> None:
-        await self._read_overlays(job_ids)
-
-    async def _read_overlays(self, chosen: list[str]) -> None:
-        grid = self.query_one(MetricsGrid)
-        have = {run.job_id: run for run in grid.overlays}
-        missing = [job_id for job_id in chosen if job_id not in have]
-        for job_id in missing:
-            check_job_id(job_id)
-        if missing:
-            self.notify(f"Reading the metrics of {', '.join(missing)}…")
-            async with self.session.client() as client:
-                have.update({run.job_id: run for run in await read_runs(client, missing)})
-        runs = [have[job_id] for job_id in chosen]
-        grid.set_overlays(runs)
-        if any(run.truncated for run in runs):
-            self.notify("A run has more points than are read for an overlay: its start is shown.",
-                        severity="warning")
 
     @work(exclusive=True, group="export", exit_on_error=False, name="Export")
     async def action_export(self) -> None:

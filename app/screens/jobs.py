@@ -34,7 +34,8 @@ from app.core.jobs import JobContext, read_history
 from app.core.launch import new_idempotency_key
 from app.core.redact import redact
 from app.screens.base import FlowScreen
-from app.screens.dashboard import STATUS_CLASSES, DashboardScreen, shown_text
+from app.screens.dashboard import DashboardScreen
+from widgets.job_header import STATUS_CLASSES, shown_text
 
 # Column widths: (job, status, model, created, score) at 80 columns and from NARROW_BELOW up.
 NARROW_BELOW = 110

@@ -1,0 +1,58 @@
+"""The dashboard's overlays of earlier runs (docs/product.md#compare-runs): choose them (o),
+read their metrics from the backend, draw them dimmed on the metrics grid."""
+
+from __future__ import annotations
+
+import asyncio
+
+from textual import work
+
+from app.core.compare import earlier_runs, read_runs
+from app.core.jobs import JobContext
+from app.core.wire import check_job_id
+from app.screens.base import FlowScreen
+from widgets.metrics_grid import MetricsGrid
+from widgets.overlay_picker import OverlayPickerModal
+
+
+class OverlayActions(FlowScreen):
+    """Mixed into the dashboard, which has ``job`` and a MetricsGrid."""
+
+    job: JobContext
+
+    def action_overlay(self) -> None:
+        self._choose_overlays()
+
+    @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
+    async def _choose_overlays(self) -> None:
+        grid = self.query_one(MetricsGrid)
+        earlier = await asyncio.to_thread(earlier_runs, self.job.config_path, self.job.job_id,
+                                          self.session.backend_base)
+        chosen = await self.app.push_screen_wait(OverlayPickerModal(earlier, [run.job_id for run in grid.overlays]))
+        if chosen is None:
+            return
+        if self.job.job_id in chosen:
+            chosen = [job_id for job_id in chosen if job_id != self.job.job_id]
+            self.notify("This job is the live one; it is not overlaid on itself.", severity="warning")
+        await self._read_overlays(chosen)
+
+    @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
+    async def _overlay(self, job_ids: list[str]) -> None:
+        await self._read_overlays(job_ids)
+
+    async def _read_overlays(self, chosen: list[str]) -> None:
+        grid = self.query_one(MetricsGrid)
+        have = {run.job_id: run for run in grid.overlays}
+        missing = [job_id for job_id in chosen if job_id not in have]
+        for job_id in missing:
+            check_job_id(job_id)
+        if missing:
+            self.notify(f"Reading the metrics of {', '.join(missing)}…")
+            async with self.session.client() as client:
+                have.update({run.job_id: run for run in await read_runs(client, missing)})
+        runs = [have[job_id] for job_id in chosen]
+        grid.set_overlays(runs)
+        if any(run.truncated for run in runs):
+            self.notify("A run has more points than are read for an overlay: its start is shown.",
+                        severity="warning")
+
