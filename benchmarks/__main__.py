@@ -30,6 +30,7 @@ BENCHMARKS = {
     "requests": "bench_requests",  # 5. requests per tick, event-to-screen latency
     "demo": "bench_demo",          # 6. demo wall time and scores, the trainer benchmark
     "soak": "bench_soak",          # 7. ten demo jobs at once on one backend, three rounds
+    "startup": "bench_startup",    # 8. first paint of synth-tui and the demo against a minimal Textual app
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -1,0 +1,130 @@
+"""Figure 8: first paint, from the command's start to its first frame on a terminal.
+
+Each command runs on a pseudo-terminal of 160x45 (TERM=xterm-256color), as a user's shell
+would start it, and the clock stops when the terminal receives the header line of the first
+screen ("synth-tui — <screen>"), which Textual writes with the frame. The baseline, in the
+same run, is a minimal Textual app with the same header and nothing else: the floor any
+Textual app pays (interpreter start, Textual's import, the driver's setup, one frame).
+
+Measured: `synth-tui` (the guided session, from an empty project folder: the picker) and
+`synth-tui demo` (its first screen; the demo's servers start before it here). Medians of
+several starts, each in a fresh state folder.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import termios
+import time
+from pathlib import Path
+
+from benchmarks.common import REPO, Figure, child_main, median, say
+
+SIZE = (160, 45)
+MARKER = "synth-tui \u2014".encode()  # the header's "synth-tui — <screen>", once styles are stripped
+# Control sequences (CSI, and OSC ended by BEL): the header's words arrive styled in pieces.
+CONTROL = re.compile(rb"\x1b\[[0-9;?<>=$]*[ -/]*[@-~]|\x1b\][^\x07]*\x07")
+LIMIT_S = 60.0
+
+MINIMAL_APP = '''
+from textual.app import App
+from textual.widgets import Header, Static
+
+class Minimal(App):
+    TITLE = "synth-tui"
+    SUB_TITLE = "baseline"
+
+    def compose(self):
+        yield Header()
+        yield Static("first paint")
+
+Minimal().run()
+'''
+
+
+def first_paint(command: list[str], cwd: Path, env: dict[str, str]) -> float:
+    """Seconds from spawning ``command`` on a pty to the marker reaching the terminal."""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
+    started = time.perf_counter()
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdin=slave, stdout=slave, stderr=slave,
+                               start_new_session=True)
+    os.close(slave)
+    seen = b""
+    try:
+        while time.perf_counter() - started < LIMIT_S:
+            ready, _, _ = select.select([master], [], [], 0.5)
+            if not ready:
+                if process.poll() is not None:
+                    raise RuntimeError(f"{command[-1]} exited ({process.returncode}) before its first frame")
+                continue
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:  # the child closed the terminal
+                raise RuntimeError(f"{command[-1]} closed the terminal before its first frame") from None
+            seen = (seen + chunk)[-65536:]
+            if MARKER in CONTROL.sub(b"", seen):
+                return time.perf_counter() - started
+        raise RuntimeError(f"no first frame within {LIMIT_S:.0f} s")
+    finally:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        process.wait()
+        os.close(master)
+
+
+def starts(label: str, command: list[str], repeat: int) -> list[float]:
+    samples = []
+    for _ in range(repeat):
+        with tempfile.TemporaryDirectory(prefix="synth-tui-paint-") as folder:
+            home = Path(folder)
+            (home / "project").mkdir()
+            env = {**os.environ, "TERM": "xterm-256color", "HOME": str(home),
+                   "SYNTH_TUI_STATE_DIR": str(home / "state"), "SYNTH_AI_HOME": str(home / ".synth-ai"),
+                   "PYTHONPATH": str(REPO), "COLUMNS": str(SIZE[0]), "LINES": str(SIZE[1])}
+            for name in ("NO_COLOR", "TEXTUAL_THEME", "SYNTH_API_KEY", "ENVIRONMENT_API_KEY", "TASK_APP_URL"):
+                env.pop(name, None)
+            samples.append(first_paint(command, home / "project", env) * 1000)
+    say(f"startup: {label}: {', '.join(f'{s:.0f}' for s in samples)} ms")
+    return samples
+
+
+def run(quick: bool) -> list[Figure]:
+    repeat = 2 if quick else 7
+    with tempfile.NamedTemporaryFile("w", suffix="_minimal_app.py", delete=False) as script:
+        script.write(MINIMAL_APP)
+    try:
+        python = [sys.executable]
+        # One untimed start of each warms the disk cache and the bytecode, as a user's second run.
+        starts("warm-up", [*python, script.name], 1)
+        base = starts("minimal Textual app", [*python, script.name], repeat)
+        ours = starts("synth-tui", [*python, "-m", "app.cli"], repeat)
+        demo = starts("synth-tui demo", [*python, "-m", "app.cli", "demo"], max(2, repeat // 2))
+    finally:
+        os.unlink(script.name)
+    base_ms = median(base)
+    figures = []
+    for label, samples, limit in (("synth-tui", ours, 1.3), ("synth-tui demo", demo, 1.6)):
+        value = median(samples)
+        ratio = value / base_ms if value is not None and base_ms else None
+        figures.append(Figure(f"first paint at 160x45, `{label}` (median of {len(samples)})", value, "ms",
+                              baseline=base_ms, baseline_label=f"minimal Textual app (median of {len(base)})",
+                              goal=f"within {limit}x the minimal app",
+                              met=None if ratio is None else ratio <= limit, samples=samples,
+                              note="command start to the header of the first screen on a pseudo-terminal"))
+    return figures
+
+
+if __name__ == "__main__":
+    child_main("bench_startup", run)
