@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 
-from app import __version__, demo, embedded, headless, serve
+from app import __version__
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
@@ -215,6 +215,8 @@ def _tolerate_unencodable_output() -> None:
 
 def _run_train(args: argparse.Namespace, interactive: bool) -> int:
     if not interactive:
+        from app import headless
+
         return headless.run_train(args)
     from app.tui import run_tui  # imported when chosen: a headless run never loads Textual
 
@@ -223,27 +225,36 @@ def _run_train(args: argparse.Namespace, interactive: bool) -> int:
 
 def _dispatch(args: argparse.Namespace) -> int:
     """Each command to its front end: the TUI on a terminal, else (or with --no-tui) headless.
-    The TUI's modules are imported only when it is chosen: a headless run never loads Textual."""
+    Each front end's modules are imported only when it is chosen: a headless run never loads
+    Textual, and the TUI's first paint waits for no headless, demo or server module."""
+    from app import embedded
+
     interactive = not getattr(args, "no_tui", False) and has_terminal()
     if args.command == "train":
         if embedded.wants_local_backend(args):
             return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
         return _run_train(args, interactive)
     if args.command == "demo":
+        from app import demo
+
         return demo.run_demo(args, interactive=interactive)
-    if args.command == "backend":
-        return serve.run_backend_server(args)
-    if args.command == "taskapp":
-        return serve.run_taskapp_server(args)
+    if args.command in ("backend", "taskapp"):
+        from app import serve
+
+        return serve.run_backend_server(args) if args.command == "backend" else serve.run_taskapp_server(args)
     if args.command == "attach":
         embedded.refuse_local_attach(args)
         if not interactive:
+            from app import headless
+
             return headless.run_attach(args)
         from app.tui import run_attach_tui
 
         return run_attach_tui(_session(args), args.job_id)
     if args.command == "history":
         if not interactive:
+            from app import headless
+
             return headless.run_history(args)
         from app.tui import run_history_tui
 
@@ -251,6 +262,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "compare":
         embedded.refuse_local_attach(args, to="compare")
         if not interactive:
+            from app import headless
+
             return headless.run_compare(args)
         from app.tui import run_compare_tui
 
@@ -258,6 +271,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     if args.command == "jobs":
         embedded.refuse_local_attach(args, to="list")
         if not interactive:
+            from app import headless
+
             return headless.run_jobs(args)
         from app.tui import run_jobs_tui
 

@@ -14,8 +14,6 @@ from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from app.core.wire import MetricPoint, parse_iso
 
 # The default series (docs/product.md#metrics-grid): the GEPA metric when present, else the first present of the
@@ -197,6 +195,7 @@ def downsample(steps: array[float], values: array[float], columns: int,
         return [], []
     if count <= 2 * columns:
         return list(steps[start:]), list(values[start:])
+    import numpy as np  # here, not at the top: a first paint does not wait for numpy
     xs_all = np.frombuffer(steps, dtype=np.float64)[start:]
     ys_all = np.frombuffer(values, dtype=np.float64)[start:]
     edges = np.linspace(0, count, columns + 1).astype(np.int64)[:-1]
@@ -279,6 +278,8 @@ def sparkline(steps: Sequence[float], values: Sequence[float], width: int, *,
     """
     if not len(values) or width <= 0:
         return ""
+    import numpy as np
+
     xs = np.asarray(steps, dtype=np.float64)
     ys = np.asarray(values, dtype=np.float64)
     first, last = span if span is not None else (float(xs[0]), float(xs[-1]))
