@@ -11,10 +11,10 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from app.core import config as cfg
 from app.core import envfile
@@ -488,17 +488,23 @@ async def _refreshed(session: LaunchSession, records: list[RunRecord]) -> list[S
     return [answer async for answer in refresh_statuses(session, records)]
 
 
-def run_jobs(args: argparse.Namespace, *, printer: Printer | None = None) -> int:
-    """``synth-tui jobs --no-tui``: every job the backend lists, as a table (docs/product.md#jobs-view)."""
-    printer = printer or Printer()
+def _run_listing(flow: Coroutine[Any, Any, int], printer: Printer) -> int:
+    """A read-only command's flow (jobs, compare): its exit code, an error printed with its
+    fix, Ctrl-C as 130 (nothing was started, so nothing to attach to)."""
     try:
-        return asyncio.run(_jobs_table(args, printer))
+        return asyncio.run(flow)
     except SynthTuiError as exc:
         printer.error(exc)
         return exc.exit_code
     except KeyboardInterrupt:
         printer.diag("\nInterrupted.")
         return ExitCode.INTERRUPTED
+
+
+def run_jobs(args: argparse.Namespace, *, printer: Printer | None = None) -> int:
+    """``synth-tui jobs --no-tui``: every job the backend lists, as a table (docs/product.md#jobs-view)."""
+    printer = printer or Printer()
+    return _run_listing(_jobs_table(args, printer), printer)
 
 
 async def _jobs_table(args: argparse.Namespace, printer: Printer) -> int:
@@ -532,14 +538,7 @@ def run_compare(args: argparse.Namespace, *, printer: Printer | None = None) -> 
     """``synth-tui compare JOB_A JOB_B --no-tui``: per metric and job, the points read, last,
     best and step, as a table (docs/product.md#compare-runs)."""
     printer = printer or Printer()
-    try:
-        return asyncio.run(_compare(args, printer))
-    except SynthTuiError as exc:
-        printer.error(exc)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        printer.diag("\nInterrupted.")
-        return ExitCode.INTERRUPTED
+    return _run_listing(_compare(args, printer), printer)
 
 
 async def _compare(args: argparse.Namespace, printer: Printer) -> int:

@@ -25,7 +25,6 @@ from app.core.errors import ExitCode, SynthTuiError
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
 from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
-from app.core.launch import new_idempotency_key
 from app.core.paths import run_dir
 from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
@@ -325,17 +324,13 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     @work(exclusive=True, group="rerun", exit_on_error=False, name="Rerun")
     async def _rerun(self, payload: dict[str, Any]) -> None:
-        key = new_idempotency_key()
-        async with self.session.client() as client:
-            result = await client.create_job(payload, idempotency_key=key)
-        if not result.job_id:
+        submitted = await self.session.submit_rerun(payload, rerun_of=self.job.job_id,
+                                                    config_path=self.job.config_path)
+        if submitted is None:
             self.notify("The backend answered without a job id.", severity="error")
             return
-        context = JobContext.of(result.job_id, payload, self.job.config_path)
-        self.session.idempotency_key = key
-        self.session.job_id = result.job_id
-        warning = self.session.remember_submission(context, idempotency_key=key, rerun_of=self.job.job_id)
-        self.notify(f"Rerun submitted as {result.job_id}", title="Rerun")
+        context, warning = submitted
+        self.notify(f"Rerun submitted as {context.job_id}", title="Rerun")
         self.flow_app.warn_history(warning)
         # A dialog opened meanwhile (a quit question) is answered first: switching now would
         # replace the dialog, not this dashboard.

@@ -31,7 +31,6 @@ from app.core.job_list import (
     sort_rows,
 )
 from app.core.jobs import JobContext, read_history
-from app.core.launch import new_idempotency_key
 from app.core.redact import redact
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
@@ -322,16 +321,12 @@ class JobsScreen(FlowScreen):
 
     @work(exclusive=True, group="jobs-rerun", exit_on_error=False, name="Rerun")
     async def _rerun(self, job_id: str, payload: dict[str, Any], config_path: str | None) -> None:
-        key = new_idempotency_key()
-        async with self.session.client() as client:
-            result = await client.create_job(payload, idempotency_key=key)
-        if not result.job_id:
+        submitted = await self.session.submit_rerun(payload, rerun_of=job_id, config_path=config_path)
+        if submitted is None:
             self.notify("The backend answered without a job id.", severity="error")
             return
-        job = JobContext.of(result.job_id, payload, config_path)
-        warning = await asyncio.to_thread(self.session.remember_submission, job, idempotency_key=key,
-                                          rerun_of=job_id)
-        self.notify(f"Rerun of {job_id} submitted as {result.job_id}", title="Rerun")
+        job, warning = submitted
+        self.notify(f"Rerun of {job_id} submitted as {job.job_id}", title="Rerun")
         self.flow_app.warn_history(warning)
         self.action_refresh()
         # The run it repeats is read and drawn beside it, dimmed, as a rerun from a dashboard is.

@@ -23,8 +23,9 @@ from widgets.event_log import EventLog
 from widgets.metrics_grid import MetricsGrid
 
 
-def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02) -> SynthTuiApp:
-    session = LaunchSession(LaunchOptions(backend=backend.url, poll_interval=interval),
+def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02,
+                       **options) -> SynthTuiApp:
+    session = LaunchSession(LaunchOptions(backend=backend.url, poll_interval=interval, **options),
                             shell={"SYNTH_API_KEY": backend.api_key})
     session.resolve()
     return SynthTuiApp(session, attach=job)
@@ -197,10 +198,7 @@ async def test_the_dashboard_exits_as_the_headless_command_does(faulty_backend, 
 async def test_a_backend_that_dies_mid_watch_ends_the_dashboard_with_exit_5(faulty_backend):
     """As headless: silent for --give-up-after, the watch stops with exit 5 and the way back in."""
     faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=200)))
-    session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.02, give_up_after=0.5),
-                            shell={"SYNTH_API_KEY": faulty_backend.api_key})
-    session.resolve()
-    app = SynthTuiApp(session, attach=JobContext("job_a"))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), give_up_after=0.5)
     async with app.run_test(size=(160, 45)) as pilot:
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.query_one(EventLog).total > 0, what="the first events")
@@ -367,10 +365,7 @@ async def test_a_quit_question_asked_during_a_rerun_is_not_swept_away(faulty_bac
 
 async def test_a_stopped_watch_says_so_in_the_header_and_stops_the_clock(faulty_backend):
     faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=200)))
-    session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.02, give_up_after=0.5),
-                            shell={"SYNTH_API_KEY": faulty_backend.api_key})
-    session.resolve()
-    app = SynthTuiApp(session, attach=JobContext("job_a"))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), give_up_after=0.5)
     async with app.run_test(size=(80, 24)) as pilot:
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.query_one(EventLog).total > 0, what="the first events")
