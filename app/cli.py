@@ -152,8 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
     """``synth-tui jobs``: the backend's job list (docs/product.md#jobs-view)."""
-    from app.core.client import JOB_PAGE_SIZE, MAX_LISTED_JOBS
-    from app.core.job_list import SORTS
+    from app.core.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS, SORTS
 
     jobs = sub.add_parser("jobs", help="every job the backend knows (k9s-style): attach, cancel, rerun")
     jobs.add_argument("--backend", metavar="URL", help="backend base URL, http(s)://HOST[:PORT] (/api is appended)")

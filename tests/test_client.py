@@ -7,6 +7,7 @@ import socket
 import httpx
 import pytest
 
+from app.core.backend_url import backend_from_env, ensure_api_base
 from app.core.client import (
     AuthError,
     BackendTimeout,
@@ -17,8 +18,6 @@ from app.core.client import (
     RlNotOffered,
     ServerError,
     SynthClient,
-    backend_from_env,
-    ensure_api_base,
 )
 from fakes import ScriptedJob, event, training_timeline
 

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.cli import main
-from app.core.client import backend_url_problem
+from app.core.backend_url import backend_url_problem
 from app.core.envfile import header_value_problem
 from app.core.wire import job_id_problem
 from app.embedded import LOCAL

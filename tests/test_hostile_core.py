@@ -14,11 +14,10 @@ import httpx
 import pytest
 
 from app.core import config as cfg
+from app.core.backend_url import backend_from_env, backend_url_problem
 from app.core.client import (
     BadResponseError,
     SynthClient,
-    backend_from_env,
-    backend_url_problem,
     job_path,
 )
 from app.core.envfile import EnvFile, ResolvedKey, header_value_problem, resolve_keys

@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.client import JOB_PAGE_SIZE, MAX_LISTED_JOBS, ApiError, JobList, RlNotOffered, SynthClient
+from app.core.client import ApiError, JobList, RlNotOffered, SynthClient
+from app.core.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS, SORTS
 from app.core.jobs import payload_model
 from app.core.redact import printable
 from app.core.series import default_metric
@@ -21,7 +22,6 @@ from app.core.session import LaunchSession
 from app.core.streaming import MetricCursor
 from app.core.wire import JobStatus, is_terminal_status, parse_iso
 
-SORTS = ("created", "status", "score", "model")
 NO_VALUE = "—"
 # Jobs whose metrics are read at once, and pages of metrics read per job and refresh.
 SCORE_CONCURRENCY = 4

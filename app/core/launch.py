@@ -13,7 +13,7 @@ from typing import Any
 
 from app.core import config as cfg
 from app.core import envfile
-from app.core.client import backend_from_env, checked_api_base, request_url_problem, shown_url
+from app.core.backend_url import backend_from_env, checked_api_base, request_url_problem, shown_url
 from app.core.errors import MissingSecretsError, UnusableSecretError, UsageError
 from app.core.payload import for_backend
 

@@ -3,11 +3,31 @@ both local servers, so a typo is a sentence, not an exception from the HTTP libr
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
-
-import httpx
+import ipaddress
+import re
+from urllib.parse import SplitResult, urlsplit
 
 MAX_URL_CHARS = 2_048
+# Hosts the HTTP library takes as they are: ASCII labels and dots; a dotted-number host is read
+# as an IPv4 address, and an "xn--" label is decoded (IDNA), so those are left to it.
+_PLAIN_HOST = re.compile(r"[a-z0-9-]+(?:\.[a-z0-9-]+)*\.?\Z", re.IGNORECASE)
+_IPV4_STYLE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+\Z")
+
+
+def _plain_host(parts: SplitResult) -> bool:
+    """True when the HTTP library would accept this URL's host without a question, so the
+    check need not import it (about 0.1 s, before the first screen; docs/performance.md)."""
+    if "@" in parts.netloc or "[" in parts.netloc:
+        return False
+    host = parts.hostname or ""
+    if not _PLAIN_HOST.match(host) or any(label.startswith("xn--") for label in host.split(".")):
+        return False
+    if _IPV4_STYLE.match(host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return False
+    return True
 
 
 def http_url_problem(url: object) -> str | None:
@@ -29,6 +49,10 @@ def http_url_problem(url: object) -> str | None:
         return "it has no host name"
     if port == 0:
         return "port 0 cannot be connected to"
+    if _plain_host(parts):
+        return None
+    import httpx
+
     try:
         _ = httpx.URL(url).host  # reading .host decodes an IDNA name ("xn--...") as every request does
     except (httpx.InvalidURL, ValueError) as exc:  # ValueError: a bad IDNA host name too

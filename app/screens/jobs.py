@@ -13,7 +13,6 @@ from textual.binding import Binding
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
-from app.core.client import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.errors import SynthTuiError
 from app.core.job_list import (
     NO_VALUE,
@@ -30,6 +29,7 @@ from app.core.job_list import (
     shown_score,
     sort_rows,
 )
+from app.core.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.jobs import JobContext, read_history
 from app.core.redact import redact
 from app.screens.base import FlowScreen
