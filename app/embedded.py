@@ -17,7 +17,6 @@ from collections.abc import Callable
 
 from app.core.errors import UsageError
 from app.core.paths import state_dir
-from app.demo import claim_folder
 
 LOCAL = "local"
 
@@ -38,7 +37,10 @@ def refuse_local_attach(args: argparse.Namespace, *, to: str = "attach to") -> N
 
 def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """Start the embedded backend, run the flow against it, stop it."""
-    from app.local.servers import start_backend  # the servers (FastAPI, uvicorn) load only when used
+    # The servers (FastAPI, uvicorn) and the demo's folder claim load only when used: every
+    # command asks wants_local_backend first, before its first screen (docs/performance.md).
+    from app.demo import claim_folder
+    from app.local.servers import start_backend
 
     folder = claim_folder(state_dir() / "local", "local-")
     try:

@@ -15,21 +15,44 @@ from textual.binding import Binding
 from textual.screen import Screen
 
 from app.core import envfile
-from app.core.compare import open_comparison
 from app.core.errors import SynthTuiError
 from app.core.jobs import JobContext
 from app.core.redact import redact
 from app.core.session import LaunchSession
 from app.screens.base import FlowScreen
-from app.screens.compare import CompareScreen
-from app.screens.config_picker import ConfigPickerScreen
-from app.screens.dashboard import DashboardScreen
-from app.screens.env_review import EnvReviewScreen
-from app.screens.history import HistoryScreen
-from app.screens.jobs import JobsScreen
-from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
-from app.screens.preview import PayloadPreviewScreen
-from app.screens.verification import VerificationScreen
+
+# Each screen's module is imported when the screen is first shown: the first frame waits only
+# for its own screen, not for the dashboard's charts or the HTTP client (docs/performance.md).
+
+
+def picker_screen() -> FlowScreen:
+    from app.screens.config_picker import ConfigPickerScreen
+
+    return ConfigPickerScreen()
+
+
+def env_screen() -> FlowScreen:
+    from app.screens.env_review import EnvReviewScreen
+
+    return EnvReviewScreen()
+
+
+def verification_screen() -> FlowScreen:
+    from app.screens.verification import VerificationScreen
+
+    return VerificationScreen()
+
+
+def preview_screen() -> FlowScreen:
+    from app.screens.preview import PayloadPreviewScreen
+
+    return PayloadPreviewScreen()
+
+
+def dashboard_screen(job: JobContext) -> FlowScreen:
+    from app.screens.dashboard import DashboardScreen
+
+    return DashboardScreen(job)
 
 
 def stylesheet_path() -> Path:
@@ -66,35 +89,44 @@ class SynthTuiApp(App[int]):
 
     # The guided steps in order; Esc on one goes to the one before.
     STEPS: dict[str, Callable[[], FlowScreen]] = {
-        "picker": ConfigPickerScreen, "env": EnvReviewScreen, "verify": VerificationScreen,
-        "preview": PayloadPreviewScreen,
+        "picker": picker_screen, "env": env_screen, "verify": verification_screen, "preview": preview_screen,
     }
 
-    def on_mount(self) -> None:
-        """Show the first step only: earlier steps are made when the user goes back to them,
+    def get_default_screen(self) -> Screen:
+        """The first screen is the bottom of the stack, made when the app starts: no blank
+        screen is built and drawn under it before the first frame (docs/performance.md).
+        Only the first step is made: earlier steps are made when the user goes back to them,
         so a start on a later step (flags skip steps) runs nothing of the steps skipped."""
+        screen = self._first_screen()
+        # What push_screen gives a screen and switch_screen takes back: Textual 8.2 gives the
+        # default screen none, so switching it (Esc to an earlier step, a rerun) would fail.
+        screen._push_result_callback(screen, None)
+        return screen
+
+    def _first_screen(self) -> Screen:
         if self.first_screen is not None:
-            self.push_screen(self.first_screen())
-        elif self.attach is not None:
-            self.push_screen(DashboardScreen(self.attach))
-        elif self.start == "history":
-            self.push_screen(HistoryScreen())
-        else:
-            self.push_screen(self.STEPS.get(self.start, ConfigPickerScreen)())
+            return self.first_screen()
+        if self.attach is not None:
+            return dashboard_screen(self.attach)
+        if self.start == "history":
+            from app.screens.history import HistoryScreen
+
+            return HistoryScreen()
+        return self.STEPS.get(self.start, picker_screen)()
 
     def go_to_env(self) -> None:
-        self.push_screen(EnvReviewScreen())
+        self.push_screen(env_screen())
 
     def go_to_verification(self) -> None:
-        self.push_screen(VerificationScreen())
+        self.push_screen(verification_screen())
 
     def go_to_preview(self) -> None:
-        self.push_screen(PayloadPreviewScreen())
+        self.push_screen(preview_screen())
 
     def go_back(self, step: str) -> None:
         """From ``step`` to the step before it: the screen below when the user came that way,
         else a new one (the run started on ``step``)."""
-        if len(self.screen_stack) > 2:
+        if len(self.screen_stack) > 1:
             self.pop_screen()
             return
         names = list(self.STEPS)
@@ -105,7 +137,7 @@ class SynthTuiApp(App[int]):
     def go_to_dashboard(self, job: JobContext) -> None:
         """After a submit: remember the run, then watch it."""
         self._remember_submission(job)
-        self.push_screen(DashboardScreen(job))
+        self.push_screen(dashboard_screen(job))
 
     @work(exit_on_error=False, name="Run history")
     async def _remember_submission(self, job: JobContext) -> None:
@@ -119,6 +151,8 @@ class SynthTuiApp(App[int]):
     # -- app-wide actions -------------------------------------------------------------------
 
     def action_help(self) -> None:
+        from app.screens.modals import HelpModal
+
         if isinstance(self.screen, HelpModal):
             return
         rows: list[tuple[str, str]] = []
@@ -174,6 +208,7 @@ class SynthTuiApp(App[int]):
 
     def confirm(self, question: str, on_yes, *, detail: str = "", label: str = "Yes") -> None:
         """Ask, then call ``on_yes()`` only when the user confirms."""
+        from app.screens.modals import ConfirmModal
 
         def answered(yes: bool | None) -> None:
             if yes:
@@ -183,6 +218,8 @@ class SynthTuiApp(App[int]):
 
     def show_error(self, title: str, error: BaseException) -> None:
         """The one place a failure reaches the user: a message and a fix, never a traceback."""
+        from app.screens.modals import ErrorModal
+
         secrets = self.session.secret_values()
         if isinstance(error, SynthTuiError):
             message, hint = error.message, error.hint
@@ -244,11 +281,16 @@ def run_jobs_tui(session: LaunchSession, **jobs_options: Any) -> int:
     session.open_unattended_env()
     session.synth_api_key()
     session.check_attach_backend()
+    from app.screens.jobs import JobsScreen
+
     return run_app(SynthTuiApp(session, first_screen=lambda: JobsScreen(**jobs_options)))
 
 
 def run_compare_tui(session: LaunchSession, job_ids: list[str]) -> int:
     """``synth-tui compare``: the runs' metrics on one grid."""
+    from app.core.compare import open_comparison
+    from app.screens.compare import CompareScreen
+
     ids = open_comparison(session, job_ids)
     session.check_attach_backend()
     return run_app(SynthTuiApp(session, first_screen=lambda: CompareScreen(ids)))

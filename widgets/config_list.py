@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import events
 from textual.binding import Binding
@@ -11,7 +12,8 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from app.core.picker import ConfigEntry
+if TYPE_CHECKING:
+    from app.core.picker import ConfigEntry
 
 
 def entry_prompt(entry: ConfigEntry) -> Content:

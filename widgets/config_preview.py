@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.syntax import Syntax
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
-from app.core.config import Problem, config_facts
-from app.core.picker import ConfigEntry
 from app.core.redact import printable
-from app.core.validation import TOML_LOCATION
+from app.core.toml_source import TOML_LOCATION
+
+if TYPE_CHECKING:  # the schema's modules come with the first config, after the first frame (docs/performance.md)
+    from app.core.picker import ConfigEntry
+    from app.core.validation import Problem
 
 # Pygments themes that sit well on Textual's dark and light surfaces.
 DARK_SYNTAX_THEME = "monokai"
@@ -108,6 +112,8 @@ class ConfigPreview(VerticalScroll):
         config = entry.report.config
         if config is None:
             return [Static(Content.styled("Key facts appear once the config is valid.", "$text-muted"))]
+        from app.core.config_facts import config_facts
+
         return [LabelledRow(name, value, classes="fact") for name, value in config_facts(config).items()]
 
     def flash(self) -> None:

@@ -9,13 +9,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.core import config as cfg
 from app.core import envfile
 from app.core.backend_url import backend_from_env, checked_api_base, request_url_problem, shown_url
 from app.core.errors import MissingSecretsError, UnusableSecretError, UsageError
-from app.core.payload import for_backend
+
+if TYPE_CHECKING:  # imported by prepare_payload: the config schema is not needed before it (docs/performance.md)
+    from app.core import config as cfg
 
 
 def new_idempotency_key() -> str:
@@ -136,6 +137,9 @@ def prepare_payload(config_path: Path, *, task_url_flag: str | None, env_task_ur
                     generations: frozenset[str] = frozenset()) -> PreparedJob:
     """The validated config and its payload, under the names a backend of ``generations``
     reads (empty: as written)."""
+    from app.core import config as cfg
+    from app.core.payload import for_backend
+
     report = cfg.validate_rl_file(config_path, allow_experimental=allow_experimental)
     config = report.raise_if_invalid()
     config_task_url = config.services.task_url if config.services else None

@@ -10,13 +10,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app.core import envfile
 from app.core.display_paths import display_path
 from app.core.errors import ConfigError
 from app.core.session import LaunchSession
 from app.core.toml_source import parse_toml_text, read_config_text
-from app.core.validation import ValidationReport
+
+if TYPE_CHECKING:  # the schema (pydantic) is imported by the first validation, in a worker
+    from app.core.validation import ValidationReport
 
 __all__ = ["ConfigEntry", "config_path_problem", "disk_stamp", "find_config_entries", "load_config_entry"]
 

@@ -15,14 +15,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from app.core import config as cfg
 from app.core import envfile
-from app.core import modal as modal_cli
-from app.core.client import RlNotOffered, RlSupport, SynthClient, VerifyResult, checked_api_base
+from app.core.backend_url import checked_api_base
 from app.core.errors import EnvFileError, MissingSecretsError, UnusableSecretError, UsageError
-from app.core.health import HealthReport, check_task_app
 from app.core.history import RunRecord
 from app.core.jobs import JobContext, read_history, remember
 from app.core.launch import (
@@ -37,9 +34,16 @@ from app.core.launch import (
     resolve_secrets,
     unattended_env_choice,
 )
-from app.core.payload import usable_url
-from app.core.streaming import WatchOptions
-from app.core.wire import check_job_id
+
+# The first screen is drawn before the config schema (pydantic), the HTTP client (httpx), the
+# watch and Modal's modules are imported: each method imports what it uses, once its step comes
+# (docs/performance.md#first-paint).
+if TYPE_CHECKING:
+    from app.core import config as cfg
+    from app.core import modal as modal_cli
+    from app.core.client import RlSupport, SynthClient, VerifyResult
+    from app.core.health import HealthReport
+    from app.core.streaming import WatchOptions
 
 
 @dataclass(frozen=True)
@@ -82,6 +86,8 @@ class LaunchOptions:
         check_seconds("--give-up-after", self.give_up_after, allow_zero=True)
         if self.idempotency:
             check_idempotency_key(self.idempotency)
+        if self.modal_secret is not None or self.modal_app is not None:
+            from app.core import modal as modal_cli
         if self.modal_secret is not None:
             object.__setattr__(self, "modal_secret", modal_cli.check_object_name(self.modal_secret, "secret"))
         if self.modal_app is not None:
@@ -206,6 +212,8 @@ class LaunchSession:
     # -- config -------------------------------------------------------------------
 
     def discover_configs(self) -> list[cfg.ConfigCandidate]:
+        from app.core import config as cfg
+
         candidates = cfg.discover_configs(self.options.cwd, last_config=cfg.read_last_config(), include_broken=True)
         explicit = [envfile.resolved_user_path(p) for p in self.options.config_paths]
         if explicit:
@@ -214,11 +222,15 @@ class LaunchSession:
         return candidates
 
     def validate(self, path: Path) -> cfg.ValidationReport:
+        from app.core import config as cfg
+
         return cfg.validate_rl_file(path, allow_experimental=self.overrides.allow_experimental, env=self.shell)
 
     def choose_config(self, path: Path, report: cfg.ValidationReport) -> None:
         """Use this config; a valid one is remembered (the SDK's LAST_CONFIG), so a later run
         without --config never proposes one that cannot be sent."""
+        from app.core import config as cfg
+
         self.config_path = path
         self.report = report
         if report.ok:
@@ -313,6 +325,8 @@ class LaunchSession:
         options = self.options
         if not (options.modal_secret or options.modal_app):
             return
+        from app.core import modal as modal_cli
+
         cli = cli or modal_cli.ModalCli(env=self.shell)
         if options.modal_secret:
             if announce:
@@ -343,6 +357,8 @@ class LaunchSession:
         return ("TASK_APP_URL",) if self.overrides.task_url or self._config_task_url() else ()
 
     def _config_task_url(self) -> str | None:
+        from app.core.payload import usable_url
+
         config = self.report.config if self.report is not None else None
         return usable_url(config.services.task_url) if config is not None and config.services else None
 
@@ -435,6 +451,8 @@ class LaunchSession:
         history as :meth:`use_history_record` says; any other with --backend (or the default),
         the .env found as for a headless run, and its backend key (missing: MissingSecretsError
         before anything is shown)."""
+        from app.core.wire import check_job_id
+
         check_job_id(job_id)  # it goes into URL paths: "../x" or "" must stop here
         record = read_history(job_id)
         if record is not None:
@@ -494,6 +512,8 @@ class LaunchSession:
 
     def watch_options(self, *, since_seq: int = 0) -> WatchOptions:
         """How both front ends watch a job: the flags' intervals and bounds."""
+        from app.core.streaming import WatchOptions
+
         options = self.options
         return WatchOptions(poll_interval=options.poll_interval, poll_timeout=options.poll_timeout,
                             give_up_after=options.give_up_after or None, since_seq=since_seq)
@@ -528,6 +548,8 @@ class LaunchSession:
         return key.value
 
     def client(self, **kwargs: object) -> SynthClient:
+        from app.core.client import SynthClient
+
         self._raise_backend_problem()
         return SynthClient(self.backend_base, self.synth_api_key(), **kwargs)  # type: ignore[arg-type]
 
@@ -541,6 +563,8 @@ class LaunchSession:
     async def probe_for_attach(self, client: SynthClient) -> RlSupport:
         """The probe before a watch of an existing job: a backend without RL jobs is named as
         such, not as "job not found", with a way out that attach can take."""
+        from app.core.client import RlNotOffered
+
         try:
             return await self.probe(client)
         except RlNotOffered as exc:
@@ -576,5 +600,7 @@ class LaunchSession:
             self.options.hold_env_keys(self.env_keys())
 
     async def health(self, *, timeout: float = 30.0) -> HealthReport:
+        from app.core.health import check_task_app
+
         key, *aliases = self.env_keys()
         return await check_task_app(self.prepare().task_url, key, aliases=aliases, timeout=timeout)

@@ -22,6 +22,7 @@ from app.core.errors import ConfigError
 __all__ = [
     "MAX_CONFIG_BYTES",
     "MAX_TOML_DEPTH",
+    "TOML_LOCATION",
     "TomlLineIndex",
     "TomlSyntaxError",
     "load_toml",
@@ -29,6 +30,8 @@ __all__ = [
     "read_config_text",
 ]
 
+# Where a problem of the TOML itself (not of a field) is reported.
+TOML_LOCATION = "<toml>"
 # RL configs are a few kilobytes. The bound keeps a wrong file (a log, a data dump) from
 # stalling the picker: tomllib needs seconds and hundreds of MB for a few MB of dotted keys.
 MAX_CONFIG_BYTES = 256 * 1024

@@ -18,12 +18,11 @@ from app.core.config_kind import infer_config_type, lower_text
 from app.core.config_schema import RLConfig
 from app.core.errors import ConfigError
 from app.core.models import check_rl_model, experimental_allowed
-from app.core.toml_source import TomlLineIndex, TomlSyntaxError, parse_toml_text, read_config_text
+from app.core.toml_source import TOML_LOCATION, TomlLineIndex, TomlSyntaxError, parse_toml_text, read_config_text
 from app.core.trainable import size_problems
 
 __all__ = [
     "FIELD_REQUIRED",
-    "TOML_LOCATION",
     "ConfigValidationError",
     "Problem",
     "ValidationReport",
@@ -37,7 +36,6 @@ __all__ = [
 # Validation (docs/wire-contract.md#config-validation), reporting every problem at once
 # ---------------------------------------------------------------------------------------
 
-TOML_LOCATION = "<toml>"
 FIELD_REQUIRED = "field required"
 
 

@@ -20,7 +20,7 @@ from textual.message import Message
 from textual.widgets import Footer, Header, Input, OptionList, Static
 from textual.worker import get_current_worker
 
-from app.core import config as cfg
+from app.core import discovery
 from app.core.display_paths import home_relative
 from app.core.picker import ConfigEntry, config_path_problem, disk_stamp, find_config_entries, load_config_entry
 from app.screens.base import FlowScreen
@@ -94,14 +94,16 @@ class ConfigPickerScreen(FlowScreen):
     def on_mount(self) -> None:
         super().on_mount()
         where = home_relative(self.session.options.cwd)
-        if cfg.project_config_roots():  # synth-tui's own example configs are listed too
+        if discovery.project_config_roots():  # synth-tui's own example configs are listed too
             where += " and synth-tui's examples"
         self.query_one("#picker-header", Static).update(
             Content.assemble(("Step 1 of 4 · ", "$text-muted"), ("Choose an RL config", "bold"),
                              (f" · found under {where}", "$text-muted"))
         )
         self.query_one(ConfigList).focus()
-        self.action_reload()
+        # The search (and the config schema's import, in its thread) starts once this screen
+        # has been drawn, so the first frame does not share the interpreter with it.
+        self.call_after_refresh(self.action_reload)
         self.set_interval(self.CHANGE_CHECK_SECONDS, self.check_highlighted_for_changes)
 
     def on_screen_resume(self) -> None:

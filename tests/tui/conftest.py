@@ -11,6 +11,7 @@ import pytest
 from textual.widgets import Input, TextArea
 
 from app.core import config as cfg
+from app.core import discovery
 from app.core.session import LaunchOptions, LaunchSession
 from app.tui import SynthTuiApp
 
@@ -57,6 +58,7 @@ def make_app(project):
 @pytest.fixture
 def project_configs_only(monkeypatch):
     """Discovery also searches the checkout's own configs/ folder; tests look at the project."""
+    monkeypatch.setattr(discovery, "project_config_roots", lambda: [])
     monkeypatch.setattr(cfg, "project_config_roots", lambda: [])
 
 
