@@ -8,7 +8,8 @@ lines (docs/product.md#compare-runs).
 
 Each chart redraws only when what it shows changed (no polling: new data, a key, a resize
 ask), new data at most every ``data_interval`` seconds, from a copy downsampled to two points per column, so its cost
-does not grow with the run (docs/product.md#metrics-grid).
+does not grow with the run (docs/product.md#metrics-grid). plotext draws each plot; a
+``PlotCanvas`` (widgets/plot_canvas.py) paints plotext's matrix straight into Textual's lines.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static
-from textual_plotext import PlotextPlot
 
 from app.core.compare import ComparedRun
 from app.core.series import (
@@ -40,6 +40,7 @@ from app.core.series import (
     split_label,
     window,
 )
+from widgets.plot_canvas import PlotCanvas
 
 ZOOM_STEPS = 50
 # A plot needs this many rows inside its border to say anything; below it, text rows.
@@ -109,17 +110,17 @@ class MetricChart(Vertical):
         self.panel = panel
         self.grid = grid
         self.redraws = 0
-        self._plot: PlotextPlot | None = None  # set on mount
+        self._plot: PlotCanvas | None = None  # set on mount
         self._drawn_key: tuple | None = None
         self._drawn_at = 0.0
 
     def compose(self) -> ComposeResult:
-        yield PlotextPlot(classes="chart-plot")
+        yield PlotCanvas(classes="chart-plot")
         yield Static("", classes="chart-lines", markup=True)
         yield Static("waiting for metrics…", classes="chart-readouts", markup=False)
 
     def on_mount(self) -> None:
-        self._plot = self.query_one(PlotextPlot)
+        self._plot = self.query_one(PlotCanvas)
         self.border_title = self.legend()
         self.grid.call_after_refresh(self.grid.arrange_charts)  # a new chart: the grid gains a cell
 
@@ -255,7 +256,7 @@ class MetricChart(Vertical):
         self.query_one(".chart-lines", Static).update("\n".join(rows))
 
     def _draw_plot(self) -> None:
-        plot = self.query_one(PlotextPlot)
+        plot = self.query_one(PlotCanvas)
         plt = plot.plt
         plt.clear_data()
         plt.clear_figure()
@@ -264,7 +265,7 @@ class MetricChart(Vertical):
         if not live:
             plt.title("waiting for metrics…")
             readouts.update("waiting for metrics…")
-            plot.refresh()
+            plot.figure_changed()
             return
         columns = max(plot.size.width - 10, 10)
         smoothing = self.grid.smoothing
@@ -285,7 +286,7 @@ class MetricChart(Vertical):
         text = self._readouts()
         # A new row count (an overlay added or removed) needs a layout pass; same rows do not.
         readouts.update(text, layout=text.count("\n") != str(readouts.content).count("\n"))
-        plot.refresh()
+        plot.figure_changed()
 
     def _line(self, plt, series: MetricSeries, columns: int, *, color: object, smoothing: str) -> list[float]:
         start = window(series.steps, ZOOM_STEPS if self.grid.zoomed else None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from test_dashboard import dashboard, make_dashboard_app
+from test_plot_canvas import cells, stock_cells
 from textual.app import App, ComposeResult
 
 from app.core.compare import ComparedRun
@@ -17,6 +18,7 @@ from fakes import ScriptedJob, event, metric
 from pilot_waits import wait_for
 from widgets.metrics_grid import MetricChart, MetricsGrid
 from widgets.overlay_picker import OverlayPickerModal
+from widgets.plot_canvas import PlotCanvas
 
 
 def four_metric_job(job_id: str, steps: int = 12, offset: float = 0.0) -> ScriptedJob:
@@ -161,3 +163,29 @@ async def test_a_held_back_redraw_runs_when_due_without_being_asked_again():
         grid.data_changed()  # the only call: what follows is the grid's own timer
         await wait_for(pilot, lambda: grid.charts[0].redraws == 2, what="the due redraw")
         assert "step 5" in chart_text(grid.charts[0])
+
+
+async def test_a_chart_paints_what_textual_plotext_would_for_the_same_figure():
+    """The grid's own figure (train and eval, smoothing's grey line, an overlay): the canvas
+    shows the characters and colours the ANSI round trip showed, and a new point redraws it."""
+    store = MetricStore()
+    store.add(points("train.mean_score", range(0, 900)) + points("eval.mean_score", range(0, 900, 50)))
+    earlier = ComparedRun("job_earlier")
+    earlier.store.add(points("train.mean_score", range(0, 700)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays([earlier])
+        grid.smoothing = "ema"
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        chart = grid.charts[0]
+        plot = chart.query_one(PlotCanvas)
+        await pilot.pause()
+        shown = cells(plot.frame_strips())
+        assert shown == stock_cells(plot)
+        assert "890" in "".join(char for char, _ in shown[-1]), "integer steps label the x axis"
+        builds = plot.builds
+        store.add(points("train.mean_score", range(900, 901)))
+        grid.data_changed()
+        await wait_for(pilot, lambda: plot.builds > builds, what="the new point's frame")
+        assert cells(plot.frame_strips()) == stock_cells(plot)
