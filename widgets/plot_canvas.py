@@ -19,6 +19,9 @@ What does not change between frames is reused until the view changes:
   labels while the range holds, the title, rows the lines do not cross), its strip is reused;
 - the styles: one per colour triple, and one per run start, kept while the theme holds.
 
+Rasterizing the lines into braille dots is then most of a frame: while the canvas fills its
+matrix, plotext's two helpers for it run as exact, faster stand-ins (widgets/plotext_speedups.py).
+
 Relies on plotext 5's figure internals (``_set_sizes``, ``_build_matrix``, ``monitor.matrix``),
 as textual-plotext itself does; pyproject pins plotext below 6.
 """
@@ -36,6 +39,8 @@ from textual.content import Content
 from textual.strip import Strip
 from textual.style import Style
 from textual_plotext import PlotextPlot
+
+from widgets.plotext_speedups import faster_plotext
 
 # A cell's colours as plotext keeps them: (foreground, style, background).
 Colors = tuple[Any, Any, Any]
@@ -131,7 +136,8 @@ class PlotCanvas(PlotextPlot):
         if not isinstance(plt.monitor.matrix, BlankMatrix):  # a new figure (clear_figure)
             plt.monitor.matrix = BlankMatrix(self._blank)
         plt._set_sizes()
-        plt._build_matrix()
+        with faster_plotext():
+            plt._build_matrix()
         self.builds += 1
 
     def _matrix_strips(self) -> list[Strip]:
@@ -185,9 +191,7 @@ class PlotCanvas(PlotextPlot):
         if style is None:
             visual_style = self.visual_style
             text = Text.from_ansi(plotext_utility.colors_to_ansi(*colors) + "x")
-            # In the app's context, as a paint is: how ANSI colours convert depends on it.
-            with self.app._context():
-                content = Content.from_rich_text(text, console=self.app.console)
-                ((_, text_style),) = content.render(visual_style, end="")
-                style = self._cell_styles[colors] = visual_style + text_style
+            content = Content.from_rich_text(text, console=self.app.console)
+            ((_, text_style),) = content.render(visual_style, end="")
+            style = self._cell_styles[colors] = visual_style + text_style
         return style

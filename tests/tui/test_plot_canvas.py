@@ -33,9 +33,8 @@ def stock_cells(plot: PlotCanvas) -> list[list[tuple[str, object]]]:
     """What textual-plotext's own path paints: plotext's ANSI string, parsed by Rich, laid
     out by Textual."""
     width, height = plot.size
-    with plot.app._context():  # as the app paints: ANSI colours convert by the app's settings
-        text = PlotextPlot.render(plot)
-        return cells(Visual.to_strips(plot, visualize(plot, text), width, height, plot.visual_style))
+    text = PlotextPlot.render(plot)
+    return cells(Visual.to_strips(plot, visualize(plot, text), width, height, plot.visual_style))
 
 
 def chart_figure(plot: PlotCanvas, *, count: int = 400, last: int = 400, overlay: bool = True, title: str | None = None,
