@@ -1,18 +1,25 @@
-"""Figure 1: the reward chart's redraw cost at 160x45 as the run grows (1k to 1M points).
+"""Figure 1: one chart's frame at 160x45 as the run grows (1k to 1M points).
 
 Measured on the real path: a headless Textual app (``App.run_test(size=(160, 45))``) holding
 a MetricsGrid on a MetricStore holding one metric, so one chart the grid's width. One sample
-is ``chart.redraw()`` (downsample + plotext calls)
-plus ``PlotextPlot.render()`` (plotext builds the figure and Rich parses its ANSI), called
-directly because ``refresh()`` only schedules the render. The headless compositor still runs,
-so what is timed is exactly the work a real terminal would wait for, minus the terminal write.
-The chart sits in the dashboard's own layout and stylesheet (plot area about 94x39 at 160x45),
-and the data is a noisy rising reward: with min/max downsampling, noise makes each column's
-stroke taller as more points fall in it, and plotext's cost follows the strokes' height.
-The notes split each sample into downsample / plotext build / Text.from_ansi.
+is one frame as the app makes it when data arrives: a point is added to the series (so no
+frame repeats the last one and nothing cached for the view can answer it), the chart redraws
+(``chart.redraw()``: downsample, the plotext calls), and Textual asks the plot for its lines
+(``PlotCanvas.render_lines`` over its whole region: Textual's line cache calls
+``render_line``, which has plotext fill its matrix and turns the rows into strips). Both are
+called directly because ``refresh()`` only schedules the paint; the compositor's own pass
+over the strips and the terminal write are not timed. The chart sits in the dashboard's own
+layout and stylesheet (plot area about 94x38 at 160x45), and the data is a noisy rising
+reward: with min/max downsampling, noise makes each column's stroke taller as more points
+fall in it, and plotext's cost follows the strokes' height.
+The notes split a frame into redraw (downsample + plotext calls) / plotext filling its
+matrix / strips and Textual's lines (the rest), and give the frame as it was before the
+canvas: the same figure through textual-plotext's ANSI round trip (plotext's ANSI string,
+``Text.from_ansi``, Textual turning the Text into lines), timed in the same run.
 
 Baseline, same run, same widget: the naive chart that hands plotext every point (no
-downsampling). It is timed at 1k/10k/100k only: at 1M one build takes tens of seconds.
+downsampling) and shows it the stock textual-plotext way (the ANSI round trip). It is timed
+at 1k/10k/100k only: at 1M one build takes tens of seconds.
 """
 
 from __future__ import annotations
@@ -23,19 +30,22 @@ import random
 import time
 from functools import partial
 
-from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.geometry import Region
+from textual.strip import Strip
+from textual.visual import Visual, visualize
 from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
-from app.core.series import MetricSeries, MetricStore, downsample
+from app.core.series import MetricSeries, MetricStore
 from app.tui import stylesheet_path
 from benchmarks.common import Figure, below, child_main, median, say, time_calls
 from widgets.event_log import EventLog
 from widgets.metrics_grid import MetricChart, MetricsGrid
+from widgets.plot_canvas import PlotCanvas
 
 METRIC = "train.mean_score"
 SIZE = (160, 45)
@@ -78,15 +88,31 @@ def make_series(count: int, seed: int = 7) -> MetricSeries:
     return series
 
 
-def naive_redraw(plot: PlotextPlot, series: MetricSeries) -> None:
-    """What a chart without downsampling does: every point goes to plotext."""
+def next_point(series: MetricSeries, rng: random.Random) -> None:
+    """Data arrives: one more point of the same noisy curve, near its plateau."""
+    series.add(float(len(series)), 0.8 + rng.gauss(0, 0.05), now=0.0)
+
+
+def round_trip_lines(plot: PlotCanvas) -> list[Strip]:
+    """The figure's lines the stock textual-plotext way: plotext's ANSI string (``build``),
+    ``Text.from_ansi`` (``PlotextPlot.render``), and Textual turning that Text into lines, as
+    a widget whose ``render`` returns Text gets them (``Widget._render_content``)."""
+    width, height = plot.size
+    text = PlotextPlot.render(plot)
+    return Visual.to_strips(plot, visualize(plot, text), width, height, plot.visual_style)
+
+
+def naive_frame(plot: PlotCanvas, series: MetricSeries, rng: random.Random) -> None:
+    """What a chart without downsampling does: every point goes to plotext, shown the stock
+    textual-plotext way."""
+    next_point(series, rng)
     plt = plot.plt
     plt.clear_data()
     plt.clear_figure()
     plt.plot(list(series.steps), list(series.values), marker="braille")
     plt.title(METRIC)
     plt.xlabel("step")
-    plot.render()
+    round_trip_lines(plot)
 
 
 async def measure(quick: bool) -> list[Figure]:
@@ -105,38 +131,54 @@ async def measure(quick: bool) -> list[Figure]:
             await pilot.pause()
         await pilot.pause()
         chart: MetricChart = grid.charts[0]
-        plot = chart.query_one(PlotextPlot)
-        say(f"chart: plot area {plot.size.width}x{plot.size.height}")
+        plot = chart.query_one(PlotCanvas)
+        width, height = plot.size
+        say(f"chart: plot area {width}x{height}")
+        rng = random.Random(11)
 
-        def redraw() -> None:
+        def frame() -> None:
+            next_point(series, rng)
             chart.redraw()
-            plot.render()
+            plot.render_lines(Region(0, 0, width, height))
+
+        def redraw_only() -> None:
+            next_point(series, rng)
+            chart.redraw()
+
+        def matrix_only() -> None:
+            # plotext filling its matrix for the figure just drawn (the canvas's first step).
+            plot._fill_matrix(width, height, plot._get_plotext_theme_name(app.theme))
+
+        def round_trip_frame() -> None:
+            next_point(series, rng)
+            chart.redraw()
+            round_trip_lines(plot)
 
         for count in sizes:
             series = store.series[METRIC] = make_series(count)
             await pilot.pause()
-            samples = time_calls(redraw, repeat)
-            # Where the time goes (same inputs as redraw): numpy downsampling, plotext's
-            # figure build, Rich's parse of plotext's ANSI output.
-            columns = max(plot.size.width - 10, 10)
-            down = median(time_calls(partial(downsample, series.steps, series.values, columns), repeat))
-            build = median(time_calls(plot.plt.build, repeat))
-            ansi = plot.plt.build()
-            parse = median(time_calls(partial(Text.from_ansi, ansi), repeat))
-            breakdown = f"downsample {down:.2f} ms, plotext build {build:.1f} ms, Text.from_ansi {parse:.1f} ms"
+            samples = time_calls(frame, repeat)
+            value = median(samples) or 0.0
+            redraw = median(time_calls(redraw_only, repeat)) or 0.0
+            matrix = median(time_calls(matrix_only, repeat)) or 0.0
+            round_trip = median(time_calls(round_trip_frame, repeat)) or 0.0
+            rest = max(value - redraw - matrix, 0.0)
+            breakdown = (f"redraw {redraw:.1f} ms, plotext matrix {matrix:.1f} ms, strips + Textual lines "
+                         f"{rest:.1f} ms (the rest); before the canvas (ANSI round trip, same figure) "
+                         f"{round_trip:.1f} ms")
             base_samples: list[float] = []
             if count in naive_sizes:
                 # Fewer repetitions where one build takes seconds; still a median.
                 base_repeat = repeat if count < 10_000 else 3
-                base_samples = time_calls(partial(naive_redraw, plot, series), base_repeat, warmup=0)
-            value, base = median(samples), median(base_samples)
-            say(f"chart: {count:>9,} points  redraw+render {value:.1f} ms ({breakdown})"
+                base_samples = time_calls(partial(naive_frame, plot, series, rng), base_repeat, warmup=0)
+            base = median(base_samples)
+            say(f"chart: {count:>9,} points  frame {value:.1f} ms ({breakdown})"
                 + (f"  naive {base:.1f} ms (median of {len(base_samples)})" if base is not None else ""))
             label = f"{count // 1000:,}k" if count < 1_000_000 else f"{count // 1_000_000}M"
             figures.append(Figure(
-                f"chart redraw+render, {label} points (median of {repeat})", value, "ms",
-                baseline=base, baseline_label="naive: every point" if base is not None else "",
-                goal="< 40 ms", met=below(value, 40.0), samples=samples,
+                f"chart frame (data → redraw → lines), {label} points (median of {repeat})", value, "ms",
+                baseline=base, baseline_label="naive: every point, ANSI round trip" if base is not None else "",
+                goal="< 20 ms", met=below(value, 20.0), samples=samples,
                 note=breakdown + ("" if base is not None else
                                   "; naive baseline skipped at 1M (one build takes tens of seconds)")))
             chart.redraw()  # leave the real view drawn between sizes
@@ -165,7 +207,7 @@ async def measure(quick: bool) -> list[Figure]:
     # "Flat": the largest run against the smallest, same run (ratio column).
     small, large = figures[0], figures[len(sizes) - 1]
     if small.value and large.value:
-        say(f"chart: {sizes[-1]:,}-point redraw costs {large.value / small.value:.2f}x the 1k one")
+        say(f"chart: {sizes[-1]:,}-point frame costs {large.value / small.value:.2f}x the 1k one")
         figures.insert(len(sizes), Figure(
             f"chart flatness: {large.name.split(', ')[1].split(' (')[0]} vs 1k points", large.value, "ms",
             baseline=small.value, baseline_label="1k points", goal="flat (ratio < 1.5x)",
