@@ -9,12 +9,17 @@ from __future__ import annotations
 
 import textwrap
 from collections import deque
+from typing import Any
 
+from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.geometry import Region, Size
+from textual.reactive import Reactive
+from textual.strip import Strip
 from textual.widgets import Log, Static
 
 from app.core.events import is_noise, mask_model_urls
@@ -74,6 +79,57 @@ class LevelHighlighter(Highlighter):
             text.stylize(style, 16, 16 + LEVEL_WIDTH)
 
 
+class LogLines(Log):
+    """Textual's Log, with each write's cost proportional to the lines written.
+
+    - No layout of the screen per write. A Log's virtual size (its line count) is a layout
+      reactive: every write re-laid out the whole screen and repainted all of it, the
+      dashboard's largest cost while events streamed (benchmarks/bench_cpu.py). The log's box
+      comes from the stylesheet (1fr), not from its lines, so a new line needs the scroll
+      range and the scrollbar updated, nothing more. What does move things still lays out: a
+      scrollbar appearing (its own layout reactive), a size that follows the content (auto).
+    - No thread per write. The Log measures the widest new line on a thread worker and hands
+      the answer back through the UI's queue (a thread, three state messages and a blocking
+      call back, per write); the lines here are wrapped to the width already, and measuring
+      them here costs less than that round trip.
+    - The widget's style once per repaint, not once per line (it walks the ancestors)."""
+
+    virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._repaint_style: Style | None = None
+
+    def watch_virtual_size(self, size: Size) -> None:
+        styles = self.styles
+        if not self.container_size or (styles.width is not None and styles.width.is_auto) or \
+                (styles.height is not None and styles.height.is_auto):
+            self.refresh(layout=True)  # not laid out yet, or sized by its lines
+            return
+        self._scroll_update(size)
+
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+        if lines:
+            self._update_maximum_width(updates, max(map(self._width_of, lines)))
+
+    @classmethod
+    def _width_of(cls, line: str) -> int:
+        if line.isascii() and line.isprintable():
+            return len(line)  # the common case: one cell a character, nothing to replace
+        return cell_len(cls._process_line(line))
+
+    @property
+    def rich_style(self) -> Style:
+        return self._repaint_style if self._repaint_style is not None else super().rich_style
+
+    def render_lines(self, crop: Region) -> list[Strip]:
+        self._repaint_style = super().rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._repaint_style = None
+
+
 class EventLog(Vertical):
     def __init__(self, *, max_lines: int = 5000, max_kept: int = 20000, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -88,10 +144,11 @@ class EventLog(Vertical):
         # end resumes it. Tracked here because the Log's own flag is set on every write.
         self.tailing = True
         self._wrapped_at = 0
+        self._status_text: str | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("", id="log-status", markup=False)
-        log = Log(max_lines=self.max_lines, highlight=True, auto_scroll=True, id="log-lines")
+        log = LogLines(max_lines=self.max_lines, highlight=True, auto_scroll=True, id="log-lines")
         yield log
 
     def on_mount(self) -> None:
@@ -173,9 +230,9 @@ class EventLog(Vertical):
             if not self.tailing:
                 self.new_while_away += len(lines)
             log.write_lines(lines)
-            if self.tailing:
-                # Once the new lines are laid out: the Log's own scroll can run before its
-                # size grows, and a layout change (the final status panel) can follow.
+            if self.tailing and not log.is_vertical_scroll_end:
+                # The Log scrolls as it writes, unless it was not at the end (a scroll still
+                # running, a size not laid out yet): then once the lines are laid out.
                 log.call_after_refresh(log.scroll_end, animate=False)
         self._update_status()
 
@@ -214,4 +271,7 @@ class EventLog(Vertical):
             parts.insert(0, f"▼ {self.new_while_away} new (end to follow)")
         noise = "shown" if self.show_noise else "hidden"
         parts.append(f"{self.hidden_noise} hatchet/modal {noise} (n)")
-        self.query_one("#log-status", Static).update("  ·  ".join(parts), layout=False)  # height 1
+        text = "  ·  ".join(parts)
+        if text != self._status_text:  # the same text again would still repaint the line
+            self._status_text = text
+            self.query_one("#log-status", Static).update(text, layout=False)  # height 1

@@ -8,6 +8,7 @@ even that does not fit: at 80x24 every fact stays visible.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from textual.content import Content
@@ -39,24 +40,42 @@ def age(seconds: int) -> str:
 
 
 class JobHeader(Static):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._fit: tuple[tuple, str] | None = None  # (what the choice was made for, the choice)
+        self._shown: str | None = None
+
     def show(self, *, job_id: str, status: str, elapsed: int, backend: str, config_path: str | None,
              model: str | None, states: list[str]) -> None:
-        """``states``: markup, already escaped (filter, paused, reconnecting, not watched)."""
-        head = [f"[b]{shown_text(job_id)}[/b]", status_markup(status), age(elapsed)]
+        """``states``: markup, already escaped (filter, paused, reconnecting, not watched).
+        Called every second for the clock: the line is measured again only when something
+        but the clock's digits changed, and the widget repaints only when the text did."""
+        clock = age(elapsed)
+        head = [f"[b]{shown_text(job_id)}[/b]", status_markup(status), clock]
         facts = [("backend", shown_text(backend), shown_text(urlsplit(backend).netloc or backend))]
         if config_path:
             config = shown_text(Path(config_path).name)
             facts.append(("config", config, config))
         if model:
             facts.append(("model", shown_text(model), shown_text(model)))
-        room = self.size.width - 2  # the header's padding
         labelled = "   ".join([*head, *states, *(f"{label} {full}" for label, full, _ in facts)])
         bare = "  ".join([*head, *states, *(short for _, _, short in facts)])
-        if Content.from_markup(labelled).cell_length <= room:
-            text = labelled
-        elif Content.from_markup(bare).cell_length <= room:
-            text = bare
-        else:
-            text = "  ".join([*head, *states]) + "\n" + "  ".join(short for _, _, short in facts)
+        split = "  ".join([*head, *states]) + "\n" + "  ".join(short for _, _, short in facts)
+        room = self.size.width - 2  # the header's padding
+        # The clock's width is all of it that matters to the fit (05:09 and 05:10 fit alike).
+        shape = (room, len(clock), labelled.replace(clock, "", 1))
+        if self._fit is None or self._fit[0] != shape:
+            if Content.from_markup(labelled).cell_length <= room:
+                choice = "labelled"
+            elif Content.from_markup(bare).cell_length <= room:
+                choice = "bare"
+            else:
+                choice = "split"
+            self._fit = (shape, choice)
+        text = {"labelled": labelled, "bare": bare, "split": split}[self._fit[1]]
+        if text == self._shown:
+            return  # a frozen clock (the job ended) or a second not yet over: nothing to repaint
         # No layout pass unless the line count changes: a full layout costs more than the repaint.
-        self.update(text, layout=text.count("\n") != str(self.content).count("\n"))
+        layout = text.count("\n") != (self._shown or "").count("\n")
+        self._shown = text
+        self.update(text, layout=layout)

@@ -2,7 +2,8 @@
 
 The watcher (network) and the run folder's stream file (disk) run on a background thread
 with its own event loop, so the UI thread never waits on either. The UI drains what arrived
-since its last look as one coalesced :class:`FeedBatch`.
+since its last look as one coalesced :class:`FeedBatch`. ``on_ready`` tells it when there is
+something to drain (once, until it drains), so a UI with nothing new does no work at all.
 """
 
 from __future__ import annotations
@@ -46,7 +47,10 @@ class FeedBatch:
 
 class JobFeed:
     def __init__(self, make_client: Callable[[], SynthClient], job_id: str, options: WatchOptions,
-                 stream_path: Path | None = None, history: RunHistory | None = None) -> None:
+                 stream_path: Path | None = None, history: RunHistory | None = None,
+                 on_ready: Callable[[], object] | None = None) -> None:
+        """``on_ready``: called on the feed's thread when the batch stops being empty; it must
+        only hand the news to the UI's thread (e.g. post a message)."""
         self.make_client = make_client
         self.job_id = job_id
         self.options = options
@@ -56,6 +60,8 @@ class JobFeed:
         self.events_seen = 0
         self._lock = threading.Lock()
         self._batch = FeedBatch()
+        self.on_ready = on_ready
+        self._told = False  # on_ready was called for the current batch
         self._loop: asyncio.AbstractEventLoop | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopped = threading.Event()
@@ -65,6 +71,7 @@ class JobFeed:
     def drain(self) -> FeedBatch:
         with self._lock:
             batch, self._batch = self._batch, FeedBatch()
+            self._told = False
         return batch
 
     def stop(self) -> None:
@@ -86,6 +93,8 @@ class JobFeed:
             if not isinstance(exc, asyncio.CancelledError):
                 with self._lock:
                     self._batch.error = exc
+                    tell = self._should_tell()
+                self._tell(tell)
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -127,7 +136,23 @@ class JobFeed:
                 batch.connection = update
             elif isinstance(update, WatchEnded):
                 batch.ended = update
+            tell = self._should_tell()
+        self._tell(tell)
         self._remember(update)
+
+    def _should_tell(self) -> bool:
+        """Under the lock: the batch has news the UI was not told of yet."""
+        if self._told or self.on_ready is None or not self._batch:
+            return False
+        self._told = True
+        return True
+
+    def _tell(self, tell: bool) -> None:
+        if tell and self.on_ready is not None:
+            try:
+                self.on_ready()
+            except RuntimeError:  # the UI's event loop has closed: nobody is left to tell
+                pass
 
     def _remember(self, update: object) -> None:
         """Keep the run history current (status, last metrics); never fails the feed."""

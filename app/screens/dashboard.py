@@ -1,7 +1,9 @@
 """The live dashboard: the reward chart beside the event log, fed by a background worker.
 
-The feed (``app.core.feed``) runs the watcher on a worker thread; this screen drains it ten
-times a second into the chart and the log, so a burst of events becomes one update.
+The feed (``app.core.feed``) runs the watcher on a worker thread and tells this screen when
+something arrived; the screen drains it into the chart and the log at most ten times a second,
+so a burst of events becomes one update, and a job with nothing new costs no work but the
+header's clock.
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
+from textual.message import Message
 from textual.notifications import SeverityLevel
+from textual.timer import Timer
 from textual.widgets import Footer, Header, Input, Static
 
 from app.core.compare import ComparedRun
@@ -39,6 +43,12 @@ from widgets.overlay_picker import MAX_OVERLAYS
 
 # At 80 columns the charts sit above the log and take at most this share of the height.
 NARROW_CHART_SHARE = 0.6
+# Seconds between two drains of the feed at least: what arrives meanwhile is one update.
+DRAIN_GAP = 0.1
+
+
+class FeedReady(Message, bubble=False):
+    """Posted from the feed's thread: the feed has something to drain."""
 
 
 class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
@@ -97,6 +107,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.feed: JobFeed | None = None
         self._held = FeedBatch()
         self.since_seq = since_seq
+        self._drained_at = 0.0  # monotonic time of the last drain
+        self._drain_timer: Timer | None = None  # a drain held back by DRAIN_GAP
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -124,7 +136,6 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self._apply(self.job.replay)
             return
         self._start_feed()
-        self.set_interval(0.1, self.apply_feed, name="dashboard-drain")
         self.set_interval(1.0, self._render_header, name="dashboard-clock")
         self._render_header()
 
@@ -134,13 +145,31 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         session = self.session
         options = session.watch_options(since_seq=self.since_seq)
         self.feed = JobFeed(lambda: session.client(retries=0), self.job.job_id, options,
-                            stream_path=run_dir(self.job.job_id) / "events.jsonl", history=RunHistory())
+                            stream_path=run_dir(self.job.job_id) / "events.jsonl", history=RunHistory(),
+                            on_ready=lambda: self.post_message(FeedReady()))
         self.run_worker(self.feed.run, thread=True, exit_on_error=False, name="Job feed", group="feed")
+
+    @on(FeedReady)
+    def _feed_ready(self) -> None:
+        """Drain now, or once DRAIN_GAP has passed since the last drain (one update for what
+        arrives meanwhile); no polling timer: nothing new, no work."""
+        if self._drain_timer is not None:
+            return  # a drain is already due
+        wait = self._drained_at + DRAIN_GAP - time.monotonic()
+        if wait <= 0:
+            self.apply_feed()
+        else:
+            self._drain_timer = self.set_timer(wait, self._held_drain, name="dashboard-drain")
+
+    def _held_drain(self) -> None:
+        self._drain_timer = None
+        self.apply_feed()
 
     def apply_feed(self) -> None:
         """Drain what arrived; while paused, hold it (nothing redraws) until resumed."""
         if self.feed is None:
             return
+        self._drained_at = time.monotonic()
         batch = self.feed.drain()
         if self.paused:
             # Pause freezes the chart and the log; the header still tells the truth.
