@@ -13,18 +13,18 @@ import secrets
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from app.core import config as cfg
 from app.core import envfile
+from app.core.discovery import project_config_roots
 from app.core.errors import UsageError
 from app.core.paths import open_private, private_dir, private_file, state_dir
-from app.core.session import LaunchOptions, LaunchSession
-from app.headless import TrainRun, run_headless
+from app.core.session import LaunchOptions, LaunchSession, Preparation
 
 if TYPE_CHECKING:  # the servers (FastAPI, uvicorn) load only when a demo starts them
     from app.local.servers import ServerHandle
@@ -66,7 +66,7 @@ class DemoSetup:
 
 
 def demo_config_path() -> Path:
-    for root in cfg.project_config_roots():
+    for root in project_config_roots():
         candidate = root / "rl" / "demo.toml"
         if candidate.is_file():
             return candidate.resolve()
@@ -75,11 +75,15 @@ def demo_config_path() -> Path:
 
 
 def load_demo_config() -> dict[str, Any]:
-    return cfg.load_toml(demo_config_path())
+    from app.core.toml_source import load_toml
+
+    return load_toml(demo_config_path())
 
 
 def demo_payload(config: Mapping[str, Any], task_url: str, backend_base: str = "") -> dict[str, Any]:
     """The job payload the train flow sends for a config dict (validated like any config)."""
+    from app.core import config as cfg  # the schema: not needed before the first frame
+
     validated = cfg.validate_rl_mapping(dict(config)).raise_if_invalid()
     return cfg.build_rl_payload(validated, task_url=task_url, backend_base=backend_base)
 
@@ -223,14 +227,66 @@ def banner(setup: DemoSetup) -> str:
 
 
 def run_demo(args: argparse.Namespace, *, interactive: bool) -> int:
+    if interactive:
+        return _run_demo_tui(args)
     setup = start_demo(args.workdir)
     try:
         print(banner(setup), file=sys.stderr, flush=True)
         options = demo_options(setup, poll_interval=args.poll_interval, poll_timeout=args.poll_timeout)
-        if interactive:
-            from app.tui import SynthTuiApp, run_app  # headless demos never load Textual
+        from app.headless import TrainRun, run_headless
 
-            return run_app(SynthTuiApp(LaunchSession(options), start="picker"))
         return run_headless(TrainRun(options, stream_format=args.stream_format))
     finally:
         setup.stop()
+
+
+class DemoServers:
+    """The guided demo's servers: started by the app after its first frame (:meth:`start`, in a
+    worker; the picker says they are starting and waits), stopped when the app has ended. A stop
+    during the start waits for it, so no server outlives the demo (docs/performance.md#first-paint)."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.setup: DemoSetup | None = None
+        self._lock = threading.Lock()
+        self._stopped = False
+
+    def preparation(self) -> Preparation:
+        return Preparation(waiting="Starting the demo: the embedded backend and the reference task app…",
+                           run=self.start, failed="The demo could not start")
+
+    def start(self) -> tuple[LaunchOptions, str]:
+        with self._lock:
+            if self._stopped:
+                raise UsageError("The demo was closed while its servers were starting.")
+            self.setup = start_demo(self.args.workdir)
+        options = demo_options(self.setup, poll_interval=self.args.poll_interval,
+                               poll_timeout=self.args.poll_timeout)
+        return options, f"Demo ready: backend {self.setup.backend.url}/api, task app {self.setup.task_app.url}."
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopped = True
+            if self.setup is not None:
+                self.setup.stop()
+
+
+def waiting_options(args: argparse.Namespace) -> LaunchOptions:
+    """The demo's options before its servers are up: their ports are not known yet, so the
+    backend is a placeholder nothing is sent to (every step waits for the servers, and their
+    options replace these: LaunchSession.adopt_options)."""
+    return LaunchOptions(config_paths=[str(demo_config_path())], backend="http://127.0.0.1",
+                         poll_interval=args.poll_interval, poll_timeout=args.poll_timeout, embedded_backend=True)
+
+
+def _run_demo_tui(args: argparse.Namespace) -> int:
+    from app.tui import SynthTuiApp, run_app  # headless demos never load Textual
+
+    servers = DemoServers(args)
+    try:
+        return run_app(SynthTuiApp(LaunchSession(waiting_options(args)), start="picker",
+                                   preparation=servers.preparation()))
+    finally:
+        servers.stop()
+        if servers.setup is not None:  # where the demo ran, left on the terminal after the app
+            print(banner(servers.setup), file=sys.stderr, flush=True)

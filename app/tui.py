@@ -12,13 +12,15 @@ from typing import Any
 from textual import work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.reactive import reactive
 from textual.screen import Screen
+from textual.worker import Worker, WorkerState
 
 from app.core import envfile
-from app.core.errors import SynthTuiError
+from app.core.errors import ExitCode, SynthTuiError
 from app.core.jobs import JobContext
 from app.core.redact import redact
-from app.core.session import LaunchSession
+from app.core.session import LaunchOptions, LaunchSession, Preparation
 from app.screens.base import FlowScreen
 
 # Each screen's module is imported when the screen is first shown: the first frame waits only
@@ -73,17 +75,49 @@ class SynthTuiApp(App[int]):
         Binding("ctrl+p", "command_palette", "Commands", id="app.commands", show=False),
     ]
 
+    # What the flow waits for before its first step can be left (a Preparation's ``waiting``, or
+    # why it failed); "" when nothing is awaited. The picker shows it and waits.
+    preparing: reactive[str] = reactive("", init=False)
+
     def __init__(self, session: LaunchSession, *, start: str = "picker", attach: JobContext | None = None,
-                 first_screen: Callable[[], Screen] | None = None) -> None:
+                 first_screen: Callable[[], Screen] | None = None, preparation: Preparation | None = None) -> None:
         """``start`` is the first step shown (flags skip steps); ``attach`` (a JobContext) opens
         only the dashboard of an existing job; ``start="history"`` opens the run history;
-        ``first_screen`` makes the screen of a command that is not a step (jobs, compare)."""
+        ``first_screen`` makes the screen of a command that is not a step (jobs, compare);
+        ``preparation`` runs after the first frame and the flow waits for it (the demo's servers)."""
         super().__init__()
         self.session = session
         self.start = start
         self.attach = attach
         self.first_screen = first_screen
+        self.preparation = preparation
         self.exit_code = 0
+        if preparation is not None:  # set before the first screen mounts, which reads it
+            self.set_reactive(SynthTuiApp.preparing, preparation.waiting)
+
+    def on_mount(self) -> None:
+        if self.preparation is not None:
+            self.call_after_refresh(self._prepare, self.preparation)
+
+    @work(thread=True, exit_on_error=False, group="prepare", name="Preparing")
+    def _prepare(self, preparation: Preparation) -> None:
+        options, ready = preparation.run()
+        self.call_from_thread(self._prepared, options, ready)
+
+    def _prepared(self, options: LaunchOptions, ready: str) -> None:
+        self.session.adopt_options(options)
+        self.preparing = ""
+        self.notify(ready, title="Ready", timeout=8, markup=False)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A preparation that failed: the flow stays on its first screen, which says why; the
+        run ends with the failure's exit code."""
+        if event.worker.group == "prepare" and event.state is WorkerState.ERROR and event.worker.error is not None:
+            error = event.worker.error
+            self.exit_code = error.exit_code if isinstance(error, SynthTuiError) else ExitCode.BACKEND
+            failed = self.preparation.failed if self.preparation is not None else "Could not start"
+            self.preparing = f"{failed}: see the error. Quit with ctrl+q, fix it and run again."
+            self.show_error(failed, error)
 
     # -- flow ------------------------------------------------------------------------------
 

@@ -43,3 +43,32 @@ def test_demo_reuses_its_folder(tmp_path):
                                 capture_output=True, text=True, timeout=300, cwd=tmp_path)
         assert result.returncode in (0, 4), result.stderr[-2000:]
         assert "Traceback" not in result.stderr
+
+
+def test_the_guided_demo_stops_its_servers_even_when_closed_while_they_start(tmp_path, monkeypatch):
+    """The TUI starts the servers after its first frame; quitting meanwhile must not leave them running."""
+    import argparse
+    import socket
+    import threading
+    import time
+    from urllib.parse import urlsplit
+
+    from app.core.errors import UsageError
+    from app.demo import DemoServers
+
+    monkeypatch.setenv("SYNTH_TUI_STATE_DIR", str(tmp_path / "state"))
+    servers = DemoServers(argparse.Namespace(workdir=str(tmp_path / "demo"), poll_interval=0.5, poll_timeout=60.0))
+    starting = threading.Thread(target=servers.start)
+    starting.start()
+    deadline = time.monotonic() + 30
+    while not servers._lock.locked() and starting.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.005)  # until the start holds the lock: the stop below must wait for it
+    servers.stop()
+    starting.join(60)
+    assert servers.setup is not None, "the start had begun, so it finished before the stop"
+    for handle in (servers.setup.backend, servers.setup.task_app):
+        address = urlsplit(handle.url)
+        with pytest.raises(OSError), socket.create_connection((address.hostname, address.port), timeout=2):
+            pass
+    with pytest.raises(UsageError):
+        servers.start()  # a closed demo starts nothing more

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from rich.syntax import Syntax
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
@@ -129,6 +128,8 @@ class ConfigPreview(VerticalScroll):
         if entry is None or entry.text is None:
             source.update(Content.styled("(the file cannot be read)", "$text-muted") if entry else "")
             return
+        from rich.syntax import Syntax  # with Pygments: not needed before the first config is shown
+
         problem_lines = {p.line for p in entry.report.problems if p.line is not None}
         dark = self.app.current_theme.dark
         source.update(

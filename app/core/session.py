@@ -154,6 +154,18 @@ class Overrides:
     allow_experimental: bool | None = None
 
 
+@dataclass(frozen=True)
+class Preparation:
+    """Work the guided session waits for, started after its first frame (the demo's servers):
+    ``run`` blocks (call it from a worker) and returns the options the session then adopts and
+    a sentence saying what is ready; ``waiting`` says what is being done meanwhile, ``failed``
+    titles the error when ``run`` raises."""
+
+    waiting: str
+    run: Callable[[], tuple[LaunchOptions, str]]
+    failed: str = "Could not start"
+
+
 @dataclass
 class LaunchSession:
     """One launch, shared by both front ends: each step is a method here, and the screens and
@@ -190,6 +202,12 @@ class LaunchSession:
         self.idempotency_key = self.options.idempotency or new_idempotency_key()
         options = self.options
         self.overrides = Overrides(options.model, options.task_url, options.allow_experimental)
+
+    def adopt_options(self, options: LaunchOptions) -> None:
+        """Use the options a :class:`Preparation` made (the demo's backend, .env and config),
+        as if given on the command line; nothing was chosen or sent before."""
+        self.options = options
+        self.__post_init__()
 
     def override(self, **changes: object) -> bool:
         """Change the preview's overrides (model, task_url, allow_experimental); the flags stay

@@ -101,9 +101,13 @@ class ConfigPickerScreen(FlowScreen):
                              (f" · found under {where}", "$text-muted"))
         )
         self.query_one(ConfigList).focus()
-        # The search (and the config schema's import, in its thread) starts once this screen
-        # has been drawn, so the first frame does not share the interpreter with it.
-        self.call_after_refresh(self.action_reload)
+        self.watch(self.flow_app, "preparing", self._preparation_changed, init=False)
+        if self.flow_app.preparing:
+            self._show_message(self.flow_app.preparing)
+        else:
+            # The search (and the config schema's import, in its thread) starts once this
+            # screen has been drawn, so the first frame does not share the interpreter with it.
+            self.call_after_refresh(self.action_reload)
         self.set_interval(self.CHANGE_CHECK_SECONDS, self.check_highlighted_for_changes)
 
     def on_screen_resume(self) -> None:
@@ -111,10 +115,22 @@ class ConfigPickerScreen(FlowScreen):
 
     # -- discovery ----------------------------------------------------------------------------
 
-    def action_reload(self) -> None:
+    def _preparation_changed(self, waiting: str) -> None:
+        """The demo's servers are ready (""): search now, with the demo's config first."""
+        if waiting:
+            self._show_message(waiting)
+        else:
+            self.action_reload()
+
+    def _show_message(self, text: str) -> None:
         message = self.query_one("#picker-message", Static)
-        message.update(Content(f"Looking for RL configs under {home_relative(self.session.options.cwd)}…"))
+        message.update(Content(text))
         message.display = True
+
+    def action_reload(self) -> None:
+        if self.flow_app.preparing:  # the options the search needs are not known yet
+            return
+        self._show_message(f"Looking for RL configs under {home_relative(self.session.options.cwd)}…")
         self._discover()
 
     @work(thread=True, exclusive=True, group="picker-discover", exit_on_error=False, name="Looking for configs")
@@ -241,6 +257,9 @@ class ConfigPickerScreen(FlowScreen):
     # -- choose ----------------------------------------------------------------------------------
 
     def action_choose(self) -> None:
+        if self.flow_app.preparing:
+            self.notify(self.flow_app.preparing, title="One moment", markup=False)
+            return
         entry = self.query_one(ConfigList).highlighted_entry
         if entry is None:
             if not self.searched:

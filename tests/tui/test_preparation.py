@@ -1,0 +1,84 @@
+"""Work the flow waits for after its first frame (the demo's servers): the picker says what is
+being started, lets nothing be chosen meanwhile, and searches with the options it brings."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+from textual.widgets import Static
+
+from app.core.errors import ExitCode, UsageError
+from app.core.session import LaunchOptions, LaunchSession, Preparation
+from app.screens.config_picker import ConfigPickerScreen
+from app.screens.modals import ErrorModal
+from app.tui import SynthTuiApp
+from pilot_waits import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+WAITING = "Starting the test servers…"
+
+pytestmark = pytest.mark.usefixtures("project_configs_only")
+
+
+def message(app: SynthTuiApp) -> str:
+    return str(app.screen.query_one("#picker-message", Static).render())
+
+
+def notifications(app: SynthTuiApp) -> list[str]:
+    return [n.message for n in app._notifications]
+
+
+async def test_the_picker_waits_for_the_preparation_then_searches_with_its_options(project, tmp_path):
+    config = tmp_path / "elsewhere" / "demo.toml"
+    config.parent.mkdir()
+    shutil.copy(REPO / "configs" / "rl" / "demo.toml", config)
+    release = threading.Event()
+
+    def run() -> tuple[LaunchOptions, str]:
+        release.wait(30)
+        return LaunchOptions(config_paths=[str(config)], backend="http://127.0.0.1:9", cwd=project), "Servers ready."
+
+    session = LaunchSession(LaunchOptions(cwd=project, backend="http://127.0.0.1"), shell={})
+    app = SynthTuiApp(session, preparation=Preparation(WAITING, run, failed="The test could not start"))
+    async with app.run_test(size=(120, 30)) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ConfigPickerScreen)
+        await wait_until(pilot, lambda: WAITING in message(app), "the waiting message")
+        # A config opened by its path meanwhile is listed, but not chosen before the options are known.
+        shutil.copy(config, project / "mine.toml")
+        await pilot.press("o", *"mine.toml", "enter")
+        await wait_until(pilot, lambda: len(screen.entries) == 1, "the opened config")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: WAITING in notifications(app), "the refusal")
+        assert not screen.searched and session.config_path is None and app.screen is screen
+        release.set()
+        await wait_until(pilot, lambda: screen.searched, "the search after the preparation")
+        # The options' --config first, the opened file kept.
+        assert [entry.path for entry in screen.entries] == [config.resolve(), (project / "mine.toml").resolve()]
+        assert session.backend_base == "http://127.0.0.1:9/api"
+        assert "Servers ready." in notifications(app)
+        await pilot.press("enter")  # the highlighted one stays highlighted: the opened file
+        await wait_until(pilot, lambda: session.config_path == (project / "mine.toml").resolve(), "the choice")
+
+
+async def test_a_failed_preparation_is_shown_and_ends_with_its_exit_code(project):
+    def run() -> tuple[LaunchOptions, str]:
+        raise UsageError("Port 1 is taken.", "Free it.")
+
+    session = LaunchSession(LaunchOptions(cwd=project, backend="http://127.0.0.1"), shell={})
+    app = SynthTuiApp(session, preparation=Preparation(WAITING, run, failed="The test could not start"))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ErrorModal), "the error")
+        modal_text = " ".join(str(w.render()) for w in app.screen.query(Static))
+        assert "Port 1 is taken." in modal_text and "Free it." in modal_text
+        await pilot.press("escape")
+        picker = app.screen
+        assert isinstance(picker, ConfigPickerScreen)
+        assert "The test could not start" in message(app)
+        await pilot.press("enter")
+        assert not picker.searched and session.config_path is None  # still nothing to choose
+        await pilot.press("ctrl+q")
+    assert app.return_value == ExitCode.USAGE
