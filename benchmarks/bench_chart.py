@@ -13,7 +13,9 @@ layout and stylesheet (plot area about 94x38 at 160x45), and the data is a noisy
 reward: with min/max downsampling, noise makes each column's stroke taller as more points
 fall in it, and plotext's cost follows the strokes' height.
 The notes split a frame into redraw (downsample + plotext calls) / plotext filling its
-matrix / strips and Textual's lines (the rest), and give the frame as it was before the
+matrix / strips and Textual's lines (the rest), say how many of the plot's rows changed a
+frame (only those become new strips: on a long run one more point moves few of them, on a
+short one about half), and give the frame as it was before the
 canvas: the same figure through textual-plotext's ANSI round trip (plotext's ANSI string,
 ``Text.from_ansi``, Textual turning the Text into lines), timed in the same run.
 
@@ -157,15 +159,19 @@ async def measure(quick: bool) -> list[Figure]:
         for count in sizes:
             series = store.series[METRIC] = make_series(count)
             await pilot.pause()
+            rows_before, builds_before = plot.rows_built, plot.builds
             samples = time_calls(frame, repeat)
             value = median(samples) or 0.0
+            # Rows whose cells changed are made into strips anew; the others are reused
+            # (on a long run one more point moves few of them).
+            rows_per_frame = (plot.rows_built - rows_before) / max(plot.builds - builds_before, 1)
             redraw = median(time_calls(redraw_only, repeat)) or 0.0
             matrix = median(time_calls(matrix_only, repeat)) or 0.0
             round_trip = median(time_calls(round_trip_frame, repeat)) or 0.0
             rest = max(value - redraw - matrix, 0.0)
             breakdown = (f"redraw {redraw:.1f} ms, plotext matrix {matrix:.1f} ms, strips + Textual lines "
-                         f"{rest:.1f} ms (the rest); before the canvas (ANSI round trip, same figure) "
-                         f"{round_trip:.1f} ms")
+                         f"{rest:.1f} ms (the rest; {rows_per_frame:.0f} of {height} rows changed a frame); "
+                         f"before the canvas (ANSI round trip, same figure) {round_trip:.1f} ms")
             base_samples: list[float] = []
             if count in naive_sizes:
                 # Fewer repetitions where one build takes seconds; still a median.

@@ -82,12 +82,14 @@ class BlankMatrix(matrix_class):
 class PlotCanvas(PlotextPlot):
     """A ``PlotextPlot`` (the same ``plt``, the same theme handling) painted from plotext's
     matrix. Change the figure through ``plt``, then call ``figure_changed``. ``builds``
-    counts plotext builds (tests check what is reused)."""
+    counts plotext builds and ``rows_built`` the rows made into strips anew (tests and the
+    benchmark check what is reused)."""
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None,
                  disabled: bool = False) -> None:
         super().__init__(name=name, id=id, classes=classes, disabled=disabled)
         self.builds = 0
+        self.rows_built = 0
         self._version = 0
         self._frame_key: tuple | None = None
         self._strips: list[Strip] = []
@@ -152,6 +154,7 @@ class PlotCanvas(PlotextPlot):
                 strips.append(previous_strips[y])
             else:
                 strips.append(self._row_strip(y, *cells))
+                self.rows_built += 1
         self._rows = rows
         return strips
 

@@ -130,6 +130,7 @@ async def test_unchanged_rows_are_reused_and_the_axis_is_rebuilt_when_the_range_
         before = list(plot.frame_strips())
         axis_row = len(before) - 1  # the x tick labels
         # Same range, other data in between: the tick labels' row is the very same strip.
+        built = plot.rows_built
         plt = plot.plt
         plt.clear_figure()
         plt.plot([0, 150, 250, 400], [0.1, 0.7, 0.3, 0.9], marker="braille", color="cyan")
@@ -138,6 +139,7 @@ async def test_unchanged_rows_are_reused_and_the_axis_is_rebuilt_when_the_range_
         same_range = await painted(pilot, plot)
         assert same_range == stock_cells(plot)
         assert plot.frame_strips()[axis_row] is before[axis_row]
+        assert plot.rows_built - built < len(before), "only rows that changed are made anew"
         # A longer run: new ticks, a new axis row, still what plotext drew.
         chart_figure(plot, overlay=False, seed=1, last=900)
         longer = await painted(pilot, plot)
