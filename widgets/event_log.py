@@ -92,6 +92,12 @@ class LogLines(Log):
       the answer back through the UI's queue (a thread, three state messages and a blocking
       call back, per write); the lines here are wrapped to the width already, and measuring
       them here costs less than that round trip.
+    - A line is rendered once, not at every repaint. Every new batch scrolls the log, so every
+      visible line repaints; Textual 8's Log keeps a cache of rendered lines but stores into
+      it only while text is selected (when it does not read it): each repaint rendered every
+      visible line again (its Text, the level colours, the segments). Here the cache is
+      filled; the Log already empties it whenever a line may change (a write to that line,
+      pruning, clear, a style or selection change).
     - The widget's style once per repaint, not once per line (it walks the ancestors)."""
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
@@ -117,6 +123,14 @@ class LogLines(Log):
         if line.isascii() and line.isprintable():
             return len(line)  # the common case: one cell a character, nothing to replace
         return cell_len(cls._process_line(line))
+
+    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
+        if self.text_selection is not None:
+            return super()._render_line_strip(y, rich_style)  # selected text is drawn fresh
+        strip = self._render_line_cache.get(y)
+        if strip is None:
+            strip = self._render_line_cache[y] = super()._render_line_strip(y, rich_style)
+        return strip
 
     @property
     def rich_style(self) -> Style:
@@ -185,7 +199,13 @@ class EventLog(Vertical):
         if self._wrapped_at != self._wrap_width and self.kept:
             self.rebuild()  # the messages are wrapped to the width: wrap them again
         elif self.tailing:
-            self.log_view.call_after_refresh(self.log_view.scroll_end, animate=False)
+            self.log_view.call_after_refresh(self._keep_tail)
+
+    def _keep_tail(self) -> None:
+        """A scroll to the end deferred until after a refresh: only if still tailing (the user
+        may have scrolled up meanwhile, and is not pulled back down)."""
+        if self.tailing:
+            self.log_view.scroll_end(animate=False, immediate=True)
 
     @property
     def _wrap_width(self) -> int:
@@ -233,7 +253,7 @@ class EventLog(Vertical):
             if self.tailing and not log.is_vertical_scroll_end:
                 # The Log scrolls as it writes, unless it was not at the end (a scroll still
                 # running, a size not laid out yet): then once the lines are laid out.
-                log.call_after_refresh(log.scroll_end, animate=False)
+                log.call_after_refresh(self._keep_tail)
         self._update_status()
 
     def rebuild(self) -> None:
