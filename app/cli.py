@@ -14,7 +14,7 @@ from app import __version__
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
-COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "backend", "taskapp")
+COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp")
 GIVE_UP_HELP = ("stop watching when a backend that answered before has not answered for S seconds: exit 5 "
                 "(default 60; 0 waits until --poll-timeout)")
 
@@ -119,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--metric", metavar="NAME", help="the metric whose chart leads")
     compare.add_argument("--no-tui", action="store_true", help="print a table: per metric and job, last and best")
 
+    _add_rollouts_parser(sub)
+
     backend = sub.add_parser("backend", help="run the embedded backend as a server", epilog=_server_keys_epilog(
         "SYNTH_API_KEY (the key clients must send), ENVIRONMENT_API_KEY and the comma-separated "
         "ENVIRONMENT_API_KEY_ALIASES (the task-app keys it holds)"))
@@ -165,6 +167,21 @@ def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
                       help=f"jobs per request to the backend (default {JOB_PAGE_SIZE})")
     jobs.add_argument("--sort", choices=SORTS, default="created", help="the order (default: newest first)")
     jobs.add_argument("--no-tui", action="store_true", help="print the jobs as a table")
+
+
+def _add_rollouts_parser(sub: argparse._SubParsersAction) -> None:
+    """``synth-tui rollouts``: the episodes a backend kept for a job (docs/product.md#rollouts)."""
+    rollouts = sub.add_parser("rollouts", help="the rollouts a backend kept for a job, best first; --id one of "
+                                               "them turn by turn")
+    rollouts.add_argument("job_id")
+    rollouts.add_argument("--step", type=_count(0, 2**62), metavar="N", help="only the rollouts of training step N "
+                                                                         "(and the eval after it)")
+    rollouts.add_argument("--phase", choices=["train", "eval"], help="only training or only eval rollouts")
+    rollouts.add_argument("--id", metavar="ROLLOUT_ID", help="print this rollout turn by turn")
+    rollouts.add_argument("--json", action="store_true", help="print JSON")
+    rollouts.add_argument("--backend", metavar="URL",
+                          help="backend base URL, http(s)://HOST[:PORT] (/api is appended)")
+    rollouts.add_argument("--env-file", action="append", default=[], metavar="PATH", help=".env with SYNTH_API_KEY")
 
 
 def _count(low: int, high: int) -> Callable[[str], int]:
@@ -267,6 +284,11 @@ def _dispatch(args: argparse.Namespace) -> int:
         from app.tui import run_compare_tui
 
         return run_compare_tui(_session(args), args.job_ids)
+    if args.command == "rollouts":  # headless only: the TUI shows them from the dashboard
+        embedded.refuse_local_attach(args, to="show the rollouts of")
+        from app import headless
+
+        return headless.run_rollouts(args)
     if args.command == "jobs":
         embedded.refuse_local_attach(args, to="list")
         if not interactive:

@@ -567,3 +567,83 @@ async def _compare(args: argparse.Namespace, printer: Printer) -> int:
         if run.truncated:
             printer.diag(f"{run.job_id}: more points than are read for a comparison; its start is shown.")
     return ExitCode.OK
+
+
+# --------------------------------------------------------------------------- rollouts
+
+
+def run_rollouts(args: argparse.Namespace, *, printer: Printer | None = None) -> int:
+    """``synth-tui rollouts JOB_ID``: the rollouts the backend kept for a job, best first, as a
+    table; ``--id`` one of them turn by turn; ``--json`` either as JSON (docs/product.md#rollouts)."""
+    printer = printer or Printer()
+    return _run_listing(_rollouts(args, printer), printer)
+
+
+async def _rollouts(args: argparse.Namespace, printer: Printer) -> int:
+    from dataclasses import asdict
+
+    from app.core import rollouts
+
+    session = LaunchSession(LaunchOptions.from_args(args))
+    session.attach(args.job_id)  # the id checked, the backend and key (from the run history when there)
+    printer.secrets.extend(session.secret_values())
+    async with session.client() as client:
+        await session.probe_for_attach(client)
+        if args.id is not None:
+            rollout = await rollouts.get_rollout(client, args.job_id, args.id)
+        else:
+            summaries = await rollouts.list_rollouts(client, args.job_id, step=args.step, phase=args.phase)
+    if args.id is not None:
+        if args.json:
+            printer.line(json.dumps(asdict(rollout), indent=2, ensure_ascii=False))
+        else:
+            for line in rollout_lines(rollout):
+                printer.line(line)
+        return ExitCode.OK
+    if args.json:
+        printer.line(json.dumps({"job_id": args.job_id, "rollouts": [asdict(s) for s in summaries]}, indent=2,
+                                ensure_ascii=False))
+        return ExitCode.OK
+    if not summaries:
+        which = " ".join(filter(None, [args.phase, f"step {args.step}" if args.step is not None else None]))
+        printer.line(f"Job {args.job_id} has no kept {which + ' ' if which else ''}rollouts.")
+        return ExitCode.OK
+    for line in rollout_table(summaries):
+        printer.line(line)
+    return ExitCode.OK
+
+
+def rollout_table(summaries: list[Any]) -> list[str]:
+    """One row per rollout: id, phase, step, seed, reward, turns (in the order given: best first)."""
+    width = max(len("ROLLOUT"), *(len(printable(s.rollout_id)) for s in summaries))
+    lines = [f"{'ROLLOUT':<{width}}  {'PHASE':<5}  {'STEP':>6}  {'SEED':>8}  {'REWARD':>8}  {'TURNS':>5}"]
+    for s in summaries:
+        seed = "-" if s.seed is None else str(s.seed)
+        lines.append(f"{printable(s.rollout_id):<{width}}  {printable(s.phase)[:5]:<5}  {s.step:>6}  {seed:>8}  "
+                     f"{s.reward:>8.3f}  {s.turns:>5}")
+    return lines
+
+
+def rollout_lines(rollout: Any) -> list[str]:
+    """One rollout turn by turn: what the policy saw, what it chose, what was applied, the reward."""
+    s = rollout.summary
+    seed = "-" if s.seed is None else s.seed
+    lines = [f"Rollout {s.rollout_id}: {s.phase} step {s.step}, index {s.index}, seed {seed}, "
+             f"reward {s.reward:.3f}, {s.turns} turn(s)"]
+    for turn in rollout.turns:
+        reward = "-" if turn.reward is None else f"{turn.reward:.3f}"
+        lines.append("")
+        lines.append(f"Turn {turn.index}{' (done)' if turn.done else ''}  reward {reward}")
+        for text in turn.observation.splitlines() or [""]:
+            lines.append(f"  | {text}")
+        images = len(turn.images) + turn.images_omitted
+        if images:
+            lines.append(f"  images: {images} ({turn.images_omitted} not kept)" if turn.images_omitted
+                         else f"  images: {images}")
+        lines.append(f"  action:  {turn.action or '-'}")
+        lines.append(f"  applied: {turn.applied or '-'}")
+    if rollout.turns_cut:
+        lines.append(f"\n… {rollout.turns_cut} more turn(s) were not kept (the backend keeps at most the first ones).")
+    if not rollout.turns:
+        lines.append("No turns were kept for this rollout.")
+    return lines

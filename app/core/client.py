@@ -44,6 +44,7 @@ DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # a request is never sent on a connection being closed at that moment (docs/hardening.md).
 CLIENT_KEEPALIVE_S = 2.0
 PAGE_LIMIT = 200
+ROLLOUT_PAGE_LIMIT = 200  # rollout summaries per request (the embedded backend sends up to 500)
 
 
 @functools.cache
@@ -423,6 +424,28 @@ class SynthClient:
                                            params={"after_step": after_step, "limit": limit}, retries=retries)
         return [MetricPoint.model_validate(item) for item in items_of(response.body, "points", "metrics")
                 if isinstance(item, dict)]
+
+    async def rollouts_page(self, job_id: str, *, step: int | None = None, phase: str | None = None,
+                            limit: int = ROLLOUT_PAGE_LIMIT, after: str | None = None,
+                            retries: int | None = None) -> Any:
+        """One page of the rollouts a backend kept for a job (docs/wire-contract.md#rollouts): the
+        body as sent, read by app.core.rollouts. NotFoundError when the job, or the route, is not there."""
+        params: dict[str, Any] = {"limit": limit}
+        if step is not None:
+            params["step"] = step
+        if phase:
+            params["phase"] = phase
+        if after:
+            params["after"] = after
+        response = await self._job_request(job_id, "/rollouts", what=f"rollouts of job {job_id}", params=params,
+                                           retries=retries)
+        return response.body
+
+    async def rollout(self, job_id: str, rollout_id: str, *, retries: int | None = None) -> Any:
+        """One kept rollout with its turns (docs/wire-contract.md#rollouts): the body as sent."""
+        response = await self._job_request(job_id, f"/rollouts/{quote(rollout_id, safe='')}",
+                                           what=f"rollout {rollout_id!r} of job {job_id}", retries=retries)
+        return response.body
 
     async def cancel_job(self, job_id: str) -> dict[str, Any]:
         prefix = self._job_prefix.get(job_id, "/rl/jobs")

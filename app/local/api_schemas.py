@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from app.core.trainable import MAX_OPS, NUMBER_BOUNDS
+from app.local.rollout_record import MAX_MAX_BYTES, MAX_PER_STEP
 
 
 def _number(location: str) -> dict[str, Any]:
@@ -32,7 +33,10 @@ RL_CONFIG = {
             "variety": {"type": "string", "enum": ["gspo"]}}, "required": ["type", "method", "variety"]},
         "rollout": _section("rollout", ("max_turns", "max_concurrent_rollouts"),
                             env_name={"type": "string"}, policy_name={"type": "string"},
-                            ops={"type": "array", "items": {"type": "string"}, "maxItems": MAX_OPS}),
+                            ops={"type": "array", "items": {"type": "string"}, "maxItems": MAX_OPS},
+                            # What the inspector keeps (app/local/rollout_record.py).
+                            inspect_per_step={"type": "integer", "minimum": 0, "maximum": MAX_PER_STEP},
+                            inspect_max_bytes={"type": "integer", "minimum": 0, "maximum": MAX_MAX_BYTES}),
         "training": _section("training", ("num_epochs", "iterations_per_epoch", "max_turns", "batch_size",
                                           "group_size", "learning_rate", "seed"),
                              ("num_epochs", "iterations_per_epoch", "max_turns", "batch_size", "group_size",
@@ -80,6 +84,15 @@ CHAT = {
 
 CID = {"name": "cid", "in": "query", "required": False, "schema": {"type": "string"},
        "description": "trace_<job_id>:<rollout_id>, as the trainer writes it into a 0.2 inference URL"}
+ROLLOUT_QUERY = [
+    {"name": "step", "in": "query", "required": False, "schema": {"type": "integer", "minimum": 0},
+     "description": "only the rollouts of this training step (and the eval after it)"},
+    {"name": "phase", "in": "query", "required": False, "schema": {"type": "string", "enum": ["train", "eval"]}},
+    {"name": "limit", "in": "query", "required": False,
+     "schema": {"type": "integer", "minimum": 1, "maximum": 500, "default": 100}},
+    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"},
+     "description": "the next_after of the page before"},
+]
 TRIAL_PATH = {"name": "trial", "in": "path", "required": True, "schema": {"type": "string"},
               "description": "the job id, as the trainer writes it into a 0.4/0.5 inference URL"}
 CID_PATH = {"name": "cid", "in": "path", "required": True, "schema": {"type": "string"},

@@ -39,17 +39,20 @@ from app.core.trainable import short_repr
 from app.core.urls import http_url_problem
 from app.core.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
 from app.local.action_space import TEXT_ANSWER, ActionSpace, UnsupportedSchema, choose_tool, compile_tool
-from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, TRIAL_PATH, VERIFY, json_body
+from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, ROLLOUT_QUERY, TRIAL_PATH, VERIFY, json_body
 from app.local.errors import describe_http_error, install_json_errors, response_detail
 from app.local.guard import RequestGuard
 from app.local.journal import Journal
 from app.local.policy import TabularPolicy, choose
 from app.local.retry import client_limits
 from app.local.rollout_contract import parse_correlation_id
+from app.local.rollout_store import BadCursor
 from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store, UnknownCursor
 from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
 
 MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
+ROLLOUT_PAGE = 100  # rollouts per page unless `limit` says (docs/wire-contract.md#rollouts)
+ROLLOUT_PAGE_MAX = 500
 CHAT_BODY_LIMIT = 4 << 20  # chat histories can be long; every other body stays under guard.MAX_BODY_BYTES
 TERMINAL_EVENT_TYPES = {"rl.job.completed", "rl.job.failed", "rl.job.cancelled"}
 SSE_HEARTBEAT_S = 10.0
@@ -122,7 +125,7 @@ def create_backend_app(
         b.journal = Journal(b.store)
         async with httpx.AsyncClient(limits=client_limits()) as http:
             b.http = http
-            b.trainer = Trainer(b.journal, b.env_api_keys, http)
+            b.trainer = Trainer(b.journal, b.env_api_keys, http, other_secrets=[b.api_key])
             try:
                 yield
             finally:
@@ -261,6 +264,24 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         b.job_or_404(job_id)
         return {"job_id": job_id, "points": b.store.metrics(job_id, after_step=after_step, limit=limit)}
 
+    async def rollouts(request: Request, job_id: str) -> dict[str, Any]:
+        b.job_or_404(job_id)
+        step, phase, limit, after = _rollout_query(request)
+        try:
+            items, next_after = b.store.rollouts.list(job_id, step=step, phase=phase, limit=limit, after=after)
+        except BadCursor:
+            raise HTTPException(400, "after must be the next_after of a page before, as the backend sent it "
+                                     "(<step>.<train|eval>.<index>)") from None
+        return {"job_id": job_id, "rollouts": items, "next_after": next_after}
+
+    async def rollout(job_id: str, rollout_id: str) -> dict[str, Any]:
+        b.job_or_404(job_id)
+        found = b.store.rollouts.get(job_id, rollout_id)
+        if found is None:
+            raise HTTPException(404, f"Rollout {short_repr(rollout_id)} of job {job_id} not found: it was never "
+                                     "kept, or was dropped to keep the job's rollouts within their size cap")
+        return {"job_id": job_id, **found}
+
     # /learning/... mirrors /rl/... with the same data (and the same event seq numbers).
     for prefix in ("/rl/jobs", "/learning/jobs"):
         api.add_api_route(prefix, list_jobs, methods=["GET"])
@@ -271,6 +292,37 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         api.add_api_route(f"{prefix}/{{job_id}}/events", events, methods=["GET"], response_model=None)
         api.add_api_route(f"{prefix}/{{job_id}}/events/stream", event_stream, methods=["GET"])
         api.add_api_route(f"{prefix}/{{job_id}}/metrics", metrics, methods=["GET"])
+        # The query is read by the route itself, so that a bad one is a 400 naming it.
+        api.add_api_route(f"{prefix}/{{job_id}}/rollouts", rollouts, methods=["GET"],
+                          openapi_extra={"parameters": ROLLOUT_QUERY})
+        api.add_api_route(f"{prefix}/{{job_id}}/rollouts/{{rollout_id}}", rollout, methods=["GET"])
+
+
+def _rollout_query(request: Request) -> tuple[int | None, str | None, int, str | None]:
+    """(step, phase, limit, after) of a rollout list's query; a 400 naming what is wrong."""
+    query = request.query_params
+    problems = []
+
+    def whole(name: str, low: int, high: int) -> int | None:
+        text = query.get(name)
+        if text is None:
+            return None
+        if not (text.isascii() and text.isdigit() and len(text) <= 19 and low <= int(text) <= high):
+            problems.append(f"{name} must be a whole number from {low} to {high:,} (got {short_repr(text)})")
+            return None
+        return int(text)
+
+    step = whole("step", 0, MAX_CURSOR)
+    limit = whole("limit", 1, ROLLOUT_PAGE_MAX)
+    phase = query.get("phase")
+    if phase is not None and phase not in ("train", "eval"):
+        problems.append(f"phase must be train or eval (got {short_repr(phase)})")
+    after = query.get("after")
+    if after is not None and not after:
+        problems.append("after must be the next_after of a page before, or left out")
+    if problems:
+        raise HTTPException(400, "Invalid rollout query: " + "; ".join(problems))
+    return step, phase, limit or ROLLOUT_PAGE, after
 
 
 def _resume_from(request: Request, since_seq: int) -> int:
@@ -377,7 +429,7 @@ def _chat_handler(b: _Backend) -> Callable[[Request], Awaitable[dict[str, Any]]]
             raise HTTPException(422, message) from None
         call_id = f"call_{secrets.token_hex(8)}"
         if run is not None:
-            arguments = run.act(rollout_id, observation, space, call_id)
+            arguments = run.act(rollout_id, observation, space, call_id, request=body)
             model = run.plan.model
         else:
             job = b.job_or_404(job_id)

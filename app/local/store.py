@@ -1,4 +1,4 @@
-"""SQLite state of the embedded backend: jobs, their events and metrics, idempotency keys.
+"""SQLite state of the embedded backend: jobs, their events, metrics and kept rollouts, idempotency keys.
 
 One connection guarded by a lock: the backend writes from its event loop and tests or tools
 may read from other threads. WAL keeps readers from blocking the writer. Every write is one
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.paths import private_sqlite
+from app.local.rollout_store import RolloutStore
 
 ACTIVE_STATUSES = ("queued", "running")
 TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
@@ -110,6 +111,7 @@ class Store:
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.executescript(_SCHEMA)
+        self.rollouts = RolloutStore(self._conn, self._lock)  # the inspector's rollouts: rollout_store.py
         self.recovered = self._fail_interrupted_jobs()
 
     def close(self) -> None:

@@ -51,6 +51,21 @@ from app.local.rollout_contract import (
     refusal_asks_for,
     rollout_body,
 )
+from app.local.rollout_record import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_PER_STEP,
+    MAX_MAX_BYTES,
+    MAX_PER_STEP,
+    PHASES,
+    TURNS_MAX,
+    KeptRollout,
+    Scrubber,
+    StepSample,
+    chat_turn,
+    match_turns,
+    read_step_reports,
+)
+from app.local.store import utc_now
 
 ROLLOUT_TIMEOUT_S = 120.0
 RETRY_EVENTS_SHOWN = 5
@@ -85,6 +100,9 @@ class TrainingPlan:
     eval_instances: int = 0
     eval_every: int = 0
     seed: int | None = None
+    # What the inspector keeps (rollout_record.py): train rollouts per step, bytes per job.
+    inspect_per_step: int = DEFAULT_PER_STEP
+    inspect_max_bytes: int = DEFAULT_MAX_BYTES
 
     @property
     def total_steps(self) -> int:
@@ -159,6 +177,15 @@ def plan_from_payload(body: Any) -> TrainingPlan:
     if ops is not None and not (isinstance(ops, list) and all(isinstance(op, str) for op in ops)):
         problems.append(f"data.config.rollout.ops must be a list of strings (got {short_repr(ops)})")
     seed = training.get("seed")
+    inspect = {}
+    for key, default, high in (("inspect_per_step", DEFAULT_PER_STEP, MAX_PER_STEP),
+                               ("inspect_max_bytes", DEFAULT_MAX_BYTES, MAX_MAX_BYTES)):
+        value = rollout.get(key, default)
+        if not (is_int(value) and 0 <= value <= high):
+            problems.append(f"data.config.rollout.{key} must be a whole number from 0 to {high:,} "
+                            f"(got {short_repr(value)})")
+            value = default
+        inspect[key] = int(value)
     # The same bounds as the client's validation (one definition: app.core.trainable).
     problems.extend(f"data.config.{p.location}: {p.message}" for p in size_problems(config))
     if problems:
@@ -181,6 +208,7 @@ def plan_from_payload(body: Any) -> TrainingPlan:
         eval_instances=evaluation.get("instances", 0) if evaluation else 0,
         eval_every=evaluation.get("every_n_iters", 0) if evaluation else 0,
         seed=seed,
+        **inspect,
     )
 
 
@@ -192,6 +220,9 @@ class OpenRollout:
 
     rng: random.Random
     decisions: dict[str, list[Decision]] = field(default_factory=dict)
+    record: bool = False  # keep its chat turns for the inspector (rollout_record.py)
+    turns: list[dict[str, Any]] = field(default_factory=list)
+    turns_cut: int = 0
 
     def used_decisions(self, used: frozenset[str] | set[str]) -> list[Decision]:
         """The decisions of the tool calls the answer names (rollout_contract.read_tool_call_ids)."""
@@ -218,18 +249,25 @@ class JobRun:
     flat_steps: int = 0  # steps whose rollouts all scored the same
     contract: str = GEN_02  # the rollout contract generation spoken to the task app
     contract_announced: bool = False
+    sample: StepSample | None = None  # the train rollouts of the current step the inspector may keep
 
     def __post_init__(self) -> None:
         self.seed = self.plan.seed if self.plan.seed is not None else int(self.job_id[-8:], 16)
         self.rng = random.Random(self.seed)
 
-    def act(self, rollout_id: str | None, observation: str, space: ActionSpace, call_id: str) -> dict[str, Any]:
+    def act(self, rollout_id: str | None, observation: str, space: ActionSpace, call_id: str,
+            request: dict[str, Any] | None = None) -> dict[str, Any]:
         """The arguments of the policy's tool call for one chat turn, recorded if the rollout
-        is ours."""
+        is ours (and, for the inspector, what the chat `request` showed, when it keeps it)."""
         rollout = self.open_rollouts.get(rollout_id or "")
         arguments, decisions = choose(self.policy, observation, space, rollout.rng if rollout else self.rng)
         if rollout is not None:
             rollout.decisions[call_id] = decisions
+            if rollout.record and request is not None:
+                if len(rollout.turns) < TURNS_MAX:
+                    rollout.turns.append(chat_turn(request, space, arguments, call_id))
+                else:
+                    rollout.turns_cut += 1
         self.chat_completions += 1
         return arguments
 
@@ -246,11 +284,14 @@ class JobRun:
 
 
 class Trainer:
-    def __init__(self, journal: Journal, env_api_keys: Sequence[str], http: httpx.AsyncClient) -> None:
+    def __init__(self, journal: Journal, env_api_keys: Sequence[str], http: httpx.AsyncClient,
+                 other_secrets: Sequence[str] = ()) -> None:
         self.journal = journal
         self.env_api_keys = [k for k in env_api_keys if k]
         self.http = http
         self.runs: dict[str, JobRun] = {}
+        # Kept rollouts never hold a key: the task-app keys held now and the backend's own key.
+        self.scrubber = Scrubber(lambda: [*self.env_api_keys, *other_secrets])
 
     def start(self, job_id: str, plan: TrainingPlan, api_base: str) -> None:
         """Train a job; `api_base` is the backend's `{base}/api/v1`, which the task app reaches."""
@@ -374,7 +415,10 @@ class Trainer:
         plan, j = run.plan, self.journal
         started = time.monotonic()
         seeds = [run.rng.randrange(1_000_000) for _ in range(plan.batch_size)]
+        run.sample = StepSample(plan.inspect_per_step, plan.batch_size * plan.group_size)
         episodes = await self._play_all(run, "rl", step, [s for s in seeds for _ in range(plan.group_size)])
+        kept, run.sample = run.sample.chosen(), None
+        await self._keep(run, kept)
         for i in range(0, len(episodes), plan.group_size):
             group_advantages(episodes[i:i + plan.group_size])
         # In a thread: a large batch must not stall the event loop that answers every client.
@@ -479,6 +523,8 @@ class Trainer:
                          policy_name=plan.policy_name, model=plan.model, max_turns=plan.max_turns, ops=plan.ops,
                          timeout_s=plan.rollout_timeout_s, api_base=run.api_base)
         rollout = OpenRollout(random.Random(f"{run.seed}:{mode}:{step}:{index}"))
+        rollout.record = plan.inspect_max_bytes > 0 and (
+            mode == "eval" or (run.sample is not None and run.sample.wants_turns()))
         run.open_rollouts[rollout_id] = rollout
         try:
             resp = await self._post_rollout(run, url, ask, where)
@@ -501,7 +547,34 @@ class Trainer:
             self._announce_contract(run, f"by default: /openapi.json did not say, and a {run.contract} rollout "
                                          "was accepted", "default")
         run.rollouts += 1
+        if rollout.record:
+            trajectory = match_turns(rollout.turns, read_step_reports(answer), outcome.tool_call_ids)
+            kept = KeptRollout(rollout_id, PHASES.get(mode, mode), step, index, seed, outcome.score,
+                               outcome.turns if outcome.turns is not None else len(trajectory), trajectory,
+                               rollout.turns_cut)
+            if mode == "eval":
+                await self._keep(run, [kept])
+            elif run.sample is not None:
+                run.sample.offer(kept)
         return Episode(rollout.used_decisions(outcome.tool_call_ids), outcome.score, turns=outcome.turns)
+
+    async def _keep(self, run: JobRun, kept: list[KeptRollout]) -> None:
+        """Store rollouts for the inspector, scrubbed of every key (compressed and written in a
+        thread: a large one must not stall the event loop every client shares)."""
+        if not kept or run.plan.inspect_max_bytes <= 0:
+            return
+        store, scrub, cap = self.journal.store.rollouts, self.scrubber, run.plan.inspect_max_bytes
+
+        def write() -> None:
+            for rollout in kept:
+                summary = {"rollout_id": rollout.rollout_id, "phase": rollout.phase, "step": rollout.step,
+                           "index": rollout.index, "seed": rollout.seed, "reward": rollout.reward,
+                           "turns": rollout.turns}
+                record = {"turns_kept": len(rollout.trajectory), "turns_cut": rollout.turns_cut,
+                          "trajectory": [scrub.turn(t) for t in rollout.trajectory]}
+                store.add(run.job_id, summary, record, max_bytes=cap, created_at=utc_now())
+
+        await asyncio.to_thread(write)
 
     async def _post_rollout(self, run: JobRun, url: str, ask: RolloutAsk, where: str) -> httpx.Response:
         """POST /rollout in the job's generation, retried on transient failures with the same

@@ -1,0 +1,280 @@
+"""The rollouts the embedded backend keeps for the inspector (docs/wire-contract.md#rollouts):
+real jobs on loopback servers, the per-job cap on a real SQLite file, secrets scrubbed, and
+what the routes answer to unknown ids and bad queries.
+
+Seeded runs ([training] seed), so the episodes asserted on are the same every time."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from fastapi import FastAPI
+
+from app.demo import load_demo_config
+from app.local.rollout_record import KeptRollout, StepSample
+from app.local.rollout_store import ROW_OVERHEAD
+from app.local.servers import ServerHandle, _bind
+from app.local.store import Store
+from app.local.taskapp import MOVE_TOOL
+from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+
+from .conftest import API_KEY, ENV_KEY, create_job, payload, small_config, wait_terminal
+
+
+def all_rollouts(api: httpx.Client, job_id: str, **params: Any) -> list[dict[str, Any]]:
+    items, after = [], None
+    while True:
+        query = {**params, **({"after": after} if after else {})}
+        page = api.get(f"/rl/jobs/{job_id}/rollouts", params=query)
+        assert page.status_code == 200, page.text
+        body = page.json()
+        items += body["rollouts"]
+        after = body["next_after"]
+        if after is None:
+            return items
+
+
+# -- a real demo job ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def demo_job(backend: ServerHandle, taskapp: ServerHandle) -> Iterator[tuple[httpx.Client, str]]:
+    """The demo config's first 8 steps with seed 1: chance at step 1, eval 0.93 after step 8."""
+    config = load_demo_config()
+    config["training"].update(seed=1, num_epochs=1, iterations_per_epoch=8)
+    with httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
+                      timeout=15.0) as api:
+        job_id = create_job(api, payload(taskapp.url, config))
+        job = wait_terminal(api, job_id, timeout=120)
+        assert job["status"] == "succeeded", job
+        yield api, job_id
+
+
+@pytest.mark.slow
+def test_a_demo_job_keeps_a_sample_of_each_step_and_every_eval_episode(demo_job):
+    api, job_id = demo_job
+    rollouts = all_rollouts(api, job_id, limit=7)  # several pages
+    assert [(r["step"], r["phase"] == "eval", r["index"]) for r in rollouts] == sorted(
+        (r["step"], r["phase"] == "eval", r["index"]) for r in rollouts)
+    evals = [r for r in rollouts if r["phase"] == "eval"]
+    assert sorted({r["step"] for r in evals}) == [4, 8] and len(evals) == 2 * 32  # every eval episode
+    train_means = {p["step"]: p["value"] for p in api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000})
+                   .json()["points"] if p["name"] == "train.mean_score"}
+    for step in range(1, 9):
+        kept = [r for r in rollouts if r["phase"] == "train" and r["step"] == step]
+        assert 2 <= len(kept) <= 4, kept  # the best, the worst and evenly spaced others
+        rewards = [r["reward"] for r in kept]
+        assert min(rewards) <= train_means[step] <= max(rewards)
+    assert all_rollouts(api, job_id, step=4, phase="eval") == [r for r in evals if r["step"] == 4]
+
+
+@pytest.mark.slow
+def test_an_early_rollout_wanders_and_a_late_one_walks_to_the_goal(demo_job):
+    api, job_id = demo_job
+    early = min((r for r in all_rollouts(api, job_id, step=1, phase="train")), key=lambda r: r["reward"])
+    assert early["reward"] == 0 and early["turns"] == 12
+    wander = api.get(f"/rl/jobs/{job_id}/rollouts/{early['rollout_id']}").json()
+    assert len(wander["trajectory"]) == 12 and not any(t["reward"] for t in wander["trajectory"])
+    first = wander["trajectory"][0]
+    assert "state: pos=" in first["observation"] and first["tools"] == ["move"]
+    assert first["tool"] == "move" and first["arguments"]["direction"] in ("up", "down", "left", "right")
+    assert first["arguments_schema"]["properties"]["direction"]["enum"]
+    assert first["applied"].startswith("action=") and "moved=" in first["applied"]
+    assert wander["trajectory"][-1]["done"] and not wander["trajectory"][0]["done"]
+
+    late = max(all_rollouts(api, job_id, step=8, phase="eval"), key=lambda r: r["reward"])
+    assert late["reward"] >= 0.9 and late["turns"] < 12
+    walk = api.get(f"/rl/jobs/{job_id}/rollouts/{late['rollout_id']}").json()
+    assert walk["seed"] == late["seed"] and walk["phase"] == "eval" and walk["step"] == 8
+    assert [t["index"] for t in walk["trajectory"]] == list(range(1, late["turns"] + 1))
+    assert walk["trajectory"][-1]["done"] and walk["trajectory"][-1]["reward"] == pytest.approx(late["reward"])
+    assert all(t["reward"] == 0 for t in walk["trajectory"][:-1])
+    # The same route under /learning, as every job route.
+    assert api.get(f"/learning/jobs/{job_id}/rollouts/{late['rollout_id']}").json() == walk
+
+
+@pytest.mark.slow
+def test_a_0_5_task_app_reports_rewards_and_done_in_its_trace(api, taskapp_05):
+    config = small_config(seed=3)
+    job_id = create_job(api, payload(taskapp_05.url, config))
+    assert wait_terminal(api, job_id)["status"] == "succeeded"
+    rollouts = all_rollouts(api, job_id)
+    assert {r["phase"] for r in rollouts} == {"train", "eval"}
+    for summary in rollouts:
+        full = api.get(f"/rl/jobs/{job_id}/rollouts/{summary['rollout_id']}").json()
+        assert len(full["trajectory"]) == summary["turns"]
+        assert full["trajectory"][-1]["done"]
+        assert sum(t["reward"] for t in full["trajectory"]) == pytest.approx(summary["reward"])
+        assert all(t["applied"] for t in full["trajectory"])
+
+
+# -- the cap --------------------------------------------------------------------------------
+
+
+def _kept(n: int, step: int, text: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    summary = {"rollout_id": f"rl-{step}-{n}", "phase": "train", "step": step, "index": n, "seed": n,
+               "reward": n / 10, "turns": 3}
+    record = {"turns_kept": 3, "turns_cut": 0, "trajectory": [
+        {"index": i, "observation": f"{text} step {step} rollout {n} turn {i}", "images": [], "tools": ["move"],
+         "tool": "move", "arguments": {"direction": "up"}, "applied": "action=\"up\"", "reward": 0.0,
+         "done": i == 3} for i in range(1, 4)]}
+    return summary, record
+
+
+def test_the_cap_holds_on_a_long_series_and_drops_the_oldest_first(db_path):
+    store = Store(db_path)
+    cap = 40_000
+    store.create_job("job_cap", {"data": {}}, "h", None)
+    noise = base64.b64encode(bytes(range(256)) * 2).decode()  # compresses poorly, as images would
+    for step in range(1, 301):
+        for n in range(4):
+            assert store.rollouts.add("job_cap", *_kept(n, step, noise), max_bytes=cap, created_at="t")
+        assert store.rollouts.total_bytes("job_cap") <= cap
+    kept, _ = store.rollouts.list("job_cap", step=None, phase=None, limit=100_000, after=None)
+    written = [(step, n) for step in range(1, 301) for n in range(4)]
+    # The newest are all there, and the oldest went first: what is kept is the end of what was written.
+    assert 10 < len(kept) < len(written)
+    assert [(r["step"], r["index"]) for r in kept] == written[-len(kept):]
+    assert store.rollouts.get("job_cap", "rl-1-0") is None
+    assert store.rollouts.get("job_cap", "rl-300-3")["trajectory"][2]["done"] is True
+    store.close()
+    reopened = Store(db_path)  # the total is read back from the file, and still holds
+    assert reopened.rollouts.total_bytes("job_cap") <= cap
+    assert reopened.rollouts.add("job_cap", *_kept(9, 301, noise), max_bytes=cap, created_at="t")
+    assert reopened.rollouts.total_bytes("job_cap") <= cap
+    # A rollout larger than the cap on its own is not stored at all.
+    assert not reopened.rollouts.add("job_cap", *_kept(0, 302, noise * 50), max_bytes=ROW_OVERHEAD + 200,
+                                     created_at="t")
+    reopened.close()
+
+
+def test_a_job_whose_cap_is_small_keeps_only_its_latest_rollouts(api, taskapp):
+    config = small_config(seed=5, iterations_per_epoch=6)
+    config["rollout"]["inspect_max_bytes"] = 6_000
+    config["rollout"]["inspect_per_step"] = 2
+    job_id = create_job(api, payload(taskapp.url, config))
+    assert wait_terminal(api, job_id)["status"] == "succeeded"
+    kept = all_rollouts(api, job_id)
+    assert kept and kept[-1]["step"] == 6 and kept[0]["step"] > 1
+    config["rollout"]["inspect_max_bytes"] = 0  # keeps nothing
+    job_id = create_job(api, payload(taskapp.url, config))
+    assert wait_terminal(api, job_id)["status"] == "succeeded"
+    assert all_rollouts(api, job_id) == []
+
+
+@pytest.mark.parametrize("key, value", [("inspect_per_step", -1), ("inspect_max_bytes", "big"),
+                                        ("inspect_per_step", 10_000)])
+def test_an_inspect_setting_out_of_range_is_refused(api, taskapp, key, value):
+    config = small_config()
+    config["rollout"][key] = value
+    resp = api.post("/rl/jobs", json=payload(taskapp.url, config))
+    assert resp.status_code == 422 and f"rollout.{key}" in resp.json()["detail"]
+
+
+def test_the_step_sample_keeps_the_best_the_worst_and_spaced_others():
+    sample = StepSample(4, 8)
+    rewards = [0.5, 0.1, 0.9, 0.1, 0.3, 0.9, 0.2, 0.4]
+    for index in (7, 3, 5, 0, 1, 2, 6, 4):  # in the order they finish
+        sample.offer(KeptRollout(f"r{index}", "train", 1, index, 1, rewards[index], 1, []))
+    assert [r.index for r in sample.chosen()] == [0, 1, 2, 4]  # best 2 (first 0.9), worst 1, spaced 0 and 4
+    assert [r.index for r in _chosen(StepSample(1, 8), rewards)] == [2]
+    assert _chosen(StepSample(0, 8), rewards) == []
+    assert len(_chosen(StepSample(20, 8), rewards)) == 8
+
+
+def _chosen(sample: StepSample, rewards: list[float]) -> list[KeptRollout]:
+    for index, reward in enumerate(rewards):
+        sample.offer(KeptRollout(f"r{index}", "train", 1, index, 1, reward, 1, []))
+    return sample.chosen()
+
+
+# -- secrets --------------------------------------------------------------------------------
+
+PNG = "data:image/png;base64," + base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\0" * 32).decode()
+
+
+def echoing_taskapp() -> FastAPI:
+    """A task app that puts both keys everywhere a rollout's record reads: the observation, an
+    image URL, the tool's schema and the step info."""
+    app, authed = base_taskapp(app_id="echo", title="echo", version="1", env_api_keys=[ENV_KEY])
+    tool = json.loads(json.dumps(MOVE_TOOL))
+    tool["function"]["parameters"]["properties"]["direction"]["description"] = f"key {ENV_KEY}"
+
+    async def play(client: httpx.AsyncClient, req: Any) -> dict[str, Any]:
+        steps = []
+        for turn in range(2):
+            content = [{"type": "text", "text": f"turn {turn}: env key {ENV_KEY}, backend key {API_KEY}"},
+                       {"type": "image_url", "image_url": {"url": PNG}},
+                       {"type": "image_url", "image_url": {"url": f"https://example.invalid/i.png?k={ENV_KEY}"}}]
+            body = {"messages": [{"role": "user", "content": content}], "tools": [tool], "tool_choice": "required"}
+            calls = await ask_policy(client, chat_url(req.policy.config.inference_url), body, f"turn {turn}")
+            steps.append({"obs": {"text": "x"}, "tool_calls": calls, "reward": float(turn), "done": turn == 1,
+                          "truncated": False, "info": {"echo": ENV_KEY[3:40], "also": API_KEY}})
+        return rollout_response(req, env_id="echo", steps=steps, score=1.0, final={}, details={},
+                                system_prompt="")
+
+    add_rollout_route(app, authed, "0.2", play)
+    return app
+
+
+def test_no_key_is_ever_stored_even_when_the_task_app_echoes_them(api, db_path):
+    with ServerHandle("task app", echoing_taskapp(), _bind("127.0.0.1", 0)).start("/") as echo:
+        job_id = create_job(api, payload(echo.url, small_config(seed=2)))
+        assert wait_terminal(api, job_id)["status"] == "succeeded"
+    rollouts = all_rollouts(api, job_id)
+    assert rollouts
+    for summary in rollouts:
+        text = api.get(f"/rl/jobs/{job_id}/rollouts/{summary['rollout_id']}").text
+        for key in (ENV_KEY, API_KEY):
+            assert not [key[i:i + 5] for i in range(len(key) - 4) if key[i:i + 5] in text], text[:400]
+        full = json.loads(text)
+        turn = full["trajectory"][0]
+        assert "[redacted]" in turn["observation"] and turn["images"] == [PNG] and turn["images_omitted"] == 1
+        assert turn["reward"] == 0.0 and full["trajectory"][1]["done"]
+
+
+# -- the routes -----------------------------------------------------------------------------
+
+
+def test_unknown_jobs_and_rollouts_are_404_json(api, demo_rollout_job):
+    job_id = demo_rollout_job
+    for path in ("/rl/jobs/job_nope/rollouts", "/rl/jobs/job_nope/rollouts/r1",
+                 f"/rl/jobs/{job_id}/rollouts/rl-1-0-nothing", "/learning/jobs/job_nope/rollouts"):
+        resp = api.get(path)
+        assert resp.status_code == 404 and resp.json()["detail"], path
+
+
+@pytest.mark.parametrize("query, word", [
+    ({"step": "abc"}, "step"), ({"step": "-1"}, "step"), ({"phase": "test"}, "phase"), ({"limit": "0"}, "limit"),
+    ({"limit": "501"}, "limit"), ({"after": "nonsense"}, "after"), ({"after": ""}, "after"),
+    ({"step": "1" * 30}, "step")])
+def test_a_bad_rollout_query_is_a_400_naming_it(api, demo_rollout_job, query, word):
+    resp = api.get(f"/rl/jobs/{demo_rollout_job}/rollouts", params=query)
+    assert resp.status_code == 400 and word in resp.json()["detail"], resp.text
+
+
+def test_the_rollout_routes_need_the_key(backend, demo_rollout_job):
+    with httpx.Client(base_url=backend.url + "/api", timeout=10) as stranger:
+        assert stranger.get(f"/rl/jobs/{demo_rollout_job}/rollouts").status_code == 401
+        assert stranger.get(f"/rl/jobs/{demo_rollout_job}/rollouts/x").status_code == 401
+
+
+def test_the_rollout_routes_are_in_the_openapi_document(backend):
+    paths = httpx.get(backend.url + "/openapi.json").json()["paths"]
+    assert "/api/rl/jobs/{job_id}/rollouts" in paths and "/api/rl/jobs/{job_id}/rollouts/{rollout_id}" in paths
+    names = {p["name"] for p in paths["/api/rl/jobs/{job_id}/rollouts"]["get"]["parameters"]}
+    assert {"job_id", "step", "phase", "limit", "after"} <= names
+
+
+@pytest.fixture(scope="module")
+def demo_rollout_job(backend: ServerHandle, taskapp: ServerHandle) -> str:
+    with httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
+                      timeout=15.0) as api:
+        job_id = create_job(api, payload(taskapp.url, small_config(seed=4)))
+        assert wait_terminal(api, job_id)["status"] == "succeeded"
+        return job_id
