@@ -31,6 +31,7 @@ BENCHMARKS = {
     "demo": "bench_demo",          # 6. demo wall time and scores, the trainer benchmark
     "soak": "bench_soak",          # 7. ten demo jobs at once on one backend, three rounds
     "startup": "bench_startup",    # 8. first paint of synth-tui and the demo against a minimal Textual app
+    "rollouts": "bench_rollouts",  # 9. the rollout inspector's storage: bytes per rollout, total after 10k
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -321,6 +321,20 @@ class Scrubber:
             return {self.text(str(k)): self.value(v) for k, v in value.items()}
         return value
 
+    def trajectory(self, turns: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Every turn scrubbed. One search of the whole trajectory's JSON first: when it holds
+        no fragment of a key (almost always), the turns are returned as they are. JSON escapes
+        only quotes, backslashes and control characters, so that search is exact unless a key
+        holds one of those; then every string is searched on its own."""
+        keys, grams = self._current()
+        if not grams:
+            return turns
+        if not any(ch in '"\\' or ord(ch) < 0x20 for key in keys for ch in key):
+            text = json.dumps(turns, ensure_ascii=False)
+            if not any(g in text for g in grams):
+                return turns
+        return [self.turn(t) for t in turns]
+
     def turn(self, turn: dict[str, Any]) -> dict[str, Any]:
         """A turn scrubbed; an image or URL that held a fragment of a key is left out (the
         scrubbed text would not be an image any more), and counted."""

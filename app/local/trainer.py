@@ -571,7 +571,7 @@ class Trainer:
                            "index": rollout.index, "seed": rollout.seed, "reward": rollout.reward,
                            "turns": rollout.turns}
                 record = {"turns_kept": len(rollout.trajectory), "turns_cut": rollout.turns_cut,
-                          "trajectory": [scrub.turn(t) for t in rollout.trajectory]}
+                          "trajectory": scrub.trajectory(rollout.trajectory)}
                 store.add(run.job_id, summary, record, max_bytes=cap, created_at=utc_now())
 
         await asyncio.to_thread(write)
