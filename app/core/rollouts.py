@@ -19,6 +19,7 @@ from app.core.client import BadResponseError, NotFoundError, RejectedError, Synt
 from app.core.errors import ExitCode, SynthTuiError
 
 MAX_PAGES = 1_000
+STALE_PAGES = 3  # pages in a row with no new rollout end a listing (a backend that ignores `after`)
 MAX_ROLLOUTS = 100_000  # summaries read for one listing
 ID_MAX_CHARS = 256
 TEXT_MAX_CHARS = 20_000  # a turn's observation, as shown
@@ -202,6 +203,7 @@ async def list_rollouts(client: SynthClient, job_id: str, *, step: int | None = 
     has the job but no rollout routes; NotFoundError when it has no such job."""
     seen: dict[str, RolloutSummary] = {}
     after: str | None = None
+    stale = 0
     for _ in range(MAX_PAGES):
         try:
             body = await client.rollouts_page(job_id, step=step, phase=phase, after=after)
@@ -223,8 +225,10 @@ async def list_rollouts(client: SynthClient, job_id: str, *, step: int | None = 
             if summary is not None and summary.rollout_id not in seen:
                 seen[summary.rollout_id] = summary
                 fresh += 1
+        stale = 0 if fresh else stale + 1
         cursor = page.get("next_after")
-        if not fresh or not isinstance(cursor, str) or not cursor or cursor == after or len(seen) >= MAX_ROLLOUTS:
+        if (stale >= STALE_PAGES or not isinstance(cursor, str) or not cursor or cursor == after
+                or len(seen) >= MAX_ROLLOUTS):
             break
         after = cursor
     return by_reward(seen.values())
