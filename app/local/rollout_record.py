@@ -42,6 +42,9 @@ IMAGES_MAX = 4  # per turn
 IMAGE_MAX_CHARS = 512 * 1024  # a data URL of about 380 kB of image
 URL_MAX_CHARS = 2_000
 TURNS_MAX = 500  # per rollout; later turns are counted, not kept
+# Per rollout in flight, what its kept turns may hold (mostly images) before later turns keep
+# none: up to max_concurrent_rollouts rollouts are recorded at once.
+ROLLOUT_MEMORY_CHARS = 4 << 20
 
 PHASES = {"rl": "train", "eval": "eval"}
 
@@ -114,6 +117,19 @@ def _schema(body: dict[str, Any], tool: str | None) -> Any:
             text = _compact(function.get("parameters"))
             return function.get("parameters") if len(text) <= SCHEMA_MAX_CHARS else None
     return None
+
+
+def turn_chars(turn: dict[str, Any]) -> int:
+    """About how much a recorded turn holds (its observation and images)."""
+    return len(turn["observation"]) + sum(len(image) for image in turn["images"])
+
+
+def within_budget(turn: dict[str, Any], used: int) -> dict[str, Any]:
+    """The turn, its images left out (and counted) when keeping them would pass the rollout's
+    ROLLOUT_MEMORY_CHARS."""
+    if used + turn_chars(turn) <= ROLLOUT_MEMORY_CHARS or not turn["images"]:
+        return turn
+    return {**turn, "images": [], "images_omitted": turn["images_omitted"] + len(turn["images"])}
 
 
 def chat_turn(body: dict[str, Any], space: ActionSpace, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:

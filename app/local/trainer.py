@@ -57,6 +57,7 @@ from app.local.rollout_record import (
     MAX_MAX_BYTES,
     MAX_PER_STEP,
     PHASES,
+    ROLLOUT_MEMORY_CHARS,
     TURNS_MAX,
     KeptRollout,
     Scrubber,
@@ -64,6 +65,8 @@ from app.local.rollout_record import (
     chat_turn,
     match_turns,
     read_step_reports,
+    turn_chars,
+    within_budget,
 )
 from app.local.store import utc_now
 
@@ -223,6 +226,7 @@ class OpenRollout:
     record: bool = False  # keep its chat turns for the inspector (rollout_record.py)
     turns: list[dict[str, Any]] = field(default_factory=list)
     turns_cut: int = 0
+    turn_chars: int = 0  # what its kept turns hold, bounded by ROLLOUT_MEMORY_CHARS
 
     def used_decisions(self, used: frozenset[str] | set[str]) -> list[Decision]:
         """The decisions of the tool calls the answer names (rollout_contract.read_tool_call_ids)."""
@@ -264,8 +268,12 @@ class JobRun:
         if rollout is not None:
             rollout.decisions[call_id] = decisions
             if rollout.record and request is not None:
-                if len(rollout.turns) < TURNS_MAX:
-                    rollout.turns.append(chat_turn(request, space, arguments, call_id))
+                turn = within_budget(chat_turn(request, space, arguments, call_id), rollout.turn_chars)
+                # Once one turn is cut, every later one is too: the kept turns stay the first ones.
+                if (not rollout.turns_cut and len(rollout.turns) < TURNS_MAX
+                        and rollout.turn_chars + turn_chars(turn) <= ROLLOUT_MEMORY_CHARS):
+                    rollout.turns.append(turn)
+                    rollout.turn_chars += turn_chars(turn)
                 else:
                     rollout.turns_cut += 1
         self.chat_completions += 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,12 +17,14 @@ import pytest
 from fastapi import FastAPI
 
 from app.demo import load_demo_config
-from app.local.rollout_record import KeptRollout, StepSample
+from app.local.action_space import compile_tool
+from app.local.rollout_record import ROLLOUT_MEMORY_CHARS, KeptRollout, StepSample, chat_turn, observation_of
 from app.local.rollout_store import ROW_OVERHEAD
 from app.local.servers import ServerHandle, _bind
 from app.local.store import Store
 from app.local.taskapp import MOVE_TOOL
 from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.trainer import JobRun, OpenRollout, plan_from_payload
 
 from .conftest import API_KEY, ENV_KEY, create_job, payload, small_config, wait_terminal
 
@@ -278,3 +281,35 @@ def demo_rollout_job(backend: ServerHandle, taskapp: ServerHandle) -> str:
         job_id = create_job(api, payload(taskapp.url, small_config(seed=4)))
         assert wait_terminal(api, job_id)["status"] == "succeeded"
         return job_id
+
+
+def test_a_rollout_in_flight_keeps_turns_within_its_memory_budget():
+    run = JobRun("job_0123456789abcdef", plan_from_payload(payload("http://127.0.0.1:9", small_config())),
+                 "http://127.0.0.1:9/api/v1")
+    rollout = run.open_rollouts["r1"] = OpenRollout(random.Random(1), record=True)
+    image = "data:image/png;base64," + "A" * (400 * 1024)
+    space = compile_tool(MOVE_TOOL)
+    for turn in range(20):
+        body = {"messages": [{"role": "user", "content": [{"type": "text", "text": f"turn {turn}"},
+                                                          *[{"type": "image_url", "image_url": {"url": image}}] * 4]}],
+                "tools": [MOVE_TOOL]}
+        run.act("r1", f"turn {turn}", space, f"call_{turn}", request=body)
+    kept_images = sum(len(t["images"]) for t in rollout.turns)
+    assert kept_images * len(image) <= ROLLOUT_MEMORY_CHARS and kept_images >= 8
+    assert len(rollout.turns) + rollout.turns_cut == 20
+    assert [t["observation"] for t in rollout.turns] == [f"turn {n}" for n in range(len(rollout.turns))]
+    assert rollout.turns[-1]["images_omitted"] == 4 or rollout.turns_cut
+
+
+def test_what_a_chat_request_shows_is_bounded():
+    text, images, omitted = observation_of([
+        {"role": "user", "content": "old"}, {"role": "assistant", "content": None},
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"},
+                                     {"type": "image_url", "image_url": "https://x.invalid/1.png"},
+                                     {"type": "input_image", "image_url": {"url": "ftp://x/1.png"}},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 6**8}},
+                                     "junk"]}])
+    assert (text, images, omitted) == ("a\nb", ["https://x.invalid/1.png"], 2)
+    turn = chat_turn({"messages": [{"role": "user", "content": "x" * 10_000}], "tools": [MOVE_TOOL]},
+                     compile_tool(MOVE_TOOL), {"direction": "up"}, "call_1")
+    assert len(turn["observation"]) < 4_100 and turn["observation"].endswith("[6,000 more characters]")
