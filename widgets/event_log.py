@@ -92,12 +92,10 @@ class LogLines(Log):
       the answer back through the UI's queue (a thread, three state messages and a blocking
       call back, per write); the lines here are wrapped to the width already, and measuring
       them here costs less than that round trip.
-    - A line is rendered once, not at every repaint. Every new batch scrolls the log, so every
-      visible line repaints; Textual 8's Log keeps a cache of rendered lines but stores into
-      it only while text is selected (when it does not read it): each repaint rendered every
-      visible line again (its Text, the level colours, the segments). Here the cache is
-      filled; the Log already empties it whenever a line may change (a write to that line,
-      pruning, clear, a style or selection change).
+    - Rendered lines are not cached (as in Textual 8's Log, whose cache is filled only while
+      text is selected): every batch scrolls the log, so the visible lines are mostly new, and
+      a kept Strip keeps seven small caches alive with it; caching them (tried) made the
+      garbage collector's full passes ten times busier than the renders it saved.
     - The widget's style once per repaint, not once per line (it walks the ancestors)."""
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
@@ -123,14 +121,6 @@ class LogLines(Log):
         if line.isascii() and line.isprintable():
             return len(line)  # the common case: one cell a character, nothing to replace
         return cell_len(cls._process_line(line))
-
-    def _render_line_strip(self, y: int, rich_style: Style) -> Strip:
-        if self.text_selection is not None:
-            return super()._render_line_strip(y, rich_style)  # selected text is drawn fresh
-        strip = self._render_line_cache.get(y)
-        if strip is None:
-            strip = self._render_line_cache[y] = super()._render_line_strip(y, rich_style)
-        return strip
 
     @property
     def rich_style(self) -> Style:

@@ -5,7 +5,6 @@ the header. Counted (drains, layouts, workers, measurements), never timed."""
 from __future__ import annotations
 
 import pytest
-from rich.text import Text
 from test_dashboard import make_dashboard_app
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
@@ -126,32 +125,6 @@ async def test_a_wide_line_widens_the_log_and_odd_characters_count_in_cells():
         await pilot.pause()
         assert view.virtual_size.width == 300
         assert view._width_of("漢字") == 4 and view._width_of("a\tb") == len("a\tb".expandtabs())
-
-
-async def test_a_scroll_renders_only_the_lines_it_exposes(monkeypatch):
-    app = LogApp()
-    async with app.run_test(size=(160, 45)) as pilot:
-        log = app.query_one(EventLog)
-        log.add_events([job_event(seq) for seq in range(1, 120)])
-        view = log.log_view
-        await wait_for(pilot, lambda: view.is_vertical_scroll_end and view.max_scroll_y > 0, what="the tail")
-        await pilot.pause()
-        rendered = []
-        original = Text.render
-
-        def counting(self, *args, **kwargs):  # type: ignore[no-untyped-def]
-            rendered.append(self.plain)
-            return original(self, *args, **kwargs)
-
-        monkeypatch.setattr(Text, "render", counting)
-        view.scroll_to(y=view.scroll_y - 2, animate=False, immediate=True)
-        await pilot.pause()
-        assert len(rendered) <= 2, f"{len(rendered)} lines rendered again for a scroll of two"
-        # A theme change restyles the lines: nothing stale is kept.
-        before = view.render_line(0)
-        app.theme = "textual-light"
-        await pilot.pause()
-        assert view.render_line(0).text == before.text and view.render_line(0) != before
 
 
 async def test_a_user_who_scrolled_up_is_not_pulled_back_down():
