@@ -1,0 +1,337 @@
+"""The rollout inspector (docs/product.md#rollout-inspector): the episodes a job's backend kept,
+best and worst of a step, one opened turn by turn, two of the same seed side by side.
+
+What is listed and compared is chosen by ``app.core.rollout_pick``; reading is
+``app.core.rollouts``; this module arranges it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import events, on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable, Footer, Header, Static
+
+from app.core.errors import SynthTuiError
+from app.core.redact import redact
+from app.core.rollout_pick import compare_partner, nearest_step, next_phase, shifted_step, step_rollouts, steps_of
+from app.core.rollouts import Rollout, RolloutsNotServed, RolloutSummary, get_rollout, list_rollouts
+from app.screens.base import FlowScreen
+from widgets.rollout_view import RolloutView, summary_line
+
+if TYPE_CHECKING:
+    from app.core.jobs import JobContext
+
+# Below this width the list takes the screen and enter opens a rollout on its own screen.
+NARROW_BELOW = 120
+
+
+class RolloutReader:
+    """The rollouts of one job read so far, shared by the inspector's screens: a rollout is
+    read once (they do not change once kept)."""
+
+    def __init__(self, job_id: str, *, preset: tuple[list[RolloutSummary], list[Rollout]] | None = None) -> None:
+        """``preset``: fixed summaries and rollouts, no backend (snapshots, README pictures)."""
+        self.job_id = job_id
+        self.preset = preset is not None
+        self.summaries: list[RolloutSummary] = list(preset[0]) if preset else []
+        self.rollouts: dict[str, Rollout] = {r.summary.rollout_id: r for r in preset[1]} if preset else {}
+
+    async def read(self, screen: FlowScreen, rollout_id: str) -> Rollout:
+        if rollout_id not in self.rollouts:
+            if self.preset:
+                raise SynthTuiError(f"Rollout {rollout_id} is not in this preset.")
+            async with screen.session.client() as client:
+                self.rollouts[rollout_id] = await get_rollout(client, self.job_id, rollout_id)
+        return self.rollouts[rollout_id]
+
+
+class RolloutsScreen(FlowScreen):
+    TITLE = "Rollouts"
+    DEFAULT_CSS = """
+    RolloutsScreen #rollouts-body { height: 1fr; }
+    RolloutsScreen #rollouts-table { width: 68; }
+    RolloutsScreen.-narrow #rollouts-table { width: 1fr; }
+    RolloutsScreen #rollouts-preview { width: 2fr; border: round $primary-darken-2; }
+    RolloutsScreen.-narrow #rollouts-preview { display: none; }
+    """
+    BINDINGS = [
+        Binding("enter", "open", "Open", id="rollouts.open", priority=True),
+        Binding("left_square_bracket", "step(-1)", "Earlier", id="rollouts.earlier", key_display="["),
+        Binding("right_square_bracket", "step(1)", "Later", id="rollouts.later", key_display="]"),
+        Binding("t", "phase", "Phase", id="rollouts.phase"),
+        Binding("w", "worst_first", "Order", id="rollouts.order"),
+        Binding("c", "compare", "Same seed", id="rollouts.compare"),
+        Binding("f5", "reload", "Reload", id="rollouts.reload"),
+        Binding("escape", "back", "Back", id="rollouts.back"),
+    ]
+    PALETTE_COMMANDS = (
+        ("Open the rollout", "Show the selected rollout turn by turn (enter)", "open"),
+        ("Compare with the same seed", "The selected rollout beside one of the same seed at another step (c)",
+         "compare"),
+        ("Earlier step", "The rollouts of the step before ([)", "step_earlier"),
+        ("Later step", "The rollouts of the step after (])", "step_later"),
+        ("Train or eval rollouts", "Show all, only training or only evaluation rollouts (t)", "phase"),
+        ("Worst first", "Sort by reward, lowest first, or back to highest first (w)", "worst_first"),
+        ("Reload the rollouts", "Ask the backend again (f5)", "reload"),
+    )
+
+    def __init__(self, job: JobContext, *, step: int | None = None, reader: RolloutReader | None = None) -> None:
+        """``step``: the step shown first (None: the latest); ``reader``: one with a preset."""
+        super().__init__()
+        self.job = job
+        self.reader = reader or RolloutReader(job.job_id)
+        self.wanted_step = step
+        self.step: int | None = None
+        self.phase = "all"
+        self.worst_first = False
+        self.loads = 0  # completed reads of the list (tests wait on it)
+        self.problem: str | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield Static("", id="rollouts-header", classes="flow-header")
+        with Horizontal(id="rollouts-body"):
+            yield DataTable(id="rollouts-table", cursor_type="row", zebra_stripes=True)
+            yield RolloutView(placeholder="The highlighted rollout shows here.", id="rollouts-preview")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        table = self.query_one(DataTable)
+        for label, key, width in (("Reward", "reward", 7), ("Phase", "phase", 5), ("Step", "step", 5),
+                                  ("Seed", "seed", 6), ("Turns", "turns", 5), ("Rollout", "id", 26)):
+            table.add_column(label, key=key, width=width)
+        self._fit(self.size.width)
+        self.action_reload()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self._fit(event.size.width)
+
+    def _fit(self, width: int) -> None:
+        self.set_class(width < NARROW_BELOW, "-narrow")
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def action_reload(self) -> None:
+        self._load()
+
+    @work(exclusive=True, group="rollouts-list", exit_on_error=False, name="Rollouts")
+    async def _load(self) -> None:
+        try:
+            if not self.reader.preset:
+                async with self.session.client() as client:
+                    self.reader.summaries = await list_rollouts(client, self.job.job_id)
+            self.problem = None
+        except RolloutsNotServed as exc:
+            self.problem = exc.message
+        except SynthTuiError as exc:
+            self.problem = redact(exc.message, self.session.secret_values())
+            self.notify(self.problem, title="Rollouts", severity="error", markup=False)
+        finally:
+            self.loads += 1
+        self.step = nearest_step(steps_of(self.reader.summaries, self.phase), self.step or self.wanted_step)
+        self._show()
+
+    # -- showing ----------------------------------------------------------------------------
+
+    def shown(self) -> list[RolloutSummary]:
+        return step_rollouts(self.reader.summaries, self.step, self.phase, worst_first=self.worst_first)
+
+    def _show(self) -> None:
+        table = self.query_one(DataTable)
+        keep = self.selected()
+        table.clear()
+        shown = self.shown()
+        for summary in shown:
+            style = "green" if summary.reward > 0 else ""
+            table.add_row(Text(f"{summary.reward:.3f}", style=style, justify="right"), summary.phase,
+                          str(summary.step), "?" if summary.seed is None else str(summary.seed),
+                          str(summary.turns), summary.rollout_id, key=summary.rollout_id)
+        if keep is not None and any(s.rollout_id == keep.rollout_id for s in shown):
+            table.move_cursor(row=table.get_row_index(keep.rollout_id))
+        self._render_header(shown)
+        self._preview()
+
+    def _render_header(self, shown: list[RolloutSummary]) -> None:
+        steps = steps_of(self.reader.summaries, self.phase)
+        if self.problem:
+            text = Text(self.problem, style="bold")
+        elif not self.loads:
+            text = Text(f"Reading the rollouts of job {self.job.job_id}…")
+        elif not self.reader.summaries:
+            text = Text(f"The backend kept no rollouts of job {self.job.job_id} yet: they are kept from its "
+                        "first step on (f5 reads again).")
+        else:
+            where = f"step {self.step} of {steps[0]}–{steps[-1]} ([ ] move)" if steps else "no step"
+            order = "worst first" if self.worst_first else "best first"
+            text = Text.assemble((f"job {self.job.job_id}", "bold"), f"   {where}   {self.phase} (t changes)   ",
+                                 f"{len(shown)} rollouts, {order}")
+        self.query_one("#rollouts-header", Static).update(text)
+
+    def selected(self) -> RolloutSummary | None:
+        table = self.query_one(DataTable)
+        if table.row_count == 0 or table.cursor_row is None:
+            return None
+        try:
+            key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+        except LookupError:
+            return None
+        return next((s for s in self.reader.summaries if s.rollout_id == key), None)
+
+    @on(DataTable.RowHighlighted, "#rollouts-table")
+    def _highlighted(self) -> None:
+        self._preview()
+
+    def _preview(self) -> None:
+        if self.has_class("-narrow"):
+            return
+        summary = self.selected()
+        view = self.query_one(RolloutView)
+        if summary is None:
+            view.show(None)
+        elif summary.rollout_id in self.reader.rollouts:
+            view.show(self.reader.rollouts[summary.rollout_id])
+        else:
+            view.show(None, waiting=f"Reading {summary_line(summary)}…")
+            self._read_preview(summary.rollout_id)
+
+    @work(exclusive=True, group="rollouts-preview", exit_on_error=False, name="Rollout")
+    async def _read_preview(self, rollout_id: str) -> None:
+        rollout = await self.reader.read(self, rollout_id)
+        chosen = self.selected()
+        if chosen is not None and chosen.rollout_id == rollout_id:
+            self.query_one(RolloutView).show(rollout)
+
+    # -- keys -------------------------------------------------------------------------------
+
+    def action_step(self, by: int) -> None:
+        self.step = shifted_step(steps_of(self.reader.summaries, self.phase), self.step, by)
+        self._show()
+
+    def action_step_earlier(self) -> None:
+        self.action_step(-1)
+
+    def action_step_later(self) -> None:
+        self.action_step(1)
+
+    def action_phase(self) -> None:
+        self.phase = next_phase(self.phase)
+        self.step = nearest_step(steps_of(self.reader.summaries, self.phase), self.step)
+        self._show()
+
+    def action_worst_first(self) -> None:
+        self.worst_first = not self.worst_first
+        self._show()
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+    @on(DataTable.RowSelected, "#rollouts-table")
+    def _row_chosen(self) -> None:
+        self.action_open()
+
+    def action_open(self) -> None:
+        summary = self.selected()
+        if summary is not None:
+            self._open(summary)
+
+    @work(exclusive=True, group="rollouts-open", exit_on_error=False, name="Rollout")
+    async def _open(self, summary: RolloutSummary) -> None:
+        rollout = await self.reader.read(self, summary.rollout_id)
+        self.app.push_screen(RolloutScreen(self.reader, rollout))
+
+    def action_compare(self) -> None:
+        summary = self.selected()
+        if summary is not None:
+            open_comparison(self, self.reader, summary)
+
+
+def open_comparison(screen: FlowScreen, reader: RolloutReader, chosen: RolloutSummary) -> None:
+    """``c``: ``chosen`` beside a rollout of the same seed at another step, or why not."""
+    partner = compare_partner(chosen, reader.summaries)
+    if partner is None:
+        why = ("its seed is unknown" if chosen.seed is None
+               else f"no other step kept a {chosen.phase} rollout of seed {chosen.seed}")
+        screen.notify(f"Nothing to compare it with: {why}.", title="Same seed", severity="warning")
+        return
+    screen.run_worker(_read_pair(screen, reader, chosen, partner), exclusive=True, group="rollouts-compare",
+                      exit_on_error=False, name="Rollouts")
+
+
+async def _read_pair(screen: FlowScreen, reader: RolloutReader, chosen: RolloutSummary,
+                     partner: RolloutSummary) -> None:
+    first, second = sorted((chosen, partner), key=lambda s: s.step)
+    left = await reader.read(screen, first.rollout_id)
+    right = await reader.read(screen, second.rollout_id)
+    screen.app.push_screen(RolloutCompareScreen(left, right))
+
+
+class RolloutScreen(FlowScreen):
+    """One rollout, turn by turn, the whole screen."""
+
+    TITLE = "Rollout"
+    DEFAULT_CSS = """
+    RolloutScreen #rollout-view { height: 1fr; border: round $primary-darken-2; }
+    """
+    BINDINGS = [
+        Binding("c", "compare", "Same seed", id="rollout.compare"),
+        Binding("escape", "back", "Back", id="rollout.back"),
+    ]
+
+    def __init__(self, reader: RolloutReader, rollout: Rollout) -> None:
+        super().__init__()
+        self.reader = reader
+        self.rollout = rollout
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        yield RolloutView(id="rollout-view")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        view = self.query_one(RolloutView)
+        view.show(self.rollout)
+        view.focus()
+
+    def action_compare(self) -> None:
+        open_comparison(self, self.reader, self.rollout.summary)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()
+
+
+class RolloutCompareScreen(FlowScreen):
+    """Two rollouts of one seed side by side, the earlier step on the left."""
+
+    TITLE = "Same seed, two steps"
+    DEFAULT_CSS = """
+    RolloutCompareScreen #compare-pair { height: 1fr; }
+    RolloutCompareScreen RolloutView { width: 1fr; border: round $primary-darken-2; }
+    """
+    BINDINGS = [Binding("escape", "back", "Back", id="rollout_compare.back")]
+
+    def __init__(self, left: Rollout, right: Rollout) -> None:
+        super().__init__()
+        self.left = left
+        self.right = right
+
+    def compose(self) -> ComposeResult:
+        yield Header()
+        with Horizontal(id="compare-pair"):
+            yield RolloutView(id="compare-left")
+            yield RolloutView(id="compare-right")
+        yield Footer(compact=True)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.query_one("#compare-left", RolloutView).show(self.left)
+        self.query_one("#compare-right", RolloutView).show(self.right)
+
+    def action_back(self) -> None:
+        self.app.pop_screen()

@@ -1,0 +1,165 @@
+"""The rollout inspector: a job's kept rollouts listed by step, best first; one opened turn by
+turn; two of one seed side by side; a backend without rollouts said plainly.
+
+The data is a real demo job's (seed 1, 16 steps: tests/data/rollouts/demo_job.json, read from
+the embedded backend's rollout routes): the list of steps 1, 4 and 16 and ten rollouts whole.
+The live tests serve it from a real embedded backend on a loopback port, written through its
+store; the snapshots use it as a preset."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from seeded_backend import API_KEY, seed_jobs
+from textual.widgets import DataTable, Static
+
+from app.core.jobs import JobContext
+from app.core.rollouts import rollout_from, summary_from
+from app.core.session import LaunchOptions, LaunchSession
+from app.local.servers import ServerHandle, start_backend
+from app.local.store import Store
+from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScreen, RolloutsScreen
+from app.tui import SynthTuiApp
+from fakes import FaultyBackend, finished_job
+from pilot_waits import wait_for
+from widgets.rollout_view import RolloutView, changed_words
+
+DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "rollouts" / "demo_job.json").read_text())
+JOB = "job_seed000"
+
+
+def preset_reader() -> RolloutReader:
+    summaries = [s for s in (summary_from(item) for item in DATA["rollouts"]) if s is not None]
+    rollouts = [rollout_from(body, rollout_id) for rollout_id, body in DATA["full"].items()]
+    return RolloutReader(DATA["job_id"], preset=(summaries, rollouts))
+
+
+def preset_app(**screen_options) -> SynthTuiApp:
+    session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
+    session.resolve()
+    return SynthTuiApp(session, first_screen=lambda: RolloutsScreen(JobContext(DATA["job_id"]),
+                                                                    reader=preset_reader(), **screen_options))
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory) -> Iterator[ServerHandle]:
+    """The demo job's rollouts, those kept whole, in a real backend's SQLite file."""
+    db = tmp_path_factory.mktemp("rollouts") / "state.sqlite3"
+    seed_jobs(db, 1)
+    store = Store(db)
+    for rollout_id, body in DATA["full"].items():
+        summary = {key: body[key] for key in ("phase", "step", "index", "seed", "reward", "turns")}
+        record = {"turns_kept": body.get("turns_kept", body["turns"]), "turns_cut": body.get("turns_cut", 0),
+                  "trajectory": body["trajectory"]}
+        store.rollouts.add(JOB, {"rollout_id": rollout_id, **summary}, record, max_bytes=1 << 24,
+                           created_at="2026-01-01T00:00:00+00:00")
+    store.close()
+    with start_backend(api_key=API_KEY, db_path=db, env_api_keys=[]) as server:
+        yield server
+
+
+def live_app(url: str, key: str, job_id: str = JOB, **screen_options) -> SynthTuiApp:
+    session = LaunchSession(LaunchOptions(backend=url), shell={"SYNTH_API_KEY": key})
+    session.resolve()
+    return SynthTuiApp(session, first_screen=lambda: RolloutsScreen(JobContext(job_id), **screen_options))
+
+
+def header(app: SynthTuiApp) -> str:
+    return str(app.screen.query_one("#rollouts-header", Static).render())
+
+
+def listed(screen: RolloutsScreen) -> list[tuple[str, int, float]]:
+    return [(s.phase, s.step, s.reward) for s in screen.shown()]
+
+
+async def loaded(pilot) -> RolloutsScreen:
+    screen = pilot.app.screen
+    assert isinstance(screen, RolloutsScreen)
+    await wait_for(pilot, lambda: screen.loads > 0, what="the rollout list")
+    return screen
+
+
+async def test_the_latest_step_lists_first_best_first_and_the_steps_move(served):
+    app = live_app(served.url, API_KEY)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await loaded(pilot)
+        assert screen.step == 16 and "step 16 of 1–16" in header(app)
+        rewards = [reward for _, _, reward in listed(screen)]
+        assert rewards == sorted(rewards, reverse=True) and rewards[0] > 0.9
+        await pilot.press("w")
+        assert [reward for _, _, reward in listed(screen)] == sorted(rewards)
+        await pilot.press("left_square_bracket")
+        assert screen.step == 4 and {phase for phase, _, _ in listed(screen)} == {"eval"}
+        await pilot.press("left_square_bracket")
+        assert screen.step == 1 and {phase for phase, _, _ in listed(screen)} == {"train"}
+        # The preview shows the highlighted rollout; the worst of step 1 wanders all 12 turns.
+        view = app.screen.query_one(RolloutView)
+        await wait_for(pilot, lambda: view.rollout is not None, what="the preview")
+        assert view.rollout.summary.reward == 0 and len(view.rollout.turns) == 12
+        assert not any(turn.reward for turn in view.rollout.turns)
+
+
+async def test_enter_opens_a_rollout_turn_by_turn_and_c_puts_the_same_seed_beside_it(served):
+    app = live_app(served.url, API_KEY, step=16)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await loaded(pilot)
+        await pilot.press("t", "t")  # all -> train -> eval
+        assert screen.phase == "eval" and all(phase == "eval" for phase, _, _ in listed(screen))
+        assert {s.seed for s in screen.shown()} == {2}  # the eval seeds played at step 16 that were kept whole
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, RolloutScreen), what="the rollout")
+        rollout = app.screen.rollout
+        assert rollout.summary.step == 16 and rollout.summary.seed == 2 and rollout.turns[-1].done
+        text = " ".join(str(w.render()) for w in app.screen.query(Static))
+        assert "turn 1" in text and 'move(direction=' in text and "done" in text
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, RolloutCompareScreen), what="the comparison")
+        left, right = app.screen.left, app.screen.right
+        assert (left.summary.step, right.summary.step) == (4, 16) and left.summary.seed == right.summary.seed == 2
+        await pilot.press("escape", "escape")
+        assert app.screen is screen
+
+
+async def test_a_seed_played_once_has_nothing_to_compare_with(served):
+    app = live_app(served.url, API_KEY, step=1)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await loaded(pilot)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: any("Nothing to compare it with" in n.message for n in app._notifications),
+                       what="the warning")
+        assert app.screen is screen
+
+
+async def test_a_backend_without_rollouts_says_so_plainly(faulty_backend: FaultyBackend):
+    faulty_backend.add_job(finished_job("job_plain", 2, 0.1))
+    app = live_app(faulty_backend.url, faulty_backend.api_key, "job_plain")
+    async with app.run_test(size=(120, 30)) as pilot:
+        await loaded(pilot)
+        assert "does not serve the rollouts" in header(app)
+        assert app.screen.query_one(DataTable).row_count == 0
+
+
+def test_the_words_that_changed_since_the_turn_before_are_marked():
+    marked = changed_words("at column 1, row 3. state: pos=1,3", "at column 1, row 2. state: pos=1,2")
+    styled = {marked.plain[span.start:span.end] for span in marked.spans}
+    assert styled == {"2.", "pos=1,2"}
+    assert not changed_words(None, "first turn").spans
+
+
+def test_snapshot_rollouts_wide(snap_compare):
+    assert snap_compare(preset_app(), terminal_size=(160, 45))
+
+
+def test_snapshot_rollouts_narrow_early_step(snap_compare):
+    assert snap_compare(preset_app(step=1), terminal_size=(80, 24), press=["w"])
+
+
+def test_snapshot_rollout_wandering_narrow(snap_compare):
+    assert snap_compare(preset_app(step=1), terminal_size=(80, 24), press=["down", "enter"])
+
+
+def test_snapshot_same_seed_side_by_side(snap_compare):
+    assert snap_compare(preset_app(step=16), terminal_size=(160, 45), press=["t", "t", "c"])
