@@ -14,10 +14,13 @@ from textual.content import Content
 from textual.widgets import Static
 
 from app.core.redact import printable
+from widgets.rollout_image import RolloutImage
 
 if TYPE_CHECKING:
     from app.core.rollouts import Rollout, RolloutSummary, RolloutTurn
 
+# Images drawn a turn; the rest are counted in the turn's note.
+MAX_IMAGES_A_TURN = 4
 _WORDS = re.compile(r"\S+|\s+")
 # An observation is the task app's words: shown whole up to this, then cut with a note.
 MAX_OBSERVATION_CHARS = 4_000
@@ -65,6 +68,10 @@ def turn_heading(turn: RolloutTurn) -> Content:
 
 def turn_body(turn: RolloutTurn, previous: RolloutTurn | None) -> Content:
     lines: list[Content] = [changed_words(previous.observation if previous else None, turn.observation)]
+    if len(turn.images) > MAX_IMAGES_A_TURN:
+        more = len(turn.images) - MAX_IMAGES_A_TURN
+        lines.append(Content.styled(f"[{more} more image{'s' if more != 1 else ''} in this observation]",
+                                    "$text-muted"))
     if turn.images_omitted:
         count = turn.images_omitted
         lines.append(Content.styled(f"[{count} image{'s' if count != 1 else ''} not kept by the backend: too large, "
@@ -107,6 +114,7 @@ class RolloutView(VerticalScroll):
         previous: RolloutTurn | None = None
         for turn in rollout.turns:
             blocks.append(Static(turn_heading(turn), classes="turn-heading"))
+            blocks.extend(RolloutImage(source) for source in turn.images[:MAX_IMAGES_A_TURN])
             blocks.append(Static(turn_body(turn, previous), classes="turn-body"))
             previous = turn
         if rollout.turns_cut:

@@ -8,6 +8,8 @@ store; the snapshots use it as a preset."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +19,7 @@ from seeded_backend import API_KEY, seed_jobs
 from textual.widgets import DataTable, Static
 
 from app.core.jobs import JobContext
-from app.core.rollouts import rollout_from, summary_from
+from app.core.rollouts import Rollout, RolloutSummary, RolloutTurn, rollout_from, summary_from
 from app.core.session import LaunchOptions, LaunchSession
 from app.local.servers import ServerHandle, start_backend
 from app.local.store import Store
@@ -25,6 +27,7 @@ from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScr
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, finished_job
 from pilot_waits import wait_for
+from widgets.rollout_image import RolloutImage, decode_image
 from widgets.rollout_view import RolloutView, changed_words
 
 DATA = json.loads((Path(__file__).resolve().parents[1] / "data" / "rollouts" / "demo_job.json").read_text())
@@ -163,3 +166,67 @@ def test_snapshot_rollout_wandering_narrow(snap_compare):
 
 def test_snapshot_same_seed_side_by_side(snap_compare):
     assert snap_compare(preset_app(step=16), terminal_size=(160, 45), press=["t", "t", "c"])
+
+
+# -- images ---------------------------------------------------------------------------------
+
+
+def png_data_url(width: int = 24, height: int = 12) -> str:
+    from PIL import Image
+
+    picture = Image.new("RGB", (width, height))
+    picture.putdata([(x * 10 % 256, y * 20 % 256, 128) for y in range(height) for x in range(width)])
+    buffer = io.BytesIO()
+    picture.save(buffer, format="PNG")
+    return "data:image/png;base64," + base64.b64encode(buffer.getvalue()).decode()
+
+
+def image_rollout() -> Rollout:
+    summary = RolloutSummary(rollout_id="rl-3-0", step=3, phase="train", index=0, seed=5, reward=1.0, turns=1)
+    turn = RolloutTurn(index=1, observation="A frame of the game.", images=(
+        png_data_url(), "https://example.invalid/frame.png", "data:image/png;base64,bm90IGFuIGltYWdl"),
+        tools=("act",), action='act(key="a")', applied=None, reward=1.0, done=True)
+    return Rollout(summary, (turn,))
+
+
+def image_app() -> SynthTuiApp:
+    rollout = image_rollout()
+    session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
+    session.resolve()
+    reader = RolloutReader("job_images", preset=([rollout.summary], [rollout]))
+    return SynthTuiApp(session, first_screen=lambda: RolloutScreen(reader, rollout))
+
+
+async def test_images_are_drawn_in_cells_or_say_why_not():
+    app = image_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        images = list(app.screen.query(RolloutImage))
+        assert len(images) == 3
+        await wait_for(pilot, lambda: all(image.drawn for image in images), what="the images")
+        drawn, linked, broken = images
+        strips = drawn.render_lines(drawn.region.reset_offset)
+        rows = ["".join(segment.text for segment in strip) for strip in strips]
+        assert len(rows) == 6 and all(row.count("▄") == 24 for row in rows)  # 24x12 pixels, two a cell
+        colours = {segment.style.bgcolor for strip in strips for segment in strip if segment.text == "▄"}
+        assert len(colours) > 10  # the picture's colours, not one block colour
+        assert "not fetched" in str(linked.render()) and "example.invalid" in str(linked.render())
+        assert "could not be decoded" in str(broken.render())
+
+
+def test_an_image_claiming_a_huge_size_is_not_decoded():
+    from PIL import Image
+
+    header = io.BytesIO()
+    Image.new("1", (8, 8)).save(header, format="PNG")
+    raw = bytearray(header.getvalue())
+    raw[16:24] = (60_000).to_bytes(4, "big") + (60_000).to_bytes(4, "big")  # IHDR width and height
+    picture, caption = decode_image("data:image/png;base64," + base64.b64encode(bytes(raw)).decode())
+    assert picture is None and "could not be decoded" in caption
+
+
+def test_snapshot_rollout_with_an_image(snap_compare):
+    async def images_drawn(pilot) -> None:  # decoded in threads: only the finished picture is compared
+        await wait_for(pilot, lambda: all(image.drawn for image in pilot.app.screen.query(RolloutImage)),
+                       what="the images")
+
+    assert snap_compare(image_app(), terminal_size=(100, 30), run_before=images_drawn)
