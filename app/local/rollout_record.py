@@ -274,8 +274,10 @@ class StepSample:
     spaced: dict[int, KeptRollout] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        others = max(0, min(self.per_step - 2, self.total))
-        self.indexes = {i * self.total // others for i in range(others)} if others else set()
+        # per_step spaced candidates, not per_step - 2: the best or the worst is often one of
+        # them, and the next one then fills its place.
+        spaced = max(0, min(self.per_step, self.total))
+        self.indexes = {i * self.total // spaced for i in range(spaced)} if spaced else set()
 
     def wants_turns(self) -> bool:
         return self.per_step > 0
