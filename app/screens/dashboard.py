@@ -63,6 +63,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
         *CHART_BINDINGS,
         Binding("o", "overlay", "Overlay", id="dashboard.overlay"),
+        Binding("i", "inspect", "Rollouts", id="dashboard.inspect"),
         # n and e are not in the footer: the log's status line names n, the palette both.
         Binding("n", "noise", "Noise", id="dashboard.noise", show=False),
         Binding("e", "export", "Export", id="dashboard.export", show=False),
@@ -77,6 +78,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         ("Pause or resume the view", "Freeze the chart and the log; the job goes on (p)", "pause"),
         *CHART_PALETTE,
         ("Overlay earlier runs", "Draw earlier runs of this config, or any job id, as dimmed lines (o)", "overlay"),
+        ("Inspect rollouts", "The episodes the backend kept: best and worst of a step, turn by turn (i)", "inspect"),
         ("Filter events", "Show only events whose type, level or text match (/)", "filter"),
         ("Clear the event filter", "Show every event again (esc)", "clear_filter"),
         ("Follow the log", "Scroll to the newest event and stay there (end)", "follow"),
@@ -340,6 +342,12 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         async with self.session.client() as client:
             answer = await client.cancel_job(self.job.job_id)
         self.notify(f"Cancel requested: {answer.get('message') or answer.get('status') or 'ok'}")
+
+    def action_inspect(self) -> None:
+        """The rollout inspector on the job's latest step (docs/product.md#rollout-inspector)."""
+        from app.screens.rollouts import RolloutsScreen
+
+        self.app.push_screen(RolloutsScreen(self.job))
 
     def action_rerun(self) -> None:
         payload = self.job.payload or _payload_from_history(self.job.job_id)

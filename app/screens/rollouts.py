@@ -129,6 +129,8 @@ class RolloutsScreen(FlowScreen):
             self.problem = None
         except RolloutsNotServed as exc:
             self.problem = exc.message
+            self.notify(f"{exc.message} {exc.hint or ''}".strip(), title="No rollouts here", severity="warning",
+                        markup=False)
         except SynthTuiError as exc:
             self.problem = redact(exc.message, self.session.secret_values())
             self.notify(self.problem, title="Rollouts", severity="error", markup=False)

@@ -136,13 +136,23 @@ async def test_a_seed_played_once_has_nothing_to_compare_with(served):
         assert app.screen is screen
 
 
-async def test_a_backend_without_rollouts_says_so_plainly(faulty_backend: FaultyBackend):
+async def test_the_dashboard_key_opens_it_and_a_backend_without_rollouts_is_said_plainly(
+        faulty_backend: FaultyBackend):
     faulty_backend.add_job(finished_job("job_plain", 2, 0.1))
-    app = live_app(faulty_backend.url, faulty_backend.api_key, "job_plain")
+    session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.05),
+                            shell={"SYNTH_API_KEY": faulty_backend.api_key})
+    session.resolve()
+    app = SynthTuiApp(session, attach=JobContext("job_plain"))
     async with app.run_test(size=(120, 30)) as pilot:
+        dashboard = app.screen
+        await wait_for(pilot, lambda: dashboard.ended, what="the job's end")
+        await pilot.press("i")
         await loaded(pilot)
         assert "does not serve the rollouts" in header(app)
+        assert any("does not serve the rollouts" in n.message for n in app._notifications)
         assert app.screen.query_one(DataTable).row_count == 0
+        await pilot.press("escape")
+        assert app.screen is dashboard
 
 
 def test_the_words_that_changed_since_the_turn_before_are_marked():
