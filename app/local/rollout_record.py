@@ -60,6 +60,15 @@ def _compact(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
+def _strict_json(value: Any) -> str | None:
+    """`value` as JSON that any client can parse (no NaN or Infinity, which Python's parser
+    lets into a request and the API's answers cannot carry), or None."""
+    try:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str, allow_nan=False)
+    except (ValueError, RecursionError):
+        return None
+
+
 # -- a chat turn ----------------------------------------------------------------------------
 
 
@@ -114,8 +123,8 @@ def _schema(body: dict[str, Any], tool: str | None) -> Any:
     for entry in body.get("tools") or []:
         function = entry.get("function") if isinstance(entry, dict) else None
         if isinstance(function, dict) and function.get("name") == tool:
-            text = _compact(function.get("parameters"))
-            return function.get("parameters") if len(text) <= SCHEMA_MAX_CHARS else None
+            text = _strict_json(function.get("parameters"))
+            return function.get("parameters") if text is not None and len(text) <= SCHEMA_MAX_CHARS else None
     return None
 
 
@@ -136,7 +145,12 @@ def chat_turn(body: dict[str, Any], space: ActionSpace, arguments: dict[str, Any
     """The record of one chat answer (a checked chat body: backend.chat_body_problem passed)."""
     text, images, omitted = observation_of(body["messages"])
     tool = space.tool if space is not TEXT_ANSWER else None
-    args_text = _compact(arguments)
+    args_text = _strict_json(arguments)
+    kept_arguments: Any = arguments
+    if args_text is None:
+        kept_arguments = bounded(_compact(arguments), ARGUMENTS_MAX_CHARS)
+    elif len(args_text) > ARGUMENTS_MAX_CHARS:
+        kept_arguments = bounded(args_text, ARGUMENTS_MAX_CHARS)
     return {
         "call_id": call_id,
         "observation": bounded(text, TEXT_MAX_CHARS),
@@ -144,7 +158,7 @@ def chat_turn(body: dict[str, Any], space: ActionSpace, arguments: dict[str, Any
         "images_omitted": omitted,
         "tools": _tools(body),
         "tool": tool,
-        "arguments": arguments if len(args_text) <= ARGUMENTS_MAX_CHARS else bounded(args_text, ARGUMENTS_MAX_CHARS),
+        "arguments": kept_arguments,
         "arguments_schema": _schema(body, tool),
     }
 

@@ -59,7 +59,9 @@ def parse_cursor(after: str) -> tuple[int, int, int]:
 
 
 def encode_body(record: dict[str, Any]) -> bytes:
-    return zlib.compress(json.dumps(record, separators=(",", ":"), ensure_ascii=False).encode(), COMPRESS_LEVEL)
+    # allow_nan=False: what is stored is served as JSON, which has no NaN (rollout_record.py keeps it out).
+    text = json.dumps(record, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return zlib.compress(text.encode(), COMPRESS_LEVEL)
 
 
 class RolloutStore:

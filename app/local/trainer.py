@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import random
 import secrets
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -254,6 +255,7 @@ class JobRun:
     contract: str = GEN_02  # the rollout contract generation spoken to the task app
     contract_announced: bool = False
     sample: StepSample | None = None  # the train rollouts of the current step the inspector may keep
+    inspect_warned: bool = False  # a rollout could not be stored (said once: _keep)
 
     def __post_init__(self) -> None:
         self.seed = self.plan.seed if self.plan.seed is not None else int(self.job_id[-8:], 16)
@@ -573,16 +575,26 @@ class Trainer:
             return
         store, scrub, cap = self.journal.store.rollouts, self.scrubber, run.plan.inspect_max_bytes
 
-        def write() -> None:
+        def write() -> str | None:
             for rollout in kept:
                 summary = {"rollout_id": rollout.rollout_id, "phase": rollout.phase, "step": rollout.step,
                            "index": rollout.index, "seed": rollout.seed, "reward": rollout.reward,
                            "turns": rollout.turns}
                 record = {"turns_kept": len(rollout.trajectory), "turns_cut": rollout.turns_cut,
                           "trajectory": scrub.trajectory(rollout.trajectory)}
-                store.add(run.job_id, summary, record, max_bytes=cap, created_at=utc_now())
+                try:
+                    store.add(run.job_id, summary, record, max_bytes=cap, created_at=utc_now())
+                except (sqlite3.Error, ValueError, RecursionError) as exc:
+                    # What the inspector keeps never fails the training: it is said once, then skipped.
+                    return f"{type(exc).__name__}: {exc}"
+            return None
 
-        await asyncio.to_thread(write)
+        problem = await asyncio.to_thread(write)
+        if problem is not None and not run.inspect_warned:
+            run.inspect_warned = True
+            self.journal.event(run.job_id, "rl.rollouts.warning",
+                               f"A rollout could not be kept for the inspector ({problem}); training goes on, "
+                               "and such rollouts are left out", level="warning", data={"step": kept[0].step})
 
     async def _post_rollout(self, run: JobRun, url: str, ask: RolloutAsk, where: str) -> httpx.Response:
         """POST /rollout in the job's generation, retried on transient failures with the same

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,13 +21,13 @@ from app.demo import load_demo_config
 from app.local.action_space import compile_tool
 from app.local.rollout_record import ROLLOUT_MEMORY_CHARS, KeptRollout, StepSample, chat_turn, observation_of
 from app.local.rollout_store import ROW_OVERHEAD
-from app.local.servers import ServerHandle, _bind
+from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.store import Store
 from app.local.taskapp import MOVE_TOOL
 from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 from app.local.trainer import JobRun, OpenRollout, plan_from_payload
 
-from .conftest import API_KEY, ENV_KEY, create_job, payload, small_config, wait_terminal
+from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, payload, small_config, wait_terminal
 
 
 def all_rollouts(api: httpx.Client, job_id: str, **params: Any) -> list[dict[str, Any]]:
@@ -313,3 +314,22 @@ def test_what_a_chat_request_shows_is_bounded():
     turn = chat_turn({"messages": [{"role": "user", "content": "x" * 10_000}], "tools": [MOVE_TOOL]},
                      compile_tool(MOVE_TOOL), {"direction": "up"}, "call_1")
     assert len(turn["observation"]) < 4_100 and turn["observation"].endswith("[6,000 more characters]")
+    # Python's parser lets a NaN into a request; JSON answers cannot carry one, so it is not kept.
+    tool = json.loads(json.dumps(MOVE_TOOL))
+    tool["function"]["parameters"]["x-weight"] = float("nan")
+    turn = chat_turn({"messages": [{"role": "user", "content": "x"}], "tools": [tool]}, compile_tool(MOVE_TOOL),
+                     {"direction": "up", "w": float("inf")}, "call_1")
+    assert turn["arguments_schema"] is None and isinstance(turn["arguments"], str) and "Infinity" in turn["arguments"]
+    assert chat_turn({"messages": [{"role": "user", "content": "x"}], "tools": [MOVE_TOOL]}, compile_tool(MOVE_TOOL),
+                     {"direction": "up"}, "c")["arguments_schema"] == MOVE_TOOL["function"]["parameters"]
+
+
+def test_a_rollout_that_cannot_be_stored_never_fails_the_job(tmp_path, taskapp):
+    db = tmp_path / "state.sqlite3"
+    with start_backend(api_key=API_KEY, db_path=db, env_api_keys=[ENV_KEY]) as server, api_client(server) as api:
+        with sqlite3.connect(db) as other:  # a real failure: the table is gone under the backend
+            other.execute("DROP TABLE rollouts")
+        job_id = create_job(api, payload(taskapp.url, small_config(seed=6)))
+        assert wait_terminal(api, job_id)["status"] == "succeeded"
+        warnings = [e for e in events_of(api, job_id) if e["type"] == "rl.rollouts.warning"]
+        assert len(warnings) == 1 and "could not be kept" in warnings[0]["message"]
