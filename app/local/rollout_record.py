@@ -228,7 +228,8 @@ def read_step_reports(answer: Any) -> list[StepReport]:
         if not isinstance(event, dict) or not isinstance(event.get("llm_response"), dict):
             continue
         ids = _call_ids(_at(event, "llm_response.message.tool_calls"), "id")
-        for record in event.get("call_records") or [] if isinstance(event.get("call_records"), list) else []:
+        records = event.get("call_records")
+        for record in records if isinstance(records, list) else []:
             if isinstance(record, dict):
                 ids |= _call_ids(record.get("output_tool_calls"), "call_id")
         reward = _number(event.get("reward"))

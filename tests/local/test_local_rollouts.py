@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import random
 import sqlite3
 from collections.abc import Iterator
@@ -16,10 +17,20 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.demo import load_demo_config
 from app.local.action_space import compile_tool
-from app.local.rollout_record import ROLLOUT_MEMORY_CHARS, KeptRollout, StepSample, chat_turn, observation_of
+from app.local.rollout_record import (
+    ROLLOUT_MEMORY_CHARS,
+    KeptRollout,
+    StepSample,
+    chat_turn,
+    match_turns,
+    observation_of,
+    read_step_reports,
+)
 from app.local.rollout_store import ROW_OVERHEAD
 from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.store import Store
@@ -333,3 +344,23 @@ def test_a_rollout_that_cannot_be_stored_never_fails_the_job(tmp_path, taskapp):
         assert wait_terminal(api, job_id)["status"] == "succeeded"
         warnings = [e for e in events_of(api, job_id) if e["type"] == "rl.rollouts.warning"]
         assert len(warnings) == 1 and "could not be kept" in warnings[0]["message"]
+
+
+answers = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(
+        st.sampled_from(["trajectories", "steps", "tool_calls", "id", "reward", "done", "info", "trace",
+                         "event_history", "session_trace", "llm_response", "message", "call_records",
+                         "output_tool_calls", "call_id", "metadata", "reward_info", "event_rewards", "meta"]),
+        inner, max_size=4),
+    max_leaves=30)
+
+
+@given(answer=answers)
+@settings(max_examples=200, deadline=None, derandomize=True)
+def test_any_task_app_answer_is_read_without_an_error(answer):
+    reports = read_step_reports(answer)
+    turns = [{"call_id": f"c{n}", "observation": "o", "images": [], "images_omitted": 0} for n in range(3)]
+    matched = match_turns(turns, reports, frozenset())
+    assert [t["index"] for t in matched] == [1, 2, 3]
+    assert all(t["reward"] is None or math.isfinite(t["reward"]) for t in matched)
