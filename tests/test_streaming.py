@@ -318,3 +318,21 @@ async def test_metrics_follow_streamed_events_without_waiting_for_the_next_tick(
 
     await asyncio.wait_for(until_last_metric(), timeout=30)
     assert client.status_reads == 1, "the metrics came between ticks, not from a later tick"
+
+
+async def test_a_quiet_job_reads_metrics_less_often_and_a_lone_metric_still_arrives(faulty_backend, monkeypatch):
+    import app.core.streaming as streaming
+
+    monkeypatch.setattr(streaming, "METRICS_IDLE_INTERVAL", 0.2)
+    quiet = [("running", [], [])] * 30
+    timeline = [("running", [event(1)], []), *quiet, ("running", [], [metric("train.mean_score", 1, 0.5)]),
+                *quiet, ("succeeded", [event(2, "rl.job.completed")], [])]
+    faulty_backend.add_job(ScriptedJob("job_quiet", timeline))
+    updates = await collect(faulty_backend, "job_quiet")
+    statuses, metric_reads = faulty_backend.count("/jobs/job_quiet", "GET"), faulty_backend.count("/metrics")
+    status_reads = statuses - metric_reads - faulty_backend.count("/events")
+    assert status_reads >= len(timeline)
+    assert metric_reads < status_reads / 3, (metric_reads, status_reads)  # one a tick before
+    # The metric written without an event arrives during the quiet ticks after it, not at the end.
+    order = [type(u).__name__ for u in updates if isinstance(u, (NewMetrics, StatusChanged))]
+    assert order.index("NewMetrics") < len(order) - 1 and metric_keys(updates) == [("train.mean_score", 1)]

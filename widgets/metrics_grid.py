@@ -113,6 +113,7 @@ class MetricChart(Vertical):
         self._plot: PlotCanvas | None = None  # set on mount
         self._drawn_key: tuple | None = None
         self._drawn_at = 0.0
+        self._legend: str | None = None  # the title redraw set last
 
     def compose(self) -> ComposeResult:
         yield PlotCanvas(classes="chart-plot")
@@ -121,7 +122,7 @@ class MetricChart(Vertical):
 
     def on_mount(self) -> None:
         self._plot = self.query_one(PlotCanvas)
-        self.border_title = self.legend()
+        self.show_legend()
         self.grid.call_after_refresh(self.grid.arrange_charts)  # a new chart: the grid gains a cell
 
     # -- what it shows -------------------------------------------------------------------
@@ -191,7 +192,7 @@ class MetricChart(Vertical):
         self.grid.redraw_if_changed()
 
     def redraw(self) -> None:
-        self.border_title = self.legend()
+        self.show_legend()
         if self.has_class("-compact"):
             self._draw_lines()
         else:
@@ -300,7 +301,13 @@ class MetricChart(Vertical):
         self.grid.focused_panel = self.panel.key
 
     def on_blur(self) -> None:
-        self.border_title = self.legend()
+        self.show_legend()
+
+    def show_legend(self) -> None:
+        legend = self.legend()
+        if legend != self._legend:  # setting the title repaints the frame, even to the same text
+            self._legend = legend
+            self.border_title = legend
 
 
 class MetricsGrid(Vertical):
@@ -427,7 +434,7 @@ class MetricsGrid(Vertical):
 
     def watch_focused_panel(self) -> None:
         for chart in self.charts:
-            chart.border_title = chart.legend()
+            chart.show_legend()
             chart.set_class(chart.panel.key == self.focused_panel, "-focused")
         if self.full:
             self.arrange_charts()

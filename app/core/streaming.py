@@ -39,6 +39,10 @@ from app.core.wire import (
 
 # Seconds between metric reads that follow streamed events (see JobWatcher._between_ticks).
 METRICS_FOLLOW_INTERVAL = 1.0
+# A tick reads metrics when events came with it, when the last read found points, or when this
+# long has passed since the last read: a quiet job costs one request a tick fewer, and a metric
+# written without an event still shows within this (docs/performance.md#a-quiet-dashboard).
+METRICS_IDLE_INTERVAL = 3.0
 
 # --------------------------------------------------------------------------- updates
 
@@ -210,6 +214,7 @@ class JobWatcher:
         self.metrics = MetricCursor(self.options.after_step)
         self._state = _State()
         self._metrics_read_at = 0.0  # monotonic time of the last metrics read
+        self._metrics_flowing = False  # the last metrics read found points
 
     async def watch(self) -> AsyncIterator[Update]:
         opts = self.options
@@ -282,16 +287,21 @@ class JobWatcher:
         if status.status != previous:
             yield StatusChanged(status, previous)
         self._ensure_sse()
+        fresh_events = False
         if not self._sse_running():
             async for update in self._poll_events():
+                fresh_events = True
                 yield update
         else:
             batch = self._drain_queue()
             if batch:
+                fresh_events = True
                 yield NewEvents(batch)
-        points = await self._poll_metrics()
-        if points:
-            yield NewMetrics(points)
+        if (fresh_events or self._metrics_flowing
+                or time.monotonic() - self._metrics_read_at >= METRICS_IDLE_INTERVAL):
+            points = await self._poll_metrics()
+            if points:
+                yield NewMetrics(points)
         self.events.end_tick()
 
     async def _between_ticks(self, tick_end: float) -> AsyncIterator[Update]:
@@ -340,6 +350,7 @@ class JobWatcher:
             collected.extend(fresh)
             if len(page) < PAGE_LIMIT or not fresh:
                 break
+        self._metrics_flowing = bool(collected)
         return collected
 
     async def _drain(self) -> AsyncIterator[Update]:
