@@ -164,8 +164,9 @@ class Arrivals:
 
 
 async def at_rate(all_events: list[JobEvent], rate: float, *, baseline: bool) -> dict:
-    """Responsiveness: events arrive at ``rate`` and the screen drains them every 0.1 s,
-    exactly as DashboardScreen.apply_feed does; keys are pressed throughout."""
+    """Responsiveness: events arrive at ``rate`` and the screen drains them every 0.1 s, the
+    most often the dashboard drains (it is woken when a batch starts, then waits out 0.1 s since
+    its last drain: under a steady stream, this); keys are pressed throughout."""
     widget, apply = make_log(baseline)
     app = make_app(widget)
     async with app.run_test(size=(160, 45)) as pilot:
