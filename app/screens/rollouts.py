@@ -144,9 +144,11 @@ class RolloutsScreen(FlowScreen):
     def shown(self) -> list[RolloutSummary]:
         return step_rollouts(self.reader.summaries, self.step, self.phase, worst_first=self.worst_first)
 
-    def _show(self) -> None:
+    def _show(self, *, keep_selection: bool = True) -> None:
+        """List the rollouts; a new order, step or phase starts at the top (the best, or the
+        worst with w), a reload keeps the highlighted one."""
         table = self.query_one(DataTable)
-        keep = self.selected()
+        keep = self.selected() if keep_selection else None
         table.clear()
         shown = self.shown()
         for summary in shown:
@@ -213,7 +215,7 @@ class RolloutsScreen(FlowScreen):
 
     def action_step(self, by: int) -> None:
         self.step = shifted_step(steps_of(self.reader.summaries, self.phase), self.step, by)
-        self._show()
+        self._show(keep_selection=False)
 
     def action_step_earlier(self) -> None:
         self.action_step(-1)
@@ -224,11 +226,11 @@ class RolloutsScreen(FlowScreen):
     def action_phase(self) -> None:
         self.phase = next_phase(self.phase)
         self.step = nearest_step(steps_of(self.reader.summaries, self.phase), self.step)
-        self._show()
+        self._show(keep_selection=False)
 
     def action_worst_first(self) -> None:
         self.worst_first = not self.worst_first
-        self._show()
+        self._show(keep_selection=False)
 
     def action_back(self) -> None:
         self.app.pop_screen()

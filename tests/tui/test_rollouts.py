@@ -98,6 +98,7 @@ async def test_the_latest_step_lists_first_best_first_and_the_steps_move(served)
         assert screen.step == 4 and {phase for phase, _, _ in listed(screen)} == {"eval"}
         await pilot.press("left_square_bracket")
         assert screen.step == 1 and {phase for phase, _, _ in listed(screen)} == {"train"}
+        assert screen.selected() == screen.shown()[0]  # a new step starts at its top: the worst, after w
         # The preview shows the highlighted rollout; the worst of step 1 wanders all 12 turns.
         view = app.screen.query_one(RolloutView)
         await wait_for(pilot, lambda: view.rollout is not None, what="the preview")
