@@ -161,9 +161,15 @@ def rollout_from(body: Any, rollout_id: str) -> Rollout:
     """A whole rollout from the backend's answer; BadResponseError when it is not one."""
     if not isinstance(body, Mapping):
         raise BadResponseError(f"The backend's answer for rollout {rollout_id!r} is not a JSON object.", None)
-    summary = summary_from({"rollout_id": rollout_id, **body}) or summary_from(
-        {"step": 0, "reward": 0.0, **body, "rollout_id": rollout_id})
-    if summary is None:  # an id the backend did not send back: ours was checked by the caller
+    # The id asked for; a step or reward that cannot be read shows as 0 (the turns are what is wanted).
+    fields = {**body, "rollout_id": rollout_id}
+    step = _int(fields.get("step"))
+    if step is None or step < 0:
+        fields["step"] = 0
+    if _finite(fields.get("reward", fields.get("score"))) is None:
+        fields["reward"] = 0.0
+    summary = summary_from(fields)
+    if summary is None:  # only an unusable id, which get_rollout checks before asking
         raise BadResponseError(f"The backend's answer for rollout {rollout_id!r} is not a rollout.", None)
     items: Any = body.get("trajectory")
     if not isinstance(items, list):
