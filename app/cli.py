@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Callable, Sequence
 
@@ -219,6 +220,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("\nInterrupted.", file=sys.stderr)
         return ExitCode.INTERRUPTED
+    finally:
+        gc.enable()  # off only for a TUI's start (_tui_start); whatever ended it, on again
+
+
+def _tui_start() -> None:
+    """Before a TUI's imports: the cyclic collector is off until its first frame (the app turns
+    it on again, SynthTuiApp.on_mount): during the imports it would walk the growing heap of
+    modules again and again, for garbage that is not there (docs/performance.md#first-paint)."""
+    gc.disable()
 
 
 def _tolerate_unencodable_output() -> None:
@@ -234,6 +244,7 @@ def _run_train(args: argparse.Namespace, interactive: bool) -> int:
         from app import headless
 
         return headless.run_train(args)
+    _tui_start()
     from app.tui import run_tui  # imported when chosen: a headless run never loads Textual
 
     return run_tui(_session(args))
@@ -251,6 +262,8 @@ def _dispatch(args: argparse.Namespace) -> int:
             return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
         return _run_train(args, interactive)
     if args.command == "demo":
+        if interactive:
+            _tui_start()
         from app import demo
 
         return demo.run_demo(args, interactive=interactive)
@@ -264,6 +277,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             from app import headless
 
             return headless.run_attach(args)
+        _tui_start()
         from app.tui import run_attach_tui
 
         return run_attach_tui(_session(args), args.job_id)
@@ -272,6 +286,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             from app import headless
 
             return headless.run_history(args)
+        _tui_start()
         from app.tui import run_history_tui
 
         return run_history_tui(_session(args))
@@ -281,6 +296,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             from app import headless
 
             return headless.run_compare(args)
+        _tui_start()
         from app.tui import run_compare_tui
 
         return run_compare_tui(_session(args), args.job_ids)
@@ -295,6 +311,7 @@ def _dispatch(args: argparse.Namespace) -> int:
             from app import headless
 
             return headless.run_jobs(args)
+        _tui_start()
         from app.tui import run_jobs_tui
 
         return run_jobs_tui(_session(args), status=args.status, max_jobs=args.limit, page_size=args.page_size,
