@@ -45,3 +45,9 @@ def poll_until(fn: Callable[[], T | None], *, timeout: float = 10.0, what: str =
             raise AssertionError(f"timed out after {timeout:g}s waiting for {what}")
         time.sleep(interval)
         interval = min(interval * 1.5, MAX_INTERVAL_S)
+
+
+async def wait_for_process(pilot, condition: Callable[[], bool], what: str = "condition") -> None:
+    """A step that waits for a subprocess (the Modal CLI's stand-in starts a Python each call):
+    under a loaded parallel run that takes seconds, so the bound is 30 s (3,000 x 0.01 s)."""
+    await wait_for(pilot, condition, what=what, limit=3000, step=0.01)

@@ -15,7 +15,7 @@ from app.core.session import LaunchOptions, LaunchSession
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ErrorModal
 from app.tui import SynthTuiApp, guided_app
-from pilot_waits import wait_until
+from pilot_waits import wait_for_process as wait_until
 from widgets.modal_dialogs import ModalEndpointPicker, ModalSecretPicker, ModalWait, SendToModalModal
 
 MODAL_KEY = "envk_MODAL_FAKE_5f4e3d2c1b0a99887766554433"
