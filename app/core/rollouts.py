@@ -79,7 +79,8 @@ def _int(value: Any, default: int | None = None) -> int | None:
     return default
 
 
-def _finite(value: Any) -> float | None:
+def finite_number(value: Any) -> float | None:
+    """A real, finite number as a float (no bool, no NaN, no infinity), else None."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     try:
@@ -100,7 +101,7 @@ def summary_from(item: Any) -> RolloutSummary | None:
         return None
     rollout_id = item.get("rollout_id", item.get("id"))
     step = _int(item.get("step"))
-    reward = _finite(item.get("reward", item.get("score")))
+    reward = finite_number(item.get("reward", item.get("score")))
     if not isinstance(rollout_id, str) or not rollout_id or len(rollout_id) > ID_MAX_CHARS:
         return None
     if step is None or step < 0 or reward is None:
@@ -150,7 +151,7 @@ def turn_from(item: Any, position: int) -> RolloutTurn | None:
         tools=tuple(_text(t, SHORT_MAX_CHARS) for t in tools if isinstance(t, str)) if isinstance(tools, list) else (),
         action=_text(action, SHORT_MAX_CHARS),
         applied=None if applied is None else _text(applied, SHORT_MAX_CHARS),
-        reward=_finite(item.get("reward")),
+        reward=finite_number(item.get("reward")),
         done=item.get("done") is True,
         images_omitted=max(_int(item.get("images_omitted"), 0) or 0, 0),
         tool=tool if isinstance(tool, str) else None,
@@ -166,7 +167,7 @@ def rollout_from(body: Any, rollout_id: str) -> Rollout:
     step = _int(fields.get("step"))
     if step is None or step < 0:
         fields["step"] = 0
-    if _finite(fields.get("reward", fields.get("score"))) is None:
+    if finite_number(fields.get("reward", fields.get("score"))) is None:
         fields["reward"] = 0.0
     summary = summary_from(fields)
     if summary is None:  # only an unusable id, which get_rollout checks before asking

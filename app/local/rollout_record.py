@@ -19,12 +19,12 @@ side (the per-job byte cap, oldest dropped first) is rollout_store.py.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.redact import PREFIX_CHARS, scrub_key_fragments
+from app.core.rollouts import finite_number
 from app.local.action_space import TEXT_ANSWER, ActionSpace
 
 DEFAULT_PER_STEP = 4  # train rollouts kept per step: the best, the worst and 2 evenly spaced
@@ -180,16 +180,6 @@ def _at(value: Any, dotted: str) -> Any:
     return value
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    try:
-        number = float(value)
-    except OverflowError:
-        return None
-    return number if math.isfinite(number) else None
-
-
 def _call_ids(calls: Any, key: str) -> set[str]:
     return {c[key] for c in calls if isinstance(c, dict) and isinstance(c.get(key), str)} if isinstance(
         calls, list) else set()
@@ -214,7 +204,7 @@ def read_step_reports(answer: Any) -> list[StepReport]:
         for trajectory in trajectories:
             steps = _at(trajectory, "steps")
             if isinstance(steps, list) and steps:
-                return [StepReport(frozenset(_call_ids(s.get("tool_calls"), "id")), _number(s.get("reward")),
+                return [StepReport(frozenset(_call_ids(s.get("tool_calls"), "id")), finite_number(s.get("reward")),
                                    s["done"] if isinstance(s.get("done"), bool) else None,
                                    describe_applied(s.get("info")))
                         for s in steps if isinstance(s, dict)]
@@ -232,9 +222,9 @@ def read_step_reports(answer: Any) -> list[StepReport]:
         for record in records if isinstance(records, list) else []:
             if isinstance(record, dict):
                 ids |= _call_ids(record.get("output_tool_calls"), "call_id")
-        reward = _number(event.get("reward"))
+        reward = finite_number(event.get("reward"))
         if reward is None and len(reports) < len(rewards):
-            reward = _number(rewards[len(reports)])
+            reward = finite_number(rewards[len(reports)])
         done = _at(event, "metadata.done")
         reports.append(StepReport(frozenset(ids), reward, done if isinstance(done, bool) else None,
                                   describe_applied(_at(event, "metadata.info"))))
