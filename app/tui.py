@@ -58,6 +58,10 @@ def dashboard_screen(job: JobContext) -> FlowScreen:
     return DashboardScreen(job)
 
 
+# Whether this process has frozen what existed at its first frame (SynthTuiApp._first_frame_drawn).
+_startup_frozen = False
+
+
 def stylesheet_path() -> Path:
     """``styles.tcss`` sits at the repo root in a checkout and inside ``app/`` in a wheel."""
     installed = Path(__file__).with_name("styles.tcss")
@@ -107,7 +111,10 @@ class SynthTuiApp(App[int]):
 
     @staticmethod
     def _first_frame_drawn() -> None:
-        gc.freeze()
+        global _startup_frozen
+        if not _startup_frozen:  # once a process: a later app (tests run many) would freeze garbage
+            _startup_frozen = True
+            gc.freeze()
         gc.enable()
 
     @work(thread=True, exit_on_error=False, group="prepare", name="Preparing")
