@@ -10,7 +10,6 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Header, Input, Static
 
 from app.core.errors import SynthTuiError
@@ -35,6 +34,7 @@ from app.core.redact import redact
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
 from widgets.job_header import STATUS_CLASSES, shown_text
+from widgets.table_keys import highlighted_key
 
 # Column widths: (job, status, model, created, score) at 80 columns and from NARROW_BELOW up.
 NARROW_BELOW = 110
@@ -225,14 +225,8 @@ class JobsScreen(FlowScreen):
         self.query_one("#jobs-header", Static).update("\n".join(lines))
 
     def selected(self) -> JobRow | None:
-        table = self.query_one(DataTable)
-        if table.row_count == 0 or table.cursor_row is None:
-            return None
-        try:
-            key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
-        except LookupError:
-            return None
-        return next((r for r in self.rows if r.job_id == key), None)
+        key = highlighted_key(self.query_one(DataTable))
+        return next((r for r in self.rows if r.job_id == key), None) if key is not None else None
 
     # -- keys -----------------------------------------------------------------------------
 

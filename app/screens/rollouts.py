@@ -13,7 +13,6 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Footer, Header, Static
 
 from app.core.errors import SynthTuiError
@@ -22,6 +21,7 @@ from app.core.rollout_pick import compare_partner, nearest_step, next_phase, shi
 from app.core.rollouts import Rollout, RolloutsNotServed, RolloutSummary, get_rollout, list_rollouts
 from app.screens.base import FlowScreen
 from widgets.rollout_view import RolloutView, summary_line
+from widgets.table_keys import highlighted_key
 
 if TYPE_CHECKING:
     from app.core.jobs import JobContext
@@ -178,14 +178,8 @@ class RolloutsScreen(FlowScreen):
         self.query_one("#rollouts-header", Static).update(text)
 
     def selected(self) -> RolloutSummary | None:
-        table = self.query_one(DataTable)
-        if table.row_count == 0 or table.cursor_row is None:
-            return None
-        try:
-            key = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
-        except LookupError:
-            return None
-        return next((s for s in self.reader.summaries if s.rollout_id == key), None)
+        key = highlighted_key(self.query_one(DataTable))
+        return next((s for s in self.reader.summaries if s.rollout_id == key), None) if key is not None else None
 
     @on(DataTable.RowHighlighted, "#rollouts-table")
     def _highlighted(self) -> None:
