@@ -16,6 +16,8 @@ from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
 COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp")
+# The commands that never open the TUI, whatever the terminal.
+NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp")
 GIVE_UP_HELP = ("stop watching when a backend that answered before has not answered for S seconds: exit 5 "
                 "(default 60; 0 waits until --poll-timeout)")
 
@@ -244,7 +246,6 @@ def _run_train(args: argparse.Namespace, interactive: bool) -> int:
         from app import headless
 
         return headless.run_train(args)
-    _tui_start()
     from app.tui import run_tui  # imported when chosen: a headless run never loads Textual
 
     return run_tui(_session(args))
@@ -257,13 +258,13 @@ def _dispatch(args: argparse.Namespace) -> int:
     from app import embedded
 
     interactive = not getattr(args, "no_tui", False) and has_terminal()
+    if interactive and args.command not in NO_TUI_COMMANDS:
+        _tui_start()
     if args.command == "train":
         if embedded.wants_local_backend(args):
             return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
         return _run_train(args, interactive)
     if args.command == "demo":
-        if interactive:
-            _tui_start()
         from app import demo
 
         return demo.run_demo(args, interactive=interactive)
@@ -277,7 +278,6 @@ def _dispatch(args: argparse.Namespace) -> int:
             from app import headless
 
             return headless.run_attach(args)
-        _tui_start()
         from app.tui import run_attach_tui
 
         return run_attach_tui(_session(args), args.job_id)
@@ -286,7 +286,6 @@ def _dispatch(args: argparse.Namespace) -> int:
             from app import headless
 
             return headless.run_history(args)
-        _tui_start()
         from app.tui import run_history_tui
 
         return run_history_tui(_session(args))
@@ -296,7 +295,6 @@ def _dispatch(args: argparse.Namespace) -> int:
             from app import headless
 
             return headless.run_compare(args)
-        _tui_start()
         from app.tui import run_compare_tui
 
         return run_compare_tui(_session(args), args.job_ids)
@@ -311,7 +309,6 @@ def _dispatch(args: argparse.Namespace) -> int:
             from app import headless
 
             return headless.run_jobs(args)
-        _tui_start()
         from app.tui import run_jobs_tui
 
         return run_jobs_tui(_session(args), status=args.status, max_jobs=args.limit, page_size=args.page_size,
