@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from app.core.rollouts import rollout_steps
+
 if TYPE_CHECKING:
     from app.core.rollouts import RolloutSummary
 
@@ -18,7 +20,7 @@ def next_phase(phase: str) -> str:
 
 def steps_of(summaries: Sequence[RolloutSummary], phase: str = "all") -> list[int]:
     """The steps that have rollouts of ``phase``, ascending."""
-    return sorted({s.step for s in summaries if phase == "all" or s.phase == phase})
+    return rollout_steps(s for s in summaries if phase == "all" or s.phase == phase)
 
 
 def step_rollouts(summaries: Sequence[RolloutSummary], step: int | None, phase: str = "all", *,
