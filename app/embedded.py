@@ -11,7 +11,6 @@ memory when the flow has one. It stops when the run ends, and a job still runnin
 from __future__ import annotations
 
 import argparse
-import secrets
 import sys
 from collections.abc import Callable
 
@@ -39,6 +38,8 @@ def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Nam
     """Start the embedded backend, run the flow against it, stop it."""
     # The servers (FastAPI, uvicorn) and the demo's folder claim load only when used: every
     # command asks wants_local_backend first, before its first screen (docs/performance.md).
+    import secrets
+
     from app.demo import claim_folder
     from app.local.servers import start_backend
 

@@ -10,7 +10,6 @@ from textual.content import Content
 from textual.widgets import Static
 
 from app.core.redact import printable
-from app.core.toml_source import TOML_LOCATION
 
 if TYPE_CHECKING:  # the schema's modules come with the first config, after the first frame (docs/performance.md)
     from app.core.picker import ConfigEntry
@@ -32,6 +31,8 @@ def problem_where(problem: Problem) -> str:
 
 def problem_text(problem: Problem) -> Content:
     """``compute.gpu_count  field required``, then the hint on its own line."""
+    from app.core.toml_source import TOML_LOCATION  # tomllib: not before the first frame
+
     location = "TOML" if problem.location == TOML_LOCATION else problem.location
     parts: list[tuple[str, str] | str] = [(location, "bold"), "  ", problem.message]
     if problem.hint:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -17,7 +16,6 @@ from typing import Any, Literal
 
 from app.core.config_kind import ConfigKind, infer_config_type
 from app.core.errors import ConfigError
-from app.core.toml_source import load_toml
 
 # ---------------------------------------------------------------------------------------
 # Discovery (docs/wire-contract.md#config-discovery)
@@ -78,6 +76,8 @@ def project_config_roots() -> list[Path]:
 
 def _kind_of_file(path: Path) -> ConfigKind | Literal["broken"]:
     """The config's kind, or "broken" for a file that cannot be read or parsed as TOML."""
+    from app.core.toml_source import load_toml  # tomllib: not before the first frame (docs/performance.md)
+
     try:
         return infer_config_type(load_toml(path))
     except (ConfigError, ValueError, RecursionError):
@@ -158,6 +158,8 @@ _UNREADABLE = object()
 
 def _read_state(path: Path) -> object:
     """The parsed JSON, _MISSING when there is no file, _UNREADABLE when it can't be used."""
+    import json  # json and tomllib load with the search, after the first frame (docs/performance.md)
+
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -185,6 +187,8 @@ def read_last_config(state_path: Path | None = None) -> Path | None:
 
 
 def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
+    import json
+
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:

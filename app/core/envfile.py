@@ -15,20 +15,21 @@ Nothing here prints, logs or reprs a full secret value.
 from __future__ import annotations
 
 import io
-import json
 import os
 import re
-import secrets
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
-
-from dotenv.parser import Binding, parse_stream
+from typing import TYPE_CHECKING, Literal
 
 from app.core.errors import EnvFileError
 from app.core.redact import mask_secret
+
+# python-dotenv, json and secrets are imported where used: the first screen reads no .env
+# (docs/performance.md#first-paint).
+if TYPE_CHECKING:
+    from dotenv.parser import Binding
 
 REQUIRED_KEYS: tuple[str, ...] = ("SYNTH_API_KEY", "ENVIRONMENT_API_KEY", "TASK_APP_URL")
 
@@ -149,6 +150,8 @@ def demo_state_env_path(state_dir: Path | None = None) -> Path | None:
     if state_dir is None:
         home = os.environ.get("SYNTH_AI_HOME")
         state_dir = Path(home).expanduser() if home else Path.home() / ".synth-ai"
+    import json
+
     try:
         data = json.loads((state_dir / "demo.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -278,6 +281,8 @@ def _parse(body: str) -> _Parsed:
 
 def _statement_spans(body: str) -> list[tuple[int, int, Binding]]:
     """(start, end, binding) of each non-blank statement, start skipping leading whitespace."""
+    from dotenv.parser import parse_stream
+
     spans: list[tuple[int, int, Binding]] = []
     offset = 0
     for binding in parse_stream(io.StringIO(body)):
@@ -626,6 +631,8 @@ def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) ->
     The existing file's mode is kept; a new file gets 0600. On failure the original is untouched
     and the temp file removed. ``exclusive`` refuses to replace an existing file.
     """
+    import secrets
+
     directory = target.parent
     tmp = directory / f".{target.name}.{secrets.token_hex(4)}.tmp"
     fd = -1

@@ -7,20 +7,20 @@ the policy for a history that cannot be written are the same everywhere.
 
 from __future__ import annotations
 
-import csv
-import shutil
-import sqlite3
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.core.history import RunHistory, RunRecord
 from app.core.paths import open_private, private_dir, run_dir
 
 if TYPE_CHECKING:  # the feed imports the watcher; a context is built long before a feed runs
     from app.core.feed import FeedBatch
+    from app.core.history import RunHistory, RunRecord
+
+# The run history (SQLite) and the export's csv are imported when first used: the first screen
+# reads neither (docs/performance.md#first-paint).
 
 
 def payload_model(payload: Mapping[str, Any] | None) -> str | None:
@@ -56,6 +56,10 @@ class JobContext:
 def remember(write: Callable[[RunHistory], None], history: RunHistory | None = None) -> str | None:
     """Write to the run history. The history is a convenience: one that cannot be written
     (a full disk, a locked file) never fails a run. The reason is returned, for a warning."""
+    import sqlite3
+
+    from app.core.history import RunHistory
+
     try:
         write(history or RunHistory())
     except (sqlite3.Error, OSError) as exc:
@@ -75,6 +79,10 @@ def stop_backend_jobs(history: RunHistory, backend: str) -> None:
 def read_history(job_id: str) -> RunRecord | None:
     """The job's record, if it was launched or watched from this machine; an unreadable
     history counts as none (attach then needs --backend, and says so)."""
+    import sqlite3
+
+    from app.core.history import RunHistory
+
     try:
         return RunHistory().get(job_id)
     except (sqlite3.Error, OSError):
@@ -84,6 +92,9 @@ def read_history(job_id: str) -> RunRecord | None:
 def export_run(job_id: str, points: Iterable[tuple[str, int, float]], when: datetime) -> Path:
     """The dashboard's export: the job's events as streamed (events.jsonl) and its metrics
     (metrics.csv: name, step, value) in a new private folder of the run's; returns it."""
+    import csv
+    import shutil
+
     folder = private_dir(run_dir(job_id) / f"export-{when:%Y%m%d-%H%M%S}")
     stream = run_dir(job_id) / "events.jsonl"
     with open_private(folder / "events.jsonl", "wb") as copy:

@@ -10,7 +10,6 @@ import asyncio
 import dataclasses
 import math
 import os
-import shlex
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from app.core import envfile
 from app.core.backend_url import checked_api_base
 from app.core.errors import EnvFileError, MissingSecretsError, UnusableSecretError, UsageError
-from app.core.history import RunRecord
 from app.core.jobs import JobContext, read_history, remember
 from app.core.launch import (
     EnvChoice,
@@ -43,6 +41,7 @@ if TYPE_CHECKING:
     from app.core import modal as modal_cli
     from app.core.client import RlSupport, SynthClient, VerifyResult
     from app.core.health import HealthReport
+    from app.core.history import RunRecord
     from app.core.streaming import WatchOptions
 
 
@@ -141,7 +140,10 @@ def check_idempotency_key(key: str) -> None:
 def attach_command(job_id: str, backend: str, env_path: str | Path | None) -> str:
     """`synth-tui attach` with every flag it needs to work when copied: the backend, and the
     .env to read SYNTH_API_KEY from (None: the shell's)."""
-    command = f"synth-tui attach {job_id} --backend {backend}"
+    import shlex
+
+    serve = "serve " if os.environ.get("SYNTH_TUI_SERVE") else ""  # in a browser tab (docs/browser.md)
+    command = f"synth-tui {serve}attach {job_id} --backend {backend}"
     return command if env_path is None else f"{command} --env-file {shlex.quote(str(env_path))}"
 
 

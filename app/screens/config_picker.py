@@ -10,6 +10,7 @@ enter) chooses it. The file work itself lives in app.core.picker.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,11 +23,14 @@ from textual.worker import get_current_worker
 
 from app.core import discovery
 from app.core.display_paths import home_relative
-from app.core.picker import ConfigEntry, config_path_problem, disk_stamp, find_config_entries, load_config_entry
 from app.screens.base import FlowScreen
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
-from widgets.path_prompt import PathPromptModal
+
+# What reads configs (TOML, .env) is imported in the workers that read them: the first frame
+# waits for none of it (docs/performance.md#first-paint).
+if TYPE_CHECKING:
+    from app.core.picker import ConfigEntry
 
 # --------------------------------------------------------------------------- the screen
 
@@ -135,6 +139,8 @@ class ConfigPickerScreen(FlowScreen):
 
     @work(thread=True, exclusive=True, group="picker-discover", exit_on_error=False, name="Looking for configs")
     def _discover(self) -> None:
+        from app.core.picker import find_config_entries
+
         entries = find_config_entries(self.session, list(self.opened))
         if not get_current_worker().is_cancelled:  # a newer reload replaced this one
             self.post_message(self.ConfigsFound(entries))
@@ -163,6 +169,8 @@ class ConfigPickerScreen(FlowScreen):
 
     @work(thread=True, exclusive=True, group="picker-recheck", exit_on_error=False, name="Re-reading a config")
     def _recheck(self, entry: ConfigEntry) -> None:
+        from app.core.picker import disk_stamp, load_config_entry
+
         if disk_stamp(entry.path) != entry.disk_stamp:
             fresh = load_config_entry(self.session, entry.path, last_used=entry.last_used, explicit=entry.explicit)
             self.post_message(self.EntryRefreshed(fresh))
@@ -229,6 +237,9 @@ class ConfigPickerScreen(FlowScreen):
     # -- open by path ---------------------------------------------------------------------------
 
     def action_open_path(self) -> None:
+        from app.core.picker import config_path_problem
+        from widgets.path_prompt import PathPromptModal
+
         cwd = self.session.options.cwd
         self.app.push_screen(
             PathPromptModal(
@@ -251,6 +262,8 @@ class ConfigPickerScreen(FlowScreen):
 
     @work(thread=True, group="picker-open", exit_on_error=False, name="Opening the config")
     def _load_opened(self, path: Path, *, last_used: bool, explicit: bool) -> None:
+        from app.core.picker import load_config_entry
+
         entry = load_config_entry(self.session, path, last_used=last_used, explicit=explicit)
         self.post_message(self.EntryRefreshed(entry, select=True))
 
@@ -288,6 +301,8 @@ class ConfigPickerScreen(FlowScreen):
     def _confirm_choice(self, entry: ConfigEntry) -> None:
         # Validate again: the file may have changed since it was listed. Remembering the
         # choice writes ~/.synth-ai/train_cli.json, so this stays off the UI thread too.
+        from app.core.picker import load_config_entry
+
         try:
             fresh = load_config_entry(self.session, entry.path, last_used=entry.last_used, explicit=entry.explicit)
             if fresh.ok:
