@@ -209,13 +209,47 @@ async def test_fallback_paths_only_after_a_404(faulty_backend):
         other.stop()
 
 
+def event_polls(backend: FaultyBackend, job_id: str) -> int:
+    """JSON reads of the job's events: one a tick while polling (the first tick tries the
+    stream instead, and the end's drain reads once more), so this counts the watcher's ticks."""
+    return sum(1 for verb, path, headers, _ in backend.requests
+               if path.endswith(f"/jobs/{job_id}/events") and "event-stream" not in headers.get("Accept", ""))
+
+
 async def test_at_most_three_requests_per_tick(faulty_backend):
-    job = faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=10)))
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=10)))
     await collect(faulty_backend, "job_a")
-    ticks = job.tick
-    # one extra events+metrics read at the end, after the terminal status, and one try of
-    # each stream path (/events/stream, then /events) before the watcher settles on polling
-    assert len(faulty_backend.requests) <= 3 * ticks + 2 + 2
+    # plus one try of each stream path (/events/stream, then /events) before polling
+    assert len(faulty_backend.requests) <= 3 * event_polls(faulty_backend, "job_a") + 2
+
+
+async def test_a_quiet_job_reads_its_status_every_third_tick_and_a_silent_change_still_shows(faulty_backend):
+    """A status read each tick was most of a quiet dashboard's CPU: a quiet tick reads only the
+    events, the status every STATUS_QUIET_TICKS ticks; a change that came with no event (here a
+    pause) still ends the watch within that many ticks."""
+
+    job = faulty_backend.add_job(ScriptedJob("job_quiet", [("running", [event(1)], [])]))
+    watcher_ticks_at_change = 0
+
+    def pause_later() -> None:
+        nonlocal watcher_ticks_at_change
+        deadline = time.monotonic() + 20
+        while event_polls(faulty_backend, "job_quiet") < 30 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        watcher_ticks_at_change = event_polls(faulty_backend, "job_quiet")
+        job.timeline = [*job.timeline, ("paused", [], [])]
+
+    pauser = threading.Thread(target=pause_later)
+    pauser.start()
+    updates = await collect(faulty_backend, "job_quiet")
+    pauser.join()
+    ended = updates[-1]
+    assert isinstance(ended, WatchEnded) and ended.status == "paused"
+    status_reads = faulty_backend.count("/jobs/job_quiet", "GET") - faulty_backend.count("/jobs/job_quiet/")
+    ticks = event_polls(faulty_backend, "job_quiet")
+    assert status_reads <= ticks / 3 + 3, (status_reads, ticks)  # it was one a tick
+    # the drain after the pause reads the events once more
+    assert ticks - watcher_ticks_at_change <= 3 + 2
 
 
 async def test_server_sent_events_used_and_a_broken_stream_falls_back(faulty_backend):
@@ -324,15 +358,14 @@ async def test_a_quiet_job_reads_metrics_less_often_and_a_lone_metric_still_arri
     import app.core.streaming as streaming
 
     monkeypatch.setattr(streaming, "METRICS_IDLE_INTERVAL", 0.2)
-    quiet = [("running", [], [])] * 30
+    quiet = [("running", [], [])] * 10  # a quiet tick reads the status every third tick: 30 ticks each
     timeline = [("running", [event(1)], []), *quiet, ("running", [], [metric("train.mean_score", 1, 0.5)]),
                 *quiet, ("succeeded", [event(2, "rl.job.completed")], [])]
     faulty_backend.add_job(ScriptedJob("job_quiet", timeline))
     updates = await collect(faulty_backend, "job_quiet")
-    statuses, metric_reads = faulty_backend.count("/jobs/job_quiet", "GET"), faulty_backend.count("/metrics")
-    status_reads = statuses - metric_reads - faulty_backend.count("/events")
-    assert status_reads >= len(timeline)
-    assert metric_reads < status_reads / 3, (metric_reads, status_reads)  # one a tick before
+    metric_reads, ticks = faulty_backend.count("/metrics"), event_polls(faulty_backend, "job_quiet")
+    assert ticks >= 3 * len(quiet)
+    assert metric_reads < ticks / 3, (metric_reads, ticks)  # one a tick before
     # The metric written without an event arrives during the quiet ticks after it, not at the end.
     order = [type(u).__name__ for u in updates if isinstance(u, (NewMetrics, StatusChanged))]
     assert order.index("NewMetrics") < len(order) - 1 and metric_keys(updates) == [("train.mean_score", 1)]

@@ -8,7 +8,8 @@ This is the poller of docs/product.md#streaming, fixing the SDK's JobStreamer (d
 - a status change is a change of value, not of timestamp; ``error`` is terminal;
 - events are deduplicated by seq across pages, paths, the SSE stream and restarts, and a
   short gap in seq is waited for before the cursor moves past it.
-Per tick it sends at most three requests (status, events, metrics), two with SSE.
+Per tick it sends at most three requests (status, events, metrics), two with SSE; a quiet
+job's tick skips the status and the metrics most of the time (docs/product.md#streaming).
 """
 
 from __future__ import annotations
@@ -43,6 +44,12 @@ METRICS_FOLLOW_INTERVAL = 1.0
 # long has passed since the last read: a quiet job costs one request a tick fewer, and a metric
 # written without an event still shows within this (docs/performance.md#a-quiet-dashboard).
 METRICS_IDLE_INTERVAL = 3.0
+# A tick reads the status when none is known yet, after a tick or a wait that brought events,
+# after a failed tick, or when STATUS_QUIET_TICKS ticks or METRICS_IDLE_INTERVAL seconds (the
+# sooner) have passed since the last read: a quiet job's tick is mostly one request, and a
+# status that changes without an event (a terminal one comes with its event) still shows
+# within three ticks (docs/performance.md#a-quiet-dashboard).
+STATUS_QUIET_TICKS = 3
 
 # --------------------------------------------------------------------------- updates
 
@@ -215,6 +222,9 @@ class JobWatcher:
         self._state = _State()
         self._metrics_read_at = 0.0  # monotonic time of the last metrics read
         self._metrics_flowing = False  # the last metrics read found points
+        self._status_read_at = 0.0  # monotonic time of the last status read
+        self._ticks_since_status = 0
+        self._events_came = False  # events arrived since the last tick started
 
     async def watch(self) -> AsyncIterator[Update]:
         opts = self.options
@@ -280,12 +290,24 @@ class JobWatcher:
 
     # -- one tick --------------------------------------------------------------
 
+    def _status_due(self) -> bool:
+        state = self._state
+        return (state.last_status is None or self._events_came or state.reconnecting
+                or self._ticks_since_status + 1 >= STATUS_QUIET_TICKS
+                or time.monotonic() - self._status_read_at >= METRICS_IDLE_INTERVAL)
+
     async def _tick(self) -> AsyncIterator[Update]:
-        status = await self.client.get_job(self.job_id, retries=0)
-        previous = self._state.last_status.status if self._state.last_status else None
-        self._state.last_status = status
-        if status.status != previous:
-            yield StatusChanged(status, previous)
+        if self._status_due():
+            status = await self.client.get_job(self.job_id, retries=0)
+            self._status_read_at = time.monotonic()
+            self._ticks_since_status = 0
+            previous = self._state.last_status.status if self._state.last_status else None
+            self._state.last_status = status
+            if status.status != previous:
+                yield StatusChanged(status, previous)
+        else:
+            self._ticks_since_status += 1
+        self._events_came = False
         self._ensure_sse()
         fresh_events = False
         if not self._sse_running():
@@ -302,6 +324,7 @@ class JobWatcher:
             points = await self._poll_metrics()
             if points:
                 yield NewMetrics(points)
+        self._events_came = fresh_events
         self.events.end_tick()
 
     async def _between_ticks(self, tick_end: float) -> AsyncIterator[Update]:
@@ -319,6 +342,7 @@ class JobWatcher:
                                                - time.monotonic()))
             batch = await self._next_streamed(remaining)
             if batch:
+                self._events_came = True
                 yield NewEvents(batch)
                 if self._state.terminal_from_event:
                     return
