@@ -7,8 +7,8 @@ the dashboard's pipeline (as with ``synth-tui attach`` to a backend elsewhere; i
 interactive ``synth-tui demo`` the servers share the process and the GIL as well).
 
 Requests per tick: one demo job watched by ``JobWatcher(poll_interval=0.2, use_sse=False)``
-(``SynthClient.request_count`` / ticks, a tick being a status request; the final drain's two
-reads count too) and, concurrently on the same job and backend, an emulation of the SDK
+(``SynthClient.request_count`` / ticks, a tick being a call of ``JobWatcher._tick``, which no
+longer reads the status every time; the final drain's two reads are reported apart) and, concurrently on the same job and backend, an emulation of the SDK
 0.2.22 JobStreamer's loop (docs/wire-contract.md#sdk-jobstreamer): status on /rl, /learning, /orchestration (first that
 works), events on all three, metrics on /rl and /learning: 6 requests a tick.
 
@@ -16,15 +16,16 @@ Latency: for each event shown, (time the dashboard's EventLog.add_events receive
 its ``created_at`` (the backend stamps UTC ISO times; same machine clock). The real
 ``SynthTuiApp`` in attach mode, headless, watches a fresh demo job with SSE (the default) and
 another polling at 1 s. Events from before the dashboard's first batch (the backlog at attach
-time) are left out. The dashboard offers no switch for SSE, so the polling run swaps the
-``WatchOptions`` the screen builds for one with ``use_sse=False`` (see the report: a
-``LaunchOptions.use_sse`` / ``--no-sse`` flag would be the hook).
+time) are left out. The dashboard offers no switch for SSE, so the polling run wraps
+``LaunchSession.watch_options`` (what both front ends watch a job with) to turn SSE off. (It
+patched the dashboard's ``WatchOptions`` name, which the screen stopped using when the session
+came to build the options: that "polling" run streamed, and read about 10 ms.)
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
+import dataclasses
 import json
 import secrets
 import subprocess
@@ -100,30 +101,31 @@ async def ours_per_tick(servers: Servers, job_id: str) -> dict:
     from app.core.client import SynthClient
     from app.core.streaming import JobWatcher, WatchOptions
 
-    at_status: list[int] = []  # the request count as each tick's status request goes out
+    at_tick: list[int] = []  # the request count as each tick starts
     async with SynthClient(servers.backend, servers.api_key) as client:
-        get_job = client.get_job
-
-        async def counting_get_job(*args, **kwargs):
-            at_status.append(client.request_count)
-            return await get_job(*args, **kwargs)
-
-        client.get_job = counting_get_job  # type: ignore[method-assign]
         options = WatchOptions(poll_interval=0.2, poll_timeout=600, use_sse=False)
-        async for _ in JobWatcher(client, job_id, options).watch():
+        watcher = JobWatcher(client, job_id, options)
+        tick = watcher._tick
+
+        def counting_tick():  # type: ignore[no-untyped-def]
+            at_tick.append(client.request_count)
+            return tick()
+
+        watcher._tick = counting_tick  # type: ignore[method-assign]
+        async for _ in watcher.watch():
             pass
-        return per_tick(at_status, client.request_count)
+        return per_tick(at_tick, client.request_count)
 
 
-def per_tick(at_status: list[int], total: int) -> dict:
-    """Requests per tick = requests between one tick's status request and the next's, over
-    the full ticks; what follows the last status request (that tick, plus the final read
-    after a terminal status) is reported apart."""
-    full = len(at_status) - 1
-    return {"requests": total, "ticks": len(at_status),
-            "per_tick": (at_status[-1] - at_status[0]) / full if full > 0 else None,
-            "max_tick": max((b - a for a, b in pairwise(at_status)), default=None),
-            "last_tick": total - at_status[-1] if at_status else None}
+def per_tick(at_tick: list[int], total: int) -> dict:
+    """Requests per tick = requests between one tick's start and the next's, over the full
+    ticks; what follows the last tick's start (that tick, plus the final read after a
+    terminal status) is reported apart."""
+    full = len(at_tick) - 1
+    return {"requests": total, "ticks": len(at_tick),
+            "per_tick": (at_tick[-1] - at_tick[0]) / full if full > 0 else None,
+            "max_tick": max((b - a for a, b in pairwise(at_tick)), default=None),
+            "last_tick": total - at_tick[-1] if at_tick else None}
 
 
 async def sdk_pattern_per_tick(servers: Servers, job_id: str, poll_interval: float = 0.2) -> dict:
@@ -190,9 +192,7 @@ def _epoch(created_at: str | None) -> float | None:
 
 
 async def screen_latency(servers: Servers, job_id: str, *, use_sse: bool) -> dict:
-    import app.screens.dashboard as dashboard
     from app.core.session import LaunchOptions, LaunchSession
-    from app.core.streaming import WatchOptions
     from app.screens.dashboard import DashboardScreen, JobContext
     from app.tui import SynthTuiApp
     from widgets.event_log import EventLog
@@ -206,8 +206,12 @@ async def screen_latency(servers: Servers, job_id: str, *, use_sse: bool) -> dic
         original(self, events)
 
     EventLog.add_events = recording  # type: ignore[method-assign]
+    watch_options = LaunchSession.watch_options
     if not use_sse:
-        dashboard.WatchOptions = functools.partial(WatchOptions, use_sse=False)  # type: ignore[misc]
+        def polling_options(self: LaunchSession, **kwargs):  # type: ignore[no-untyped-def]
+            return dataclasses.replace(watch_options(self, **kwargs), use_sse=False)
+
+        LaunchSession.watch_options = polling_options  # type: ignore[method-assign]
     try:
         session = LaunchSession(LaunchOptions(backend=servers.backend, poll_interval=1.0),
                                 shell={"SYNTH_API_KEY": servers.api_key})
@@ -221,7 +225,7 @@ async def screen_latency(servers: Servers, job_id: str, *, use_sse: bool) -> dic
                 await pilot.pause(0.1)
     finally:
         EventLog.add_events = original  # type: ignore[method-assign]
-        dashboard.WatchOptions = WatchOptions  # type: ignore[misc]
+        LaunchSession.watch_options = watch_options  # type: ignore[method-assign]
     if not received:
         return {"latencies": [], "backlog": 0}
     first_batch = received[0][0]
