@@ -126,6 +126,12 @@ class LogLines(Log):
     def rich_style(self) -> Style:
         return self._repaint_style if self._repaint_style is not None else super().rich_style
 
+    def on_resize(self) -> None:
+        # The lines are wrapped to this widget's width, so its own resize (not its
+        # container's, which can come before this one is laid out again) re-wraps them.
+        if isinstance(self.parent, EventLog):
+            self.parent.log_resized()
+
     def render_lines(self, crop: Region) -> list[Strip]:
         self._repaint_style = super().rich_style
         try:
@@ -185,7 +191,7 @@ class EventLog(Vertical):
                 self.new_while_away = 0
             self._update_status()
 
-    def on_resize(self) -> None:
+    def log_resized(self) -> None:
         if self._wrapped_at != self._wrap_width and self.kept:
             self.rebuild()  # the messages are wrapped to the width: wrap them again
         elif self.tailing:
