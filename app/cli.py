@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -15,9 +16,11 @@ from app import __version__
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
-COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp")
+COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp", "serve")
 # The commands that never open the TUI, whatever the terminal.
-NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp")
+NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "serve")
+# What textual-serve sets in a tab's environment: Textual draws for a browser (docs/browser.md).
+WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
 GIVE_UP_HELP = ("stop watching when a backend that answered before has not answered for S seconds: exit 5 "
                 "(default 60; 0 waits until --poll-timeout)")
 
@@ -71,7 +74,15 @@ def _add_server_env_file(parser: argparse.ArgumentParser) -> None:
                         help=".env to read the keys from; a variable set in the shell wins over the file")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line; ``only`` names the one command to add (main knows it from the first
+    word): the others' flags are not built for nothing (about 6 ms of a TUI's first paint,
+    docs/performance.md#first-paint). A parse gives the same result either way
+    (tests/test_cli_parser.py)."""
+
+    def wanted(command: str) -> bool:
+        return only is None or only == command
+
     parser = argparse.ArgumentParser(
         prog="synth-tui",
         description="Launch and watch RL training jobs on Synth or on an embedded local backend.",
@@ -82,9 +93,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"synth-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    train = sub.add_parser("train", help="the guided session (default command)")
-    _add_train_flags(train)
+    if wanted("train"):
+        _add_train_flags(sub.add_parser("train", help="the guided session (default command)"))
+    if wanted("demo"):
+        _add_demo_parser(sub)
+    if wanted("attach"):
+        _add_attach_parser(sub)
+    if wanted("history"):
+        history = sub.add_parser("history", help="jobs launched from this machine")
+        history.add_argument("--env-file", action="append", default=[], metavar="PATH",
+                             help=".env with SYNTH_API_KEY, used to attach or rerun")
+        history.add_argument("--no-tui", action="store_true", help="print the history as a table")
+    if wanted("jobs"):
+        _add_jobs_parser(sub)
+    if wanted("compare"):
+        _add_compare_parser(sub)
+    if wanted("rollouts"):
+        _add_rollouts_parser(sub)
+    if wanted("serve"):
+        _add_serve_parser(sub)
+    if wanted("backend"):
+        _add_backend_parser(sub)
+    if wanted("taskapp"):
+        _add_taskapp_parser(sub)
+    return parser
 
+
+def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
     demo = sub.add_parser("demo", help="embedded backend + reference task app + demo config, then the flow")
     demo.add_argument("--no-tui", action="store_true", help="run headless")
     demo.add_argument("--workdir", metavar="DIR",
@@ -96,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--poll-timeout", type=float, default=600.0, metavar="S")
     demo.add_argument("--stream-format", choices=["cli", "chart"], default="cli")
 
+
+def _add_attach_parser(sub: argparse._SubParsersAction) -> None:
     attach = sub.add_parser("attach", help="the live dashboard for an existing job")
     attach.add_argument("job_id")
     attach.add_argument("--backend", metavar="URL")
@@ -108,13 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
     attach.add_argument("--stream-format", choices=["cli", "chart"], default="cli")
     attach.add_argument("--metric", metavar="NAME", help="metric to chart")
 
-    history = sub.add_parser("history", help="jobs launched from this machine")
-    history.add_argument("--env-file", action="append", default=[], metavar="PATH",
-                         help=".env with SYNTH_API_KEY, used to attach or rerun")
-    history.add_argument("--no-tui", action="store_true", help="print the history as a table")
 
-    _add_jobs_parser(sub)
-
+def _add_compare_parser(sub: argparse._SubParsersAction) -> None:
     compare = sub.add_parser("compare", help="the metrics of several jobs of one backend on one grid")
     compare.add_argument("job_ids", nargs="+", metavar="JOB_ID", help="two or more job ids; the first leads")
     compare.add_argument("--backend", metavar="URL")
@@ -122,8 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--metric", metavar="NAME", help="the metric whose chart leads")
     compare.add_argument("--no-tui", action="store_true", help="print a table: per metric and job, last and best")
 
-    _add_rollouts_parser(sub)
 
+def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
     backend = sub.add_parser("backend", help="run the embedded backend as a server", epilog=_server_keys_epilog(
         "SYNTH_API_KEY (the key clients must send), ENVIRONMENT_API_KEY and the comma-separated "
         "ENVIRONMENT_API_KEY_ALIASES (the task-app keys it holds)"))
@@ -138,6 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "the environment or --env-file)")
     backend.add_argument("--db", metavar="PATH", help="SQLite state file (default: in the user's state folder)")
 
+
+def _add_taskapp_parser(sub: argparse._SubParsersAction) -> None:
     taskapp = sub.add_parser("taskapp", help="run the reference task app as a server", epilog=_server_keys_epilog(
         "ENVIRONMENT_API_KEY and the comma-separated ENVIRONMENT_API_KEY_ALIASES (the keys callers must send)"))
     taskapp.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
@@ -152,7 +186,6 @@ def build_parser() -> argparse.ArgumentParser:
     taskapp.add_argument("--env-key", action="append", default=[], metavar="KEY",
                          help="accepted ENVIRONMENT_API_KEY (visible to every user via ps: prefer the environment "
                               "or --env-file)")
-    return parser
 
 
 def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
@@ -187,6 +220,24 @@ def _add_rollouts_parser(sub: argparse._SubParsersAction) -> None:
     rollouts.add_argument("--env-file", action="append", default=[], metavar="PATH", help=".env with SYNTH_API_KEY")
 
 
+def _add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    """``synth-tui serve``: the app in a browser (docs/browser.md)."""
+    serve = sub.add_parser(
+        "serve", help="the same app in a browser (textual-serve): prints a URL that carries a token",
+        usage="synth-tui serve [--host HOST] [--port PORT] [COMMAND ...]",
+        description="Serve the app to a browser: each tab runs its own synth-tui COMMAND (default: the guided "
+                    "session; also demo, attach JOB_ID, jobs, history, compare JOB_ID..., with their flags) and "
+                    "closing the tab stops it. Only this machine can connect unless --host says otherwise, and "
+                    "every request needs the token in the printed URL. docs/browser.md")
+    serve.add_argument("--host", default="127.0.0.1",
+                       help="address to listen on (default: %(default)s; anything else is reachable beyond this "
+                            "machine, unencrypted: a warning is printed)")
+    serve.add_argument("--port", type=_count(0, 65535), default=8000,
+                       help="port to listen on (default: %(default)s; 0: any free port)")
+    serve.add_argument("command_line", nargs=argparse.REMAINDER, metavar="COMMAND",
+                       help="what each tab runs, with its flags, after serve's own options")
+
+
 def _count(low: int, high: int) -> Callable[[str], int]:
     def parse(text: str) -> int:
         try:
@@ -211,7 +262,8 @@ def normalise_argv(argv: Sequence[str]) -> list[str]:
 def main(argv: Sequence[str] | None = None) -> int:
     _tolerate_unencodable_output()
     try:
-        args = build_parser().parse_args(normalise_argv(sys.argv[1:] if argv is None else argv))
+        words = normalise_argv(sys.argv[1:] if argv is None else argv)
+        args = build_parser(words[0] if words[0] in COMMANDS else None).parse_args(words)
     except SystemExit as exc:  # argparse printed the usage error (or --help); keep its code
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     try:
@@ -298,6 +350,10 @@ def _dispatch(args: argparse.Namespace) -> int:
         from app.tui import run_compare_tui
 
         return run_compare_tui(_session(args), args.job_ids)
+    if args.command == "serve":
+        from app.web.command import run_serve
+
+        return run_serve(args)
     if args.command == "rollouts":  # headless only: the TUI shows them from the dashboard
         embedded.refuse_local_attach(args, to="show the rollouts of")
         from app import headless
@@ -321,7 +377,9 @@ def _session(args: argparse.Namespace) -> LaunchSession:
 
 
 def has_terminal() -> bool:
-    return sys.stdin.isatty() and sys.stdout.isatty()
+    """A terminal, or a browser tab of ``synth-tui serve``: there stdin and stdout are pipes to the
+    server and Textual draws through its web driver, which textual-serve names in TEXTUAL_DRIVER."""
+    return (sys.stdin.isatty() and sys.stdout.isatty()) or os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER
 
 
 if __name__ == "__main__":

@@ -1,0 +1,109 @@
+"""One browser tab's process (docs/browser.md#one-process-a-tab).
+
+textual-serve's ``AppService`` speaks Textual's web-driver protocol with the child; this
+subclass changes how the child starts and how it ends:
+
+- no shell and no secret on its command line: ``python -P -m app.web.child COMMAND...``
+  (the tab's command, checked by ``app.web.command``); keys reach it only through the
+  environment it inherits, as they reach ``synth-tui`` on a terminal;
+- its own process group, so that ending the tab can reach anything it started; its stderr is
+  the server's;
+- ``close`` does not wait for ever: the web driver's quit, then SIGTERM, then SIGKILL, each
+  after a bounded wait (textual-serve's own ``stop`` waits until the child has quit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from textual_serve.app_service import AppService
+
+# Set in every tab's environment: the app's "attach again" lines name `synth-tui serve attach`.
+SERVE_ENV = "SYNTH_TUI_SERVE"
+QUIT_GRACE = 10.0  # the app's own exit: a demo stops its servers and removes a temporary folder
+TERM_GRACE = 5.0
+
+
+def child_argv(command: Sequence[str]) -> list[str]:
+    """The tab's process: this interpreter, without the working directory on sys.path (-P: a
+    folder named like a module there must not replace ours)."""
+    return [sys.executable, "-P", "-m", "app.web.child", *command]
+
+
+class TabSession(AppService):
+    def __init__(self, command: Sequence[str], **kwargs: Any) -> None:
+        self.argv = child_argv(command)
+        self.ended_by = "itself"  # or what close() needed: quit, SIGTERM, SIGKILL
+        super().__init__(" ".join(self.argv), **kwargs)  # the text is only a label there
+
+    def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
+        environment = super()._build_environment(width=width, height=height)
+        environment[SERVE_ENV] = "1"
+        return environment
+
+    async def _open_app_process(self, width: int = 80, height: int = 24) -> asyncio.subprocess.Process:
+        # stderr is the server's own: what the tab's process says (why it could not start, where
+        # a demo ran) reaches the server's terminal as it is written. textual-serve would collect
+        # it and print it when the process ends, losing the last lines to a race; it is given a
+        # stream that has ended instead.
+        self._process = process = await asyncio.create_subprocess_exec(
+            *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
+            env=self._build_environment(width=width, height=height), start_new_session=True)
+        process.stderr = asyncio.StreamReader()
+        process.stderr.feed_eof()
+        assert process.stdin is not None
+        self._stdin = process.stdin
+        return process
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
+
+    async def close(self) -> None:
+        """End the tab's process and whatever it started; idempotent, bounded in time."""
+        process = self._process
+        if process is None:
+            return
+        if process.returncode is None:
+            self.ended_by = "quit"
+            await self._ask_to_quit()
+            if not await _exited(process, QUIT_GRACE):
+                self.ended_by = "SIGTERM"
+                _signal_group(process.pid, signal.SIGTERM)
+                if not await _exited(process, TERM_GRACE):
+                    self.ended_by = "SIGKILL"
+                    _signal_group(process.pid, signal.SIGKILL)
+                    await process.wait()
+        # Anything the child started in its group and left behind (it should leave nothing).
+        _signal_group(process.pid, signal.SIGKILL)
+        await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
+        task, self._task = self._task, None
+        if task is not None:
+            try:
+                await asyncio.wait_for(task, TERM_GRACE)
+            except (TimeoutError, asyncio.CancelledError):
+                task.cancel()
+
+    async def _ask_to_quit(self) -> None:
+        with contextlib.suppress(OSError, RuntimeError, TimeoutError):
+            await asyncio.wait_for(self.send_meta({"type": "quit"}), TERM_GRACE)
+
+
+async def _exited(process: asyncio.subprocess.Process, timeout: float) -> bool:
+    try:
+        await asyncio.wait_for(process.wait(), timeout)
+    except TimeoutError:
+        return False
+    return True
+
+
+def _signal_group(pid: int, signum: int) -> None:
+    """The child leads its own process group (start_new_session), so its id is the group's."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signum)
