@@ -106,7 +106,7 @@ def one_start(command: list[str]) -> float:
 
 
 def run(quick: bool) -> list[Figure]:
-    repeat = 3 if quick else 15
+    repeat = 3 if quick else 21
     with tempfile.NamedTemporaryFile("w", suffix="_minimal_app.py", delete=False) as script:
         script.write(MINIMAL_APP)
     commands = {"minimal Textual app": [sys.executable, script.name],

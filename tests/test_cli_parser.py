@@ -1,0 +1,70 @@
+"""The command line built for one command (what main does, to start faster) parses exactly as
+the whole command line does: the same namespace, or the same usage error."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from app.cli import COMMANDS, build_parser, normalise_argv
+
+VALID = [
+    [],
+    ["--config", "a.toml", "--backend", "local", "--no-tui"],
+    ["train", "--type", "rl", "--env-file", "x.env", "--poll-interval", "2"],
+    ["demo", "--no-tui", "--poll-interval", "0.1"],
+    ["attach", "job_1", "--backend", "http://h:1", "--metric", "train.mean_score"],
+    ["history", "--no-tui"],
+    ["jobs", "--status", "running", "--limit", "5", "--sort", "created"],
+    ["compare", "a", "b", "--metric", "m"],
+    ["rollouts", "job_1", "--step", "3"],
+    ["serve", "--port", "0", "attach", "job_1"],
+    ["backend", "--port", "9000", "--db", "x.sqlite3"],
+    ["taskapp", "--game", "crafter-lite", "--contract", "0.5"],
+]
+
+WORDS = [*COMMANDS, "--no-tui", "--backend", "local", "--port", "0", "x", "job_1", "--limit", "-1", "--bogus",
+         "--poll-interval", "nan", "--type", "rl", "sft", "--step", "--metric", "-h"]
+
+
+def outcome(parser_for_words, argv: list[str]) -> tuple[str, object]:
+    """The namespace, or argparse's exit code and what it printed."""
+    words = normalise_argv(argv)
+    err, out = io.StringIO(), io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            return "parsed", vars(parser_for_words(words).parse_args(words))
+    except SystemExit as exc:
+        return "exit", (exc.code, err.getvalue(), out.getvalue())
+
+
+def both(argv: list[str]) -> tuple[tuple[str, object], tuple[str, object]]:
+    whole = outcome(lambda words: build_parser(), argv)
+    one = outcome(lambda words: build_parser(words[0] if words[0] in COMMANDS else None), argv)
+    return whole, one
+
+
+@pytest.mark.parametrize("argv", VALID, ids=lambda argv: " ".join(argv) or "(none)")
+def test_every_command_parses_the_same_with_only_its_own_flags(argv):
+    whole, one = both(argv)
+    assert whole[0] == "parsed", whole
+    assert one == whole
+
+
+@pytest.mark.parametrize("argv", [["train", "--bogus"], ["attach"], ["jobs", "--limit", "0"],
+                                  ["taskapp", "--game", "chess"], ["demo", "--help"]])
+def test_a_usage_error_or_help_is_the_same(argv):
+    whole, one = both(argv)
+    assert whole[0] == "exit"
+    assert one == whole
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.sampled_from(WORDS), max_size=6))
+def test_any_words_give_the_same_outcome(argv):
+    whole, one = both(argv)
+    assert one == whole
