@@ -8,8 +8,9 @@ interactive ``synth-tui demo`` the servers share the process and the GIL as well
 
 Requests per tick: one demo job watched by ``JobWatcher(poll_interval=0.2, use_sse=False)``
 (``SynthClient.request_count`` / ticks, a tick being a call of ``JobWatcher._tick``, which no
-longer reads the status every time; the final drain's two reads are reported apart) and, concurrently on the same job and backend, an emulation of the SDK
-0.2.22 JobStreamer's loop (docs/wire-contract.md#sdk-jobstreamer): status on /rl, /learning, /orchestration (first that
+longer reads the status every time; the final drain's two reads are reported apart) and,
+concurrently on the same job and backend, an emulation of the SDK 0.2.22 JobStreamer's loop
+(docs/wire-contract.md#sdk-jobstreamer): status on /rl, /learning, /orchestration (first that
 works), events on all three, metrics on /rl and /learning: 6 requests a tick.
 
 Latency: for each event shown, (time the dashboard's EventLog.add_events received it) minus

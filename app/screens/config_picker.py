@@ -17,6 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Header, Input, OptionList, Static
 from textual.worker import get_current_worker
@@ -97,6 +98,13 @@ class ConfigPickerScreen(FlowScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
+        try:
+            self._set_up()
+        except NoMatches:  # the app quit while this screen mounted (a tab closed at once)
+            return
+        self.set_interval(self.CHANGE_CHECK_SECONDS, self.check_highlighted_for_changes)
+
+    def _set_up(self) -> None:
         where = home_relative(self.session.options.cwd)
         if discovery.project_config_roots():  # synth-tui's own example configs are listed too
             where += " and synth-tui's examples"
@@ -112,7 +120,6 @@ class ConfigPickerScreen(FlowScreen):
             # The search (and the config schema's import, in its thread) starts once this
             # screen has been drawn, so the first frame does not share the interpreter with it.
             self.call_after_refresh(self.action_reload)
-        self.set_interval(self.CHANGE_CHECK_SECONDS, self.check_highlighted_for_changes)
 
     def on_screen_resume(self) -> None:
         self._choosing = False
