@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from serve_harness import CHROMIUM, CHROMIUM_ARGS, Served, Tab
+from serve_harness import CHROMIUM_ARGS, Served, Tab, find_or_install_chromium
 
 
 @pytest.fixture
@@ -57,17 +57,25 @@ def serve(tmp_path):
         assert "Traceback" not in served.output() + served.stderr.read_text()
 
 
+@pytest.fixture(scope="session")
+def chromium_path():
+    """Debian's Chromium, or one found or installed now (serve_harness.find_or_install_chromium):
+    none is a failure that says what to install, never a skip."""
+    found, tried = find_or_install_chromium()
+    if found is None:
+        pytest.fail(f"No Chromium for the browser tests ({tried}). Install Debian's: apt-get install -y chromium "
+                    "(.ci/run does), or Playwright's: python -m playwright install chromium. They are never skipped.")
+    return found
+
+
 @pytest.fixture
-def chromium(tmp_path):
+def chromium(tmp_path, chromium_path):
     """A fresh Chromium profile (its own user-data-dir) for one test."""
-    if not CHROMIUM.exists():
-        pytest.fail(f"{CHROMIUM} is missing: the browser tests need Debian's Chromium "
-                    "(apt-get install -y chromium; .ci/run installs it). They are never skipped.")
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
         context = playwright.chromium.launch_persistent_context(
-            str(tmp_path / "chromium-profile"), executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGS,
+            str(tmp_path / "chromium-profile"), executable_path=str(chromium_path), headless=True, args=CHROMIUM_ARGS,
             viewport={"width": 1400, "height": 860})
         try:
             yield context

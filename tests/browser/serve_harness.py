@@ -16,7 +16,53 @@ from pilot_waits import poll_until
 
 T = TypeVar("T")
 
-CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's; .ci/run installs it
+INSTALL_LOCK = Path("/tmp/synth-tui-chromium-install.lock")
+
+
+def find_or_install_chromium() -> tuple[Path | None, str]:
+    """A Chromium for the browser tests, and what was tried: Debian's; else one Playwright has
+    downloaded; else Debian's, installed now (root with apt-get: what .ci/run does, so the
+    README's test command needs nothing more on a fresh Debian or Ubuntu); else Playwright's
+    download (a machine with internet). One test worker at a time installs (a file lock); the
+    others then find it."""
+    import fcntl
+    import shutil
+    import sys
+
+    tried = []
+    with INSTALL_LOCK.open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for attempt in ("found", "apt-get", "playwright install"):
+            if attempt == "apt-get":
+                if os.geteuid() != 0 or shutil.which("apt-get") is None:
+                    tried.append("apt-get: not root or no apt-get")
+                    continue
+                env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+                for command in (["apt-get", "install", "-y", "-qq", "chromium"], ["apt-get", "update", "-qq"],
+                                ["apt-get", "install", "-y", "-qq", "chromium"]):
+                    done = subprocess.run(command, env=env, capture_output=True, timeout=900)
+                    if command[1] == "install" and done.returncode == 0:
+                        break
+                tried.append(f"apt-get install chromium: exit {done.returncode}")
+            elif attempt == "playwright install":
+                done = subprocess.run([sys.executable, "-m", "playwright", "install", "chromium"],
+                                      capture_output=True, timeout=900)
+                tried.append(f"playwright install chromium: exit {done.returncode}")
+            found = _chromium_on_disk()
+            if found is not None:
+                return found, "; ".join(tried)
+    return None, "; ".join(tried)
+
+
+def _chromium_on_disk() -> Path | None:
+    if CHROMIUM.exists():
+        return CHROMIUM
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        downloaded = Path(playwright.chromium.executable_path)
+    return downloaded if downloaded.exists() else None
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
