@@ -36,11 +36,39 @@ def child_argv(command: Sequence[str]) -> list[str]:
     return [sys.executable, "-P", "-m", "app.web.child", *command]
 
 
+FRAME_BYTES = 1024
+
+
 class TabSession(AppService):
     def __init__(self, command: Sequence[str], **kwargs: Any) -> None:
         self.argv = child_argv(command)
         self.ended_by = "itself"  # or what close() needed: quit, SIGTERM, SIGKILL
+        self.page_focused = False
+        self.app_drew = False
         super().__init__(" ".join(self.argv), **kwargs)  # the text is only a label there
+
+    # Textual's web driver blurs the app as it starts (a queued AppBlur) and waits for the page to
+    # say it has focus. A page that said so before that blur ran was overruled by it: the app
+    # stayed blurred, and its footer, which skips key changes while blurred, stayed empty. So the
+    # page's focus is held until the app's first frame (its first output of FRAME_BYTES or more;
+    # the driver's own set-up writes are a few escape sequences), then passed on.
+
+    async def focus(self) -> None:
+        self.page_focused = True
+        if self.app_drew:
+            await super().focus()
+
+    async def blur(self) -> None:
+        self.page_focused = False
+        if self.app_drew:
+            await super().blur()
+
+    async def on_data(self, payload: bytes) -> None:
+        await super().on_data(payload)
+        if not self.app_drew and len(payload) >= FRAME_BYTES:
+            self.app_drew = True
+            if self.page_focused:
+                await super().focus()
 
     def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
         environment = super()._build_environment(width=width, height=height)

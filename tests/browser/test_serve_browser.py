@@ -39,12 +39,13 @@ def demo_keys(state: Path) -> dict[str, str]:
 def test_the_demo_walks_to_a_live_chart_in_the_browser_and_closing_the_tab_stops_it(serve, tab, tmp_path):
     served = serve("demo")
     assert tab.open(served.url).status == 200
-    tab.wait_for("Demo ready", "demo.toml", timeout=90)
+    # the first screen's footer has its keys though the page blurred the app before they were
+    # known (it stayed empty), and the terminal takes the keys without a click
+    tab.wait_for("Demo ready", "demo.toml", "Choose  / Filter  o Open path", timeout=90)
     [pid] = served.children()
     command_line = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
     assert served.token not in command_line
 
-    tab.page.click("#terminal")
     tab.press("Enter")  # choose the config
     keys = demo_keys(Path(os.environ["SYNTH_TUI_STATE_DIR"]))
     assert len(keys) == 2
