@@ -80,9 +80,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     docs/performance.md#first-paint). A parse gives the same result either way
     (tests/test_cli_parser.py)."""
 
-    def wanted(command: str) -> bool:
-        return only is None or only == command
-
     parser = argparse.ArgumentParser(
         prog="synth-tui",
         description="Launch and watch RL training jobs on Synth or on an embedded local backend.",
@@ -93,30 +90,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"synth-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    if wanted("train"):
-        _add_train_flags(sub.add_parser("train", help="the guided session (default command)"))
-    if wanted("demo"):
-        _add_demo_parser(sub)
-    if wanted("attach"):
-        _add_attach_parser(sub)
-    if wanted("history"):
-        history = sub.add_parser("history", help="jobs launched from this machine")
-        history.add_argument("--env-file", action="append", default=[], metavar="PATH",
-                             help=".env with SYNTH_API_KEY, used to attach or rerun")
-        history.add_argument("--no-tui", action="store_true", help="print the history as a table")
-    if wanted("jobs"):
-        _add_jobs_parser(sub)
-    if wanted("compare"):
-        _add_compare_parser(sub)
-    if wanted("rollouts"):
-        _add_rollouts_parser(sub)
-    if wanted("serve"):
-        _add_serve_parser(sub)
-    if wanted("backend"):
-        _add_backend_parser(sub)
-    if wanted("taskapp"):
-        _add_taskapp_parser(sub)
+    adders = {"train": _add_train_parser, "demo": _add_demo_parser, "attach": _add_attach_parser,
+              "history": _add_history_parser, "jobs": _add_jobs_parser, "compare": _add_compare_parser,
+              "rollouts": _add_rollouts_parser, "serve": _add_serve_parser, "backend": _add_backend_parser,
+              "taskapp": _add_taskapp_parser}
+    for command, add in adders.items():
+        if only is None or only == command:
+            add(sub)
     return parser
+
+
+def _add_train_parser(sub: argparse._SubParsersAction) -> None:
+    _add_train_flags(sub.add_parser("train", help="the guided session (default command)"))
+
+
+def _add_history_parser(sub: argparse._SubParsersAction) -> None:
+    history = sub.add_parser("history", help="jobs launched from this machine")
+    history.add_argument("--env-file", action="append", default=[], metavar="PATH",
+                         help=".env with SYNTH_API_KEY, used to attach or rerun")
+    history.add_argument("--no-tui", action="store_true", help="print the history as a table")
 
 
 def _add_demo_parser(sub: argparse._SubParsersAction) -> None:
