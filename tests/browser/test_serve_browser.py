@@ -96,3 +96,23 @@ def test_serve_attach_opens_the_dashboard_and_says_how_to_serve_the_job_again(se
     page_html = tab.page.content()
     assert "synth-tui serve attach JOB_ID" in page_html
     assert all(faulty_backend.api_key not in text for text in tab.seen) and faulty_backend.api_key not in page_html
+
+
+def test_serve_jobs_lists_the_backends_jobs_and_enter_attaches_to_one(serve, tab, faulty_backend, tmp_path):
+    """The jobs view, served: the backend's jobs listed newest first, and enter on the highlighted
+    one opens its live dashboard in the same tab."""
+    for i, job_id in enumerate(("job_web_new", "job_web_old")):
+        faulty_backend.add_job(ScriptedJob(
+            job_id, [("running", [event(1, message="Step 3/99: mean score 0.3")],
+                      [metric("train.mean_score", step, 0.1 * step) for step in range(1, 4)])],
+            created_at=f"2026-01-01T12:{59 - i:02d}:00Z", model="Qwen/Qwen3-0.6B"))
+    env_file = tmp_path / "jobs.env"
+    env_file.write_text(f"SYNTH_API_KEY={faulty_backend.api_key}\n")
+    served = serve("jobs", "--backend", faulty_backend.url, "--env-file", str(env_file))
+    tab.open(served.url)
+    screen = tab.wait_for("job_web_new", "job_web_old", "Attach")
+    assert screen.index("job_web_new") < screen.index("job_web_old")  # newest first
+
+    tab.press("Enter")
+    tab.wait_for("job_web_new", "mean score", "Step 3/99", pattern="[\u2800-\u28ff]")
+    assert all(faulty_backend.api_key not in text for text in tab.seen)
