@@ -223,7 +223,9 @@ async def test_statuses_refresh_live_and_errors_are_said_once(faulty_backend):
         loads = screen.loads
         await wait_for(pilot, lambda: screen.loads >= loads + 3, what="three failed refreshes")
         assert "Cannot reach the backend" in header(screen) and "trying again every 0.05 s" in header(screen)
-        assert sum("Cannot reach" in str(n.message) for n in app._notifications) == 1
+        # said once (the first failure may say the connection broke, the later ones that the
+        # backend cannot be reached: the server stopped while a kept-alive connection was open)
+        assert sum(n.title == "Job list" for n in app._notifications) == 1
         assert app.screen is screen  # no error modal
         assert table_column(screen, 1) == ["succeeded"]  # the last list stays
 
