@@ -27,32 +27,39 @@ def find_or_install_chromium() -> tuple[Path | None, str]:
     download (a machine with internet). One test worker at a time installs (a file lock); the
     others then find it."""
     import fcntl
-    import shutil
-    import sys
 
-    tried = []
+    tried: list[str] = []
     with INSTALL_LOCK.open("a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        for attempt in ("found", "apt-get", "playwright install"):
-            if attempt == "apt-get":
-                if os.geteuid() != 0 or shutil.which("apt-get") is None:
-                    tried.append("apt-get: not root or no apt-get")
-                    continue
-                env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-                for command in (["apt-get", "install", "-y", "-qq", "chromium"], ["apt-get", "update", "-qq"],
-                                ["apt-get", "install", "-y", "-qq", "chromium"]):
-                    done = subprocess.run(command, env=env, capture_output=True, timeout=900)
-                    if command[1] == "install" and done.returncode == 0:
-                        break
-                tried.append(f"apt-get install chromium: exit {done.returncode}")
-            elif attempt == "playwright install":
-                done = subprocess.run([sys.executable, "-m", "playwright", "install", "chromium"],
-                                      capture_output=True, timeout=900)
-                tried.append(f"playwright install chromium: exit {done.returncode}")
-            found = _chromium_on_disk()
+        found = _chromium_on_disk()
+        for install in (_apt_get_install, _playwright_install):
             if found is not None:
-                return found, "; ".join(tried)
-    return None, "; ".join(tried)
+                break
+            tried.append(install())
+            found = _chromium_on_disk()
+    return found, "; ".join(tried)
+
+
+def _apt_get_install() -> str:
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        return "apt-get: not root or no apt-get"
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    install = ["apt-get", "install", "-y", "-qq", "chromium"]
+    done = subprocess.run(install, env=env, capture_output=True, timeout=900)
+    if done.returncode != 0:  # the package lists may be missing or stale: fetch them, then again
+        subprocess.run(["apt-get", "update", "-qq"], env=env, capture_output=True, timeout=900)
+        done = subprocess.run(install, env=env, capture_output=True, timeout=900)
+    return f"apt-get install chromium: exit {done.returncode}"
+
+
+def _playwright_install() -> str:
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "playwright", "install", "chromium"],
+                          capture_output=True, timeout=900)
+    return f"playwright install chromium: exit {done.returncode}"
 
 
 def _chromium_on_disk() -> Path | None:
@@ -63,6 +70,8 @@ def _chromium_on_disk() -> Path | None:
     with sync_playwright() as playwright:
         downloaded = Path(playwright.chromium.executable_path)
     return downloaded if downloaded.exists() else None
+
+
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
