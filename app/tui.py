@@ -306,9 +306,19 @@ def run_app(app: SynthTuiApp) -> int:
 def guided_app(session: LaunchSession) -> SynthTuiApp:
     """The guided session's app. --modal-secret / --modal-app are read first, on the terminal
     (a container is started: it is said before; docs/modal.md), so the flow starts with them:
-    the env review shows them from "Modal secret NAME", and a complete set skips it."""
-    session.fetch_modal_values(announce=lambda text: print(text, file=sys.stderr, flush=True))
-    return SynthTuiApp(session, start=initial_step(session))
+    the env review shows them from "Modal secret NAME", and a complete set skips it. When Modal
+    gives nothing the flow still starts, and the env review shows why and what to do."""
+    failed = False
+    if session.options.modal_secret or session.options.modal_app:
+        from app.core.modal import ModalError  # only then: docs/performance.md#first-paint
+
+        try:
+            session.fetch_modal_values(announce=lambda text: print(text, file=sys.stderr, flush=True))
+        except ModalError as exc:
+            session.modal_failure = exc
+            failed = True
+    step = initial_step(session)
+    return SynthTuiApp(session, start="env" if failed and step != "picker" else step)
 
 
 def run_tui(session: LaunchSession) -> int:

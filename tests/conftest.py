@@ -94,8 +94,8 @@ def refuse_os_access(monkeypatch):
 
 class ModalStandin:
     """The stand-in `modal` CLI of tests/modal_standin (docs/modal.md): edit ``state`` (secrets,
-    apps, logged_in, delay, banner), then ``save()``; ``calls()`` is every argv it was run
-    with, and the mode of each file it read."""
+    apps, logged_in, delay, banner, create_lands), then ``save()``; ``calls()`` is every argv it
+    was run with, and the mode of each file it read; ``containers()`` every container it started."""
 
     def __init__(self, state_path, bin_dir) -> None:
         self.path = state_path
@@ -118,6 +118,13 @@ class ModalStandin:
         import json
 
         log = self.path.with_name(self.path.name + ".calls.jsonl")
+        return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+    def containers(self) -> list[dict]:
+        """Every container the stand-in really started (what a run paid for): the secrets mounted."""
+        import json
+
+        log = self.path.with_name(self.path.name + ".containers.jsonl")
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 

@@ -145,6 +145,40 @@ def test_a_failed_write_removes_the_file_too(standin):
     assert not os.path.exists(path)
 
 
+def test_a_send_is_confirmed_by_the_secret_list_without_a_container(standin):
+    cli = ModalCli()
+    created = cli.send_secret("fresh-env", {"ENVIRONMENT_API_KEY": VALUE})
+    assert created.confirmed and "fresh-env created" in created.detail and "ENVIRONMENT_API_KEY" in created.detail
+    replaced = cli.send_secret("task-app-env", {"ENVIRONMENT_API_KEY": VALUE})  # existed, with a 2025 time
+    assert replaced.confirmed and "task-app-env replaced" in replaced.detail
+    assert standin.reload()["secrets"]["task-app-env"] == {"ENVIRONMENT_API_KEY": VALUE}
+    assert not standin.containers()
+    assert [c["argv"][1:3] for c in standin.calls()][:3] == [["secret", "list"], ["secret", "create"],
+                                                              ["secret", "list"]]
+    assert "DISTINCTIVE" not in argv_text(standin) + created.detail + replaced.detail
+
+
+def test_a_send_that_did_not_land_is_said_to_be_unconfirmed(standin):
+    standin.state["create_lands"] = False  # the CLI says it worked; nothing is stored
+    standin.save()
+    fresh = ModalCli().send_secret("fresh-env", {"ENVIRONMENT_API_KEY": VALUE})
+    assert not fresh.confirmed and "does not list fresh-env" in fresh.detail
+    same = ModalCli().send_secret("task-app-env", {"ENVIRONMENT_API_KEY": VALUE})
+    assert not same.confirmed and "creation time it had before" in same.detail
+
+
+def test_a_send_whose_cli_reports_other_keys_is_unconfirmed(standin, tmp_path):
+    odd = tmp_path / "modal"  # the stand-in, whose create line names no key
+    real = standin.bin_dir / "modal"
+    odd.write_text("#!/bin/sh\nif [ \"$1 $2\" = 'secret create' ]; then\n"
+                   f"  {real} \"$@\" >/dev/null && echo \"Created a new secret '$3' with the key\"\n"
+                   "  exit $?\nfi\n"
+                   f"exec {real} \"$@\"\n")
+    odd.chmod(0o755)
+    sent = ModalCli(str(odd)).send_secret("fresh-env", {"ENVIRONMENT_API_KEY": VALUE})
+    assert not sent.confirmed and "not ENVIRONMENT_API_KEY" in sent.detail
+
+
 # --------------------------------------------------------------------------- apps
 
 
@@ -216,7 +250,8 @@ def test_a_slow_container_times_out_and_is_stopped(standin):
     standin.save()
     started = time.monotonic()
     with pytest.raises(ModalTimeout) as caught:
-        ModalCli().read_secret_value("task-app-env", timeout=1.0)
+        # check_exists=False: the 1 s is the container's (listing alone can take longer on a loaded machine)
+        ModalCli().read_secret_value("task-app-env", timeout=1.0, check_exists=False)
     assert time.monotonic() - started < 1.0 + modal.STOP_GRACE_S + 5
     assert "within 1 s" in caught.value.message and "stopped" in caught.value.message
     assert "DISTINCTIVE" not in full_text(caught.value)
@@ -401,6 +436,43 @@ def test_not_logged_in_ends_the_run_with_the_fix(headless_world, standin, capsys
     code = main(train_argv(headless_world, "--modal-secret", "task-app-env"))
     _, err = capsys.readouterr()
     assert code == ExitCode.CHECKS_FAILED and "modal token new" in err and "Traceback" not in err
+
+
+def test_a_typo_in_the_secret_name_costs_no_container_and_names_the_close_ones(headless_world, standin, capsys):
+    from app.cli import main
+
+    code = main(train_argv(headless_world, "--modal-secret", "task-app-evn"))
+    _, err = capsys.readouterr()
+    assert code == ExitCode.CHECKS_FAILED and "Traceback" not in err
+    assert "There is no Modal secret named task-app-evn. Did you mean task-app-env?" in err
+    assert "Starting a Modal container" not in err  # none started, so none is announced
+    assert standin.containers() == []
+
+
+def test_a_typo_in_the_app_name_costs_no_container(headless_world, standin, capsys):
+    """The app lookup is free and comes before the secret's container: a wrong --modal-app
+    ends the run before anything is paid for."""
+    from app.cli import main
+
+    code = main(train_argv(headless_world, "--modal-secret", "task-app-env", "--modal-app", "task-ap"))
+    _, err = capsys.readouterr()
+    assert code == ExitCode.CHECKS_FAILED and "Modal app task-ap was not found" in err
+    assert "Starting a Modal container" not in err
+    assert standin.containers() == []
+
+
+def test_the_container_is_announced_right_before_it_starts_and_only_then(standin):
+    session = LaunchSession(LaunchOptions(modal_secret="task-app-env", modal_app="task-app"), shell=dict(os.environ))
+    notices: list[str] = []
+
+    def announce(text: str) -> None:
+        notices.append(text)
+        if "container" in text:  # nothing paid for yet when it is said
+            assert standin.containers() == []
+
+    session.fetch_modal_values(announce=announce)
+    assert [n.split(" ")[0] for n in notices] == ["Looking", "Starting"]
+    assert standin.containers() == [{"secrets": ["task-app-env"]}]
 
 
 def test_the_printer_never_sees_the_value(headless_world):

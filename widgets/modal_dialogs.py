@@ -1,6 +1,7 @@
 """The env review's Modal dialogs: choose a secret to read ENVIRONMENT_API_KEY from, wait for
 the container that reads it (esc cancels), choose a deployed app's web endpoint for
-TASK_APP_URL, and name the secret to send the key to (docs/modal.md, docs/product.md#env-review).
+TASK_APP_URL, and name the secret to send the key to (docs/modal.md, docs/product.md#env-review);
+and the env review's notice when --modal-secret / --modal-app gave nothing.
 
 No dialog ever shows a secret's value: a read value goes straight to the .env in memory, as
 an unsaved, masked edit.
@@ -15,6 +16,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, LoadingIndicator, OptionList, Static
 from textual.widgets.option_list import Option
@@ -24,6 +26,18 @@ from app.core.redact import printable
 READ_COST = ("Reading a value starts a short Modal container with the secret mounted: it takes a few "
              "seconds to tens of seconds and uses a little compute on your Modal account. Modal has no "
              "other way to read a secret.")
+
+
+class ModalFailureNotice(Static):
+    """Why --modal-secret / --modal-app gave nothing before the first screen, and the fix."""
+
+    def __init__(self, message: str, hint: str | None) -> None:
+        text = Content.assemble(("⚠ Modal: ", "bold $text-error"), printable(message))
+        if hint:
+            text = Content.assemble(text, "\n", ("What to do: ", "bold"), printable(hint))
+        text = Content.assemble(text, "\n", ("Or select ENVIRONMENT_API_KEY or TASK_APP_URL and press m to take it "
+                                              "from Modal here, or enter to set it yourself.", "$text-muted"))
+        super().__init__(text, id="env-modal-problem")
 
 
 class ModalSecretPicker(ModalScreen[str | None]):

@@ -11,6 +11,7 @@ a file readable only by its owner, in a private folder removed afterwards.
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
@@ -130,6 +131,18 @@ class ModalApp:
     @property
     def deployed(self) -> bool:
         return self.state == "deployed"
+
+
+@dataclass(frozen=True)
+class SecretSent:
+    """What :meth:`ModalCli.send_secret` wrote, and whether Modal showed afterwards that it
+    landed: ``confirmed`` with ``detail`` saying how, or not, with ``detail`` saying why
+    (docs/modal.md#confirming-a-send)."""
+
+    name: str
+    keys: tuple[str, ...]
+    confirmed: bool
+    detail: str
 
 
 class WebEndpoint(NamedTuple):
@@ -276,7 +289,7 @@ class ModalCli:
         name = check_object_name(name, "secret")
         key = check_key_name(key)
         if check_exists:
-            self._require_secret(name, timeout=min(timeout, DEFAULT_TIMEOUT_S), cancel=cancel)
+            self.require_secret(name, timeout=min(timeout, DEFAULT_TIMEOUT_S), cancel=cancel)
         marker = f"synth_tui_{secrets.token_hex(8)}"
         result = self._run(["shell", "--secret", name, "--no-pty", "--cmd", _print_one_variable(key, marker)],
                            timeout=timeout, cancel=cancel, what=f"reading {key} from Modal secret {name}",
@@ -307,7 +320,54 @@ class ModalCli:
         of mode 0600 in a private folder, removed afterwards even when the call fails; never a
         command line, which ``ps`` shows. docs/modal.md#writing-a-secret says why JSON and not
         --from-dotenv. Returns the names of the keys the secret now holds."""
+        self._create_secret(check_object_name(name, "secret"), values, timeout=timeout, cancel=cancel)
+        return list(values)
+
+    def send_secret(self, name: str, values: Mapping[str, str], *, timeout: float = DEFAULT_TIMEOUT_S,
+                    cancel: threading.Event | None = None) -> SecretSent:
+        """:meth:`write_secret`, then a check that it landed, with no container: the secret
+        must be in ``modal secret list`` afterwards, newly created (a replaced secret is a new
+        one, with a new creation time), and the CLI must have reported every key sent. A
+        value cannot be read back for free, so it is not compared (docs/modal.md#confirming-a-send).
+        A failure before the write raises; one of the check after it is a ``SecretSent``
+        that is not confirmed, saying why."""
         name = check_object_name(name, "secret")
+        before = {s.name: s for s in self.list_secrets(timeout=timeout, cancel=cancel)}
+        stdout = self._create_secret(name, values, timeout=timeout, cancel=cancel)
+        keys = tuple(values)
+
+        def sent(confirmed: bool, detail: str) -> SecretSent:
+            return SecretSent(name, keys, confirmed, detail)
+
+        reported = _reported_keys(stdout, name)
+        if reported is None:
+            return sent(False, f"`modal secret create` did not print its usual 'Created a new secret {name!r}' line.")
+        unreported = [k for k in keys if k not in reported]
+        if unreported:
+            return sent(False, f"`modal secret create` reported the keys {', '.join(reported) or 'none'}, "
+                               f"not {', '.join(unreported)}.")
+        try:
+            after = self.list_secrets(timeout=timeout, cancel=cancel)
+        except ModalCancelled:
+            raise
+        except ModalError as exc:
+            return sent(False, f"`modal secret list` failed afterwards: {exc.message}")
+        row = next((s for s in after if s.name == name), None)
+        if row is None:
+            return sent(False, f"`modal secret list` does not list {name} afterwards "
+                               "(MODAL_ENVIRONMENT chooses the environment of both calls).")
+        earlier = before.get(name)
+        if earlier is not None and earlier.created_at == row.created_at:
+            return sent(False, f"`modal secret list` shows {name} with the creation time it had before "
+                               f"({row.created_at or 'none'}), so it does not show that it was replaced.")
+        when = f" at {row.created_at}" if row.created_at else ""
+        done = "replaced" if earlier is not None else "created"
+        return sent(True, f"`modal secret list` shows {name} {done}{when}, and Modal reported the key"
+                          f"{'s' if len(keys) > 1 else ''} {', '.join(keys)}.")
+
+    def _create_secret(self, name: str, values: Mapping[str, str], *, timeout: float,
+                       cancel: threading.Event | None) -> str:
+        """``modal secret create NAME --from-json FILE --force``; returns its stdout."""
         if not values:
             raise ModalUsageError("Nothing to send: a Modal secret needs at least one key.")
         for key, value in values.items():
@@ -327,15 +387,25 @@ class ModalCli:
             shutil.rmtree(folder, ignore_errors=True)
         if result.returncode != 0:
             raise self._failure(result, f"modal secret create {name}", secret=name)
-        return list(values)
+        return result.stdout
 
-    def _require_secret(self, name: str, *, timeout: float, cancel: threading.Event | None) -> None:
+    def require_secret(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_S,
+                       cancel: threading.Event | None = None) -> ModalSecret:
+        """The secret ``name`` as ``modal secret list`` shows it: free (no container), so it
+        comes before any read. Not there: ModalSecretNotFound naming the closest names first."""
+        name = check_object_name(name, "secret")
         found = self.list_secrets(timeout=timeout, cancel=cancel)
-        if any(s.name == name for s in found):
-            return
+        row = next((s for s in found if s.name == name), None)
+        if row is not None:
+            return row
         names = [s.name for s in found]
-        known = (f" The secrets here are: {', '.join(names[:8])}{' …' if len(names) > 8 else ''}." if names
-                 else " There are no secrets in the active Modal environment.")
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        known = f" Did you mean {' or '.join(close)}?" if close else ""
+        if names:
+            ordered = close + [n for n in names if n not in close]
+            known += f" The secrets here are: {', '.join(ordered[:8])}{' …' if len(ordered) > 8 else ''}."
+        else:
+            known = " There are no secrets in the active Modal environment."
         raise ModalSecretNotFound(f"There is no Modal secret named {name}.{known}",
                                   "`modal secret list` lists them (MODAL_ENVIRONMENT chooses the environment).")
 
@@ -536,6 +606,16 @@ def _between_markers(output: str, marker: str) -> str | None:
     return output[start + len(begin):stop]
 
 
+def _reported_keys(stdout: str, name: str) -> list[str] | None:
+    """The keys of "Created a new secret 'NAME' with the key(s) 'A', 'B'" (cli/secret.py
+    ``create``; docs/modal.md#writing-a-secret), None when that line is not there."""
+    for line in stdout.splitlines():
+        head, _, keys = line.partition(" with the key")
+        if head.strip() == f"Created a new secret {name!r}":
+            return re.findall(r"'([A-Za-z_][A-Za-z0-9_]*)'", keys)
+    return None
+
+
 def _error_text(stream: str) -> str:
     """The message of an ``Error: …`` the CLI printed (rich tables and code samples dropped),
     else the last non-empty line; at most 300 characters, control characters escaped."""
@@ -587,6 +667,7 @@ __all__ = [
     "ModalSecretNotFound",
     "ModalTimeout",
     "ModalUsageError",
+    "SecretSent",
     "WebEndpoint",
     "check_key_name",
     "container_notice",

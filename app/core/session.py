@@ -196,6 +196,9 @@ class LaunchSession:
     # Keys fetched from Modal for this session (use_modal_value): they win over the shell and
     # the .env, are masked like every secret and are never written to the .env on their own.
     modal_keys: dict[str, envfile.ResolvedKey] = field(default_factory=dict)
+    # Why --modal-secret / --modal-app gave nothing, in the TUI: the env review shows it, with
+    # the fix, instead of the app ending before its first screen (docs/modal.md#in-synth-tui).
+    modal_failure: modal_cli.ModalError | None = None
     # What the prepared payload was built from; the same inputs give it back without a re-read.
     _prepared_from: tuple[object, ...] | None = field(default=None, init=False, repr=False)
 
@@ -340,8 +343,10 @@ class LaunchSession:
                            announce: Callable[[str], None] | None = None,
                            cancel: threading.Event | None = None) -> None:
         """What --modal-secret and --modal-app ask for: ENVIRONMENT_API_KEY read from the
-        secret (a container is started: ``announce`` is told first), TASK_APP_URL from the
-        app's web endpoint. Raises the ModalError of app/core/modal.py that stopped it."""
+        secret, TASK_APP_URL from the app's web endpoint. The free checks come first (the
+        secret is listed, the app resolves): a typo in either costs no container. Only then is
+        the container started, ``announce`` told right before. Raises the ModalError of
+        app/core/modal.py that stopped it (docs/modal.md#in-synth-tui)."""
         options = self.options
         if not (options.modal_secret or options.modal_app):
             return
@@ -349,16 +354,18 @@ class LaunchSession:
 
         cli = cli or modal_cli.ModalCli(env=self.shell)
         if options.modal_secret:
-            if announce:
-                announce(modal_cli.container_notice(options.modal_secret))
-            value = cli.read_secret_value(options.modal_secret, cancel=cancel)
-            self.use_modal_value("ENVIRONMENT_API_KEY", value, f"Modal secret {options.modal_secret}")
+            cli.require_secret(options.modal_secret, cancel=cancel)
         if options.modal_app:
             if announce:
                 announce(f"Looking up the web endpoint of Modal app {options.modal_app}…")
             endpoint = cli.task_app_endpoint(options.modal_app, cancel=cancel)
             app = options.modal_app.partition("/")[0]
             self.use_modal_value("TASK_APP_URL", endpoint.url, f"Modal app {app}/{endpoint.function}")
+        if options.modal_secret:
+            if announce:
+                announce(modal_cli.container_notice(options.modal_secret))
+            value = cli.read_secret_value(options.modal_secret, cancel=cancel, check_exists=False)
+            self.use_modal_value("ENVIRONMENT_API_KEY", value, f"Modal secret {options.modal_secret}")
 
     def _as_this_run_needs(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
         """With --backend local, SYNTH_API_KEY is the key of the backend this process started,

@@ -11,13 +11,19 @@ import threading
 from collections.abc import Callable
 from typing import TypeVar
 
-from textual import work
+from textual import events, on, work
 from textual.binding import Binding
 
-from app.core.modal import ModalCancelled, ModalCli, deployed_endpoints
+from app.core.modal import ModalCancelled, ModalCli, SecretSent, deployed_endpoints
 from app.screens.base import FlowScreen
 from widgets.env_table import MaskedEnvTable
-from widgets.modal_dialogs import ModalEndpointPicker, ModalSecretPicker, ModalWait, SendToModalModal
+from widgets.modal_dialogs import (
+    ModalEndpointPicker,
+    ModalFailureNotice,
+    ModalSecretPicker,
+    ModalWait,
+    SendToModalModal,
+)
 
 T = TypeVar("T")
 
@@ -40,6 +46,19 @@ class ModalActions(FlowScreen):
     # The secret ENVIRONMENT_API_KEY was read from in this session: Send to Modal offers it.
     modal_secret: str | None = None
     apply_value: Callable[[str, str], None]
+
+    @on(events.Mount)
+    def _show_modal_failure(self) -> None:
+        """--modal-secret / --modal-app gave nothing before the first screen: say why and the
+        fix here, above the keys, until a read from Modal succeeds (docs/modal.md#in-synth-tui)."""
+        failure = self.session.modal_failure
+        if failure is not None:
+            self.mount(ModalFailureNotice(failure.message, failure.hint), after="#env-status")
+
+    def _modal_read_succeeded(self) -> None:
+        self.session.modal_failure = None
+        for notice in self.query(ModalFailureNotice):
+            notice.remove()
 
     def action_from_modal(self) -> None:
         name = self.query_one(MaskedEnvTable).selected_key
@@ -84,6 +103,7 @@ class ModalActions(FlowScreen):
             return
         self.apply_value("ENVIRONMENT_API_KEY", value)
         self.modal_secret = chosen
+        self._modal_read_succeeded()
         self.notify(f"ENVIRONMENT_API_KEY read from Modal secret {chosen}: not saved yet (ctrl+s saves).",
                     title="From Modal")
 
@@ -101,6 +121,7 @@ class ModalActions(FlowScreen):
         url = await self.app.push_screen_wait(ModalEndpointPicker(endpoints))
         if url:
             self.apply_value("TASK_APP_URL", url)
+            self._modal_read_succeeded()
             self.notify(f"TASK_APP_URL set to {url}: not saved yet (ctrl+s saves).", title="From Modal")
 
     def action_send_to_modal(self) -> None:
@@ -118,9 +139,19 @@ class ModalActions(FlowScreen):
         if name is None:
             return
         cli = ModalCli()
-        done = await self._modal_call(f"Writing ENVIRONMENT_API_KEY into Modal secret {name}…",
-                                      lambda cancel: cli.write_secret(name, {"ENVIRONMENT_API_KEY": value},
-                                                                      cancel=cancel) or True)
-        if done:
-            self.modal_secret = name
-            self.notify(f"ENVIRONMENT_API_KEY sent to Modal secret {name}.", title="Send to Modal")
+        sent: SecretSent | None = await self._modal_call(
+            f"Writing ENVIRONMENT_API_KEY into Modal secret {name}, then checking that it landed…",
+            lambda cancel: cli.send_secret(name, {"ENVIRONMENT_API_KEY": value}, cancel=cancel))
+        if sent is None:
+            self.notify("Cancelled: if the write had already started, `modal secret list` shows whether it landed.",
+                        title="Send to Modal", severity="warning")
+            return
+        self.modal_secret = name
+        if sent.confirmed:
+            self.notify(f"ENVIRONMENT_API_KEY sent to Modal secret {name} and confirmed: {sent.detail}",
+                        title="Send to Modal")
+        else:
+            self.notify(f"ENVIRONMENT_API_KEY sent to Modal secret {name}, but it could not be confirmed: "
+                        f"{sent.detail} Check with `modal secret list`, or select ENVIRONMENT_API_KEY and press m "
+                        "to read it back (starts a container).",
+                        title="Send to Modal: not confirmed", severity="warning", timeout=30)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import html
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
 from test_env_review import SYNTH_KEY, env_screen, row, select_row
@@ -20,6 +22,7 @@ from widgets.modal_dialogs import ModalEndpointPicker, ModalSecretPicker, ModalW
 
 MODAL_KEY = "envk_MODAL_FAKE_5f4e3d2c1b0a99887766554433"
 TASK_URL = "https://ws--task-app-fastapi-app.modal.run"
+EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "rl"
 
 pytestmark = pytest.mark.usefixtures("project_configs_only")
 
@@ -53,7 +56,8 @@ async def test_the_key_from_a_modal_secret_arrives_masked_and_unsaved(make_app, 
         await wait_for_process(pilot, lambda: isinstance(app.screen, ModalSecretPicker), "the secret list")
         picker = app.screen
         assert picker.names[0] == "task-app-env", "names holding env first"
-        assert "a little compute" in screen_text(app)
+        # the picker's first frame comes after it is pushed: wait for it rather than race it
+        await wait_for_process(pilot, lambda: "a little compute" in screen_text(app), "the picker to be drawn")
         await pilot.press("enter")
         await wait_for_process(pilot, lambda: isinstance(app.screen, EnvReviewScreen) and "ENVIRONMENT_API_KEY" in
                          screen.edited, "the value")
@@ -92,6 +96,8 @@ async def test_send_to_modal_writes_the_key_into_the_named_secret(make_app, proj
         await pilot.press("enter")
         await wait_for_process(pilot, lambda: any("sent to Modal secret fresh-secret" in str(n.message)
                                             for n in app._notifications), "the send")
+        (note,) = [n for n in app._notifications if "Send to Modal" in str(n.title)]
+        assert "sent to Modal secret fresh-secret and confirmed" in str(note.message)
     state = json.loads(standin.path.read_text())
     assert state["secrets"]["fresh-secret"] == {"ENVIRONMENT_API_KEY": MODAL_KEY}
     assert all(MODAL_KEY not in " ".join(call["argv"]) for call in standin.calls())
@@ -143,3 +149,63 @@ async def test_the_modal_secret_flag_fills_the_key_before_the_flow_starts(projec
         cells = " ".join(row(screen, "ENVIRONMENT_API_KEY"))
         assert "Modal" in cells and MODAL_KEY not in screen_text(app)
     assert "ENVIRONMENT_API_KEY" not in env_path.read_text()
+
+
+async def test_a_modal_app_typo_opens_the_env_review_with_the_problem_shown(project, standin, capsys):
+    """A failing --modal-app no longer ends the TUI before any screen: the env review opens
+    (even though the .env is complete and would skip it), says what failed and how to fix it,
+    and m there takes the endpoint, which clears the notice. Nothing started a container."""
+    config = project / "configs" / "crafter_qwen4b.toml"
+    shutil.copy(EXAMPLES / "crafter_qwen4b.toml", config)
+    env_path = project / ".env"
+    env_path.write_text(f"SYNTH_API_KEY={SYNTH_KEY}\nENVIRONMENT_API_KEY={MODAL_KEY}\nTASK_APP_URL=http://127.0.0.1:9\n")
+    session = LaunchSession(LaunchOptions(cwd=project, config_paths=[str(config)], env_files=[str(env_path)],
+                                          modal_secret="task-app-env", modal_app="task-ap"),
+                            shell=dict(os.environ))
+    app = guided_app(session)
+    assert app.start == "env"
+    assert "Modal container" not in capsys.readouterr().err
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await wait_for_process(pilot, lambda: bool(screen.query("#env-modal-problem")), "the notice")
+        text = screen_text(app)
+        assert "Modal app task-ap was not found" in text and "modal app list" in text
+        await select_row(pilot, screen, "TASK_APP_URL")
+        await pilot.press("m")
+        await wait_for_process(pilot, lambda: isinstance(app.screen, ModalEndpointPicker), "the endpoints")
+        await pilot.press("enter")
+        await wait_for_process(pilot, lambda: not screen.query("#env-modal-problem"), "the notice to go")
+        assert session.modal_failure is None
+    assert standin.containers() == []
+
+
+async def test_a_secret_typo_opens_the_env_review_naming_the_close_secret(project, standin, capsys):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
+    session = LaunchSession(LaunchOptions(cwd=project, env_files=[str(project / ".env")],
+                                          modal_secret="task-app-evn"), shell=dict(os.environ))
+    app = guided_app(session)  # no --config: the picker first, the notice waits for the env review
+    assert "Modal container" not in capsys.readouterr().err
+    app.start = "env"
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await wait_for_process(pilot, lambda: bool(screen.query("#env-modal-problem")), "the notice")
+        assert "Did you mean task-app-env?" in screen_text(app)
+    assert standin.containers() == []
+
+
+async def test_a_send_that_did_not_land_is_said_so(make_app, project, standin):
+    standin.state["create_lands"] = False  # the CLI says it worked; nothing is stored
+    standin.save()
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\nENVIRONMENT_API_KEY={MODAL_KEY}\n")
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await env_screen(pilot)
+        await pilot.press("u")
+        await wait_for_process(pilot, lambda: isinstance(app.screen, SendToModalModal), "the secret name")
+        app.screen.query_one("#modal-send-name").value = "fresh-secret"
+        await pilot.press("enter")
+        await wait_for_process(pilot, lambda: any("could not be confirmed" in str(n.message)
+                                                  for n in app._notifications), "the check")
+        (note,) = [n for n in app._notifications if "Send to Modal" in str(n.title)]
+        assert note.severity == "warning" and "does not list fresh-secret" in str(note.message)
+        assert "and confirmed" not in str(note.message) and MODAL_KEY not in str(note.message)
