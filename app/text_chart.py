@@ -64,8 +64,10 @@ class TextChart:
         lines = [chart]
         if series is not None and len(series):
             readouts = series.readouts()
-            lines.append(f"latest: {readouts.last:.4f} (step {readouts.step})  best: {readouts.best:.4f}  "
-                         f"min: {readouts.minimum:.4f}  max: {readouts.maximum:.4f}")
+            # A score's best and min; any other measure's min only once (Readouts.best_label).
+            low = f"min: {readouts.minimum:.4f}  " if readouts.best_label == "best" else ""
+            lines.append(f"latest: {readouts.last:.4f} (step {readouts.step})  "
+                         f"{readouts.best_label}: {readouts.best:.4f}  {low}max: {readouts.maximum:.4f}")
         if self.last_event is not None:
             lines.append(f"event: {event_line(self.last_event)}")
         return "\n".join(lines)

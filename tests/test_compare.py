@@ -63,3 +63,17 @@ def test_rows_follow_the_chart_order_and_mark_a_missing_metric():
     assert rows == [("train.mean_score", "job_a", 1), ("train.mean_score", "job_b", 1),
                     ("eval.mean_score", "job_a", 1), ("eval.mean_score", "job_b", 0),
                     ("train.loss", "job_a", 1), ("train.loss", "job_b", 0)]
+
+
+def test_run_labels_tell_the_runs_of_a_chart_apart_in_a_few_characters():
+    from app.core.compare import run_labels
+
+    hosted = ["job_f035a1b2c3d4e5f6a7b8c9d0", "job_f035a1ffffffffffffffffff", "job_9c2e41000000000000000000"]
+    labels = run_labels(hosted)
+    assert labels == {hosted[0]: "f035a1b…", hosted[1]: "f035a1f…", hosted[2]: "9c2e41…"}
+    assert len(set(labels.values())) == 3
+    # Ids that differ only at the end (a local sequence) are shown whole; short ones too.
+    assert run_labels(["job_local_000001", "job_local_000002"]) == {
+        "job_local_000001": "local_000001", "job_local_000002": "local_000002"}
+    assert run_labels(["job_first", "job_rerun"]) == {"job_first": "first", "job_rerun": "rerun"}
+    assert run_labels(["job_"]) == {"job_": "job_"}

@@ -399,3 +399,17 @@ def test_an_embedded_backend_that_stops_fails_every_unfinished_job_of_it(tmp_pat
     stop_backend_jobs(history, "http://127.0.0.1:1/api")
     assert {r.job_id: r.status for r in history.list()} == {
         "job_a": "failed", "job_b": "failed", "job_c": "queued", "job_d": "succeeded"}
+
+
+def test_a_job_knows_the_steps_its_config_plans():
+    """The charts' x axis runs to the job's planned steps: num_epochs × iterations_per_epoch."""
+    def payload(training: object) -> dict:
+        return {"job_type": "rl", "data": {"config": {"training": training}}}
+
+    assert JobContext.of("job_1", payload({"num_epochs": 2, "iterations_per_epoch": 8})).planned_steps == 16
+    for training in ({"num_epochs": 2}, {"num_epochs": "2", "iterations_per_epoch": 8},
+                     {"num_epochs": True, "iterations_per_epoch": 8}, {"num_epochs": 0, "iterations_per_epoch": 8},
+                     None):
+        assert JobContext.of("job_1", payload(training)).planned_steps is None
+    assert JobContext("job_1").planned_steps is None
+    assert JobContext.of("job_1", {"data": "x"}).planned_steps is None

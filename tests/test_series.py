@@ -109,3 +109,27 @@ def test_a_sparkline_places_points_by_step_and_shares_a_scale():
     assert sparkline([0, 1], [5.0, 5.0], 3) == SPARK_LEVELS[3] * 3  # flat: a middle line
     assert sparkline([], [], 10) == ""
     assert len(sparkline(list(range(1000)), [float(v) for v in range(1000)], 40)) == 40
+
+
+def test_a_sparkline_leaves_the_steps_a_series_has_not_reached_blank():
+    """A run cancelled at step 8 of 16, or a live one at step 4, covers only its columns:
+    nothing after its last point repeats it to the edge."""
+    from app.core.series import sparkline
+
+    cancelled = sparkline(list(range(1, 9)), [float(v) for v in range(1, 9)], 16, span=(1, 16))
+    assert len(cancelled) == 16
+    assert cancelled[:8].strip() == cancelled[:8] and cancelled[8:] == " " * 8
+    live = sparkline([1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4], 16, span=(1, 16))
+    assert live[:4] == live[:4].strip() and live[5:] == " " * 11
+    # Between two points of a sparse series (an eval every few steps) the row still holds.
+    assert sparkline([1, 5], [1.0, 1.0], 9, span=(1, 9), scale=(0.0, 2.0)) == "▅" * 5 + " " * 4
+
+
+def test_a_score_reads_best_and_any_other_measure_min():
+    for name, label, best in (("train.mean_score", "best", 0.9), ("eval.reward_mean", "best", 0.9),
+                              ("train.loss", "min", 0.5), ("train.entropy", "min", 0.5), ("train.kl", "min", 0.5)):
+        series = MetricSeries(name)
+        for step, value in enumerate([0.5, 0.9, 0.7]):
+            series.add(step, value, now=float(step))
+        readouts = series.readouts()
+        assert (readouts.best_label, readouts.best) == (label, best), name

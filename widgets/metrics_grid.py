@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -26,7 +27,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static
 
-from app.core.compare import ComparedRun
+from app.core.compare import ComparedRun, run_labels
 from app.core.series import (
     SMOOTHING_MODES,
     ChartPanel,
@@ -51,6 +52,27 @@ LEGEND_COLORS = {"cyan": "cyan", "orange": "darkorange", "green": "green", "mage
                  "gray": "gray"}  # names Textual's markup parses (not Rich's dark_orange, grey50)
 # Earlier runs: dim, distinct greys, so the live run stands out.
 OVERLAY_COLORS = ((120, 120, 150), (150, 120, 120), (120, 150, 120), (140, 140, 140))
+# A line's plotext marker and the glyph its legend shows. An earlier run's train and eval
+# share its grey, so its second line onwards is dotted (docs/product.md#compare-runs).
+SOLID = ("braille", "━")
+DOTTED = ("•", "┅")
+# Without colour (NO_COLOR), every line of a chart has its own glyph, the live run's first
+# line solid; the raw line behind a smoothed one is small dots (docs/product.md#metrics-grid).
+NO_COLOR_LINES = (SOLID, ("•", "•"), ("x", "x"), ("+", "+"), ("o", "o"), ("*", "*"), ("#", "#"), ("=", "="),
+                  ("%", "%"), ("@", "@"))
+RAW_NO_COLOR = ("·", "·")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One line of a chart: a series and how it is drawn and named."""
+
+    series: MetricSeries
+    color: object
+    label: str
+    overlay: bool
+    marker: str  # plotext's
+    glyph: str  # its legend mark
 
 
 def number(value: float | None) -> str:
@@ -59,13 +81,20 @@ def number(value: float | None) -> str:
     return shown_number(value)
 
 
+def best_text(readouts: Readouts) -> str:
+    """A score's best, any other measure's min (``Readouts.best_label``)."""
+    return f"{readouts.best_label} {number(readouts.best)}"
+
+
 def format_readouts(readouts: Readouts, *, full: bool) -> str:
-    """A chart's numbers: last, best and step always; min, max and rate when there is room."""
+    """A chart's numbers: last, best (min for a measure that is not a score) and step always;
+    min, max and the rate when there is room."""
     step = readouts.step if readouts.step is not None else "—"
-    text = f"last {number(readouts.last)}  best {number(readouts.best)}  step {step}"
+    text = f"last {number(readouts.last)}  {best_text(readouts)}  step {step}"
     if full:
-        rate = "—" if readouts.steps_per_minute is None else f"{readouts.steps_per_minute:.1f}/min"
-        text += f"  min {number(readouts.minimum)}  max {number(readouts.maximum)}  rate {rate}"
+        rate = "—" if readouts.steps_per_minute is None else f"{readouts.steps_per_minute:.1f} steps/min"
+        low = f"  min {number(readouts.minimum)}" if readouts.best_label == "best" else ""
+        text += f"{low}  max {number(readouts.maximum)}  rate {rate}"
     return text
 
 
@@ -78,15 +107,16 @@ def integer_ticks(first: float, last: float, count: int = 6) -> list[int]:
     return list(range(first, last + 1, stride))
 
 
-def plot_line(plt, xs: list[float], ys: list[float], banded: bool, *, color: object) -> None:
+def plot_line(plt, xs: list[float], ys: list[float], banded: bool, *, color: object,
+              marker: str = "braille") -> None:
     """A downsampled series is drawn as two lines, its per-column lows and highs: one zigzag
     through both would stroke every column from min to max, and plotext's cost grows with
     the sub-pixels drawn (profiled: 40-56 ms a frame zigzag, about 20 ms as two lines)."""
     if banded:
-        plt.plot(xs[0::2], ys[0::2], marker="braille", color=color)
-        plt.plot(xs[1::2], ys[1::2], marker="braille", color=color)
+        plt.plot(xs[0::2], ys[0::2], marker=marker, color=color)
+        plt.plot(xs[1::2], ys[1::2], marker=marker, color=color)
     else:
-        plt.plot(xs, ys, marker="braille", color=color)
+        plt.plot(xs, ys, marker=marker, color=color)
 
 
 def rich_color(color: object) -> str:
@@ -96,8 +126,8 @@ def rich_color(color: object) -> str:
     return LEGEND_COLORS.get(str(color), str(color))
 
 
-def legend_mark(color: object) -> str:
-    return f"[{rich_color(color)}]━[/]"
+def legend_mark(color: object, glyph: str = "━") -> str:
+    return f"[{rich_color(color)}]{glyph}[/]"
 
 
 class MetricChart(Vertical):
@@ -127,34 +157,50 @@ class MetricChart(Vertical):
 
     # -- what it shows -------------------------------------------------------------------
 
-    def live_series(self) -> list[tuple[MetricSeries, str]]:
-        """(series, colour) of the live run, in legend order."""
+    def lines(self, *, with_empty: bool = False) -> list[Line]:
+        """Every line of the chart, the live run's first, then each earlier run's train and
+        eval (its every series of this measure), in legend order; ``with_empty``: the live
+        run's series that have no points yet too (the legend names them from the start)."""
+        no_color = self.grid.no_color
+        count = len(self.panel.series)
+        live_label = f"{self.grid.live_label} " if self.grid.live_label else ""
         found = []
         for index, name in enumerate(self.panel.series):
             series = self.grid.store.get(name)
-            if series is not None and len(series):
-                found.append((series, LIVE_COLORS[index % len(LIVE_COLORS)]))
+            if series is None or not len(series):
+                if not with_empty:
+                    continue
+                series = MetricSeries(name)
+            marker, glyph = NO_COLOR_LINES[index % len(NO_COLOR_LINES)] if no_color else SOLID
+            found.append(Line(series, LIVE_COLORS[index % len(LIVE_COLORS)], f"{live_label}{split_label(name)}",
+                              False, marker, glyph))
+        for run_index, run in enumerate(self.grid.overlays):
+            color = OVERLAY_COLORS[run_index % len(OVERLAY_COLORS)]
+            label = self.grid.run_label(run.job_id)
+            for index, name in enumerate(self.panel.series):
+                series = run.store.get(name)
+                if series is None or not len(series):
+                    continue
+                if no_color:
+                    marker, glyph = NO_COLOR_LINES[(count * (run_index + 1) + index) % len(NO_COLOR_LINES)]
+                else:
+                    marker, glyph = SOLID if index == 0 else DOTTED
+                found.append(Line(series, color, f"{label} {split_label(name)}", True, marker, glyph))
         return found
 
-    def overlay_series(self) -> list[tuple[MetricSeries, tuple[int, int, int], str]]:
-        """(series, colour, label) of the earlier runs: their lead series of this measure."""
-        found = []
-        for index, run in enumerate(self.grid.overlays):
-            for name in self.panel.series:
-                series = run.store.get(name)
-                if series is not None and len(series):
-                    found.append((series, OVERLAY_COLORS[index % len(OVERLAY_COLORS)],
-                                  f"{run.label} {split_label(name)}"))
-                    break
-        return found
+    def live_series(self) -> list[tuple[MetricSeries, str]]:
+        """(series, colour) of the live run, in legend order."""
+        return [(line.series, str(line.color)) for line in self.lines() if not line.overlay]
+
+    def overlay_series(self) -> list[tuple[MetricSeries, object, str]]:
+        """(series, colour, label) of the earlier runs: their every series of this measure."""
+        return [(line.series, line.color, line.label) for line in self.lines() if line.overlay]
 
     def legend(self) -> str:
         focus = "▶ " if self.has_focus or self.grid.focused_panel == self.panel.key else ""
-        live_label = f"{self.grid.live_label} " if self.grid.live_label else ""
         parts = [f"[b]{focus}{self.panel.title}[/b]"]
-        parts += [f"{legend_mark(LIVE_COLORS[i % len(LIVE_COLORS)])} {live_label}{split_label(name)}"
-                  for i, name in enumerate(self.panel.series)]
-        parts += [f"{legend_mark(color)} [dim]{label}[/]" for _, color, label in self.overlay_series()]
+        parts += [f"{legend_mark(line.color, line.glyph)} [dim]{line.label}[/]" if line.overlay
+                  else f"{legend_mark(line.color, line.glyph)} {line.label}" for line in self.lines(with_empty=True)]
         live = self.live_series()
         if live and self.has_class("-compact"):  # no readouts row: the step goes here
             parts.append(f"step {live[0][0].readouts().step}")
@@ -199,32 +245,25 @@ class MetricChart(Vertical):
             self._draw_plot()
         self.redraws += 1
 
-    def _labelled(self) -> list[tuple[MetricSeries, object, str, bool]]:
-        """(series, colour, legend label, is an overlay) of every line of the chart."""
-        live_label = f"{self.grid.live_label} " if self.grid.live_label else ""
-        rows: list[tuple[MetricSeries, object, str, bool]] = [
-            (series, color, f"{live_label}{split_label(series.name)}", False) for series, color in self.live_series()]
-        rows += [(series, color, label, True) for series, color, label in self.overlay_series()]
-        return rows
-
     def _readouts(self) -> str:
         """One row per line (labelled when the chart has several), the live run's first: all
         its numbers when the row fits, else fewer; an earlier run's row is its last and best."""
-        lines = self._labelled()
+        lines = self.lines()
         if not lines:
             return "waiting for metrics…"
         # Live and earlier runs' labels are aligned among themselves: a long run id does not
         # push the live run's numbers out of its row.
-        widths = {kind: max((len(label) for *_, label, overlay in lines if overlay == kind), default=0)
+        widths = {kind: max((len(line.label) for line in lines if line.overlay == kind), default=0)
                   for kind in (False, True)}
         room = self.content_size.width
         rows = []
-        for series, _, label, overlay in lines:
-            name = f"{label:<{widths[overlay]}}  " if len(lines) > 1 else ""
-            readouts = series.readouts()
-            short = f"{name}{number(readouts.last)}  best {number(readouts.best)}"
-            choices = [short] if overlay else [name + format_readouts(readouts, full=True),
-                                               name + format_readouts(readouts, full=False), short]
+        for line in lines:
+            # A lone line is the live run's, unnamed; an earlier run's is always named.
+            name = f"{line.label:<{widths[line.overlay]}}  " if len(lines) > 1 or line.overlay else ""
+            readouts = line.series.readouts()
+            short = f"{name}{number(readouts.last)}  {best_text(readouts)}"
+            choices = [short] if line.overlay else [name + format_readouts(readouts, full=True),
+                                                    name + format_readouts(readouts, full=False), short]
             rows.append(next((row for row in choices if len(row) <= room), choices[-1]))
         return "\n".join(rows)
 
@@ -232,28 +271,28 @@ class MetricChart(Vertical):
         """Too short for a plot: a sparkline and the numbers per line, one row each, placed
         by step and scaled together so they compare at a glance (overlays dimmed)."""
         views = []
-        for series, color, label, overlay in self._labelled():
-            start = window(series.steps, ZOOM_STEPS if self.grid.zoomed else None)
-            steps, values = series.steps[start:], series.smoothed(self.grid.smoothing)[start:]
+        for line in self.lines():
+            start = window(line.series.steps, ZOOM_STEPS if self.grid.zoomed else None)
+            steps, values = line.series.steps[start:], line.series.smoothed(self.grid.smoothing)[start:]
             if len(steps):
-                views.append((series, color, label, overlay, steps, values))
+                views.append((line, steps, values))
         if not views:
             self.query_one(".chart-lines", Static).update("waiting for metrics…")
             return
-        span = (min(v[4][0] for v in views), max(v[4][-1] for v in views))
-        scale = (min(min(v[5]) for v in views), max(max(v[5]) for v in views))
-        label_width = max(6, *(len(v[2][:24]) for v in views))
+        span = self.grid.x_span(min(v[1][0] for v in views), max(v[1][-1] for v in views))
+        scale = (min(min(v[2]) for v in views), max(max(v[2]) for v in views))
+        label_width = max(6, *(len(v[0].label[:24]) for v in views))
         width = max(self.content_size.width, 24)
         rows = []
-        for series, color, label, overlay, steps, values in views:
-            readouts = series.readouts()
-            name = f"{label[:24]:<{label_width}}"
-            numbers = f"{number(readouts.last)}  best {number(readouts.best)}"
+        for line, steps, values in views:
+            readouts = line.series.readouts()
+            name = f"{line.label[:24]:<{label_width}}"
+            numbers = f"{number(readouts.last)}  {best_text(readouts)}"
             spark_width = max(4, width - 2 - len(name) - 2 - len(numbers))
-            line = sparkline(steps, values, spark_width, span=span, scale=scale)
-            style = rich_color(color)
-            shown = f"[dim]{name}[/]" if overlay else name
-            rows.append(f"{legend_mark(color)} {shown} [{style}]{line}[/] {numbers}")
+            spark = sparkline(steps, values, spark_width, span=span, scale=scale)
+            style = rich_color(line.color)
+            shown = f"[dim]{name}[/]" if line.overlay else name
+            rows.append(f"{legend_mark(line.color, line.glyph)} {shown} [{style}]{spark}[/] {numbers}")
         self.query_one(".chart-lines", Static).update("\n".join(rows))
 
     def _draw_plot(self) -> None:
@@ -262,8 +301,8 @@ class MetricChart(Vertical):
         plt.clear_data()
         plt.clear_figure()
         readouts = self.query_one(".chart-readouts", Static)
-        live = self.live_series()
-        if not live:
+        lines = self.lines()
+        if not lines:  # the waiting note only where no run has data (a rerun's overlays draw at once)
             plt.title("waiting for metrics…")
             readouts.update("waiting for metrics…")
             plot.figure_changed()
@@ -271,17 +310,25 @@ class MetricChart(Vertical):
         columns = max(plot.size.width - 10, 10)
         smoothing = self.grid.smoothing
         first = last = None
-        drawn = [self._line(plt, earlier, columns, color=dim, smoothing=smoothing)
-                 for earlier, dim, _ in self.overlay_series()]
-        for index, (series, color) in enumerate(live):
+        drawn = []
+        overlays, live = [line for line in lines if line.overlay], [line for line in lines if not line.overlay]
+        for line in overlays:
+            drawn.append(self._line(plt, line.series, columns, color=line.color, smoothing=smoothing,
+                                    marker=line.marker))
+        for index, line in enumerate(live):
             if smoothing != "none" and index == 0:
-                self._line(plt, series, columns, color="gray", smoothing="none")
-            drawn.append(self._line(plt, series, columns, color=color, smoothing=smoothing))
+                raw = RAW_NO_COLOR[0] if self.grid.no_color else "braille"
+                self._line(plt, line.series, columns, color="gray", smoothing="none", marker=raw)
+            drawn.append(self._line(plt, line.series, columns, color=line.color, smoothing=smoothing,
+                                    marker=line.marker))
         for xs in drawn:  # the axis spans every line drawn, overlays included
             if xs:
                 first = xs[0] if first is None else min(first, xs[0])
                 last = xs[-1] if last is None else max(last, xs[-1])
         if first is not None and last is not None:
+            first, last = self.grid.x_span(first, last)
+            if last > first:  # a line ends at its last step; the axis goes on to the planned end
+                plt.xlim(first, last)
             ticks: list[float] = [*integer_ticks(first, last)]  # plotext's stubs take floats
             plt.xticks(ticks)
         text = self._readouts()
@@ -289,12 +336,13 @@ class MetricChart(Vertical):
         readouts.update(text, layout=text.count("\n") != str(readouts.content).count("\n"))
         plot.figure_changed()
 
-    def _line(self, plt, series: MetricSeries, columns: int, *, color: object, smoothing: str) -> list[float]:
+    def _line(self, plt, series: MetricSeries, columns: int, *, color: object, smoothing: str,
+              marker: str) -> list[float]:
         start = window(series.steps, ZOOM_STEPS if self.grid.zoomed else None)
         banded = len(series) - start > 2 * columns  # downsample() then gives (min, max) pairs
         xs, ys = downsample(series.steps, series.smoothed(smoothing), columns, start)
         if xs:
-            plot_line(plt, xs, ys, banded, color=color)
+            plot_line(plt, xs, ys, banded, color=color, marker=marker)
         return xs
 
     def on_focus(self) -> None:
@@ -330,6 +378,15 @@ class MetricsGrid(Vertical):
         self.height_share = 1.0
         # A name for the live run's lines in the legend, where several runs are compared.
         self.live_label: str | None = None
+        # The live run's id: the overlays' labels are made to differ from it too.
+        self.live_job_id: str | None = None
+        # The steps the live run is to train (its config's), when known: the x axis goes on
+        # to there, so a run covers only the part of the chart it has reached.
+        self.planned_steps: int | None = None
+        self._run_labels: dict[str, str] = {}
+        # NO_COLOR is set (Textual's app then paints in greys): lines differ by glyph. Read
+        # from the app on mount.
+        self.no_color = False
         self.store = store
         self.preferred_metric = preferred_metric
         self.data_interval = data_interval
@@ -343,6 +400,9 @@ class MetricsGrid(Vertical):
     def compose(self) -> ComposeResult:
         yield Static("waiting for metrics…", id="grid-status", markup=True)
         yield Vertical(id="grid-cells")
+
+    def on_mount(self) -> None:
+        self.no_color = self.app.no_color
 
 
     # -- the charts ------------------------------------------------------------------------
@@ -383,8 +443,27 @@ class MetricsGrid(Vertical):
             self.focused_panel = panels[0].key
         self.call_after_refresh(self.arrange_charts)
 
+
+    def run_label(self, job_id: str) -> str:
+        return self._run_labels.get(job_id) or job_id
+
+    def x_span(self, first: float, last: float) -> tuple[float, float]:
+        """The chart's x axis for lines from ``first`` to ``last``: on to the live run's
+        planned steps when known (not when zoomed to the last steps)."""
+        if self.planned_steps and not self.zoomed:
+            last = max(last, float(self.planned_steps))
+        return first, last
+
+    def set_planned_steps(self, steps: int | None) -> None:
+        if steps != self.planned_steps:
+            self.planned_steps = steps
+            self.overlays_version += 1  # the view changed: every chart redraws at once
+            self.redraw_if_changed()
+
     def set_overlays(self, runs: Sequence[ComparedRun]) -> None:
         self.overlays = list(runs)
+        ids = [run.job_id for run in self.overlays]
+        self._run_labels = run_labels([self.live_job_id, *ids] if self.live_job_id else ids)
         self.overlays_version += 1
         self.data_changed()
         self._show_status()
@@ -478,7 +557,7 @@ class MetricsGrid(Vertical):
         columns = 2 if width >= 90 and len(shown) > 1 else 1
         rows = math.ceil(len(shown) / columns)
         # Each line of a chart has a readouts row under its plot: more lines, more rows needed.
-        lines = max((len(chart._labelled()) for chart in shown), default=1)
+        lines = max((len(chart.lines()) for chart in shown), default=1)
         compact = not self.full and height // rows < MIN_PLOT_ROWS + max(lines, 1) - 1
         cells.set_class(compact, "-compact")
         self.set_class(compact, "-compact")

@@ -26,22 +26,35 @@ if TYPE_CHECKING:  # the session imports the history; a comparison needs only it
 MAX_PAGES = 200
 # Runs read at once.
 CONCURRENCY = 4
-LABEL_CHARS = 14
+# A run's label in a chart's legend: at least this many characters of its id after "job_".
+SHORT_LABEL_CHARS = 6
 
 
 @dataclass
 class ComparedRun:
-    """One run's metrics, complete as far as read, with the label its legend shows."""
+    """One run's metrics, complete as far as read (its legend label: ``run_labels``)."""
 
     job_id: str
     store: MetricStore = field(default_factory=MetricStore)
     truncated: bool = False  # more points than MAX_PAGES pages: the start of the run only
 
-    @property
-    def label(self) -> str:
-        """The run in a legend or a readout row: its job id, cut to LABEL_CHARS (a hosted id is
-        28 characters; the start tells runs apart and the full id is in the header)."""
-        return self.job_id if len(self.job_id) <= LABEL_CHARS else self.job_id[:LABEL_CHARS - 1] + "…"
+
+def run_labels(job_ids: Sequence[str]) -> dict[str, str]:
+    """Short labels that tell the runs of one chart apart: each id without its "job_" (every
+    hosted id has it), cut to SHORT_LABEL_CHARS characters or as many more as the runs need
+    to differ; an id at most two characters longer stays whole (docs/product.md#compare-runs).
+    A legend in a chart's border has room for a few words per line; the full ids are in the
+    screen's header or the overlay picker."""
+    bare = {job_id: job_id.removeprefix("job_") or job_id for job_id in job_ids}
+    labels = {}
+    for job_id, name in bare.items():
+        others = [other for key, other in bare.items() if key != job_id]
+        length = SHORT_LABEL_CHARS
+        while length < len(name) and any(other[:length] == name[:length] for other in others):
+            length += 1
+        # An ellipsis that would hide a character or two saves nothing: the whole id then.
+        labels[job_id] = name if len(name) <= length + 2 else name[:length] + "…"
+    return labels
 
 
 async def read_run(client: SynthClient, job_id: str, *, max_pages: int = MAX_PAGES) -> ComparedRun:

@@ -33,6 +33,21 @@ def payload_model(payload: Mapping[str, Any] | None) -> str | None:
     return str(model) if model else None
 
 
+def planned_steps(payload: Mapping[str, Any] | None) -> int | None:
+    """The training steps the job is to run, from its config (``num_epochs`` ×
+    ``iterations_per_epoch``; docs/wire-contract.md#job-creation), when the payload says."""
+    data = (payload or {}).get("data")
+    config = data.get("config") if isinstance(data, Mapping) else None
+    training = config.get("training") if isinstance(config, Mapping) else None
+    if not isinstance(training, Mapping):
+        return None
+    epochs, iterations = training.get("num_epochs"), training.get("iterations_per_epoch")
+    if isinstance(epochs, bool) or isinstance(iterations, bool) or not isinstance(epochs, int) \
+            or not isinstance(iterations, int) or epochs <= 0 or iterations <= 0:
+        return None
+    return epochs * iterations
+
+
 @dataclass(frozen=True)
 class JobContext:
     """What the dashboard knows about its job beyond the feed."""
@@ -43,6 +58,10 @@ class JobContext:
     model: str | None = None
     # A finished run shown from fixed data instead of the backend (snapshots, README pictures).
     replay: FeedBatch | None = None
+
+    @property
+    def planned_steps(self) -> int | None:
+        return planned_steps(self.payload)
 
     @classmethod
     def of(cls, job_id: str, payload: dict[str, Any] | None = None, config_path: str | None = None) -> JobContext:

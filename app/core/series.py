@@ -51,8 +51,14 @@ def shown_number(value: float) -> str:
     return "0.0000" if text == "-0.0000" else text
 
 
-def lower_is_better(name: str) -> bool:
-    return any(word in name for word in ("loss", "error", "perplexity"))
+# A measure whose name holds one of these is a score: higher is better, its readout is "best".
+# Anything else (a loss, KL, entropy, a gradient norm) has no better direction a chart can
+# assume, so its readout is its minimum, said as "min" (docs/product.md#metrics-grid).
+SCORE_WORDS = ("score", "reward", "accuracy", "success", "return", "win_rate")
+
+
+def is_score(name: str) -> bool:
+    return any(word in name for word in SCORE_WORDS)
 
 
 MAX_CHARTED = 1e15
@@ -118,7 +124,7 @@ class MetricSeries:
     def readouts(self) -> Readouts:
         if not self.values:
             return Readouts(self.name, None, None, None, None, None, None)
-        best = self.minimum if lower_is_better(self.name) else self.maximum
+        best = self.maximum if is_score(self.name) else self.minimum
         rate = None
         if len(self._arrivals) >= 2:
             (t0, s0), (t1, s1) = self._arrivals[0], self._arrivals[-1]
@@ -131,11 +137,16 @@ class MetricSeries:
 class Readouts:
     name: str
     last: float | None
-    best: float | None
+    best: float | None  # a score's maximum; any other measure's minimum (``best_label``)
     minimum: float | None
     maximum: float | None
     step: int | None
     steps_per_minute: float | None
+
+    @property
+    def best_label(self) -> str:
+        """What ``best`` is called: "best" for a score, "min" for anything else."""
+        return "best" if is_score(self.name) else "min"
 
 
 class MetricStore:
@@ -270,11 +281,13 @@ def sparkline(steps: Sequence[float], values: Sequence[float], width: int, *,
               span: tuple[float, float] | None = None, scale: tuple[float, float] | None = None) -> str:
     """A one-line picture of a series over ``width`` columns.
 
-    Columns are placed by step over ``span`` (first and last step; the series' own by
-    default), so the series of one chart line up; a column is the mean of its points, a
-    column without points repeats the one before, and columns before the first point are
-    blank. Heights are scaled over ``scale`` (low, high; the series' own by default), so
-    one chart's series share a scale. A flat series is a flat middle line.
+    Columns are placed by step over ``span`` (first and last step of the chart's x axis: the
+    series' own by default), so the series of one chart line up; a column is the mean of its
+    points, a column without points between two that have some repeats the one before, and
+    columns before the series' first point or after its last are blank: a run that stopped
+    early, or is still running, covers only the columns of the steps it has. Heights are
+    scaled over ``scale`` (low, high; the series' own by default), so one chart's series
+    share a scale. A flat series is a flat middle line.
     """
     if not len(values) or width <= 0:
         return ""
@@ -296,7 +309,11 @@ def sparkline(steps: Sequence[float], values: Sequence[float], width: int, *,
     top = len(SPARK_LEVELS) - 1
     out = []
     level: int | None = None
+    end = int(np.flatnonzero(present)[-1])  # the series' last column: blank after it
     for column in range(width):
+        if column > end:
+            out.append(" ")
+            continue
         if present[column]:
             value = float(means[column])
             level = 3 if high - low <= 0 else int(min(top, max(0, round((value - low) / (high - low) * top))))

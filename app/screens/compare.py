@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Header, Static
 
-from app.core.compare import ComparedRun, read_runs
+from app.core.compare import ComparedRun, read_runs, run_labels
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from widgets.job_header import shown_text
@@ -65,7 +65,8 @@ class CompareScreen(ChartKeys, FlowScreen):
             await grid.remove()
         grid = MetricsGrid(first.store, preferred_metric=self.session.options.metric, overlay_key=False,
                            id="compare-grid")
-        grid.live_label = first.label
+        grid.live_job_id = first.job_id
+        grid.live_label = run_labels([run.job_id for run in runs])[first.job_id]
         await self.mount(grid, after="#compare-header")
         self.query_one("#compare-waiting").display = False
         grid.set_overlays(others)

@@ -32,7 +32,7 @@ from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
 from app.core.paths import run_dir
 from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
-from app.core.wire import SUCCESS_STATUSES, parse_iso
+from app.core.wire import SUCCESS_STATUSES, JobEvent, parse_iso
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from app.screens.overlays import OverlayActions
@@ -118,7 +118,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         yield Header()
         yield JobHeader("", id="dash-header", classes="flow-header", markup=True)
         with Horizontal(id="dash-body"):
-            yield MetricsGrid(self.store, preferred_metric=self.session.options.metric, id="dash-chart")
+            grid = MetricsGrid(self.store, preferred_metric=self.session.options.metric, id="dash-chart")
+            grid.live_job_id = self.job.job_id
+            grid.planned_steps = self.job.planned_steps
+            yield grid
             yield EventLog(id="dash-log")
         yield Input(placeholder="filter events by type, level or text: applies as you type; enter keeps it, esc clears",
                     id="dash-filter")
@@ -192,6 +195,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self.query_one(MetricsGrid).data_changed()
         if batch.events:
             self.query_one(EventLog).add_events(batch.events)
+            self._planned_steps_from(batch.events)
         if batch.status is not None:
             self.status = batch.status.status
             self.created_at = self.created_at or parse_iso(batch.status.created_at)
@@ -202,6 +206,15 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self.query_one(MetricsGrid).flush()  # the final picture now, not at the next due redraw
         if batch.status is not None or batch.connection is not None or batch.ended is not None:
             self._render_header()  # otherwise the 1 s clock keeps it current
+
+    def _planned_steps_from(self, events: Sequence[JobEvent]) -> None:
+        """A step event that says the job's total steps (the embedded trainer's do) sets the
+        charts' x axis, for a job whose payload is not known here (an attach)."""
+        for event in reversed(events):
+            total = event.data.get("total_steps")
+            if isinstance(total, int) and not isinstance(total, bool) and total > 0:
+                self.query_one(MetricsGrid).set_planned_steps(total)
+                return
 
     def _feed_stopped(self, error: BaseException) -> None:
         """The watch failed (the backend stopped answering, a 404…): the run ends with the

@@ -30,7 +30,7 @@ async def test_compare_reads_the_runs_and_overlays_all_but_the_first(faulty_back
         assert len(grid.store.get("train.mean_score")) == 6
         await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws for c in grid.charts))
         legend = grid.chart("mean_score").legend()
-        assert "job_a train" in legend and "job_b train" in legend and "job_c train" in legend
+        assert "a train" in legend and "b train" in legend and "c train" in legend
         await pilot.press("f")
         assert grid.full
         await pilot.press("f5")

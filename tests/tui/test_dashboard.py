@@ -229,7 +229,7 @@ async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
         # The run it repeats is drawn beside it, dimmed, named in the legend.
         grid = app.screen.query_one(MetricsGrid)
         assert [run.job_id for run in grid.overlays] == ["job_old"]
-        await wait_for(pilot, lambda: bool(grid.charts) and "job_old" in grid.charts[0].legend())
+        await wait_for(pilot, lambda: bool(grid.charts) and "old train" in grid.charts[0].legend())
     creates = [r for r in faulty_backend.requests if r[0] == "POST" and r[1] == "/api/rl/jobs"]
     assert len(creates) == 1 and creates[0][3] == payload
     assert creates[0][2]["Idempotency-Key"] != "old-key"
@@ -405,3 +405,21 @@ async def test_ctrl_c_asks_to_quit_like_ctrl_q(faulty_backend):
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
         await pilot.press("y")
     assert app.return_value == 0
+
+
+async def test_the_charts_run_to_the_jobs_planned_steps():
+    """From the payload's config (num_epochs × iterations_per_epoch), or, for an attach that
+    has no payload, from a step event's total_steps."""
+    session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
+    session.resolve()
+    points = [MetricPoint(name="train.mean_score", step=step, value=step / 10) for step in range(1, 5)]
+    payload = {"job_type": "rl", "data": {"config": {"training": {"num_epochs": 2, "iterations_per_epoch": 8}}}}
+    app = SynthTuiApp(session, attach=JobContext("job_plan", payload, replay=FeedBatch(points=points)))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        assert app.screen.query_one(MetricsGrid).planned_steps == 16
+    step = JobEvent(seq=1, type="rl.train.step", message="Step 4/20", data={"step": 4, "total_steps": 20})
+    app = SynthTuiApp(session, attach=JobContext("job_plan", replay=FeedBatch(events=[step], points=points)))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.pause()
+        assert app.screen.query_one(MetricsGrid).planned_steps == 20

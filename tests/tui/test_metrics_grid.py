@@ -3,6 +3,8 @@ runs, and the redraw rule (docs/product.md#metrics-grid)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from test_dashboard import dashboard, make_dashboard_app
 from test_plot_canvas import cells, stock_cells
@@ -83,8 +85,8 @@ async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_ba
         old = grid.overlays[0].store.get("train.mean_score")
         assert len(old) == 12 and old.values[-1] == pytest.approx(0.76)
         chart = grid.chart("mean_score")
-        await wait_for(pilot, lambda: "job_old" in str(chart.border_title))
-        assert [label for _, _, label in chart.overlay_series()] == ["job_old train"]
+        await wait_for(pilot, lambda: "old train" in str(chart.border_title))
+        assert [label for _, _, label in chart.overlay_series()] == ["old train", "old eval"]
 
 
 async def test_an_unknown_job_id_to_overlay_says_so_and_changes_nothing(faulty_backend):
@@ -145,8 +147,8 @@ async def test_overlays_are_drawn_in_their_own_colour_behind_the_live_run():
         grid.set_overlays([earlier])
         await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
         chart = grid.charts[0]
-        assert chart.overlay_series()[0][2] == "job_earlier train"
-        assert "job_earlier" in chart.legend()
+        assert chart.overlay_series()[0][2] == "earlier train"
+        assert "earlier train" in chart.legend()
         assert "o overlays: 1" in str(app.query_one("#grid-status").render())
 
 
@@ -189,3 +191,137 @@ async def test_a_chart_paints_what_textual_plotext_would_for_the_same_figure():
         grid.data_changed()
         await wait_for(pilot, lambda: plot.builds > builds, what="the new point's frame")
         assert cells(plot.frame_strips()) == stock_cells(plot)
+
+
+BLOCKS = "▁▂▃▄▅▆▇█"
+
+
+def spark_of(chart: MetricChart, label: str) -> str:
+    """The sparkline of the text row labelled ``label``: from its first block to its numbers."""
+    row = next(line for line in chart_text(chart).splitlines()
+               if re.search(rf"(?<![A-Za-z0-9…]){re.escape(label)} ", line))  # the live run's row first
+    start = min(row.index(block) for block in BLOCKS if block in row)
+    return row[start:start + re.search(r" -?\d+\.\d+  (best|min) ", row[start:]).start()]
+
+
+def braille_columns(plot: PlotCanvas) -> list[int]:
+    return [x for row in cells(plot.frame_strips()) for x, (char, _) in enumerate(row) if "⠁" <= char <= "⣿"]
+
+
+async def test_a_run_covers_only_the_steps_it_has_in_text_rows():
+    """A run cancelled at step 8 of 16 ends mid-row; a live run at step 4 of its planned 16
+    covers a quarter of it: nothing repeats its last value to the right edge."""
+    store = MetricStore()
+    store.add(points("train.mean_score", range(1, 5)))
+    full, short = ComparedRun("job_full"), ComparedRun("job_short")
+    full.store.add(points("train.mean_score", range(1, 17)))
+    short.store.add(points("train.mean_score", range(1, 9)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(80, 10)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays([full, short])
+        chart = grid.charts[0]
+        await wait_for(pilot, lambda: chart.has_class("-compact") and chart.redraws >= 1
+                       and "short" in chart_text(chart))
+        whole, half, live = spark_of(chart, "full train"), spark_of(chart, "short train"), spark_of(chart, "train")
+        assert len(whole) == len(half) == len(live) and " " not in whole
+        assert len(half.rstrip()) <= len(half) // 2 + 1 and half.endswith(" " * (len(half) // 2 - 1))
+        assert len(live.rstrip()) <= len(live) // 4 + 1
+        grid.set_overlays([])
+        grid.set_planned_steps(16)
+        await wait_for(pilot, lambda: "short" not in chart_text(chart))
+        live = spark_of(chart, "train")
+        assert len(live.rstrip()) <= len(live) // 4 + 2, "the planned steps set the row's end"
+
+
+async def test_a_live_run_fills_only_its_part_of_the_planned_steps_in_a_plot():
+    store = MetricStore()
+    store.add(points("train.mean_score", range(1, 5)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_planned_steps(16)
+        grid.data_changed()
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        chart = grid.charts[0]
+        plot = chart.query_one(PlotCanvas)
+        await pilot.pause()
+        dots = braille_columns(plot)
+        assert dots and max(dots) < plot.size.width * 0.4, "4 of 16 steps: the line stops early"
+        assert "16" in "".join(char for char, _ in cells(plot.frame_strips())[-1]), "the axis runs to the plan"
+
+
+def legend_glyphs(legend: str) -> list[str]:
+    return re.findall(r"\[[^\]/]+\](.)\[/\]", legend)
+
+
+async def test_without_colour_every_line_has_its_own_glyph(monkeypatch):
+    """NO_COLOR: Textual paints in greys, so train, eval and the overlays differ by glyph,
+    in the legend and in the plot."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    store = MetricStore()
+    store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4)))
+    earlier = ComparedRun("job_earlier")
+    shown = points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+    earlier.store.add([MetricPoint(name=point.name, step=point.step, value=point.value + 1) for point in shown])
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        assert app.no_color
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays([earlier])
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        chart = grid.charts[0]
+        glyphs = legend_glyphs(chart.legend())
+        assert len(glyphs) == 4 and len(set(glyphs)) == 4, glyphs
+        await pilot.pause()
+        drawn = {char for row in cells(chart.query_one(PlotCanvas).frame_strips()) for char, _ in row}
+        assert {"•", "x", "+"} <= drawn and any("⠁" <= char <= "⣿" for char in drawn)
+
+
+async def test_an_earlier_runs_eval_is_drawn_and_named_by_its_run():
+    store = MetricStore()
+    store.add(points("train.mean_score", range(0, 9)) + points("eval.mean_score", range(0, 9, 4)))
+    earlier = ComparedRun("job_f035a1b2c3d4e5f6a7b8c9d0")
+    earlier.store.add(points("train.mean_score", range(0, 9)) + points("eval.mean_score", range(0, 9, 4)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays([earlier])
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        chart = grid.charts[0]
+        assert [label for _, _, label in chart.overlay_series()] == ["f035a1… train", "f035a1… eval"]
+        legend = chart.legend()
+        assert "f035a1… train" in legend and "f035a1… eval" in legend
+        # Its eval is dotted: not the same mark as its train in its run's grey.
+        assert len(set(legend_glyphs(legend)[2:])) == 2
+
+
+async def test_a_rerun_draws_its_overlays_before_its_own_first_metrics():
+    store = MetricStore()
+    earlier = ComparedRun("job_earlier")
+    earlier.store.add(points("train.mean_score", range(0, 9)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays([earlier])
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        chart = grid.charts[0]
+        await pilot.pause()
+        assert "waiting" not in chart_text(chart) and "earlier train" in chart_text(chart)
+        assert braille_columns(chart.query_one(PlotCanvas)), "the earlier run is drawn"
+
+
+async def test_readouts_say_min_for_a_loss_and_steps_per_minute_for_the_rate():
+    store = MetricStore()
+    store.add([MetricPoint(name=name, step=step, value=value(step), created_at=f"2026-01-01T12:{step:02d}:00Z")
+               for step in range(0, 6)
+               for name, value in (("train.mean_score", lambda s: s / 10), ("train.loss", lambda s: 1 - s / 10))])
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(200, 40)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.data_changed()
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws for c in grid.charts))
+        await pilot.pause()
+        score, loss = chart_text(grid.chart("mean_score")), chart_text(grid.chart("loss"))
+        assert "best 0.5000" in score and "1.0 steps/min" in score
+        assert "best" not in loss and "min 0.5000" in loss and "max 1.0000" in loss and "steps/min" in loss
