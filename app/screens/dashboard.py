@@ -55,7 +55,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     TITLE = "Live dashboard"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
-        # In order of need: at 80 columns the footer shows the first few.
+        # In order of need: at 80 columns the footer shows the first few. q goes back to the
+        # list the dashboard was opened from, else quits (check_action shows the one that applies).
+        Binding("q", "back", "Back", id="dashboard.back"),
         Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
         Binding("c", "cancel_job", "Cancel", id="dashboard.cancel"),
         Binding("r", "rerun", "Rerun", id="dashboard.rerun"),
@@ -68,7 +70,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         Binding("n", "noise", "Noise", id="dashboard.noise", show=False),
         Binding("e", "export", "Export", id="dashboard.export", show=False),
         Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
-        Binding("ctrl+q", "quit_dashboard", "Quit", id="dashboard.app_quit", show=False),
+        # The app's quit, which asks this screen (request_quit) even when q goes back.
+        Binding("ctrl+q", "app.quit", "Quit", id="dashboard.app_quit", show=False),
         Binding("escape", "close_filter", "Clear filter / back", id="dashboard.close_filter", show=False),
     ]
     PALETTE_COMMANDS = (
@@ -87,7 +90,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
                  overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = ()) -> None:
-        """``back_to_history``: opened from the run history, so Esc goes back there.
+        """``back_to_history``: opened from a list (the run history, the jobs view), so q and
+        Esc go back there; a dashboard after a submit ends the flow and its q quits.
         ``overlays``: earlier runs drawn beside this one (a rerun overlays the run it repeats);
         ``overlay_ids``: earlier runs to read from the backend and draw (a rerun from a list)."""
         super().__init__()
@@ -309,9 +313,21 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if field.display or self.query_one(EventLog).filter_text:
             self.action_clear_filter()
         elif self.back_to_history:
-            if self.feed is not None:
-                self.feed.stop()
-            self.app.pop_screen()
+            self.action_back()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # q is Back on a dashboard opened from a list, Quit on one that ends the flow.
+        if action == "back":
+            return self.back_to_history
+        if action == "quit_dashboard":
+            return not self.back_to_history
+        return True
+
+    def action_back(self) -> None:
+        """Back to the list it was opened from; the job goes on, nothing to ask."""
+        if self.feed is not None:
+            self.feed.stop()
+        self.app.pop_screen()
 
     def action_clear_filter(self) -> None:
         field = self.query_one("#dash-filter", Input)
