@@ -108,6 +108,8 @@ class RolloutsScreen(FlowScreen):
                                   ("Seed", "seed", 6), ("Turns", "turns", 5), ("Rollout", "id", 26)):
             table.add_column(label, key=key, width=width)
         self._fit(self.size.width)
+        # Reading the list can take seconds: the empty table says it is waiting, not empty.
+        table.loading = not self.reader.preset
         self.action_reload()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -137,6 +139,7 @@ class RolloutsScreen(FlowScreen):
             self.notify(self.problem, title="Rollouts", severity="error", markup=False)
         finally:
             self.loads += 1
+            self.query_one(DataTable).loading = False
         self.step = nearest_step(steps_of(self.reader.summaries, self.phase), self.step or self.wanted_step)
         self._show()
 

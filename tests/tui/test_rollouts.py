@@ -8,6 +8,7 @@ store; the snapshots use it as a preset."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -27,7 +28,7 @@ from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScr
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, finished_job
 from pilot_waits import wait_for
-from screen_text import footer_text
+from screen_text import footer_text, screen_lines
 from widgets.rollout_image import RolloutImage, decode_image
 from widgets.rollout_view import RolloutView, changed_words
 
@@ -183,6 +184,31 @@ async def test_q_goes_back_from_each_inspector_screen_to_the_dashboard(served):
         await wait_for(pilot, lambda: app.screen is dashboard, what="the dashboard again")
         await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit on the first screen")
         assert app.is_running
+
+
+async def test_the_list_shows_a_loading_indicator_until_the_first_page_arrives(served, monkeypatch):
+    import app.screens.rollouts as rollouts_screen
+
+    release = asyncio.Event()
+    read = rollouts_screen.list_rollouts
+
+    async def held(client, job_id):
+        await release.wait()
+        return await read(client, job_id)
+
+    monkeypatch.setattr(rollouts_screen, "list_rollouts", held)
+    app = live_app(served.url, API_KEY)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        table = screen.query_one(DataTable)
+        # The indicator covers the table: its column headings are not drawn while it waits.
+        await wait_for(pilot, lambda: table.loading and "Reward" not in "".join(screen_lines(app)),
+                       what="the loading indicator")
+        assert screen.loads == 0 and table.row_count == 0
+        release.set()
+        await loaded(pilot)
+        await wait_for(pilot, lambda: "Reward" in "".join(screen_lines(app)), what="the indicator to go")
+        assert table.row_count > 0 and not table.loading
 
 
 def test_the_words_that_changed_since_the_turn_before_are_marked():
