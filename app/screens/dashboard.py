@@ -89,14 +89,18 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     )
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
-                 overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = ()) -> None:
+                 overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = (),
+                 read_only: str | None = None) -> None:
         """``back_to_history``: opened from a list (the run history, the jobs view), so q and
         Esc go back there; a dashboard after a submit ends the flow and its q quits.
         ``overlays``: earlier runs drawn beside this one (a rerun overlays the run it repeats);
-        ``overlay_ids``: earlier runs to read from the backend and draw (a rerun from a list)."""
+        ``overlay_ids``: earlier runs to read from the backend and draw (a rerun from a list).
+        ``read_only``: why the backend is not asked (it is gone): the job's replay is what this
+        machine saved, and nothing is sent (no cancel, rerun, overlay or rollouts)."""
         super().__init__()
         self.job = job if isinstance(job, JobContext) else JobContext(job)
         self.back_to_history = back_to_history
+        self.read_only = read_only
         self.overlays = list(overlays)
         self.overlay_ids = list(overlay_ids)
         self.store = MetricStore()
@@ -140,10 +144,29 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self._overlay(self.overlay_ids)
         if self.job.replay is not None:
             self._apply(self.job.replay)
+            if self.read_only is not None:
+                self._show_read_only(self.read_only)
             return
         self._start_feed()
         self.set_interval(1.0, self._render_header, name="dashboard-clock")
         self._render_header()
+
+    def _show_read_only(self, why: str) -> None:
+        """A saved run: the header says so, the end panel says why and where it was read."""
+        self.ended = True  # nothing runs here: q asks nothing
+        self.finished_after = 0
+        final = self.query_one("#dash-final")
+        final.display = True
+        self.query_one("#dash-final-text", Static).update(why)
+        self._render_header()
+
+    def _needs_backend(self, what: str) -> bool:
+        """False (and says why) on a read-only dashboard: its backend is gone."""
+        if self.read_only is None:
+            return True
+        self.notify(f"{what} needs the job's backend, which is gone: this run is shown from the events "
+                    "saved on this machine.", title="Read-only", severity="warning", markup=False)
+        return False
 
     # -- the feed -------------------------------------------------------------------------
 
@@ -273,6 +296,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def _render_header(self) -> None:
         states = []
+        if self.read_only is not None:
+            states.append("[$warning]read-only: saved on this machine (see below)[/]")
         if self.watch_stopped:
             states.append("[$error]not watched any more (see below)[/]")
         if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
@@ -316,6 +341,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self.action_back()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A read-only dashboard has no backend to send these to: they leave its footer.
+        if self.read_only is not None and action in ("cancel_job", "rerun", "inspect", "overlay"):
+            return False
         # q is Back on a dashboard opened from a list, Quit on one that ends the flow.
         if action == "back":
             return self.back_to_history
@@ -347,6 +375,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.query_one(EventLog).focus()
 
     def action_cancel_job(self) -> None:
+        if not self._needs_backend("Cancel"):
+            return
         if self.ended:
             self.notify(f"The job has already ended ({self.status}).", severity="warning")
             return
@@ -363,9 +393,13 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         """The rollout inspector on the job's latest step (docs/product.md#rollout-inspector)."""
         from app.screens.rollouts import RolloutsScreen
 
+        if not self._needs_backend("The rollout inspector"):
+            return
         self.app.push_screen(RolloutsScreen(self.job))
 
     def action_rerun(self) -> None:
+        if not self._needs_backend("Rerun"):
+            return
         payload = self.job.payload or _payload_from_history(self.job.job_id)
         if payload is None:
             self.notify("No payload is known for this job (it was not launched from this machine).",
