@@ -297,7 +297,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def _render_header(self) -> None:
         states = []
         if self.read_only is not None:
-            states.append("[$warning]read-only: saved on this machine (see below)[/]")
+            states.append("[$warning]read-only (see below)[/]")
         if self.watch_stopped:
             states.append("[$error]not watched any more (see below)[/]")
         if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
