@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 from textual.worker import Worker, WorkerState
 
@@ -17,6 +18,11 @@ class FlowScreen(Screen):
     become an error modal (``SynthTuiApp.show_error``) instead of ending the app."""
 
     TITLE: ClassVar[str] = ""
+    # The help key first in every flow screen's footer: a footer too narrow for all its keys
+    # (80 columns) cuts the last ones, and the app's own keys come last (docs/product.md#keys).
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("f1,question_mark", "app.help", "Help", id="flow.help", key_display="?"),
+    ]
     # (palette title, palette help, action name) for the command palette.
     PALETTE_COMMANDS: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
@@ -34,9 +40,23 @@ class FlowScreen(Screen):
             self.title = self.app.title
             self.sub_title = self.TITLE
 
+    def leave(self) -> None:
+        """q or Esc on a pushed screen: back to the screen below; only the first screen quits."""
+        if len(self.app.screen_stack) > 1:
+            self.app.pop_screen()
+        else:
+            self.request_quit()
+
     def request_quit(self) -> None:
-        """Ctrl+Q or the palette's Quit on this screen; the dashboard asks first while it runs."""
-        self.flow_app.quit_flow()
+        """Ctrl+Q or the palette's Quit on this screen: the flow screen below decides (a
+        dashboard under its rollout inspector asks first while its job runs); the first quits."""
+        stack = self.app.screen_stack
+        below = stack[: stack.index(self)] if self in stack else []
+        screen = next((s for s in reversed(below) if isinstance(s, FlowScreen)), None)
+        if screen is not None:
+            screen.request_quit()
+        else:
+            self.flow_app.quit_flow()
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR and event.worker.error is not None:

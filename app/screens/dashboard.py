@@ -55,7 +55,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     TITLE = "Live dashboard"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
-        # In order of need: at 80 columns the footer shows the first few.
+        # In order of need: at 80 columns the footer shows the first few. q goes back to the
+        # list the dashboard was opened from, else quits (check_action shows the one that applies).
+        Binding("q", "back", "Back", id="dashboard.back"),
         Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
         Binding("c", "cancel_job", "Cancel", id="dashboard.cancel"),
         Binding("r", "rerun", "Rerun", id="dashboard.rerun"),
@@ -68,7 +70,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         Binding("n", "noise", "Noise", id="dashboard.noise", show=False),
         Binding("e", "export", "Export", id="dashboard.export", show=False),
         Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
-        Binding("ctrl+q", "quit_dashboard", "Quit", id="dashboard.app_quit", show=False),
+        # The app's quit, which asks this screen (request_quit) even when q goes back.
+        Binding("ctrl+q", "app.quit", "Quit", id="dashboard.app_quit", show=False),
         Binding("escape", "close_filter", "Clear filter / back", id="dashboard.close_filter", show=False),
     ]
     PALETTE_COMMANDS = (
@@ -86,13 +89,18 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     )
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
-                 overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = ()) -> None:
-        """``back_to_history``: opened from the run history, so Esc goes back there.
+                 overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = (),
+                 read_only: str | None = None) -> None:
+        """``back_to_history``: opened from a list (the run history, the jobs view), so q and
+        Esc go back there; a dashboard after a submit ends the flow and its q quits.
         ``overlays``: earlier runs drawn beside this one (a rerun overlays the run it repeats);
-        ``overlay_ids``: earlier runs to read from the backend and draw (a rerun from a list)."""
+        ``overlay_ids``: earlier runs to read from the backend and draw (a rerun from a list).
+        ``read_only``: why the backend is not asked (it is gone): the job's replay is what this
+        machine saved, and nothing is sent (no cancel, rerun, overlay or rollouts)."""
         super().__init__()
         self.job = job if isinstance(job, JobContext) else JobContext(job)
         self.back_to_history = back_to_history
+        self.read_only = read_only
         self.overlays = list(overlays)
         self.overlay_ids = list(overlay_ids)
         self.store = MetricStore()
@@ -139,10 +147,29 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self._overlay(self.overlay_ids)
         if self.job.replay is not None:
             self._apply(self.job.replay)
+            if self.read_only is not None:
+                self._show_read_only(self.read_only)
             return
         self._start_feed()
         self.set_interval(1.0, self._render_header, name="dashboard-clock")
         self._render_header()
+
+    def _show_read_only(self, why: str) -> None:
+        """A saved run: the header says so, the end panel says why and where it was read."""
+        self.ended = True  # nothing runs here: q asks nothing
+        self.finished_after = 0
+        final = self.query_one("#dash-final")
+        final.display = True
+        self.query_one("#dash-final-text", Static).update(why)
+        self._render_header()
+
+    def _needs_backend(self, what: str) -> bool:
+        """False (and says why) on a read-only dashboard: its backend is gone."""
+        if self.read_only is None:
+            return True
+        self.notify(f"{what} needs the job's backend, which is gone: this run is shown from the events "
+                    "saved on this machine.", title="Read-only", severity="warning", markup=False)
+        return False
 
     # -- the feed -------------------------------------------------------------------------
 
@@ -282,6 +309,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def _render_header(self) -> None:
         states = []
+        if self.read_only is not None:
+            states.append("[$warning]read-only (see below)[/]")
         if self.watch_stopped:
             states.append("[$error]not watched any more (see below)[/]")
         if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
@@ -322,9 +351,24 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if field.display or self.query_one(EventLog).filter_text:
             self.action_clear_filter()
         elif self.back_to_history:
-            if self.feed is not None:
-                self.feed.stop()
-            self.app.pop_screen()
+            self.action_back()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A read-only dashboard has no backend to send these to: they leave its footer.
+        if self.read_only is not None and action in ("cancel_job", "rerun", "inspect", "overlay"):
+            return False
+        # q is Back on a dashboard opened from a list, Quit on one that ends the flow.
+        if action == "back":
+            return self.back_to_history
+        if action == "quit_dashboard":
+            return not self.back_to_history
+        return True
+
+    def action_back(self) -> None:
+        """Back to the list it was opened from; the job goes on, nothing to ask."""
+        if self.feed is not None:
+            self.feed.stop()
+        self.app.pop_screen()
 
     def action_clear_filter(self) -> None:
         field = self.query_one("#dash-filter", Input)
@@ -344,6 +388,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.query_one(EventLog).focus()
 
     def action_cancel_job(self) -> None:
+        if not self._needs_backend("Cancel"):
+            return
         if self.ended:
             self.notify(f"The job has already ended ({self.status}).", severity="warning")
             return
@@ -360,9 +406,13 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         """The rollout inspector on the job's latest step (docs/product.md#rollout-inspector)."""
         from app.screens.rollouts import RolloutsScreen
 
+        if not self._needs_backend("The rollout inspector"):
+            return
         self.app.push_screen(RolloutsScreen(self.job))
 
     def action_rerun(self) -> None:
+        if not self._needs_backend("Rerun"):
+            return
         payload = self.job.payload or _payload_from_history(self.job.job_id)
         if payload is None:
             self.notify("No payload is known for this job (it was not launched from this machine).",

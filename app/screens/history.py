@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from rich.text import Text
@@ -28,6 +29,9 @@ from app.core.series import default_metric
 from app.core.wire import SUCCESS_STATUSES, is_terminal_status
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
+
+if TYPE_CHECKING:
+    from app.core.saved_run import SavedRun
 
 INTRO = "Jobs launched from this machine, newest first."
 # Below this width the table keeps job, status, created and config; the detail line under it
@@ -271,17 +275,33 @@ class HistoryScreen(FlowScreen):
     @work(exclusive=True, group="open", exit_on_error=False, name="Open the job")
     async def _open(self, record: RunRecord, *, rerun: bool = False) -> None:
         """The job's dashboard, on the backend it ran on with the .env it was launched with
-        (LaunchSession.use_history_record); Esc comes back here."""
+        (LaunchSession.use_history_record); Esc comes back here. A backend that is gone:
+        read-only, from the events this machine saved (docs/product.md#run-history)."""
+        # Here, not at the top: the history's first frame needs neither the client nor the feed.
+        from app.core.client import BackendTimeout, BackendUnreachable
+        from app.core.saved_run import read_saved_run
+
+        read_only: str | None = None
         try:
             job = await asyncio.to_thread(self.session.use_history_record, record)
             # Its backend first, in a few seconds: a demo's backend stopped with the demo, and
             # the dashboard would wait out its retries before saying so.
-            async with self.session.client(retries=0, timeout=OPEN_PROBE_TIMEOUT_S) as client:
-                await self.session.probe_for_attach(client)
+            try:
+                async with self.session.client(retries=0, timeout=OPEN_PROBE_TIMEOUT_S) as client:
+                    await self.session.probe_for_attach(client)
+            except (BackendUnreachable, BackendTimeout):
+                # The events this machine saved are shown instead, read-only; a rerun needs it.
+                saved = None if rerun else await asyncio.to_thread(read_saved_run, record.job_id)
+                if saved is None:
+                    raise
+                job = replace(job, replay=saved.batch)
+                read_only = read_only_notice(self.session.backend_base, saved)
         except SynthTuiError as exc:  # its .env is gone or has no key; a dead backend; a history edited by hand
             self.flow_app.show_error(f"Cannot open job {record.job_id}", exc)
             return
-        screen = DashboardScreen(job, back_to_history=True)
+        screen = DashboardScreen(job, back_to_history=True, read_only=read_only)
+        if read_only is not None:
+            screen.status = record.status
         self.opened_job = True
         self.app.push_screen(screen)
         if rerun:
@@ -290,6 +310,14 @@ class HistoryScreen(FlowScreen):
 
 # Seconds the job's backend has to answer before its dashboard opens.
 OPEN_PROBE_TIMEOUT_S = 5.0
+
+
+def read_only_notice(backend: str, saved: SavedRun) -> str:
+    """What a read-only dashboard says, in its end panel: why, from where, and the metrics."""
+    metrics = ("Metrics: rebuilt from the saved step summaries." if saved.metrics_kept
+               else "Metrics: not kept on this machine (only the events are saved), so no chart.")
+    return (f"Read-only: the backend at {backend} is gone; showing the events saved on this machine "
+            f"({saved.path}).\n{metrics} Cancel, rerun, overlays and rollouts need the backend.")
 
 
 def _read_rows() -> list[Row]:

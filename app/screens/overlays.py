@@ -21,7 +21,12 @@ class OverlayActions(FlowScreen):
     job: JobContext
 
     def action_overlay(self) -> None:
-        self._choose_overlays()
+        if self._needs_backend("Overlay"):
+            self._choose_overlays()
+
+    def _needs_backend(self, what: str) -> bool:
+        """Whether the backend can be asked (a read-only dashboard says why not)."""
+        return True
 
     @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
     async def _choose_overlays(self) -> None:

@@ -61,13 +61,14 @@ class RolloutsScreen(FlowScreen):
     """
     BINDINGS = [
         Binding("enter", "open", "Open", id="rollouts.open", priority=True),
+        # Pushed over a dashboard: q goes back, as esc does; near the front, so 80 columns show it.
+        Binding("q,escape", "back", "Back", id="rollouts.back"),
         Binding("left_square_bracket", "step(-1)", "Earlier", id="rollouts.earlier", key_display="["),
         Binding("right_square_bracket", "step(1)", "Later", id="rollouts.later", key_display="]"),
         Binding("t", "phase", "Phase", id="rollouts.phase"),
         Binding("w", "worst_first", "Order", id="rollouts.order"),
         Binding("c", "compare", "Same seed", id="rollouts.compare"),
         Binding("f5", "reload", "Reload", id="rollouts.reload"),
-        Binding("escape", "back", "Back", id="rollouts.back"),
     ]
     PALETTE_COMMANDS = (
         ("Open the rollout", "Show the selected rollout turn by turn (enter)", "open"),
@@ -107,6 +108,8 @@ class RolloutsScreen(FlowScreen):
                                   ("Seed", "seed", 6), ("Turns", "turns", 5), ("Rollout", "id", 26)):
             table.add_column(label, key=key, width=width)
         self._fit(self.size.width)
+        # Reading the list can take seconds: the empty table says it is waiting, not empty.
+        table.loading = not self.reader.preset
         self.action_reload()
 
     def on_resize(self, event: events.Resize) -> None:
@@ -136,6 +139,7 @@ class RolloutsScreen(FlowScreen):
             self.notify(self.problem, title="Rollouts", severity="error", markup=False)
         finally:
             self.loads += 1
+            self.query_one(DataTable).loading = False
         self.step = nearest_step(steps_of(self.reader.summaries, self.phase), self.step or self.wanted_step)
         self._show()
 
@@ -227,7 +231,7 @@ class RolloutsScreen(FlowScreen):
         self._show(keep_selection=False)
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        self.leave()
 
     @on(DataTable.RowSelected, "#rollouts-table")
     def _row_chosen(self) -> None:
@@ -277,8 +281,8 @@ class RolloutScreen(FlowScreen):
     RolloutScreen #rollout-view { height: 1fr; border: round $primary-darken-2; }
     """
     BINDINGS = [
+        Binding("q,escape", "back", "Back", id="rollout.back"),
         Binding("c", "compare", "Same seed", id="rollout.compare"),
-        Binding("escape", "back", "Back", id="rollout.back"),
     ]
 
     def __init__(self, reader: RolloutReader, rollout: Rollout) -> None:
@@ -301,7 +305,7 @@ class RolloutScreen(FlowScreen):
         open_comparison(self, self.reader, self.rollout.summary)
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        self.leave()
 
 
 class RolloutCompareScreen(FlowScreen):
@@ -312,7 +316,7 @@ class RolloutCompareScreen(FlowScreen):
     RolloutCompareScreen #compare-pair { height: 1fr; }
     RolloutCompareScreen RolloutView { width: 1fr; border: round $primary-darken-2; }
     """
-    BINDINGS = [Binding("escape", "back", "Back", id="rollout_compare.back")]
+    BINDINGS = [Binding("q,escape", "back", "Back", id="rollout_compare.back")]
 
     def __init__(self, left: Rollout, right: Rollout) -> None:
         super().__init__()
@@ -332,4 +336,4 @@ class RolloutCompareScreen(FlowScreen):
         self.query_one("#compare-right", RolloutView).show(self.right)
 
     def action_back(self) -> None:
-        self.app.pop_screen()
+        self.leave()

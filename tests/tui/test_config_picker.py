@@ -13,6 +13,7 @@ from app.core import config as cfg
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from pilot_waits import wait_until
+from screen_text import footer_text
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
 from widgets.path_prompt import PathPromptModal
@@ -334,3 +335,10 @@ def test_snapshot_picker_empty(snap_compare, make_app, project, fixed_home):
 def test_snapshot_picker_narrow(snap_compare, make_app, configs, fixed_home):
     cfg.write_last_config(configs / "crafter_qwen4b.toml")
     assert snap_compare(make_app(), terminal_size=(80, 24), run_before=_after_discovery())
+
+
+async def test_the_help_key_is_in_the_footer_at_80x24(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await discovered(pilot)
+        assert "? Help" in footer_text(app)

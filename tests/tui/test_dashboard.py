@@ -16,9 +16,11 @@ from app.core.streaming import WatchEnded
 from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.screens.modals import ConfirmModal, ErrorModal
+from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from pilot_waits import wait_for
+from screen_text import footer_text
 from widgets.event_log import EventLog
 from widgets.metrics_grid import MetricsGrid
 
@@ -135,7 +137,9 @@ async def test_every_dashboard_action_is_in_the_palette(faulty_backend):
     async with app.run_test(size=(160, 45)):
         screen = dashboard(app)
         in_palette = {action for _, _, action in screen.PALETTE_COMMANDS}
-        keyed = {b.action for b in screen.BINDINGS if b.action not in ("quit_dashboard", "close_filter")}
+        # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
+        leave = ("quit_dashboard", "close_filter", "back", "app.quit", "app.help")
+        keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
         assert keyed <= in_palette, keyed - in_palette
         for action in in_palette:
             assert callable(getattr(screen, f"action_{action}"))
@@ -423,3 +427,35 @@ async def test_the_charts_run_to_the_jobs_planned_steps():
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         assert app.screen.query_one(MetricsGrid).planned_steps == 20
+
+
+async def test_the_help_key_is_in_the_footer_at_80x24():
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
+        assert "? Help" in footer_text(app)
+
+
+async def test_q_on_a_dashboard_that_is_the_first_screen_asks_then_quits(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit in the footer")
+        assert "q Back" not in footer_text(app)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
+        await pilot.press("y")
+    assert app.return_value == 0
+
+
+async def test_ctrl_q_over_the_inspector_asks_while_the_job_runs(faulty_backend):
+    """The quit question belongs to the dashboard's job: a screen pushed over it asks it."""
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot.press("i")
+        await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen), what="the inspector")
+        await pilot.press("ctrl+q")
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
+        await pilot.press("y")
+    assert app.return_value == 0

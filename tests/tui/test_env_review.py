@@ -15,6 +15,7 @@ from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ConfirmModal, ErrorModal
 from pilot_waits import wait_until
+from screen_text import footer_text
 from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable
 from widgets.path_prompt import PathPromptModal
@@ -553,3 +554,11 @@ def test_no_stored_snapshot_holds_a_secret():
         pytest.skip("no snapshots stored yet (run with --snapshot-update)")
     for svg in stored:
         assert_no_secret(svg.read_text())
+
+
+async def test_the_help_key_is_in_the_footer_at_80x24(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await env_screen(pilot)
+        assert "? Help" in footer_text(app)

@@ -4,6 +4,7 @@ attach with the .env each job was launched with, End then Enter, a backend that 
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -11,13 +12,16 @@ from textual.widgets import Static
 
 from app.core import history as history_module
 from app.core.history import RunHistory
+from app.core.paths import run_dir
 from app.core.session import LaunchOptions, LaunchSession
 from app.screens.dashboard import DashboardScreen
 from app.screens.history import HistoryScreen, HistoryTable
 from app.screens.modals import ConfirmModal, ErrorModal
 from app.tui import SynthTuiApp
-from fakes import ScriptedJob, training_timeline
+from fakes import ScriptedJob, event, training_timeline
 from pilot_waits import wait_for
+from screen_text import footer_text
+from widgets.event_log import EventLog
 
 # Nothing listens on port 1 of the loopback: connecting is refused at once.
 DEAD_BACKEND = "http://127.0.0.1:1/api"
@@ -332,3 +336,41 @@ async def test_a_job_whose_backend_is_gone_says_so_before_a_dashboard_opens(proj
         assert app.screen.title_text == "Cannot open job job_demo"
         assert "127.0.0.1:1" in app.screen.message
         assert not any(isinstance(s, DashboardScreen) for s in app.screen_stack)
+
+
+async def test_a_job_whose_backend_is_gone_opens_read_only_from_its_saved_events(project):
+    """After a demo its jobs' events stay in their run folders: Enter shows them, read-only,
+    with the charts rebuilt from the step summaries, and nothing is sent to the dead backend."""
+    env = write_env(project, "sk_test_key_0123456789abcdef")
+    record("job_demo", DEAD_BACKEND, status="succeeded", final=True, env_path=env)
+    saved = [event(1, "rl.train.started", message="training started"),
+             *(event(1 + step, "rl.train.step", message=f"Step {step}/3", step=step, mean_score=0.2 * step,
+                     loss=1.0 - 0.1 * step, entropy=0.5) for step in (1, 2, 3)),
+             event(5, "rl.eval.summary", message="Eval after step 3", step=3, mean_score=0.7),
+             event(6, "rl.job.completed", message="Job completed")]
+    folder = run_dir("job_demo")
+    folder.mkdir(parents=True)
+    (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in saved) + '{"seq": 7, "ty')
+    app = history_app(project)
+    async with app.run_test(size=(160, 45)) as pilot:
+        history = await loaded(pilot, 1)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the read-only dashboard")
+        screen = app.screen
+        await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
+        assert screen.read_only is not None and screen.feed is None
+        assert screen.query_one(EventLog).shown == len(saved)  # the cut last line is skipped
+        assert set(screen.store.names()) >= {"train.mean_score", "train.loss", "train.entropy", "eval.mean_score"}
+        header = str(screen.query_one("#dash-header").render())
+        assert "read-only" in header and "succeeded" in header
+        final = str(screen.query_one("#dash-final-text").render())
+        assert final.startswith(f"Read-only: the backend at {DEAD_BACKEND} is gone; "
+                                "showing the events saved on this machine"), final
+        assert "rebuilt from the saved step summaries" in final
+        footer = footer_text(app)
+        assert "q Back" in footer and "Cancel" not in footer and "Rerun" not in footer
+        await pilot.press("c")  # no question, no request: there is nothing to cancel on
+        await pilot.pause()
+        assert app.screen is screen
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.screen is history, what="the history again")

@@ -16,6 +16,7 @@ from app.screens.modals import ConfirmModal
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, metric, training_timeline
 from pilot_waits import wait_for
+from screen_text import footer_text
 from widgets.metrics_grid import MetricsGrid
 
 STATUSES = ["running", "succeeded", "failed", "queued", "cancelled", "running", "succeeded"]
@@ -297,3 +298,34 @@ def test_snapshot_jobs_narrow(snap_compare):
 
 def test_snapshot_jobs_filtered_and_sorted(snap_compare):
     assert snap_compare(preset_app(), terminal_size=(80, 24), press=["s", "s", "slash", *"qwen3-0", "enter"])
+
+
+async def test_the_help_key_is_in_the_footer_at_80x24():
+    app = preset_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        assert "? Help" in footer_text(app)
+
+
+async def test_q_on_a_dashboard_opened_from_the_list_goes_back_and_only_the_list_quits(faulty_backend):
+    """As in k9s: q leaves the dashboard for the list without asking (the job goes on), the
+    footer says so, and only the first screen's q quits the app."""
+    seven_jobs(faulty_backend)
+    faulty_backend.add_job(ScriptedJob("job_live", [("running", [], [])] * 10_000,
+                                       created_at="2026-01-02T00:00:00Z"))
+    app = make_jobs_app(faulty_backend)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = jobs(app)
+        await loaded(pilot, screen)
+        await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit on the list")
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        dashboard = app.screen
+        await wait_for(pilot, lambda: "q Back" in footer_text(app), what="q Back on the dashboard")
+        assert "q Quit" not in footer_text(app) and not dashboard.ended
+        await pilot.press("q")  # the job still runs: no question, it is not left
+        await wait_for(pilot, lambda: app.screen is screen, what="the list again")
+        assert app.is_running
+        await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit on the list again")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: not app.is_running, what="the app to quit")

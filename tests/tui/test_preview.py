@@ -21,6 +21,7 @@ from app.screens.modals import ErrorModal
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from pilot_waits import wait_for
+from screen_text import footer_text
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 SYNTH_KEY = "sk_test_backend_key_0123456789"
@@ -341,3 +342,10 @@ async def test_layout_fits_small_and_large_terminals(preview_app, monkeypatch, s
         for widget_id in ("#override-model", "#override-task-url", "#override-experimental"):
             region = screen.query_one(widget_id).region
             assert region.height >= 1 and region.right <= size[0]
+
+
+async def test_the_help_key_is_in_the_footer_at_80x24(preview_app, monkeypatch):
+    app = fixed_app(preview_app, monkeypatch)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await preview_ready(pilot)
+        assert "? Help" in footer_text(app)

@@ -8,6 +8,7 @@ store; the snapshots use it as a preset."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -27,6 +28,7 @@ from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScr
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, finished_job
 from pilot_waits import wait_for
+from screen_text import footer_text, screen_lines
 from widgets.rollout_image import RolloutImage, decode_image
 from widgets.rollout_view import RolloutView, changed_words
 
@@ -154,6 +156,59 @@ async def test_the_dashboard_key_opens_it_and_a_backend_without_rollouts_is_said
         assert app.screen.query_one(DataTable).row_count == 0
         await pilot.press("escape")
         assert app.screen is dashboard
+
+
+async def test_q_goes_back_from_each_inspector_screen_to_the_dashboard(served):
+    """The inspector's screens are pushed: their q goes back, as esc does, and says so; the
+    dashboard under them is the first screen, so its q quits."""
+    session = LaunchSession(LaunchOptions(backend=served.url, poll_interval=0.05), shell={"SYNTH_API_KEY": API_KEY})
+    session.resolve()
+    app = SynthTuiApp(session, attach=JobContext(JOB))
+    async with app.run_test(size=(80, 24)) as pilot:
+        dashboard = app.screen
+        await wait_for(pilot, lambda: dashboard.ended, what="the job's end")
+        await pilot.press("i")
+        screen = await loaded(pilot)
+        await wait_for(pilot, lambda: "q Back" in footer_text(app), what="q Back in the footer")
+        await pilot.press("t", "t", "enter")  # eval rollouts of step 16: seed 2 was kept at step 4 too
+        await wait_for(pilot, lambda: isinstance(app.screen, RolloutScreen), what="the rollout")
+        rollout = app.screen
+        await pilot.press("c")
+        await wait_for(pilot, lambda: isinstance(app.screen, RolloutCompareScreen), what="the comparison")
+        assert "q Back" in footer_text(app)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.screen is rollout, what="the rollout again")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.screen is screen, what="the list again")
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app.screen is dashboard, what="the dashboard again")
+        await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit on the first screen")
+        assert app.is_running
+
+
+async def test_the_list_shows_a_loading_indicator_until_the_first_page_arrives(served, monkeypatch):
+    import app.screens.rollouts as rollouts_screen
+
+    release = asyncio.Event()
+    read = rollouts_screen.list_rollouts
+
+    async def held(client, job_id):
+        await release.wait()
+        return await read(client, job_id)
+
+    monkeypatch.setattr(rollouts_screen, "list_rollouts", held)
+    app = live_app(served.url, API_KEY)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = app.screen
+        table = screen.query_one(DataTable)
+        # The indicator covers the table: its column headings are not drawn while it waits.
+        await wait_for(pilot, lambda: table.loading and "Reward" not in "".join(screen_lines(app)),
+                       what="the loading indicator")
+        assert screen.loads == 0 and table.row_count == 0
+        release.set()
+        await loaded(pilot)
+        await wait_for(pilot, lambda: "Reward" in "".join(screen_lines(app)), what="the indicator to go")
+        assert table.row_count > 0 and not table.loading
 
 
 def test_the_words_that_changed_since_the_turn_before_are_marked():

@@ -20,6 +20,7 @@ from app.core.diagnosis import BackendCheck, TaskAppCheck, Verdict, backend_rows
 from app.core.health import HealthAttempt, HealthReport, check_task_app
 from app.screens.verification import VerificationScreen
 from pilot_waits import wait_for
+from screen_text import footer_text
 from widgets.diagnostics import DiagnosticsTable
 from widgets.json_view import JsonReportModal
 
@@ -464,3 +465,10 @@ async def test_layout_fits_small_and_large_terminals(verify_app, monkeypatch, si
         assert verdict.region.bottom <= size[1] - 1  # above the footer
         assert table.region.width <= size[0] and table.size.height >= 6
         assert "rejected ENVIRONMENT_API_KEY" in verdict_text(screen)
+
+
+async def test_the_help_key_is_in_the_footer_at_80x24(verify_app, monkeypatch):
+    app = snapshot_app(verify_app, monkeypatch)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await checks_done(pilot)
+        assert "? Help" in footer_text(app)
