@@ -422,6 +422,63 @@ def test_save_refuses_to_clobber_changes_on_disk(tmp_path):
     assert path.read_text() == "A=2\n"
 
 
+def _bump_mtime(path: Path) -> None:
+    """Move the file's mtime on by a second: a rewrite within the clock's tick keeps it."""
+    info = path.stat()
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+
+
+def test_changed_on_disk_notices_another_text_and_ignores_a_touch(tmp_path):
+    path = write(tmp_path / ".env", "TASK_APP_URL=http://old.example\n")
+    env = EnvFile.load(path)
+    assert env.stamp == envfile.disk_stamp(path)
+    assert not env.changed_on_disk() and not env.changed_on_disk(thorough=True)
+
+    _bump_mtime(path)  # touched, same text: no change, and the new stamp is kept
+    assert not env.changed_on_disk()
+    assert env.stamp == envfile.disk_stamp(path)
+
+    path.write_text("TASK_APP_URL=http://new.example\n")
+    _bump_mtime(path)
+    assert env.changed_on_disk()
+    assert env.changed_on_disk()  # it stays changed until the file is read again
+    assert not EnvFile.load(path).changed_on_disk()
+
+
+def test_changed_on_disk_thorough_reads_even_when_the_stamp_is_the_same(tmp_path):
+    path = write(tmp_path / ".env", "A=1\n")
+    env = EnvFile.load(path)
+    before = path.stat()
+    path.write_text("A=2\n")  # same size; put the old mtime back: a stat cannot tell
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert envfile.disk_stamp(path) == env.stamp
+    assert not env.changed_on_disk()
+    assert env.changed_on_disk(thorough=True)
+
+
+def test_changed_on_disk_created_removed_and_unreadable(tmp_path):
+    path = tmp_path / ".env"
+    env = EnvFile.load(path)  # no file yet
+    assert env.stamp is None and not env.changed_on_disk()
+    path.write_text("A=1\n")
+    assert env.changed_on_disk()  # created by another program
+
+    loaded = EnvFile.load(path)
+    path.unlink()
+    assert loaded.changed_on_disk()  # removed
+    path.mkdir()
+    assert loaded.changed_on_disk(thorough=True)  # not a file any more: an error is a change
+
+
+def test_our_own_save_is_not_a_change_on_disk(tmp_path):
+    path = write(tmp_path / ".env", "A=1\n")
+    env = EnvFile.load(path)
+    env.set("A", "22")
+    env.save()
+    assert env.stamp == envfile.disk_stamp(path)  # taken from the written file itself
+    assert not env.changed_on_disk() and not env.changed_on_disk(thorough=True)
+
+
 def test_write_demo_env_creates_0600_and_refuses_existing(tmp_path):
     path = tmp_path / "demo" / ".env"
     path.parent.mkdir()

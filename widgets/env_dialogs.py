@@ -1,4 +1,4 @@
-"""The env review's dialogs: edit a value, add a key, and "save before continuing?".
+"""The env review's dialogs: edit a value, add a key, "save before continuing?" and "reload?".
 
 Values are typed into password inputs; ctrl+r reveals them. That input is the only place a
 full secret is ever drawn. Inline errors never repeat what was typed.
@@ -213,3 +213,42 @@ class SaveBeforeContinueModal(ModalScreen[str | None]):
 
     def action_answer(self, answer: str) -> None:
         self.dismiss(answer if answer in ("save", "continue") else None)
+
+
+class ReloadModal(ModalScreen[str | None]):
+    """Reload the .env with unsaved edits: "keep" (applied again on top), "drop", or None."""
+
+    BINDINGS = [
+        Binding("k", "answer('keep')", "Reload, keep my edits", id="env_reload.keep"),
+        Binding("d", "answer('drop')", "Reload, drop my edits", id="env_reload.drop"),
+        Binding("escape", "answer('stay')", "Cancel", id="env_reload.stay"),
+    ]
+
+    def __init__(self, file_label: str, edited: list[str]) -> None:
+        super().__init__(classes="modal")
+        self.file_label = file_label
+        self.edited = edited
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="modal-body"):
+            yield Static(f"Reload {self.file_label} from disk?", id="modal-title", markup=False)
+            yield Static(
+                f"You have unsaved edits to {', '.join(self.edited)}. Keep them applies them again on top of "
+                "what the file holds now (a key changed on disk too is asked about); drop them shows the "
+                "file as it is.",
+                id="modal-detail", markup=False,
+            )
+            with Horizontal(id="modal-buttons"):
+                yield Button("Reload, keep my edits (k)", variant="primary", id="keep")
+                yield Button("Reload, drop my edits (d)", variant="warning", id="drop")
+                yield Button("Cancel (esc)", id="stay")
+
+    def on_mount(self) -> None:
+        self.query_one("#keep", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_answer(event.button.id or "stay")
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(answer if answer in ("keep", "drop") else None)

@@ -369,6 +369,23 @@ def _trailing_comment(rest: str, quote: str) -> str:
 # --------------------------------------------------------------------------- the file
 
 
+# What a stat says about a file: (device, inode, size, mtime in ns). Cheap to take; any write,
+# in place or by rename, changes it (docs/product.md#env-review: the env review polls it).
+DiskStamp = tuple[int, int, int, int]
+
+
+def disk_stamp(path: Path) -> DiskStamp | None:
+    """The file's stamp (a symlink followed); None when there is no file or no stat."""
+    try:
+        return _stamp_of(os.stat(path))
+    except OSError:
+        return None
+
+
+def _stamp_of(info: os.stat_result) -> DiskStamp:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
 class EnvFile:
     """A .env file held in memory; changes reach the disk only through ``save()``.
 
@@ -376,9 +393,11 @@ class EnvFile:
     # .env (as a bare KEY=value, dropping `export`, quotes and CRLF). We never write on our own.
     """
 
-    def __init__(self, path: Path, text: str = "", *, exists: bool = False) -> None:
+    def __init__(self, path: Path, text: str = "", *, exists: bool = False,
+                 stamp: DiskStamp | None = None) -> None:
         self.path = Path(path)
         self.exists = exists
+        self.stamp = stamp  # the file's stamp as of load/save, for changed_on_disk
         self._bom = _BOM if text.startswith(_BOM) else ""
         self._saved_text = text  # what is on disk (as of load/save); for dirty and clobber checks
         self._apply(_parse(text[len(self._bom) :]))
@@ -388,10 +407,11 @@ class EnvFile:
     @classmethod
     def load(cls, path: Path) -> EnvFile:
         path = user_path(path)
+        stamp = disk_stamp(path)  # before reading, so a write during the read is noticed later
         raw = _read_bytes(path)
         if raw is None:
-            return cls(path, "", exists=False)
-        return cls(path, _decode(path, raw), exists=True)
+            return cls(path, "", exists=False, stamp=stamp)
+        return cls(path, _decode(path, raw), exists=True, stamp=stamp)
 
     @property
     def values(self) -> dict[str, str | None]:
@@ -415,6 +435,24 @@ class EnvFile:
             f"EnvFile(path={str(self.path)!r}, exists={self.exists}, keys={self.keys()!r}, "
             f"dirty={self.dirty})"
         )
+
+    def changed_on_disk(self, *, thorough: bool = False) -> bool:
+        """Whether the file on disk now differs from the text read (or last saved): created,
+        removed, or another text. A stat first; the file is read only when its stamp changed
+        (a rewrite with the same text, a ``touch``, is then no change), or always when
+        ``thorough`` (a write within the clock's tick, same size, leaves the stamp alone)."""
+        now = disk_stamp(self.path)
+        if now == self.stamp and not thorough:
+            return False
+        try:
+            raw = _read_bytes(self.path)
+        except EnvFileError:
+            return True  # unreadable or too big now: not what was read
+        current = raw.decode("utf-8", errors="replace") if raw is not None else None
+        if current != (self._saved_text if self.exists else None):
+            return True
+        self.stamp = now
+        return False
 
     def reload(self, edits: Mapping[str, str]) -> tuple[EnvFile, list[str]]:
         """The file as it is on disk now, with the user's ``edits`` (key → value) applied
@@ -477,7 +515,7 @@ class EnvFile:
         if not force:
             self._check_unchanged_on_disk(target)
         text = self.render()
-        _atomic_write(target, text, display=self.path, exclusive=False)
+        self.stamp = _atomic_write(target, text, display=self.path, exclusive=False)
         self._saved_text = text
         self.exists = True
 
@@ -625,8 +663,9 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
 
 
-def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) -> None:
-    """Write ``text`` to ``target`` via a temp file in the same directory and a rename.
+def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) -> DiskStamp:
+    """Write ``text`` to ``target`` via a temp file in the same directory and a rename; return
+    the written file's stamp (taken from the temp file: a rename keeps inode and mtime).
 
     The existing file's mode is kept; a new file gets 0600. On failure the original is untouched
     and the temp file removed. ``exclusive`` refuses to replace an existing file.
@@ -646,6 +685,7 @@ def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) ->
         if owner is not None and owner != (os.getuid(), os.getgid()):
             _try_chown(fd, owner)
         os.fsync(fd)
+        stamp = _stamp_of(os.fstat(fd))
         os.close(fd)
         fd = -1
         if exclusive:
@@ -666,6 +706,7 @@ def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) ->
             hint=f"Check that {directory} exists and is writable and the disk is not full.",
         ) from None
     _fsync_dir(directory)
+    return stamp
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -861,8 +902,10 @@ __all__ = [
     "EnvLine",
     "ResolvedKey",
     "Source",
+    "DiskStamp",
     "demo_state_env_path",
     "discover_env_files",
+    "disk_stamp",
     "display_value",
     "header_value_problem",
     "is_secret_key",
