@@ -114,6 +114,19 @@ async def test_values_are_masked_and_sources_shown(make_app, project):
         assert_no_secret(app.export_screenshot())
 
 
+async def test_home_and_end_move_the_cursor_to_the_first_and_last_key(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        table = screen.query_one(MaskedEnvTable)
+        await pilot.press("end")
+        assert table.selected_key == "OTHER_TOKEN"
+        assert "OTHER_TOKEN = tok_…90" in text_of(screen, "#env-detail")
+        await pilot.press("home")
+        assert table.selected_key == "SYNTH_API_KEY"
+
+
 async def test_shell_override_alias_and_missing_key(make_app, project):
     (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
     app = make_app(start="env", shell={"SYNTH_API_KEY": SHELL_KEY, "DEV_ENVIRONMENT_API_KEY": ALIAS_KEY})
