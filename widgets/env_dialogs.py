@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from app.core.envfile import ResolvedKey, is_secret_key
+from app.core.envfile import ResolvedKey, is_secret_key, secret_parts
 from app.core.errors import EnvFileError
 from widgets.env_table import source_label
 
@@ -122,8 +122,8 @@ class EditValueModal(_ValueDialog):
                     f"What you enter here changes {self.file_label} only.",
                     id="env-shell-warning", markup=False,
                 )
-            yield Input(value=self.file_value, password=is_secret_key(key.name), id="env-value",
-                        placeholder=f"value for {key.name}")
+            hidden = is_secret_key(key.name) or bool(secret_parts(key.name, self.file_value))
+            yield Input(value=self.file_value, password=hidden, id="env-value", placeholder=f"value for {key.name}")
             yield Static("", id="env-error", markup=False)
             yield Static(EDIT_HELP, id="modal-detail")
             yield from self.buttons()

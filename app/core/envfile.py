@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from app.core.errors import EnvFileError
-from app.core.redact import mask_secret
+from app.core.redact import is_secret_name, looks_like_secret, mask_secret, redact_url, url_secrets
 
 # python-dotenv, json and secrets are imported where used: the first screen reads no .env
 # (docs/performance.md#first-paint).
@@ -70,10 +70,23 @@ _DOUBLE_QUOTED = re.compile(r'"((?:\\.|[^"\\])*)"', re.DOTALL)
 
 
 def is_secret_key(name: str) -> bool:
-    """URLs are shown in full; every other value is treated as a secret."""
-    # Differs from the SDK on purpose: the SDK masks TASK_APP_URL too; a URL is not a secret
-    # and seeing it in full is what makes a wrong one obvious.
-    return not name.upper().endswith("URL")
+    """A name that says its value is a secret (KEY, TOKEN, PASSWORD…: redact.SECRET_NAME_WORDS)."""
+    # Differs from the SDK on purpose: the SDK masks every value, TASK_APP_URL too. A URL or a
+    # project name is not a secret, and seeing it in full is what makes a wrong one obvious.
+    return is_secret_name(name)
+
+
+def hides_value(name: str, value: str | None) -> bool:
+    """Whether ``value`` is shown only as its mask: a secret's name, or a value like a key."""
+    return bool(value) and (is_secret_key(name) or looks_like_secret(value))
+
+
+def secret_parts(name: str, value: str | None) -> list[str]:
+    """What of ``value`` is secret, for the redaction of messages: all of it, a URL's
+    credentials, or nothing."""
+    if not value:
+        return []
+    return [value] if hides_value(name, value) else url_secrets(value)
 
 
 # The SDK's ``mask_value``; one implementation, shared with the redaction of messages.
@@ -81,9 +94,11 @@ mask_value = mask_secret
 
 
 def display_value(name: str, value: str | None) -> str:
+    """The value as shown (docs/product.md#secrets): a secret's mask, else in full with a
+    URL's credentials replaced by ``****``."""
     if not value:
         return UNSET
-    return mask_value(value) if is_secret_key(name) else value
+    return mask_value(value) if hides_value(name, value) else redact_url(value)
 
 
 # --------------------------------------------------------------------------- header keys
@@ -908,10 +923,12 @@ __all__ = [
     "disk_stamp",
     "display_value",
     "header_value_problem",
+    "hides_value",
     "is_secret_key",
     "mask_value",
     "missing_required",
     "resolve_keys",
+    "secret_parts",
     "user_path",
     "write_demo_env",
 ]

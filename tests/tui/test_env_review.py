@@ -127,6 +127,34 @@ async def test_home_and_end_move_the_cursor_to_the_first_and_last_key(make_app, 
         assert table.selected_key == "SYNTH_API_KEY"
 
 
+async def test_only_secrets_are_masked_in_the_table(make_app, project):
+    """WANDB_PROJECT is not a secret: shown in full; a value like a key under another name is
+    masked, and a URL shows without its password."""
+    (project / ".env").write_text(
+        FULL_ENV + "WANDB_PROJECT=crafter-qwen4b-rl\n"
+        f"NOTES={NEW_KEY}\n"
+        "DATABASE_URL=postgres://bob:hunter2pass@db:5432/rl\n"
+    )
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert row(screen, "WANDB_PROJECT")[1] == "crafter-qwen4b-rl"
+        assert row(screen, "NOTES")[1] == "sk_n…78"
+        assert row(screen, "DATABASE_URL")[1] == "postgres://****@db:5432/rl"
+        assert row(screen, "OTHER_TOKEN")[1] == "tok_…90"
+        shot = app.export_screenshot()
+        assert "hunter2pass" not in shot
+        assert_no_secret(shot)
+        await select_row(pilot, screen, "WANDB_PROJECT")
+        await pilot.press("enter")
+        assert not app.screen.query_one("#env-value", Input).password  # nothing to hide
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await select_row(pilot, screen, "NOTES")
+        await pilot.press("enter")
+        assert app.screen.query_one("#env-value", Input).password
+
+
 async def test_shell_override_alias_and_missing_key(make_app, project):
     (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
     app = make_app(start="env", shell={"SYNTH_API_KEY": SHELL_KEY, "DEV_ENVIRONMENT_API_KEY": ALIAS_KEY})
