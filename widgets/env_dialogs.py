@@ -233,9 +233,8 @@ class ReloadModal(ModalScreen[str | None]):
         with Vertical(id="modal-body"):
             yield Static(f"Reload {self.file_label} from disk?", id="modal-title", markup=False)
             yield Static(
-                f"You have unsaved edits to {', '.join(self.edited)}. Keep them applies them again on top of "
-                "what the file holds now (a key changed on disk too is asked about); drop them shows the "
-                "file as it is.",
+                f"You have unsaved edits to {', '.join(self.edited)}. Keep: they are applied again on top of "
+                "what the file holds now (a key changed on disk too is asked about). Drop: the file as it is.",
                 id="modal-detail", markup=False,
             )
             with Horizontal(id="modal-buttons"):
