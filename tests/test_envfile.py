@@ -78,10 +78,67 @@ def test_display_value_shows_urls_and_masks_secrets():
     assert is_secret_key("SYNTH_API_KEY")
     assert not is_secret_key("TASK_APP_URL")
     assert not is_secret_key("task_app_base_url")
+    assert not is_secret_key("WANDB_PROJECT")
     assert display_value("TASK_APP_URL", "https://x.modal.run") == "https://x.modal.run"
     assert display_value("SYNTH_API_KEY", "sk_live_abcdef12") == "sk_l\u202612"
     assert display_value("TASK_APP_URL", None) == "<unset>"
     assert display_value("TASK_APP_URL", "") == "<unset>"
+
+
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "PASS", "AUTH", "CREDENTIAL", "PRIVATE")
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "shown"),
+    [
+        ("WANDB_PROJECT", "crafter-qwen4b-rl", "crafter-qwen4b-rl"),  # not a secret: in full
+        ("WANDB_ENTITY", "my_team", "my_team"),
+        ("MODEL", "Qwen/Qwen3-4B-Instruct-2507", "Qwen/Qwen3-4B-Instruct-2507"),
+        ("CHECKPOINT_DIR", "/data/run2024/checkpoints", "/data/run2024/checkpoints"),
+        ("TASK_APP_URL", "https://abc123def456ghi789jkl.ngrok.app", "https://abc123def456ghi789jkl.ngrok.app"),
+        ("OPENAI_API_KEY", "abc", "****"),  # a secret's name: masked, whatever the value
+        ("DB_PASSWORD", "correct horse battery", "corr\u2026ry"),
+        ("GITHUB_TOKEN", "hello", "****"),
+        ("dev_environment_api_key", "lowercase_name_too", "lowe\u2026oo"),
+        ("NOTES", "sk-proj-abcdef", "sk-p\u2026ef"),  # a value like a key, under any name
+        ("COMMIT", "3f712812ab4c9d0e1f2a3b4c5d6e7f8091a2b3c4", "3f71\u2026c4"),
+        ("BLOB", "aGVsbG8gd29ybGQgdGhpcyBpcyBhIHRlc3Q=", "aGVs\u2026Q="),
+        ("DATABASE_URL", "postgres://bob:hunter2pass@db:5432/x", "postgres://****@db:5432/x"),
+        ("HOOK_URL", "https://h.example/x?token=abc123&page=2", "https://h.example/x?token=****&page=2"),
+    ],
+)
+def test_only_secrets_are_masked(name, value, shown):
+    assert display_value(name, value) == shown
+
+
+def test_secret_parts_are_what_messages_redact():
+    assert envfile.secret_parts("WANDB_PROJECT", "crafter-rl") == []
+    assert envfile.secret_parts("SYNTH_API_KEY", "x") == ["x"]
+    assert envfile.secret_parts("DATABASE_URL", "postgres://bob:hunter2pass@db/x") == ["bob:hunter2pass"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    prefix=st.from_regex(r"[A-Za-z0-9_]{0,8}", fullmatch=True),
+    word=st.sampled_from(SECRET_WORDS).flatmap(lambda w: st.sampled_from([w, w.lower(), w.title()])),
+    suffix=st.from_regex(r"[A-Za-z0-9_]{0,8}", fullmatch=True),
+    value=st.text(min_size=1, max_size=80),
+)
+def test_property_a_secret_named_value_never_shows_more_than_its_mask(prefix, word, suffix, value):
+    name = prefix + word + suffix
+    shown = display_value(name, value)
+    assert shown == mask_value(value)
+    assert shown == "****" or (shown == f"{value[:4]}\u2026{value[-2:]}" and len(value) > 6)
+    assert envfile.secret_parts(name, value) == [value]
+
+
+@settings(max_examples=200, deadline=None)
+@given(value=st.from_regex(r"(sk|pk|rk)[-_][A-Za-z0-9]{4,40}|ghp_[A-Za-z0-9]{20,36}|[A-Za-z0-9]{24,64}",
+                           fullmatch=True))
+def test_property_a_value_like_a_key_is_masked_under_any_name(value):
+    if value.isalpha() or value.isdigit() or len(set(value)) < len(value) // 3:
+        value = value + "Zq9x7Kd2Lm4Pw8Rt"  # one character class or repetitive: make it look random
+    assert display_value("WANDB_PROJECT", value) == mask_value(value)
 
 
 # --------------------------------------------------------------------------- load
@@ -420,6 +477,63 @@ def test_save_refuses_to_clobber_changes_on_disk(tmp_path):
         env.save()
     env.save(force=True)
     assert path.read_text() == "A=2\n"
+
+
+def _bump_mtime(path: Path) -> None:
+    """Move the file's mtime on by a second: a rewrite within the clock's tick keeps it."""
+    info = path.stat()
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+
+
+def test_changed_on_disk_notices_another_text_and_ignores_a_touch(tmp_path):
+    path = write(tmp_path / ".env", "TASK_APP_URL=http://old.example\n")
+    env = EnvFile.load(path)
+    assert env.stamp == envfile.disk_stamp(path)
+    assert not env.changed_on_disk() and not env.changed_on_disk(thorough=True)
+
+    _bump_mtime(path)  # touched, same text: no change, and the new stamp is kept
+    assert not env.changed_on_disk()
+    assert env.stamp == envfile.disk_stamp(path)
+
+    path.write_text("TASK_APP_URL=http://new.example\n")
+    _bump_mtime(path)
+    assert env.changed_on_disk()
+    assert env.changed_on_disk()  # it stays changed until the file is read again
+    assert not EnvFile.load(path).changed_on_disk()
+
+
+def test_changed_on_disk_thorough_reads_even_when_the_stamp_is_the_same(tmp_path):
+    path = write(tmp_path / ".env", "A=1\n")
+    env = EnvFile.load(path)
+    before = path.stat()
+    path.write_text("A=2\n")  # same size; put the old mtime back: a stat cannot tell
+    os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert envfile.disk_stamp(path) == env.stamp
+    assert not env.changed_on_disk()
+    assert env.changed_on_disk(thorough=True)
+
+
+def test_changed_on_disk_created_removed_and_unreadable(tmp_path):
+    path = tmp_path / ".env"
+    env = EnvFile.load(path)  # no file yet
+    assert env.stamp is None and not env.changed_on_disk()
+    path.write_text("A=1\n")
+    assert env.changed_on_disk()  # created by another program
+
+    loaded = EnvFile.load(path)
+    path.unlink()
+    assert loaded.changed_on_disk()  # removed
+    path.mkdir()
+    assert loaded.changed_on_disk(thorough=True)  # not a file any more: an error is a change
+
+
+def test_our_own_save_is_not_a_change_on_disk(tmp_path):
+    path = write(tmp_path / ".env", "A=1\n")
+    env = EnvFile.load(path)
+    env.set("A", "22")
+    env.save()
+    assert env.stamp == envfile.disk_stamp(path)  # taken from the written file itself
+    assert not env.changed_on_disk() and not env.changed_on_disk(thorough=True)
 
 
 def test_write_demo_env_creates_0600_and_refuses_existing(tmp_path):

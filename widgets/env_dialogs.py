@@ -1,4 +1,4 @@
-"""The env review's dialogs: edit a value, add a key, and "save before continuing?".
+"""The env review's dialogs: edit a value, add a key, "save before continuing?" and "reload?".
 
 Values are typed into password inputs; ctrl+r reveals them. That input is the only place a
 full secret is ever drawn. Inline errors never repeat what was typed.
@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from app.core.envfile import ResolvedKey, is_secret_key
+from app.core.envfile import ResolvedKey, is_secret_key, secret_parts
 from app.core.errors import EnvFileError
 from widgets.env_table import source_label
 
@@ -122,8 +122,8 @@ class EditValueModal(_ValueDialog):
                     f"What you enter here changes {self.file_label} only.",
                     id="env-shell-warning", markup=False,
                 )
-            yield Input(value=self.file_value, password=is_secret_key(key.name), id="env-value",
-                        placeholder=f"value for {key.name}")
+            hidden = is_secret_key(key.name) or bool(secret_parts(key.name, self.file_value))
+            yield Input(value=self.file_value, password=hidden, id="env-value", placeholder=f"value for {key.name}")
             yield Static("", id="env-error", markup=False)
             yield Static(EDIT_HELP, id="modal-detail")
             yield from self.buttons()
@@ -213,3 +213,41 @@ class SaveBeforeContinueModal(ModalScreen[str | None]):
 
     def action_answer(self, answer: str) -> None:
         self.dismiss(answer if answer in ("save", "continue") else None)
+
+
+class ReloadModal(ModalScreen[str | None]):
+    """Reload the .env with unsaved edits: "keep" (applied again on top), "drop", or None."""
+
+    BINDINGS = [
+        Binding("k", "answer('keep')", "Reload, keep my edits", id="env_reload.keep"),
+        Binding("d", "answer('drop')", "Reload, drop my edits", id="env_reload.drop"),
+        Binding("escape", "answer('stay')", "Cancel", id="env_reload.stay"),
+    ]
+
+    def __init__(self, file_label: str, edited: list[str]) -> None:
+        super().__init__(classes="modal")
+        self.file_label = file_label
+        self.edited = edited
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="modal-body"):
+            yield Static(f"Reload {self.file_label} from disk?", id="modal-title", markup=False)
+            yield Static(
+                f"You have unsaved edits to {', '.join(self.edited)}. Keep: they are applied again on top of "
+                "what the file holds now (a key changed on disk too is asked about). Drop: the file as it is.",
+                id="modal-detail", markup=False,
+            )
+            with Horizontal(id="modal-buttons"):
+                yield Button("Reload, keep my edits (k)", variant="primary", id="keep")
+                yield Button("Reload, drop my edits (d)", variant="warning", id="drop")
+                yield Button("Cancel (esc)", id="stay")
+
+    def on_mount(self) -> None:
+        self.query_one("#keep", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_answer(event.button.id or "stay")
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(answer if answer in ("keep", "drop") else None)

@@ -10,6 +10,7 @@ from collections.abc import Iterable, Sequence
 
 from rich.style import Style
 from rich.text import Text
+from textual.binding import Binding
 from textual.color import Color, ColorParseError
 from textual.widgets import DataTable
 
@@ -50,8 +51,13 @@ def describe(key: ResolvedKey, file_label: str) -> str:
 
 class MaskedEnvTable(DataTable):
     """One row per key, keyed by the key's name. A click moves the cursor to a row; a click on
-    the selected row (or enter) asks to edit it (DataTable.RowSelected)."""
+    the selected row (or enter) asks to edit it (DataTable.RowSelected). Home and End move the
+    cursor to the first and last key (DataTable binds them to the horizontal scroll)."""
 
+    BINDINGS = [
+        Binding("home", "scroll_top", "First key", id="env_table.first", show=False),
+        Binding("end", "scroll_bottom", "Last key", id="env_table.last", show=False),
+    ]
     COLUMNS = ("Key", "Value", "Source", "Note")
 
     def __init__(self, *, id: str | None = None) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from app.core.errors import EnvFileError
-from app.core.redact import mask_secret
+from app.core.redact import is_secret_name, looks_like_secret, mask_secret, redact_url, url_secrets
 
 # python-dotenv, json and secrets are imported where used: the first screen reads no .env
 # (docs/performance.md#first-paint).
@@ -70,10 +70,23 @@ _DOUBLE_QUOTED = re.compile(r'"((?:\\.|[^"\\])*)"', re.DOTALL)
 
 
 def is_secret_key(name: str) -> bool:
-    """URLs are shown in full; every other value is treated as a secret."""
-    # Differs from the SDK on purpose: the SDK masks TASK_APP_URL too; a URL is not a secret
-    # and seeing it in full is what makes a wrong one obvious.
-    return not name.upper().endswith("URL")
+    """A name that says its value is a secret (KEY, TOKEN, PASSWORD…: redact.SECRET_NAME_WORDS)."""
+    # Differs from the SDK on purpose: the SDK masks every value, TASK_APP_URL too. A URL or a
+    # project name is not a secret, and seeing it in full is what makes a wrong one obvious.
+    return is_secret_name(name)
+
+
+def hides_value(name: str, value: str | None) -> bool:
+    """Whether ``value`` is shown only as its mask: a secret's name, or a value like a key."""
+    return bool(value) and (is_secret_key(name) or looks_like_secret(value))
+
+
+def secret_parts(name: str, value: str | None) -> list[str]:
+    """What of ``value`` is secret, for the redaction of messages: all of it, a URL's
+    credentials, or nothing."""
+    if not value:
+        return []
+    return [value] if hides_value(name, value) else url_secrets(value)
 
 
 # The SDK's ``mask_value``; one implementation, shared with the redaction of messages.
@@ -81,9 +94,11 @@ mask_value = mask_secret
 
 
 def display_value(name: str, value: str | None) -> str:
+    """The value as shown (docs/product.md#secrets): a secret's mask, else in full with a
+    URL's credentials replaced by ``****``."""
     if not value:
         return UNSET
-    return mask_value(value) if is_secret_key(name) else value
+    return mask_value(value) if hides_value(name, value) else redact_url(value)
 
 
 # --------------------------------------------------------------------------- header keys
@@ -369,6 +384,23 @@ def _trailing_comment(rest: str, quote: str) -> str:
 # --------------------------------------------------------------------------- the file
 
 
+# What a stat says about a file: (device, inode, size, mtime in ns). Cheap to take; any write,
+# in place or by rename, changes it (docs/product.md#env-review: the env review polls it).
+DiskStamp = tuple[int, int, int, int]
+
+
+def disk_stamp(path: Path) -> DiskStamp | None:
+    """The file's stamp (a symlink followed); None when there is no file or no stat."""
+    try:
+        return _stamp_of(os.stat(path))
+    except OSError:
+        return None
+
+
+def _stamp_of(info: os.stat_result) -> DiskStamp:
+    return info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns
+
+
 class EnvFile:
     """A .env file held in memory; changes reach the disk only through ``save()``.
 
@@ -376,9 +408,11 @@ class EnvFile:
     # .env (as a bare KEY=value, dropping `export`, quotes and CRLF). We never write on our own.
     """
 
-    def __init__(self, path: Path, text: str = "", *, exists: bool = False) -> None:
+    def __init__(self, path: Path, text: str = "", *, exists: bool = False,
+                 stamp: DiskStamp | None = None) -> None:
         self.path = Path(path)
         self.exists = exists
+        self.stamp = stamp  # the file's stamp as of load/save, for changed_on_disk
         self._bom = _BOM if text.startswith(_BOM) else ""
         self._saved_text = text  # what is on disk (as of load/save); for dirty and clobber checks
         self._apply(_parse(text[len(self._bom) :]))
@@ -388,10 +422,11 @@ class EnvFile:
     @classmethod
     def load(cls, path: Path) -> EnvFile:
         path = user_path(path)
+        stamp = disk_stamp(path)  # before reading, so a write during the read is noticed later
         raw = _read_bytes(path)
         if raw is None:
-            return cls(path, "", exists=False)
-        return cls(path, _decode(path, raw), exists=True)
+            return cls(path, "", exists=False, stamp=stamp)
+        return cls(path, _decode(path, raw), exists=True, stamp=stamp)
 
     @property
     def values(self) -> dict[str, str | None]:
@@ -415,6 +450,24 @@ class EnvFile:
             f"EnvFile(path={str(self.path)!r}, exists={self.exists}, keys={self.keys()!r}, "
             f"dirty={self.dirty})"
         )
+
+    def changed_on_disk(self, *, thorough: bool = False) -> bool:
+        """Whether the file on disk now differs from the text read (or last saved): created,
+        removed, or another text. A stat first; the file is read only when its stamp changed
+        (a rewrite with the same text, a ``touch``, is then no change), or always when
+        ``thorough`` (a write within the clock's tick, same size, leaves the stamp alone)."""
+        now = disk_stamp(self.path)
+        if now == self.stamp and not thorough:
+            return False
+        try:
+            raw = _read_bytes(self.path)
+        except EnvFileError:
+            return True  # unreadable or too big now: not what was read
+        current = raw.decode("utf-8", errors="replace") if raw is not None else None
+        if current != (self._saved_text if self.exists else None):
+            return True
+        self.stamp = now
+        return False
 
     def reload(self, edits: Mapping[str, str]) -> tuple[EnvFile, list[str]]:
         """The file as it is on disk now, with the user's ``edits`` (key → value) applied
@@ -477,7 +530,7 @@ class EnvFile:
         if not force:
             self._check_unchanged_on_disk(target)
         text = self.render()
-        _atomic_write(target, text, display=self.path, exclusive=False)
+        self.stamp = _atomic_write(target, text, display=self.path, exclusive=False)
         self._saved_text = text
         self.exists = True
 
@@ -625,8 +678,9 @@ def _reason(exc: OSError) -> str:
     return exc.strerror or str(exc) or type(exc).__name__
 
 
-def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) -> None:
-    """Write ``text`` to ``target`` via a temp file in the same directory and a rename.
+def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) -> DiskStamp:
+    """Write ``text`` to ``target`` via a temp file in the same directory and a rename; return
+    the written file's stamp (taken from the temp file: a rename keeps inode and mtime).
 
     The existing file's mode is kept; a new file gets 0600. On failure the original is untouched
     and the temp file removed. ``exclusive`` refuses to replace an existing file.
@@ -646,6 +700,7 @@ def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) ->
         if owner is not None and owner != (os.getuid(), os.getgid()):
             _try_chown(fd, owner)
         os.fsync(fd)
+        stamp = _stamp_of(os.fstat(fd))
         os.close(fd)
         fd = -1
         if exclusive:
@@ -666,6 +721,7 @@ def _atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) ->
             hint=f"Check that {directory} exists and is writable and the disk is not full.",
         ) from None
     _fsync_dir(directory)
+    return stamp
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -861,14 +917,18 @@ __all__ = [
     "EnvLine",
     "ResolvedKey",
     "Source",
+    "DiskStamp",
     "demo_state_env_path",
     "discover_env_files",
+    "disk_stamp",
     "display_value",
     "header_value_problem",
+    "hides_value",
     "is_secret_key",
     "mask_value",
     "missing_required",
     "resolve_keys",
+    "secret_parts",
     "user_path",
     "write_demo_env",
 ]

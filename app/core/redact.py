@@ -29,6 +29,72 @@ def mask_secret(value: str | None) -> str:
     return f"{value[:4]}…{value[-2:]}"
 
 
+# --------------------------------------------------------------------------- what is a secret
+# The rule (docs/product.md#secrets): a key whose name holds one of these words is a secret,
+# whatever its value; so is a value that looks like a key, under any name; a URL shows in full
+# but for its credentials. When unsure, mask: a word is matched anywhere in the name (MONKEY
+# is masked too), and a random-looking run of 16 characters is taken for a key.
+SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "PWD", "AUTH", "CREDENTIAL", "CREDS", "PRIVATE",
+                     "COOKIE", "SESSION", "SIGNATURE", "SALT", "DSN")
+# The prefixes providers give their keys (OpenAI, Stripe, GitHub, GitLab, Slack, AWS, Google,
+# Hugging Face, npm, PyPI, webhooks), and a JWT's header.
+_KEY_PREFIX = re.compile(
+    r"\s*(?:(?:sk|pk|rk|ak)[-_]|gh[pousr]_|github_pat_|glpat-|xox[abeprs]-|AKIA|ASIA|AIza|hf_|npm_|pypi-|whsec_"
+    r"|eyJ[A-Za-z0-9_-]{8,}\.)"
+)
+_ONE_WORD = re.compile(r"[A-Za-z0-9+/=_\-.~:]+\Z")
+_RUN_SEPARATORS = re.compile(r"[-_.~/+=:]")
+_RANDOM_RUN = 16  # characters
+_URL_USERINFO = re.compile(r"(?P<head>\A\s*[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s]+)@")
+_URL_QUERY_VALUE = re.compile(r"(?P<head>[?&;](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)")
+
+
+def is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_NAME_WORDS)
+
+
+def looks_like_secret(value: str | None) -> bool:
+    """A value that reads like a key: a provider's key prefix, or one word (no spaces, not a
+    URL) holding a random-looking run (16+ characters, letters and digits mixed)."""
+    if not value:
+        return False
+    if _KEY_PREFIX.match(value):
+        return True
+    if "://" in value or not _ONE_WORD.match(value):
+        return False  # a URL's secrets are its credentials (url_secrets); words with spaces are prose
+    return any(_random_looking(run) for run in _RUN_SEPARATORS.split(value))
+
+
+def _random_looking(run: str) -> bool:
+    if len(run) < _RANDOM_RUN:
+        return False
+    classes = sum((any(c.islower() for c in run), any(c.isupper() for c in run), any(c.isdigit() for c in run)))
+    return classes >= 2 and len(set(run)) >= len(run) // 3
+
+
+def url_secrets(value: str | None) -> list[str]:
+    """The credentials in a URL: the user:password before the host, and the values of query
+    parameters named like secrets or looking like keys (``?token=…``)."""
+    if not value or "://" not in value:
+        return []
+    found = [m.group("userinfo") for m in _URL_USERINFO.finditer(value)]
+    found += [m.group("value") for m in _URL_QUERY_VALUE.finditer(value)
+              if m.group("value") and (is_secret_name(m.group("name")) or looks_like_secret(m.group("value")))]
+    return found
+
+
+def redact_url(value: str) -> str:
+    """``value`` with its URL credentials (url_secrets) replaced by ``****``."""
+    if "://" not in value:
+        return value
+    value = _URL_USERINFO.sub(lambda m: f"{m.group('head')}****@", value)
+    return _URL_QUERY_VALUE.sub(
+        lambda m: f"{m.group('head')}****"
+        if m.group("value") and (is_secret_name(m.group("name")) or looks_like_secret(m.group("value")))
+        else m.group(), value)
+
+
 def redact(text: str, secrets: Iterable[str | None]) -> str:
     """Replace every occurrence of each secret (longest first) with its mask."""
     for secret in sorted((s for s in secrets if s and len(s) >= 4), key=len, reverse=True):

@@ -399,9 +399,9 @@ class LaunchSession:
 
     def secret_values(self) -> list[str]:
         """Every secret in play, for redaction of anything shown."""
-        values = [k.value for k in self.resolved if k.value and envfile.is_secret_key(k.name)]
+        values = [part for k in self.resolved for part in envfile.secret_parts(k.name, k.value)]
         if self.env is not None:
-            values += [v for k, v in self.env.values.items() if v and envfile.is_secret_key(k)]
+            values += [part for k, v in self.env.values.items() for part in envfile.secret_parts(k, v)]
         return values
 
     # -- payload, checks, submit ---------------------------------------------------------

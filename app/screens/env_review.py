@@ -3,7 +3,8 @@
 Edits change the .env held in memory (``session.env``) and take effect for this session at
 once; the file on disk changes only on ctrl+s, in a worker. Reading and saving files runs in
 thread workers; a failure there becomes an error modal (FlowScreen). Full secret values are
-never put in the table, a notification or a message: only ``ResolvedKey.display``.
+never put in the table, a notification or a message: only ``ResolvedKey.display``. A change
+of the file on disk is watched for while the screen is open (``DiskWatch``, env_watch.py).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from app.core.display_paths import display_path, home_relative
 from app.core.env_paths import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
 from app.screens.env_modal import MODAL_BINDINGS, MODAL_PALETTE, ModalActions
-from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
+from app.screens.env_watch import DiskWatch
+from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable, describe
 from widgets.path_prompt import PathPromptModal
 
 
-class EnvReviewScreen(ModalActions):
+class EnvReviewScreen(ModalActions, DiskWatch):
     TITLE = "Review the .env secrets"
 
     BINDINGS = [
@@ -35,7 +37,7 @@ class EnvReviewScreen(ModalActions):
         Binding("a", "add_key", "Add key", id="env.add"),
         Binding("ctrl+s", "save", "Save", id="env.save"),
         Binding("e", "choose_env_file", "Other .env", id="env.choose"),
-        Binding("f5", "reload", "Reload from disk", id="env.reload", show=False),  # help and palette list it
+        Binding("r,f5", "reload", "Reload", id="env.reload", key_display="r"),
         Binding("c,ctrl+n", "continue", "Continue", id="env.continue"),
         *MODAL_BINDINGS,
         Binding("escape", "back", "Back", id="env.back"),
@@ -44,7 +46,7 @@ class EnvReviewScreen(ModalActions):
         ("Save the .env", "Write your edits to the .env file (atomic; every other line kept)", "save"),
         ("Choose another .env…", "Pick a discovered .env file or type a path", "choose_env_file"),
         ("Add a key to the .env", "Add a key and its value (kept in memory until you save)", "add_key"),
-        ("Reload the .env from disk", "Read it again; your unsaved edits are applied on top (f5)", "reload"),
+        ("Reload the .env from disk", "Read it again; with unsaved edits, asks whether to keep them (r)", "reload"),
         *MODAL_PALETTE,
         ("Continue to verification", "Check the backend and the task app with these keys", "continue"),
     )
@@ -78,6 +80,7 @@ class EnvReviewScreen(ModalActions):
         yield Header()
         yield Static(id="env-header", classes="flow-header")
         yield Static(id="env-status")
+        yield Static(id="env-disk")
         yield MaskedEnvTable(id="env-table")
         yield Static(id="env-detail", markup=False)
         yield Static(id="env-warnings")
@@ -94,6 +97,7 @@ class EnvReviewScreen(ModalActions):
         else:
             self.session.resolve()
         self._refresh()
+        self.start_disk_watch()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -121,6 +125,7 @@ class EnvReviewScreen(ModalActions):
     def on_env_review_screen_env_loaded(self, message: EnvLoaded) -> None:
         self.loading = False
         self.edited.clear()
+        self.disk_read_again()
         self._refresh()
 
     # -- what is shown -------------------------------------------------------------------------
@@ -246,9 +251,10 @@ class EnvReviewScreen(ModalActions):
         self.post_message(self.EnvSaved(env, then_continue))
 
     def on_env_review_screen_save_refused(self, message: SaveRefused) -> None:
+        self.disk_changed = True
         self.flow_app.confirm(
             f"{self.file_label()} changed on disk since it was read, so nothing was saved. Reload it?",
-            self.action_reload, label="Reload",
+            self._reload, label="Reload",
             detail="Your edits are applied again on top of what the file holds now; an edited key that "
                    "changed on disk too is asked about. Then ctrl+s saves.")
 
@@ -258,7 +264,20 @@ class EnvReviewScreen(ModalActions):
         env = self._editable()
         if env is None:
             return
-        edits = {key: value for key in self.edited if (value := env.get(key)) is not None}
+        if self.edited and env.dirty:  # never drop unsaved edits without asking
+            self.app.push_screen(ReloadModal(self.file_label(), sorted(self.edited)), self._after_reload_question)
+        else:
+            self._reload()
+
+    def _after_reload_question(self, answer: str | None) -> None:
+        if answer is not None:
+            self._reload(keep_edits=answer == "keep")
+
+    def _reload(self, *, keep_edits: bool = True) -> None:
+        env = self._editable()
+        if env is None:
+            return
+        edits = {key: value for key in self.edited if (value := env.get(key)) is not None} if keep_edits else {}
         self.run_worker(lambda: self._reread(env, edits), name=f"Reloading {self.file_label()}",
                         group="env-open", thread=True, exclusive=True, exit_on_error=False)
 
@@ -273,6 +292,7 @@ class EnvReviewScreen(ModalActions):
             return  # the user switched files meanwhile
         self.session.replace_env(message.env)
         self.edited = {key for key in message.applied if message.env.dirty}
+        self.disk_read_again()
         self._refresh()
         conflicts = message.conflicts
         if not conflicts:
@@ -292,6 +312,7 @@ class EnvReviewScreen(ModalActions):
         if message.env is not self.session.env:
             return  # the user switched files while it was saving
         self.edited.clear()
+        self.disk_read_again()
         self._refresh()
         self.notify(f"Saved {self.file_label()}.", title="Saved", markup=False)
         if message.then_continue:
@@ -350,6 +371,8 @@ class EnvReviewScreen(ModalActions):
         if self.loading:
             self.notify("Still reading the .env file…")
             return
+        if self._changed_since_read():
+            return
         missing = self.session.missing_keys()
         if missing:
             tip = " TASK_APP_URL can also be given with --task-url." if "TASK_APP_URL" in missing else ""
@@ -367,9 +390,18 @@ class EnvReviewScreen(ModalActions):
 
     def _after_save_question(self, answer: str | None) -> None:
         if answer == "save":
-            self._save(then_continue=True)
-        elif answer == "continue":
+            self._save(then_continue=True)  # a save refuses a file changed on disk
+        elif answer == "continue" and not self._changed_since_read():
             self.flow_app.go_to_verification()
+
+    def _changed_since_read(self) -> bool:
+        """The .env on disk is not what is shown: say so and stay (a read, not just a stat)."""
+        if not self.check_disk(thorough=True):
+            return False
+        self.notify(f"{self.file_label()} changed on disk since it was read. Press r to reload it, "
+                    "then c to continue with what it holds now.", title="Cannot continue yet",
+                    severity="error", markup=False)
+        return True
 
     def action_back(self) -> None:
         env = self.session.env

@@ -14,9 +14,9 @@ from app.core import envfile
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ConfirmModal, ErrorModal
-from pilot_waits import wait_until
+from pilot_waits import wait_for, wait_until
 from screen_text import footer_text
-from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
+from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable
 from widgets.path_prompt import PathPromptModal
 
@@ -113,6 +113,47 @@ async def test_values_are_masked_and_sources_shown(make_app, project):
         assert "✓ Every required key has a value" in text_of(screen, "#env-status")
         assert "line 7: could not parse this line" in text_of(screen, "#env-warnings")
         assert_no_secret(app.export_screenshot())
+
+
+async def test_home_and_end_move_the_cursor_to_the_first_and_last_key(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        table = screen.query_one(MaskedEnvTable)
+        await pilot.press("end")
+        assert table.selected_key == "OTHER_TOKEN"
+        assert "OTHER_TOKEN = tok_…90" in text_of(screen, "#env-detail")
+        await pilot.press("home")
+        assert table.selected_key == "SYNTH_API_KEY"
+
+
+async def test_only_secrets_are_masked_in_the_table(make_app, project):
+    """WANDB_PROJECT is not a secret: shown in full; a value like a key under another name is
+    masked, and a URL shows without its password."""
+    (project / ".env").write_text(
+        FULL_ENV + "WANDB_PROJECT=crafter-qwen4b-rl\n"
+        f"NOTES={NEW_KEY}\n"
+        "DATABASE_URL=postgres://bob:hunter2pass@db:5432/rl\n"
+    )
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert row(screen, "WANDB_PROJECT")[1] == "crafter-qwen4b-rl"
+        assert row(screen, "NOTES")[1] == "sk_n…78"
+        assert row(screen, "DATABASE_URL")[1] == "postgres://****@db:5432/rl"
+        assert row(screen, "OTHER_TOKEN")[1] == "tok_…90"
+        shot = app.export_screenshot()
+        assert "hunter2pass" not in shot
+        assert_no_secret(shot)
+        await select_row(pilot, screen, "WANDB_PROJECT")
+        await pilot.press("enter")
+        assert not app.screen.query_one("#env-value", Input).password  # nothing to hide
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await select_row(pilot, screen, "NOTES")
+        await pilot.press("enter")
+        assert app.screen.query_one("#env-value", Input).password
 
 
 async def test_shell_override_alias_and_missing_key(make_app, project):
@@ -373,6 +414,8 @@ async def test_a_reload_asks_about_a_key_changed_on_both_sides(make_app, project
         screen.apply_value("SYNTH_API_KEY", NEW_KEY)
         env_path.write_text(FULL_ENV.replace(SYNTH_KEY, SHELL_KEY))
         await pilot.press("f5")
+        assert isinstance(app.screen, ReloadModal)  # unsaved edits: keep them, on top
+        await pilot.press("k")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the conflict question")
         assert "SYNTH_API_KEY changed on disk too" in app.screen.question
         await pilot.press("y")
@@ -424,6 +467,118 @@ async def test_choose_another_env_asks_before_dropping_edits(make_app, project):
         await wait_until(pilot, lambda: not screen.loading, "the load")
         assert row(screen, "SYNTH_API_KEY")[1] == "sk_n…78"
         assert (project / ".env").read_text() == f"SYNTH_API_KEY={SYNTH_KEY}\n"
+
+
+# --------------------------------------------------------------------------- changed on disk
+
+NEW_URL = "https://changed--task-app-v2.modal.run"
+
+
+def change_on_disk(path: Path, text: str) -> None:
+    """Another program rewrites the file; its mtime moves on a second, as a later write's would
+    (two writes within the clock's tick may share one)."""
+    path.write_text(text)
+    info = path.stat()
+    os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns + 1_000_000_000))
+
+
+async def wait_for_watch(pilot, condition, what: str) -> None:
+    """The watch stats the file once a second: allow several ticks on a loaded machine."""
+    await wait_for(pilot, condition, what=what, limit=1500, step=0.02)
+
+
+async def test_a_change_on_disk_is_noticed_without_a_key(make_app, project):
+    env_path = project / ".env"
+    env_path.write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        notice = screen.query_one("#env-disk", Static)
+        assert not notice.display
+        change_on_disk(env_path, FULL_ENV.replace(TASK_URL, NEW_URL))
+        await wait_for_watch(pilot, lambda: notice.display, "the notice")
+        assert ".env changed on disk since it was read — r reloads it" in text_of(screen, "#env-disk")
+        await wait_until(pilot, lambda: "Changed on disk: .env changed on disk: press r to reload it."
+                         in notifications(app), "the notification")
+        assert row(screen, "TASK_APP_URL")[1] == TASK_URL  # nothing is read behind the user's back
+        await pilot.press("r")
+        await wait_until(pilot, lambda: row(screen, "TASK_APP_URL")[1] == NEW_URL, "the reload")
+        assert not notice.display
+        assert_no_secret(app.export_screenshot())
+
+
+async def test_continue_after_a_change_on_disk_never_uses_the_old_value(make_app, project, verification_calls):
+    """c right after the change (before the watch's next tick) is refused; after r, the value
+    that goes on to verification is the file's new one."""
+    env_path = project / ".env"
+    env_path.write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        env_path.write_text(FULL_ENV.replace(TASK_URL, NEW_URL))  # same tick, maybe: c reads the file
+        await pilot.press("c")
+        await wait_until(pilot, lambda: any("Cannot continue yet: .env changed on disk since it was read. Press r"
+                                            in n for n in notifications(app)), "the refusal")
+        assert verification_calls == [] and app.screen is screen
+        assert screen.query_one("#env-disk", Static).display
+        await pilot.press("r")
+        await wait_until(pilot, lambda: app.session.env.get("TASK_APP_URL") == NEW_URL, "the reload")
+        await pilot.press("c")
+        assert verification_calls == ["verify"]
+        assert app.session.secrets()["TASK_APP_URL"] == NEW_URL
+
+
+async def test_continue_without_saving_checks_the_file_again(make_app, project, verification_calls):
+    env_path = project / ".env"
+    env_path.write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await edit_selected(pilot, screen, NEW_KEY)
+        await pilot.press("c")
+        assert isinstance(app.screen, SaveBeforeContinueModal)
+        env_path.write_text(FULL_ENV.replace(TASK_URL, NEW_URL))  # while the question is open
+        await pilot.press("c")
+        await wait_until(pilot, lambda: app.screen is screen, "the question to close")
+        assert verification_calls == []
+        assert screen.query_one("#env-disk", Static).display
+
+
+async def test_reload_with_unsaved_edits_asks_first(make_app, project):
+    env_path = project / ".env"
+    env_path.write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await edit_selected(pilot, screen, NEW_KEY)  # SYNTH_API_KEY, the first row
+        change_on_disk(env_path, FULL_ENV.replace(TASK_URL, NEW_URL))
+        await pilot.press("r")
+        assert isinstance(app.screen, ReloadModal)
+        assert "unsaved edits to SYNTH_API_KEY" in text_of(app.screen, "#modal-detail")
+        assert_no_secret(app.export_screenshot())
+        await pilot.press("escape")  # stay: nothing read, nothing dropped
+        assert app.screen is screen and app.session.env.get("SYNTH_API_KEY") == NEW_KEY
+        assert app.session.env.get("TASK_APP_URL") == TASK_URL
+
+        await pilot.press("r", "k")  # keep: the new file with my edit on top
+        await wait_until(pilot, lambda: app.session.env.get("TASK_APP_URL") == NEW_URL, "the reload")
+        assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY and screen.edited == {"SYNTH_API_KEY"}
+
+        await pilot.press("r", "d")  # drop: the file as it is
+        await wait_until(pilot, lambda: app.session.env.get("SYNTH_API_KEY") == SYNTH_KEY, "the edits dropped")
+        assert not app.session.env.dirty and screen.edited == set()
+
+
+async def test_the_footer_shows_the_reload_key(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        reload = next(b for b in EnvReviewScreen.BINDINGS if b.action == "reload")
+        assert reload.show and reload.id == "env.reload" and reload.description
+        await pilot.pause()
+        footer_keys = {(key.key_display, key.description) for key in screen.query("FooterKey")}
+        assert ("r", "Reload") in footer_keys
 
 
 # --------------------------------------------------------------------------- leaving
