@@ -65,8 +65,10 @@ class DemoSetup:
         self.folder.release()
 
 
-def demo_config_path() -> Path:
-    for root in project_config_roots():
+def demo_config_path(cwd: Path | None = None) -> Path:
+    """configs/rl/demo.toml of the checkout the demo runs in (as the README says), else the
+    copy bundled with the installation."""
+    for root in project_config_roots(cwd):
         candidate = root / "rl" / "demo.toml"
         if candidate.is_file():
             return candidate.resolve()

@@ -1,8 +1,9 @@
 """A table of check attempts: what was tried, what came back, the verdict and the fix.
 
 Drawn as a Rich table so long reasons wrap to the terminal's width (a DataTable cuts them
-off). Colours come from component classes styled in ``styles.tcss`` with theme variables,
-so every theme works; the rows are redacted before they get here.
+off); at spaces, never inside a word (widgets/cells.py). Colours come from component classes
+styled in ``styles.tcss`` with theme variables, so every theme works; the rows are redacted
+before they get here.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from textual.widget import Widget
 
 from app.core.diagnosis import DiagnosticRow, Verdict, format_latency
 from app.core.redact import printable
+from widgets.cells import wrapped_cell
 
 NARROW_WIDTH = 100
 
@@ -60,23 +62,25 @@ class DiagnosticsTable(Widget):
         # On a narrow terminal "backend verify" wraps, so that the reason keeps room to read.
         narrow = width < NARROW_WIDTH
         table.add_column("Check", min_width=8, max_width=8 if narrow else None, no_wrap=not narrow)
-        table.add_column("What was tried", ratio=2, overflow="fold")
+        # Narrow, what was tried gets as much room as the reason: its endpoints and header
+        # names are single words, cut with "…" only when longer than the column.
+        table.add_column("What was tried", ratio=3 if narrow else 2, overflow="ellipsis")
         table.add_column("HTTP", justify="right", no_wrap=True, min_width=4)
         table.add_column("Time", justify="right", no_wrap=True, min_width=6)
         table.add_column("", no_wrap=True, width=1)
-        table.add_column("Reason and fix", ratio=3, overflow="fold")
+        table.add_column("Reason and fix", ratio=3, overflow="ellipsis")
         verdict_styles = {Verdict.OK: self._style("ok"), Verdict.FAILED: self._style("failed"),
                           Verdict.PENDING: self._style("pending")}
         fix_label = self._style("fix-label")
         for row in self._rows:
             verdict_style = verdict_styles[row.verdict]
-            reason = Text(printable(row.reason), style=verdict_style if row.verdict is Verdict.PENDING else "")
+            reason = wrapped_cell(printable(row.reason), style=verdict_style if row.verdict is Verdict.PENDING else "")
             if row.fix:
                 reason.append("\nFix: ", style=fix_label)
                 reason.append(row.fix)
             table.add_row(
-                Text(row.check),
-                Text(printable(row.tried)),
+                wrapped_cell(row.check),
+                wrapped_cell(printable(row.tried)),
                 Text("—" if row.status is None else str(row.status)),
                 Text("" if row.verdict is Verdict.PENDING else format_latency(row.latency_ms)),
                 Text(row.verdict.symbol, style=verdict_style),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import re
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -66,12 +67,63 @@ def iter_toml_files(root: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-def project_config_roots() -> list[Path]:
-    """The project's own configs: <checkout>/configs, else the wheel's app/bundled_configs."""
-    checkout_configs = _REPO_ROOT / "configs"
-    if (_REPO_ROOT / "pyproject.toml").is_file() and checkout_configs.is_dir():
-        return [checkout_configs]
+# The project's name in its pyproject.toml: how a synth-tui checkout is told from any other project.
+_PROJECT_NAME_LINE = re.compile(r"""^name\s*=\s*["']synth-tui["']\s*$""", re.MULTILINE)
+
+
+def _is_checkout(folder: Path) -> bool:
+    """A synth-tui source tree: its pyproject.toml names the project and it has configs/."""
+    try:
+        text = (folder / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return (folder / "configs").is_dir() and _PROJECT_NAME_LINE.search(text) is not None
+
+
+def checkout_around(cwd: Path) -> Path | None:
+    """The synth-tui checkout holding cwd (cwd itself or a folder above it), or None."""
+    start = _resolved(cwd)
+    if start is None:
+        return None
+    for folder in (start, *start.parents):
+        if _is_checkout(folder):
+            return folder
+    return None
+
+
+def project_config_roots(cwd: Path | None = None) -> list[Path]:
+    """The project's own configs, one folder (docs/wire-contract.md#config-discovery): the
+    configs/ of the synth-tui checkout the user works in (cwd or above), else of the checkout
+    this code runs from (an editable install), else the wheel's app/bundled_configs.
+
+    The working tree's copy wins: run from a clone with a non-editable install, the bundled
+    copies inside the virtual environment's site-packages are the same files under a long path.
+    """
+    checkout = checkout_around(Path.cwd() if cwd is None else cwd)
+    if checkout is None and _is_checkout(_REPO_ROOT):
+        checkout = _REPO_ROOT
+    if checkout is not None:
+        return [checkout / "configs"]
     return [_BUNDLED_CONFIGS] if _BUNDLED_CONFIGS.is_dir() else []
+
+
+def bundled_config_label(path: Path) -> str | None:
+    """A short name for a config shipped inside the wheel ("rl/demo.toml (bundled)"), or None
+    for any other file: its real path lies deep in site-packages and says nothing."""
+    try:
+        relative = Path(path).relative_to(_BUNDLED_CONFIGS)
+    except ValueError:
+        return None
+    return f"{relative} (bundled)"
+
+
+def _same_file_found(path: Path, found: Sequence[Path]) -> bool:
+    """A bundled config another root already holds (same name, same bytes): listed once."""
+    try:
+        content = path.read_bytes()
+        return any(other.name == path.name and other.read_bytes() == content for other in found)
+    except OSError:
+        return False
 
 
 def _kind_of_file(path: Path) -> ConfigKind | Literal["broken"]:
@@ -115,7 +167,7 @@ def discover_configs(
     parse; `include_broken` lists them too (kind "broken"), so the picker can show the
     syntax error instead of the file silently missing.
     """
-    roots = [Path(cwd), *(project_config_roots() if extra_roots is None else extra_roots)]
+    roots = [Path(cwd), *(project_config_roots(cwd) if extra_roots is None else extra_roots)]
     wanted_kind = None if kind in (None, "auto") else kind
     seen: set[Path] = set()
     candidates: list[ConfigCandidate] = []
@@ -127,6 +179,8 @@ def discover_configs(
             if resolved is None or resolved in seen:
                 continue
             seen.add(resolved)
+            if bundled_config_label(resolved) is not None and _same_file_found(resolved, list(seen - {resolved})):
+                continue
             found_kind = _kind_of_file(resolved)
             if found_kind == "broken" and include_broken:
                 candidates.append(ConfigCandidate(path=resolved, kind="broken"))

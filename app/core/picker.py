@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.core import envfile
+from app.core.discovery import bundled_config_label
 from app.core.display_paths import display_path
 from app.core.errors import ConfigError
 from app.core.session import LaunchSession
@@ -72,7 +73,7 @@ def load_config_entry(
         text = None
     return ConfigEntry(
         path=path,
-        label=display_path(path, session.options.cwd.resolve()),
+        label=bundled_config_label(path) or display_path(path, session.options.cwd.resolve()),
         report=report,
         text=text,
         disk_stamp=stamp,

@@ -106,7 +106,8 @@ class ConfigPickerScreen(FlowScreen):
 
     def _set_up(self) -> None:
         where = home_relative(self.session.options.cwd)
-        if discovery.project_config_roots():  # synth-tui's own example configs are listed too
+        # synth-tui's own example configs are listed too
+        if discovery.project_config_roots(self.session.options.cwd):
             where += " and synth-tui's examples"
         self.query_one("#picker-header", Static).update(
             Content.assemble(("Step 1 of 4 · ", "$text-muted"), ("Choose an RL config", "bold"),

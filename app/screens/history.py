@@ -29,6 +29,7 @@ from app.core.series import default_metric
 from app.core.wire import SUCCESS_STATUSES, is_terminal_status
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
+from widgets.cells import cell
 
 if TYPE_CHECKING:
     from app.core.saved_run import SavedRun
@@ -197,11 +198,11 @@ class HistoryScreen(FlowScreen):
         self.rows = {row.record.job_id: row for row in rows}
         for row in rows:
             record = row.record
-            cells = [Text(printable(record.job_id)), self._status_cell(record), Text(local_time(record.created_at)),
-                     Text(printable(config_name(record.config_path)))]
+            cells = [cell(printable(record.job_id)), self._status_cell(record), cell(local_time(record.created_at)),
+                     cell(printable(config_name(record.config_path)))]
             if self.wide:
-                cells += [Text(printable(metrics_text(record.last_metrics, 2)) or "—"),
-                          Text(printable(short_backend(record.backend)))]
+                cells += [cell(printable(metrics_text(record.last_metrics, 2)) or "—"),
+                          cell(printable(short_backend(record.backend)))]
             table.add_row(*cells, key=record.job_id)
         if selected is not None and selected.job_id in self.rows:  # f5 keeps the cursor on its job
             table.move_cursor(row=table.get_row_index(selected.job_id))

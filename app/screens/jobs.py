@@ -33,6 +33,7 @@ from app.core.jobs import JobContext, read_history
 from app.core.redact import redact
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
+from widgets.cells import cell
 from widgets.job_header import STATUS_CLASSES, shown_text
 from widgets.table_keys import highlighted_key
 
@@ -44,8 +45,9 @@ STATUS_STYLES = {"ok": "green", "bad": "red", "warn": "yellow"}
 
 
 def _cell(value: str, width: int, style: str = "") -> Text:
-    """A cell's text, cut with … to its column (never markup: the backend's words)."""
-    return Text(value if len(value) <= width else value[: width - 1] + "…", style=style, no_wrap=True)
+    """A cell's text, cut with … to its column (never markup: the backend's words). Cut here,
+    not only when drawn, so the row holds what is shown (the filter and the tests read it)."""
+    return cell(value if len(value) <= width else value[: width - 1] + "…", style)
 
 
 class JobsScreen(FlowScreen):

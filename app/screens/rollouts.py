@@ -20,6 +20,7 @@ from app.core.redact import redact
 from app.core.rollout_pick import compare_partner, nearest_step, next_phase, shifted_step, step_rollouts, steps_of
 from app.core.rollouts import Rollout, RolloutsNotServed, RolloutSummary, get_rollout, list_rollouts
 from app.screens.base import FlowScreen
+from widgets.cells import cell
 from widgets.rollout_view import RolloutView, summary_line
 from widgets.table_keys import highlighted_key
 
@@ -159,7 +160,7 @@ class RolloutsScreen(FlowScreen):
             style = "green" if summary.reward > 0 else ""
             table.add_row(Text(f"{summary.reward:.3f}", style=style, justify="right"), summary.phase,
                           str(summary.step), "?" if summary.seed is None else str(summary.seed),
-                          str(summary.turns), summary.rollout_id, key=summary.rollout_id)
+                          str(summary.turns), cell(summary.rollout_id), key=summary.rollout_id)
         if keep is not None and any(s.rollout_id == keep.rollout_id for s in shown):
             table.move_cursor(row=table.get_row_index(keep.rollout_id))
         self._render_header(shown)

@@ -58,8 +58,8 @@ def make_app(project):
 @pytest.fixture
 def project_configs_only(monkeypatch):
     """Discovery also searches the checkout's own configs/ folder; tests look at the project."""
-    monkeypatch.setattr(discovery, "project_config_roots", lambda: [])
-    monkeypatch.setattr(cfg, "project_config_roots", lambda: [])
+    monkeypatch.setattr(discovery, "project_config_roots", lambda *_cwd: [])
+    monkeypatch.setattr(cfg, "project_config_roots", lambda *_cwd: [])
 
 
 @pytest.fixture
