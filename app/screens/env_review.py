@@ -33,12 +33,13 @@ class EnvReviewScreen(ModalActions, DiskWatch):
     TITLE = "Review the .env secrets"
 
     BINDINGS = [
+        # Continue leads: at 80 columns the footer has room for only the first few keys.
+        Binding("c,ctrl+n", "continue", "Continue", id="env.continue"),
         Binding("enter,i", "edit", "Edit", id="env.edit", key_display="enter"),
         Binding("a", "add_key", "Add key", id="env.add"),
         Binding("ctrl+s", "save", "Save", id="env.save"),
         Binding("e", "choose_env_file", "Other .env", id="env.choose"),
         Binding("r,f5", "reload", "Reload", id="env.reload", key_display="r"),
-        Binding("c,ctrl+n", "continue", "Continue", id="env.continue"),
         *MODAL_BINDINGS,
         Binding("escape", "back", "Back", id="env.back"),
     ]
