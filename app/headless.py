@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator, Coroutine
@@ -121,6 +122,14 @@ def run_headless(run: TrainRun, printer: Printer | None = None) -> int:
         else:
             printer.diag("\nInterrupted before a job was created; nothing was sent.")
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # stdout's reader went away (| head): app.cli ends the run with 141. A job created by
+        # now keeps running and its id went nowhere, so stderr, if still open, says how to reach it.
+        if state.job_id and state.session is not None:
+            with contextlib.suppress(OSError):
+                printer.diag(f"Output closed; stopped watching job {state.job_id}, which keeps running. "
+                             f"{state.session.attach_hint(state.job_id)}")
+        raise
 
 
 async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
