@@ -270,22 +270,30 @@ async def run_checks(session: LaunchSession, client: SynthClient, prepared: Prep
     except ApiError as exc:  # unreachable, 401…: the error's own exit code and fix
         exc.message = f"Task app verification call failed: {exc.message}"
         raise
+    # Each line says what its check covered (docs/wire-contract.md#headless-output): the backend's
+    # verify passing proves nothing about this machine's ENVIRONMENT_API_KEY, which only the
+    # health check after it tries.
     if result.status >= 400 or result.body is None:
-        printer.line("Task app verification error:")
+        printer.line(f"Backend verify: ERROR (HTTP {result.status}: the backend could not check the task app). "
+                     "Report:")
         printer.line(result.preview_source.preview(800))
     elif not result.any_ok:
-        printer.line("Task app verification failed; no auth combination succeeded. Full report:")
+        printer.line("Backend verify: FAILED (no call the backend made to the task app succeeded, with any key it "
+                     "holds). Full report:")
         printer.line(result.preview_source.preview(1200))
     else:
         statuses = [a.get("status") for a in result.attempts]
-        printer.line(f"Verification OK (candidates={result.candidates}, statuses={statuses})")
-    printer.line("Performing task app health check…")
-    task_app = TaskAppCheck(prepared.task_url, mask_secret(session.env_keys()[0]), CHECK_TIMEOUT_S)
+        printer.line(f"Backend verify: OK (the backend reached the task app with a key it holds; "
+                     f"candidates={result.candidates}, statuses={statuses})")
+    env_key = mask_secret(session.env_keys()[0])
+    printer.line(f"Task app health: checking /health and /task_info at {prepared.task_url} from this machine "
+                 f"with ENVIRONMENT_API_KEY {env_key}")
+    task_app = TaskAppCheck(prepared.task_url, env_key, CHECK_TIMEOUT_S)
     task_app.report = report = await session.health(timeout=CHECK_TIMEOUT_S)
     if report.ok:
-        printer.line("Task app healthy")
+        printer.line("Task app health: OK (this machine reached the task app and it accepted ENVIRONMENT_API_KEY)")
     else:
-        printer.line(f"Task app health check failed: {report.detail}")
+        printer.line(f"Task app health: FAILED ({report.detail})")
         for attempt in report.attempts:
             if not attempt.ok:
                 fix = f" Fix: {attempt.fix}" if attempt.fix else ""
