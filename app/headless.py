@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -126,8 +126,9 @@ def run_headless(run: TrainRun, printer: Printer | None = None) -> int:
         # stdout's reader went away (| head): app.cli ends the run with 141. A job created by
         # now keeps running and its id went nowhere, so stderr, if still open, says how to reach it.
         if state.job_id and state.session is not None:
+            keeps = "" if state.session.options.embedded_backend else ", which keeps running"
             with contextlib.suppress(OSError):
-                printer.diag(f"Output closed; stopped watching job {state.job_id}, which keeps running. "
+                printer.diag(f"Output closed; stopped watching job {state.job_id}{keeps}. "
                              f"{state.session.attach_hint(state.job_id)}")
         raise
 
@@ -374,25 +375,28 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
     hidden = 0
     ended: WatchEnded | None = None
     last_metrics: dict[str, float] = {}
-    async for update in _watch(client, job_id, session):
-        if isinstance(update, StatusChanged):
-            view.status(update.status)
-        elif isinstance(update, NewEvents):
-            for event in update.events:
-                if is_noise(event):
-                    hidden += 1
+    # Closed here, not whenever the collector gets to it: a write that failed (stdout's reader
+    # left) stops the watch's event stream before the client closes under it.
+    async with contextlib.aclosing(_watch(client, job_id, session)) as updates:
+        async for update in updates:
+            if isinstance(update, StatusChanged):
+                view.status(update.status)
+            elif isinstance(update, NewEvents):
+                for event in update.events:
+                    if is_noise(event):
+                        hidden += 1
+                    else:
+                        view.event(event)
+            elif isinstance(update, NewMetrics):
+                view.metrics(update.points)
+                last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
+            elif isinstance(update, ConnectionState):
+                if update.reconnecting:
+                    printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
                 else:
-                    view.event(event)
-        elif isinstance(update, NewMetrics):
-            view.metrics(update.points)
-            last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
-        elif isinstance(update, ConnectionState):
-            if update.reconnecting:
-                printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
-            else:
-                printer.diag("Reconnected.")
-        elif isinstance(update, WatchEnded):
-            ended = update
+                    printer.diag("Reconnected.")
+            elif isinstance(update, WatchEnded):
+                ended = update
     assert ended is not None
     view.finish()
     printer.warning(remember(lambda history: history.record_progress(
@@ -413,11 +417,12 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
     return ended.exit_code
 
 
-async def _watch(client: SynthClient, job_id: str, session: LaunchSession) -> AsyncIterator[Update]:
+async def _watch(client: SynthClient, job_id: str, session: LaunchSession) -> AsyncGenerator[Update, None]:
     """The job's updates; a backend that stopped answering ends it with the way back in."""
     try:
-        async for update in JobWatcher(client, job_id, session.watch_options()).watch():
-            yield update
+        async with contextlib.aclosing(JobWatcher(client, job_id, session.watch_options()).watch()) as updates:
+            async for update in updates:
+                yield update
     except BackendGaveUp as exc:
         exc.hint = f"{exc.hint} {session.attach_hint(job_id)}"
         raise

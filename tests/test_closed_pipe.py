@@ -90,10 +90,34 @@ def test_a_server_whose_startup_line_cannot_be_written_ends_quietly(tmp_path, fl
     assert code == 141  # ExitCode.OUTPUT_CLOSED
 
 
-@pytest.mark.slow
-def test_demo_ends_quietly(tmp_path):
-    code, err = into_closed_pipe(["demo", "--no-tui", "--workdir", str(tmp_path / "demo")], cwd=tmp_path)
+def read_until_watching(argv: list[str], *, cwd: Path) -> tuple[int, str]:
+    """Like `synth-tui ... | head`: read stdout up to the watch's first line ([HH:MM:SS] ...),
+    then close it while the job runs. The exit code and stderr."""
+    process = subprocess.Popen([EXE, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               stdin=subprocess.DEVNULL, cwd=cwd)
+    try:
+        assert process.stdout is not None and process.stderr is not None
+        for line in process.stdout:
+            if line.startswith(b"["):  # a status, event or metric line
+                break
+        else:
+            raise AssertionError("the watch printed nothing")
+        process.stdout.close()
+        code = process.wait(timeout=60)
+        return code, process.stderr.read().decode(errors="replace")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def test_a_demo_whose_reader_leaves_mid_watch_ends_quietly(tmp_path):
+    """The embedded backend's job: the watch stops, the servers with the run, and stderr says
+    the job goes with them (not that it keeps running)."""
+    code, err = read_until_watching(["demo", "--no-tui", "--workdir", str(tmp_path / "demo")], cwd=tmp_path)
     assert_quiet(code, err)
+    assert "Output closed; stopped watching job job_" in err and "The embedded backend stops with this process" in err
+    assert "which keeps running" not in err
 
 
 def test_a_watch_whose_reader_leaves_stops_and_leaves_the_job_running(faulty_backend, tiny_task_app, tmp_path):
@@ -103,24 +127,8 @@ def test_a_watch_whose_reader_leaves_stops_and_leaves_the_job_running(faulty_bac
     env_path = tmp_path / ".env"
     env_path.write_text(f"SYNTH_API_KEY={faulty_backend.api_key}\nENVIRONMENT_API_KEY={ENV_KEY}\n"
                         f"TASK_APP_URL={tiny_task_app.url}\n")
-    process = subprocess.Popen(
-        [EXE, "train", "--no-tui", "--config", str(CONFIG), "--env-file", str(env_path), "--backend",
-         faulty_backend.url, "--poll-interval", "0.02"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, cwd=tmp_path)
-    try:
-        assert process.stdout is not None and process.stderr is not None
-        for line in process.stdout:  # like `head`: read up to the watch's first lines, then leave
-            if line.startswith(b"["):  # a status, event or metric line
-                break
-        else:
-            raise AssertionError("the watch printed nothing")
-        process.stdout.close()
-        code = process.wait(timeout=60)
-        err = process.stderr.read().decode(errors="replace")
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    code, err = read_until_watching(["train", "--no-tui", "--config", str(CONFIG), "--env-file", str(env_path),
+                                     "--backend", faulty_backend.url, "--poll-interval", "0.02"], cwd=tmp_path)
     assert_quiet(code, err)
     [job] = faulty_backend.jobs.values()
     assert job.tick < len(job.timeline) and job.status in ("queued", "running")
