@@ -85,7 +85,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         description="Launch and watch RL training jobs on Synth or on an embedded local backend.",
         epilog="Exit codes: 0 succeeded, 1 job failed/cancelled, 2 usage or invalid config, "
                "3 missing secrets or failed checks, 4 --poll-timeout reached, 5 backend error, "
-               "6 job paused on the backend (the watch ended), 130 interrupted.",
+               "6 job paused on the backend (the watch ended), 130 interrupted, 141 output closed (| head).",
     )
     parser.add_argument("--version", action="version", version=f"synth-tui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -259,6 +259,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse printed the usage error (or --help); keep its code
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE
     try:
+        code = _run(args)
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # here, where a closed pipe is caught, not at the interpreter's exit
+        return code
+    except BrokenPipeError:
+        return _output_closed()
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
         return _dispatch(args)
     except SynthTuiError as exc:
         print(f"Error: {exc.render()}", file=sys.stderr)
@@ -268,6 +278,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return ExitCode.INTERRUPTED
     finally:
         gc.enable()  # off only for a TUI's start (_tui_start); whatever ended it, on again
+
+
+def _output_closed() -> int:
+    """Every command's end when its reader went away (``| head``): quiet, as Unix tools end,
+    with 141 (docs/product.md#exit-codes). A job being watched is left running: nothing is
+    cancelled, the watch just stops. The closed stream is pointed at /dev/null, as the Python
+    docs advise, so that the output still buffered does not fail again at the interpreter's exit."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            try:
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, stream.fileno())
+                os.close(devnull)
+            except (OSError, ValueError):
+                pass  # not a real file (a test's capture): nothing flushes it at exit
+    return ExitCode.OUTPUT_CLOSED
 
 
 def _tui_start() -> None:

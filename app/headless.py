@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import sys
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncGenerator, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
@@ -121,6 +122,15 @@ def run_headless(run: TrainRun, printer: Printer | None = None) -> int:
         else:
             printer.diag("\nInterrupted before a job was created; nothing was sent.")
         return ExitCode.INTERRUPTED
+    except BrokenPipeError:
+        # stdout's reader went away (| head): app.cli ends the run with 141. A job created by
+        # now keeps running and its id went nowhere, so stderr, if still open, says how to reach it.
+        if state.job_id and state.session is not None:
+            keeps = "" if state.session.options.embedded_backend else ", which keeps running"
+            with contextlib.suppress(OSError):
+                printer.diag(f"Output closed; stopped watching job {state.job_id}{keeps}. "
+                             f"{state.session.attach_hint(state.job_id)}")
+        raise
 
 
 async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
@@ -261,22 +271,30 @@ async def run_checks(session: LaunchSession, client: SynthClient, prepared: Prep
     except ApiError as exc:  # unreachable, 401…: the error's own exit code and fix
         exc.message = f"Task app verification call failed: {exc.message}"
         raise
+    # Each line says what its check covered (docs/wire-contract.md#headless-output): the backend's
+    # verify passing proves nothing about this machine's ENVIRONMENT_API_KEY, which only the
+    # health check after it tries.
     if result.status >= 400 or result.body is None:
-        printer.line("Task app verification error:")
+        printer.line(f"Backend verify: ERROR (HTTP {result.status}: the backend could not check the task app). "
+                     "Report:")
         printer.line(result.preview_source.preview(800))
     elif not result.any_ok:
-        printer.line("Task app verification failed; no auth combination succeeded. Full report:")
+        printer.line("Backend verify: FAILED (no call the backend made to the task app succeeded, with any key it "
+                     "holds). Full report:")
         printer.line(result.preview_source.preview(1200))
     else:
         statuses = [a.get("status") for a in result.attempts]
-        printer.line(f"Verification OK (candidates={result.candidates}, statuses={statuses})")
-    printer.line("Performing task app health check…")
-    task_app = TaskAppCheck(prepared.task_url, mask_secret(session.env_keys()[0]), CHECK_TIMEOUT_S)
+        printer.line(f"Backend verify: OK (the backend reached the task app with a key it holds; "
+                     f"candidates={result.candidates}, statuses={statuses})")
+    env_key = mask_secret(session.env_keys()[0])
+    printer.line(f"Task app health: checking /health and /task_info at {prepared.task_url} from this machine "
+                 f"with ENVIRONMENT_API_KEY {env_key}")
+    task_app = TaskAppCheck(prepared.task_url, env_key, CHECK_TIMEOUT_S)
     task_app.report = report = await session.health(timeout=CHECK_TIMEOUT_S)
     if report.ok:
-        printer.line("Task app healthy")
+        printer.line("Task app health: OK (this machine reached the task app and it accepted ENVIRONMENT_API_KEY)")
     else:
-        printer.line(f"Task app health check failed: {report.detail}")
+        printer.line(f"Task app health: FAILED ({report.detail})")
         for attempt in report.attempts:
             if not attempt.ok:
                 fix = f" Fix: {attempt.fix}" if attempt.fix else ""
@@ -357,25 +375,28 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
     hidden = 0
     ended: WatchEnded | None = None
     last_metrics: dict[str, float] = {}
-    async for update in _watch(client, job_id, session):
-        if isinstance(update, StatusChanged):
-            view.status(update.status)
-        elif isinstance(update, NewEvents):
-            for event in update.events:
-                if is_noise(event):
-                    hidden += 1
+    # Closed here, not whenever the collector gets to it: a write that failed (stdout's reader
+    # left) stops the watch's event stream before the client closes under it.
+    async with contextlib.aclosing(_watch(client, job_id, session)) as updates:
+        async for update in updates:
+            if isinstance(update, StatusChanged):
+                view.status(update.status)
+            elif isinstance(update, NewEvents):
+                for event in update.events:
+                    if is_noise(event):
+                        hidden += 1
+                    else:
+                        view.event(event)
+            elif isinstance(update, NewMetrics):
+                view.metrics(update.points)
+                last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
+            elif isinstance(update, ConnectionState):
+                if update.reconnecting:
+                    printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
                 else:
-                    view.event(event)
-        elif isinstance(update, NewMetrics):
-            view.metrics(update.points)
-            last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
-        elif isinstance(update, ConnectionState):
-            if update.reconnecting:
-                printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
-            else:
-                printer.diag("Reconnected.")
-        elif isinstance(update, WatchEnded):
-            ended = update
+                    printer.diag("Reconnected.")
+            elif isinstance(update, WatchEnded):
+                ended = update
     assert ended is not None
     view.finish()
     printer.warning(remember(lambda history: history.record_progress(
@@ -396,11 +417,12 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
     return ended.exit_code
 
 
-async def _watch(client: SynthClient, job_id: str, session: LaunchSession) -> AsyncIterator[Update]:
+async def _watch(client: SynthClient, job_id: str, session: LaunchSession) -> AsyncGenerator[Update, None]:
     """The job's updates; a backend that stopped answering ends it with the way back in."""
     try:
-        async for update in JobWatcher(client, job_id, session.watch_options()).watch():
-            yield update
+        async with contextlib.aclosing(JobWatcher(client, job_id, session.watch_options()).watch()) as updates:
+            async for update in updates:
+                yield update
     except BackendGaveUp as exc:
         exc.hint = f"{exc.hint} {session.attach_hint(job_id)}"
         raise

@@ -105,10 +105,14 @@ async def test_slow_answer_times_out(faulty_backend):
 
 async def test_unknown_job_is_not_found_after_trying_the_fallback(faulty_backend):
     async with _client(faulty_backend) as client:
-        with pytest.raises(NotFoundError):
+        with pytest.raises(NotFoundError) as raised:
             await client.get_job("job_missing")
     paths = [p for _, p, _, _ in faulty_backend.requests]
     assert paths == ["/api/rl/jobs/job_missing", "/api/learning/jobs/job_missing"]
+    # The error names the path asked first, not the fallback the user never asked for.
+    assert "GET /api/rl/jobs/job_missing answered 404" in raised.value.message
+    assert "/learning/jobs/job_missing" not in raised.value.message
+    assert "has no job job_missing, or no RL jobs at all" in raised.value.message
 
 
 async def test_fallback_path_only_after_404_and_then_remembered(faulty_backend):

@@ -20,7 +20,7 @@ def test_demo_headless_succeeds_and_the_score_rises(tmp_path):
                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
-    assert "Verification OK" in out and "Task app healthy" in out
+    assert "Backend verify: OK" in out and "Task app health: OK" in out
     assert "Final status: succeeded" in out
     scores = [float(s) for s in re.findall(r"\[metric\] train\.mean_score=([0-9.]+)", out)]
     assert len(scores) >= 5

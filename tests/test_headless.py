@@ -62,8 +62,11 @@ def test_happy_path_prints_the_sdk_lines_and_exits_0(world):
     assert "Found SYNTH_API_KEY in current sources: sk_t…89 (.env file)" in out
     assert f"Using env file: {world['env']}" in out
     assert f"Backend base: {world['backend'].url}/api (key sk_t…89)" in out
-    assert "Verification OK (candidates=['env_…'], statuses=[200, 200])" in out
-    assert "Performing task app health check…\nTask app healthy" in out
+    assert ("Backend verify: OK (the backend reached the task app with a key it holds; candidates=['env_…'], "
+            "statuses=[200, 200])") in out
+    assert (f"Task app health: checking /health and /task_info at {world['task_app'].url} from this machine with "
+            "ENVIRONMENT_API_KEY env_…ef\nTask app health: OK (this machine reached the task app and it accepted "
+            "ENVIRONMENT_API_KEY)") in out
     assert "Payload preview:\n{" in out
     assert "Response 201: {" in out
     assert "\n=== Streaming Job Progress ===\n" in out
@@ -165,7 +168,8 @@ def test_verification_failure_exits_3_with_the_report(world):
     world["backend"].verify_answer = (200, {"any_ok": False, "candidates_first15": [], "attempts": [{"status": 400}]})
     code, out, err = run(world)
     assert code == 3
-    assert "Task app verification failed; no auth combination succeeded. Full report:" in out
+    assert ("Backend verify: FAILED (no call the backend made to the task app succeeded, with any key it holds). "
+            "Full report:") in out
     # The verdict the TUI's verification screen shows (app/core/diagnosis.py), with its fix.
     assert "Error: The backend holds no key this task app accepts" in err
     assert "Upload this task app's ENVIRONMENT_API_KEY" in err
@@ -175,7 +179,7 @@ def test_verification_http_error_exits_3(world):
     world["backend"].verify_answer = (500, {"detail": "boom"})
     code, out, err = run(world)
     assert code == 3
-    assert "Task app verification error:" in out
+    assert "Backend verify: ERROR (HTTP 500: the backend could not check the task app). Report:" in out
     assert "Error: Backend verification failed: the backend could not run the verification (HTTP 500): boom" in err
 
 
@@ -183,7 +187,7 @@ def test_health_check_with_a_wrong_environment_key_exits_3(world):
     world["env"].write_text(world["env"].read_text().replace(ENV_KEY, "wrong_env_key_zzzzzzzzzzzzzzzz"))
     code, out, err = run(world)
     assert code == 3
-    assert "Task app health check failed: /health=400, /task_info=400" in out
+    assert "Task app health: FAILED (/health=400, /task_info=400)" in out
     assert "rejected ENVIRONMENT_API_KEY" in err
     assert "wrong_env_key_zzzzzzzzzzzzzzzz" not in out + err
 
@@ -447,3 +451,34 @@ def test_an_older_backend_streams_at_events(world):
     streamed = [p for m, p, h, _ in world["backend"].requests if h.get("Accept") == "text/event-stream"]
     assert any(p.endswith("/events/stream") for p in streamed) and any(p.endswith("/events") for p in streamed)
     assert sum(p.endswith("/events/stream") for p in streamed) == 1  # tried once, then remembered
+
+
+def test_each_check_says_what_it_covered_before_a_wrong_key_fails_the_health_check(tmp_path):
+    """The real embedded backend holds the task app's key, so its verify passes; this machine's
+    ENVIRONMENT_API_KEY is wrong, so the direct health check fails. No line may say a bare
+    "Verification OK" first: each says what its check covered."""
+    from app.local.servers import start_backend, start_taskapp
+
+    synth_key = "sk_test_checks_0123456789abcdef"
+    wrong_key = "env_wrong_key_zzzzzzzzzzzzzzzzzzzz"
+    with start_taskapp(env_api_keys=[ENV_KEY]) as task_app, \
+            start_backend(api_key=synth_key, db_path=tmp_path / "db.sqlite3", env_api_keys=[ENV_KEY]) as backend:
+        env_path = tmp_path / ".env"
+        env_path.write_text(f"SYNTH_API_KEY={synth_key}\nENVIRONMENT_API_KEY={wrong_key}\nTASK_APP_URL={task_app.url}\n")
+        args = build_parser().parse_args(["train", "--no-tui", "--config", str(EXAMPLE), "--env-file", str(env_path),
+                                          "--backend", backend.url])
+        out, err = io.StringIO(), io.StringIO()
+        code = run_train(args, printer=Printer(out=out, err=err), cwd=tmp_path)
+    out_text, err_text = out.getvalue(), err.getvalue()
+    assert code == ExitCode.CHECKS_FAILED, err_text
+    assert "Verification OK" not in out_text
+    lines = out_text.splitlines()
+    verify = next(i for i, line in enumerate(lines) if line.startswith("Backend verify: OK"))
+    health = next(i for i, line in enumerate(lines) if line.startswith("Task app health: FAILED"))
+    assert verify < health
+    assert "(the backend reached the task app with a key it holds;" in lines[verify]
+    assert any(line.startswith("Task app health: checking /health and /task_info at") and "from this machine" in line
+               for line in lines[verify + 1:health])
+    assert "rejected ENVIRONMENT_API_KEY" in err_text
+    for text in (out_text, err_text):
+        assert wrong_key not in text and ENV_KEY not in text and synth_key not in text

@@ -397,7 +397,7 @@ def test_done_when_the_key_comes_from_a_modal_secret(headless_world):
     assert ("Starting a Modal container to read ENVIRONMENT_API_KEY from secret task-app-env (takes a few seconds, "
             "costs a little compute)…") in result.stderr
     assert "(Modal secret task-app-env)" in result.stdout
-    assert "Verification OK" in result.stdout and "Task app healthy" in result.stdout
+    assert "Backend verify: OK" in result.stdout and "Task app health: OK" in result.stdout
     assert "Dry run: no job was created." in result.stdout
     assert headless_world["key"] not in result.stdout + result.stderr
     assert "DISTINCTIVE" not in result.stdout + result.stderr

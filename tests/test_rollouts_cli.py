@@ -111,6 +111,20 @@ def test_unknown_ids_are_exit_5(seeded, env_file, capsys):
     assert code == ExitCode.BACKEND and "job_nothing" in err and "does not serve" not in err
 
 
+@pytest.mark.parametrize("command", [["rollouts", "job_nothing"], ["attach", "job_nothing", "--no-tui"],
+                                     ["compare", "job_nothing", JOB, "--no-tui"]],
+                         ids=["rollouts", "attach", "compare"])
+def test_an_unknown_job_names_the_path_asked_not_the_fallback(seeded, env_file, capsys, command):
+    """Both /rl/jobs and the older /learning/jobs answer 404: the error names the path the user's
+    command asked for and says plainly what is missing."""
+    code = main([*command, "--backend", seeded.url, "--env-file", str(env_file)])
+    err = capsys.readouterr().err
+    assert code == ExitCode.BACKEND
+    assert "GET /api/rl/jobs/job_nothing" in err and "/learning/jobs/job_nothing" not in err
+    assert "Job job_nothing was not found" in err
+    assert f"The backend at {seeded.url}/api has no job job_nothing, or no RL jobs at all." in err
+
+
 def test_a_backend_without_the_rollout_routes_says_so(env_file, capsys):
     with FaultyBackend(api_key=API_KEY) as fake:
         fake.add_job(finished_job("job_hosted", 3, 0.1))

@@ -18,7 +18,7 @@ import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 
@@ -324,18 +324,30 @@ class SynthClient:
                            retries: int | None = None) -> ApiResponse:
         known = self._job_prefix.get(job_id)
         prefixes = [known] if known else ["/rl/jobs", "/learning/jobs"]
-        last_error: NotFoundError | None = None
+        errors: list[NotFoundError] = []
         for prefix in prefixes:
             try:
                 response = await self.request("GET", job_path(prefix, job_id, suffix), what=what,
                                               params=params, retries=retries)
             except NotFoundError as exc:
-                last_error = exc
+                errors.append(exc)
                 continue
             self._job_prefix.setdefault(job_id, prefix)
             return response
-        assert last_error is not None
-        raise last_error
+        if len(errors) == 1:
+            raise errors[0]
+        raise self._job_not_found(job_id, suffix, what, errors[0])
+
+    def _job_not_found(self, job_id: str, suffix: str, what: str, first: NotFoundError) -> NotFoundError:
+        """Both job paths answered 404: the error names the path asked first (/rl/jobs, the one the
+        user's backend is meant to serve), not the older fallback, and says plainly what is missing."""
+        asked = f"{urlsplit(self.base_url).path.rstrip('/')}{job_path('/rl/jobs', job_id, suffix)}"
+        return NotFoundError(
+            f"Job {job_id} was not found ({what}): GET {asked} answered 404 ({first.body_summary() or 'no detail'}), "
+            f"as did the older /learning/jobs route. The backend at {self.base_url} has no job {job_id}, or no RL "
+            "jobs at all.",
+            "Check the job id (`synth-tui jobs` lists the jobs a backend has) and that --backend points at the "
+            "service that ran it.", status=404, body=first.body)
 
     # -- endpoints -----------------------------------------------------------------
 

@@ -17,6 +17,9 @@ class ExitCode:
     # The job is paused on the backend: the watch ended, the job keeps its state there.
     PAUSED = 6
     INTERRUPTED = 130
+    # The reader of stdout (or stderr) went away, as `| head` does: 128 + SIGPIPE, what a shell
+    # reports for any tool a closed pipe stopped (docs/product.md#exit-codes).
+    OUTPUT_CLOSED = 141
 
 
 class SynthTuiError(Exception):

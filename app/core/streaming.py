@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -226,7 +226,7 @@ class JobWatcher:
         self._ticks_since_status = 0
         self._events_came = False  # events arrived since the last tick started
 
-    async def watch(self) -> AsyncIterator[Update]:
+    async def watch(self) -> AsyncGenerator[Update, None]:
         opts = self.options
         deadline = None if opts.poll_timeout is None else time.monotonic() + opts.poll_timeout
         last_answer = time.monotonic()

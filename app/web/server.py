@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import html
 import json
 import logging
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeGuard
@@ -56,6 +58,23 @@ PAGE_HEADERS = {
 REFUSED = ("403: Forbidden. Open the URL that `synth-tui serve` printed: it carries the token.\n")
 
 
+# The page's note for a session that ended: how to serve the job's dashboard again.
+ATTACH_AGAIN = '<code id="attach-again">synth-tui serve attach &lt;job id&gt;</code>'
+
+
+def render_page(command: Sequence[str]) -> bytes:
+    """The page, its ended note naming the command that serves the job again: for
+    ``serve attach JOB ...`` that very command, the job's id in it; other commands' tabs learn
+    their job's id only inside the app (its quit dialog says it), so the note keeps a placeholder."""
+    page = PAGE.read_text("utf-8")
+    if ATTACH_AGAIN not in page:
+        raise AssertionError("page.html lost its attach-again note")
+    if command[:1] == ["attach"]:
+        again = html.escape(shlex.join(["synth-tui", "serve", *command]), quote=False)
+        page = page.replace(ATTACH_AGAIN, f'<code id="attach-again">{again}</code>')
+    return page.encode("utf-8")
+
+
 def same_secret(given: str, token: str) -> bool:
     return hmac.compare_digest(given.encode("utf-8", "replace"), token.encode("utf-8"))
 
@@ -70,7 +89,7 @@ class BrowserServer:
         self.cookie_name = cookie_name
         self.sessions: set[TabSession] = set()
         self.downloads = DownloadManager()
-        self.page = PAGE.read_bytes()
+        self.page = render_page(self.command)
 
     def make_app(self) -> web.Application:
         app = web.Application(middlewares=[self.require_token, self.no_server_errors], client_max_size=MAX_MESSAGE)

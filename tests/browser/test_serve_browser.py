@@ -94,7 +94,7 @@ def test_serve_attach_opens_the_dashboard_and_says_how_to_serve_the_job_again(se
     served.wait_gone(pid)
     assert job.status == "running"  # the job is the backend's: leaving the page does not stop it
     page_html = tab.page.content()
-    assert "synth-tui serve attach JOB_ID" in page_html
+    assert "synth-tui serve attach job_web --backend" in page_html and "JOB_ID" not in page_html
     assert all(faulty_backend.api_key not in text for text in tab.seen) and faulty_backend.api_key not in page_html
 
 

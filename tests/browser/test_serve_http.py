@@ -104,3 +104,36 @@ def test_serving_beyond_loopback_warns(serve, tmp_path):
     assert "Warning: listening on 0.0.0.0" in (tmp_path / "serve-0.stderr").read_text()
     port = served.base.rsplit(":", 1)[1]
     assert status(f"http://127.0.0.1:{port}", "/") == 403
+
+
+def page_text(served) -> str:
+    async def get() -> str:
+        async with aiohttp.ClientSession() as client, client.get(f"{served.base}/?token={served.token}") as response:
+            assert response.status == 200
+            return await response.text()
+
+    return asyncio.run(get())
+
+
+def test_the_ended_note_of_serve_attach_names_the_job_and_how_it_was_served(serve, tmp_path):
+    """`synth-tui serve attach JOB`: the note shown when the tab's session ends gives the command
+    that serves this job again, with its id, not a JOB_ID placeholder."""
+    env_file = tmp_path / "attach.env"
+    served = serve("attach", "job_web_7", "--backend", "http://127.0.0.1:9", "--env-file", str(env_file))
+    page = page_text(served)
+    assert "JOB_ID" not in page
+    assert (f'<code id="attach-again">synth-tui serve attach job_web_7 --backend http://127.0.0.1:9 --env-file '
+            f"{env_file}</code>") in page
+    assert not served.children()
+
+
+def test_the_ended_note_of_another_command_says_the_id_is_the_jobs(serve):
+    page = page_text(serve("jobs"))
+    assert "JOB_ID" not in page and '<code id="attach-again">synth-tui serve attach &lt;job id&gt;</code>' in page
+
+
+def test_the_ended_note_escapes_what_the_command_line_holds():
+    from app.web.server import BrowserServer
+
+    page = BrowserServer(["attach", "job<b>&"], "token").page.decode()
+    assert "synth-tui serve attach 'job&lt;b&gt;&amp;'</code>" in page and "job<b>" not in page
