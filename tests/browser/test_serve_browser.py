@@ -41,7 +41,7 @@ def test_the_demo_walks_to_a_live_chart_in_the_browser_and_closing_the_tab_stops
     assert tab.open(served.url).status == 200
     # the first screen's footer has its keys though the page blurred the app before they were
     # known (it stayed empty), and the terminal takes the keys without a click
-    tab.wait_for("Demo ready", "demo.toml", "Choose  / Filter  o Open path", timeout=90)
+    tab.wait_for("Demo ready", "demo.toml", "Choose  ? Help  / Filter  o Open path", timeout=90)
     [pid] = served.children()
     command_line = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
     assert served.token not in command_line
