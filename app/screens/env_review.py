@@ -15,13 +15,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 
 from app.core import envfile
 from app.core.display_paths import display_path, home_relative
 from app.core.env_paths import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
 from app.screens.env_modal import MODAL_BINDINGS, MODAL_PALETTE, ModalActions
+from widgets.app_header import AppHeader
 from widgets.env_dialogs import AddKeyModal, EditValueModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable, describe
 from widgets.path_prompt import PathPromptModal
@@ -75,7 +76,7 @@ class EnvReviewScreen(ModalActions):
         self.loading = False
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static(id="env-header", classes="flow-header")
         yield Static(id="env-status")
         yield MaskedEnvTable(id="env-table")
