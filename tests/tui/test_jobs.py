@@ -15,7 +15,7 @@ from app.screens.jobs import JobsScreen
 from app.screens.modals import ConfirmModal
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, metric, training_timeline
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from widgets.metrics_grid import MetricsGrid
 
 STATUSES = ["running", "succeeded", "failed", "queued", "cancelled", "running", "succeeded"]
@@ -142,7 +142,7 @@ async def test_enter_attaches_and_esc_on_the_dashboard_comes_back(faulty_backend
         await loaded(pilot, screen)
         assert table_column(screen, 0)[0] == "job_live"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the dashboard")
         dashboard = app.screen
         assert dashboard.job.job_id == "job_live" and dashboard.back_to_history
         await wait_for(pilot, lambda: dashboard.ended, what="the job's end")
@@ -180,9 +180,9 @@ async def test_r_reruns_from_the_run_history_payload(faulty_backend):
         screen = jobs(app)
         await loaded(pilot, screen)
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the question")
+        await wait_for_screen(pilot, ConfirmModal, "the question")
         await pilot.press("y")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the new job's dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the new job's dashboard")
         new_id = app.screen.job.job_id
         assert new_id not in ("job_00",) and app.screen.job.payload == payload
         # The run it repeats is read from the backend and overlaid, as a dashboard's rerun does.

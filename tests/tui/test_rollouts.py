@@ -26,7 +26,7 @@ from app.local.store import Store
 from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScreen, RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, finished_job
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from widgets.rollout_image import RolloutImage, decode_image
 from widgets.rollout_view import RolloutView, changed_words
 
@@ -114,13 +114,13 @@ async def test_enter_opens_a_rollout_turn_by_turn_and_c_puts_the_same_seed_besid
         assert screen.phase == "eval" and all(phase == "eval" for phase, _, _ in listed(screen))
         assert {s.seed for s in screen.shown()} == {2}  # the eval seeds played at step 16 that were kept whole
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, RolloutScreen), what="the rollout")
+        await wait_for_screen(pilot, RolloutScreen, "the rollout")
         rollout = app.screen.rollout
         assert rollout.summary.step == 16 and rollout.summary.seed == 2 and rollout.turns[-1].done
         text = " ".join(str(w.render()) for w in app.screen.query(Static))
         assert "turn 1" in text and 'move(direction=' in text and "done" in text
         await pilot.press("c")
-        await wait_for(pilot, lambda: isinstance(app.screen, RolloutCompareScreen), what="the comparison")
+        await wait_for_screen(pilot, RolloutCompareScreen, "the comparison")
         left, right = app.screen.left, app.screen.right
         assert (left.summary.step, right.summary.step) == (4, 16) and left.summary.seed == right.summary.seed == 2
         await pilot.press("escape", "escape")
