@@ -48,6 +48,12 @@ class FlowScreen(Screen):
             self.title = self.app.title
             self.sub_title = self.TITLE
 
+    def holds_key(self, key: str) -> bool:
+        """Whether a key typed now waits (SynthTuiApp.on_event) until this screen has decided
+        where the flow goes: a step busy choosing, reading or checking takes it when done, or
+        the next screen does. Keys typed after a held one wait behind it, in order."""
+        return False
+
     def request_quit(self) -> None:
         """Ctrl+Q or the palette's Quit on this screen; the dashboard asks first while it runs."""
         self.flow_app.quit_flow()

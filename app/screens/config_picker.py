@@ -277,6 +277,9 @@ class ConfigPickerScreen(FlowScreen):
 
     # -- choose ----------------------------------------------------------------------------------
 
+    def holds_key(self, key: str) -> bool:
+        return self._choosing  # the env review comes next, or the picker again if refused
+
     def action_choose(self) -> None:
         if self.flow_app.preparing:
             self.notify(self.flow_app.preparing, title="One moment", markup=False)

@@ -347,6 +347,9 @@ class EnvReviewScreen(ModalActions):
 
     # -- leaving --------------------------------------------------------------------------------
 
+    def holds_key(self, key: str) -> bool:
+        return self.loading  # c, e, a typed while the .env is read act on what it holds
+
     def action_continue(self) -> None:
         if self.loading:
             self.notify("Still reading the .env file…")

@@ -174,6 +174,9 @@ class PayloadPreviewScreen(FlowScreen):
     def _submit_pressed(self) -> None:
         self.action_submit()
 
+    def holds_key(self, key: str) -> bool:
+        return self.rebuilding and key == "s"  # typed while the payload is built: submits it once built
+
     def action_submit(self) -> None:
         if self.submitting:
             self.notify("Already submitting…", severity="warning")

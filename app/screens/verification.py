@@ -269,6 +269,11 @@ class VerificationScreen(FlowScreen):
 
     # -- actions ------------------------------------------------------------------------
 
+    def holds_key(self, key: str) -> bool:
+        # Enter typed while the checks run continues once they end (when they pass); r, b and
+        # esc act at once.
+        return self.running and self.setup_problem is None and key == "enter"
+
     def action_continue(self) -> None:
         if self.setup_problem is not None:
             self.notify(f"Cannot continue: {self.setup_problem.message}", severity="error")
