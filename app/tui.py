@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,8 @@ def dashboard_screen(job: JobContext) -> FlowScreen:
 # Never held behind keys typed ahead (SynthTuiApp.on_event): the user wants out now.
 UNHELD_KEYS = frozenset({"ctrl+c", "ctrl+q"})
 KEY_RELEASE_S = 0.01  # how often a key typed ahead checks whether it can go on
+# A screen that is never quiet (a live feed's bursts) takes the next key after this long anyway.
+KEY_SETTLE_LIMIT_S = 1.0
 
 # Whether this process has frozen what existed at its first frame (SynthTuiApp._first_frame_drawn).
 _startup_frozen = False
@@ -104,7 +107,7 @@ class SynthTuiApp(App[int]):
         self.exit_code = 0
         self._held_keys: list[events.Key] = []  # typed ahead, waiting (on_event)
         self._replaying: set[events.Key] = set()
-        self._key_in_flight = False
+        self._key_in_flight: float | None = None  # when the last key handed on was (monotonic)
         self._key_release: Timer | None = None
         if preparation is not None:  # set before the first screen mounts, which reads it
             self.set_reactive(SynthTuiApp.preparing, preparation.waiting)
@@ -165,11 +168,11 @@ class SynthTuiApp(App[int]):
         elif key.key in UNHELD_KEYS:
             self._held_keys.clear()
             return False
-        elif self._held_keys or self._key_in_flight or self._keys_wait(key.key):
+        elif self._held_keys or self._key_in_flight is not None or self._keys_wait(key.key):
             self._held_keys.append(key)
             self._start_key_release()
             return True
-        self._key_in_flight = True
+        self._key_in_flight = time.monotonic()
         self._start_key_release()
         return False
 
@@ -192,10 +195,10 @@ class SynthTuiApp(App[int]):
         return not any(node.message_queue_size or node._next_callbacks for node in nodes)
 
     def _release_key(self) -> None:
-        if self._key_in_flight:
-            if not self._settled():
+        if self._key_in_flight is not None:
+            if not self._settled() and time.monotonic() - self._key_in_flight < KEY_SETTLE_LIMIT_S:
                 return
-            self._key_in_flight = False
+            self._key_in_flight = None
         if not self._held_keys:
             if self._key_release is not None:
                 self._key_release.stop()
@@ -208,7 +211,7 @@ class SynthTuiApp(App[int]):
         replay = events.Key(held.key, held.character)
         replay.set_sender(self)
         self._replaying.add(replay)
-        self._key_in_flight = True
+        self._key_in_flight = time.monotonic()
         self.post_message(replay)
 
     # -- flow ------------------------------------------------------------------------------
