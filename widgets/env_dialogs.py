@@ -18,6 +18,7 @@ from textual.widgets import Button, Input, Static
 
 from app.core.envfile import ResolvedKey, is_secret_key
 from app.core.errors import EnvFileError
+from widgets.build_guard import BuildGuard
 from widgets.env_table import source_label
 
 # Applies a value to the in-memory .env; raises EnvFileError when it cannot.
@@ -32,7 +33,7 @@ def _problem_text(error: EnvFileError) -> str:
     return f"{error.message}. {error.hint}" if error.hint else error.message
 
 
-class _ValueDialog(ModalScreen[bool]):
+class _ValueDialog(BuildGuard, ModalScreen[bool]):
     """Shared by edit and add: a password input with reveal, an inline error, apply/cancel."""
 
     BINDINGS = [
@@ -179,7 +180,7 @@ class AddKeyModal(_ValueDialog):
         self.try_apply(name, self.value_input().value)
 
 
-class SaveBeforeContinueModal(ModalScreen[str | None]):
+class SaveBeforeContinueModal(BuildGuard, ModalScreen[str | None]):
     """Unsaved edits and the user continues: "save", "continue" (without saving) or None."""
 
     BINDINGS = [

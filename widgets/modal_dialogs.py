@@ -20,13 +20,14 @@ from textual.widgets import Button, Input, LoadingIndicator, OptionList, Static
 from textual.widgets.option_list import Option
 
 from app.core.redact import printable
+from widgets.build_guard import BuildGuard
 
 READ_COST = ("Reading a value starts a short Modal container with the secret mounted: it takes a few "
              "seconds to tens of seconds and uses a little compute on your Modal account. Modal has no "
              "other way to read a secret.")
 
 
-class ModalSecretPicker(ModalScreen[str | None]):
+class ModalSecretPicker(BuildGuard, ModalScreen[str | None]):
     """Which secret to read the key from (names holding "env" first); returns its name."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_secret.cancel")]
@@ -63,7 +64,7 @@ class ModalSecretPicker(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class ModalWait(ModalScreen[None]):
+class ModalWait(BuildGuard, ModalScreen[None]):
     """A Modal call in progress; esc sets ``cancel`` (the caller's worker stops the process)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_wait.cancel")]
@@ -86,7 +87,7 @@ class ModalWait(ModalScreen[None]):
         self.dismiss(None)
 
 
-class ModalEndpointPicker(ModalScreen[str | None]):
+class ModalEndpointPicker(BuildGuard, ModalScreen[str | None]):
     """A deployed app's web endpoint for TASK_APP_URL; returns its URL (not a secret)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_endpoint.cancel")]
@@ -121,7 +122,7 @@ class ModalEndpointPicker(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class SendToModalModal(ModalScreen[str | None]):
+class SendToModalModal(BuildGuard, ModalScreen[str | None]):
     """The secret to write ENVIRONMENT_API_KEY into; returns its name."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_send.cancel")]

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar
 
-from textual import events
-from textual.screen import Screen
 from textual.worker import Worker, WorkerState
+
+from widgets.build_guard import BuildGuard
 
 if TYPE_CHECKING:
     from app.core.session import LaunchSession
     from app.tui import SynthTuiApp
 
 
-class FlowScreen(Screen):
+class FlowScreen(BuildGuard):
     """Workers on these screens use ``exit_on_error=False``; their failures land here and
     become an error modal (``SynthTuiApp.show_error``) instead of ending the app."""
 
@@ -28,19 +28,6 @@ class FlowScreen(Screen):
     @property
     def session(self) -> LaunchSession:
         return self.flow_app.session
-
-    # Set when the screen is removed before its widgets were mounted (closed as it opened: a
-    # key typed ahead, a browser tab closed at once, a quit in the first second).
-    _removed_unbuilt = False
-
-    async def on_event(self, event: events.Event) -> None:
-        if isinstance(event, events.Mount) and (self._pruning or self._closing):
-            self._removed_unbuilt = True
-        if self._removed_unbuilt and not isinstance(event, events.Unmount):
-            # Its mount, resume and resize handlers would look for widgets that never existed
-            # and raise; its unmount still runs (Textual cancels the screen's workers there).
-            return
-        await super().on_event(event)
 
     def on_mount(self) -> None:
         if self.TITLE:

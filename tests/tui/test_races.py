@@ -32,8 +32,20 @@ def jobs() -> Screen:
     return JobsScreen()
 
 
+def error() -> Screen:
+    from app.screens.modals import ErrorModal
+
+    return ErrorModal("Submit failed", "The backend said no.", "Try again.")
+
+
+def confirm() -> Screen:
+    from app.screens.modals import ConfirmModal
+
+    return ConfirmModal("Quit?", confirm_label="Quit", detail="The job keeps running.")
+
+
 SCREENS: dict[str, Callable[[], Screen]] = {**SynthTuiApp.STEPS, "dashboard": dashboard, "history": history,
-                                            "jobs": jobs}
+                                            "jobs": jobs, "error": error, "confirm": confirm}
 
 
 @pytest.mark.parametrize("name", list(SCREENS))
