@@ -10,7 +10,11 @@ class BuildGuard(Screen):
     """A screen removed before its widgets were mounted (closed as it opened: a key typed ahead,
     a browser tab closed at once, a quit in the first second) handles no event but its unmount:
     its mount, resume and resize handlers would look for widgets that never existed and raise
-    (docs/architecture.md#threads-and-workers). Textual cancels the screen's workers on unmount."""
+    (docs/architecture.md#threads-and-workers). Textual cancels the screen's workers on unmount.
+
+    A dialog lists it after ModalScreen (``class X(ModalScreen[T], BuildGuard)``): Textual applies
+    default CSS by class order, and Screen's, inherited here, would cover ModalScreen's dimmed
+    background."""
 
     _removed_unbuilt = False
 

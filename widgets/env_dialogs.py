@@ -33,7 +33,7 @@ def _problem_text(error: EnvFileError) -> str:
     return f"{error.message}. {error.hint}" if error.hint else error.message
 
 
-class _ValueDialog(BuildGuard, ModalScreen[bool]):
+class _ValueDialog(ModalScreen[bool], BuildGuard):
     """Shared by edit and add: a password input with reveal, an inline error, apply/cancel."""
 
     BINDINGS = [
@@ -180,7 +180,7 @@ class AddKeyModal(_ValueDialog):
         self.try_apply(name, self.value_input().value)
 
 
-class SaveBeforeContinueModal(BuildGuard, ModalScreen[str | None]):
+class SaveBeforeContinueModal(ModalScreen[str | None], BuildGuard):
     """Unsaved edits and the user continues: "save", "continue" (without saving) or None."""
 
     BINDINGS = [

@@ -32,7 +32,7 @@ def text_area_language(language: str) -> str | None:
     return language if importlib.util.find_spec("tree_sitter") is not None else None
 
 
-class JsonReportModal(BuildGuard, ModalScreen[None]):
+class JsonReportModal(ModalScreen[None], BuildGuard):
     """A long JSON report, read-only: arrows/page keys scroll, ``y`` copies, Esc closes."""
 
     BINDINGS = [

@@ -27,7 +27,7 @@ READ_COST = ("Reading a value starts a short Modal container with the secret mou
              "other way to read a secret.")
 
 
-class ModalSecretPicker(BuildGuard, ModalScreen[str | None]):
+class ModalSecretPicker(ModalScreen[str | None], BuildGuard):
     """Which secret to read the key from (names holding "env" first); returns its name."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_secret.cancel")]
@@ -64,7 +64,7 @@ class ModalSecretPicker(BuildGuard, ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class ModalWait(BuildGuard, ModalScreen[None]):
+class ModalWait(ModalScreen[None], BuildGuard):
     """A Modal call in progress; esc sets ``cancel`` (the caller's worker stops the process)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_wait.cancel")]
@@ -87,7 +87,7 @@ class ModalWait(BuildGuard, ModalScreen[None]):
         self.dismiss(None)
 
 
-class ModalEndpointPicker(BuildGuard, ModalScreen[str | None]):
+class ModalEndpointPicker(ModalScreen[str | None], BuildGuard):
     """A deployed app's web endpoint for TASK_APP_URL; returns its URL (not a secret)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_endpoint.cancel")]
@@ -122,7 +122,7 @@ class ModalEndpointPicker(BuildGuard, ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class SendToModalModal(BuildGuard, ModalScreen[str | None]):
+class SendToModalModal(ModalScreen[str | None], BuildGuard):
     """The secret to write ENVIRONMENT_API_KEY into; returns its name."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_send.cancel")]

@@ -30,7 +30,7 @@ def typed_job_ids(text: str) -> list[str]:
     return ids
 
 
-class OverlayPickerModal(BuildGuard, ModalScreen[list[str] | None]):
+class OverlayPickerModal(ModalScreen[list[str] | None], BuildGuard):
     """Returns the job ids to overlay (an empty list removes the overlays), or None."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="overlay.cancel")]

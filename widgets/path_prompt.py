@@ -22,7 +22,7 @@ from widgets.build_guard import BuildGuard
 PathCheck = Callable[[Path], str | None]
 
 
-class PathPromptModal(BuildGuard, ModalScreen[Path | None]):
+class PathPromptModal(ModalScreen[Path | None], BuildGuard):
     """Dismisses with the chosen path, resolved, or None on escape.
 
     Checking touches the disk (it may be slow on a network drive), so it runs in a worker; a

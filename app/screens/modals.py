@@ -13,7 +13,7 @@ from app.core.redact import printable
 from widgets.build_guard import BuildGuard
 
 
-class ConfirmModal(BuildGuard, ModalScreen[bool]):
+class ConfirmModal(ModalScreen[bool], BuildGuard):
     """Ask before something that cannot be undone; y/enter confirms, n/escape cancels."""
 
     BINDINGS = [
@@ -49,7 +49,7 @@ class ConfirmModal(BuildGuard, ModalScreen[bool]):
 
 
 
-class ErrorModal(BuildGuard, ModalScreen[None]):
+class ErrorModal(ModalScreen[None], BuildGuard):
     """What went wrong and what to do about it. Never a traceback."""
 
     BINDINGS = [Binding("escape,enter,q", "close", "Close", id="error.close")]
@@ -78,7 +78,7 @@ class ErrorModal(BuildGuard, ModalScreen[None]):
         self.dismiss(None)
 
 
-class HelpModal(BuildGuard, ModalScreen[None]):
+class HelpModal(ModalScreen[None], BuildGuard):
     """Every binding of the screen the user was on, with what it does."""
 
     BINDINGS = [Binding("escape,q,question_mark,f1", "close", "Close", id="help.close")]
