@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 import gc
 import sys
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from textual import work
+from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from app.core import envfile
@@ -58,6 +60,12 @@ def dashboard_screen(job: JobContext) -> FlowScreen:
     return DashboardScreen(job)
 
 
+# Never held behind keys typed ahead (SynthTuiApp.on_event): the user wants out now.
+UNHELD_KEYS = frozenset({"ctrl+c", "ctrl+q"})
+KEY_RELEASE_S = 0.01  # how often a key typed ahead checks whether it can go on
+# A screen that is never quiet (a live feed's bursts) takes the next key after this long anyway.
+KEY_SETTLE_LIMIT_S = 1.0
+
 # Whether this process has frozen what existed at its first frame (SynthTuiApp._first_frame_drawn).
 _startup_frozen = False
 
@@ -97,6 +105,10 @@ class SynthTuiApp(App[int]):
         self.first_screen = first_screen
         self.preparation = preparation
         self.exit_code = 0
+        self._held_keys: list[events.Key] = []  # typed ahead, waiting (on_event)
+        self._replaying: set[events.Key] = set()
+        self._key_in_flight: float | None = None  # when the last key handed on was (monotonic)
+        self._key_release: Timer | None = None
         if preparation is not None:  # set before the first screen mounts, which reads it
             self.set_reactive(SynthTuiApp.preparing, preparation.waiting)
 
@@ -136,6 +148,71 @@ class SynthTuiApp(App[int]):
             failed = self.preparation.failed if self.preparation is not None else "Could not start"
             self.preparing = f"{failed}: see the error. Quit with ctrl+q, fix it and run again."
             self.show_error(failed, error)
+
+    # -- keys typed ahead --------------------------------------------------------------------
+
+    async def on_event(self, event: events.Event) -> None:
+        """Keys typed faster than the app handles them reach the screen they were meant for, in
+        order, as a terminal's type-ahead does (the README's `Enter c Enter s`;
+        docs/product.md#keys-typed-ahead). A key is handled once what it set off has settled
+        (every queue of the app and its screen empty); until then, and while the screen is not
+        yet mounted or its step is deciding where the flow goes (FlowScreen.holds_key), the keys
+        after it wait here and go on one at a time."""
+        if isinstance(event, events.Key) and not event.is_forwarded and self._hold(event):
+            return
+        await super().on_event(event)
+
+    def _hold(self, key: events.Key) -> bool:
+        if key in self._replaying:
+            self._replaying.discard(key)
+        elif key.key in UNHELD_KEYS:
+            self._held_keys.clear()
+            return False
+        elif self._held_keys or self._key_in_flight is not None or self._keys_wait(key.key):
+            self._held_keys.append(key)
+            self._start_key_release()
+            return True
+        self._key_in_flight = time.monotonic()
+        self._start_key_release()
+        return False
+
+    def _start_key_release(self) -> None:
+        if self._key_release is None:
+            self._key_release = self.set_interval(KEY_RELEASE_S, self._release_key, name="Keys typed ahead")
+
+    def _keys_wait(self, key: str) -> bool:
+        if not self.screen_stack:
+            return False
+        screen = self.screen
+        return not screen.is_mounted or (isinstance(screen, FlowScreen) and screen.holds_key(key))
+
+    def _settled(self) -> bool:
+        """No message waits in the app or anywhere on its screen: the last key's effects (a
+        binding's message, the handler it reaches, a screen pushed) have all run."""
+        if not self.screen_stack:
+            return True
+        nodes = [self, *self.screen.walk_children(with_self=True)]
+        return not any(node.message_queue_size or node._next_callbacks for node in nodes)
+
+    def _release_key(self) -> None:
+        if self._key_in_flight is not None:
+            if not self._settled() and time.monotonic() - self._key_in_flight < KEY_SETTLE_LIMIT_S:
+                return
+            self._key_in_flight = None
+        if not self._held_keys:
+            if self._key_release is not None:
+                self._key_release.stop()
+                self._key_release = None
+            return
+        if self._keys_wait(self._held_keys[0].key):
+            return
+        # The next key goes back to the app's queue, behind the focus the screen's mount asked for.
+        held = self._held_keys.pop(0)
+        replay = events.Key(held.key, held.character)
+        replay.set_sender(self)
+        self._replaying.add(replay)
+        self._key_in_flight = time.monotonic()
+        self.post_message(replay)
 
     # -- flow ------------------------------------------------------------------------------
 

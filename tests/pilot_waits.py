@@ -2,7 +2,8 @@
 hang fails the test instead of stalling the run.
 
 ``wait_for`` / ``wait_until`` poll inside a Pilot test (workers run in threads, so tests wait
-for a condition). ``poll_until`` polls from plain test code (servers, subprocesses, jobs).
+for a condition); ``wait_for_screen`` waits for a screen to be shown and built.
+``poll_until`` polls from plain test code (servers, subprocesses, jobs).
 """
 
 from __future__ import annotations
@@ -11,7 +12,10 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from textual.screen import Screen
+
 T = TypeVar("T")
+S = TypeVar("S", bound=Screen)
 
 # poll_until's interval: quick at first, then backing off. A test polling the embedded backend
 # at 50 Hz takes the GIL from the server's own thread, which then trains at half speed.
@@ -31,6 +35,25 @@ async def wait_for(pilot, condition: Callable[[], bool], *, what: str = "conditi
 async def wait_until(pilot, condition: Callable[[], bool], what: str = "condition") -> None:
     """The picker and env tests' finer-grained bound (500 x 0.01 s)."""
     await wait_for(pilot, condition, what=what, limit=500, step=0.01)
+
+
+async def wait_for_screen(pilot, screen_type: type[S], what: str | None = None, *,
+                          where: Callable[[S], bool] | None = None, limit: int = 1500) -> S:
+    """Wait until the active screen is a ``screen_type`` whose widgets exist, and return it.
+
+    ``isinstance(app.screen, X)`` alone holds as soon as the screen is pushed, before it has
+    composed or run its on_mount: a query then finds nothing, and a test that ends there closes
+    a screen still being built. ``is_mounted`` is set once both are done. ``where`` adds what the
+    test reads next (a job id, a row). The bound is 30 s (1,500 x 0.02 s): a step may wait on a
+    subprocess or a loopback server, and the machine may be loaded.
+    """
+
+    def shown() -> bool:
+        screen = pilot.app.screen
+        return isinstance(screen, screen_type) and screen.is_mounted and (where is None or where(screen))
+
+    await wait_for(pilot, shown, what=what or f"the {screen_type.__name__}", limit=limit)
+    return pilot.app.screen
 
 
 def poll_until(fn: Callable[[], T | None], *, timeout: float = 10.0, what: str = "the condition") -> T:

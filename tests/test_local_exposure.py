@@ -27,7 +27,7 @@ from app.core.history import RunHistory
 from app.core.paths import open_private, private_dir, private_file, run_dir, state_dir
 from app.core.streaming import WatchOptions
 from app.local.store import Store
-from pilot_waits import poll_until, wait_for
+from pilot_waits import poll_until, wait_for, wait_for_screen
 
 EXE = Path(sys.executable).with_name("synth-tui")
 WIDE_UMASK = 0o022  # the common default: without care, files would be 0644 and folders 0755
@@ -189,8 +189,7 @@ async def test_the_dashboard_export_is_private(faulty_backend, wide_umask):
         return done and any(run_dir("job_a").glob("export-*/metrics.csv"))
 
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.ended, limit=500,
-                       what="the job's end")
+        await wait_for_screen(pilot, DashboardScreen, "the job's end", where=lambda screen: screen.ended)
         await pilot.press("e")
         await wait_for(pilot, exported, limit=500, what="the export")
     names = assert_all_private(state_dir())

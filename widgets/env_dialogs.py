@@ -18,6 +18,7 @@ from textual.widgets import Button, Input, Static
 
 from app.core.envfile import ResolvedKey, is_secret_key, secret_parts
 from app.core.errors import EnvFileError
+from widgets.build_guard import BuildGuard
 from widgets.env_table import source_label
 
 # Applies a value to the in-memory .env; raises EnvFileError when it cannot.
@@ -32,7 +33,7 @@ def _problem_text(error: EnvFileError) -> str:
     return f"{error.message}. {error.hint}" if error.hint else error.message
 
 
-class _ValueDialog(ModalScreen[bool]):
+class _ValueDialog(ModalScreen[bool], BuildGuard):
     """Shared by edit and add: a password input with reveal, an inline error, apply/cancel."""
 
     BINDINGS = [
@@ -179,7 +180,7 @@ class AddKeyModal(_ValueDialog):
         self.try_apply(name, self.value_input().value)
 
 
-class SaveBeforeContinueModal(ModalScreen[str | None]):
+class SaveBeforeContinueModal(ModalScreen[str | None], BuildGuard):
     """Unsaved edits and the user continues: "save", "continue" (without saving) or None."""
 
     BINDINGS = [
@@ -215,7 +216,7 @@ class SaveBeforeContinueModal(ModalScreen[str | None]):
         self.dismiss(answer if answer in ("save", "continue") else None)
 
 
-class ReloadModal(ModalScreen[str | None]):
+class ReloadModal(ModalScreen[str | None], BuildGuard):
     """Reload the .env with unsaved edits: "keep" (applied again on top), "drop", or None."""
 
     BINDINGS = [

@@ -17,6 +17,8 @@ from textual.highlight import highlight
 from textual.screen import ModalScreen
 from textual.widgets import Button, Static, TextArea
 
+from widgets.build_guard import BuildGuard
+
 
 def json_highlighted(text: str) -> Content:
     """JSON highlighted with the same Pygments lexer rich's Syntax uses, but styled with the
@@ -30,7 +32,7 @@ def text_area_language(language: str) -> str | None:
     return language if importlib.util.find_spec("tree_sitter") is not None else None
 
 
-class JsonReportModal(ModalScreen[None]):
+class JsonReportModal(ModalScreen[None], BuildGuard):
     """A long JSON report, read-only: arrows/page keys scroll, ``y`` copies, Esc closes."""
 
     BINDINGS = [

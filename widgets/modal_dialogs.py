@@ -22,6 +22,7 @@ from textual.widgets import Button, Input, LoadingIndicator, OptionList, Static
 from textual.widgets.option_list import Option
 
 from app.core.redact import printable
+from widgets.build_guard import BuildGuard
 
 READ_COST = ("Reading a value starts a short Modal container with the secret mounted: it takes a few "
              "seconds to tens of seconds and uses a little compute on your Modal account. Modal has no "
@@ -40,7 +41,7 @@ class ModalFailureNotice(Static):
         super().__init__(text, id="env-modal-problem")
 
 
-class ModalSecretPicker(ModalScreen[str | None]):
+class ModalSecretPicker(ModalScreen[str | None], BuildGuard):
     """Which secret to read the key from (names holding "env" first); returns its name."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_secret.cancel")]
@@ -77,7 +78,7 @@ class ModalSecretPicker(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class ModalWait(ModalScreen[None]):
+class ModalWait(ModalScreen[None], BuildGuard):
     """A Modal call in progress; esc sets ``cancel`` (the caller's worker stops the process)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_wait.cancel")]
@@ -100,7 +101,7 @@ class ModalWait(ModalScreen[None]):
         self.dismiss(None)
 
 
-class ModalEndpointPicker(ModalScreen[str | None]):
+class ModalEndpointPicker(ModalScreen[str | None], BuildGuard):
     """A deployed app's web endpoint for TASK_APP_URL; returns its URL (not a secret)."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_endpoint.cancel")]
@@ -135,7 +136,7 @@ class ModalEndpointPicker(ModalScreen[str | None]):
         self.dismiss(None)
 
 
-class SendToModalModal(ModalScreen[str | None]):
+class SendToModalModal(ModalScreen[str | None], BuildGuard):
     """The secret to write ENVIRONMENT_API_KEY into; returns its name."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_send.cancel")]

@@ -15,6 +15,7 @@ from textual.widgets.selection_list import Selection
 
 from app.core.history import RunRecord
 from app.core.redact import printable
+from widgets.build_guard import BuildGuard
 
 MAX_OVERLAYS = 4
 _SEPARATORS = re.compile(r"[\s,]+")
@@ -29,7 +30,7 @@ def typed_job_ids(text: str) -> list[str]:
     return ids
 
 
-class OverlayPickerModal(ModalScreen[list[str] | None]):
+class OverlayPickerModal(ModalScreen[list[str] | None], BuildGuard):
     """Returns the job ids to overlay (an empty list removes the overlays), or None."""
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="overlay.cancel")]

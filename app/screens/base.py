@@ -5,15 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.binding import Binding, BindingType
-from textual.screen import Screen
 from textual.worker import Worker, WorkerState
+
+from widgets.build_guard import BuildGuard
 
 if TYPE_CHECKING:
     from app.core.session import LaunchSession
     from app.tui import SynthTuiApp
 
 
-class FlowScreen(Screen):
+class FlowScreen(BuildGuard):
     """Workers on these screens use ``exit_on_error=False``; their failures land here and
     become an error modal (``SynthTuiApp.show_error``) instead of ending the app."""
 
@@ -46,6 +47,12 @@ class FlowScreen(Screen):
             self.app.pop_screen()
         else:
             self.request_quit()
+
+    def holds_key(self, key: str) -> bool:
+        """Whether a key typed now waits (SynthTuiApp.on_event) until this screen has decided
+        where the flow goes: a step busy choosing, reading or checking takes it when done, or
+        the next screen does. Keys typed after a held one wait behind it, in order."""
+        return False
 
     def request_quit(self) -> None:
         """Ctrl+Q or the palette's Quit on this screen: the flow screen below decides (a

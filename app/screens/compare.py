@@ -6,11 +6,12 @@ from __future__ import annotations
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Static
 
 from app.core.compare import ComparedRun, read_runs, run_labels
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
+from widgets.app_header import AppHeader
 from widgets.job_header import shown_text
 from widgets.metrics_grid import MetricsGrid
 
@@ -35,7 +36,7 @@ class CompareScreen(ChartKeys, FlowScreen):
         self.runs = runs
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static("", id="compare-header", classes="flow-header", markup=True)
         yield Static("Reading the runs' metrics…", id="compare-waiting", markup=False)
         yield Footer(compact=True)

@@ -19,12 +19,13 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.widgets import Footer, Header, Input, OptionList, Static
+from textual.widgets import Footer, Input, OptionList, Static
 from textual.worker import get_current_worker
 
 from app.core import discovery
 from app.core.display_paths import home_relative
 from app.screens.base import FlowScreen
+from widgets.app_header import AppHeader
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
 
@@ -86,7 +87,7 @@ class ConfigPickerScreen(FlowScreen):
         self._choosing = False
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static(id="picker-header", classes="flow-header")
         yield Input(placeholder="/ filter configs by path", id="picker-filter", compact=True)
         with Horizontal(id="picker-body"):
@@ -276,6 +277,9 @@ class ConfigPickerScreen(FlowScreen):
         self.post_message(self.EntryRefreshed(entry, select=True))
 
     # -- choose ----------------------------------------------------------------------------------
+
+    def holds_key(self, key: str) -> bool:
+        return self._choosing  # the env review comes next, or the picker again if refused
 
     def action_choose(self) -> None:
         if self.flow_app.preparing:

@@ -22,7 +22,7 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Input, Static
+from textual.widgets import Footer, Input, Static
 
 from app.core.compare import ComparedRun
 from app.core.errors import ExitCode, SynthTuiError
@@ -36,6 +36,7 @@ from app.core.wire import SUCCESS_STATUSES, JobEvent, parse_iso
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from app.screens.overlays import OverlayActions
+from widgets.app_header import AppHeader
 from widgets.event_log import EventLog
 from widgets.job_header import JobHeader, shown_text
 from widgets.metrics_grid import MetricsGrid
@@ -123,7 +124,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     # -- layout ---------------------------------------------------------------------------
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield JobHeader("", id="dash-header", classes="flow-header", markup=True)
         with Horizontal(id="dash-body"):
             grid = MetricsGrid(self.store, preferred_metric=self.session.options.metric, id="dash-chart")

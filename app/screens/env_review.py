@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 
 from app.core import envfile
 from app.core.display_paths import display_path, home_relative
@@ -24,6 +24,7 @@ from app.core.env_paths import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
 from app.screens.env_modal import MODAL_BINDINGS, MODAL_PALETTE, ModalActions
 from app.screens.env_watch import DiskWatch
+from widgets.app_header import AppHeader
 from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable, describe
 from widgets.path_prompt import PathPromptModal
@@ -78,7 +79,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         self.loading = False
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static(id="env-header", classes="flow-header")
         yield Static(id="env-status")
         yield Static(id="env-disk")
@@ -367,6 +368,9 @@ class EnvReviewScreen(ModalActions, DiskWatch):
                         group="env-open", thread=True, exclusive=True, exit_on_error=False)
 
     # -- leaving --------------------------------------------------------------------------------
+
+    def holds_key(self, key: str) -> bool:
+        return self.loading  # c, e, a typed while the .env is read act on what it holds
 
     def action_continue(self) -> None:
         if self.loading:

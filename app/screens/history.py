@@ -19,7 +19,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 
 from app.core.errors import SynthTuiError
 from app.core.history import RunHistory, RunRecord
@@ -29,6 +29,7 @@ from app.core.series import default_metric
 from app.core.wire import SUCCESS_STATUSES, is_terminal_status
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
+from widgets.app_header import AppHeader
 from widgets.cells import cell
 
 if TYPE_CHECKING:
@@ -116,7 +117,7 @@ class HistoryScreen(FlowScreen):
         self.opened_job = False  # a dashboard was opened from here: list and check again on return
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static(INTRO, id="history-header", classes="flow-header", markup=False)
         yield HistoryTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-detail", classes="flow-header", markup=False)

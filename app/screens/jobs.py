@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Header, Input, Static
+from textual.widgets import DataTable, Footer, Input, Static
 
 from app.core.errors import SynthTuiError
 from app.core.job_list import (
@@ -33,6 +33,7 @@ from app.core.jobs import JobContext, read_history
 from app.core.redact import redact
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
+from widgets.app_header import AppHeader
 from widgets.cells import cell
 from widgets.job_header import STATUS_CLASSES, shown_text
 from widgets.table_keys import highlighted_key
@@ -105,7 +106,7 @@ class JobsScreen(FlowScreen):
         self._narrow: bool | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static("", id="jobs-header", classes="flow-header", markup=True)
         yield DataTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
         yield Input(placeholder="filter by id, status or model: applies as you type; enter keeps it, esc clears",

@@ -10,9 +10,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, DataTable, Static
 
 from app.core.redact import printable
+from widgets.build_guard import BuildGuard
 
 
-class ConfirmModal(ModalScreen[bool]):
+class ConfirmModal(ModalScreen[bool], BuildGuard):
     """Ask before something that cannot be undone; y/enter confirms, n/escape cancels."""
 
     BINDINGS = [
@@ -48,7 +49,7 @@ class ConfirmModal(ModalScreen[bool]):
 
 
 
-class ErrorModal(ModalScreen[None]):
+class ErrorModal(ModalScreen[None], BuildGuard):
     """What went wrong and what to do about it. Never a traceback."""
 
     BINDINGS = [Binding("escape,enter,q", "close", "Close", id="error.close")]
@@ -77,7 +78,7 @@ class ErrorModal(ModalScreen[None]):
         self.dismiss(None)
 
 
-class HelpModal(ModalScreen[None]):
+class HelpModal(ModalScreen[None], BuildGuard):
     """Every binding of the screen the user was on, with what it does."""
 
     BINDINGS = [Binding("escape,q,question_mark,f1", "close", "Close", id="help.close")]

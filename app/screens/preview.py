@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.reactive import var
 from textual.timer import Timer
-from textual.widgets import Button, Footer, Header, Input, Label, Static, Switch
+from textual.widgets import Button, Footer, Input, Label, Static, Switch
 
 from app.core.client import ApiError, ConflictError, CreateResult
 from app.core.errors import SynthTuiError
@@ -26,6 +26,7 @@ from app.core.jobs import payload_model
 from app.core.launch import PreparedJob
 from app.core.redact import redact
 from app.screens.base import FlowScreen
+from widgets.app_header import AppHeader
 from widgets.json_view import json_highlighted
 
 PREPARE_WORKER = "Rebuilding the payload"
@@ -70,7 +71,7 @@ class PayloadPreviewScreen(FlowScreen):
 
     def compose(self) -> ComposeResult:
         overrides = self.session.overrides
-        yield Header()
+        yield AppHeader()
         with Vertical(id="payload-facts", classes="flow-header"):
             yield Static(Content.assemble(("Step 4 of 4 · ", "$text-muted"), ("Review the job, then submit", "bold"),
                                           (" · nothing is sent before s", "$text-muted")))
@@ -172,6 +173,9 @@ class PayloadPreviewScreen(FlowScreen):
     @on(Button.Pressed, "#payload-submit")
     def _submit_pressed(self) -> None:
         self.action_submit()
+
+    def holds_key(self, key: str) -> bool:
+        return self.rebuilding and key == "s"  # typed while the payload is built: submits it once built
 
     def action_submit(self) -> None:
         if self.submitting:

@@ -13,13 +13,14 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Header, Static
+from textual.widgets import DataTable, Footer, Static
 
 from app.core.errors import SynthTuiError
 from app.core.redact import redact
 from app.core.rollout_pick import compare_partner, nearest_step, next_phase, shifted_step, step_rollouts, steps_of
 from app.core.rollouts import Rollout, RolloutsNotServed, RolloutSummary, get_rollout, list_rollouts
 from app.screens.base import FlowScreen
+from widgets.app_header import AppHeader
 from widgets.cells import cell
 from widgets.rollout_view import RolloutView, summary_line
 from widgets.table_keys import highlighted_key
@@ -95,7 +96,7 @@ class RolloutsScreen(FlowScreen):
         self.problem: str | None = None
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static("", id="rollouts-header", classes="flow-header")
         with Horizontal(id="rollouts-body"):
             yield DataTable(id="rollouts-table", cursor_type="row", zebra_stripes=True)
@@ -292,7 +293,7 @@ class RolloutScreen(FlowScreen):
         self.rollout = rollout
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield RolloutView(id="rollout-view")
         yield Footer(compact=True)
 
@@ -325,7 +326,7 @@ class RolloutCompareScreen(FlowScreen):
         self.right = right
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         with Horizontal(id="compare-pair"):
             yield RolloutView(id="compare-left")
             yield RolloutView(id="compare-right")

@@ -19,7 +19,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.reactive import var
 from textual.timer import Timer
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Static
 from textual.worker import Worker, WorkerState
 
 from app.core.client import ApiError
@@ -38,6 +38,7 @@ from app.core.diagnosis import (
 from app.core.errors import SynthTuiError
 from app.core.redact import mask_secret, redact
 from app.screens.base import FlowScreen
+from widgets.app_header import AppHeader
 from widgets.diagnostics import DiagnosticsTable
 from widgets.json_view import JsonReportModal
 
@@ -99,7 +100,7 @@ class VerificationScreen(FlowScreen):
         self._run = 0
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield AppHeader()
         yield Static(id="verify-target", classes="flow-header")
         with VerticalScroll(id="verify-scroll", can_focus=True):
             yield DiagnosticsTable(id="verify-table")
@@ -267,6 +268,11 @@ class VerificationScreen(FlowScreen):
         return [*parts, keys_hint]
 
     # -- actions ------------------------------------------------------------------------
+
+    def holds_key(self, key: str) -> bool:
+        # Enter typed while the checks run continues once they end (when they pass); r, b and
+        # esc act at once.
+        return self.running and self.setup_problem is None and key == "enter"
 
     def action_continue(self) -> None:
         if self.setup_problem is not None:

@@ -132,6 +132,11 @@ class Served:
         """Wait until the server's stderr (its tabs' stderr too) matches the pattern."""
         return self._wait(lambda: re.search(pattern, self.stderr.read_text()), timeout, f"{pattern!r} on stderr")
 
+    def wait_printed_times(self, pattern: str, times: int, timeout: float = 30.0) -> None:
+        """Wait until the server's stderr matches the pattern at least `times` times."""
+        self._wait(lambda: len(re.findall(pattern, self.stderr.read_text())) >= times, timeout,
+                   f"{pattern!r} {times} times on stderr")
+
     def _wait(self, condition: Callable[[], T | None], timeout: float, what: str) -> T:
         try:
             return poll_until(condition, timeout=timeout, what=what)

@@ -116,3 +116,17 @@ def test_serve_jobs_lists_the_backends_jobs_and_enter_attaches_to_one(serve, tab
     tab.press("Enter")
     tab.wait_for("job_web_new", "mean score", "Step 3/99", pattern="[\u2800-\u28ff]")
     assert all(faulty_backend.api_key not in text for text in tab.seen)
+
+
+@pytest.mark.parametrize("command", [(), ("demo",)])
+def test_a_tab_closed_as_it_opens_leaves_no_traceback(serve, chromium, command):
+    """A page closed as soon as its app starts (a headless screenshot does that): the app quits
+    while its first screen is being built, and the server's terminal shows no traceback."""
+    served = serve(*command)
+    for opened in range(1, 4):
+        page = chromium.new_page()
+        page.goto(served.url)
+        served.wait_printed_times("tab opened", opened)
+        page.close()
+        served.wait_printed_times("tab closed", opened)
+    assert "Traceback" not in served.stderr.read_text()

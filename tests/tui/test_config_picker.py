@@ -12,7 +12,7 @@ from textual.widgets import Input, Static
 from app.core import config as cfg
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
-from pilot_waits import wait_until
+from pilot_waits import wait_for_screen, wait_until
 from screen_text import footer_text
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
@@ -275,7 +275,7 @@ async def test_choosing_a_valid_config_moves_to_the_env_screen(make_app, configs
         screen = await discovered(pilot)
         highlight(screen, "configs/crafter_qwen4b.toml")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, EnvReviewScreen), "the env screen")
+        await wait_for_screen(pilot, EnvReviewScreen, "the env screen")
         chosen = (configs / "crafter_qwen4b.toml").resolve()
         assert app.session.config_path == chosen
         assert app.session.report is not None and app.session.report.ok
@@ -291,7 +291,7 @@ async def test_a_click_previews_and_a_second_click_chooses(make_app, configs):
         assert screen.query_one(ConfigList).highlighted == 1
         assert isinstance(app.screen, ConfigPickerScreen)
         await pilot.click("#picker-list", offset=(4, 1))
-        await wait_until(pilot, lambda: isinstance(app.screen, EnvReviewScreen), "the env screen")
+        await wait_for_screen(pilot, EnvReviewScreen, "the env screen")
 
 
 async def test_bindings_have_ids_and_palette_commands_exist(make_app, configs):

@@ -19,9 +19,9 @@ from app.screens.modals import ConfirmModal, ErrorModal
 from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text
-from widgets.event_log import EventLog
+from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog
 from widgets.metrics_grid import MetricsGrid
 
 
@@ -121,8 +121,14 @@ async def test_every_step_line_shows_its_numbers_within_the_width(faulty_backend
     app = make_dashboard_app(faulty_backend, JobContext("job_a"))
     async with app.run_test(size=size) as pilot:
         screen = dashboard(app)
-        await wait_for(pilot, lambda: screen.ended)
-        log = screen.query_one(EventLog).log_view
+        event_log = screen.query_one(EventLog)
+        log = event_log.log_view
+        # The lines are wrapped to the width the log had when they came, and again when it is
+        # resized. The job can end before the layout settles (a loaded machine): before the
+        # screen's breakpoint class applies, the log at 80 columns is briefly too narrow to wrap
+        # in. Wait until the lines are wrapped to a width the log wraps at.
+        await wait_for(pilot, lambda: screen.ended and event_log._wrap_width >= CONTINUATION_INDENT + MIN_WRAP_WIDTH
+                       and event_log._wrapped_at == event_log._wrap_width, what="the lines wrapped to the width")
         width = log.scrollable_content_region.width
         lines = [log.lines[i] for i in range(log.line_count)]
         assert all(len(line) <= width for line in lines), (width, lines)
@@ -228,7 +234,7 @@ async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("r")
         await pilot.press("y")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.job.job_id != "job_old")
+        await wait_for_screen(pilot, DashboardScreen, where=lambda screen: screen.job.job_id != "job_old")
         new_id = app.screen.job.job_id
         # The run it repeats is drawn beside it, dimmed, named in the legend.
         grid = app.screen.query_one(MetricsGrid)
@@ -366,7 +372,7 @@ async def test_a_quit_question_asked_during_a_rerun_is_not_swept_away(faulty_bac
         await pilot.pause(0.3)  # one more turn of the rerun worker: it must keep waiting
         assert isinstance(app.screen, ConfirmModal), "the quit question is still there"
         await pilot.press("n")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.job.job_id != "job_old")
+        await wait_for_screen(pilot, DashboardScreen, where=lambda screen: screen.job.job_id != "job_old")
 
 
 async def test_a_stopped_watch_says_so_in_the_header_and_stops_the_clock(faulty_backend):
@@ -406,7 +412,7 @@ async def test_ctrl_c_asks_to_quit_like_ctrl_q(faulty_backend):
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("ctrl+c")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
+        await wait_for_screen(pilot, ConfirmModal, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
 
@@ -443,7 +449,7 @@ async def test_q_on_a_dashboard_that_is_the_first_screen_asks_then_quits(faulty_
         await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit in the footer")
         assert "q Back" not in footer_text(app)
         await pilot.press("q")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
+        await wait_for_screen(pilot, ConfirmModal, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
 
@@ -454,8 +460,8 @@ async def test_ctrl_q_over_the_inspector_asks_while_the_job_runs(faulty_backend)
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("i")
-        await wait_for(pilot, lambda: isinstance(app.screen, RolloutsScreen), what="the inspector")
+        await wait_for_screen(pilot, RolloutsScreen, "the inspector")
         await pilot.press("ctrl+q")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the quit question")
+        await wait_for_screen(pilot, ConfirmModal, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0

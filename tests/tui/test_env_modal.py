@@ -17,7 +17,7 @@ from app.core.session import LaunchOptions, LaunchSession
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ErrorModal
 from app.tui import SynthTuiApp, guided_app
-from pilot_waits import wait_for_process
+from pilot_waits import wait_for_process, wait_for_screen
 from widgets.modal_dialogs import ModalEndpointPicker, ModalSecretPicker, ModalWait, SendToModalModal
 
 MODAL_KEY = "envk_MODAL_FAKE_5f4e3d2c1b0a99887766554433"
@@ -53,14 +53,14 @@ async def test_the_key_from_a_modal_secret_arrives_masked_and_unsaved(make_app, 
         screen = await env_screen(pilot)
         await select_row(pilot, screen, "ENVIRONMENT_API_KEY")
         await pilot.press("m")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, ModalSecretPicker), "the secret list")
+        await wait_for_screen(pilot, ModalSecretPicker, "the secret list")
         picker = app.screen
         assert picker.names[0] == "task-app-env", "names holding env first"
         # the picker's first frame comes after it is pushed: wait for it rather than race it
         await wait_for_process(pilot, lambda: "a little compute" in screen_text(app), "the picker to be drawn")
         await pilot.press("enter")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, EnvReviewScreen) and "ENVIRONMENT_API_KEY" in
-                         screen.edited, "the value")
+        await wait_for_screen(pilot, EnvReviewScreen, "the value", where=lambda shown: "ENVIRONMENT_API_KEY" in
+                              shown.edited)
         assert screen.session.env.get("ENVIRONMENT_API_KEY") == MODAL_KEY
         assert "ENVIRONMENT_API_KEY" not in env_path.read_text(), "nothing saved before ctrl+s"
         assert MODAL_KEY not in screen_text(app)
@@ -77,7 +77,7 @@ async def test_task_app_url_from_a_deployed_modal_app(make_app, project, standin
         screen = await env_screen(pilot)
         await select_row(pilot, screen, "TASK_APP_URL")
         await pilot.press("m")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, ModalEndpointPicker), "the endpoints")
+        await wait_for_screen(pilot, ModalEndpointPicker, "the endpoints")
         assert [url for *_, url in app.screen.endpoints] == [TASK_URL], "deployed apps' web functions only"
         await pilot.press("enter")
         await wait_for_process(pilot, lambda: screen.session.env.get("TASK_APP_URL") == TASK_URL, "the URL")
@@ -90,7 +90,7 @@ async def test_send_to_modal_writes_the_key_into_the_named_secret(make_app, proj
     async with app.run_test(size=(120, 36)) as pilot:
         await env_screen(pilot)
         await pilot.press("u")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, SendToModalModal), "the secret name")
+        await wait_for_screen(pilot, SendToModalModal, "the secret name")
         assert "REPLACED" in screen_text(app)
         app.screen.query_one("#modal-send-name").value = "fresh-secret"
         await pilot.press("enter")
@@ -112,9 +112,9 @@ async def test_esc_while_the_container_starts_reads_nothing(make_app, project, s
         screen = await env_screen(pilot)
         await select_row(pilot, screen, "ENVIRONMENT_API_KEY")
         await pilot.press("m")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, ModalSecretPicker), "the secret list")
+        await wait_for_screen(pilot, ModalSecretPicker, "the secret list")
         await pilot.press("enter")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, ModalWait), "the wait")
+        await wait_for_screen(pilot, ModalWait, "the wait")
         await pilot.press("escape")
         await wait_for_process(pilot, lambda: any("Cancelled" in str(n.message) for n in app._notifications),
                          "the cancel")
@@ -130,7 +130,7 @@ async def test_without_modal_the_error_says_how_to_install_it(make_app, project,
         screen = await env_screen(pilot)
         await select_row(pilot, screen, "ENVIRONMENT_API_KEY")
         await pilot.press("m")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, ErrorModal), "the error")
+        await wait_for_screen(pilot, ErrorModal, "the error")
         assert "pip install 'synth-tui[modal]'" in (app.screen.hint or "")
 
 
@@ -172,7 +172,7 @@ async def test_a_modal_app_typo_opens_the_env_review_with_the_problem_shown(proj
         assert "Modal app task-ap was not found" in text and "modal app list" in text
         await select_row(pilot, screen, "TASK_APP_URL")
         await pilot.press("m")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, ModalEndpointPicker), "the endpoints")
+        await wait_for_screen(pilot, ModalEndpointPicker, "the endpoints")
         await pilot.press("enter")
         await wait_for_process(pilot, lambda: not screen.query("#env-modal-problem"), "the notice to go")
         assert session.modal_failure is None
@@ -201,7 +201,7 @@ async def test_a_send_that_did_not_land_is_said_so(make_app, project, standin):
     async with app.run_test(size=(120, 36)) as pilot:
         await env_screen(pilot)
         await pilot.press("u")
-        await wait_for_process(pilot, lambda: isinstance(app.screen, SendToModalModal), "the secret name")
+        await wait_for_screen(pilot, SendToModalModal, "the secret name")
         app.screen.query_one("#modal-send-name").value = "fresh-secret"
         await pilot.press("enter")
         await wait_for_process(pilot, lambda: any("could not be confirmed" in str(n.message)

@@ -14,7 +14,7 @@ from app.core import envfile
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ConfirmModal, ErrorModal
-from pilot_waits import wait_for, wait_until
+from pilot_waits import wait_for, wait_for_screen, wait_until
 from screen_text import footer_text
 from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable
@@ -57,7 +57,7 @@ def verification_calls(monkeypatch):
 
 
 async def env_screen(pilot) -> EnvReviewScreen:
-    await wait_until(pilot, lambda: isinstance(pilot.app.screen, EnvReviewScreen), "the env screen")
+    await wait_for_screen(pilot, EnvReviewScreen, "the env screen")
     screen = pilot.app.screen
     await wait_until(pilot, lambda: not screen.loading, "the .env to load")
     await pilot.pause()
@@ -202,7 +202,7 @@ async def test_no_env_file_says_how_to_create_one(make_app, project, fixed_home)
 async def test_a_missing_env_file_flag_is_explained_not_a_traceback(make_app, project):
     app = make_app(start="env", env_files=["missing.env"])
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, ErrorModal), "the error")
+        await wait_for_screen(pilot, ErrorModal, "the error")
         assert app.screen.title_text == "Reading the .env file failed"
         assert app.screen.message == "Env file not found: missing.env"
         assert app.screen.hint == "Pass an existing file with --env-file."
@@ -364,7 +364,7 @@ async def test_an_unwritable_env_shows_an_error_and_keeps_the_edits(make_app, pr
         screen = await env_screen(pilot)
         await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: isinstance(app.screen, ErrorModal), "the error")
+        await wait_for_screen(pilot, ErrorModal, "the error")
         modal = app.screen
         assert modal.title_text == "Saving .env failed"
         assert modal.message == f"Cannot save {path}: Permission denied"
@@ -392,7 +392,7 @@ async def test_a_file_changed_on_disk_is_reloaded_with_the_edits_on_top(make_app
         screen.apply_value("SYNTH_API_KEY", NEW_KEY)
         env_path.write_text(FULL_ENV.replace(OTHER_TOKEN, "tok_FAKE_changed_elsewhere_0987654321"))
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the reload question")
+        await wait_for_screen(pilot, ConfirmModal, "the reload question")
         assert "changed on disk since it was read" in app.screen.question
         await pilot.press("y")
         await wait_until(pilot, lambda: app.session.env.get("OTHER_TOKEN") == "tok_FAKE_changed_elsewhere_0987654321",
@@ -416,7 +416,7 @@ async def test_a_reload_asks_about_a_key_changed_on_both_sides(make_app, project
         await pilot.press("f5")
         assert isinstance(app.screen, ReloadModal)  # unsaved edits: keep them, on top
         await pilot.press("k")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the conflict question")
+        await wait_for_screen(pilot, ConfirmModal, "the conflict question")
         assert "SYNTH_API_KEY changed on disk too" in app.screen.question
         await pilot.press("y")
         await wait_until(pilot, lambda: app.session.env.get("SYNTH_API_KEY") == NEW_KEY, "my value back")
@@ -460,7 +460,7 @@ async def test_choose_another_env_asks_before_dropping_edits(make_app, project):
 
         app.screen.query_one("#path-input", Input).value = "other.env"
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmModal), "the confirmation")
+        await wait_for_screen(pilot, ConfirmModal, "the confirmation")
         assert "drop the unsaved changes to .env" in app.screen.question
         await pilot.press("y")
         await wait_until(pilot, lambda: app.session.env.path == other.resolve(), "the switch")
@@ -644,7 +644,7 @@ async def test_escape_goes_back_and_asks_when_there_are_unsaved_edits(make_app, 
         await pilot.press("n")
         assert app.screen is screen
         await pilot.press("escape", "y")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfigPickerScreen), "the picker")
+        await wait_for_screen(pilot, ConfigPickerScreen, "the picker")
         assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY  # kept in memory for this session
 
 

@@ -19,7 +19,7 @@ from app.screens.history import HistoryScreen, HistoryTable
 from app.screens.modals import ConfirmModal, ErrorModal
 from app.tui import SynthTuiApp
 from fakes import ScriptedJob, event, training_timeline
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text
 from widgets.event_log import EventLog
 
@@ -72,9 +72,8 @@ def header_text(app: SynthTuiApp) -> str:
 
 
 async def loaded(pilot, count: int) -> HistoryScreen:
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, HistoryScreen)
-                   and pilot.app.screen.query_one(HistoryTable).row_count == count, what=f"{count} rows")
-    return pilot.app.screen
+    return await wait_for_screen(pilot, HistoryScreen, f"{count} rows",
+                                 where=lambda screen: screen.query_one(HistoryTable).row_count == count)
 
 
 async def checked(pilot) -> HistoryScreen:
@@ -136,7 +135,7 @@ async def test_enter_without_env_file_attaches_with_the_remembered_env(project, 
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot, 1)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the dashboard")
         dashboard = app.screen
         assert dashboard.job.job_id == "job_a"
         assert app.session.env_choice.path == env
@@ -146,7 +145,7 @@ async def test_enter_without_env_file_attaches_with_the_remembered_env(project, 
         hint = app.session.attach_hint("job_a")
         assert f"--backend {faulty_backend.url}/api" in hint and f"--env-file {env}" in hint
         await pilot.press("escape")
-        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), what="back to the history")
+        await wait_for_screen(pilot, HistoryScreen, "back to the history")
         # The dashboard saw the job end; the list says so on return, without f5.
         await wait_for(pilot, lambda: status_text(app, "job_a") == "● succeeded", what="the list again")
 
@@ -165,14 +164,14 @@ async def test_a_missing_remembered_env_gives_an_error_naming_the_file_and_the_f
         detail = str(screen.query_one("#history-detail", Static).render())
         assert f".env {gone} (missing: pass --env-file PATH)" in detail
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error")
+        await wait_for_screen(pilot, ErrorModal, "the error")
         modal = app.screen
         assert modal.title_text == "Cannot open job job_a"
         assert modal.message == f"Job job_a was launched with {gone}, which no longer exists."
         assert "--env-file PATH" in modal.hint
         assert f"synth-tui attach job_a --backend {faulty_backend.url}/api --env-file PATH" in modal.hint
         await pilot.press("escape")
-        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), what="the history again")
+        await wait_for_screen(pilot, HistoryScreen, "the history again")
 
 
 async def test_a_remembered_env_without_the_key_says_which_file(project, faulty_backend):
@@ -183,7 +182,7 @@ async def test_a_remembered_env_without_the_key_says_which_file(project, faulty_
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot, 1)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error")
+        await wait_for_screen(pilot, ErrorModal, "the error")
         assert app.screen.message == f"{env}, the .env job job_a was launched with, has no SYNTH_API_KEY."
         assert app.screen.hint.startswith("Add SYNTH_API_KEY to it, or pass --env-file PATH")
 
@@ -198,7 +197,7 @@ async def test_env_file_flag_wins_over_the_remembered_env(project, faulty_backen
         await checked(pilot)
         assert status_text(app, "job_a") == "● succeeded"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the dashboard")
         assert app.session.env_choice.path == given
 
 
@@ -217,12 +216,12 @@ async def test_end_then_enter_opens_the_last_row(project, faulty_backend):
         await pilot.press("end")
         assert table.cursor_row == 3
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the dashboard")
         assert app.screen.job.job_id == "job_1"
         await pilot.press("escape")
-        await wait_for(pilot, lambda: isinstance(app.screen, HistoryScreen), what="the history again")
+        await wait_for_screen(pilot, HistoryScreen, "the history again")
         await pilot.press("home", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the dashboard")
         assert app.screen.job.job_id == "job_4"
 
 
@@ -313,10 +312,10 @@ async def test_rerun_from_the_history_uses_the_remembered_env_and_remembers_it_a
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot, 1)
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the rerun question")
+        await wait_for_screen(pilot, ConfirmModal, "the rerun question")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.job.job_id != "job_old",
-                       what="the new job's dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the new job's dashboard",
+                              where=lambda screen: screen.job.job_id != "job_old")
         new_id = app.screen.job.job_id
     rerun = RunHistory().get(new_id)
     assert rerun.rerun_of == "job_old" and rerun.env_path == str(env)
@@ -332,7 +331,7 @@ async def test_a_job_whose_backend_is_gone_says_so_before_a_dashboard_opens(proj
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot, 1)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error")
+        await wait_for_screen(pilot, ErrorModal, "the error")
         assert app.screen.title_text == "Cannot open job job_demo"
         assert "127.0.0.1:1" in app.screen.message
         assert not any(isinstance(s, DashboardScreen) for s in app.screen_stack)
@@ -355,7 +354,7 @@ async def test_a_job_whose_backend_is_gone_opens_read_only_from_its_saved_events
     async with app.run_test(size=(160, 45)) as pilot:
         history = await loaded(pilot, 1)
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the read-only dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the read-only dashboard")
         screen = app.screen
         await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         assert screen.read_only is not None and screen.feed is None

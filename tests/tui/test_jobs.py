@@ -15,7 +15,7 @@ from app.screens.jobs import JobsScreen
 from app.screens.modals import ConfirmModal
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, metric, training_timeline
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text
 from widgets.metrics_grid import MetricsGrid
 
@@ -143,7 +143,7 @@ async def test_enter_attaches_and_esc_on_the_dashboard_comes_back(faulty_backend
         await loaded(pilot, screen)
         assert table_column(screen, 0)[0] == "job_live"
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the dashboard")
         dashboard = app.screen
         assert dashboard.job.job_id == "job_live" and dashboard.back_to_history
         await wait_for(pilot, lambda: dashboard.ended, what="the job's end")
@@ -181,9 +181,9 @@ async def test_r_reruns_from_the_run_history_payload(faulty_backend):
         screen = jobs(app)
         await loaded(pilot, screen)
         await pilot.press("r")
-        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), what="the question")
+        await wait_for_screen(pilot, ConfirmModal, "the question")
         await pilot.press("y")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the new job's dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the new job's dashboard")
         new_id = app.screen.job.job_id
         assert new_id not in ("job_00",) and app.screen.job.payload == payload
         # The run it repeats is read from the backend and overlaid, as a dashboard's rerun does.
@@ -319,7 +319,7 @@ async def test_q_on_a_dashboard_opened_from_the_list_goes_back_and_only_the_list
         await loaded(pilot, screen)
         await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit on the list")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        await wait_for_screen(pilot, DashboardScreen, "the dashboard")
         dashboard = app.screen
         await wait_for(pilot, lambda: "q Back" in footer_text(app), what="q Back on the dashboard")
         assert "q Quit" not in footer_text(app) and not dashboard.ended

@@ -17,7 +17,7 @@ from app.core.series import MetricStore
 from app.core.wire import MetricPoint
 from app.screens.modals import ErrorModal
 from fakes import ScriptedJob, event, metric
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from widgets.metrics_grid import MetricChart, MetricsGrid
 from widgets.overlay_picker import OverlayPickerModal
 from widgets.plot_canvas import PlotCanvas
@@ -76,7 +76,7 @@ async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_ba
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("o")
-        await wait_for(pilot, lambda: isinstance(app.screen, OverlayPickerModal))
+        await wait_for_screen(pilot, OverlayPickerModal)
         assert [r.job_id for r in app.screen.earlier] == ["job_old"]
         await pilot.press("space")
         await pilot.click("#overlay-apply")
@@ -96,9 +96,9 @@ async def test_an_unknown_job_id_to_overlay_says_so_and_changes_nothing(faulty_b
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("o")
-        await wait_for(pilot, lambda: isinstance(app.screen, OverlayPickerModal))
+        await wait_for_screen(pilot, OverlayPickerModal)
         await pilot.press(*"job_missing", "enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal))
+        await wait_for_screen(pilot, ErrorModal)
         assert "job_missing" in app.screen.message
         assert screen.query_one(MetricsGrid).overlays == []
 

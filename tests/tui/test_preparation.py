@@ -15,7 +15,7 @@ from app.core.session import LaunchOptions, LaunchSession, Preparation
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.modals import ErrorModal
 from app.tui import SynthTuiApp
-from pilot_waits import wait_until
+from pilot_waits import wait_for_screen, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 WAITING = "Starting the test servers…"
@@ -71,7 +71,7 @@ async def test_a_failed_preparation_is_shown_and_ends_with_its_exit_code(project
     session = LaunchSession(LaunchOptions(cwd=project, backend="http://127.0.0.1"), shell={})
     app = SynthTuiApp(session, preparation=Preparation(WAITING, run, failed="The test could not start"))
     async with app.run_test(size=(120, 30)) as pilot:
-        await wait_until(pilot, lambda: isinstance(app.screen, ErrorModal), "the error")
+        await wait_for_screen(pilot, ErrorModal, "the error")
         modal_text = " ".join(str(w.render()) for w in app.screen.query(Static))
         assert "Port 1 is taken." in modal_text and "Free it." in modal_text
         await pilot.press("escape")

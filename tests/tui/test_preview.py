@@ -20,7 +20,7 @@ from app.screens.dashboard import DashboardScreen
 from app.screens.modals import ErrorModal
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
@@ -41,7 +41,7 @@ def preview_app(flow_app):
 
 
 async def preview_ready(pilot) -> PayloadPreviewScreen:
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, PayloadPreviewScreen), what="the preview screen")
+    await wait_for_screen(pilot, PayloadPreviewScreen, "the preview screen")
     screen = pilot.app.screen
     await wait_for(pilot, lambda: not screen.rebuilding, what="the payload")
     await pilot.pause()
@@ -169,7 +169,7 @@ async def test_wrong_synth_key_on_submit_shows_the_fix(preview_app, faulty_backe
     async with app.run_test(size=SIZE) as pilot:
         await preview_ready(pilot)
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(app.screen, ErrorModal), what="the error modal")
+        await wait_for_screen(pilot, ErrorModal, "the error modal")
         modal = app.screen
         assert "rejected the SYNTH_API_KEY" in modal.message and "HTTP 401" in modal.message
         assert "SYNTH_API_KEY" in modal.hint
@@ -321,7 +321,7 @@ def test_snapshot_preview_after_a_failed_submit(snap_compare, preview_app, monke
     async def run_before(pilot) -> None:
         screen = await preview_ready(pilot)
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, ErrorModal), what="the error modal")
+        await wait_for_screen(pilot, ErrorModal, "the error modal")
         await pilot.press("escape")
         await wait_for(pilot, lambda: pilot.app.screen is screen, what="the modal to close")
         await pilot.pause()

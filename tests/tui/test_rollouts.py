@@ -27,7 +27,7 @@ from app.local.store import Store
 from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScreen, RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, finished_job
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text, screen_lines
 from widgets.rollout_image import RolloutImage, decode_image
 from widgets.rollout_view import RolloutView, changed_words
@@ -116,13 +116,13 @@ async def test_enter_opens_a_rollout_turn_by_turn_and_c_puts_the_same_seed_besid
         assert screen.phase == "eval" and all(phase == "eval" for phase, _, _ in listed(screen))
         assert {s.seed for s in screen.shown()} == {2}  # the eval seeds played at step 16 that were kept whole
         await pilot.press("enter")
-        await wait_for(pilot, lambda: isinstance(app.screen, RolloutScreen), what="the rollout")
+        await wait_for_screen(pilot, RolloutScreen, "the rollout")
         rollout = app.screen.rollout
         assert rollout.summary.step == 16 and rollout.summary.seed == 2 and rollout.turns[-1].done
         text = " ".join(str(w.render()) for w in app.screen.query(Static))
         assert "turn 1" in text and 'move(direction=' in text and "done" in text
         await pilot.press("c")
-        await wait_for(pilot, lambda: isinstance(app.screen, RolloutCompareScreen), what="the comparison")
+        await wait_for_screen(pilot, RolloutCompareScreen, "the comparison")
         left, right = app.screen.left, app.screen.right
         assert (left.summary.step, right.summary.step) == (4, 16) and left.summary.seed == right.summary.seed == 2
         await pilot.press("escape", "escape")
@@ -171,10 +171,10 @@ async def test_q_goes_back_from_each_inspector_screen_to_the_dashboard(served):
         screen = await loaded(pilot)
         await wait_for(pilot, lambda: "q Back" in footer_text(app), what="q Back in the footer")
         await pilot.press("t", "t", "enter")  # eval rollouts of step 16: seed 2 was kept at step 4 too
-        await wait_for(pilot, lambda: isinstance(app.screen, RolloutScreen), what="the rollout")
+        await wait_for_screen(pilot, RolloutScreen, "the rollout")
         rollout = app.screen
         await pilot.press("c")
-        await wait_for(pilot, lambda: isinstance(app.screen, RolloutCompareScreen), what="the comparison")
+        await wait_for_screen(pilot, RolloutCompareScreen, "the comparison")
         assert "q Back" in footer_text(app)
         await pilot.press("q")
         await wait_for(pilot, lambda: app.screen is rollout, what="the rollout again")

@@ -18,8 +18,10 @@ from textual.widgets import TextArea
 from app.core.client import ApiResponse, VerifyResult
 from app.core.diagnosis import BackendCheck, TaskAppCheck, Verdict, backend_rows, key_prefix_hint, overall_verdict
 from app.core.health import HealthAttempt, HealthReport, check_task_app
+from app.screens.env_review import EnvReviewScreen
+from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
-from pilot_waits import wait_for
+from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text
 from widgets.diagnostics import DiagnosticsTable
 from widgets.json_view import JsonReportModal
@@ -48,7 +50,7 @@ def short_timeout(monkeypatch):
 
 
 async def checks_done(pilot) -> VerificationScreen:
-    await wait_for(pilot, lambda: isinstance(pilot.app.screen, VerificationScreen), what="the verification screen")
+    await wait_for_screen(pilot, VerificationScreen, "the verification screen")
     screen = pilot.app.screen
     await wait_for(pilot, lambda: not screen.running, what="both checks to finish")
     await pilot.pause()
@@ -114,7 +116,7 @@ async def test_both_checks_pass_and_enter_opens_the_preview(verify_app, faulty_b
         assert tiny_task_app.seen_headers and tiny_task_app.seen_headers[0]["X-API-Key"] == ENV_KEY
         assert_no_secrets(screen_text(screen))
         await pilot.press("enter")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "PayloadPreviewScreen", what="the preview")
+        await wait_for_screen(pilot, PayloadPreviewScreen, "the preview")
 
 
 async def test_wrong_environment_key_shows_the_400_and_the_fix(verify_app, faulty_backend, tiny_task_app):
@@ -210,7 +212,7 @@ async def test_hung_task_app_ticks_then_ends_with_the_timeout_reason(verify_app,
     with SilentServer() as silent:
         app = verify_app(backend=faulty_backend.url, task_url=silent.url)
         async with app.run_test(size=SIZE) as pilot:
-            await wait_for(pilot, lambda: isinstance(app.screen, VerificationScreen), what="the screen")
+            await wait_for_screen(pilot, VerificationScreen, "the screen")
             screen = app.screen
             seen: list[str] = []
 
@@ -272,7 +274,7 @@ async def test_back_returns_to_env_review(verify_app, faulty_backend, tiny_task_
     async with app.run_test(size=SIZE) as pilot:
         await checks_done(pilot)
         await pilot.press("b")
-        await wait_for(pilot, lambda: type(app.screen).__name__ == "EnvReviewScreen", what="env review")
+        await wait_for_screen(pilot, EnvReviewScreen, "env review")
 
 
 async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(verify_app, faulty_backend,
@@ -281,7 +283,7 @@ async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(verify_
     async with app.run_test(size=SIZE) as pilot:
         await checks_done(pilot)
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(app.screen, JsonReportModal), what="the diagnostics")
+        await wait_for_screen(pilot, JsonReportModal, "the diagnostics")
         text = app.screen.query_one(TextArea).text
         report = json.loads(text)
         assert report["backend_verify"]["body"]["any_ok"] is True
@@ -299,7 +301,7 @@ async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(verify_
         await pilot.pause()
         assert app.clipboard == text and isinstance(app.screen, JsonReportModal)
         await pilot.press("escape")
-        await wait_for(pilot, lambda: isinstance(app.screen, VerificationScreen), what="the modal to close")
+        await wait_for_screen(pilot, VerificationScreen, "the modal to close")
 
 
 async def test_backend_answering_html_is_explained(verify_app, faulty_backend, tiny_task_app):
@@ -448,7 +450,7 @@ def test_snapshot_diagnostics_modal(snap_compare, verify_app, monkeypatch):
     async def run_before(pilot) -> None:
         await settle(pilot)
         await pilot.press("d")
-        await wait_for(pilot, lambda: isinstance(pilot.app.screen, JsonReportModal), what="the diagnostics")
+        await wait_for_screen(pilot, JsonReportModal, "the diagnostics")
         await pilot.pause()
         assert_snapshot_has_no_secrets(pilot.app)
 

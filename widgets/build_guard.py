@@ -1,0 +1,26 @@
+"""The guard every screen of the app has against being closed as it opens."""
+
+from __future__ import annotations
+
+from textual import events
+from textual.screen import Screen
+
+
+class BuildGuard(Screen):
+    """A screen removed before its widgets were mounted (closed as it opened: a key typed ahead,
+    a browser tab closed at once, a quit in the first second) handles no event but its unmount:
+    its mount, resume and resize handlers would look for widgets that never existed and raise
+    (docs/architecture.md#threads-and-workers). Textual cancels the screen's workers on unmount.
+
+    A dialog lists it after ModalScreen (``class X(ModalScreen[T], BuildGuard)``): Textual applies
+    default CSS by class order, and Screen's, inherited here, would cover ModalScreen's dimmed
+    background."""
+
+    _removed_unbuilt = False
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, events.Mount) and (self._pruning or self._closing):
+            self._removed_unbuilt = True
+        if self._removed_unbuilt and not isinstance(event, events.Unmount):
+            return
+        await super().on_event(event)
