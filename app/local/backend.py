@@ -78,7 +78,7 @@ class _Backend:
     """What the routes share; the store, trainer and HTTP client exist while serving."""
 
     def __init__(self, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None,
-                 listen_url: str | None = None, infra_events: bool = False):
+                 listen_url: str | None = None, infra_events: bool = False, resume: bool = True):
         self.api_key = api_key
         self.db_path = Path(db_path)
         self.env_api_keys = [k for k in env_api_keys if k]
@@ -86,6 +86,7 @@ class _Backend:
         # Where task apps reach a job resumed at start-up, before any request said the address.
         self.listen_url = listen_url.rstrip("/") if listen_url else None
         self.infra_events = infra_events
+        self.resume = resume
         # Beside the state file: every job's policy, one folder per recorded step.
         self.checkpoints = Checkpoints(self.db_path.parent / "checkpoints")
         self.store: Store
@@ -152,6 +153,10 @@ class _Backend:
             job = self.store.get_job(job_id)
             if job is None:
                 continue
+            if not self.resume:
+                self.store.fail_interrupted(job_id, "it ran in a backend that stops with the run that started it "
+                                                    "(the demo or --backend local)")
+                continue
             try:
                 plan = plan_from_payload(job["payload"])
             except InvalidJobPayload as exc:
@@ -165,13 +170,14 @@ class _Backend:
 
 def create_backend_app(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None = None,
-    listen_url: str | None = None, infra_events: bool = False,
+    listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
 ) -> FastAPI:
     """`infra_events`: imitate the hosted service's hatchet.* and rl.runtime.modal.* events
-    (off unless asked: docs/embedded-policy.md#events)."""
+    (off unless asked: docs/embedded-policy.md#events). `resume`: go on with the jobs a previous
+    run left running (a backend of the demo or `--backend local` stops with its run: False)."""
     if not api_key:
         raise ValueError("the embedded backend needs an API key")
-    b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events)
+    b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -130,11 +130,12 @@ class ServerHandle:
 
 def start_backend(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0,
-    infra_events: bool = False,
+    infra_events: bool = False, resume: bool = True,
 ) -> ServerHandle:
     sock = _bind(host, port)
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
-                             public_base_url=_url(host, sock.getsockname()[1]), infra_events=infra_events)
+                             public_base_url=_url(host, sock.getsockname()[1]), infra_events=infra_events,
+                             resume=resume)
     handle = ServerHandle("backend", app, sock).start("/api/health")
     handle.api_key = api_key  # for a flow in this process (app/embedded.py)
     handle.hold_env_keys = app.state.hold_env_keys

@@ -6,6 +6,7 @@ import threading
 import time
 
 from app.local.servers import start_backend
+from app.local.store import Store
 from pilot_waits import poll_until
 
 from .conftest import (
@@ -67,3 +68,25 @@ def test_a_job_running_at_shutdown_resumes_on_restart(db_path, taskapp):
         assert steps == sorted(set(steps)) == list(range(1, len(steps) + 1))  # each step once, none missing
         assert api.get(f"/rl/jobs/{job_id}").json()["status"] == "running"
         assert api.post(f"/rl/jobs/{job_id}/cancel").status_code == 200
+
+
+def test_a_backend_that_stops_with_its_run_fails_what_it_left_running(db_path, taskapp):
+    # The demo's and --backend local's backends (resume=False): their jobs stopped with them.
+    store = Store(db_path)
+    store.create_job("job_left", payload(taskapp.url), "h", None)
+    assert store.set_running("job_left")
+    store.close()
+    with start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=[ENV_KEY], resume=False) as backend, \
+            api_client(backend) as api:
+        job = api.get("/rl/jobs/job_left").json()
+        assert job["status"] == "failed" and "stops with the run that started it" in job["error"]
+        assert events_of(api, "job_left")[-1]["type"] == "rl.job.failed"
+
+
+def test_infrastructure_look_alike_events_only_when_asked(db_path, taskapp):
+    with start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=[ENV_KEY], infra_events=True) as backend, \
+            api_client(backend) as api:
+        job_id = create_job(api, payload(taskapp.url))
+        wait_terminal(api, job_id)
+        types = [e["type"] for e in events_of(api, job_id)]
+        assert {"hatchet.submission.attempt", "rl.runtime.modal.started", "rl.runtime.modal.stopped"} <= set(types)

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.demo import demo_payload, load_demo_config
@@ -39,6 +40,8 @@ def backend_process(db: Path, home: Path) -> Iterator[tuple[subprocess.Popen[byt
     try:
         url = poll_until(lambda: (m := _LISTENING.search(log.read_text())) and m.group(1),
                          timeout=60, what=f"the backend to listen (its log: {log})")
+        # It says its address before it listens: wait until it answers.
+        poll_until(lambda: _answers(url), timeout=60, what="the backend to answer")
         handle = ServerHandle.__new__(ServerHandle)  # only its url is used
         handle.url = url
         yield proc, handle
@@ -46,6 +49,13 @@ def backend_process(db: Path, home: Path) -> Iterator[tuple[subprocess.Popen[byt
         if proc.poll() is None:
             proc.kill()
         proc.wait(10)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url + "/api/health", timeout=2).status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 def _seeded_demo() -> dict:
