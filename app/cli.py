@@ -161,6 +161,9 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
                          help="an ENVIRONMENT_API_KEY the backend holds for verification (visible via ps: prefer "
                               "the environment or --env-file)")
     backend.add_argument("--db", metavar="PATH", help="SQLite state file (default: in the user's state folder)")
+    backend.add_argument("--infra-events", action="store_true",
+                         help="also emit stand-ins for the hosted service's hatchet.* and rl.runtime.modal.* events "
+                              "(off by default: here they describe nothing real)")
 
 
 def _add_taskapp_parser(sub: argparse._SubParsersAction) -> None:

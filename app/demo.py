@@ -136,7 +136,7 @@ def claim_folder(path: Path, temporary_prefix: str) -> DemoFolder:
     """``path``, locked for this run; if another run holds it, a fresh private folder named
     ``<temporary_prefix>…`` in the state folder.
 
-    Two runs must never share a backend database: the backend fails the jobs it finds
+    Two runs must never share a backend database: the demo's backend fails the jobs it finds
     running when it opens one, and those would be the other run's live jobs.
     """
     chosen = private_dir(path)
@@ -194,7 +194,8 @@ def _start_servers(folder: DemoFolder) -> DemoSetup:
     config_path = demo_config_path()
     task_app = start_taskapp(env_api_keys=[env_key])
     try:
-        backend = start_backend(api_key=synth_key, db_path=folder.path / "backend.sqlite3", env_api_keys=[env_key])
+        backend = start_backend(api_key=synth_key, db_path=folder.path / "backend.sqlite3", env_api_keys=[env_key],
+                                resume=False)  # it stops with the demo: so do its jobs
     except BaseException:
         task_app.stop()
         raise

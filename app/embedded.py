@@ -46,7 +46,7 @@ def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Nam
     folder = claim_folder(state_dir() / "local", "local-")
     try:
         backend = start_backend(api_key=f"sk_local_{secrets.token_hex(16)}",
-                                db_path=folder.path / "backend.sqlite3", env_api_keys=[])
+                                db_path=folder.path / "backend.sqlite3", env_api_keys=[], resume=False)
         try:
             print(f"Embedded backend: {backend.url}/api (state: {folder.path}; it stops when this run ends)",
                   file=sys.stderr, flush=True)

@@ -29,7 +29,8 @@ def run_backend_server(args: argparse.Namespace) -> int:
             "export SYNTH_API_KEY=<key> before starting it, or put SYNTH_API_KEY=<key> in a .env file "
             "(chmod 600) and pass --env-file PATH.")
     serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
-                  envfile.user_path(args.db) if args.db else default_db_path())
+                  envfile.user_path(args.db) if args.db else default_db_path(),
+                  infra_events=getattr(args, "infra_events", False))
     return ExitCode.OK
 
 

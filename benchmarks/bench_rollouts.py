@@ -30,7 +30,6 @@ from pathlib import Path
 from typing import Any
 
 from app.local import gridworld
-from app.local.action_space import compile_tool
 from app.local.rollout_record import (
     DEFAULT_MAX_BYTES,
     Scrubber,
@@ -49,7 +48,6 @@ KEYS = ("sk_bench_" + "a1b2c3d4" * 4, "f00dfeed" * 8)  # what the scrubber looks
 def episode(rng: random.Random, seed: int, image_bytes: int) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
     """One random-walk gridworld episode as the backend sees it: its chat turns and the
     task app's 0.2 answer; with image_bytes, each turn's observation has a new image."""
-    space = compile_tool(MOVE_TOOL)
     game = gridworld.Episode(seed, 12)
     turns, steps = [], []
     while not game.done:
@@ -63,7 +61,7 @@ def episode(rng: random.Random, seed: int, image_bytes: int) -> tuple[list[dict[
                 "tools": [MOVE_TOOL], "tool_choice": "required"}
         direction = rng.choice(list(gridworld.MOVES))
         call_id = f"call_{rng.getrandbits(64):016x}"
-        turns.append(chat_turn(body, space, {"direction": direction}, call_id))
+        turns.append(chat_turn(body, "move", {"direction": direction}, call_id))
         moved, reward = game.step(direction)
         steps.append({"obs": obs, "reward": reward, "done": game.done, "truncated": game.done and not game.reached,
                       "tool_calls": [{"id": call_id, "type": "function",

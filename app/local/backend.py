@@ -9,7 +9,11 @@ Everything lives under /api and needs `Authorization: Bearer <api_key>`, except:
   app appends /chat/completions (0.4/0.5; docs/rollout-contracts.md). The cid names the job
   and the rollout, and while that rollout is in flight the cid itself is the credential (the
   task app holds no Synth key). With a Bearer key any job's policy can be queried, finished
-  jobs included (their final policy is stored).
+  jobs included (their last checkpoint is loaded). The endpoint talks to the policy only
+  through the seam of app/local/policies (docs/embedded-policy.md).
+
+Jobs left queued or running by a previous run of the backend on the same state file are
+resumed from their last checkpoint as the backend starts (trainer.Trainer.resume).
 
 Errors are always `{"detail": ...}` JSON. Job events are also served as server-sent events
 when the client asks for `text/event-stream`.
@@ -38,17 +42,19 @@ from app.core.redact import held_key_prefix, scrub_key_fragments
 from app.core.trainable import short_repr
 from app.core.urls import http_url_problem
 from app.core.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
-from app.local.action_space import TEXT_ANSWER, ActionSpace, UnsupportedSchema, choose_tool, compile_tool
+from app.local import policies
 from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, ROLLOUT_QUERY, TRIAL_PATH, VERIFY, json_body
+from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, install_json_errors, response_detail
 from app.local.guard import RequestGuard
 from app.local.journal import Journal
-from app.local.policy import TabularPolicy, choose
+from app.local.policies.base import Act, Policy, PolicyCannotAct
+from app.local.policies.tabular import TabularPolicy
 from app.local.retry import client_limits
 from app.local.rollout_contract import parse_correlation_id
 from app.local.rollout_store import BadCursor
 from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store, UnknownCursor
-from app.local.trainer import InvalidJobPayload, Trainer, plan_from_payload
+from app.local.trainer import InvalidJobPayload, Trainer, answer_of, plan_from_payload, policy_settings
 
 MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
 ROLLOUT_PAGE = 100  # rollouts per page unless `limit` says (docs/wire-contract.md#rollouts)
@@ -71,11 +77,18 @@ HEADER_STYLES: dict[str, Callable[[str], dict[str, str]]] = {
 class _Backend:
     """What the routes share; the store, trainer and HTTP client exist while serving."""
 
-    def __init__(self, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None):
+    def __init__(self, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None,
+                 listen_url: str | None = None, infra_events: bool = False, resume: bool = True):
         self.api_key = api_key
         self.db_path = Path(db_path)
         self.env_api_keys = [k for k in env_api_keys if k]
         self.public_base_url = public_base_url.rstrip("/") if public_base_url else None
+        # Where task apps reach a job resumed at start-up, before any request said the address.
+        self.listen_url = listen_url.rstrip("/") if listen_url else None
+        self.infra_events = infra_events
+        self.resume = resume
+        # Beside the state file: every job's policy, one folder per recorded step.
+        self.checkpoints = Checkpoints(self.db_path.parent / "checkpoints")
         self.store: Store
         self.journal: Journal
         self.trainer: Trainer | None = None
@@ -111,13 +124,60 @@ class _Backend:
             raise HTTPException(404, f"Job {job_id} not found")
         return job
 
+    def model_path(self, job_id: str) -> Path | None:
+        """The folder of the job's last recorded policy, if there is one."""
+        state = self.store.get_checkpoint(job_id)
+        folder = self.checkpoints.step_dir(job_id, int(state["step"])) if state else None
+        return folder if folder is not None and folder.is_dir() else None
+
+    def saved_policy(self, job: dict[str, Any]) -> Policy:
+        """The last recorded policy of a job that is not training in this process (blocking)."""
+        plan = plan_from_payload(job["payload"])
+        folder = self.model_path(job["id"])
+        if folder is not None:
+            return policies.load(folder, policy_settings(job["id"], plan))
+        # A job finished before checkpoints kept its table in the database.
+        return TabularPolicy.from_json(self.store.get_policy(job["id"]))
+
+    def view(self, job: dict[str, Any]) -> dict[str, Any]:
+        view = _job_view(job)
+        folder = self.model_path(job["id"]) if job["status"] == "succeeded" else None
+        if folder is not None:
+            view["artifacts"] = {"model_path": str(folder)}
+        return view
+
+    def resume_interrupted(self, trainer: Trainer) -> None:
+        """Jobs a previous run of the backend left queued or running go on (Trainer.resume)."""
+        base = self.public_base_url or self.listen_url
+        for job_id in self.store.interrupted:
+            job = self.store.get_job(job_id)
+            if job is None:
+                continue
+            if not self.resume:
+                self.store.fail_interrupted(job_id, "it ran in a backend that stops with the run that started it "
+                                                    "(the demo or --backend local)")
+                continue
+            try:
+                plan = plan_from_payload(job["payload"])
+            except InvalidJobPayload as exc:
+                self.store.fail_interrupted(job_id, str(exc))
+                continue
+            if base is None:
+                self.store.fail_interrupted(job_id, "it does not know the address task apps reach it at")
+                continue
+            trainer.resume(job_id, plan, f"{base}/api/v1")
+
 
 def create_backend_app(
-    *, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None = None
+    *, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None = None,
+    listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
 ) -> FastAPI:
+    """`infra_events`: imitate the hosted service's hatchet.* and rl.runtime.modal.* events
+    (off unless asked: docs/embedded-policy.md#events). `resume`: go on with the jobs a previous
+    run left running (a backend of the demo or `--backend local` stops with its run: False)."""
     if not api_key:
         raise ValueError("the embedded backend needs an API key")
-    b = _Backend(api_key, db_path, env_api_keys, public_base_url)
+    b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -125,7 +185,9 @@ def create_backend_app(
         b.journal = Journal(b.store)
         async with httpx.AsyncClient(limits=client_limits()) as http:
             b.http = http
-            b.trainer = Trainer(b.journal, b.env_api_keys, http, other_secrets=[b.api_key])
+            b.trainer = Trainer(b.journal, b.env_api_keys, http, b.checkpoints, other_secrets=[b.api_key],
+                                infra_events=b.infra_events)
+            b.resume_interrupted(b.trainer)
             try:
                 yield
             finally:
@@ -212,12 +274,12 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
             raise HTTPException(409, f"Idempotency-Key {exc.key!r} was already used for job {exc.job_id} "
                                      "with a different request body; send a new key to create another job") from None
         if not created:
-            return JSONResponse(_job_view(job), status_code=200)
+            return JSONResponse(b.view(job), status_code=200)
         b.journal.event(job["id"], "rl.job.created", f"Job created: train {plan.model} on {plan.task_url}",
                         data={"model": plan.model, "task_app_url": plan.task_url, "total_steps": plan.total_steps})
         base = b.public_base_url or str(request.base_url).rstrip("/")
         b.live_trainer().start(job["id"], plan, f"{base}/api/v1")
-        return JSONResponse(_job_view(job), status_code=201)
+        return JSONResponse(b.view(job), status_code=201)
 
     async def list_jobs(response: Response, limit: int = Query(50, ge=1, le=500),
                         status: str | None = None,
@@ -229,10 +291,10 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         except UnknownCursor:
             raise HTTPException(400, "after must be the job_id of a job of this backend (the last job of the "
                                      "page before); no job has this id") from None
-        return {"jobs": [_job_view(j) for j in jobs]}
+        return {"jobs": [b.view(j) for j in jobs]}
 
     async def get_job(job_id: str) -> dict[str, Any]:
-        return _job_view(b.job_or_404(job_id))
+        return b.view(b.job_or_404(job_id))
 
     async def start_job(job_id: str) -> dict[str, Any]:
         job = b.job_or_404(job_id)
@@ -417,26 +479,21 @@ def _chat_handler(b: _Backend) -> Callable[[Request], Awaitable[dict[str, Any]]]
         problem = chat_body_problem(body)
         if problem:
             raise HTTPException(422, f"Invalid chat completion request: {problem}")
-        observation = _last_user_text(body["messages"])
         try:
-            space = action_space_for(body.get("tools"), body.get("tool_choice"))
-        except UnsupportedSchema as exc:
-            message = (f"The task app's tool cannot be answered by the embedded policy: {exc}. It acts by "
-                       "choosing from finite sets (enums, booleans, bounded numbers, arrays of those); see "
-                       "docs/embedded-policy.md")
+            if run is not None:
+                act = run.act(rollout_id, body, cid)
+                model = run.plan.model
+            else:
+                job = b.job_or_404(job_id)
+                policy = await asyncio.to_thread(b.saved_policy, job)
+                act = policy.act(body["messages"], body.get("tools"), body.get("tool_choice"), cid, random.Random())
+                model = _job_view(job)["model"]
+        except PolicyCannotAct as exc:
+            message = f"The task app's request cannot be answered by the embedded policy: {exc}"
             if run is not None:
                 b.live_trainer().abort(job_id, message)
             raise HTTPException(422, message) from None
-        call_id = f"call_{secrets.token_hex(8)}"
-        if run is not None:
-            arguments = run.act(rollout_id, observation, space, call_id, request=body)
-            model = run.plan.model
-        else:
-            job = b.job_or_404(job_id)
-            policy = TabularPolicy.from_json(b.store.get_policy(job_id))
-            arguments, _ = choose(policy, observation, space, random.Random())
-            model = _job_view(job)["model"]
-        return _completion(body.get("model") or model, space, arguments, observation, call_id)
+        return _completion(body.get("model") or model, act, body["messages"])
 
     return chat_completions
 
@@ -478,37 +535,15 @@ def chat_body_problem(body: Any) -> str | None:
     return None
 
 
-def _last_user_text(messages: list[Any]) -> str:
-    for message in reversed(messages):
-        if message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):  # OpenAI content parts
-                return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-            return str(content or "")
-    return ""
-
-
-def action_space_for(tools: list[Any] | None, tool_choice: Any) -> ActionSpace:
-    """The action space of the tool to call; a plain-text answer when no tool is offered."""
-    tool = choose_tool(tools or [], tool_choice)
-    return compile_tool(tool) if tool is not None else TEXT_ANSWER
-
-
-def _completion(model: str, space: ActionSpace, arguments: dict[str, Any], prompt: str, call_id: str) -> dict[str, Any]:
-    tool = space.tool if space is not TEXT_ANSWER else None
-    message: dict[str, Any] = {"role": "assistant", "content": None}
-    if tool:
-        message["tool_calls"] = [{"id": call_id, "type": "function",
-                                  "function": {"name": tool, "arguments": json.dumps(arguments)}}]
-    else:
-        message["content"] = str(arguments.get("content", ""))
-    prompt_tokens = len(prompt.split())
+def _completion(model: str, act: Act, messages: list[Any]) -> dict[str, Any]:
+    tool, _ = answer_of(act.message)
+    prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages if isinstance(m, dict))
     return {
         "id": f"chatcmpl-{secrets.token_hex(12)}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None,
+        "choices": [{"index": 0, "message": act.message, "logprobs": None,
                      "finish_reason": "tool_calls" if tool else "stop"}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1},
     }

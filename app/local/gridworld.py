@@ -8,8 +8,9 @@ Score (the episode's return, in [0, 1]): 1.0 minus 0.01 per move taken on reachi
 0 otherwise. A uniformly random walker scores about 0.17 with 12 turns; walking straight to
 the goal scores about 0.95.
 
-Sized so that the embedded backend's tabular policy goes from chance to above 0.8 in a few
-hundred episodes; more walls make pockets that a memoryless policy cannot always escape.
+Sized so that the embedded backend's tabular stand-in goes from chance to above 0.8 in a few
+hundred episodes, keyed on the observation's compact `state:` line; more walls make pockets
+that a memoryless policy cannot always escape.
 """
 
 from __future__ import annotations
@@ -108,6 +109,18 @@ class Episode:
         self.reached = self.pos == self.layout.goal
         return moved, self.score if self.reached else 0.0
 
+    def compact_state(self) -> str:
+        """What a small policy needs, and nothing that ties it to one layout: which way the goal
+        is on each axis and which of the moves towards it are blocked, e.g. `goal=+x-y
+        blocked=right`. So one small table learns "walk towards the goal, go round what is in
+        the way" on every seed, including eval seeds it never trained on."""
+        (x, y), (gx, gy) = self.pos, self.layout.goal
+        sx, sy = (gx > x) - (gx < x), (gy > y) - (gy < y)
+        towards = [d for d, (dx, dy) in MOVES.items() if (dx and dx == sx) or (dy and dy == sy)]
+        blocked = set(self.layout.blocked(self.pos))
+        stuck = ",".join(d for d in towards if d in blocked) or "-"
+        return f"goal={_sign(sx)}x{_sign(sy)}y blocked={stuck}"
+
     def observation(self) -> dict[str, Any]:
         blocked = self.layout.blocked(self.pos)
         x, y = self.pos
@@ -117,8 +130,9 @@ class Episode:
             f"{SIZE}x{SIZE} grid (row 0 is the top). The goal is at column {gx}, row {gy}. "
             f"Blocked moves here: {', '.join(blocked) or 'none'}.\n"
             "Call move(direction) with direction up, down, left or right.\n"
-            # The compact line the embedded backend's policy keys its table on (policy.py).
-            f"state: pos={x},{y} goal={gx},{gy} blocked={','.join(blocked)}"
+            # A compact state, which any task app may send (docs/embedded-policy.md): the
+            # embedded stand-in keys its table on this line verbatim.
+            f"state: {self.compact_state()}"
         )
         return {
             "text": text,
@@ -128,3 +142,7 @@ class Episode:
             "turn": self.turns,
             "reached_goal": self.reached,
         }
+
+
+def _sign(v: int) -> str:
+    return "+" if v > 0 else "-" if v < 0 else "0"

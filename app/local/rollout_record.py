@@ -25,7 +25,6 @@ from typing import Any
 
 from app.core.redact import PREFIX_CHARS, scrub_key_fragments
 from app.core.rollouts import finite_number
-from app.local.action_space import TEXT_ANSWER, ActionSpace
 
 DEFAULT_PER_STEP = 4  # train rollouts kept per step: the best, the worst and 2 evenly spaced
 MAX_PER_STEP = 256
@@ -141,10 +140,10 @@ def within_budget(turn: dict[str, Any], used: int) -> dict[str, Any]:
     return {**turn, "images": [], "images_omitted": turn["images_omitted"] + len(turn["images"])}
 
 
-def chat_turn(body: dict[str, Any], space: ActionSpace, arguments: dict[str, Any], call_id: str) -> dict[str, Any]:
-    """The record of one chat answer (a checked chat body: backend.chat_body_problem passed)."""
+def chat_turn(body: dict[str, Any], tool: str | None, arguments: Any, call_id: str) -> dict[str, Any]:
+    """The record of one chat answer (a checked chat body: backend.chat_body_problem passed):
+    the tool called (None for a text answer) with these arguments."""
     text, images, omitted = observation_of(body["messages"])
-    tool = space.tool if space is not TEXT_ANSWER else None
     args_text = _strict_json(arguments)
     kept_arguments: Any = arguments
     if args_text is None:

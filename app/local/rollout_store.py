@@ -111,6 +111,14 @@ class RolloutStore:
             self._totals[job_id] = total
         return True
 
+    def forget_replayed(self, job_id: str, step: int, eval_too: bool) -> None:
+        """Before a resumed job replays what came after its checkpoint: the rollouts kept for
+        the steps after `step` (and, with `eval_too`, the evaluation after `step` itself)."""
+        with self._lock, self._conn:
+            self._conn.execute("DELETE FROM rollouts WHERE job_id = ? AND (step > ? OR (step = ? AND phase = 'eval'"
+                               " AND ?))", (job_id, step, step, int(eval_too)))
+            self._totals.pop(job_id, None)
+
     def _drop_oldest(self, job_id: str, excess: int) -> int:
         """Delete the job's oldest rollouts until at least `excess` bytes are gone; the bytes freed."""
         freed, doomed = 0, []

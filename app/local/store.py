@@ -21,8 +21,8 @@ ACTIVE_STATUSES = ("queued", "running")
 TERMINAL_STATUSES = ("succeeded", "failed", "cancelled")
 
 RESTART_MESSAGE = (
-    "The embedded backend restarted while the job was running; its in-memory training state "
-    "is gone, so the job was marked failed. Submit it again to retrain."
+    "The embedded backend restarted while the job was running and could not resume it: {why}. "
+    "Submit it again to retrain."
 )
 
 _SCHEMA = """
@@ -32,6 +32,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     payload TEXT NOT NULL,
     metadata TEXT NOT NULL DEFAULT '{}',
     policy TEXT,
+    checkpoint TEXT,
     idempotency_key TEXT,
     body_hash TEXT NOT NULL,
     created_at TEXT NOT NULL,
@@ -111,8 +112,12 @@ class Store:
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.executescript(_SCHEMA)
+            columns = {r["name"] for r in self._conn.execute("PRAGMA table_info(jobs)")}
+            if "checkpoint" not in columns:  # a state file from before checkpoints
+                self._conn.execute("ALTER TABLE jobs ADD COLUMN checkpoint TEXT")
         self.rollouts = RolloutStore(self._conn, self._lock)  # the inspector's rollouts: rollout_store.py
-        self.recovered = self._fail_interrupted_jobs()
+        # Jobs a previous run of the backend left queued or running: the backend resumes them.
+        self.interrupted = self._interrupted_jobs()
 
     def close(self) -> None:
         with self._lock:
@@ -194,13 +199,8 @@ class Store:
                 "UPDATE jobs SET metadata = ? WHERE id = ?", (json.dumps(metadata), job_id)
             )
 
-    def set_policy(self, job_id: str, policy: dict[str, Any]) -> None:
-        with self._lock, self._conn:
-            self._conn.execute(
-                "UPDATE jobs SET policy = ? WHERE id = ?", (json.dumps(policy), job_id)
-            )
-
     def get_policy(self, job_id: str) -> dict[str, Any] | None:
+        """The table of a job that finished before checkpoints existed (the chat endpoint's fallback)."""
         with self._lock:
             row = self._conn.execute("SELECT policy FROM jobs WHERE id = ?", (job_id,)).fetchone()
         return json.loads(row["policy"]) if row is not None and row["policy"] else None
@@ -232,22 +232,41 @@ class Store:
             )
             return self._insert_event(job_id, event_type, level, message, data or {})
 
-    def _fail_interrupted_jobs(self) -> list[str]:
+    def _interrupted_jobs(self) -> list[str]:
         with self._lock:
             rows = self._conn.execute(
-                "SELECT id, status FROM jobs WHERE status IN ('queued', 'running')"
+                "SELECT id FROM jobs WHERE status IN ('queued', 'running') ORDER BY created_at, rowid"
             ).fetchall()
-        for row in rows:
-            self.finish_job(
-                row["id"],
-                "failed",
-                event_type="rl.job.failed",
-                level="error",
-                message=RESTART_MESSAGE,
-                data={"reason": "backend_restarted", "previous_status": row["status"]},
-                error=RESTART_MESSAGE,
-            )
         return [row["id"] for row in rows]
+
+    def fail_interrupted(self, job_id: str, why: str) -> dict[str, Any] | None:
+        """A job left running that cannot be resumed: failed, saying why."""
+        job = self.get_job(job_id)
+        message = RESTART_MESSAGE.format(why=why)
+        return self.finish_job(job_id, "failed", event_type="rl.job.failed", level="error", message=message,
+                               data={"reason": "backend_restarted",
+                                     "previous_status": job["status"] if job else None},
+                               error=message)
+
+    # -- checkpoints --------------------------------------------------------------------
+
+    def commit_step(self, job_id: str, events: list[dict[str, Any]], checkpoint: dict[str, Any],
+                    metrics: tuple[int, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
+        """A step's events (each {type, message, level?, data?}), its metrics (step, points)
+        and the checkpoint that resumes after it, in one transaction: a backend killed at
+        any moment has recorded all of them or none (docs/embedded-policy.md#checkpoints)."""
+        with self._lock, self._conn:
+            stored = [self._insert_event(job_id, e["type"], e.get("level", "info"), e["message"],
+                                         e.get("data") or {}) for e in events]
+            if metrics is not None:
+                self._insert_metrics(job_id, *metrics)
+            self._conn.execute("UPDATE jobs SET checkpoint = ? WHERE id = ?", (json.dumps(checkpoint), job_id))
+        return stored
+
+    def get_checkpoint(self, job_id: str) -> dict[str, Any] | None:
+        with self._lock:
+            row = self._conn.execute("SELECT checkpoint FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        return json.loads(row["checkpoint"]) if row is not None and row["checkpoint"] else None
 
     def _job(self, job_id: str) -> dict[str, Any] | None:
         row = self._conn.execute("SELECT * FROM jobs WHERE id = ?", (job_id,)).fetchone()
@@ -309,15 +328,18 @@ class Store:
         """Store all of a step's points in one transaction: the 0.2.22 streamer asks for
         steps after the largest step it has seen of ANY metric, so a step published in two
         halves would lose the second half."""
+        with self._lock, self._conn:
+            self._insert_metrics(job_id, step, points)
+
+    def _insert_metrics(self, job_id: str, step: int, points: list[dict[str, Any]]) -> None:
         now = utc_now()
         rows = [(job_id, p["name"], step, float(p["value"]), p.get("epoch"), p.get("phase"),
                  json.dumps(p.get("data") or {}), now) for p in points]
-        with self._lock, self._conn:
-            self._conn.executemany(
-                "INSERT INTO metrics (job_id, name, step, value, epoch, phase, data, created_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
+        self._conn.executemany(
+            "INSERT INTO metrics (job_id, name, step, value, epoch, phase, data, created_at)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            rows,
+        )
 
     def metrics(self, job_id: str, *, after_step: int, limit: int) -> list[dict[str, Any]]:
         with self._lock:
@@ -333,5 +355,6 @@ def _job_dict(row: sqlite3.Row) -> dict[str, Any]:
     job = dict(row)
     job["payload"] = json.loads(job["payload"])
     job["metadata"] = json.loads(job["metadata"])
-    job.pop("policy", None)  # can be large; read it with get_policy
+    job.pop("policy", None)  # a table from before checkpoints (get_policy); can be large
+    job.pop("checkpoint", None)  # get_checkpoint
     return job

@@ -22,6 +22,7 @@ Before the first rollout the job learns which rollout contract generation the ta
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import secrets
 import sqlite3
@@ -36,10 +37,11 @@ import httpx
 from app.core.redact import scrub_key_fragments
 from app.core.trainable import is_int, short_repr, size_problems
 from app.core.urls import http_url_problem
-from app.local.action_space import ActionSpace
+from app.local import policies
+from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, response_detail
 from app.local.journal import Journal
-from app.local.policy import LR_SCALE, Decision, Episode, TabularPolicy, choose, group_advantages
+from app.local.policies.base import Act, Episode, Policy, PolicySettings
 from app.local.retry import RETRYABLE_STATUS, ROLLOUT_BACKOFF, send_with_retries
 from app.local.rollout_contract import (
     GEN_02,
@@ -218,59 +220,71 @@ def plan_from_payload(body: Any) -> TrainingPlan:
 
 @dataclass
 class OpenRollout:
-    """A rollout in flight: its RNG, and every answer the chat endpoint gave it by tool-call
-    id. A retried chat call or a replayed rollout can leave answers the episode never used;
-    only those the returned trajectory names are learned from (`used_decisions`)."""
+    """A rollout in flight: its RNG, and what the policy needs of every answer the chat
+    endpoint gave it (Act.memo), by tool-call id. A retried chat call or a replayed rollout can
+    leave answers the episode never used; only those the returned trajectory names are learned
+    from (`used_memos`)."""
 
     rng: random.Random
-    decisions: dict[str, list[Decision]] = field(default_factory=dict)
+    memos: dict[str, Any] = field(default_factory=dict)
     record: bool = False  # keep its chat turns for the inspector (rollout_record.py)
     turns: list[dict[str, Any]] = field(default_factory=list)
     turns_cut: int = 0
     turn_chars: int = 0  # what its kept turns hold, bounded by ROLLOUT_MEMORY_CHARS
 
-    def used_decisions(self, used: frozenset[str] | set[str]) -> list[Decision]:
-        """The decisions of the tool calls the answer names (rollout_contract.read_tool_call_ids)."""
+    def used_memos(self, used: frozenset[str] | set[str]) -> list[Any]:
+        """The memos of the tool calls the answer names (rollout_contract.read_tool_call_ids)."""
         # A task app that does not report its tool calls: every answer counts.
-        return [d for call_id, made in self.decisions.items() if not used or call_id in used for d in made]
+        return [memo for call_id, memo in self.memos.items() if not used or call_id in used]
 
 
 @dataclass
 class JobRun:
-    """One job being trained: its policy, its rollouts in flight and its counters."""
+    """One job being trained: its policy, its rollouts in flight and its counters. What a
+    restarted backend needs to go on after the last step recorded is `saved_state()`."""
 
     job_id: str
     plan: TrainingPlan
     api_base: str  # the backend's `{base}/api/v1`: rollout_contract.inference_url builds on it
-    policy: TabularPolicy = field(default_factory=TabularPolicy)
+    policy: Policy
     open_rollouts: dict[str, OpenRollout] = field(default_factory=dict)
     chat_completions: int = 0
     rollouts: int = 0
     retries: int = 0
     started: float = field(default_factory=time.monotonic)
+    elapsed_before: float = 0.0  # seconds trained before a restart of the backend
     task: asyncio.Task[None] | None = None
     cancel_requested: bool = False
+    stopping: bool = False  # the backend is shutting down: record nothing more (stop_all)
     abort_reason: str | None = None  # set by abort(): the job fails with this message
+    step: int = 0  # the last step recorded (events, metrics and checkpoint)
     flat_steps: int = 0  # steps whose rollouts all scored the same
+    first_score: float | None = None  # step 1's train mean score
+    last_train_score: float | None = None
+    eval_score: float | None = None  # the latest evaluation's mean score
+    eval_pending: list[dict[str, Any]] | None = None  # `step` trained, its evaluation not yet recorded
+    resumed: dict[str, Any] | None = None  # the checkpoint this run started from, if any
     contract: str = GEN_02  # the rollout contract generation spoken to the task app
     contract_announced: bool = False
     sample: StepSample | None = None  # the train rollouts of the current step the inspector may keep
     inspect_warned: bool = False  # a rollout could not be stored (said once: _keep)
 
     def __post_init__(self) -> None:
-        self.seed = self.plan.seed if self.plan.seed is not None else int(self.job_id[-8:], 16)
+        self.seed = job_seed(self.job_id, self.plan)
         self.rng = random.Random(self.seed)
 
-    def act(self, rollout_id: str | None, observation: str, space: ActionSpace, call_id: str,
-            request: dict[str, Any] | None = None) -> dict[str, Any]:
-        """The arguments of the policy's tool call for one chat turn, recorded if the rollout
-        is ours (and, for the inspector, what the chat `request` showed, when it keeps it)."""
+    def act(self, rollout_id: str | None, request: dict[str, Any], correlation_id: str) -> Act:
+        """The policy's answer to one chat turn, recorded if the rollout is ours (and, for the
+        inspector, what the chat `request` showed, when it keeps it)."""
         rollout = self.open_rollouts.get(rollout_id or "")
-        arguments, decisions = choose(self.policy, observation, space, rollout.rng if rollout else self.rng)
+        # A call from outside the job's rollouts never draws from the job's own RNG.
+        act = self.policy.act(request["messages"], request.get("tools"), request.get("tool_choice"),
+                              correlation_id, rollout.rng if rollout else random.Random())
         if rollout is not None:
-            rollout.decisions[call_id] = decisions
-            if rollout.record and request is not None:
-                turn = within_budget(chat_turn(request, space, arguments, call_id), rollout.turn_chars)
+            rollout.memos[act.call_id] = act.memo
+            if rollout.record:
+                tool, arguments = answer_of(act.message)
+                turn = within_budget(chat_turn(request, tool, arguments, act.call_id), rollout.turn_chars)
                 # Once one turn is cut, every later one is too: the kept turns stay the first ones.
                 if (not rollout.turns_cut and len(rollout.turns) < TURNS_MAX
                         and rollout.turn_chars + turn_chars(turn) <= ROLLOUT_MEMORY_CHARS):
@@ -279,10 +293,10 @@ class JobRun:
                 else:
                     rollout.turns_cut += 1
         self.chat_completions += 1
-        return arguments
+        return act
 
     def counters(self) -> dict[str, Any]:
-        seconds = max(time.monotonic() - self.started, 1e-9)
+        seconds = max(self.elapsed_before + time.monotonic() - self.started, 1e-9)
         return {
             "seconds": round(seconds, 3),
             "rollouts": self.rollouts,
@@ -292,22 +306,106 @@ class JobRun:
             "chat_completions_per_s": round(self.chat_completions / seconds, 2),
         }
 
+    def saved_state(self) -> dict[str, Any]:
+        """What resumes this job after `step` (with the policy saved in that step's folder)."""
+        version, internal, gauss = self.rng.getstate()
+        return {"step": self.step, "policy": self.policy.kind, "eval_pending": self.eval_pending,
+                "rng": [version, list(internal), gauss], "flat_steps": self.flat_steps,
+                "first_score": self.first_score, "last_train_score": self.last_train_score,
+                "eval_score": self.eval_score, "contract": self.contract,
+                "counters": {"rollouts": self.rollouts, "chat_completions": self.chat_completions,
+                             "retries": self.retries, "seconds": self.counters()["seconds"]}}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        version, internal, gauss = state["rng"]
+        self.rng.setstate((version, tuple(internal), gauss))
+        self.step = int(state["step"])
+        self.eval_pending = state.get("eval_pending")
+        self.flat_steps = int(state.get("flat_steps", 0))
+        self.first_score = state.get("first_score")
+        self.last_train_score = state.get("last_train_score")
+        self.eval_score = state.get("eval_score")
+        self.contract = state.get("contract", GEN_02)
+        counters = state.get("counters") or {}
+        self.rollouts = int(counters.get("rollouts", 0))
+        self.chat_completions = int(counters.get("chat_completions", 0))
+        self.retries = int(counters.get("retries", 0))
+        self.elapsed_before = float(counters.get("seconds", 0.0))
+        self.resumed = state
+
+
+def job_seed(job_id: str, plan: TrainingPlan) -> int:
+    return plan.seed if plan.seed is not None else int(job_id[-8:], 16)
+
+
+def policy_settings(job_id: str, plan: TrainingPlan) -> PolicySettings:
+    return PolicySettings(model=plan.model, learning_rate=plan.learning_rate, seed=job_seed(job_id, plan))
+
+
+def answer_of(message: dict[str, Any]) -> tuple[str | None, Any]:
+    """The tool an assistant message calls and its arguments (None and the text for a text answer)."""
+    calls = message.get("tool_calls") or []
+    if not calls:
+        return None, {"content": message.get("content")}
+    function = calls[0].get("function") or {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        arguments = function.get("arguments")
+    return function.get("name"), arguments
+
 
 class Trainer:
     def __init__(self, journal: Journal, env_api_keys: Sequence[str], http: httpx.AsyncClient,
-                 other_secrets: Sequence[str] = ()) -> None:
+                 checkpoints: Checkpoints, other_secrets: Sequence[str] = (), *,
+                 policy_kind: str = policies.DEFAULT_POLICY, infra_events: bool = False) -> None:
         self.journal = journal
         self.env_api_keys = [k for k in env_api_keys if k]
         self.http = http
+        self.checkpoints = checkpoints
+        self.policy_kind = policy_kind
+        # The hosted service's hatchet.* and rl.runtime.modal.* chatter, imitated only when asked
+        # (`synth-tui backend --infra-events`): here it would describe nothing real.
+        self.infra_events = infra_events
         self.runs: dict[str, JobRun] = {}
         # Kept rollouts never hold a key: the task-app keys held now and the backend's own key.
         self.scrubber = Scrubber(lambda: [*self.env_api_keys, *other_secrets])
 
     def start(self, job_id: str, plan: TrainingPlan, api_base: str) -> None:
         """Train a job; `api_base` is the backend's `{base}/api/v1`, which the task app reaches."""
-        run = JobRun(job_id, plan, api_base.rstrip("/"))
-        self.runs[job_id] = run
-        run.task = asyncio.get_running_loop().create_task(self._train(run), name=f"train-{job_id}")
+        policy = policies.create(self.policy_kind, policy_settings(job_id, plan))
+        self._launch(JobRun(job_id, plan, api_base.rstrip("/"), policy))
+
+    def resume(self, job_id: str, plan: TrainingPlan, api_base: str) -> None:
+        """Go on with a job a previous run of the backend left queued or running: from the
+        checkpoint of its last recorded step, or from the start when it recorded none. A job
+        whose checkpoint cannot be read is failed, saying why."""
+        store = self.journal.store
+        state = store.get_checkpoint(job_id)
+        settings = policy_settings(job_id, plan)
+        try:
+            if state is None:
+                policy = policies.create(self.policy_kind, settings)
+            else:
+                policy = policies.load(self.checkpoints.step_dir(job_id, int(state["step"])), settings)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            store.fail_interrupted(job_id, f"its checkpoint could not be read ({type(exc).__name__}: {exc})")
+            return
+        run = JobRun(job_id, plan, api_base.rstrip("/"), policy)
+        job = store.get_job(job_id)
+        if state is not None:
+            run.restore(state)
+        elif job is not None and job["status"] == "queued":
+            self._launch(run)  # it never started: a plain start
+            return
+        run.resumed = state or {"step": 0}
+        # Rollouts kept for what will be played again would show twice in the inspector.
+        store.rollouts.forget_replayed(job_id, run.step, eval_too=run.eval_pending is not None)
+        self._launch(run)
+
+    def _launch(self, run: JobRun) -> None:
+        self.runs[run.job_id] = run
+        run.task = asyncio.get_running_loop().create_task(self._train(run), name=f"train-{run.job_id}")
 
     async def cancel(self, job_id: str) -> None:
         run = self.runs.get(job_id)
@@ -327,80 +425,84 @@ class Trainer:
             run.task.cancel()
 
     def stop_all(self) -> list[asyncio.Task[None]]:
-        """Server shutdown: stop training without recording anything, so the next start of
-        the backend marks these jobs failed with the restart explanation (store.py)."""
-        tasks = [r.task for r in self.runs.values() if r.task is not None and not r.task.done()]
-        for task in tasks:
-            task.cancel()
+        """Server shutdown: stop training without recording anything more, so the next start
+        of the backend resumes these jobs from their last recorded step."""
+        tasks = []
+        for run in self.runs.values():
+            if run.task is not None and not run.task.done():
+                run.stopping = True
+                run.task.cancel()
+                tasks.append(run.task)
         return tasks
 
     # -- the loop -----------------------------------------------------------------------
 
     async def _train(self, run: JobRun) -> None:
         j, job_id, plan = self.journal, run.job_id, run.plan
-        step = 0
         try:
-            if not j.set_running(job_id):
-                return
-            self._announce(run)
+            if run.resumed is None:
+                if not j.set_running(job_id):
+                    return
+                self._announce(run)
+            else:
+                self._announce_resume(run)
             if not self.env_api_keys:
                 raise TaskAppError(
                     "The embedded backend holds no ENVIRONMENT_API_KEY, so it cannot call the "
                     "task app; restart it with the key the task app expects"
                 )
-            await self._learn_contract(run)
-            eval_score = None
-            for epoch in range(plan.epochs):
-                for _ in range(plan.iterations_per_epoch):
-                    step += 1
-                    points = await self._train_step(run, step, epoch)
-                    if plan.eval_due(step):
-                        try:
-                            eval_score = await self._evaluate(run, step)
-                        except BaseException:
-                            # The step trained (its event says so): its metrics are kept even
-                            # when the evaluation after it fails or the job is cancelled.
-                            j.metrics(job_id, step, [{**p, "epoch": epoch} for p in points])
-                            raise
-                        points.append(_point("eval.mean_score", eval_score, "eval", plan.eval_instances))
-                    # A step's metrics appear together, evaluation included (store.add_metrics).
-                    j.metrics(job_id, step, [{**p, "epoch": epoch} for p in points])
-                    if step % 5 == 0:
-                        j.event(job_id, "hatchet.worker.heartbeat",
-                                "Embedded stand-in for the Hatchet worker heartbeat", data={"step": step})
-            j.event(job_id, "rl.runtime.modal.stopped", "In-process stand-in for the Modal runtime stopped")
-            summary = {"steps": step, "final_eval_mean_score": eval_score, "flat_steps": run.flat_steps,
-                       **run.counters()}
-            score = "" if eval_score is None else f"; final eval mean score {eval_score:.3f}"
-            if run.flat_steps == step:
-                # Never a quiet success: the job ran, but no step had anything to learn from.
-                j.finish(job_id, "succeeded", "rl.job.completed",
-                         f"Training finished after {step} steps{score}, but LEARNED NOTHING: in every step all "
-                         "rollouts scored the same", level="warning", data=summary)
-            else:
-                j.finish(job_id, "succeeded", "rl.job.completed",
-                         f"Training finished after {step} steps{score}", data=summary)
+            if not run.contract_announced:
+                await self._learn_contract(run)
+            if run.eval_pending is not None:  # resumed between a step's training and its evaluation
+                await self._evaluate_step(run, run.step, run.eval_pending)
+            while run.step < plan.total_steps:
+                await self._train_step(run, run.step + 1)
+                if self.infra_events and run.step % 5 == 0:
+                    j.event(job_id, "hatchet.worker.heartbeat",
+                            "Embedded stand-in for the Hatchet worker heartbeat", data={"step": run.step})
+            if self.infra_events:
+                j.event(job_id, "rl.runtime.modal.stopped", "In-process stand-in for the Modal runtime stopped")
+            self._complete(run)
         except asyncio.CancelledError:
             if run.abort_reason is not None:
                 j.finish(job_id, "failed", "rl.job.failed", run.abort_reason, level="error",
-                         data={"step": step, **run.counters()}, error=run.abort_reason)
+                         data={"step": run.step, **run.counters()}, error=run.abort_reason)
                 return
             if not run.cancel_requested:
                 raise  # server shutdown: see stop_all
             j.finish(job_id, "cancelled", "rl.job.cancelled",
-                     f"Job cancelled by request during step {step}/{plan.total_steps}",
-                     data={"step": step, **run.counters()})
+                     f"Job cancelled by request during step {run.step + 1}/{plan.total_steps}",
+                     data={"step": run.step, **run.counters()})
         except TaskAppError as exc:
             j.finish(job_id, "failed", "rl.job.failed", str(exc), level="error",
-                     data={"step": step, **run.counters()}, error=str(exc))
+                     data={"step": run.step, **run.counters()}, error=str(exc))
         except Exception as exc:  # a bug here must still end the job, not leave it running
-            message = f"Internal error in the embedded trainer at step {step}: {type(exc).__name__}: {exc}"
+            message = f"Internal error in the embedded trainer at step {run.step + 1}: {type(exc).__name__}: {exc}"
             j.finish(job_id, "failed", "rl.job.failed", message, level="error",
-                     data={"step": step}, error=message)
+                     data={"step": run.step}, error=message)
         finally:
             self.runs.pop(job_id, None)
-            if step:
-                j.store.set_policy(job_id, run.policy.to_json())
+
+    def _complete(self, run: JobRun) -> None:
+        """The job succeeded; its completion event says so at warning level when it learned
+        nothing or ended worse than it began (docs/embedded-policy.md#saying-when-nothing-is-learned)."""
+        step, eval_score = run.step, run.eval_score
+        final = eval_score if eval_score is not None else run.last_train_score
+        got_worse = run.first_score is not None and final is not None and final < run.first_score
+        summary = {"steps": step, "final_eval_mean_score": eval_score, "flat_steps": run.flat_steps,
+                   "first_step_mean_score": run.first_score, "got_worse": got_worse, **run.counters()}
+        score = "" if eval_score is None else f"; final eval mean score {eval_score:.3f}"
+        finish = partial(self.journal.finish, run.job_id, "succeeded", "rl.job.completed", data=summary)
+        if run.flat_steps == step:
+            # Never a quiet success: the job ran, but no step had anything to learn from.
+            finish(f"Training finished after {step} steps{score}, but LEARNED NOTHING: in every step all "
+                   "rollouts scored the same", level="warning")
+        elif got_worse and final is not None and run.first_score is not None:
+            which = "final eval mean score" if eval_score is not None else "last step's mean score"
+            finish(f"Training finished after {step} steps, but the policy GOT WORSE: its {which} {final:.3f} is "
+                   f"below the first step's mean score {run.first_score:.3f}", level="warning")
+        else:
+            finish(f"Training finished after {step} steps{score}")
 
     def _announce(self, run: JobRun) -> None:
         j, job_id, plan = self.journal, run.job_id, run.plan
@@ -410,76 +512,124 @@ class Trainer:
                 data={"model": plan.model, "epochs": plan.epochs, "iters_per_epoch": plan.iterations_per_epoch,
                       "batch_size": plan.batch_size, "group_size": plan.group_size,
                       "total_steps": plan.total_steps, "task_app_url": plan.task_url})
-        lr = plan.learning_rate * LR_SCALE
-        j.event(job_id, "rl.train.policy",
-                f"The embedded backend trains a small tabular softmax policy in place of {plan.model}; "
-                f"learning_rate {plan.learning_rate:g} is scaled x{LR_SCALE:g} to {lr:g} for the table's logits",
-                data={"policy": "tabular-softmax", "model": plan.model, "learning_rate": plan.learning_rate,
-                      "effective_learning_rate": lr, "seed": run.seed})
-        # Parity with the hosted service's infrastructure chatter, which clients learn to hide.
-        j.event(job_id, "hatchet.submission.attempt",
-                "Embedded backend: no Hatchet queue, the job runs in this process", data={"attempt": 1})
-        j.event(job_id, "rl.runtime.modal.started", "In-process stand-in for the Modal runtime started")
+        info = run.policy.describe()
+        j.event(job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
+                data={**info.data, "seed": run.seed})
+        self._progress(run, 0, policy={"kind": info.kind, "label": info.label, "stand_in": info.stand_in})
+        if self.infra_events:
+            j.event(job_id, "hatchet.submission.attempt",
+                    "Embedded backend: no Hatchet queue, the job runs in this process", data={"attempt": 1})
+            j.event(job_id, "rl.runtime.modal.started", "In-process stand-in for the Modal runtime started")
 
-    async def _train_step(self, run: JobRun, step: int, epoch: int) -> list[dict[str, Any]]:
-        plan, j = run.plan, self.journal
+    def _announce_resume(self, run: JobRun) -> None:
+        j, job_id, total = self.journal, run.job_id, run.plan.total_steps
+        j.set_running(job_id)  # a job left queued; one left running stays so
+        events = j.store.events(job_id, since_seq=0, limit=100_000)
+        run.contract_announced = any(e["type"] == "rl.taskapp.contract" for e in events)
+        if run.step == 0:
+            where = "from the start (no step had been recorded)"
+        elif run.eval_pending is not None:
+            where = f"with the evaluation after step {run.step}/{total} (the step itself was recorded)"
+        else:
+            where = f"after step {run.step}/{total}, from its checkpoint"
+        j.event(job_id, "rl.train.resumed", f"The embedded backend restarted; the job resumes {where}",
+                data={"step": run.step, "total_steps": total, "eval_pending": run.eval_pending is not None})
+
+    async def _train_step(self, run: JobRun, step: int) -> None:
+        """Play a step's rollouts, update the policy, save it, and record the step (its events,
+        metrics and checkpoint in one transaction; with an evaluation, in two)."""
+        plan, job_id = run.plan, run.job_id
+        epoch = (step - 1) // plan.iterations_per_epoch
         started = time.monotonic()
         seeds = [run.rng.randrange(1_000_000) for _ in range(plan.batch_size)]
         run.sample = StepSample(plan.inspect_per_step, plan.batch_size * plan.group_size)
         episodes = await self._play_all(run, "rl", step, [s for s in seeds for _ in range(plan.group_size)])
         kept, run.sample = run.sample.chosen(), None
         await self._keep(run, kept)
-        for i in range(0, len(episodes), plan.group_size):
-            group_advantages(episodes[i:i + plan.group_size])
+        groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
         # In a thread: a large batch must not stall the event loop that answers every client.
-        stats = await asyncio.to_thread(run.policy.update, episodes, plan.learning_rate * LR_SCALE)
+        stats = await asyncio.to_thread(run.policy.update, groups)
         mean = sum(e.score for e in episodes) / len(episodes)
-        j.event(run.job_id, "rl.train.step",
-                f"Step {step}/{plan.total_steps}: mean score {mean:.3f}, loss {stats.loss:.4f}, "
-                f"entropy {stats.entropy:.3f}",
-                data={"step": step, "total_steps": plan.total_steps, "epoch": epoch, "mean_score": mean,
-                      "loss": stats.loss, "entropy": stats.entropy, "rollouts": len(episodes),
-                      # One decision per tool argument a turn used: with a single-choice tool (the
-                      # gridworld) decisions == turns when every turn was learned from once.
-                      "decisions": sum(len(e.decisions) for e in episodes),
-                      "turns": sum(e.turns or 0 for e in episodes),
-                      "seconds": round(time.monotonic() - started, 3), "policy_states": stats.states})
-        self._progress(run, step, train_mean_score=mean)
-        self._warn_if_flat(run, step, episodes)
+        events = [{"type": "rl.train.step",
+                   "message": f"Step {step}/{plan.total_steps}: mean score {mean:.3f}, loss {stats.loss:.4f}, "
+                              f"entropy {stats.entropy:.3f}",
+                   "data": {"step": step, "total_steps": plan.total_steps, "epoch": epoch, "mean_score": mean,
+                            "loss": stats.loss, "entropy": stats.entropy, "rollouts": len(episodes),
+                            # One memo per chat answer learned from; for the stand-in, one decision per
+                            # tool argument (with the gridworld's one-choice tool, decisions == turns).
+                            "decisions": sum(len(m) if isinstance(m, list) else 1
+                                             for e in episodes for m in e.memos),
+                            "turns": sum(e.turns or 0 for e in episodes),
+                            "seconds": round(time.monotonic() - started, 3), **stats.extra}}]
+        flat = self._flat_warning(run, step, episodes)
+        if flat is not None:
+            events.append(flat)
         n = len(episodes)
-        return [_point("train.mean_score", mean, "train", n), _point("train.loss", stats.loss, "train", n),
-                _point("train.entropy", stats.entropy, "train", n)]
+        points = [{**p, "epoch": epoch} for p in (
+            _point("train.mean_score", mean, "train", n), _point("train.loss", stats.loss, "train", n),
+            _point("train.entropy", stats.entropy, "train", n))]
+        run.step, run.last_train_score = step, mean
+        if run.first_score is None:
+            run.first_score = mean
+        await asyncio.to_thread(self.checkpoints.save, job_id, step, run.policy)
+        if plan.eval_due(step):
+            run.eval_pending = points
+            self.journal.commit_step(job_id, events, run.saved_state())
+            self._progress(run, step, train_mean_score=mean)
+            await self._evaluate_step(run, step, points)
+        else:
+            self.journal.commit_step(job_id, events, run.saved_state(), metrics=(step, points))
+            self._progress(run, step, train_mean_score=mean)
+            await asyncio.to_thread(self.checkpoints.prune, job_id, step)
 
-    async def _evaluate(self, run: JobRun, step: int) -> float:
+    async def _evaluate_step(self, run: JobRun, step: int, points: list[dict[str, Any]]) -> None:
+        """The evaluation after a recorded step; then the step's metrics, all together
+        (store.add_metrics says why)."""
+        try:
+            mean, event = await self._evaluate(run, step)
+        except BaseException:
+            # The step trained (its event says so): its metrics are kept even when the
+            # evaluation after it fails or the job is cancelled; not at a shutdown, after which
+            # the evaluation is played again.
+            if not run.stopping:
+                run.eval_pending = None
+                self.journal.commit_step(run.job_id, [], run.saved_state(), metrics=(step, points))
+            raise
+        run.eval_pending, run.eval_score = None, mean
+        epoch = points[0]["epoch"] if points else 0
+        eval_point = {**_point("eval.mean_score", mean, "eval", run.plan.eval_instances), "epoch": epoch}
+        self.journal.commit_step(run.job_id, [event], run.saved_state(), metrics=(step, [*points, eval_point]))
+        self._progress(run, step, eval_mean_score=mean)
+        await asyncio.to_thread(self.checkpoints.prune, run.job_id, step)
+
+    async def _evaluate(self, run: JobRun, step: int) -> tuple[float, dict[str, Any]]:
         plan = run.plan
         seeds = [plan.eval_seeds[i % len(plan.eval_seeds)] for i in range(plan.eval_instances)]
         episodes = await self._play_all(run, "eval", step, seeds)
         mean = sum(e.score for e in episodes) / len(episodes)
         solved = sum(e.score > 0 for e in episodes) / len(episodes)
-        self.journal.event(run.job_id, "rl.eval.summary",
-                           f"Eval after step {step}: mean score {mean:.3f} over {len(episodes)} episodes "
-                           f"({solved:.0%} scored above 0)",
-                           data={"step": step, "mean_score": mean, "seeds": sorted(set(seeds)),
-                                 "instances": len(episodes), "success_rate": solved})
-        self._progress(run, step, eval_mean_score=mean)
-        return mean
+        return mean, {"type": "rl.eval.summary",
+                      "message": f"Eval after step {step}: mean score {mean:.3f} over {len(episodes)} episodes "
+                                 f"({solved:.0%} scored above 0)",
+                      "data": {"step": step, "mean_score": mean, "seeds": sorted(set(seeds)),
+                               "instances": len(episodes), "success_rate": solved}}
 
-    def _warn_if_flat(self, run: JobRun, step: int, episodes: list[Episode]) -> None:
+    def _flat_warning(self, run: JobRun, step: int, episodes: list[Episode]) -> dict[str, Any] | None:
         """Rollouts that all score the same teach nothing (every advantage is 0): say so the
         first time, loudly, instead of looking like a healthy run."""
         scores = {e.score for e in episodes}
         if len(scores) != 1:
-            return
+            return None
         run.flat_steps += 1
-        if run.flat_steps == 1:
-            self.journal.event(
-                run.job_id, "rl.train.warning",
-                f"Step {step}: every one of {len(episodes)} rollouts scored exactly {scores.pop():g}, so nothing "
-                "was learned from it. If this goes on, the task app may be rejecting the policy's actions, or its "
-                "reward does not depend on them: check the task app's log and its tool schema.",
-                level="warning", data={"step": step, "rollouts": len(episodes)})
+        if run.flat_steps != 1:
+            return None
+        return {"type": "rl.train.warning", "level": "warning", "data": {"step": step, "rollouts": len(episodes)},
+                "message": f"Step {step}: every one of {len(episodes)} rollouts scored exactly {scores.pop():g}, so "
+                           "nothing was learned from it. If this goes on, the task app may be rejecting the "
+                           "policy's actions, or its reward does not depend on them: check the task app's log "
+                           "and its tool schema."}
 
-    def _progress(self, run: JobRun, step: int, **scores: float) -> None:
+    def _progress(self, run: JobRun, step: int, **scores: Any) -> None:
         job = self.journal.store.get_job(run.job_id)
         metadata = dict(job["metadata"]) if job else {}
         metadata.update(scores, step=step, total_steps=run.plan.total_steps, counters=run.counters())
@@ -566,7 +716,7 @@ class Trainer:
                 await self._keep(run, [kept])
             elif run.sample is not None:
                 run.sample.offer(kept)
-        return Episode(rollout.used_decisions(outcome.tool_call_ids), outcome.score, turns=outcome.turns)
+        return Episode(rollout.used_memos(outcome.tool_call_ids), outcome.score, turns=outcome.turns)
 
     async def _keep(self, run: JobRun, kept: list[KeptRollout]) -> None:
         """Store rollouts for the inspector, scrubbed of every key (compressed and written in a

@@ -32,7 +32,7 @@ from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
 from app.core.paths import run_dir
 from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
-from app.core.wire import SUCCESS_STATUSES, JobEvent, parse_iso
+from app.core.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, parse_iso
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from app.screens.overlays import OverlayActions
@@ -108,6 +108,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.status = "unknown"
         self.reconnecting = ""
         self.ended = False
+        self.completion_warning: str | None = None  # a warning-level completion event's message
         self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
         self.end_message: str | None = None  # why the watch stopped, when it did not see the job end
         self.paused = False
@@ -224,6 +225,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if batch.events:
             self.query_one(EventLog).add_events(batch.events)
             self._planned_steps_from(batch.events)
+            # A success the backend qualifies (it learned nothing, it got worse): the end says so.
+            self.completion_warning = next(
+                (e.message for e in reversed(batch.events) if e.type in TERMINAL_SUCCESS_EVENTS
+                 and (e.level or "").lower() == "warning"), self.completion_warning)
         if batch.status is not None:
             self.status = batch.status.status
             self.created_at = self.created_at or parse_iso(batch.status.created_at)
@@ -288,7 +293,12 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         else:
             text = f"Final status: {status}\n{json.dumps(payload, indent=2)}"
             severity: SeverityLevel = "information" if status in SUCCESS_STATUSES else "error"
-            self.notify(f"Job {self.job.job_id} {status}", title="Job finished", severity=severity)
+            if status in SUCCESS_STATUSES and self.completion_warning:
+                text = f"Warning: {self.completion_warning}\n{text}"
+                self.notify(f"Job {self.job.job_id} {status}, but: {self.completion_warning}",
+                            title="Job finished with a warning", severity="warning", markup=False)
+            else:
+                self.notify(f"Job {self.job.job_id} {status}", title="Job finished", severity=severity)
             self.app.bell()
         self.query_one("#dash-final-text", Static).update(text)
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from app.local.action_space import MAX_ARRAY_ITEMS, UnsupportedSchema, choose_tool, compile_tool
 from app.local.crafter_taskapp import INTERACT_MANY
-from app.local.policy import TabularPolicy, choose, observation_features, state_key
+from app.local.policies.tabular import TabularPolicy, choose, observation_features, state_key
 from app.local.taskapp import MOVE_TOOL
 
 

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.demo import load_demo_config
-from app.local.action_space import compile_tool
+from app.local.policies.tabular import TabularPolicy
 from app.local.rollout_record import (
     ROLLOUT_MEMORY_CHARS,
     KeptRollout,
@@ -96,7 +96,7 @@ def test_an_early_rollout_wanders_and_a_late_one_walks_to_the_goal(demo_job):
     wander = api.get(f"/rl/jobs/{job_id}/rollouts/{early['rollout_id']}").json()
     assert len(wander["trajectory"]) == 12 and not any(t["reward"] for t in wander["trajectory"])
     first = wander["trajectory"][0]
-    assert "state: pos=" in first["observation"] and first["tools"] == ["move"]
+    assert "state: goal=" in first["observation"] and first["tools"] == ["move"]
     assert first["tool"] == "move" and first["arguments"]["direction"] in ("up", "down", "left", "right")
     assert first["arguments_schema"]["properties"]["direction"]["enum"]
     assert first["applied"].startswith("action=") and "moved=" in first["applied"]
@@ -297,15 +297,14 @@ def demo_rollout_job(backend: ServerHandle, taskapp: ServerHandle) -> str:
 
 def test_a_rollout_in_flight_keeps_turns_within_its_memory_budget():
     run = JobRun("job_0123456789abcdef", plan_from_payload(payload("http://127.0.0.1:9", small_config())),
-                 "http://127.0.0.1:9/api/v1")
+                 "http://127.0.0.1:9/api/v1", TabularPolicy())
     rollout = run.open_rollouts["r1"] = OpenRollout(random.Random(1), record=True)
     image = "data:image/png;base64," + "A" * (400 * 1024)
-    space = compile_tool(MOVE_TOOL)
     for turn in range(20):
         body = {"messages": [{"role": "user", "content": [{"type": "text", "text": f"turn {turn}"},
                                                           *[{"type": "image_url", "image_url": {"url": image}}] * 4]}],
                 "tools": [MOVE_TOOL]}
-        run.act("r1", f"turn {turn}", space, f"call_{turn}", request=body)
+        run.act("r1", body, "job_0123456789abcdef:r1")
     kept_images = sum(len(t["images"]) for t in rollout.turns)
     assert kept_images * len(image) <= ROLLOUT_MEMORY_CHARS and kept_images >= 8
     assert len(rollout.turns) + rollout.turns_cut == 20
@@ -323,15 +322,15 @@ def test_what_a_chat_request_shows_is_bounded():
                                      "junk"]}])
     assert (text, images, omitted) == ("a\nb", ["https://x.invalid/1.png"], 2)
     turn = chat_turn({"messages": [{"role": "user", "content": "x" * 10_000}], "tools": [MOVE_TOOL]},
-                     compile_tool(MOVE_TOOL), {"direction": "up"}, "call_1")
+                     "move", {"direction": "up"}, "call_1")
     assert len(turn["observation"]) < 4_100 and turn["observation"].endswith("[6,000 more characters]")
     # Python's parser lets a NaN into a request; JSON answers cannot carry one, so it is not kept.
     tool = json.loads(json.dumps(MOVE_TOOL))
     tool["function"]["parameters"]["x-weight"] = float("nan")
-    turn = chat_turn({"messages": [{"role": "user", "content": "x"}], "tools": [tool]}, compile_tool(MOVE_TOOL),
+    turn = chat_turn({"messages": [{"role": "user", "content": "x"}], "tools": [tool]}, "move",
                      {"direction": "up", "w": float("inf")}, "call_1")
     assert turn["arguments_schema"] is None and isinstance(turn["arguments"], str) and "Infinity" in turn["arguments"]
-    assert chat_turn({"messages": [{"role": "user", "content": "x"}], "tools": [MOVE_TOOL]}, compile_tool(MOVE_TOOL),
+    assert chat_turn({"messages": [{"role": "user", "content": "x"}], "tools": [MOVE_TOOL]}, "move",
                      {"direction": "up"}, "c")["arguments_schema"] == MOVE_TOOL["function"]["parameters"]
 
 

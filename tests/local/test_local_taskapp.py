@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import statistics
 
 import httpx
@@ -102,10 +103,9 @@ def _move(direction):
 
 
 def _oracle(body):
-    """Walks towards the goal along a shortest path, using the state line of the observation."""
+    """Walks towards the goal along a shortest path, using the position the observation states."""
     text = body["messages"][-1]["content"]
-    state = text.rsplit("state: ", 1)[1]
-    x, y = map(int, state.split()[0][4:].split(","))
+    x, y = map(int, re.search(r"at column (\d+), row (\d+)", text).groups())
     seed = int(body["model"])  # the test passes the seed as the model name
     lay = gridworld.layout(seed)
     dist = gridworld._distances(lay, lay.goal)
@@ -133,7 +133,7 @@ def test_rollout_calls_the_policy_every_turn(taskapp):
     assert traj["length"] == len(traj["steps"]) == len(calls) == lay.shortest
     assert all(c["cid"] == "job_1:r1" and c["path"] == "/v1/chat/completions" for c in calls)
     assert calls[0]["body"]["tools"][0]["function"]["name"] == "move"
-    assert "state: pos=" in calls[0]["body"]["messages"][-1]["content"]
+    assert "state: goal=" in calls[0]["body"]["messages"][-1]["content"]
     assert traj["steps"][-1]["done"] is True and traj["steps"][-1]["reward"] == out["metrics"]["mean_return"]
     assert out["metrics"]["mean_return"] == pytest.approx(1 - gridworld.STEP_COST * lay.shortest)
     assert out["metrics"]["episode_returns"] == [out["metrics"]["mean_return"]]

@@ -10,26 +10,39 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.local import gridworld
-from app.local.policy import Decision, Episode, TabularPolicy, group_advantages, state_key
+from app.local.policies.base import Episode, group_advantages, latest_observation
+from app.local.policies.tabular import Decision, TabularPolicy, state_key
 from app.local.store import IdempotencyConflict, Store
 from app.local.trainer import InvalidJobPayload, plan_from_payload
 
 from .conftest import payload, small_config
 
 
-def test_state_key_generalises_over_positions():
-    assert state_key("x\nstate: pos=0,0 goal=4,4 blocked=up,left") == "goal=+x+y blocked=-"
-    assert state_key("state: pos=1,1 goal=3,2 blocked=right") == "goal=+x+y blocked=right"
-    assert state_key("state: pos=2,2 goal=2,0 blocked=down") == "goal=0x-y blocked=-"
+def test_a_compact_state_line_is_the_key_verbatim():
+    # No task is parsed: whatever a task app puts on its `state:` line is the state.
+    assert state_key("x\nstate: pos=0,0 goal=4,4 blocked=up,left") == "state:pos=0,0 goal=4,4 blocked=up,left"
+    assert state_key("Guess.\n  state:   lo=1   hi=8 ") == "state:lo=1 hi=8"
+    assert state_key("a state: inline is not a line").startswith("text:")
     assert state_key("free text").startswith("text:") and state_key("free text") == state_key("free text")
 
 
-def test_the_gridworld_observation_carries_the_state_line():
+def test_the_observation_is_the_latest_user_or_tool_message():
+    messages = [{"role": "system", "content": "rules"}, {"role": "user", "content": "guess"},
+                {"role": "assistant", "content": None, "tool_calls": []},
+                {"role": "tool", "tool_call_id": "c1", "content": "3 is too low"}]
+    assert latest_observation(messages) == "3 is too low"
+    assert latest_observation(messages[:2]) == "guess"
+    assert latest_observation([{"role": "user", "content": [{"type": "text", "text": "a"}]}]) == "a"
+
+
+def test_the_gridworld_says_its_compact_state_itself():
     episode = gridworld.Episode(7, 12)
     lay = episode.layout
     assert lay.shortest >= 2 and lay.free(lay.start) and lay.free(lay.goal)
     text = episode.observation()["text"]
-    assert f"state: pos={lay.start[0]},{lay.start[1]} goal={lay.goal[0]},{lay.goal[1]}" in text
+    (x, y), (gx, gy) = lay.start, lay.goal
+    sign = {1: "+", -1: "-", 0: "0"}
+    assert f"state: goal={sign[(gx > x) - (gx < x)]}x{sign[(gy > y) - (gy < y)]}y blocked=" in text
 
 
 def test_group_advantages_are_relative_to_the_group():
@@ -44,9 +57,9 @@ def test_group_advantages_are_relative_to_the_group():
 def test_an_update_moves_probability_towards_the_rewarded_action():
     policy = TabularPolicy()
     actions = ("up", "down", "left", "right")
-    good = Episode([Decision("s", actions, "right")], 1.0, advantage=1.0)
-    bad = Episode([Decision("s", actions, "left")], 0.0, advantage=-1.0)
-    stats = policy.update([good, bad], lr=1.0)
+    good = Episode([[Decision("s", actions, "right")]], 1.0, advantage=1.0)
+    bad = Episode([[Decision("s", actions, "left")]], 0.0, advantage=-1.0)
+    stats = policy.step([good, bad], lr=1.0)
     p = dict(zip(actions, policy.probs("s", actions), strict=True))
     assert p["right"] > 0.25 > p["left"]
     assert math.isclose(stats.entropy, math.log(4))
@@ -72,10 +85,10 @@ def test_store_numbers_events_per_job_and_keeps_idempotency(tmp_path):
     assert store.finish_job("job_a", "succeeded", event_type="rl.job.completed", message="ok")["seq"] == 4
     assert store.finish_job("job_a", "failed", event_type="rl.job.failed", message="late") is None
     store.close()
-    reopened = Store(tmp_path / "s.sqlite3")  # job_b was queued: the restart fails it
-    assert reopened.recovered == ["job_b"]
+    reopened = Store(tmp_path / "s.sqlite3")  # job_b was queued: the backend will resume it
+    assert reopened.interrupted == ["job_b"]
     assert reopened.get_job("job_a")["status"] == "succeeded"
-    assert reopened.events("job_b", since_seq=3, limit=10)[0]["type"] == "rl.job.failed"
+    assert reopened.get_job("job_b")["status"] == "queued"
 
 
 def test_plan_reads_the_sizes():

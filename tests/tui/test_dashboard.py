@@ -465,3 +465,21 @@ async def test_ctrl_q_over_the_inspector_asks_while_the_job_runs(faulty_backend)
         await wait_for_screen(pilot, ConfirmModal, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
+
+
+async def test_a_success_with_a_warning_level_completion_says_so():
+    """A job that succeeded but got worse (or learned nothing): the end notice and the final
+    panel carry the completion event's warning, not a plain "succeeded"."""
+    run = finished_run()
+    said = "Training finished after 30 steps, but the policy GOT WORSE: its final eval mean score 0.110 is below"
+    run.events[-1] = JobEvent(seq=34, type="rl.job.completed", level="warning", message=said,
+                              created_at="2026-01-01T12:00:33Z")
+    session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
+    session.resolve()
+    app = SynthTuiApp(session, attach=JobContext("job_snapshot", None, "configs/rl/demo.toml", "Qwen/Qwen3-0.6B",
+                                                 replay=run))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: any("GOT WORSE" in str(n.message) for n in app._notifications))
+        notice = next(n for n in app._notifications if "GOT WORSE" in str(n.message))
+        assert notice.severity == "warning" and notice.title == "Job finished with a warning"
+        assert isinstance(app.screen, DashboardScreen) and app.screen.completion_warning == said

@@ -1,0 +1,69 @@
+"""Each job's saved policy, one folder per step, in the backend's state folder.
+
+    <folder of the SQLite file>/checkpoints/<job_id>/step-000003/policy.json
+
+A step's folder is written under a temporary name and renamed into place, so it is whole or
+absent. Which step counts is what the database says (Store.commit_step records it in the
+same transaction as that step's events and metrics); only then are the older folders
+removed. A backend killed between the two finds the committed folder still there and an
+uncommitted newer one, which is written again when that step is replayed.
+docs/embedded-policy.md#checkpoints.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+from pathlib import Path
+
+from app.local.policies.base import Policy
+
+
+class Checkpoints:
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def job_dir(self, job_id: str) -> Path:
+        return self.root / job_id
+
+    def step_dir(self, job_id: str, step: int) -> Path:
+        return self.job_dir(job_id) / f"step-{step:06d}"
+
+    def save(self, job_id: str, step: int, policy: Policy) -> Path:
+        """Write the policy after `step` (blocking: call it in a thread)."""
+        job_dir = self.job_dir(job_id)
+        job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.root.chmod(0o700)
+        tmp = job_dir / f".tmp-{step:06d}-{secrets.token_hex(4)}"
+        tmp.mkdir(mode=0o700)
+        policy.save(tmp)
+        target = self.step_dir(job_id, step)
+        if target.exists():  # written before a kill, never committed: this replay replaces it
+            shutil.rmtree(target)
+        os.replace(tmp, target)
+        _fsync_dir(job_dir)
+        return target
+
+    def prune(self, job_id: str, keep: int) -> None:
+        """Remove every folder of the job but the committed step's (blocking)."""
+        job_dir = self.job_dir(job_id)
+        if not job_dir.is_dir():
+            return
+        for child in job_dir.iterdir():
+            if child.name != f"step-{keep:06d}":
+                shutil.rmtree(child, ignore_errors=True)
+
+
+def _fsync_dir(folder: Path) -> None:
+    # The rename itself must survive a crash of the machine, not only of the process.
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

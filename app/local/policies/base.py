@@ -1,0 +1,138 @@
+"""The policy seam: what the embedded backend's chat endpoint and trainer ask of a policy.
+
+Neither knows which policy it drives. The chat endpoint asks `act` for one assistant message;
+the trainer keeps what came with it (`Act.memo`) under the message's call id, gives the scored
+episodes back to `update` in groups of one seed each, and saves the policy after every step
+(`save` into a fresh folder, `load` from the last one) so a restarted backend resumes the job
+(docs/embedded-policy.md#checkpoints).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Protocol
+
+MANIFEST = "policy.json"  # every saved policy's folder holds one: {"kind": ..., ...}
+
+
+class PolicyCannotAct(ValueError):
+    """The request asks for what this policy cannot answer (say, a tool schema it cannot fill).
+    The message is a sentence for the task app's author; the job fails with it."""
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """What a policy is built from: the job's config as written."""
+
+    model: str
+    learning_rate: float
+    seed: int
+
+
+@dataclass
+class Act:
+    """One chat answer: the assistant message (with its tool calls) and what the update needs."""
+
+    message: dict[str, Any]
+    call_id: str  # the tool call's id (or, for a text answer, the id the trainer files it under)
+    memo: Any  # opaque to the trainer: handed back to `update` inside an Episode
+
+
+@dataclass
+class Episode:
+    memos: list[Any]  # the memos of the answers the episode used, in order
+    score: float
+    advantage: float = 0.0
+    turns: int | None = None  # as the task app counted them (metrics.num_steps), if it did
+
+
+@dataclass
+class UpdateStats:
+    loss: float
+    entropy: float
+    extra: dict[str, float] = field(default_factory=dict)  # policy-specific numbers for the step event
+
+
+@dataclass(frozen=True)
+class PolicyInfo:
+    """How a policy shows: in the `rl.train.policy` event and the job's metadata."""
+
+    kind: str  # "tabular"
+    label: str  # "tabular stand-in": what the dashboard and docs call it
+    stand_in: bool  # True when it does not train the model the config names
+    message: str
+    data: dict[str, Any]
+
+
+class Policy(Protocol):
+    kind: ClassVar[str]
+
+    def describe(self) -> PolicyInfo: ...
+
+    def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, tool_choice: Any,
+            correlation_id: str, rng: random.Random) -> Act:
+        """Answer one chat turn. Raises PolicyCannotAct for a request it cannot answer."""
+        ...
+
+    def update(self, groups: list[list[Episode]]) -> UpdateStats:
+        """One training step on groups of scored episodes (each group played one seed)."""
+        ...
+
+    def save(self, folder: Path) -> None:
+        """Write the policy into `folder` (which exists and is empty), MANIFEST included."""
+        ...
+
+    def load(self, folder: Path) -> None:
+        """Replace this policy's state with the one saved in `folder`."""
+        ...
+
+
+def group_advantages(episodes: list[Episode], eps: float = 1e-6) -> None:
+    """Score minus the group mean, over the group's std: a group that all failed (or all
+    succeeded equally) teaches nothing, as in GRPO."""
+    scores = [e.score for e in episodes]
+    mean = sum(scores) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    for e in episodes:
+        e.advantage = (e.score - mean) / (std + eps)
+
+
+def message_text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):  # OpenAI content parts
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content or "")
+
+
+def latest_observation(messages: Sequence[dict[str, Any]]) -> str:
+    """What the task app said last: the last user or tool message (a tool result is how many
+    task apps give feedback on the call before)."""
+    for message in reversed(messages):
+        if message.get("role") in ("user", "tool"):
+            return message_text(message)
+    return ""
+
+
+def write_json_atomically(path: Path, data: Any) -> None:
+    """Write, flush to disk, then rename over `path`: a reader (or a restart after a kill)
+    sees the old file or the new one, never half of one."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, separators=(",", ":"))
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def read_manifest(folder: Path) -> dict[str, Any]:
+    with open(folder / MANIFEST, encoding="utf-8") as handle:
+        data = json.load(handle)
+    if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
+        raise ValueError(f"{folder / MANIFEST} names no policy kind")
+    return data
