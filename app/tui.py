@@ -192,6 +192,8 @@ class SynthTuiApp(App[int]):
         if not self.screen_stack:
             return True
         nodes = [self, *self.screen.walk_children(with_self=True)]
+        # _next_callbacks (call_next's queue) is private: Textual offers no public way to ask
+        # whether a node still has callbacks to run, and a key's effects can wait there.
         return not any(node.message_queue_size or node._next_callbacks for node in nodes)
 
     def _release_key(self) -> None:

@@ -19,6 +19,8 @@ class BuildGuard(Screen):
     _removed_unbuilt = False
 
     async def on_event(self, event: events.Event) -> None:
+        # _pruning and _closing are private: Textual has no public flag for "being removed", and
+        # is_mounted is still False for a screen that is merely not built yet.
         if isinstance(event, events.Mount) and (self._pruning or self._closing):
             self._removed_unbuilt = True
         if self._removed_unbuilt and not isinstance(event, events.Unmount):
