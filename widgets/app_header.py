@@ -6,6 +6,7 @@ from textual.css.query import NoMatches
 from textual.dom import NoScreen
 from textual.events import Mount
 from textual.widgets import Header
+
 # HeaderTitle is not exported; the title line is the one child Header has of that type.
 from textual.widgets._header import HeaderTitle
 
