@@ -1,0 +1,43 @@
+"""The `synth-tui` entry point: Ctrl+C while the command line's modules are still being imported
+ends quietly with 130, as it does later (docs/product.md#exit-codes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+from app import launcher
+from app.core.errors import ExitCode
+
+# Ctrl+C arrives while app.cli is imported: a finder raises it when that import starts.
+INTERRUPTED_IMPORT = textwrap.dedent("""
+    import sys
+    class InterruptAtImport:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "app.cli":
+                raise KeyboardInterrupt
+            return None
+    sys.meta_path.insert(0, InterruptAtImport)
+    from app.launcher import main
+    sys.exit(main())
+""")
+
+
+def test_ctrl_c_during_the_imports_exits_130_without_a_traceback():
+    done = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == ExitCode.INTERRUPTED
+    assert "Traceback" not in done.stderr and "KeyboardInterrupt" not in done.stderr
+    assert done.stderr.strip() == "Interrupted."
+
+
+def test_the_launcher_exits_with_the_command_lines_code_for_an_interrupt():
+    assert launcher.INTERRUPTED == ExitCode.INTERRUPTED
+
+
+def test_the_installed_command_starts_at_the_launcher():
+    from importlib.metadata import entry_points
+
+    (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "synth-tui"]
+    assert script.value == "app.launcher:main"
