@@ -109,6 +109,8 @@ class SynthTuiApp(App[int]):
         self._replaying: set[events.Key] = set()
         self._key_in_flight: float | None = None  # when the last key handed on was (monotonic)
         self._key_release: Timer | None = None
+        # True while the preparation runs: keys typed meanwhile wait for it (the picker holds them).
+        self.preparation_running = preparation is not None
         if preparation is not None:  # set before the first screen mounts, which reads it
             self.set_reactive(SynthTuiApp.preparing, preparation.waiting)
 
@@ -136,6 +138,7 @@ class SynthTuiApp(App[int]):
 
     def _prepared(self, options: LaunchOptions, ready: str) -> None:
         self.session.adopt_options(options)
+        self.preparation_running = False
         self.preparing = ""
         self.notify(ready, title="Ready", timeout=8, markup=False)
 
@@ -146,6 +149,7 @@ class SynthTuiApp(App[int]):
             error = event.worker.error
             self.exit_code = error.exit_code if isinstance(error, SynthTuiError) else ExitCode.BACKEND
             failed = self.preparation.failed if self.preparation is not None else "Could not start"
+            self.preparation_running = False
             self.preparing = f"{failed}: see the error. Quit with ctrl+q, fix it and run again."
             self.show_error(failed, error)
 
@@ -158,9 +162,19 @@ class SynthTuiApp(App[int]):
         (every queue of the app and its screen empty); until then, and while the screen is not
         yet mounted or its step is deciding where the flow goes (FlowScreen.holds_key), the keys
         after it wait here and go on one at a time."""
+        if isinstance(event, events.Key) and event.key == "ctrl+j" and not event.is_forwarded:
+            event = self._enter_typed_early()
         if isinstance(event, events.Key) and not event.is_forwarded and self._hold(event):
             return
         await super().on_event(event)
+
+    def _enter_typed_early(self) -> events.Key:
+        """An Enter typed before the app took the keyboard (the first half second, while the
+        terminal still edits lines) is turned into a newline by the terminal, which Textual reads
+        as ctrl+j. Nothing here binds ctrl+j: it is that Enter."""
+        enter = events.Key("enter", "\r")
+        enter.set_sender(self)
+        return enter
 
     def _hold(self, key: events.Key) -> bool:
         if key in self._replaying:

@@ -20,7 +20,7 @@ from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer, Input, OptionList, Static
-from textual.worker import get_current_worker
+from textual.worker import Worker, WorkerState, get_current_worker
 
 from app.core import discovery
 from app.core.display_paths import home_relative
@@ -44,6 +44,8 @@ class ConfigPickerScreen(FlowScreen):
 
     BINDINGS = [
         Binding("enter", "choose", "Choose", id="picker.choose"),
+        # The first step's q quits, as on the other first screens (ctrl+q is in the footer).
+        Binding("q", "quit_picker", "Quit", id="picker.quit", show=False),
         Binding("slash", "focus_filter", "Filter", id="picker.filter", key_display="/"),
         Binding("o", "open_path", "Open path", id="picker.open"),
         Binding("r", "reload", "Reload", id="picker.reload"),
@@ -85,6 +87,7 @@ class ConfigPickerScreen(FlowScreen):
         self.searched = False
         self.opened: list[Path] = []  # files opened with `o` stay listed across reloads
         self._choosing = False
+        self._looking = False  # a search is under way (its result will replace the list)
 
     def compose(self) -> ComposeResult:
         yield AppHeader()
@@ -144,6 +147,7 @@ class ConfigPickerScreen(FlowScreen):
         if self.flow_app.preparing:  # the options the search needs are not known yet
             return
         self._show_message(f"Looking for RL configs under {home_relative(self.session.options.cwd)}…")
+        self._looking = True
         self._discover()
 
     @work(thread=True, exclusive=True, group="picker-discover", exit_on_error=False, name="Looking for configs")
@@ -157,6 +161,7 @@ class ConfigPickerScreen(FlowScreen):
     def on_config_picker_screen_configs_found(self, message: ConfigsFound) -> None:
         self.entries = message.entries
         self.searched = True
+        self._looking = False
         self._show_entries()
 
     def on_config_picker_screen_entry_refreshed(self, message: EntryRefreshed) -> None:
@@ -276,10 +281,21 @@ class ConfigPickerScreen(FlowScreen):
         entry = load_config_entry(self.session, path, last_used=last_used, explicit=explicit)
         self.post_message(self.EntryRefreshed(entry, select=True))
 
+    def action_quit_picker(self) -> None:
+        self.leave()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        if event.worker.group == "picker-discover" and event.state is WorkerState.ERROR:
+            self._looking = False  # the error is shown; keys typed meanwhile go on
+        super().on_worker_state_changed(event)
+
     # -- choose ----------------------------------------------------------------------------------
 
     def holds_key(self, key: str) -> bool:
-        return self._choosing  # the env review comes next, or the picker again if refused
+        # Keys typed while the demo's servers start or the configs are being found act once the
+        # list is there (`Enter` chooses the config listed first); while choosing, the env
+        # review comes next, or the picker again if refused.
+        return self._choosing or self.flow_app.preparation_running or self._looking
 
     def action_choose(self) -> None:
         if self.flow_app.preparing:

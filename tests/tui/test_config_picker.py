@@ -145,6 +145,17 @@ async def test_typing_in_the_filter_narrows_the_list(make_app, configs):
         assert screen.query_one(ConfigList).has_focus
 
 
+async def test_q_quits_from_the_list_and_is_a_letter_in_the_filter(make_app, configs):
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        await pilot.press("slash", "q")
+        assert screen.query_one("#picker-filter", Input).value == "q"
+        assert app.is_running
+        await pilot.press("escape", "q")
+        await wait_until(pilot, lambda: not app.is_running, "the app to quit")
+
+
 # --------------------------------------------------------------------------- verdicts
 
 
@@ -267,6 +278,16 @@ async def test_an_opened_file_joins_the_list_and_is_selected(make_app, configs, 
 
 
 # --------------------------------------------------------------------------- choosing
+
+
+async def test_an_enter_the_terminal_turned_into_a_newline_chooses(make_app, configs):
+    """An Enter typed before the app took the keyboard reaches it as a newline (ctrl+j)."""
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        highlight(screen, "configs/crafter_qwen4b.toml")
+        await pilot.press("ctrl+j")
+        await wait_for_screen(pilot, EnvReviewScreen, "the env screen")
 
 
 async def test_choosing_a_valid_config_moves_to_the_env_screen(make_app, configs):

@@ -35,6 +35,7 @@ async def test_the_picker_waits_for_the_preparation_then_searches_with_its_optio
     config = tmp_path / "elsewhere" / "demo.toml"
     config.parent.mkdir()
     shutil.copy(REPO / "configs" / "rl" / "demo.toml", config)
+    shutil.copy(config, project / "mine.toml")
     release = threading.Event()
 
     def run() -> tuple[LaunchOptions, str]:
@@ -47,21 +48,16 @@ async def test_the_picker_waits_for_the_preparation_then_searches_with_its_optio
         screen = app.screen
         assert isinstance(screen, ConfigPickerScreen)
         await wait_until(pilot, lambda: WAITING in message(app), "the waiting message")
-        # A config opened by its path meanwhile is listed, but not chosen before the options are known.
-        shutil.copy(config, project / "mine.toml")
-        await pilot.press("o", *"mine.toml", "enter")
-        await wait_until(pilot, lambda: len(screen.entries) == 1, "the opened config")
+        # Enter typed while the servers start is kept, not refused: it chooses once the list is there.
         await pilot.press("enter")
-        await wait_until(pilot, lambda: WAITING in notifications(app), "the refusal")
         assert not screen.searched and session.config_path is None and app.screen is screen
         release.set()
-        await wait_until(pilot, lambda: screen.searched, "the search after the preparation")
-        # The options' --config first, the opened file kept.
+        # The options' --config first, before the project's own; the Enter typed ahead chose it.
+        await wait_until(pilot, lambda: session.config_path == config.resolve(), "the choice typed ahead")
         assert [entry.path for entry in screen.entries] == [config.resolve(), (project / "mine.toml").resolve()]
         assert session.backend_base == "http://127.0.0.1:9/api"
         assert "Servers ready." in notifications(app)
-        await pilot.press("enter")  # the highlighted one stays highlighted: the opened file
-        await wait_until(pilot, lambda: session.config_path == (project / "mine.toml").resolve(), "the choice")
+        assert not any("One moment" == n.title for n in app._notifications)
 
 
 async def test_a_failed_preparation_is_shown_and_ends_with_its_exit_code(project):
