@@ -4,6 +4,7 @@ hang fails the test instead of stalling the run.
 ``wait_for`` / ``wait_until`` poll inside a Pilot test (workers run in threads, so tests wait
 for a condition); ``wait_for_screen`` waits for a screen to be shown and built.
 ``poll_until`` polls from plain test code (servers, subprocesses, jobs).
+``type_ahead`` queues keys at once, as a fast typist's terminal does.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
+from textual.app import App
 from textual.screen import Screen
 
 T = TypeVar("T")
@@ -74,3 +76,16 @@ async def wait_for_process(pilot, condition: Callable[[], bool], what: str = "co
     """A step that waits for a subprocess (the Modal CLI's stand-in starts a Python each call):
     under a loaded parallel run that takes seconds, so the bound is 30 s (3,000 x 0.01 s)."""
     await wait_for(pilot, condition, what=what, limit=3000, step=0.01)
+
+
+def type_ahead(app: App, *keys: str) -> None:
+    """Keys as a fast typist or `tmux send-keys` gives them: all queued at once, as the terminal
+    driver queues what it reads (Pilot.press waits for the app to be idle after each key)."""
+    from textual import events
+    from textual.keys import _character_to_key
+
+    for key in keys:
+        char = key if len(key) == 1 else {"enter": "\r", "tab": "\t"}.get(key)
+        event = events.Key(_character_to_key(key) if len(key) == 1 and not key.isalnum() else key, char)
+        event.set_sender(app)
+        app._driver.send_message(event)

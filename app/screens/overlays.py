@@ -19,10 +19,16 @@ class OverlayActions(FlowScreen):
     """Mixed into the dashboard, which has ``job`` and a MetricsGrid."""
 
     job: JobContext
+    # From `o` until its dialog is shown: keys typed meanwhile (a job id) wait for the dialog.
+    _opening_overlay_dialog = False
 
     def action_overlay(self) -> None:
         if self._needs_backend("Overlay"):
+            self._opening_overlay_dialog = True
             self._choose_overlays()
+
+    def holds_key(self, key: str) -> bool:
+        return self._opening_overlay_dialog or super().holds_key(key)
 
     def _needs_backend(self, what: str) -> bool:
         """Whether the backend can be asked (a read-only dashboard says why not)."""
@@ -31,8 +37,12 @@ class OverlayActions(FlowScreen):
     @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
     async def _choose_overlays(self) -> None:
         grid = self.query_one(MetricsGrid)
-        earlier = await asyncio.to_thread(earlier_runs, self.job.config_path, self.job.job_id,
-                                          self.session.backend_base)
+        try:
+            earlier = await asyncio.to_thread(earlier_runs, self.job.config_path, self.job.job_id,
+                                              self.session.backend_base)
+        finally:
+            # The dialog is on the stack as soon as it is pushed: the keys wait for it to mount.
+            self._opening_overlay_dialog = False
         chosen = await self.app.push_screen_wait(OverlayPickerModal(earlier, [run.job_id for run in grid.overlays]))
         if chosen is None:
             return

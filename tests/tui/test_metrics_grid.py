@@ -4,11 +4,13 @@ runs, and the redraw rule (docs/product.md#metrics-grid)."""
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from test_dashboard import dashboard, make_dashboard_app
 from test_plot_canvas import cells, stock_cells
 from textual.app import App, ComposeResult
+from textual.widgets import Input
 
 from app.core.compare import ComparedRun
 from app.core.history import RunHistory
@@ -17,7 +19,7 @@ from app.core.series import MetricStore
 from app.core.wire import MetricPoint
 from app.screens.modals import ErrorModal
 from fakes import ScriptedJob, event, metric
-from pilot_waits import wait_for, wait_for_screen
+from pilot_waits import type_ahead, wait_for, wait_for_screen
 from widgets.metrics_grid import MetricChart, MetricsGrid
 from widgets.overlay_picker import OverlayPickerModal
 from widgets.plot_canvas import PlotCanvas
@@ -100,6 +102,36 @@ async def test_an_unknown_job_id_to_overlay_says_so_and_changes_nothing(faulty_b
         await pilot.press(*"job_missing", "enter")
         await wait_for_screen(pilot, ErrorModal)
         assert "job_missing" in app.screen.message
+        assert screen.query_one(MetricsGrid).overlays == []
+
+
+async def test_a_job_id_typed_right_after_o_lands_in_the_overlay_dialog(faulty_backend, monkeypatch):
+    """`o job_missing` typed in one go: the dialog opens after the history is read (slowly here,
+    as a long history is), and every letter waits for it instead of reaching the dashboard."""
+    import app.screens.overlays as overlays
+
+    def slow_earlier_runs(*args):
+        time.sleep(0.3)
+        return earlier_runs(*args)
+
+    earlier_runs = overlays.earlier_runs
+    monkeypatch.setattr(overlays, "earlier_runs", slow_earlier_runs)
+    faulty_backend.add_job(four_metric_job("job_new"))
+    app = make_dashboard_app(faulty_backend, JobContext("job_new"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        type_ahead(app, "o", *"job_missing")
+        modal = await wait_for_screen(pilot, OverlayPickerModal)
+        await wait_for(pilot, lambda: modal.query_one("#overlay-ids", Input).value == "job_missing",
+                       what="every letter typed in the dialog")
+        type_ahead(app, "escape")
+        await wait_for(pilot, lambda: app.screen is screen, what="escape closing the dialog")
+        assert screen.query_one(MetricsGrid).overlays == []
+        # The whole burst at once, Escape included: the dialog opens and closes, nothing is sent.
+        type_ahead(app, "o", *"job_x", "escape", "z")
+        await wait_for(pilot, lambda: app.screen is screen and screen.query_one(MetricsGrid).zoomed,
+                       what="the dialog closed and z reaching the dashboard")
         assert screen.query_one(MetricsGrid).overlays == []
 
 

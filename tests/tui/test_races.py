@@ -10,6 +10,7 @@ from textual.screen import Screen
 
 from app.core.jobs import JobContext
 from app.tui import SynthTuiApp
+from pilot_waits import type_ahead
 
 UNUSED = "http://127.0.0.1:9"
 
@@ -60,19 +61,6 @@ async def test_a_screen_closed_as_it_opens_raises_nothing(flow_app, name):
 
 
 # --------------------------------------------------------------------------- keys typed ahead
-
-
-def type_ahead(app: SynthTuiApp, *keys: str) -> None:
-    """Keys as a fast typist or `tmux send-keys` gives them: all queued at once, as the terminal
-    driver queues what it reads (Pilot.press waits for the app to be idle after each key)."""
-    from textual import events
-    from textual.keys import _character_to_key
-
-    for key in keys:
-        char = key if len(key) == 1 else {"enter": "\r", "tab": "\t"}.get(key)
-        event = events.Key(_character_to_key(key) if len(key) == 1 and not key.isalnum() else key, char)
-        event.set_sender(app)
-        app._driver.send_message(event)
 
 
 @pytest.fixture
