@@ -56,9 +56,11 @@ def test_a_job_running_at_shutdown_resumes_on_restart(db_path, taskapp):
     assert not reader.is_alive()
     assert streamed and streamed[0]["id"] == "1"
     with start_backend(api_key=API_KEY, db_path=db_path, env_api_keys=[ENV_KEY]) as backend, api_client(backend) as api:
-        before = events_of(api, job_id)  # what the first run recorded, then the resumption
         resumed = wait_event(api, job_id, "rl.train.resumed")
-        last = max(e["data"]["step"] for e in before if e["type"] == "rl.train.step")
+        # The steps the first run recorded: those before the resumption (the resumed run may
+        # already have recorded more by the time the events are read).
+        last = max(e["data"]["step"] for e in events_of(api, job_id)
+                   if e["type"] == "rl.train.step" and e["seq"] < resumed["seq"])
         assert resumed["data"]["step"] == last and "resumes after step" in resumed["message"]
         poll_until(lambda: [e for e in events_of(api, job_id) if e["type"] == "rl.train.step"
                             and e["data"]["step"] == last + 2], what="two more steps after the restart")
