@@ -46,8 +46,10 @@ class JobHeader(Static):
         self._shown: str | None = None
 
     def show(self, *, job_id: str, status: str, elapsed: int, backend: str, config_path: str | None,
-             model: str | None, states: list[str]) -> None:
+             model: str | None, states: list[str], policy: tuple[str, bool] | None = None) -> None:
         """``states``: markup, already escaped (filter, paused, reconnecting, not watched).
+        ``policy``: what trains (events.policy_badge): the language model itself ("lm") or a
+        stand-in in its place, said in the warning colour beside the model's name.
         Called every second for the clock: the line is measured again only when something
         but the clock's digits changed, and the widget repaints only when the text did."""
         clock = age(elapsed)
@@ -56,8 +58,16 @@ class JobHeader(Static):
         if config_path:
             config = shown_text(Path(config_path).name)
             facts.append(("config", config, config))
-        if model:
-            facts.append(("model", shown_text(model), shown_text(model)))
+        if model or policy:
+            name = shown_text(model or "?")
+            if policy is None:
+                facts.append(("model", name, name))
+            elif policy[1]:  # a stand-in trains in the model's place
+                badge = shown_text(policy[0], 40)
+                facts.append(("model", f"{name} [$warning]⚠ {badge}[/]", f"{name} [$warning]⚠ stand-in[/]"))
+            else:
+                kind = shown_text(policy[0], 40)
+                facts.append((kind, name, f"{kind} {name}"))
         labelled = "   ".join([*head, *states, *(f"{label} {full}" for label, full, _ in facts)])
         bare = "  ".join([*head, *states, *(short for _, _, short in facts)])
         split = "  ".join([*head, *states]) + "\n" + "  ".join(short for _, _, short in facts)

@@ -50,3 +50,21 @@ def metric_line(point: MetricPoint, now: datetime | None = None) -> str:
     n = point.data.get("n")
     suffix = f" n={n}" if n is not None else ""
     return f"[{clock(now)}] [metric] {point.name}={value} (step={point.step}){suffix}"
+
+
+POLICY_EVENT = "rl.train.policy"  # the embedded backend's: which policy trains (docs/embedded-policy.md)
+
+
+def policy_badge(events: list[JobEvent]) -> tuple[str, bool] | None:
+    """What trains the job, from the embedded backend's policy event: ("lm", False) when the
+    model the config names is trained, ("tabular stand-in", True) when a stand-in trains in its
+    place; None when no event says (the hosted service sends none)."""
+    for event in reversed(events):
+        if event.type != POLICY_EVENT:
+            continue
+        stand_in = event.data.get("stand_in") is True
+        kind, label = event.data.get("policy"), event.data.get("label")
+        text = label if stand_in and isinstance(label, str) and label else kind
+        if isinstance(text, str) and text:
+            return text[:40], stand_in
+    return None

@@ -26,6 +26,7 @@ from textual.widgets import Footer, Input, Static
 
 from app.core.compare import ComparedRun
 from app.core.errors import ExitCode, SynthTuiError
+from app.core.events import policy_badge
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
 from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
@@ -107,6 +108,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.store = MetricStore()
         self.status = "unknown"
         self.reconnecting = ""
+        self.policy: tuple[str, bool] | None = None  # what trains it (events.policy_badge)
         self.ended = False
         self.completion_warning: str | None = None  # a warning-level completion event's message
         self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
@@ -225,6 +227,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if batch.events:
             self.query_one(EventLog).add_events(batch.events)
             self._planned_steps_from(batch.events)
+            if (badge := policy_badge(batch.events)) is not None and badge != self.policy:
+                self.policy = badge
+                self._render_header()
             # A success the backend qualifies (it learned nothing, it got worse): the end says so.
             self.completion_warning = next(
                 (e.message for e in reversed(batch.events) if e.type in TERMINAL_SUCCESS_EVENTS
@@ -332,7 +337,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             states.append(f"[$warning]reconnecting: {shown_text(self.reconnecting, 50)}[/]")
         self.query_one(JobHeader).show(job_id=self.job.job_id, status=self.status, elapsed=self._elapsed(),
                                        backend=self.session.backend_base, config_path=self.job.config_path,
-                                       model=self.job.model, states=states)
+                                       model=self.job.model, states=states, policy=self.policy)
 
     # -- keys -----------------------------------------------------------------------------
 

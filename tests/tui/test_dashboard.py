@@ -483,3 +483,27 @@ async def test_a_success_with_a_warning_level_completion_says_so():
         notice = next(n for n in app._notifications if "GOT WORSE" in str(n.message))
         assert notice.severity == "warning" and notice.title == "Job finished with a warning"
         assert isinstance(app.screen, DashboardScreen) and app.screen.completion_warning == said
+
+
+@pytest.mark.parametrize(("data", "shown", "hidden"), [
+    ({"policy": "tabular", "label": "tabular stand-in", "stand_in": True}, "⚠ tabular stand-in", "lm Qwen"),
+    ({"policy": "lm", "label": "lm Qwen/Qwen3-0.6B", "stand_in": False}, "lm Qwen/Qwen3-0.6B", "stand-in"),
+])
+async def test_the_header_says_which_policy_trains(data, shown, hidden):
+    """The embedded backend's policy event names what trains: the model itself (lm) or the
+    stand-in in its place; the header says it beside the model (issue 25)."""
+    run = finished_run()
+    run.events.insert(1, JobEvent(seq=2, type="rl.train.policy", level="info", message="policy", data=data,
+                                  created_at="2026-01-01T12:00:01Z"))
+    session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
+    session.resolve()
+    app = SynthTuiApp(session, attach=JobContext("job_snapshot", None, "configs/rl/demo.toml", "Qwen/Qwen3-0.6B",
+                                                 replay=run))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.policy is not None
+                       and "backend" in str(app.screen.query_one("JobHeader").render()))  # the wide form
+        header = str(app.screen.query_one("JobHeader").render())
+        assert shown in header and hidden not in header
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: "backend" not in str(app.screen.query_one("JobHeader").render()))
+        assert ("⚠ stand-in" if data["stand_in"] else shown) in str(app.screen.query_one("JobHeader").render())
