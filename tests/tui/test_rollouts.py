@@ -175,7 +175,8 @@ async def test_q_goes_back_from_each_inspector_screen_to_the_dashboard(served):
         rollout = app.screen
         await pilot.press("c")
         await wait_for_screen(pilot, RolloutCompareScreen, "the comparison")
-        assert "q Back" in footer_text(app)
+        # The footer is recomposed after the screen is: wait for what it reads.
+        await wait_for(pilot, lambda: "q Back" in footer_text(app), what="q Back in the comparison's footer")
         await pilot.press("q")
         await wait_for(pilot, lambda: app.screen is rollout, what="the rollout again")
         await pilot.press("q")
