@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import secrets
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,8 @@ from app.local import trainer
 from app.local.retry import Backoff
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from pilot_waits import poll_until
+
+from .sdk_taskapps.harness import SdkTaskApp, find_sdk_python
 
 API_KEY = f"sk_test_{secrets.token_hex(12)}"
 ENV_KEY = secrets.token_hex(32)
@@ -133,6 +135,28 @@ def closed_url() -> Iterator[str]:
     """A loopback port that refuses connections: bound, never listened on."""
     with _bind("127.0.0.1", 0) as sock:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+@pytest.fixture(scope="session")
+def sdk_taskapps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], SdkTaskApp]]:
+    """The task apps written on synth-ai 0.5.0's framework (tests/local/sdk_taskapps): `sdk_taskapps(name)`
+    starts one ("context_free" or "guess_number") as a uvicorn server in a child process on a
+    free loopback port, with ENVIRONMENT_API_KEY=ENV_KEY in its environment, once per session;
+    all are stopped at the end. Skips when no Python has synth-ai 0.5.0 (the skip says how to make one)."""
+    python, why = find_sdk_python()
+    if python is None:
+        pytest.skip(why)
+    running: dict[str, SdkTaskApp] = {}
+
+    def start(name: str) -> SdkTaskApp:
+        if name not in running:
+            workdir = tmp_path_factory.mktemp(f"sdk-{name}")
+            running[name] = SdkTaskApp(name, python=python, env_api_key=ENV_KEY, workdir=workdir).start()
+        return running[name]
+
+    yield start
+    for app in running.values():
+        app.stop()
 
 
 @pytest.fixture
