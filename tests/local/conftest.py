@@ -19,7 +19,7 @@ from app.local.retry import Backoff
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from pilot_waits import poll_until
 
-from .sdk_taskapps.harness import SdkTaskApp, find_sdk_python
+from .sdk_taskapps.harness import SdkTaskApp, ensure_sdk_python
 
 API_KEY = f"sk_test_{secrets.token_hex(12)}"
 ENV_KEY = secrets.token_hex(32)
@@ -142,10 +142,12 @@ def sdk_taskapps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[
     """The task apps written on synth-ai 0.5.0's framework (tests/local/sdk_taskapps): `sdk_taskapps(name)`
     starts one ("context_free" or "guess_number") as a uvicorn server in a child process on a
     free loopback port, with ENVIRONMENT_API_KEY=ENV_KEY in its environment, once per session;
-    all are stopped at the end. Skips when no Python has synth-ai 0.5.0 (the skip says how to make one)."""
-    python, why = find_sdk_python()
-    if python is None:
-        pytest.skip(why)
+    all are stopped at the end. Makes `.sdkvenv` with synth-ai 0.5.0 when no Python has it (the
+    harness says why); fails, never skips, when that cannot be done."""
+    try:
+        python = ensure_sdk_python()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
     running: dict[str, SdkTaskApp] = {}
 
     def start(name: str) -> SdkTaskApp:

@@ -20,7 +20,7 @@ from app.local.rollout_contract import GEN_05, RolloutAsk, generation_from_opena
 from app.local.servers import ServerHandle, _bind
 
 from .conftest import ENV_KEY, create_job, events_of, wait_terminal
-from .sdk_taskapps.harness import SdkTaskApp, find_sdk_python
+from .sdk_taskapps.harness import SdkTaskApp, ensure_sdk_python
 
 pytestmark = pytest.mark.slow  # each app is a child process that imports synth-ai (seconds)
 
@@ -146,9 +146,7 @@ def test_the_sdk_apps_speak_contract_05_with_the_sdks_key_rules(sdk_taskapps):
 
 
 def test_an_sdk_app_starts_on_a_free_port_and_stops_cleanly(tmp_path):
-    python, why = find_sdk_python()
-    if python is None:
-        pytest.skip(why)
+    python = ensure_sdk_python()
     with SdkTaskApp("guess_number", python=python, env_api_key=ENV_KEY, workdir=tmp_path).start() as app:
         assert app.running
         assert httpx.get(app.url + "/", timeout=5.0).json()["service"] == "guess-number"

@@ -3,9 +3,11 @@
 Imported by the test process, so it never imports synth_ai: the child is
 `python -m sdk_taskapps.serve NAME`, run by a Python that has synth-ai 0.5.0, found in this
 order: $SYNTH_AI_SDK_PYTHON; the test's own Python when synth-ai 0.5.0 is installed in it;
-the repository's `.sdkvenv/bin/python` (made by
-`python3 -m venv .sdkvenv && .sdkvenv/bin/pip install synth-ai==0.5.0`). Without one the
-tests that need these apps are skipped, saying how to make one.
+the repository's `.sdkvenv/bin/python`. Without one, the first test that needs an app makes
+`.sdkvenv` (a venv of its own, out of the project's: synth-ai 0.5.0 brings about 160 packages,
+some pinned below ours; pip is upgraded first, as the machine's pip 23 resolves them for tens of
+minutes), one process at a time, as the browser tests install their Chromium. A failed install
+fails those tests with pip's last lines; they are never skipped.
 
 The key is handled as the SDK does it: the child reads ENVIRONMENT_API_KEY from its
 environment (never from its command line). The child gets a HOME of its own, no other Synth or
@@ -15,6 +17,7 @@ provider key, and SYNTH_LOCALAPI_AUTH_PERSIST=0, so the SDK's start-up key handl
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import subprocess
@@ -141,3 +144,34 @@ class SdkTaskApp:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+INSTALL_TIMEOUT_S = 1800.0
+
+
+def ensure_sdk_python() -> str:
+    """A Python with synth-ai 0.5.0: one found by find_sdk_python, else `.sdkvenv`, made now.
+    Raises RuntimeError (with pip's last lines) when it cannot be made."""
+    python, why = find_sdk_python()
+    if python is not None:
+        return python
+    if os.environ.get(SDK_PYTHON_ENV, "").strip():
+        raise RuntimeError(why)  # the one named was asked for: do not make another
+    venv = REPO / ".sdkvenv"
+    with open(REPO / ".sdkvenv.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers: one installs, the others wait
+        python, why = find_sdk_python()
+        if python is not None:
+            return python
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--disable-pip-version-check"]
+        for step in ([sys.executable, "-m", "venv", "--clear", str(venv)], [*pip, "-U", "pip"],
+                     [*pip, f"synth-ai=={SDK_VERSION}"]):
+            done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
+            if done.returncode != 0:
+                tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
+                raise RuntimeError(f"could not make .sdkvenv with synth-ai {SDK_VERSION} "
+                                   f"({' '.join(step[-2:])} exited {done.returncode}):\n{tail}")
+    python, why = find_sdk_python()
+    if python is None:
+        raise RuntimeError(why)
+    return python
