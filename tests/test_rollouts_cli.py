@@ -120,7 +120,7 @@ def test_an_unknown_job_names_the_path_asked_not_the_fallback(seeded, env_file, 
     code = main([*command, "--backend", seeded.url, "--env-file", str(env_file)])
     err = capsys.readouterr().err
     assert code == ExitCode.BACKEND
-    assert "GET /api/rl/jobs/job_nothing" in err and "/learning/jobs/job_nothing" not in err
+    assert "GET /api/rl/jobs/job_nothing" in err and "/learning/jobs" not in err
     assert "Job job_nothing was not found" in err
     assert f"The backend at {seeded.url}/api has no job job_nothing, or no RL jobs at all." in err
 
