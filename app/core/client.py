@@ -38,6 +38,7 @@ from app.core.wire import (
     items_of,
     job_id_problem,
 )
+from app.core.words import counted
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # Idle connections are dropped before a server would close them (uvicorn's default is 5 s), so
@@ -523,7 +524,7 @@ class SynthClient:
         if capped:
             note = f"only the newest {max_jobs:,} jobs are listed; the backend may hold more"
         if skipped:
-            note = "; ".join(filter(None, [note, f"{skipped} job(s) with an unusable id left out"]))
+            note = "; ".join(filter(None, [note, f"{counted(skipped, 'job')} with an unusable id left out"]))
         return JobList(jobs, pages, capped, note)
 
     async def stream_events(self, job_id: str, since_seq: int) -> AsyncIterator[JobEvent]:
