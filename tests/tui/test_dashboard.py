@@ -6,6 +6,7 @@ import json
 import threading
 
 import pytest
+from textual.widgets import DataTable
 
 from app.core.errors import ExitCode
 from app.core.feed import FeedBatch
@@ -15,7 +16,7 @@ from app.core.session import LaunchOptions, LaunchSession
 from app.core.streaming import WatchEnded
 from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.screens.dashboard import DashboardScreen, JobContext
-from app.screens.modals import ConfirmModal, ErrorModal
+from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
 from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
@@ -440,6 +441,25 @@ async def test_the_help_key_is_in_the_footer_at_80x24():
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         assert "? Help" in footer_text(app)
+
+
+async def test_help_lists_end_and_its_last_row_scrolls_into_view_at_80x24():
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpModal)
+        table = help_screen.query_one(DataTable)
+        rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        assert ("end", "Follow log") in rows
+        body = help_screen.query_one("#modal-body")
+        assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
+        last = table.row_count - 1
+        table.move_cursor(row=last)  # as the down arrow held would
+        # The last row is shown: the header row plus the rows scrolled to fit the table's box.
+        await wait_for(pilot, lambda: table.scroll_y >= last + 1 - (table.scrollable_content_region.height - 1),
+                       what="the last row in view")
+        assert table.scroll_y <= table.max_scroll_y
 
 
 async def test_q_on_a_dashboard_that_is_the_first_screen_asks_then_quits(faulty_backend):
