@@ -13,7 +13,7 @@ from textual.app import App, ComposeResult
 from textual.widgets import Input
 
 from app.core.compare import ComparedRun
-from app.core.history import RunHistory
+from app.core.history import RunHistory, RunRecord
 from app.core.jobs import JobContext
 from app.core.series import MetricStore
 from app.core.wire import MetricPoint
@@ -21,7 +21,7 @@ from app.screens.modals import ErrorModal
 from fakes import ScriptedJob, event, metric
 from pilot_waits import type_ahead, wait_for, wait_for_screen
 from widgets.metrics_grid import MetricChart, MetricsGrid
-from widgets.overlay_picker import OverlayPickerModal
+from widgets.overlay_picker import OverlayPickerModal, RunChecklist
 from widgets.plot_canvas import PlotCanvas
 
 
@@ -89,6 +89,70 @@ async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_ba
         chart = grid.chart("mean_score")
         await wait_for(pilot, lambda: "old train" in str(chart.border_title))
         assert [label for _, _, label in chart.overlay_series()] == ["old train", "old eval"]
+
+
+def overlay_rows(modal: OverlayPickerModal) -> list[str]:
+    runs = modal.query_one("#overlay-runs", RunChecklist)
+    return [runs.render_line(y).text for y in range(runs.option_count)]
+
+
+async def test_the_overlay_dialog_shows_the_status_the_backend_gives_not_a_stale_one(faulty_backend):
+    """The history recorded job_old as queued when it was submitted; it has since succeeded.
+    The dialog says what the backend says (and the history now holds it)."""
+    old_job = faulty_backend.add_job(four_metric_job("job_old"))
+    old_job.tick = len(old_job.timeline)
+    faulty_backend.add_job(four_metric_job("job_new"))
+    backend = faulty_backend.url + "/api"
+    for job_id in ("job_old", "job_new"):
+        RunHistory().record_submission(job_id=job_id, backend=backend, config_path="configs/rl/demo.toml",
+                                       payload=None, idempotency_key=None)
+    app = make_dashboard_app(faulty_backend, JobContext("job_new", config_path="configs/rl/demo.toml"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("o")
+        modal = await wait_for_screen(pilot, OverlayPickerModal)
+        await wait_for(pilot, lambda: "succeeded" in overlay_rows(modal)[0], what="the backend's status")
+        assert "queued" not in overlay_rows(modal)[0]
+    assert RunHistory().get("job_old").final_status == "succeeded"
+
+
+def test_a_stale_or_missing_status_is_not_shown_as_current():
+    records = [run_record("job_a", last="queued"), run_record("job_b", last="running", final="failed"),
+               run_record("job_c", last=None)]
+    modal = OverlayPickerModal(records, [])
+    assert [modal.status_of(r) for r in records] == ["queued?", "failed", ""]
+    modal.answered["job_a"] = "succeeded"
+    assert modal.status_of(records[0]) == "succeeded"
+
+
+class PickerApp(App[None]):
+    def __init__(self, records: list[RunRecord], chosen: list[str]) -> None:
+        super().__init__()
+        self.records, self.chosen = records, chosen
+
+    def on_mount(self) -> None:
+        self.push_screen(OverlayPickerModal(self.records, self.chosen))
+
+
+async def test_without_colour_the_overlay_dialog_marks_the_chosen_rows(monkeypatch):
+    """NO_COLOR: Textual's toggle differs only by colour; the rows say [x] and [ ] instead."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = PickerApp([run_record("job_a", final="succeeded"), run_record("job_b", final="failed")], ["job_b"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.no_color
+        modal = await wait_for_screen(pilot, OverlayPickerModal)
+        rows = overlay_rows(modal)
+        assert rows[0].startswith("[ ] job_a") and rows[1].startswith("[x] job_b"), rows
+        await pilot.press("space")  # the highlighted first row
+        await wait_for(pilot, lambda: overlay_rows(modal)[0].startswith("[x] job_a"), what="the toggle shown")
+
+
+def run_record(job_id: str, *, last: str | None = "queued", final: str | None = None) -> RunRecord:
+    return RunRecord(job_id=job_id, backend="http://127.0.0.1:1/api", config_path="configs/rl/demo.toml",
+                     payload=None, idempotency_key=None, created_at="2026-01-01T12:00:00Z",
+                     updated_at="2026-01-01T12:00:00Z", final_status=final, last_status=last, last_metrics={},
+                     rerun_of=None)
 
 
 async def test_an_unknown_job_id_to_overlay_says_so_and_changes_nothing(faulty_backend):
