@@ -31,6 +31,7 @@ from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
 from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
 from app.core.paths import run_dir
+from app.core.saved_run import run_span
 from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
 from app.core.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
@@ -164,7 +165,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def _show_read_only(self, why: str) -> None:
         """A saved run: the header says so, the end panel says why and where it was read."""
         self.ended = True  # nothing runs here: q asks nothing
-        self.finished_after = 0
+        # The clock: how long the saved run lasted, first event to last (its own times).
+        replay = self.job.replay
+        self.finished_after = (run_span(replay.events) if replay is not None else None) or 0
         final = self.query_one("#dash-final")
         final.display = True
         self.query_one("#dash-final-text", Static).update(why)
