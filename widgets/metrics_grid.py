@@ -30,6 +30,7 @@ from textual.widgets import Static
 from app.core.compare import ComparedRun, run_labels
 from app.core.series import (
     SMOOTHING_MODES,
+    SPLITS,
     ChartPanel,
     MetricSeries,
     MetricStore,
@@ -39,6 +40,7 @@ from app.core.series import (
     shown_number,
     sparkline,
     split_label,
+    split_slot,
     window,
 )
 from widgets.plot_canvas import PlotCanvas
@@ -56,11 +58,20 @@ OVERLAY_COLORS = ((120, 120, 150), (150, 120, 120), (120, 150, 120), (140, 140, 
 # share its grey, so its second line onwards is dotted (docs/product.md#compare-runs).
 SOLID = ("braille", "━")
 DOTTED = ("•", "┅")
-# Without colour (NO_COLOR), every line of a chart has its own glyph, the live run's first
-# line solid; the raw line behind a smoothed one is small dots (docs/product.md#metrics-grid).
+# Without colour (NO_COLOR), every line of a chart has its own glyph, the live run's train
+# solid; a series keeps its glyph on every chart of a view, as it is chosen by the series'
+# run and split, not its place in one chart (series_mark). The raw line behind a smoothed one
+# is small dots (docs/product.md#metrics-grid).
 NO_COLOR_LINES = (SOLID, ("•", "•"), ("x", "x"), ("+", "+"), ("o", "o"), ("*", "*"), ("#", "#"), ("=", "="),
                   ("%", "%"), ("@", "@"))
 RAW_NO_COLOR = ("·", "·")
+
+
+def series_mark(run_index: int, slot: int) -> tuple[str, str]:
+    """The (marker, glyph) of a series without colour: by its run (0 the live one) and its
+    split (``split_slot``), so the live eval is the same mark in every chart, and an earlier
+    run's train never takes it where the live run has no eval."""
+    return NO_COLOR_LINES[(run_index * len(SPLITS) + slot) % len(NO_COLOR_LINES)]
 
 
 @dataclass(frozen=True)
@@ -162,29 +173,30 @@ class MetricChart(Vertical):
         eval (its every series of this measure), in legend order; ``with_empty``: the live
         run's series that have no points yet too (the legend names them from the start)."""
         no_color = self.grid.no_color
-        count = len(self.panel.series)
         live_label = f"{self.grid.live_label} " if self.grid.live_label else ""
         found = []
-        for index, name in enumerate(self.panel.series):
+        for name in self.panel.series:
             series = self.grid.store.get(name)
             if series is None or not len(series):
                 if not with_empty:
                     continue
                 series = MetricSeries(name)
-            marker, glyph = NO_COLOR_LINES[index % len(NO_COLOR_LINES)] if no_color else SOLID
-            found.append(Line(series, LIVE_COLORS[index % len(LIVE_COLORS)], f"{live_label}{split_label(name)}",
+            slot = split_slot(name)
+            marker, glyph = series_mark(0, slot) if no_color else SOLID
+            found.append(Line(series, LIVE_COLORS[slot % len(LIVE_COLORS)], f"{live_label}{split_label(name)}",
                               False, marker, glyph))
         for run_index, run in enumerate(self.grid.overlays):
             color = OVERLAY_COLORS[run_index % len(OVERLAY_COLORS)]
             label = self.grid.run_label(run.job_id)
-            for index, name in enumerate(self.panel.series):
+            for name in self.panel.series:
                 series = run.store.get(name)
                 if series is None or not len(series):
                     continue
+                slot = split_slot(name)
                 if no_color:
-                    marker, glyph = NO_COLOR_LINES[(count * (run_index + 1) + index) % len(NO_COLOR_LINES)]
+                    marker, glyph = series_mark(run_index + 1, slot)
                 else:
-                    marker, glyph = SOLID if index == 0 else DOTTED
+                    marker, glyph = SOLID if slot == 0 else DOTTED
                 found.append(Line(series, color, f"{label} {split_label(name)}", True, marker, glyph))
         return found
 

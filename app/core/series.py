@@ -274,6 +274,13 @@ def _split_order(name: str) -> int:
     return SPLITS.index(split) if split in SPLITS else len(SPLITS)
 
 
+def split_slot(name: str) -> int:
+    """A series' place among the splits (train 0, eval 1; a measure without a split 0): with
+    its run, what gives it the same mark on every chart of a view (widgets/metrics_grid.py)."""
+    split = name.partition(".")[0]
+    return SPLITS.index(split) if split in SPLITS and _measure(name) != name else 0
+
+
 def split_label(name: str) -> str:
     """A series' name in its panel's legend: its split ("train", "eval") or its whole name."""
     split = name.partition(".")[0]

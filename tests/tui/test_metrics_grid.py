@@ -374,6 +374,30 @@ async def test_without_colour_every_line_has_its_own_glyph(monkeypatch):
         assert {"•", "x", "+"} <= drawn and any("⠁" <= char <= "⣿" for char in drawn)
 
 
+async def test_without_colour_a_series_keeps_its_glyph_on_every_chart(monkeypatch):
+    """NO_COLOR, two runs: the mean-score chart has train and eval, the entropy chart only
+    train. The live eval's mark must not stand for the other run's train on the entropy chart:
+    a mark means one series (run and split) across the whole view."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    store = MetricStore()
+    store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+              + points("train.entropy", range(0, 20)))
+    earlier = ComparedRun("job_earlier")
+    earlier.store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+                      + points("train.entropy", range(0, 20)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays([earlier])
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+        marks: dict[str, set[str]] = {}
+        for chart in grid.charts:
+            for line in chart.lines():
+                marks.setdefault(line.label, set()).add(line.glyph)
+        assert all(len(glyphs) == 1 for glyphs in marks.values()), marks
+        assert len({next(iter(g)) for g in marks.values()}) == len(marks) == 4, marks
+
+
 async def test_an_earlier_runs_eval_is_drawn_and_named_by_its_run():
     store = MetricStore()
     store.add(points("train.mean_score", range(0, 9)) + points("eval.mean_score", range(0, 9, 4)))
