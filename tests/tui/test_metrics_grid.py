@@ -10,6 +10,7 @@ import pytest
 from test_dashboard import dashboard, make_dashboard_app
 from test_plot_canvas import cells, stock_cells
 from textual.app import App, ComposeResult
+from textual.content import Content
 from textual.widgets import Input
 
 from app.core.compare import ComparedRun
@@ -87,8 +88,10 @@ async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_ba
         old = grid.overlays[0].store.get("train.mean_score")
         assert len(old) == 12 and old.values[-1] == pytest.approx(0.76)
         chart = grid.chart("mean_score")
-        await wait_for(pilot, lambda: "old train" in str(chart.border_title))
+        await wait_for(pilot, lambda: "[dim]" in str(chart.border_title), what="the overlay in the legend")
         assert [label for _, _, label in chart.overlay_series()] == ["old train", "old eval"]
+        # A 46-column chart: the legend fits its border by leaving the id out, never the split.
+        assert legend_plain(chart).endswith("━ train ┅ eval") and len(legend_plain(chart)) <= chart.size.width - 4
 
 
 def overlay_rows(modal: OverlayPickerModal) -> list[str]:
@@ -347,6 +350,10 @@ async def test_a_live_run_fills_only_its_part_of_the_planned_steps_in_a_plot():
         assert "16" in "".join(char for char, _ in cells(plot.frame_strips())[-1]), "the axis runs to the plan"
 
 
+def legend_plain(chart: MetricChart) -> str:
+    return Content.from_markup(str(chart.border_title)).plain
+
+
 def legend_glyphs(legend: str) -> list[str]:
     return re.findall(r"\[[^\]/]+\](.)\[/\]", legend)
 
@@ -396,6 +403,40 @@ async def test_without_colour_a_series_keeps_its_glyph_on_every_chart(monkeypatc
                 marks.setdefault(line.label, set()).add(line.glyph)
         assert all(len(glyphs) == 1 for glyphs in marks.values()), marks
         assert len({next(iter(g)) for g in marks.values()}) == len(marks) == 4, marks
+
+
+@pytest.mark.parametrize("size", [(160, 45), (100, 30), (60, 30)])
+async def test_a_legend_fits_its_border_cutting_ids_never_splits(size):
+    """Two earlier runs with long ids, train and eval each: the legend is shortened to fit the
+    chart's top border (ids cut, one "…" each), so the border never cuts it (`c9d75d……`,
+    `4807d5… …`); every overlay's readouts row keeps last, best and step."""
+    store = MetricStore()
+    store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+              + points("train.loss", range(0, 20)))
+    runs = [ComparedRun(job_id) for job_id in ("job_c9d75d0a1b2c3d4e5f60718", "job_4807d5f9e8d7c6b5a4f30291")]
+    for run in runs:
+        run.store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+                      + points("train.loss", range(0, 20)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=size) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays(runs)
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+        await pilot.pause()
+        for chart in grid.charts:
+            legend = legend_plain(chart)
+            assert len(legend) <= chart.size.width - 4, (legend, chart.size)
+            assert "……" not in legend and "… " not in legend.replace("… t", "").replace("… e", ""), legend
+            splits = [part for part in ("train", "eval") if chart.panel.key == "mean_score" or part == "train"]
+            named = sum(legend.count(split) for split in splits)
+            if size[0] == 160:  # room for every line: the live run's and each earlier run's
+                assert named == 3 * len(splits), legend
+            elif named < 3 * len(splits):  # the lines not named are counted, never cut mid-word
+                assert legend.endswith(f"+{3 * len(splits) - named}"), legend
+        readouts = str(grid.chart("mean_score").query_one(".chart-readouts").render())
+        overlay_rows = [row for row in readouts.splitlines() if "c9d75d" in row or "4807d5" in row]
+        assert len(overlay_rows) == 4 and all("last" in row and "step 19" in row for row in overlay_rows[::2]), \
+            readouts
 
 
 async def test_an_earlier_runs_eval_is_drawn_and_named_by_its_run():
