@@ -252,6 +252,8 @@ class HistoryScreen(FlowScreen):
                  f"config {record.config_path or '— (attached, not launched here)'}"]
         if record.last_metrics:
             lines.append(f"last metrics {metrics_text(record.last_metrics, 4)}")
+        if record.end_note:
+            lines.append(f"{record.status}: {record.end_note}")
         detail.update("\n".join(printable(line) for line in lines))
 
     @on(DataTable.RowSelected, "#history-table")
