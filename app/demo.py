@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from app.core import envfile
 from app.core.discovery import project_config_roots
-from app.core.errors import UsageError
+from app.core.errors import ExitCode, UsageError
 from app.core.paths import open_private, private_dir, private_file, state_dir
 from app.core.session import LaunchOptions, LaunchSession, Preparation
 
@@ -233,14 +233,42 @@ def run_demo(args: argparse.Namespace, *, interactive: bool) -> int:
     if interactive:
         return _run_demo_tui(args)
     setup = start_demo(args.workdir)
+    code: int | None = None
     try:
         print(banner(setup), file=sys.stderr, flush=True)
         options = demo_options(setup, poll_interval=args.poll_interval, poll_timeout=args.poll_timeout)
         from app.headless import TrainRun, run_headless
 
-        return run_headless(TrainRun(options, stream_format=args.stream_format))
+        code = run_headless(TrainRun(options, stream_format=args.stream_format))
+        return code
+    except BrokenPipeError:  # the reader went away (| head): app.cli ends with 141
+        code = ExitCode.OUTPUT_CLOSED
+        raise
+    except KeyboardInterrupt:
+        code = ExitCode.INTERRUPTED
+        raise
     finally:
+        # As the TUI's quit does: a job the demo's backend still ran ends with it, and the history
+        # says so (failed, and why) instead of asking a backend that is gone for ever after.
+        record_demo_end(setup, code)
         setup.stop()
+
+
+def demo_end_note(code: int | None) -> str:
+    """Why a headless demo's unfinished job ended, by how the demo ended (its exit code)."""
+    how = {ExitCode.OUTPUT_CLOSED: "the demo's output was closed (| head, | awk …)",
+           ExitCode.INTERRUPTED: "the demo was interrupted"}.get(code or 0, "the demo ended")
+    return f"{how} before the job did; its embedded backend stopped with the demo"
+
+
+def record_demo_end(setup: DemoSetup, code: int | None) -> None:
+    from app.core.jobs import remember, stop_backend_jobs
+    from app.core.launch import resolve_backend
+
+    backend = resolve_backend(setup.backend.url, {})[0]  # as the session recorded it (…/api)
+    warning = remember(lambda history: stop_backend_jobs(history, backend, demo_end_note(code)))
+    if warning:
+        print(f"Warning: synth-tui {warning}", file=sys.stderr, flush=True)
 
 
 class DemoServers:

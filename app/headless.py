@@ -43,6 +43,7 @@ from app.core.streaming import (
 )
 from app.core.toml_source import read_config_text
 from app.core.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status
+from app.core.words import counted
 from app.text_chart import TextChart
 
 
@@ -542,10 +543,10 @@ async def _jobs_table(args: argparse.Namespace, printer: Printer) -> int:
         scores = job_list.ScoreBook()
         await scores.update(client, listing.rows)
     rows = job_list.sort_rows(job_list.merge_scores(listing.rows, scores), args.sort)
-    printer.diag(f"Jobs at {session.backend_base}: {len(rows)} in {listing.pages} page(s)")
+    printer.diag(f"Jobs at {session.backend_base}: {len(rows)} in {counted(listing.pages, 'page')}")
     printer.warning(listing.note)
     if scores.failures:
-        printer.warning(f"the metrics of {scores.failures} job(s) could not be read; their score shows "
+        printer.warning(f"the metrics of {counted(scores.failures, 'job')} could not be read; their score shows "
                         f"{job_list.NO_VALUE}")
     if not rows:
         printer.line("The backend lists no jobs" + (f" with status {args.status}." if args.status else "."))
@@ -651,7 +652,7 @@ def rollout_lines(rollout: Any) -> list[str]:
     s = rollout.summary
     seed = "-" if s.seed is None else s.seed
     lines = [f"Rollout {s.rollout_id}: {s.phase} step {s.step}, index {s.index}, seed {seed}, "
-             f"reward {s.reward:.3f}, {s.turns} turn(s)"]
+             f"reward {s.reward:.3f}, {counted(s.turns, 'turn')}"]
     for turn in rollout.turns:
         reward = "-" if turn.reward is None else f"{turn.reward:.3f}"
         lines.append("")
@@ -665,7 +666,9 @@ def rollout_lines(rollout: Any) -> list[str]:
         lines.append(f"  action:  {turn.action or '-'}")
         lines.append(f"  applied: {turn.applied or '-'}")
     if rollout.turns_cut:
-        lines.append(f"\n… {rollout.turns_cut} more turn(s) were not kept (the backend keeps at most the first ones).")
+        were = "was" if rollout.turns_cut == 1 else "were"
+        lines.append(f"\n… {counted(rollout.turns_cut, 'more turn')} {were} not kept (the backend keeps at most "
+                     "the first ones).")
     if not rollout.turns:
         lines.append("No turns were kept for this rollout.")
     return lines

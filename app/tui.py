@@ -14,6 +14,7 @@ from typing import Any
 from textual import events, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
+from textual.notifications import Notification, Notify
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
@@ -111,6 +112,9 @@ class SynthTuiApp(App[int]):
         self._key_release: Timer | None = None
         # True while the preparation runs: keys typed meanwhile wait for it (the picker holds them).
         self.preparation_running = preparation is not None
+        # The preparation's "Ready" notice: taken down when the flow moves on from the picker,
+        # so it does not sit over the next screens (the dashboard's event log).
+        self._ready_notice: Notification | None = None
         if preparation is not None:  # set before the first screen mounts, which reads it
             self.set_reactive(SynthTuiApp.preparing, preparation.waiting)
 
@@ -140,7 +144,14 @@ class SynthTuiApp(App[int]):
         self.session.adopt_options(options)
         self.preparation_running = False
         self.preparing = ""
-        self.notify(ready, title="Ready", timeout=8, markup=False)
+        self._ready_notice = Notification(ready, "Ready", "information", 8, markup=False)
+        self.post_message(Notify(self._ready_notice))
+
+    def _flow_moved_on(self) -> None:
+        """A step after the picker opens: the "Ready" notice has said what it had to."""
+        notice, self._ready_notice = self._ready_notice, None
+        if notice is not None and notice in self._notifications:
+            self._unnotify(notice)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A preparation that failed: the flow stays on its first screen, which says why; the
@@ -260,12 +271,15 @@ class SynthTuiApp(App[int]):
         return self.STEPS.get(self.start, picker_screen)()
 
     def go_to_env(self) -> None:
+        self._flow_moved_on()
         self.push_screen(env_screen())
 
     def go_to_verification(self) -> None:
+        self._flow_moved_on()
         self.push_screen(verification_screen())
 
     def go_to_preview(self) -> None:
+        self._flow_moved_on()
         self.push_screen(preview_screen())
 
     def go_back(self, step: str) -> None:
@@ -281,6 +295,7 @@ class SynthTuiApp(App[int]):
 
     def go_to_dashboard(self, job: JobContext) -> None:
         """After a submit: remember the run, then watch it."""
+        self._flow_moved_on()
         self._remember_submission(job)
         self.push_screen(dashboard_screen(job))
 

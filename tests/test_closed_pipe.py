@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 from seeded_backend import API_KEY, start_seeded_backend
 
+from app.core.history import RunHistory
+from app.core.history_refresh import needs_refresh
 from fakes import training_timeline
 
 pytestmark = pytest.mark.slow  # a real process per test: seconds each
@@ -118,6 +120,12 @@ def test_a_demo_whose_reader_leaves_mid_watch_ends_quietly(tmp_path):
     assert_quiet(code, err)
     assert "Output closed; stopped watching job job_" in err and "The embedded backend stops with this process" in err
     assert "which keeps running" not in err
+    # The history records how the job ended, as the TUI's quit does: `synth-tui history` then
+    # shows it failed, with why, instead of asking the demo's dead backend about it for ever.
+    [record] = RunHistory().list()
+    assert record.final_status == "failed", record
+    assert record.end_note and "output was closed" in record.end_note
+    assert not needs_refresh(record)
 
 
 def test_a_watch_whose_reader_leaves_stops_and_leaves_the_job_running(faulty_backend, tiny_task_app, tmp_path):

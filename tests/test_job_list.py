@@ -12,6 +12,7 @@ from app.core.job_list import (
     JobRow,
     ScoreBook,
     filter_rows,
+    fit_columns,
     merge_scores,
     next_sort,
     read_jobs,
@@ -95,7 +96,7 @@ async def test_status_is_asked_of_the_backend_and_unusable_ids_are_left_out(faul
     async with _client(faulty_backend) as client:
         listed = await client.list_all_jobs(status="running")
     assert [j.job_id for j in listed.jobs] == ["job_000", "job_001", "job_002"]
-    assert "1 job(s) with an unusable id left out" in (listed.note or "")
+    assert "1 job with an unusable id left out" in (listed.note or "")
 
 
 async def test_rows_carry_model_and_created(faulty_backend):
@@ -214,3 +215,19 @@ async def test_scores_are_read_four_jobs_at_a_time(faulty_backend):
         await book.update(client, rows, concurrency=4)
     assert all(book.score(r.job_id) == 0.5 for r in rows)
     assert most == 4
+
+
+WIDTHS = (28, 9, 12, 11, 5)
+
+
+def test_columns_that_fit_are_kept_whole():
+    assert fit_columns(78, WIDTHS) == dict(zip(("Job", "Status", "Model", "Created", "Score"), WIDTHS, strict=True))
+
+
+def test_a_narrow_table_gives_up_the_model_then_cuts_the_id_and_always_keeps_the_score():
+    at_60 = fit_columns(58, WIDTHS)
+    assert list(at_60) == ["Job", "Status", "Created", "Score"]
+    assert sum(w + 2 for w in at_60.values()) <= 58 and at_60["Job"] < 28
+    at_40 = fit_columns(38, WIDTHS)
+    assert list(at_40) == ["Job", "Status", "Score"] and sum(w + 2 for w in at_40.values()) <= 38
+    assert list(fit_columns(10, WIDTHS)) == ["Job", "Status", "Score"]  # too narrow for all: nothing else goes

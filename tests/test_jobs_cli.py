@@ -43,7 +43,7 @@ def test_the_table_lists_every_job_across_pages(seeded, env_file, capsys):
     first = lines[1].split()
     # job_seed006: the seventh job, succeeded; its last train.mean_score is 0.3 + 0.06.
     assert first[1:3] == ["succeeded", "Qwen/Qwen3-0.6B"] and first[-1] == "0.360"
-    assert f"Jobs at {server.url}/api: 7 in 3 page(s)" in err
+    assert f"Jobs at {server.url}/api: 7 in 3 pages" in err
 
 
 def test_status_limit_and_sort(seeded, env_file, capsys, monkeypatch):

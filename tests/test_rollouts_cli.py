@@ -97,7 +97,7 @@ def test_json_lists_and_shows(seeded, env_file, capsys):
 def test_one_rollout_turn_by_turn(seeded, env_file, capsys):
     code, out, _ = rollouts(capsys, JOB, "--backend", seeded.url, "--env-file", str(env_file), "--id", "rl-1-5")
     assert code == 0
-    assert out.splitlines()[0] == "Rollout rl-1-5: train step 1, index 5, seed 12, reward 0.250, 2 turn(s)"
+    assert out.splitlines()[0] == "Rollout rl-1-5: train step 1, index 5, seed 12, reward 0.250, 2 turns"
     assert "Turn 1  reward 0.000\n  | Turn 1.\n  | state: pos=0,1\n  images: 2 (1 not kept)\n" in out
     assert '  action:  move(direction="down")\n  applied: action="down" moved=true' in out
     assert "Turn 2 (done)  reward 0.250" in out
@@ -120,7 +120,7 @@ def test_an_unknown_job_names_the_path_asked_not_the_fallback(seeded, env_file, 
     code = main([*command, "--backend", seeded.url, "--env-file", str(env_file)])
     err = capsys.readouterr().err
     assert code == ExitCode.BACKEND
-    assert "GET /api/rl/jobs/job_nothing" in err and "/learning/jobs/job_nothing" not in err
+    assert "GET /api/rl/jobs/job_nothing" in err and "/learning/jobs" not in err
     assert "Job job_nothing was not found" in err
     assert f"The backend at {seeded.url}/api has no job job_nothing, or no RL jobs at all." in err
 

@@ -396,9 +396,12 @@ def test_an_embedded_backend_that_stops_fails_every_unfinished_job_of_it(tmp_pat
         history.record_submission(job_id=job_id, backend=backend, config_path=None, payload=None,
                                   idempotency_key=None)
     history.record_progress("job_d", status="succeeded", final=True)
-    stop_backend_jobs(history, "http://127.0.0.1:1/api")
+    stop_backend_jobs(history, "http://127.0.0.1:1/api", "the demo ended before the job did")
     assert {r.job_id: r.status for r in history.list()} == {
         "job_a": "failed", "job_b": "failed", "job_c": "queued", "job_d": "succeeded"}
+    notes = {r.job_id: r.end_note for r in history.list()}
+    assert notes == {"job_a": "the demo ended before the job did", "job_b": "the demo ended before the job did",
+                     "job_c": None, "job_d": None}
 
 
 def test_a_job_knows_the_steps_its_config_plans():

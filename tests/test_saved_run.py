@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from app.core.paths import run_dir
-from app.core.saved_run import read_saved_run
+from app.core.saved_run import read_saved_run, run_span
 from fakes import event
 
 
@@ -39,3 +39,15 @@ def test_step_summaries_become_metric_points_and_bad_lines_are_skipped():
     assert {(p.name, p.step, p.value, p.phase) for p in saved.batch.points} == {
         ("train.mean_score", 0, 0.25, "train"), ("train.loss", 0, 0.9, "train"),
         ("train.entropy", 0, 1.2, "train"), ("eval.mean_score", 0, 0.5, "eval")}
+
+
+def test_the_saved_runs_length_and_its_points_times_come_from_the_events():
+    write_events("job_timed", [
+        json.dumps({**event(1, "rl.job.created"), "created_at": "2026-01-01T12:00:00Z"}),
+        json.dumps({**event(2, "rl.train.step", step=1, mean_score=0.5), "created_at": "2026-01-01T12:01:30Z"}),
+        json.dumps({**event(3, "rl.job.completed"), "created_at": "2026-01-01T12:02:05Z"}),
+    ])
+    saved = read_saved_run("job_timed")
+    assert saved is not None and run_span(saved.batch.events) == 125
+    assert [p.created_at for p in saved.batch.points] == ["2026-01-01T12:01:30Z"]
+    assert run_span(saved.batch.events[:1]) is None

@@ -50,6 +50,22 @@ def test_readouts_best_depends_on_direction():
     assert math.isclose(score.readouts().steps_per_minute, 60.0)
 
 
+def test_points_arriving_together_without_times_have_no_rate():
+    """A saved run read back: its points carry no time and arrive at once. Their arrival times
+    would make millions of steps a minute; no rate is shown instead."""
+    store = MetricStore()
+    store.add([MetricPoint(name="train.mean_score", step=step, value=0.1) for step in range(30)])
+    assert store.get("train.mean_score").readouts().steps_per_minute is None
+
+
+def test_the_backends_times_and_arrival_times_are_never_mixed():
+    series = MetricSeries("train.mean_score")
+    series.add(0, 0.1, now=1_767_225_600.0)  # the backend's clock (epoch seconds)
+    series.add(1, 0.2)  # no time: this process's monotonic clock
+    series.add(2, 0.3)
+    assert series.readouts().steps_per_minute is None
+
+
 def test_downsample_keeps_extremes_and_bounds_points():
     series = MetricSeries("x")
     for step in range(100_000):

@@ -12,6 +12,8 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
+from app.core.words import counted
+
 if TYPE_CHECKING:
     from app.core.picker import ConfigEntry
 
@@ -25,7 +27,7 @@ def entry_prompt(entry: ConfigEntry) -> Content:
         parts.append(("  --config", "$text-primary"))
     if not entry.ok:
         count = entry.problem_count
-        parts.append((f"  {count} problem{'s' if count != 1 else ''}", "$text-error"))
+        parts.append((f"  {counted(count, 'problem')}", "$text-error"))
     return Content.assemble(*parts)
 
 

@@ -10,6 +10,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from app.core.redact import printable
+from app.core.words import counted
 
 if TYPE_CHECKING:  # the schema's modules come with the first config, after the first frame (docs/performance.md)
     from app.core.picker import ConfigEntry
@@ -50,7 +51,7 @@ def verdict_heading(entry: ConfigEntry) -> Content:
         return Content.assemble(("✓ valid RL config", "bold $text-success"), ("  · enter chooses it", "$text-muted"))
     count = entry.problem_count
     return Content.assemble(
-        (f"✗ {count} problem{'s' if count != 1 else ''}", "bold $text-error"),
+        (f"✗ {counted(count, 'problem')}", "bold $text-error"),
         ("  · fix them in the file; this preview reloads when it changes", "$text-muted"),
     )
 

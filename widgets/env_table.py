@@ -17,8 +17,17 @@ from textual.widgets import DataTable
 from app.core.envfile import ResolvedKey
 from app.core.redact import printable
 
+# What a key this run can do without is still used for, when it is set (the line under the table).
+OPTIONAL_USES = {
+    "TASK_APP_URL": "When set, verification checks this task app and the job trains on it (it comes before the "
+                    "config's [services].task_url; --task-url comes before both).",
+}
+NOT_SAVED = "not saved yet"
 
-def source_label(key: ResolvedKey) -> str:
+
+def source_label(key: ResolvedKey, *, edited: bool = False) -> str:
+    if edited and key.source == "file":
+        return NOT_SAVED  # in the .env in memory only: ctrl+s writes it
     if key.source == "alias":
         return f"alias {key.origin}"
     if key.source == "flag":
@@ -28,8 +37,9 @@ def source_label(key: ResolvedKey) -> str:
     return key.source  # shell, file or missing
 
 
-def describe(key: ResolvedKey, file_label: str) -> str:
-    """One sentence about where a key's value comes from, for the line under the table."""
+def describe(key: ResolvedKey, file_label: str, *, edited: bool = False) -> str:
+    """One sentence about where a key's value comes from, for the line under the table.
+    ``edited``: set in this screen and not saved yet (its value is not in the file on disk)."""
     if key.source == "missing":
         if key.required:
             return f"{key.name} is required and has no value: press enter to set it in {file_label}."
@@ -41,11 +51,14 @@ def describe(key: ResolvedKey, file_label: str) -> str:
         "flag": f"the {key.origin} flag",
         "modal": f"{key.origin} (read for this session; not in {file_label} unless you save it there)",
     }[key.source]
-    text = f"{key.name} = {key.display}, from {where}."
+    if edited and key.source == "file":
+        text = f"{key.name} = {key.display}, set here and {NOT_SAVED}: ctrl+s writes it to {file_label}."
+    else:
+        text = f"{key.name} = {key.display}, from {where}."
     if key.shell_overrides_file:
         text += f" {file_label} sets another value, which is not used while the shell's is set."
     if not key.required:
-        text += " Not one of the keys the train run needs."
+        text += " " + OPTIONAL_USES.get(key.name, "Not one of the keys the train run needs.")
     return text
 
 
@@ -99,7 +112,8 @@ class MaskedEnvTable(DataTable):
     def _cells(self, key: ResolvedKey, edited: bool) -> tuple[Text, Text, Text, Text]:
         name = Text(key.name, style=Style(bold=key.required))
         value = Text(printable(key.display), style=self._style("foreground-muted") if not key.value else "")
-        source = Text(source_label(key), style=self._style("text-error") if key.source == "missing" else "")
+        source = Text(source_label(key, edited=edited),
+                      style=self._style("text-error") if key.source == "missing" else "")
         return name, value, source, self._note(key, edited)
 
     def _note(self, key: ResolvedKey, edited: bool) -> Text:

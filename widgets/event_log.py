@@ -16,6 +16,7 @@ from rich.highlighter import Highlighter
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical
 from textual.geometry import Region, Size
 from textual.reactive import Reactive
@@ -97,6 +98,10 @@ class LogLines(Log):
       a kept Strip keeps seven small caches alive with it; caching them (tried) made the
       garbage collector's full passes ten times busier than the renders it saved.
     - The widget's style once per repaint, not once per line (it walks the ancestors)."""
+
+    # End scrolls to the last line, which resumes following the log (EventLog.tailing): said so
+    # on `?`, where the focused log's key would otherwise hide the dashboard's own "Follow log".
+    BINDINGS = [Binding("end", "scroll_end", "Follow log", show=False)]
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 

@@ -19,8 +19,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.events import Resize
 from textual.reactive import reactive
 from textual.timer import Timer
@@ -30,6 +32,7 @@ from textual.widgets import Static
 from app.core.compare import ComparedRun, run_labels
 from app.core.series import (
     SMOOTHING_MODES,
+    SPLITS,
     ChartPanel,
     MetricSeries,
     MetricStore,
@@ -39,6 +42,7 @@ from app.core.series import (
     shown_number,
     sparkline,
     split_label,
+    split_slot,
     window,
 )
 from widgets.plot_canvas import PlotCanvas
@@ -56,11 +60,20 @@ OVERLAY_COLORS = ((120, 120, 150), (150, 120, 120), (120, 150, 120), (140, 140, 
 # share its grey, so its second line onwards is dotted (docs/product.md#compare-runs).
 SOLID = ("braille", "━")
 DOTTED = ("•", "┅")
-# Without colour (NO_COLOR), every line of a chart has its own glyph, the live run's first
-# line solid; the raw line behind a smoothed one is small dots (docs/product.md#metrics-grid).
+# Without colour (NO_COLOR), every line of a chart has its own glyph, the live run's train
+# solid; a series keeps its glyph on every chart of a view, as it is chosen by the series'
+# run and split, not its place in one chart (series_mark). The raw line behind a smoothed one
+# is small dots (docs/product.md#metrics-grid).
 NO_COLOR_LINES = (SOLID, ("•", "•"), ("x", "x"), ("+", "+"), ("o", "o"), ("*", "*"), ("#", "#"), ("=", "="),
                   ("%", "%"), ("@", "@"))
 RAW_NO_COLOR = ("·", "·")
+
+
+def series_mark(run_index: int, slot: int) -> tuple[str, str]:
+    """The (marker, glyph) of a series without colour: by its run (0 the live one) and its
+    split (``split_slot``), so the live eval is the same mark in every chart, and an earlier
+    run's train never takes it where the live run has no eval."""
+    return NO_COLOR_LINES[(run_index * len(SPLITS) + slot) % len(NO_COLOR_LINES)]
 
 
 @dataclass(frozen=True)
@@ -69,10 +82,32 @@ class Line:
 
     series: MetricSeries
     color: object
-    label: str
+    run: str  # its run's short label ("" for the live run of a dashboard)
+    split: str  # "train", "eval", or the series' name when it has no split
     overlay: bool
     marker: str  # plotext's
     glyph: str  # its legend mark
+
+    @property
+    def label(self) -> str:
+        return f"{self.run} {self.split}" if self.run else self.split
+
+    def short_label(self, run_chars: int | None) -> str:
+        """The label with the run's id cut to ``run_chars`` characters (0: left out), never
+        the split: a legend that must shrink loses the ids' tails first."""
+        if run_chars is None or not self.run:
+            return self.label
+        bare = self.run.removesuffix("…")
+        run = "" if run_chars <= 0 else self.run if len(bare) <= run_chars else bare[:run_chars] + "…"
+        return f"{run} {self.split}" if run else self.split
+
+
+# A legend too long for its chart's top border tries these in turn, rather than let the border
+# cut it at its end: the runs' ids cut to so many characters (0: the glyph and the split
+# alone; the readouts rows below name every run), and one space between entries, not two.
+LEGEND_FITS = (*((chars, "  ") for chars in (None, 6, 4)), *((chars, " ") for chars in (None, 6, 4, 2, 0)))
+LEGEND_LAST_RUN_CHARS = 2  # the ids in a legend that names only its first lines
+LEGEND_BORDER_CELLS = 4  # the border's corners and the rule either side of the title
 
 
 def number(value: float | None) -> str:
@@ -162,30 +197,31 @@ class MetricChart(Vertical):
         eval (its every series of this measure), in legend order; ``with_empty``: the live
         run's series that have no points yet too (the legend names them from the start)."""
         no_color = self.grid.no_color
-        count = len(self.panel.series)
-        live_label = f"{self.grid.live_label} " if self.grid.live_label else ""
+        live_label = self.grid.live_label or ""
         found = []
-        for index, name in enumerate(self.panel.series):
+        for name in self.panel.series:
             series = self.grid.store.get(name)
             if series is None or not len(series):
                 if not with_empty:
                     continue
                 series = MetricSeries(name)
-            marker, glyph = NO_COLOR_LINES[index % len(NO_COLOR_LINES)] if no_color else SOLID
-            found.append(Line(series, LIVE_COLORS[index % len(LIVE_COLORS)], f"{live_label}{split_label(name)}",
+            slot = split_slot(name)
+            marker, glyph = series_mark(0, slot) if no_color else SOLID
+            found.append(Line(series, LIVE_COLORS[slot % len(LIVE_COLORS)], live_label, split_label(name),
                               False, marker, glyph))
         for run_index, run in enumerate(self.grid.overlays):
             color = OVERLAY_COLORS[run_index % len(OVERLAY_COLORS)]
             label = self.grid.run_label(run.job_id)
-            for index, name in enumerate(self.panel.series):
+            for name in self.panel.series:
                 series = run.store.get(name)
                 if series is None or not len(series):
                     continue
+                slot = split_slot(name)
                 if no_color:
-                    marker, glyph = NO_COLOR_LINES[(count * (run_index + 1) + index) % len(NO_COLOR_LINES)]
+                    marker, glyph = series_mark(run_index + 1, slot)
                 else:
-                    marker, glyph = SOLID if index == 0 else DOTTED
-                found.append(Line(series, color, f"{label} {split_label(name)}", True, marker, glyph))
+                    marker, glyph = SOLID if slot == 0 else DOTTED
+                found.append(Line(series, color, label, split_label(name), True, marker, glyph))
         return found
 
     def live_series(self) -> list[tuple[MetricSeries, str]]:
@@ -197,14 +233,37 @@ class MetricChart(Vertical):
         return [(line.series, line.color, line.label) for line in self.lines() if line.overlay]
 
     def legend(self) -> str:
+        """The chart's title and a mark and name per line, made to fit the top border: the
+        runs' ids are shortened first, never the splits (a border cuts its title at the end,
+        which lost "train"/"eval" and put a second "…" after an id's own)."""
         focus = "▶ " if self.has_focus or self.grid.focused_panel == self.panel.key else ""
-        parts = [f"[b]{focus}{self.panel.title}[/b]"]
-        parts += [f"{legend_mark(line.color, line.glyph)} [dim]{line.label}[/]" if line.overlay
-                  else f"{legend_mark(line.color, line.glyph)} {line.label}" for line in self.lines(with_empty=True)]
+        lines = self.lines(with_empty=True)
         live = self.live_series()
-        if live and self.has_class("-compact"):  # no readouts row: the step goes here
-            parts.append(f"step {live[0][0].readouts().step}")
-        return "  ".join(parts)
+        # no readouts row: the step goes here
+        step = [f"step {live[0][0].readouts().step}"] if live and self.has_class("-compact") else []
+        room = self.size.width - LEGEND_BORDER_CELLS
+
+        def entries(run_chars: int | None) -> list[str]:
+            return [f"[b]{focus}{self.panel.title}[/b]"] + [
+                f"{legend_mark(line.color, line.glyph)} [dim]{line.short_label(run_chars)}[/]" if line.overlay
+                else f"{legend_mark(line.color, line.glyph)} {line.short_label(run_chars)}" for line in lines]
+
+        def fits(legend: str) -> bool:
+            return cell_len(Content.from_markup(legend).plain) <= room
+
+        for run_chars, gap in LEGEND_FITS:
+            legend = gap.join(entries(run_chars) + step)
+            if not self.size.width or fits(legend):
+                return legend
+        # Still too long: whole entries from the end give way to "+N" (the readouts rows name
+        # every line); those kept still name their run.
+        parts = entries(LEGEND_LAST_RUN_CHARS)
+        while len(parts) > 1:
+            parts.pop()
+            legend = " ".join([*parts, f"+{len(lines) - (len(parts) - 1)}", *step])
+            if fits(legend):
+                break
+        return legend
 
     def _view_key(self) -> tuple:
         """What the chart shows; checked ten times a second, so it queries no widget."""
@@ -247,7 +306,8 @@ class MetricChart(Vertical):
 
     def _readouts(self) -> str:
         """One row per line (labelled when the chart has several), the live run's first: all
-        its numbers when the row fits, else fewer; an earlier run's row is its last and best."""
+        its numbers when the row fits, else fewer; an earlier run's row is its last, best and
+        step."""
         lines = self.lines()
         if not lines:
             return "waiting for metrics…"
@@ -262,8 +322,9 @@ class MetricChart(Vertical):
             name = f"{line.label:<{widths[line.overlay]}}  " if len(lines) > 1 or line.overlay else ""
             readouts = line.series.readouts()
             short = f"{name}{number(readouts.last)}  {best_text(readouts)}"
-            choices = [short] if line.overlay else [name + format_readouts(readouts, full=True),
-                                                    name + format_readouts(readouts, full=False), short]
+            # An earlier run's row: last, best and step, as the live run's short row (not its rate).
+            choices = [name + format_readouts(readouts, full=False), short] if line.overlay else [
+                name + format_readouts(readouts, full=True), name + format_readouts(readouts, full=False), short]
             rows.append(next((row for row in choices if len(row) <= room), choices[-1]))
         return "\n".join(rows)
 

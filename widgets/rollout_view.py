@@ -14,6 +14,7 @@ from textual.content import Content
 from textual.widgets import Static
 
 from app.core.redact import printable
+from app.core.words import counted
 from widgets.rollout_image import RolloutImage
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def shown_reward(value: float | None) -> str:
 def summary_line(summary: RolloutSummary) -> str:
     seed = "?" if summary.seed is None else str(summary.seed)
     return (f"{summary.phase} step {summary.step} · seed {seed} · reward {summary.reward:.3f} · "
-            f"{summary.turns} turn{'s' if summary.turns != 1 else ''}")
+            f"{counted(summary.turns, 'turn')}")
 
 
 def turn_heading(turn: RolloutTurn) -> Content:
@@ -70,11 +71,11 @@ def turn_body(turn: RolloutTurn, previous: RolloutTurn | None) -> Content:
     lines: list[Content] = [changed_words(previous.observation if previous else None, turn.observation)]
     if len(turn.images) > MAX_IMAGES_A_TURN:
         more = len(turn.images) - MAX_IMAGES_A_TURN
-        lines.append(Content.styled(f"[{more} more image{'s' if more != 1 else ''} in this observation]",
+        lines.append(Content.styled(f"[{counted(more, 'more image')} in this observation]",
                                     "$text-muted"))
     if turn.images_omitted:
         count = turn.images_omitted
-        lines.append(Content.styled(f"[{count} image{'s' if count != 1 else ''} not kept by the backend: too large, "
+        lines.append(Content.styled(f"[{counted(count, 'image')} not kept by the backend: too large, "
                                     "too many, or holding a key]", "$text-muted"))
     lines.append(Content.assemble(("→ ", "$accent"), (printable(turn.action) or "(no tool call)", "bold")))
     if turn.applied:

@@ -38,6 +38,7 @@ from app.core.wire import (
     items_of,
     job_id_problem,
 )
+from app.core.words import counted
 
 DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # Idle connections are dropped before a server would close them (uvicorn's default is 5 s), so
@@ -339,12 +340,13 @@ class SynthClient:
         raise self._job_not_found(job_id, suffix, what, errors[0])
 
     def _job_not_found(self, job_id: str, suffix: str, what: str, first: NotFoundError) -> NotFoundError:
-        """Both job paths answered 404: the error names the path asked first (/rl/jobs, the one the
-        user's backend is meant to serve), not the older fallback, and says plainly what is missing."""
+        """Both job paths answered 404: the error names only the path the user's command asked for
+        (/rl/jobs, the one the user's backend is meant to serve), never the older fallback tried
+        behind it, and says plainly what is missing."""
         asked = f"{urlsplit(self.base_url).path.rstrip('/')}{job_path('/rl/jobs', job_id, suffix)}"
         return NotFoundError(
-            f"Job {job_id} was not found ({what}): GET {asked} answered 404 ({first.body_summary() or 'no detail'}), "
-            f"as did the older /learning/jobs route. The backend at {self.base_url} has no job {job_id}, or no RL "
+            f"Job {job_id} was not found ({what}): GET {asked} answered 404 ({first.body_summary() or 'no detail'}). "
+            f"The backend at {self.base_url} has no job {job_id}, or no RL "
             "jobs at all.",
             "Check the job id (`synth-tui jobs` lists the jobs a backend has) and that --backend points at the "
             "service that ran it.", status=404, body=first.body)
@@ -522,7 +524,7 @@ class SynthClient:
         if capped:
             note = f"only the newest {max_jobs:,} jobs are listed; the backend may hold more"
         if skipped:
-            note = "; ".join(filter(None, [note, f"{skipped} job(s) with an unusable id left out"]))
+            note = "; ".join(filter(None, [note, f"{counted(skipped, 'job')} with an unusable id left out"]))
         return JobList(jobs, pages, capped, note)
 
     async def stream_events(self, job_id: str, since_seq: int) -> AsyncIterator[JobEvent]:

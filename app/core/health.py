@@ -17,6 +17,7 @@ import httpx
 
 from app.core.client import describe_exception, ssl_context
 from app.core.redact import key_prefix, mask_prefixes, mask_secret, redact
+from app.core.words import counted
 
 HEALTH_TIMEOUT_S = 30.0
 
@@ -136,7 +137,7 @@ def _judge(attempt: HealthAttempt) -> None:
         # Our task apps report "allowed_prefixes" (4 characters); the SDK's "allowed_first15".
         reported = error.get("allowed_prefixes") or error.get("allowed_first15") or []
         allowed = [key_prefix(p) for p in reported if p != "****"]
-        expected = f" It accepts {len(allowed)} key(s) starting with {', '.join(allowed)}" if allowed else ""
+        expected = f" It accepts {counted(len(allowed), 'key')} starting with {', '.join(allowed)}" if allowed else ""
         attempt.reason = f"the task app rejected ENVIRONMENT_API_KEY {attempt.key_hint} (HTTP {status}).{expected}"
         attempt.fix = ("Set ENVIRONMENT_API_KEY to the key the task app was started with; a key made for "
                        "another task app will not work.")

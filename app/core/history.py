@@ -31,12 +31,13 @@ CREATE TABLE IF NOT EXISTS runs (
     last_status TEXT,
     last_metrics TEXT,
     rerun_of TEXT,
-    env_path TEXT
+    env_path TEXT,
+    end_note TEXT
 );
 """
 # Columns added after the first release, with their types: a file written by an older version
 # gets them (ALTER TABLE ... ADD COLUMN) the first time it is opened, and its rows read as NULL.
-_ADDED_COLUMNS = (("env_path", "TEXT"),)
+_ADDED_COLUMNS = (("env_path", "TEXT"), ("end_note", "TEXT"))
 
 
 def utc_now() -> str:
@@ -58,6 +59,9 @@ class RunRecord:
     rerun_of: str | None
     # The .env the job was launched with (its path only), so attach and rerun find its key.
     env_path: str | None = None
+    # Why this machine recorded the job's end itself (its embedded backend stopped with the app
+    # or the demo), when it did; None when the backend said how the job ended.
+    end_note: str | None = None
 
     @property
     def status(self) -> str:
@@ -97,8 +101,13 @@ class RunHistory:
                  idempotency_key, now, now, rerun_of, env_path))
 
     def record_progress(self, job_id: str, *, status: str | None = None,
-                        last_metrics: Mapping[str, float] | None = None, final: bool = False) -> None:
+                        last_metrics: Mapping[str, float] | None = None, final: bool = False,
+                        note: str | None = None) -> None:
+        """``note``: why the end was recorded here rather than seen on the backend."""
         sets, values = ["updated_at = ?"], [utc_now()]
+        if note is not None:
+            sets.append("end_note = ?")
+            values.append(note)
         if status is not None:
             sets.append("last_status = ?")
             values.append(status)
@@ -124,7 +133,7 @@ class RunHistory:
 
 
 _COLUMNS = ("job_id, backend, config_path, payload, idempotency_key, created_at, updated_at, final_status,"
-            " last_status, last_metrics, rerun_of, env_path")
+            " last_status, last_metrics, rerun_of, env_path, end_note")
 
 
 def _add_missing_columns(db: sqlite3.Connection) -> None:
@@ -141,6 +150,7 @@ def _add_missing_columns(db: sqlite3.Connection) -> None:
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
-    (job_id, backend, config_path, payload, key, created, updated, final, last, metrics, rerun_of, env_path) = row
+    (job_id, backend, config_path, payload, key, created, updated, final, last, metrics, rerun_of, env_path,
+     end_note) = row
     return RunRecord(job_id, backend, config_path, json.loads(payload) if payload else None, key, created,
-                     updated, final, last, json.loads(metrics) if metrics else {}, rerun_of, env_path)
+                     updated, final, last, json.loads(metrics) if metrics else {}, rerun_of, env_path, end_note)

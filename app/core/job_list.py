@@ -97,6 +97,37 @@ def filter_rows(rows: Iterable[JobRow], text: str) -> list[JobRow]:
             or needle in (r.model or "").lower()]
 
 
+# The table's columns, and the order in which a narrow terminal gives them up: the model first,
+# then the created time; the job id is cut (with "…") before that, never below JOB_MIN_WIDTH.
+# The status and the score always stay.
+JOB_COLUMNS = ("Job", "Status", "Model", "Created", "Score")
+JOB_MIN_WIDTH = 14
+_GIVEN_UP = ("Model", "Created")
+
+
+def fit_columns(room: int, widths: Sequence[int], *, padding: int = 2) -> dict[str, int]:
+    """The columns shown in ``room`` cells, each with its width (``widths`` in JOB_COLUMNS
+    order, each column taking ``padding`` more): a column that does not fit is left out, the
+    least important first, and the job id is narrowed before the created time goes, so the
+    score stays on screen at any width."""
+    shown = dict(zip(JOB_COLUMNS, widths, strict=True))
+
+    def over() -> int:
+        return sum(width + padding for width in shown.values()) - room
+
+    for name in _GIVEN_UP:
+        if over() <= 0:
+            break
+        if name == "Created":  # the id gives up its tail before the time goes
+            shown["Job"] = max(JOB_MIN_WIDTH, shown["Job"] - over())
+            if over() <= 0:
+                break
+        del shown[name]
+    if over() > 0:
+        shown["Job"] = max(JOB_MIN_WIDTH, shown["Job"] - over())
+    return shown
+
+
 def shown_created(created_at: str | None, *, short: bool = False) -> str:
     """Local time to the minute; ``short`` drops the year (80 columns)."""
     when = parse_iso(created_at)

@@ -86,13 +86,17 @@ def remember(write: Callable[[RunHistory], None], history: RunHistory | None = N
     return None
 
 
-def stop_backend_jobs(history: RunHistory, backend: str) -> None:
-    """An embedded backend stops with the app that started it, and every job it still ran
-    with it (a rerun's original too): each is recorded failed, so none stays "running" in the
-    history for ever."""
+EMBEDDED_STOPPED = "its embedded backend stopped with the app that started it, before the job ended"
+
+
+def stop_backend_jobs(history: RunHistory, backend: str, why: str = EMBEDDED_STOPPED) -> None:
+    """An embedded backend stops with the app (or the demo) that started it, and every job it
+    still ran with it (a rerun's original too): each is recorded failed, with why, so none
+    stays "running" in the history for ever, and `synth-tui history` does not ask a backend
+    that is gone about it."""
     for record in history.list():
         if record.backend == backend and not record.final_status:
-            history.record_progress(record.job_id, status="failed", final=True)
+            history.record_progress(record.job_id, status="failed", final=True, note=why)
 
 
 def read_history(job_id: str) -> RunRecord | None:

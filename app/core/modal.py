@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.redact import printable
+from app.core.words import plural
 
 INSTALL_HINT = ("Install Modal's CLI: pip install 'synth-tui[modal]' (or pipx install modal), "
                 "then log in with `modal token new`.")
@@ -362,8 +363,8 @@ class ModalCli:
                                f"({row.created_at or 'none'}), so it does not show that it was replaced.")
         when = f" at {row.created_at}" if row.created_at else ""
         done = "replaced" if earlier is not None else "created"
-        return sent(True, f"`modal secret list` shows {name} {done}{when}, and Modal reported the key"
-                          f"{'s' if len(keys) > 1 else ''} {', '.join(keys)}.")
+        return sent(True, f"`modal secret list` shows {name} {done}{when}, and Modal reported the "
+                          f"{plural(len(keys), 'key')} {', '.join(keys)}.")
 
     def _create_secret(self, name: str, values: Mapping[str, str], *, timeout: float,
                        cancel: threading.Event | None) -> str:

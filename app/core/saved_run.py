@@ -14,7 +14,7 @@ from pathlib import Path
 
 from app.core.feed import FeedBatch
 from app.core.paths import run_dir
-from app.core.wire import JobEvent, MetricPoint
+from app.core.wire import JobEvent, MetricPoint, parse_iso
 
 # Event type -> (phase, {data field: metric name}) for the metrics a saved event carries.
 METRICS_IN_EVENTS: dict[str, tuple[str, dict[str, str]]] = {
@@ -70,5 +70,15 @@ def metrics_from_events(events: list[JobEvent]) -> list[MetricPoint]:
         for field, name in fields.items():
             value = event.data.get(field)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                points.append(MetricPoint(name=name, value=float(value), step=step, phase=phase))
+                points.append(MetricPoint(name=name, value=float(value), step=step, phase=phase,
+                                          created_at=event.created_at))
     return points
+
+
+def run_span(events: list[JobEvent]) -> int | None:
+    """Seconds from the first saved event to the last, by their created_at (the backend's
+    clock): how long the saved run lasted, for the header's clock. None without two times."""
+    times = [at for at in (parse_iso(event.created_at) for event in events) if at is not None]
+    if len(times) < 2:
+        return None
+    return max(0, int((max(times) - min(times)).total_seconds()))

@@ -62,6 +62,9 @@ def is_score(name: str) -> bool:
 
 
 MAX_CHARTED = 1e15
+# A rate needs its points spread over at least this many seconds: points that arrive together
+# with no time of their own (a saved run read back) would otherwise make millions a minute.
+MIN_RATE_SPAN_S = 1.0
 
 class MetricSeries:
     """One metric's points in step order, with its smoothed copies kept incrementally."""
@@ -76,7 +79,8 @@ class MetricSeries:
         self.version = 0
         self.minimum = math.inf
         self.maximum = -math.inf
-        self._arrivals: list[tuple[float, float]] = []  # (monotonic time, step), recent only
+        self._arrivals: list[tuple[float, float]] = []  # (time, step), recent only
+        self._backend_clock: bool | None = None  # whether _arrivals hold the backend's times
 
     def __len__(self) -> int:
         return len(self.steps)
@@ -94,6 +98,8 @@ class MetricSeries:
             self._smooth_next()
         self.minimum = min(self.minimum, value)
         self.maximum = max(self.maximum, value)
+        if self._backend_clock != (now is not None):  # two clocks' times are never compared
+            self._backend_clock, self._arrivals = now is not None, []
         self._arrivals.append((time.monotonic() if now is None else now, step))
         del self._arrivals[:-20]
         self.version += 1
@@ -128,7 +134,7 @@ class MetricSeries:
         rate = None
         if len(self._arrivals) >= 2:
             (t0, s0), (t1, s1) = self._arrivals[0], self._arrivals[-1]
-            if t1 > t0:
+            if t1 - t0 >= MIN_RATE_SPAN_S:
                 rate = (s1 - s0) / (t1 - t0) * 60.0
         return Readouts(self.name, self.values[-1], best, self.minimum, self.maximum, int(self.steps[-1]), rate)
 
@@ -266,6 +272,13 @@ def chart_panels(names: Iterable[str], preferred: str | None = None) -> list[Cha
 def _split_order(name: str) -> int:
     split = name.partition(".")[0]
     return SPLITS.index(split) if split in SPLITS else len(SPLITS)
+
+
+def split_slot(name: str) -> int:
+    """A series' place among the splits (train 0, eval 1; a measure without a split 0): with
+    its run, what gives it the same mark on every chart of a view (widgets/metrics_grid.py)."""
+    split = name.partition(".")[0]
+    return SPLITS.index(split) if split in SPLITS and _measure(name) != name else 0
 
 
 def split_label(name: str) -> str:

@@ -24,6 +24,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 
 from app.core import discovery
 from app.core.display_paths import home_relative
+from app.core.words import counted
 from app.screens.base import FlowScreen
 from widgets.app_header import AppHeader
 from widgets.config_list import ConfigList
@@ -319,7 +320,7 @@ class ConfigPickerScreen(FlowScreen):
     def _refuse(self, entry: ConfigEntry) -> None:
         count = entry.problem_count
         self.notify(
-            f"{entry.label} has {count} problem{'s' if count != 1 else ''} (listed in the preview). "
+            f"{entry.label} has {counted(count, 'problem')} (listed in the preview). "
             "Fix the file and it reloads here, or choose another config.",
             title="This config cannot be used", severity="error", markup=False,
         )

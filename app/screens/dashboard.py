@@ -31,9 +31,10 @@ from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
 from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
 from app.core.paths import run_dir
+from app.core.saved_run import run_span
 from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
-from app.core.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, parse_iso
+from app.core.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from app.screens.overlays import OverlayActions
@@ -110,6 +111,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.reconnecting = ""
         self.policy: tuple[str, bool] | None = None  # what trains it (events.policy_badge)
         self.ended = False
+        # The job was seen not yet ended by this dashboard: only then does its end notify and
+        # ring the bell (attaching to a job that had already ended says so in the panel only).
+        self.seen_running = False
         self.completion_warning: str | None = None  # a warning-level completion event's message
         self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
         self.end_message: str | None = None  # why the watch stopped, when it did not see the job end
@@ -161,7 +165,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def _show_read_only(self, why: str) -> None:
         """A saved run: the header says so, the end panel says why and where it was read."""
         self.ended = True  # nothing runs here: q asks nothing
-        self.finished_after = 0
+        # The clock: how long the saved run lasted, first event to last (its own times).
+        replay = self.job.replay
+        self.finished_after = (run_span(replay.events) if replay is not None else None) or 0
         final = self.query_one("#dash-final")
         final.display = True
         self.query_one("#dash-final-text", Static).update(why)
@@ -236,6 +242,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
                  and (e.level or "").lower() == "warning"), self.completion_warning)
         if batch.status is not None:
             self.status = batch.status.status
+            self.seen_running = self.seen_running or not is_terminal_status(self.status)
             self.created_at = self.created_at or parse_iso(batch.status.created_at)
         if batch.connection is not None and not self.watch_stopped:
             self.reconnecting = batch.connection.message if batch.connection.reconnecting else ""
@@ -300,11 +307,13 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             severity: SeverityLevel = "information" if status in SUCCESS_STATUSES else "error"
             if status in SUCCESS_STATUSES and self.completion_warning:
                 text = f"Warning: {self.completion_warning}\n{text}"
-                self.notify(f"Job {self.job.job_id} {status}, but: {self.completion_warning}",
-                            title="Job finished with a warning", severity="warning", markup=False)
-            else:
+                if self.seen_running:
+                    self.notify(f"Job {self.job.job_id} {status}, but: {self.completion_warning}",
+                                title="Job finished with a warning", severity="warning", markup=False)
+            elif self.seen_running:
                 self.notify(f"Job {self.job.job_id} {status}", title="Job finished", severity=severity)
-            self.app.bell()
+            if self.seen_running:  # a job that had ended before it was opened here is no news
+                self.app.bell()
         self.query_one("#dash-final-text", Static).update(text)
 
     def _elapsed(self) -> int:

@@ -136,6 +136,9 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         env = self.session.env
         return display_path(env.path, self.cwd) if env is not None else ".env"
 
+    def disk_state_shown(self) -> None:
+        self.query_one("#env-status", Static).update(self._status())
+
     def _refresh(self, select: str | None = None) -> None:
         self.query_one("#env-header", Static).update(self._header())
         self.query_one("#env-status", Static).update(self._status())
@@ -178,6 +181,9 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         if missing:
             return Content.assemble(("✗ Missing: ", "bold $text-error"), (", ".join(missing), "bold"),
                                     " — select its row: enter sets it, m takes it from Modal (a adds any key).")
+        if self.disk_changed:  # c waits for the reload (the notice above says so)
+            return Content.assemble(("✓ Every required key has a value", "$text-success"),
+                                    " as read — r reloads the changed file first.")
         return Content.assemble(("✓ Every required key has a value", "$text-success"),
                                 " — c continues to verification.")
 
@@ -203,7 +209,8 @@ class EnvReviewScreen(ModalActions, DiskWatch):
     def _describe_selected(self) -> None:
         name = self.query_one(MaskedEnvTable).selected_key
         key = next((k for k in self.session.resolved if k.name == name), None)
-        self.query_one("#env-detail", Static).update(describe(key, self.file_label()) if key else "")
+        self.query_one("#env-detail", Static).update(
+            describe(key, self.file_label(), edited=key.name in self.edited) if key else "")
 
     @on(DataTable.RowSelected, "#env-table")
     def _row_chosen(self) -> None:

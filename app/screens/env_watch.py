@@ -58,9 +58,13 @@ class DiskWatch(FlowScreen):
         return any(worker.node is self and worker.group in _FILE_WORKERS and not worker.is_finished
                    for worker in self.app.workers)
 
+    def disk_state_shown(self) -> None:
+        """A screen whose other lines depend on the disk state redraws them here."""
+
     def watch_disk_changed(self, changed: bool) -> None:
         notice = self.query_one("#env-disk", Static)
         notice.display = changed
+        self.disk_state_shown()
         if not changed:
             return
         label = self.file_label()

@@ -27,6 +27,7 @@ from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes,
 from app.core.redact import printable
 from app.core.series import default_metric
 from app.core.wire import SUCCESS_STATUSES, is_terminal_status
+from app.core.words import counted
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
 from widgets.app_header import AppHeader
@@ -153,8 +154,8 @@ class HistoryScreen(FlowScreen):
             return
         self.checking = True
         backends = len({record.backend for record in stale})
-        self._render_header(f"Checking {len(stale)} unfinished job{'s' if len(stale) != 1 else ''} "
-                            f"with {backends} backend{'s' if backends != 1 else ''}…")
+        self._render_header(f"Checking {counted(len(stale), 'unfinished job')} "
+                            f"with {counted(backends, 'backend')}…")
         answers: list[StatusAnswer] = []
         try:
             async for answer in refresh_statuses(self.session, stale):
@@ -251,6 +252,8 @@ class HistoryScreen(FlowScreen):
                  f"config {record.config_path or '— (attached, not launched here)'}"]
         if record.last_metrics:
             lines.append(f"last metrics {metrics_text(record.last_metrics, 4)}")
+        if record.end_note:
+            lines.append(f"{record.status}: {record.end_note}")
         detail.update("\n".join(printable(line) for line in lines))
 
     @on(DataTable.RowSelected, "#history-table")

@@ -19,6 +19,7 @@ from app.core.job_list import (
     JobRow,
     ScoreBook,
     filter_rows,
+    fit_columns,
     merge_scores,
     next_sort,
     probe_jobs_backend,
@@ -31,6 +32,7 @@ from app.core.job_list import (
 from app.core.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.jobs import JobContext, read_history
 from app.core.redact import redact
+from app.core.words import counted
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
 from widgets.app_header import AppHeader
@@ -38,14 +40,16 @@ from widgets.cells import cell
 from widgets.job_header import STATUS_CLASSES, shown_text
 from widgets.table_keys import highlighted_key
 
-# Column widths: (job, status, model, created, score) at 80 columns and from NARROW_BELOW up.
+# Column widths: (job, status, model, created, score) below NARROW_BELOW and from it up; below
+# 80 columns fit_columns leaves out the model, then the created time, so the score stays.
 NARROW_BELOW = 110
+SCROLLBAR_ROOM = 2  # the table's vertical scrollbar, when the rows outgrow it
 NARROW_WIDTHS = (28, 9, 12, 11, 5)
 WIDE_WIDTHS = (34, 10, 40, 16, 7)
 STATUS_STYLES = {"ok": "green", "bad": "red", "warn": "yellow"}
 
 
-def _cell(value: str, width: int, style: str = "") -> Text:
+def _cell(value: str, style: str, width: int) -> Text:
     """A cell's text, cut with … to its column (never markup: the backend's words). Cut here,
     not only when drawn, so the row holds what is shown (the filter and the tests read it)."""
     return cell(value if len(value) <= width else value[: width - 1] + "…", style)
@@ -103,7 +107,7 @@ class JobsScreen(FlowScreen):
         self.reading = False
         self._probed = False
         self._read_again = False
-        self._narrow: bool | None = None
+        self._columns: dict[str, int] | None = None
 
     def compose(self) -> ComposeResult:
         yield AppHeader()
@@ -123,8 +127,7 @@ class JobsScreen(FlowScreen):
                 self.set_interval(self.refresh_every, self._tick, name="jobs-refresh")
 
     def on_resize(self, event: events.Resize) -> None:
-        if (event.size.width < NARROW_BELOW) != self._narrow:
-            self._show()
+        self._show()
 
     # -- reading the backend ----------------------------------------------------------------
 
@@ -185,21 +188,24 @@ class JobsScreen(FlowScreen):
     def _show(self) -> None:
         table = self.query_one(DataTable)
         narrow = self.size.width < NARROW_BELOW
-        widths = NARROW_WIDTHS if narrow else WIDE_WIDTHS
-        if narrow != self._narrow:
-            self._narrow = narrow
+        columns = fit_columns(self.size.width - SCROLLBAR_ROOM, NARROW_WIDTHS if narrow else WIDE_WIDTHS,
+                              padding=2 * table.cell_padding)
+        if columns != self._columns:
+            self._columns = columns
             table.clear(columns=True)
-            for label, width in zip(("Job", "Status", "Model", "Created", "Score"), widths, strict=True):
-                table.add_column(label, width=width, key=label.lower())
+            for label, width in columns.items():
+                table.add_column(_cell(label, "", width), width=width, key=label.lower())
         selected = self.selected()
         table.clear()
         shown = self._shown()
         for row in shown:
             style = STATUS_STYLES.get(STATUS_CLASSES.get(row.status, ""), "cyan")
-            model = short_model(row.model) if narrow else row.model or NO_VALUE
-            table.add_row(_cell(row.job_id, widths[0]), _cell(row.status, widths[1], style), _cell(model, widths[2]),
-                          _cell(shown_created(row.created_at, short=narrow), widths[3]),
-                          Text(shown_score(row.score), justify="right"), key=row.job_id)
+            values = {"Job": (row.job_id, ""), "Status": (row.status, style),
+                      "Model": (short_model(row.model) if narrow else row.model or NO_VALUE, ""),
+                      "Created": (shown_created(row.created_at, short=narrow), "")}
+            table.add_row(*(_cell(*values[label], width) if label in values else
+                            Text(shown_score(row.score), justify="right") for label, width in columns.items()),
+                          key=row.job_id)
         if selected is not None and any(r.job_id == selected.job_id for r in shown):
             table.move_cursor(row=table.get_row_index(selected.job_id))
         self._render_header(len(shown))
@@ -207,7 +213,7 @@ class JobsScreen(FlowScreen):
     def _render_header(self, shown: int) -> None:
         total = len(self.rows)
         running = sum(1 for r in self.rows if not r.terminal)
-        count = f"{total} jobs" if shown == total else f"{shown} of {total} jobs"
+        count = counted(total, "job") if shown == total else f"{shown} of {counted(total, 'job')}"
         parts = [f"backend {shown_text(self.session.backend_base)}", f"[b]{count}[/b] ({running} active)",
                  f"sort: {self.sort_by}"]
         if self.status_filter:

@@ -78,6 +78,11 @@ class ErrorModal(ModalScreen[None], BuildGuard):
         self.dismiss(None)
 
 
+# The help dialog's rows besides its table: border 2, padding 2, title 2, hint 2.
+HELP_CHROME_ROWS = 8
+HELP_MAX_ROWS = 24
+
+
 class HelpModal(ModalScreen[None], BuildGuard):
     """Every binding of the screen the user was on, with what it does."""
 
@@ -100,6 +105,17 @@ class HelpModal(ModalScreen[None], BuildGuard):
         for key, description in self.rows:
             table.add_row(key, description)
         table.focus()
+        self._fit_table()
+
+    def on_resize(self) -> None:
+        self._fit_table()
+
+    def _fit_table(self) -> None:
+        """The table scrolls inside the dialog: it gets what the dialog's 90% of the screen
+        leaves after its border, padding, title and hint (at 80x24 a fixed cap let the last rows
+        fall below the screen, where no scrolling reached them)."""
+        room = int(self.size.height * 0.9) - HELP_CHROME_ROWS
+        self.query_one(DataTable).styles.max_height = max(3, min(HELP_MAX_ROWS, room))
 
     def action_close(self) -> None:
         self.dismiss(None)

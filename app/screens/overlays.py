@@ -8,6 +8,8 @@ import asyncio
 from textual import work
 
 from app.core.compare import earlier_runs, read_runs
+from app.core.history import RunRecord
+from app.core.history_refresh import needs_refresh, refresh_statuses
 from app.core.jobs import JobContext
 from app.core.wire import check_job_id
 from app.screens.base import FlowScreen
@@ -43,13 +45,25 @@ class OverlayActions(FlowScreen):
         finally:
             # The dialog is on the stack as soon as it is pushed: the keys wait for it to mount.
             self._opening_overlay_dialog = False
-        chosen = await self.app.push_screen_wait(OverlayPickerModal(earlier, [run.job_id for run in grid.overlays]))
+        dialog = OverlayPickerModal(earlier, [run.job_id for run in grid.overlays])
+        if any(map(needs_refresh, earlier)):
+            self._refresh_statuses(dialog, earlier)
+        chosen = await self.app.push_screen_wait(dialog)
         if chosen is None:
             return
         if self.job.job_id in chosen:
             chosen = [job_id for job_id in chosen if job_id != self.job.job_id]
             self.notify("This job is the live one; it is not overlaid on itself.", severity="warning")
         await self._read_overlays(chosen)
+
+    @work(exclusive=True, group="overlay-statuses", exit_on_error=False, name="Overlay statuses")
+    async def _refresh_statuses(self, dialog: OverlayPickerModal, earlier: list[RunRecord]) -> None:
+        """The dialog lists the statuses the history last recorded; a job not seen to end is asked
+        about (as `synth-tui history` does, which also records the answer), and its row shows
+        what the backend says. A backend that does not answer leaves the row as it was."""
+        async for answer in refresh_statuses(self.session, earlier):
+            if answer.status is not None:
+                dialog.show_status(answer.job_id, answer.status)
 
     @work(exclusive=True, group="overlay", exit_on_error=False, name="Overlay")
     async def _overlay(self, job_ids: list[str]) -> None:

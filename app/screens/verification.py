@@ -19,7 +19,7 @@ from textual.containers import VerticalScroll
 from textual.content import Content
 from textual.reactive import var
 from textual.timer import Timer
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from app.core.client import ApiError
@@ -40,6 +40,7 @@ from app.core.redact import mask_secret, redact
 from app.screens.base import FlowScreen
 from widgets.app_header import AppHeader
 from widgets.diagnostics import DiagnosticsTable
+from widgets.flow_footer import FlowFooter
 from widgets.json_view import JsonReportModal
 
 WORKER_GROUP = "verification"
@@ -105,7 +106,7 @@ class VerificationScreen(FlowScreen):
         with VerticalScroll(id="verify-scroll", can_focus=True):
             yield DiagnosticsTable(id="verify-table")
         yield Static(id="verify-verdict")
-        yield Footer()
+        yield FlowFooter()
 
     def on_mount(self) -> None:
         for name in ("target", "setup_problem", "backend_check", "task_app_check"):

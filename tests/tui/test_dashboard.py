@@ -6,6 +6,7 @@ import json
 import threading
 
 import pytest
+from textual.widgets import DataTable
 
 from app.core.errors import ExitCode
 from app.core.feed import FeedBatch
@@ -15,7 +16,7 @@ from app.core.session import LaunchOptions, LaunchSession
 from app.core.streaming import WatchEnded
 from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.screens.dashboard import DashboardScreen, JobContext
-from app.screens.modals import ConfirmModal, ErrorModal
+from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
 from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
@@ -442,6 +443,25 @@ async def test_the_help_key_is_in_the_footer_at_80x24():
         assert "? Help" in footer_text(app)
 
 
+async def test_help_lists_end_and_its_last_row_scrolls_into_view_at_80x24():
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpModal)
+        table = help_screen.query_one(DataTable)
+        rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        assert ("end", "Follow log") in rows
+        body = help_screen.query_one("#modal-body")
+        assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
+        last = table.row_count - 1
+        table.move_cursor(row=last)  # as the down arrow held would
+        # The last row is shown: the header row plus the rows scrolled to fit the table's box.
+        await wait_for(pilot, lambda: table.scroll_y >= last + 1 - (table.scrollable_content_region.height - 1),
+                       what="the last row in view")
+        assert table.scroll_y <= table.max_scroll_y
+
+
 async def test_q_on_a_dashboard_that_is_the_first_screen_asks_then_quits(faulty_backend):
     faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
@@ -467,22 +487,43 @@ async def test_ctrl_q_over_the_inspector_asks_while_the_job_runs(faulty_backend)
     assert app.return_value == 0
 
 
-async def test_a_success_with_a_warning_level_completion_says_so():
+async def test_a_success_with_a_warning_level_completion_says_so(faulty_backend):
     """A job that succeeded but got worse (or learned nothing): the end notice and the final
     panel carry the completion event's warning, not a plain "succeeded"."""
-    run = finished_run()
-    said = "Training finished after 30 steps, but the policy GOT WORSE: its final eval mean score 0.110 is below"
-    run.events[-1] = JobEvent(seq=34, type="rl.job.completed", level="warning", message=said,
-                              created_at="2026-01-01T12:00:33Z")
-    session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
-    session.resolve()
-    app = SynthTuiApp(session, attach=JobContext("job_snapshot", None, "configs/rl/demo.toml", "Qwen/Qwen3-0.6B",
-                                                 replay=run))
+    said = "Training finished after 2 steps, but the policy GOT WORSE: its final eval mean score 0.110 is below"
+    timeline = training_timeline(steps=2)
+    timeline[-1] = ("succeeded", [event(40, "rl.job.completed", "warning", said)], [])
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
     async with app.run_test(size=(160, 45)) as pilot:
         await wait_for(pilot, lambda: any("GOT WORSE" in str(n.message) for n in app._notifications))
         notice = next(n for n in app._notifications if "GOT WORSE" in str(n.message))
         assert notice.severity == "warning" and notice.title == "Job finished with a warning"
         assert isinstance(app.screen, DashboardScreen) and app.screen.completion_warning == said
+        assert said in str(app.screen.query_one("#dash-final-text").render())
+
+
+async def test_only_a_job_seen_running_here_notifies_and_rings(faulty_backend, monkeypatch):
+    """Attaching to a job that had already ended: the panel says how it ended, but no "Job
+    finished" toast (it would outlive the dashboard) and no bell. A job seen running does both."""
+    rings: list[str] = []
+    monkeypatch.setattr(SynthTuiApp, "bell", lambda self: rings.append(self.screen.__class__.__name__))
+    done = faulty_backend.add_job(ScriptedJob("job_done", training_timeline(steps=2)))
+    done.tick = len(done.timeline)  # finished before this dashboard opened
+    app = make_dashboard_app(faulty_backend, JobContext("job_done"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.pause()
+        assert "Final status: succeeded" in str(screen.query_one("#dash-final-text").render())
+        assert not any(n.title == "Job finished" for n in app._notifications) and rings == []
+    faulty_backend.add_job(ScriptedJob("job_live", training_timeline(steps=2)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_live"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await wait_for(pilot, lambda: any(n.title == "Job finished" for n in app._notifications))
+        assert rings == ["DashboardScreen"]
 
 
 @pytest.mark.parametrize(("data", "shown", "hidden"), [

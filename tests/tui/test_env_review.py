@@ -17,7 +17,7 @@ from app.screens.modals import ConfirmModal, ErrorModal
 from pilot_waits import wait_for, wait_for_screen, wait_until
 from screen_text import footer_text
 from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
-from widgets.env_table import MaskedEnvTable
+from widgets.env_table import MaskedEnvTable, describe
 from widgets.path_prompt import PathPromptModal
 
 # Long fake secrets: any of them in full on screen is a leak.
@@ -238,10 +238,37 @@ async def test_edit_a_value_with_reveal_stays_in_memory(make_app, project):
         await pilot.press(*NEW_KEY, "enter")
         await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
         assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY
-        assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "sk_n…78", "file", "● edited, not saved"]
+        assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "sk_n…78", "not saved yet", "● edited, not saved"]
         assert "● unsaved changes" in text_of(screen, "#env-header")
         assert (project / ".env").read_text() == FULL_ENV  # nothing written yet
         assert_no_secret(app.export_screenshot())
+
+
+async def test_a_key_added_and_not_saved_says_so(make_app, project):
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("a")
+        await wait_for_screen(pilot, AddKeyModal)
+        app.screen.query_one("#env-name", Input).value = "EXTRA_TOKEN"
+        app.screen.query_one("#env-value", Input).value = OTHER_TOKEN
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen and "EXTRA_TOKEN" in app.session.env.values,
+                         "the key added")
+        await select_row(pilot, screen, "EXTRA_TOKEN")
+        assert row(screen, "EXTRA_TOKEN")[2] == "not saved yet"
+        detail = text_of(screen, "#env-detail")
+        assert "not saved yet" in detail and "from .env" not in detail, detail
+        assert_no_secret(app.export_screenshot())
+
+
+def test_an_optional_task_app_url_says_what_it_is_used_for():
+    key = envfile.ResolvedKey("TASK_APP_URL", TASK_URL, "file", ".env", False, False)
+    text = describe(key, ".env")
+    assert "Not one of the keys" not in text and "verification checks this task app" in text
+    other = envfile.ResolvedKey("OTHER_TOKEN", OTHER_TOKEN, "file", ".env", False, False)
+    assert "Not one of the keys the train run needs" in describe(other, ".env")
 
 
 async def test_a_click_selects_a_row_and_a_second_click_edits_it(make_app, project):
@@ -308,7 +335,7 @@ async def test_add_a_missing_key_and_reject_a_bad_name(make_app, project):
         app.screen.query_one("#env-value", Input).value = TASK_URL
         await pilot.press("enter")
         await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
-        assert row(screen, "TASK_APP_URL") == ["TASK_APP_URL", TASK_URL, "file", "● edited, not saved"]
+        assert row(screen, "TASK_APP_URL") == ["TASK_APP_URL", TASK_URL, "not saved yet", "● edited, not saved"]
         assert app.session.missing_keys() == []
 
 
@@ -501,9 +528,13 @@ async def test_a_change_on_disk_is_noticed_without_a_key(make_app, project):
         await wait_until(pilot, lambda: "Changed on disk: .env changed on disk: press r to reload it."
                          in notifications(app), "the notification")
         assert row(screen, "TASK_APP_URL")[1] == TASK_URL  # nothing is read behind the user's back
+        # The ✓ line does not say c continues while c waits for the reload.
+        assert "c continues" not in text_of(screen, "#env-status")
+        assert "r reloads the changed file first" in text_of(screen, "#env-status")
         await pilot.press("r")
         await wait_until(pilot, lambda: row(screen, "TASK_APP_URL")[1] == NEW_URL, "the reload")
         assert not notice.display
+        assert "c continues to verification" in text_of(screen, "#env-status")
         assert_no_secret(app.export_screenshot())
 
 

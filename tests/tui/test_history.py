@@ -337,6 +337,29 @@ async def test_a_job_whose_backend_is_gone_says_so_before_a_dashboard_opens(proj
         assert not any(isinstance(s, DashboardScreen) for s in app.screen_stack)
 
 
+async def test_a_read_only_dashboard_times_the_run_by_its_saved_events(project):
+    """The header's clock is the saved run's length (first event to last) and the step rate comes
+    from the events' times: not 00:00, not millions of steps a minute."""
+    env = write_env(project, "sk_test_key_0123456789abcdef")
+    record("job_demo", DEAD_BACKEND, status="succeeded", final=True, env_path=env)
+    saved = [{**event(1, "rl.train.started"), "created_at": "2026-01-01T12:00:00Z"},
+             *({**event(1 + step, "rl.train.step", step=step, mean_score=0.2 * step, loss=0.5, entropy=0.5),
+                "created_at": f"2026-01-01T12:{step:02d}:00Z"} for step in (1, 2, 3, 4)),
+             {**event(6, "rl.job.completed"), "created_at": "2026-01-01T12:04:05Z"}]
+    folder = run_dir("job_demo")
+    folder.mkdir(parents=True)
+    (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in saved))
+    app = history_app(project)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await loaded(pilot, 1)
+        await pilot.press("enter")
+        screen = await wait_for_screen(pilot, DashboardScreen, "the read-only dashboard")
+        header = str(screen.query_one("#dash-header").render())
+        assert "04:05" in header and "00:00" not in header
+        rate = screen.store.get("train.mean_score").readouts().steps_per_minute
+        assert rate == pytest.approx(1.0)  # steps 1 to 4 over three minutes
+
+
 async def test_a_job_whose_backend_is_gone_opens_read_only_from_its_saved_events(project):
     """After a demo its jobs' events stay in their run folders: Enter shows them, read-only,
     with the charts rebuilt from the step summaries, and nothing is sent to the dead backend."""

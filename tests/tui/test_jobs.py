@@ -259,6 +259,32 @@ async def test_every_column_fits_the_width(faulty_backend, size):
         assert str(table.get_row_at(1)[2]) == ("Qwen/Qwen3-0B" if wide else "Qwen3-0B")
 
 
+async def test_at_60_columns_the_score_stays_and_a_cut_id_ends_with_an_ellipsis(faulty_backend):
+    seven_jobs(faulty_backend)
+    faulty_backend.add_job(ScriptedJob("job_" + "a" * 24, [("running", [], [])], created_at="2026-01-03T00:00:00Z"))
+    app = make_jobs_app(faulty_backend)
+    async with app.run_test(size=(60, 24)) as pilot:
+        screen = jobs(app)
+        await loaded(pilot, screen)
+        table = screen.query_one(DataTable)
+        assert table.virtual_size.width <= table.scrollable_content_region.width  # nothing cut by the edge
+        labels = [str(column.label) for column in table.columns.values()]
+        assert labels[-1] == "Score" and "Model" not in labels
+        first = table.get_row_at(0)
+        assert str(first[0]).startswith("job_aaaa") and str(first[0]).endswith("…")
+        assert str(table.get_row_at(1)[-1]) == "0.100"
+        assert "8 jobs (4 active)" in header(screen)
+
+
+async def test_one_job_is_counted_in_the_singular(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_one", [("running", [], [])], created_at="2026-01-03T00:00:00Z"))
+    app = make_jobs_app(faulty_backend)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = jobs(app)
+        await loaded(pilot, screen)
+        assert "1 job (1 active)" in header(screen) and "1 jobs" not in header(screen)
+
+
 async def test_every_jobs_action_is_in_the_palette(faulty_backend):
     app = make_jobs_app(faulty_backend)
     async with app.run_test(size=(160, 45)):

@@ -10,10 +10,11 @@ import pytest
 from test_dashboard import dashboard, make_dashboard_app
 from test_plot_canvas import cells, stock_cells
 from textual.app import App, ComposeResult
+from textual.content import Content
 from textual.widgets import Input
 
 from app.core.compare import ComparedRun
-from app.core.history import RunHistory
+from app.core.history import RunHistory, RunRecord
 from app.core.jobs import JobContext
 from app.core.series import MetricStore
 from app.core.wire import MetricPoint
@@ -21,7 +22,7 @@ from app.screens.modals import ErrorModal
 from fakes import ScriptedJob, event, metric
 from pilot_waits import type_ahead, wait_for, wait_for_screen
 from widgets.metrics_grid import MetricChart, MetricsGrid
-from widgets.overlay_picker import OverlayPickerModal
+from widgets.overlay_picker import OverlayPickerModal, RunChecklist
 from widgets.plot_canvas import PlotCanvas
 
 
@@ -87,8 +88,74 @@ async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_ba
         old = grid.overlays[0].store.get("train.mean_score")
         assert len(old) == 12 and old.values[-1] == pytest.approx(0.76)
         chart = grid.chart("mean_score")
-        await wait_for(pilot, lambda: "old train" in str(chart.border_title))
+        await wait_for(pilot, lambda: "[dim]" in str(chart.border_title), what="the overlay in the legend")
         assert [label for _, _, label in chart.overlay_series()] == ["old train", "old eval"]
+        # A 46-column chart: the legend fits its border by leaving the id out, never the split.
+        assert legend_plain(chart).endswith("━ train ┅ eval") and len(legend_plain(chart)) <= chart.size.width - 4
+
+
+def overlay_rows(modal: OverlayPickerModal) -> list[str]:
+    runs = modal.query_one("#overlay-runs", RunChecklist)
+    return [runs.render_line(y).text for y in range(runs.option_count)]
+
+
+async def test_the_overlay_dialog_shows_the_status_the_backend_gives_not_a_stale_one(faulty_backend):
+    """The history recorded job_old as queued when it was submitted; it has since succeeded.
+    The dialog says what the backend says (and the history now holds it)."""
+    old_job = faulty_backend.add_job(four_metric_job("job_old"))
+    old_job.tick = len(old_job.timeline)
+    faulty_backend.add_job(four_metric_job("job_new"))
+    backend = faulty_backend.url + "/api"
+    for job_id in ("job_old", "job_new"):
+        RunHistory().record_submission(job_id=job_id, backend=backend, config_path="configs/rl/demo.toml",
+                                       payload=None, idempotency_key=None)
+    app = make_dashboard_app(faulty_backend, JobContext("job_new", config_path="configs/rl/demo.toml"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("o")
+        modal = await wait_for_screen(pilot, OverlayPickerModal)
+        await wait_for(pilot, lambda: "succeeded" in overlay_rows(modal)[0], what="the backend's status")
+        assert "queued" not in overlay_rows(modal)[0]
+    assert RunHistory().get("job_old").final_status == "succeeded"
+
+
+def test_a_stale_or_missing_status_is_not_shown_as_current():
+    records = [run_record("job_a", last="queued"), run_record("job_b", last="running", final="failed"),
+               run_record("job_c", last=None)]
+    modal = OverlayPickerModal(records, [])
+    assert [modal.status_of(r) for r in records] == ["queued?", "failed", ""]
+    modal.answered["job_a"] = "succeeded"
+    assert modal.status_of(records[0]) == "succeeded"
+
+
+class PickerApp(App[None]):
+    def __init__(self, records: list[RunRecord], chosen: list[str]) -> None:
+        super().__init__()
+        self.records, self.chosen = records, chosen
+
+    def on_mount(self) -> None:
+        self.push_screen(OverlayPickerModal(self.records, self.chosen))
+
+
+async def test_without_colour_the_overlay_dialog_marks_the_chosen_rows(monkeypatch):
+    """NO_COLOR: Textual's toggle differs only by colour; the rows say [x] and [ ] instead."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    app = PickerApp([run_record("job_a", final="succeeded"), run_record("job_b", final="failed")], ["job_b"])
+    async with app.run_test(size=(80, 24)) as pilot:
+        assert app.no_color
+        modal = await wait_for_screen(pilot, OverlayPickerModal)
+        rows = overlay_rows(modal)
+        assert rows[0].startswith("[ ] job_a") and rows[1].startswith("[x] job_b"), rows
+        await pilot.press("space")  # the highlighted first row
+        await wait_for(pilot, lambda: overlay_rows(modal)[0].startswith("[x] job_a"), what="the toggle shown")
+
+
+def run_record(job_id: str, *, last: str | None = "queued", final: str | None = None) -> RunRecord:
+    return RunRecord(job_id=job_id, backend="http://127.0.0.1:1/api", config_path="configs/rl/demo.toml",
+                     payload=None, idempotency_key=None, created_at="2026-01-01T12:00:00Z",
+                     updated_at="2026-01-01T12:00:00Z", final_status=final, last_status=last, last_metrics={},
+                     rerun_of=None)
 
 
 async def test_an_unknown_job_id_to_overlay_says_so_and_changes_nothing(faulty_backend):
@@ -283,6 +350,10 @@ async def test_a_live_run_fills_only_its_part_of_the_planned_steps_in_a_plot():
         assert "16" in "".join(char for char, _ in cells(plot.frame_strips())[-1]), "the axis runs to the plan"
 
 
+def legend_plain(chart: MetricChart) -> str:
+    return Content.from_markup(str(chart.border_title)).plain
+
+
 def legend_glyphs(legend: str) -> list[str]:
     return re.findall(r"\[[^\]/]+\](.)\[/\]", legend)
 
@@ -308,6 +379,64 @@ async def test_without_colour_every_line_has_its_own_glyph(monkeypatch):
         await pilot.pause()
         drawn = {char for row in cells(chart.query_one(PlotCanvas).frame_strips()) for char, _ in row}
         assert {"•", "x", "+"} <= drawn and any("⠁" <= char <= "⣿" for char in drawn)
+
+
+async def test_without_colour_a_series_keeps_its_glyph_on_every_chart(monkeypatch):
+    """NO_COLOR, two runs: the mean-score chart has train and eval, the entropy chart only
+    train. The live eval's mark must not stand for the other run's train on the entropy chart:
+    a mark means one series (run and split) across the whole view."""
+    monkeypatch.setenv("NO_COLOR", "1")
+    store = MetricStore()
+    store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+              + points("train.entropy", range(0, 20)))
+    earlier = ComparedRun("job_earlier")
+    earlier.store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+                      + points("train.entropy", range(0, 20)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(120, 40)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays([earlier])
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+        marks: dict[str, set[str]] = {}
+        for chart in grid.charts:
+            for line in chart.lines():
+                marks.setdefault(line.label, set()).add(line.glyph)
+        assert all(len(glyphs) == 1 for glyphs in marks.values()), marks
+        assert len({next(iter(g)) for g in marks.values()}) == len(marks) == 4, marks
+
+
+@pytest.mark.parametrize("size", [(160, 45), (100, 30), (60, 30)])
+async def test_a_legend_fits_its_border_cutting_ids_never_splits(size):
+    """Two earlier runs with long ids, train and eval each: the legend is shortened to fit the
+    chart's top border (ids cut, one "…" each), so the border never cuts it (`c9d75d……`,
+    `4807d5… …`); every overlay's readouts row keeps last, best and step."""
+    store = MetricStore()
+    store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+              + points("train.loss", range(0, 20)))
+    runs = [ComparedRun(job_id) for job_id in ("job_c9d75d0a1b2c3d4e5f60718", "job_4807d5f9e8d7c6b5a4f30291")]
+    for run in runs:
+        run.store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
+                      + points("train.loss", range(0, 20)))
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=size) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.set_overlays(runs)
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+        await pilot.pause()
+        for chart in grid.charts:
+            legend = legend_plain(chart)
+            assert len(legend) <= chart.size.width - 4, (legend, chart.size)
+            assert "……" not in legend and "… " not in legend.replace("… t", "").replace("… e", ""), legend
+            splits = [part for part in ("train", "eval") if chart.panel.key == "mean_score" or part == "train"]
+            named = sum(legend.count(split) for split in splits)
+            if size[0] == 160:  # room for every line: the live run's and each earlier run's
+                assert named == 3 * len(splits), legend
+            elif named < 3 * len(splits):  # the lines not named are counted, never cut mid-word
+                assert legend.endswith(f"+{3 * len(splits) - named}"), legend
+        readouts = str(grid.chart("mean_score").query_one(".chart-readouts").render())
+        overlay_rows = [row for row in readouts.splitlines() if "c9d75d" in row or "4807d5" in row]
+        assert len(overlay_rows) == 4 and all("last" in row and "step 19" in row for row in overlay_rows[::2]), \
+            readouts
 
 
 async def test_an_earlier_runs_eval_is_drawn_and_named_by_its_run():

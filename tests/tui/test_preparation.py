@@ -56,7 +56,10 @@ async def test_the_picker_waits_for_the_preparation_then_searches_with_its_optio
         await wait_until(pilot, lambda: session.config_path == config.resolve(), "the choice typed ahead")
         assert [entry.path for entry in screen.entries] == [config.resolve(), (project / "mine.toml").resolve()]
         assert session.backend_base == "http://127.0.0.1:9/api"
-        assert "Servers ready." in notifications(app)
+        # The choice moved the flow on to the env review: the Ready notice went with the picker
+        # (test_the_ready_notice_goes_when_the_flow_moves_on).
+        await wait_until(pilot, lambda: app.screen is not screen, "the next step")
+        assert "Servers ready." not in notifications(app)
         assert not any("One moment" == n.title for n in app._notifications)
 
 
@@ -91,3 +94,20 @@ async def test_the_collector_off_for_the_start_is_on_again_after_the_first_frame
     finally:
         gc.enable()
         gc.unfreeze()
+
+
+async def test_the_ready_notice_goes_when_the_flow_moves_on(project):
+    """The demo's "Ready" notice is for the picker: it must not sit over the next screens (at
+    the end, over the dashboard's event log)."""
+    def run() -> tuple[LaunchOptions, str]:
+        return LaunchOptions(cwd=project, backend="http://127.0.0.1:9"), "Servers ready."
+
+    session = LaunchSession(LaunchOptions(cwd=project, backend="http://127.0.0.1"), shell={})
+    app = SynthTuiApp(session, preparation=Preparation(WAITING, run, failed="The test could not start"))
+    async with app.run_test(size=(120, 30)) as pilot:
+        await wait_until(pilot, lambda: "Servers ready." in notifications(app), "the ready notice")
+        app.notify("Something else to say.")  # only the Ready notice goes
+        await wait_until(pilot, lambda: "Something else to say." in notifications(app), "the other notice")
+        app.go_to_env()
+        await wait_until(pilot, lambda: "Servers ready." not in notifications(app), "the ready notice gone")
+        assert "Something else to say." in notifications(app)

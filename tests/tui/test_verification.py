@@ -469,6 +469,21 @@ async def test_layout_fits_small_and_large_terminals(verify_app, monkeypatch, si
         assert "rejected ENVIRONMENT_API_KEY" in verdict_text(screen)
 
 
+@pytest.mark.parametrize("width", [60, 80, 120])
+async def test_footer_keys_are_never_cut_mid_word(verify_app, monkeypatch, width):
+    """Below 100 columns the palette key is left out (no stray `^` before it at 80) and a key
+    that does not fit whole is hidden, not cut (`d Diagnosti` at 60)."""
+    whole = {"? Help", "⏎ Preview payload", "r Retry", "d Diagnostics", "b Back to env", "^q Quit", "^p Commands"}
+    app = snapshot_app(verify_app, monkeypatch)
+    async with app.run_test(size=(width, 24)) as pilot:
+        await checks_done(pilot)
+        await pilot.pause()
+        shown = [part.strip(" ▏") for part in footer_text(app).split("  ") if part.strip(" ▏")]
+        assert set(shown) <= whole, shown
+        assert shown[:2] == ["? Help", "⏎ Preview payload"]
+        assert ("^p Commands" in shown) == (width >= 100)
+
+
 async def test_the_help_key_is_in_the_footer_at_80x24(verify_app, monkeypatch):
     app = snapshot_app(verify_app, monkeypatch)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -1,0 +1,46 @@
+"""A footer whose keys are never cut mid-word (docs/product.md#keys).
+
+Textual's Footer lays its keys in one row and clips what does not fit, so a narrow terminal
+showed `d Diagnosti▏` or a lone `^` before the palette key. Here the palette key is left out
+below ``palette_from`` columns (Ctrl+P still works, and `?` says so), and a key that does not
+fit whole is hidden with every key after it: the first keys are the ones that matter most.
+"""
+
+from __future__ import annotations
+
+from textual import events
+from textual.app import ComposeResult
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
+
+PALETTE_FROM = 100
+
+
+class FlowFooter(Footer):
+    def __init__(self, *, palette_from: int = PALETTE_FROM, compact: bool = False) -> None:
+        super().__init__(compact=compact)
+        self.palette_from = palette_from
+
+    def compose(self) -> ComposeResult:
+        self.set_reactive(Footer.show_command_palette, self.app.size.width >= self.palette_from)
+        yield from super().compose()
+        self.call_after_refresh(self._hide_cut_keys)
+
+    def on_resize(self, event: events.Resize) -> None:
+        if (self.app.size.width >= self.palette_from) != self.show_command_palette:
+            self.call_after_refresh(self.recompose)
+        else:
+            for key in self.query(FooterKey):
+                key.display = True
+            self.call_after_refresh(self._hide_cut_keys)
+
+    def _hide_cut_keys(self) -> None:
+        """Hide the first key that runs past the edge (or into the palette key), and the rest."""
+        keys = [key for key in self.query(FooterKey) if not key.has_class("-command-palette")]
+        palette = [key for key in self.query(FooterKey) if key.has_class("-command-palette")]
+        edge = min([self.region.right, *(key.region.x for key in palette if key.display)])
+        cut = False
+        for key in keys:
+            cut = cut or key.region.right > edge
+            if cut and key.display:
+                key.display = False
