@@ -12,7 +12,7 @@ from textual.widgets import Input, Static
 from app.core import config as cfg
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
-from pilot_waits import wait_for_screen, wait_until
+from pilot_waits import wait_for, wait_for_screen, wait_until
 from screen_text import footer_text
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
@@ -362,4 +362,5 @@ async def test_the_help_key_is_in_the_footer_at_80x24(make_app, configs):
     app = make_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await discovered(pilot)
-        assert "? Help" in footer_text(app)
+        # The footer is filled after the screen is: wait for what it reads.
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")

@@ -440,7 +440,8 @@ async def test_the_help_key_is_in_the_footer_at_80x24():
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
-        assert "? Help" in footer_text(app)
+        # The footer is filled after the screen is: wait for what it reads.
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
 
 
 async def test_help_lists_end_and_its_last_row_scrolls_into_view_at_80x24():

@@ -747,4 +747,5 @@ async def test_the_help_key_is_in_the_footer_at_80x24(make_app, project):
     app = make_app(start="env")
     async with app.run_test(size=(80, 24)) as pilot:
         await env_screen(pilot)
-        assert "? Help" in footer_text(app)
+        # The footer is filled after the screen is: wait for what it reads.
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")

@@ -329,8 +329,8 @@ def test_snapshot_jobs_filtered_and_sorted(snap_compare):
 async def test_the_help_key_is_in_the_footer_at_80x24():
     app = preset_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await pilot.pause()
-        assert "? Help" in footer_text(app)
+        # The footer is filled after the screen is: wait for what it reads.
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
 
 
 async def test_q_on_a_dashboard_opened_from_the_list_goes_back_and_only_the_list_quits(faulty_backend):

@@ -348,4 +348,5 @@ async def test_the_help_key_is_in_the_footer_at_80x24(preview_app, monkeypatch):
     app = fixed_app(preview_app, monkeypatch)
     async with app.run_test(size=(80, 24)) as pilot:
         await preview_ready(pilot)
-        assert "? Help" in footer_text(app)
+        # The footer is filled after the screen is: wait for what it reads.
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
