@@ -1,0 +1,207 @@
+"""The `lm` policy (app/local/policies/lm.py): a real (tiny) language model acting through the
+chat endpoint and trained with TRL's GRPOTrainer. CPU, offline, seeded; needs the trainer extra.
+docs/embedded-policy.md#the-lm-policy."""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.demo import demo_payload, load_demo_config
+from app.local.policies.base import Episode, PolicySettings
+from app.local.servers import ServerHandle, _bind, start_backend
+from lm_fixtures import build_tiny_qwen3, trainer_extra_missing
+
+from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
+from .press_taskapp import PRESS_TOOL, TOOL_CHOICE, create_press_taskapp
+
+pytestmark = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
+
+
+@pytest.fixture(scope="module")
+def press_app() -> Iterator[ServerHandle]:
+    app = create_press_taskapp(env_api_keys=[ENV_KEY])
+    with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:
+        yield server
+
+
+def settings(model: Path, **options: Any) -> PolicySettings:
+    return PolicySettings(model=str(model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1, group_size=2,
+                          options={"trainer_mode": "full", **options})
+
+
+def press_config(model: Path, mode: str, *, steps: int, lr: float, seed: int = 3) -> dict[str, Any]:
+    config = copy.deepcopy(load_demo_config())
+    config["model"].update(base=str(model), trainer_mode=mode)
+    config["rollout"].update(env_name="press-button", max_turns=2, max_concurrent_rollouts=8)
+    config["training"].update(num_epochs=1, iterations_per_epoch=steps, batch_size=2, group_size=8, max_turns=2,
+                              learning_rate=lr, seed=seed)
+    del config["evaluation"]
+    return config
+
+
+def press_messages(label: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": "Press the button the user names. Call press."},
+            {"role": "user", "content": f"Press {label}."}]
+
+
+# -- units ----------------------------------------------------------------------------------
+
+
+def test_the_episode_is_one_sequence_and_env_mask_covers_the_task_apps_tokens(tiny_model: Path) -> None:
+    from app.local.policies.lm import LmPolicy
+
+    policy = LmPolicy(settings(tiny_model))
+    assert policy.template_kind.startswith("TRL training template")  # Qwen3's own is not prefix-preserving
+    rng = random.Random(0)
+    messages = press_messages("C")
+    first = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", rng)
+    messages = [*messages, first.message, {"role": "tool", "tool_call_id": first.call_id, "content": "Right."}]
+    second = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", rng)
+    sequence = second.memo.sequence
+    assert first.memo.sequence is sequence and policy.restarts == 0
+    tok = policy.tokenizer
+    full = policy._render([*messages, second.message], [PRESS_TOOL])
+    # the joined sequence is the text the template renders for the whole episode
+    assert full.startswith(tok.decode(sequence.ids, skip_special_tokens=False))
+    prompt, rest = sequence.ids[:sequence.prompt_len], sequence.ids[sequence.prompt_len:]
+    assert tok.decode(prompt, skip_special_tokens=False) == policy._render(press_messages("C"), [PRESS_TOOL])
+    masked_out = tok.decode([t for t, m in zip(rest, sequence.mask[sequence.prompt_len:], strict=True) if not m],
+                            skip_special_tokens=False)
+    model_tokens = [t for t, m in zip(rest, sequence.mask[sequence.prompt_len:], strict=True) if m]
+    assert masked_out.startswith("\n<|im_start|>user\n<tool_response>\nRight.\n</tool_response>")
+    assert len(model_tokens) == first.memo.tokens + second.memo.tokens
+    assert tok.decode(model_tokens, skip_special_tokens=False).count("<tool_call>") == 2
+    # history the task app edited: the episode starts again, counted, without failing
+    edited = [*press_messages("D"), *messages[2:]]
+    policy.act(edited, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", rng)
+    assert policy.restarts == 1
+
+
+def test_constrained_calls_always_parse_and_match_the_schema(tiny_model: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from app.local.policies.lm import LmPolicy
+
+    tool = {"type": "function", "function": {"name": "move", "parameters": {
+        "type": "object", "properties": {"steps": {"type": "integer", "minimum": 1, "maximum": 3},
+                                         "direction": {"type": "string", "enum": ["up", "down"]}},
+        "required": ["steps", "direction"], "additionalProperties": False}}}
+    policy = LmPolicy(settings(tiny_model, max_tokens=96))
+    rng = random.Random(1)
+    for i in range(8):
+        act = policy.act(press_messages("A"), [PRESS_TOOL, tool], "required", f"c{i}", rng)
+        call = act.message["tool_calls"][0]["function"]
+        schema = (tool if call["name"] == "move" else PRESS_TOOL)["function"]["parameters"]
+        jsonschema.validate(json.loads(call["arguments"]), schema)
+    assert policy.unfinished_calls == 0
+
+
+def test_save_and_load_round_trip(tiny_model: Path, tmp_path: Path) -> None:
+    import torch
+
+    from app.local.policies import load
+    from app.local.policies.lm import LmPolicy
+
+    for mode in ("full", "lora"):
+        policy = LmPolicy(settings(tiny_model, trainer_mode=mode))
+        with torch.no_grad():
+            for p in policy.model.parameters():
+                if p.requires_grad:
+                    p.add_(0.01)
+        folder = tmp_path / mode
+        folder.mkdir()
+        policy.save(folder)
+        again = load(folder, settings(tiny_model, trainer_mode=mode))
+        for (name, a), b in zip(policy.model.state_dict().items(), again.model.state_dict().values(), strict=True):
+            assert torch.equal(a, b), name
+
+
+def test_auto_falls_back_to_the_stand_in_saying_why_and_lm_fails_at_once(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.local.policies import make_policy
+    from app.local.policies.lm_model import ModelUnavailable
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = PolicySettings(model="synth-tui-tests/no-such-model", learning_rate=1e-5, seed=0)
+    policy, warning = make_policy("auto", missing)
+    assert policy.kind == "tabular" and warning is not None
+    assert "hf download synth-tui-tests/no-such-model" in warning and "synth-tui[trainer]" in warning
+    with pytest.raises(ModelUnavailable, match="hf download synth-tui-tests/no-such-model"):
+        make_policy("lm", missing)
+    with pytest.raises(ModelUnavailable, match="without a model"):
+        make_policy("lm", PolicySettings(model=str(tmp_path), learning_rate=1e-5, seed=0))
+
+
+def test_an_update_runs_a_grpo_step_with_the_practitioners_numbers(tiny_model: Path) -> None:
+    from app.local.policies.lm import LmPolicy
+
+    policy = LmPolicy(settings(tiny_model))
+    rng = random.Random(2)
+    try:
+        group = []
+        for i, score in enumerate((0.0, 1.0)):
+            act = policy.act(press_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"u{i}", rng)
+            group.append(Episode([act.memo], score))
+        stats = policy.update([group])
+        for key in ("reward_mean", "reward_std", "clip_ratio", "completion_tokens", "generation_tokens_per_s",
+                    "step_seconds"):
+            assert key in stats.extra, key
+        assert stats.extra["reward_mean"] == pytest.approx(0.5)
+        assert stats.entropy > 0
+    finally:
+        policy.close()
+    assert policy.training is None
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+
+def _train(model: Path, app: ServerHandle, tmp_path: Path, mode: str, steps: int, lr: float) -> dict[str, Any]:
+    with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
+                       trainer="lm") as backend, api_client(backend) as api:
+        job_id = create_job(api, demo_payload(press_config(model, mode, steps=steps, lr=lr), app.url))
+        job = wait_terminal(api, job_id, timeout=600)
+        events = events_of(api, job_id)
+        assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
+        points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
+        return {"job": job, "events": events, "train": [p["value"] for p in points if p["name"] == "train.mean_score"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "steps", "lr"), [("full", 12, 2e-2), ("lora", 12, 2e-2)])
+def test_the_backend_trains_the_tiny_model_and_its_score_rises(tiny_model: Path, press_app: ServerHandle,
+                                                              tmp_path: Path, mode: str, steps: int, lr: float) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    run = _train(tiny_model, press_app, tmp_path, mode, steps, lr)
+    assert "torch" in sys.modules  # the backend ran in this process: the model really was loaded
+    policy_event = next(e for e in run["events"] if e["type"] == "rl.train.policy")
+    assert policy_event["data"]["stand_in"] is False and policy_event["data"]["trainer_mode"] == mode
+    assert run["job"]["metadata"]["policy"]["kind"] == "lm"
+    train = run["train"]
+    assert len(train) == steps
+    first, last = sum(train[:3]) / 3, sum(train[-3:]) / 3
+    assert last - first >= 0.3, train
+    folder = Path(run["job"]["artifacts"]["model_path"])
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    if mode == "lora":
+        from peft import PeftModel
+
+        trained = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), folder).merge_and_unload()
+    else:
+        trained = AutoModelForCausalLM.from_pretrained(folder)
+    changed = [name for name, w in trained.state_dict().items() if not torch.equal(w, base.state_dict()[name])]
+    assert changed
