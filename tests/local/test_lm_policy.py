@@ -7,7 +7,9 @@ from __future__ import annotations
 import copy
 import json
 import random
+import signal
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +21,11 @@ from app.local.policies.base import Episode, PolicySettings
 from app.local.servers import ServerHandle, _bind, start_backend
 from lm_fixtures import build_tiny_qwen3, trainer_extra_missing
 
+from pilot_waits import poll_until
+
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 from .press_taskapp import PRESS_TOOL, TOOL_CHOICE, create_press_taskapp
+from .test_local_resume import backend_process
 
 pytestmark = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
 
@@ -42,14 +47,19 @@ def settings(model: Path, **options: Any) -> PolicySettings:
                           options={"trainer_mode": "full", **options})
 
 
-def press_config(model: Path, mode: str, *, steps: int, lr: float, seed: int = 3) -> dict[str, Any]:
+def press_payload(task_url: str, model: Path, mode: str, *, steps: int, lr: float, seed: int = 3) -> dict[str, Any]:
+    """A job on the press app training the tiny model. The client's validation knows only the
+    hosted service's model ids, so the payload is built for one and then pointed at the folder
+    (the backend takes any [model] base: docs/embedded-policy.md#the-lm-policy)."""
     config = copy.deepcopy(load_demo_config())
-    config["model"].update(base=str(model), trainer_mode=mode)
+    config["model"].update(trainer_mode=mode)
     config["rollout"].update(env_name="press-button", max_turns=2, max_concurrent_rollouts=8)
     config["training"].update(num_epochs=1, iterations_per_epoch=steps, batch_size=2, group_size=8, max_turns=2,
                               learning_rate=lr, seed=seed)
     del config["evaluation"]
-    return config
+    payload = demo_payload(config, task_url)
+    payload["data"]["base_model"] = payload["data"]["config"]["model"]["base"] = str(model)
+    return payload
 
 
 def press_messages(label: str) -> list[dict[str, Any]]:
@@ -76,14 +86,21 @@ def test_the_episode_is_one_sequence_and_env_mask_covers_the_task_apps_tokens(ti
     full = policy._render([*messages, second.message], [PRESS_TOOL])
     # the joined sequence is the text the template renders for the whole episode
     assert full.startswith(tok.decode(sequence.ids, skip_special_tokens=False))
-    prompt, rest = sequence.ids[:sequence.prompt_len], sequence.ids[sequence.prompt_len:]
+    prompt = sequence.ids[:sequence.prompt_len]
     assert tok.decode(prompt, skip_special_tokens=False) == policy._render(press_messages("C"), [PRESS_TOOL])
-    masked_out = tok.decode([t for t, m in zip(rest, sequence.mask[sequence.prompt_len:], strict=True) if not m],
-                            skip_special_tokens=False)
-    model_tokens = [t for t, m in zip(rest, sequence.mask[sequence.prompt_len:], strict=True) if m]
-    assert masked_out.startswith("\n<|im_start|>user\n<tool_response>\nRight.\n</tool_response>")
-    assert len(model_tokens) == first.memo.tokens + second.memo.tokens
-    assert tok.decode(model_tokens, skip_special_tokens=False).count("<tool_call>") == 2
+    one, two = first.memo, second.memo
+    assert one.end - one.tokens == sequence.prompt_len  # the first completion follows the first prompt
+    between = slice(one.end, two.end - two.tokens)  # what the template added: the task app's tokens
+    assert tok.decode(sequence.ids[between], skip_special_tokens=False) == (
+        "\n<|im_start|>user\n<tool_response>\nRight.\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert set(sequence.mask[:sequence.prompt_len]) == {0} and set(sequence.mask[between]) == {0}
+    for memo in (one, two):
+        completion = slice(memo.end - memo.tokens, memo.end)
+        text = tok.decode(sequence.ids[completion], skip_special_tokens=False)
+        assert text.startswith("<tool_call>") and text.endswith("</tool_call><|im_end|>")
+        # the model chose the label; the grammar forced the scaffold (masked: no choice, no gradient)
+        assert 1 <= sum(sequence.mask[completion]) < memo.tokens
     # history the task app edited: the episode starts again, counted, without failing
     edited = [*press_messages("D"), *messages[2:]]
     policy.act(edited, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", rng)
@@ -171,7 +188,7 @@ def test_an_update_runs_a_grpo_step_with_the_practitioners_numbers(tiny_model: P
 def _train(model: Path, app: ServerHandle, tmp_path: Path, mode: str, steps: int, lr: float) -> dict[str, Any]:
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
                        trainer="lm") as backend, api_client(backend) as api:
-        job_id = create_job(api, demo_payload(press_config(model, mode, steps=steps, lr=lr), app.url))
+        job_id = create_job(api, press_payload(app.url, model, mode, steps=steps, lr=lr))
         job = wait_terminal(api, job_id, timeout=600)
         events = events_of(api, job_id)
         assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
@@ -205,3 +222,29 @@ def test_the_backend_trains_the_tiny_model_and_its_score_rises(tiny_model: Path,
         trained = AutoModelForCausalLM.from_pretrained(folder)
     changed = [name for name, w in trained.state_dict().items() if not torch.equal(w, base.state_dict()[name])]
     assert changed
+
+
+@pytest.mark.slow
+def test_an_lm_job_killed_mid_run_resumes_from_its_last_step(tiny_model: Path, press_app: ServerHandle,
+                                                             tmp_path: Path) -> None:
+    total = 5
+    db = tmp_path / "state.sqlite3"
+    body = press_payload(press_app.url, tiny_model, "full", steps=total, lr=1e-2)
+    with backend_process(db, tmp_path, "--trainer", "lm") as (proc, server), api_client(server) as first:
+        job_id = create_job(first, body)
+        poll_until(lambda: (first.get(f"/rl/jobs/{job_id}").json()["metadata"].get("step") or 0) >= 2,
+                   timeout=300, what="step 2")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    with backend_process(db, tmp_path, "--trainer", "lm") as (proc, server), api_client(server) as second:
+        job = wait_terminal(second, job_id, timeout=300)
+        events = events_of(second, job_id)
+        assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
+        points = second.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
+    assert [e["type"] for e in events].count("rl.train.resumed") == 1
+    assert [e["data"]["step"] for e in events if e["type"] == "rl.train.step"] == list(range(1, total + 1))
+    assert set(Counter((p["step"], p["name"]) for p in points).values()) == {1}
+    folder = Path(job["artifacts"]["model_path"])
+    manifest = json.loads((folder / "policy.json").read_text())
+    assert manifest["kind"] == "lm" and manifest["steps_done"] == total
+    assert (folder / "model.safetensors").is_file() and (folder / "optimizer.pt").is_file()

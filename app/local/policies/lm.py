@@ -241,12 +241,12 @@ class LmPolicy:
         with self.lock:
             sequence = self._sequence_for(correlation_id, text)
             started = time.perf_counter()
-            completion, logprobs = self._generate(sequence.ids, grammar, generator)
+            completion, logprobs, chosen = self._generate(sequence.ids, grammar, generator)
             seconds = time.perf_counter() - started
             self.gen_tokens += len(completion)
             self.gen_seconds += seconds
             sequence.ids += completion
-            sequence.mask += [1] * len(completion)
+            sequence.mask += chosen
             sequence.logprobs += logprobs
             answer = self.tokenizer.decode(completion, skip_special_tokens=False)
             sequence.text += answer
@@ -314,11 +314,13 @@ class LmPolicy:
         return self._grammars[key]
 
     @torch.no_grad()
-    def _generate(self, prompt: list[int], grammar: Any, generator: torch.Generator) -> tuple[list[int], list[float]]:
-        """Sample a completion (ending with an end-of-turn token unless max_tokens cut it) and
+    def _generate(self, prompt: list[int], grammar: Any,
+                  generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
+        """Sample a completion (ending with an end-of-turn token unless max_tokens cut it),
         each token's log-probability under the unconstrained model at the sampling temperature
-        (what GRPO's loss computes). Under a grammar, a run of tokens the grammar forces (the
-        scaffold) is fed in one forward pass."""
+        (what GRPO's loss computes), and whether the model chose it (1) or the grammar forced
+        it (0: the scaffold, fed in one forward pass; a forced token's probability under the
+        constrained policy is 1, so it carries no gradient and is masked out of the loss)."""
         model = self.model
         was_training = model.training
         model.eval()  # no dropout while acting; the trainer's mode is put back after
@@ -328,7 +330,7 @@ class LmPolicy:
             model.train(was_training)
 
     def _sample_completion(self, prompt: list[int], grammar: Any,
-                           generator: torch.Generator) -> tuple[list[int], list[float]]:
+                           generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
         model = self.model
         device = self.loaded.device
         matcher = xgr.GrammarMatcher(grammar) if grammar is not None else None
@@ -337,6 +339,7 @@ class LmPolicy:
         cache, last = out.past_key_values, out.logits[0, -1]
         ids: list[int] = []
         logprobs: list[float] = []
+        chosen: list[int] = []
         while len(ids) < self.max_tokens:
             forced = self._forced(matcher, self.max_tokens - len(ids))
             if forced:
@@ -345,13 +348,16 @@ class LmPolicy:
                 scores = torch.log_softmax(self._scaled(before), -1)
                 logprobs += [float(scores[pos, token]) for pos, token in enumerate(forced)]
                 ids += forced
+                chosen += [0] * len(forced)
                 cache, last = out.past_key_values, out.logits[0, -1]
                 continue
             row = self._scaled(last)
+            choice = 1
             if matcher is not None and bitmask is not None:
                 matcher.fill_next_token_bitmask(bitmask)
                 masked = row.clone().unsqueeze(0)
                 xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device))
+                choice = int(torch.isfinite(masked[0]).sum() > 1)  # one allowed token: forced
                 token = self._sample(masked[0], generator)
                 if not matcher.accept_token(token):
                     break  # cannot happen for a token the mask allowed; stop rather than loop
@@ -359,11 +365,12 @@ class LmPolicy:
                 token = self._sample(row, generator)
             logprobs.append(float(torch.log_softmax(row, -1)[token]))
             ids.append(token)
+            chosen.append(choice)
             if token in self.eos_ids or len(ids) >= self.max_tokens:
                 break
             out = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
             cache, last = out.past_key_values, out.logits[0, -1]
-        return ids, logprobs
+        return ids, logprobs, chosen
 
     def _forced(self, matcher: Any, room: int) -> list[int]:
         """The tokens of the text the grammar forces next (accepted by the matcher), if any."""
