@@ -4,7 +4,7 @@
 tokenizer trained here with `tokenizers` on text shaped like the tool-calling chats the tests
 play, with Qwen3's special and added tokens, and TRL's Qwen3 chat template (which is not
 prefix-preserving, so the policy acts with TRL's training variant: docs/embedded-policy.md).
-Needs the trainer extra (torch, transformers, trl): callers skip when it is missing.
+Needs the trainer extra (callers skip without it: app.local.policies.trainer_extra_missing).
 """
 
 from __future__ import annotations
@@ -56,8 +56,12 @@ def build_tokenizer(folder: Path) -> Any:
     return tokenizer
 
 
-def build_tiny_qwen3(folder: Path, seed: int = 0) -> Path:
-    """Write the tiny model and its tokenizer into `folder` (Hugging Face format); returns it."""
+def build_tiny_qwen3(folder: Path, seed: int = 0, initializer_range: float = 0.1) -> Path:
+    """Write the tiny model and its tokenizer into `folder` (Hugging Face format); returns it.
+
+    Weights are drawn with std 0.1, not Qwen3's 0.02: the embeddings are tied to the output
+    layer, and at 0.02 the logits have so little range that a LoRA adapter (which cannot touch
+    the embeddings) barely moved the model's choice in a dozen steps."""
     import torch
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -67,18 +71,10 @@ def build_tiny_qwen3(folder: Path, seed: int = 0) -> Path:
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                          max_position_embeddings=2048, tie_word_embeddings=True,
                          eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=None)
+                         bos_token_id=None, initializer_range=initializer_range)
     torch.manual_seed(seed)
     model = Qwen3ForCausalLM(config)
     model.generation_config = GenerationConfig(eos_token_id=tokenizer.eos_token_id,
                                                pad_token_id=tokenizer.pad_token_id)
     model.save_pretrained(folder)
     return folder
-
-
-def trainer_extra_missing() -> str | None:
-    """Why the `lm` tests cannot run here (None when they can)."""
-    import importlib.util
-
-    missing = [m for m in ("torch", "transformers", "trl", "peft", "xgrammar") if importlib.util.find_spec(m) is None]
-    return f"the trainer extra is not installed (missing {', '.join(missing)})" if missing else None

@@ -5,6 +5,10 @@ trained from random weights can learn it in a minute of CPU (docs/embedded-polic
 episode has TURNS turns, each naming a label drawn from the episode's seed; the score is the
 fraction pressed right (random play scores 0.25). The feedback and the next label come back as
 the tool result. Built on app/local/taskapp_kit.py like guess_taskapp.py.
+
+`asks` narrows the labels the app asks for (the tool still offers all four). With one label
+the tiny random-init model learns it in a few steps; with all four it must learn to copy the
+label from the observation, which it did not in 40 steps (docs/embedded-policy.md#what-is-not-done).
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ def _label(tool_calls: list[Any]) -> str | None:
     return label if label in LABELS else None
 
 
-async def _play(client: Any, req: Any) -> dict[str, Any]:
+async def _play(client: Any, req: Any, asks: Sequence[str]) -> dict[str, Any]:
     url = chat_url(req.policy.config.inference_url)
     rng = random.Random(req.env.seed)
-    targets = [rng.choice(LABELS) for _ in range(TURNS)]
+    targets = [rng.choice(list(asks)) for _ in range(TURNS)]
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
                                       {"role": "user", "content": f"Press {targets[0]}."}]
     steps, right = [], 0
@@ -65,13 +69,17 @@ async def _play(client: Any, req: Any) -> dict[str, Any]:
                             details={"right": right, "seed": req.env.seed}, system_prompt=SYSTEM_PROMPT)
 
 
-def create_press_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_02) -> FastAPI:
+def create_press_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_02,
+                         asks: Sequence[str] = LABELS) -> FastAPI:
     app, authed = base_taskapp(app_id=APP_ID, title="press-a-button task app", version="0.1.0",
                                env_api_keys=env_api_keys)
 
     @app.get("/task_info", dependencies=authed)
     async def task_info() -> dict[str, Any]:
-        return {"taskset": {"id": APP_ID, "labels": list(LABELS), "max_turns": TURNS}}
+        return {"taskset": {"id": APP_ID, "labels": list(LABELS), "asks": list(asks), "max_turns": TURNS}}
 
-    add_rollout_route(app, authed, contract, _play)
+    async def play(client: Any, req: Any) -> dict[str, Any]:
+        return await _play(client, req, asks)
+
+    add_rollout_route(app, authed, contract, play)
     return app
