@@ -163,6 +163,18 @@ def test_auto_falls_back_to_the_stand_in_saying_why_and_lm_fails_at_once(tmp_pat
         make_policy("lm", PolicySettings(model=str(tmp_path), learning_rate=1e-5, seed=0))
 
 
+def test_auto_trains_the_model_when_it_is_here(tiny_model: Path) -> None:
+    from app.local.policies import lm_unavailable, make_policy
+
+    assert lm_unavailable(settings(tiny_model)) is None
+    policy, warning = make_policy("auto", settings(tiny_model))
+    assert policy.kind == "lm" and warning is None
+    info = policy.describe()
+    assert info.stand_in is False and info.label == f"lm {tiny_model}"
+    assert 100_000 < info.data["parameters"] < 200_000 and info.data["device"] == "cpu"
+    assert set(info.data["versions"]) == {"torch", "transformers", "trl", "peft", "xgrammar"}
+
+
 def test_a_job_whose_model_is_missing_fails_at_once_saying_how_to_get_it(press_app: ServerHandle, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
