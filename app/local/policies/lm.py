@@ -313,7 +313,6 @@ class LmPolicy:
             self._grammars[key] = self._compiler.compile_grammar(grammar)
         return self._grammars[key]
 
-    @torch.no_grad()
     def _generate(self, prompt: list[int], grammar: Any,
                   generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
         """Sample a completion (ending with an end-of-turn token unless max_tokens cut it),
@@ -325,7 +324,8 @@ class LmPolicy:
         was_training = model.training
         model.eval()  # no dropout while acting; the trainer's mode is put back after
         try:
-            return self._sample_completion(prompt, grammar, generator)
+            with torch.no_grad():
+                return self._sample_completion(prompt, grammar, generator)
         finally:
             model.train(was_training)
 
@@ -544,16 +544,18 @@ class LmPolicy:
 
         policy = self
 
-        class _Logs(TrainerCallback):
-            def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-                       **kwargs: Any) -> None:
-                if logs and "loss" in logs:
-                    training_ref[0].release(policy.lock)
-                    training_ref[0].logs.put(dict(logs))
+        def on_log(callback: Any, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
+            if logs and "loss" in logs:
+                training_ref[0].release(policy.lock)
+                training_ref[0].logs.put(dict(logs))
+
+        # Made with type(): mypy then checks this module the same with or without transformers.
+        logs_callback = type("StepLogs", (TrainerCallback,), {"on_log": on_log})
 
         rewards: list[Any] = [env_reward]
         trainer = GRPOTrainer(model=self.model, reward_funcs=rewards, args=config, train_dataset=dataset,
-                              processing_class=self.tokenizer, rollout_func=rollout_func, callbacks=[_Logs()],
+                              processing_class=self.tokenizer, rollout_func=rollout_func, callbacks=[logs_callback()],
                               optimizers=(self.optimizer, None))
 
         from transformers.trainer_callback import PrinterCallback

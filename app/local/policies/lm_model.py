@@ -104,7 +104,8 @@ def load(folder: Path) -> LoadedModel:
         raise ModelUnavailable(f"the model in {folder} could not be loaded ({type(exc).__name__}: "
                                f"{str(exc)[:300]})") from None
     device = "cuda" if cuda else "cpu"
-    model.to(device)  # type: ignore[arg-type]  # transformers types `to` oddly
+    movable: Any = model  # transformers types `to` as taking a model; it takes a device
+    movable.to(device)
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(model, tokenizer, folder, device, str(dtype).removeprefix("torch."),
