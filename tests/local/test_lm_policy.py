@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import random
+import re
 import signal
+import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
@@ -277,3 +280,22 @@ def test_an_lm_job_killed_mid_run_resumes_from_its_last_step(tiny_model: Path, p
     manifest = json.loads((folder / "policy.json").read_text())
     assert manifest["kind"] == "lm" and manifest["steps_done"] == total
     assert (folder / "model.safetensors").is_file() and (folder / "optimizer.pt").is_file()
+
+
+@pytest.mark.slow
+def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_app: ServerHandle,
+                                                       tmp_path: Path) -> None:
+    """`synth-tui train --backend local --trainer lm` with [model] base = the model's folder."""
+    config = Path(__file__).resolve().parents[2] / "configs" / "rl" / "demo.toml"
+    text = config.read_text().replace('base = "Qwen/Qwen3-0.6B"', f'base = "{tiny_model}"')
+    for key, value in (("trainer_mode", '"full"'), ("num_epochs", "1"), ("iterations_per_epoch", "3"),
+                       ("batch_size", "2"), ("max_turns", "2"), ("learning_rate", "1e-2"), ("instances", "4")):
+        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+    (tmp_path / "press.toml").write_text(text)
+    env = {**os.environ, "ENVIRONMENT_API_KEY": ENV_KEY, "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", "app.launcher", "train", "--backend", "local", "--trainer", "lm",
+                           "--config", str(tmp_path / "press.toml"), "--task-url", press_app.url, "--no-tui"],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Final status: succeeded" in done.stdout
+    assert '"kind": "lm"' in done.stdout and '"stand_in": false' in done.stdout

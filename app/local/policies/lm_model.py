@@ -90,7 +90,11 @@ def load(folder: Path) -> LoadedModel:
     using this process's cores. A folder with a .gguf file and no config.json loads that file."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    # The backend reports through its job events: no progress bars or advice on its stderr.
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     cuda = torch.cuda.is_available()
     if not cuda:
         torch.set_num_threads(cpu_threads())
