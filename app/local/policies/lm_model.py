@@ -93,8 +93,9 @@ def load(folder: Path) -> LoadedModel:
     from transformers.utils import logging as hf_logging
 
     # The backend reports through its job events: no progress bars or advice on its stderr.
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    quiet: Any = hf_logging  # untyped functions
+    quiet.disable_progress_bar()
+    quiet.set_verbosity_error()
     cuda = torch.cuda.is_available()
     if not cuda:
         torch.set_num_threads(cpu_threads())
