@@ -158,8 +158,6 @@ class LmPolicy:
         self.episodes: OrderedDict[str, _Sequence] = OrderedDict()
         self.restarts = 0
         self.unfinished_calls = 0
-        self.gen_tokens = 0
-        self.gen_seconds = 0.0
         self.training: _Training | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self._optimizer_state: dict[str, Any] | None = None
@@ -237,14 +235,12 @@ class LmPolicy:
         offered = tool_list if tool_choice != "none" else []
         text = self._render(messages, offered)
         generator = torch.Generator().manual_seed(rng.getrandbits(63))
-        grammar = self._grammar(required) if required else None
-        with self.lock:
+        with self.lock:  # one generation at a time on the model (and one compile per tool set)
+            grammar = self._grammar(required) if required else None
             sequence = self._sequence_for(correlation_id, text)
             started = time.perf_counter()
             completion, logprobs, chosen = self._generate(sequence.ids, grammar, generator)
             seconds = time.perf_counter() - started
-            self.gen_tokens += len(completion)
-            self.gen_seconds += seconds
             sequence.ids += completion
             sequence.mask += chosen
             sequence.logprobs += logprobs
