@@ -16,6 +16,10 @@ from app import __version__
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.session import LaunchOptions, LaunchSession
 
+# What the embedded backend trains (app.local.policies.TRAINER_CHOICES; not imported here: the
+# parser must not load the backend).
+TRAINER_CHOICES = ("auto", "lm", "tabular")
+
 COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp", "serve")
 # The commands that never open the TUI, whatever the terminal.
 NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "serve")
@@ -40,6 +44,10 @@ def _add_train_flags(parser: argparse.ArgumentParser) -> None:
     add("--backend", metavar="URL",
         help="backend base URL, http(s)://HOST[:PORT] (/api is appended), or `local`: the embedded backend in this "
              "process (it trains any conforming task app here; its jobs stop with the run)")
+    add("--trainer", choices=TRAINER_CHOICES, metavar="{auto,lm,tabular}",
+        help="with --backend local: what the embedded backend trains: lm (the config's model, with TRL; needs "
+             "pip install 'synth-tui[trainer]'), tabular (a fast stand-in) or auto (lm when it can, else the "
+             "stand-in with a warning; the default). docs/embedded-policy.md")
     add("--model", metavar="ID", help="model to train instead of the config's [model]")
     add("--allow-experimental", dest="allow_experimental", action="store_true", default=None,
         help="allow experimental models (default: SDK_EXPERIMENTAL=1)")
@@ -161,6 +169,11 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
                          help="an ENVIRONMENT_API_KEY the backend holds for verification (visible via ps: prefer "
                               "the environment or --env-file)")
     backend.add_argument("--db", metavar="PATH", help="SQLite state file (default: in the user's state folder)")
+    backend.add_argument("--trainer", choices=TRAINER_CHOICES, default="auto",
+                         help="what jobs train: lm (the config's [model] base, with TRL; needs pip install "
+                              "'synth-tui[trainer]'), tabular (a fast stand-in) or auto (lm when the trainer extra "
+                              "is installed and the model is on this machine, else the stand-in with a warning; "
+                              "default). docs/embedded-policy.md")
     backend.add_argument("--infra-events", action="store_true",
                          help="also emit stand-ins for the hosted service's hatchet.* and rl.runtime.modal.* events "
                               "(off by default: here they describe nothing real)")
@@ -336,6 +349,7 @@ def _dispatch(args: argparse.Namespace) -> int:
     if interactive and args.command not in NO_TUI_COMMANDS:
         _tui_start()
     if args.command == "train":
+        embedded.refuse_trainer_without_local(args)
         if embedded.wants_local_backend(args):
             return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
         return _run_train(args, interactive)

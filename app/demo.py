@@ -195,7 +195,8 @@ def _start_servers(folder: DemoFolder) -> DemoSetup:
     task_app = start_taskapp(env_api_keys=[env_key])
     try:
         backend = start_backend(api_key=synth_key, db_path=folder.path / "backend.sqlite3", env_api_keys=[env_key],
-                                resume=False)  # it stops with the demo: so do its jobs
+                                # it stops with the demo: so do its jobs; the demo trains the fast stand-in
+                                resume=False, trainer="tabular")
     except BaseException:
         task_app.stop()
         raise

@@ -24,6 +24,14 @@ def wants_local_backend(args: argparse.Namespace) -> bool:
     return str(getattr(args, "backend", None) or "").strip().lower() == LOCAL
 
 
+def refuse_trainer_without_local(args: argparse.Namespace) -> None:
+    """--trainer chooses what the embedded backend of this run trains; a backend elsewhere chose already."""
+    if getattr(args, "trainer", None) and not wants_local_backend(args):
+        raise UsageError("--trainer chooses what the embedded backend started by --backend local trains; this run "
+                         "uses another backend.",
+                         "Pass --backend local with it, or start that backend with `synth-tui backend --trainer ...`.")
+
+
 def refuse_local_attach(args: argparse.Namespace, *, to: str = "attach to") -> None:
     """A job of an embedded backend ends with the process that ran it: nothing to attach to
     (``to``: what the command would do with earlier jobs, e.g. "list" for `synth-tui jobs`)."""
@@ -46,7 +54,8 @@ def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Nam
     folder = claim_folder(state_dir() / "local", "local-")
     try:
         backend = start_backend(api_key=f"sk_local_{secrets.token_hex(16)}",
-                                db_path=folder.path / "backend.sqlite3", env_api_keys=[], resume=False)
+                                db_path=folder.path / "backend.sqlite3", env_api_keys=[], resume=False,
+                                trainer=getattr(args, "trainer", None) or "auto")
         try:
             print(f"Embedded backend: {backend.url}/api (state: {folder.path}; it stops when this run ends)",
                   file=sys.stderr, flush=True)

@@ -30,7 +30,7 @@ def run_backend_server(args: argparse.Namespace) -> int:
             "(chmod 600) and pass --env-file PATH.")
     serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
                   envfile.user_path(args.db) if args.db else default_db_path(),
-                  infra_events=getattr(args, "infra_events", False))
+                  infra_events=getattr(args, "infra_events", False), trainer=getattr(args, "trainer", "auto"))
     return ExitCode.OK
 
 

@@ -68,3 +68,27 @@ def test_a_usage_error_or_help_is_the_same(argv):
 def test_any_words_give_the_same_outcome(argv):
     whole, one = both(argv)
     assert one == whole
+
+
+def test_trainer_flags_choose_the_embedded_backends_policy():
+    from app import cli
+    from app.local.policies import TRAINER_CHOICES
+
+    assert cli.TRAINER_CHOICES == TRAINER_CHOICES  # one list, written twice (the parser loads no backend)
+    parser = build_parser()
+    assert parser.parse_args(["backend"]).trainer == "auto"
+    assert parser.parse_args(["backend", "--trainer", "lm"]).trainer == "lm"
+    assert parser.parse_args(["train", "--backend", "local", "--trainer", "tabular"]).trainer == "tabular"
+    assert parser.parse_args(["train"]).trainer is None
+    with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit):
+        parser.parse_args(["backend", "--trainer", "gpt"])
+
+
+def test_trainer_without_the_local_backend_is_a_usage_error():
+    from app.core.errors import UsageError
+    from app.embedded import refuse_trainer_without_local
+
+    args = build_parser().parse_args(["train", "--backend", "http://127.0.0.1:8000", "--trainer", "lm"])
+    with pytest.raises(UsageError, match="--backend local"):
+        refuse_trainer_without_local(args)
+    refuse_trainer_without_local(build_parser().parse_args(["train", "--backend", "local", "--trainer", "lm"]))

@@ -717,3 +717,18 @@ def test_payload_takes_the_names_of_the_backend_generation(generations, section,
     # A backend that speaks both, or does not say, gets the config as written.
     for unknown in (frozenset(), frozenset({"0.2", "0.5"})):
         assert for_backend(payload, unknown) == payload
+
+
+def test_a_local_model_folder_is_accepted_as_model_base(tmp_path):
+    """The embedded backend trains a model from a folder of this machine (docs/embedded-policy.md);
+    a folder without a model, or a path that does not exist, is still refused."""
+    from app.core.models import check_rl_model
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    assert check_rl_model(str(tmp_path / "model"), allow_experimental=False, allow_fine_tuned=False) == str(
+        tmp_path / "model")
+    for refused in (tmp_path / "empty", tmp_path / "missing"):
+        with pytest.raises(ConfigError, match="is not supported"):
+            check_rl_model(str(refused), allow_experimental=False, allow_fine_tuned=False)

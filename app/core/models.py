@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from pathlib import Path
 
 from app.core.errors import ConfigError
 
@@ -183,6 +184,17 @@ def is_experimental_model(model_id: str, env: Mapping[str, str] | None = None) -
     return base is not None and base.lower() in experimental_models(env)
 
 
+def is_local_model_folder(model_id: str) -> bool:
+    """A path to a folder holding a model in Hugging Face format (config.json) or a .gguf file."""
+    if not model_id.startswith(("/", "./", "../", "~")):
+        return False
+    try:
+        folder = Path(model_id).expanduser()
+        return folder.is_dir() and ((folder / "config.json").is_file() or any(folder.glob("*.gguf")))
+    except (OSError, ValueError, RuntimeError):
+        return False
+
+
 def check_rl_model(
     model_id: str,
     *,
@@ -202,6 +214,10 @@ def check_rl_model(
             "Model identifier is empty",
             hint="set a base model such as Qwen/Qwen3-4B",
         )
+    if is_local_model_folder(cleaned):
+        # Differs from the SDK on purpose: the embedded backend trains a model from a folder of
+        # this machine (docs/embedded-policy.md#the-lm-policy); the hosted service refuses it.
+        return cleaned
     base = base_model_of(cleaned, allow_fine_tuned=allow_fine_tuned)
     if base is None:
         raise ConfigError(

@@ -71,6 +71,8 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("training.log_interval", True, 1, 100_000),
     NumberBound("training.weight_sync_interval", True, 1, 100_000),
     NumberBound("training.seed", True, -INT64, INT64),
+    # The embedded backend's lm policy: GRPO's KL weight (beta); 0 loads no reference model.
+    NumberBound("training.kl_coef", False, 0.0, 10.0, "the KL penalty's weight; 0 turns it off"),
     NumberBound("rollout.max_turns", True, 1, 1_000),
     NumberBound("rollout.episodes_per_batch", True, 1, 262_144),
     NumberBound("rollout.max_concurrent_rollouts", True, 1, 256),

@@ -78,7 +78,8 @@ class _Backend:
     """What the routes share; the store, trainer and HTTP client exist while serving."""
 
     def __init__(self, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None,
-                 listen_url: str | None = None, infra_events: bool = False, resume: bool = True):
+                 listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
+                 trainer: str = policies.DEFAULT_POLICY):
         self.api_key = api_key
         self.db_path = Path(db_path)
         self.env_api_keys = [k for k in env_api_keys if k]
@@ -87,6 +88,7 @@ class _Backend:
         self.listen_url = listen_url.rstrip("/") if listen_url else None
         self.infra_events = infra_events
         self.resume = resume
+        self.trainer_choice = trainer  # auto | lm | tabular (policies.make_policy)
         # Beside the state file: every job's policy, one folder per recorded step.
         self.checkpoints = Checkpoints(self.db_path.parent / "checkpoints")
         self.store: Store
@@ -171,13 +173,17 @@ class _Backend:
 def create_backend_app(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None = None,
     listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
+    trainer: str = policies.DEFAULT_POLICY,
 ) -> FastAPI:
     """`infra_events`: imitate the hosted service's hatchet.* and rl.runtime.modal.* events
     (off unless asked: docs/embedded-policy.md#events). `resume`: go on with the jobs a previous
-    run left running (a backend of the demo or `--backend local` stops with its run: False)."""
+    run left running (a backend of the demo or `--backend local` stops with its run: False).
+    `trainer`: which policy new jobs train, auto | lm | tabular (docs/embedded-policy.md)."""
     if not api_key:
         raise ValueError("the embedded backend needs an API key")
-    b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume)
+    if trainer not in policies.TRAINER_CHOICES:
+        raise ValueError(f"trainer must be one of {', '.join(policies.TRAINER_CHOICES)} (got {trainer!r})")
+    b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume, trainer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -186,7 +192,7 @@ def create_backend_app(
         async with httpx.AsyncClient(limits=client_limits()) as http:
             b.http = http
             b.trainer = Trainer(b.journal, b.env_api_keys, http, b.checkpoints, other_secrets=[b.api_key],
-                                infra_events=b.infra_events)
+                                policy_kind=b.trainer_choice, infra_events=b.infra_events)
             b.resume_interrupted(b.trainer)
             try:
                 yield
@@ -479,14 +485,17 @@ def _chat_handler(b: _Backend) -> Callable[[Request], Awaitable[dict[str, Any]]]
         problem = chat_body_problem(body)
         if problem:
             raise HTTPException(422, f"Invalid chat completion request: {problem}")
+        # The policy answers in a worker thread, whichever it is: a language model generates for
+        # seconds, and /health, events and other rollouts must not wait for it.
         try:
             if run is not None:
-                act = run.act(rollout_id, body, cid)
+                act = await asyncio.to_thread(run.act, rollout_id, body, cid)
                 model = run.plan.model
             else:
                 job = b.job_or_404(job_id)
                 policy = await asyncio.to_thread(b.saved_policy, job)
-                act = policy.act(body["messages"], body.get("tools"), body.get("tool_choice"), cid, random.Random())
+                act = await asyncio.to_thread(policy.act, body["messages"], body.get("tools"),
+                                              body.get("tool_choice"), cid, random.Random())
                 model = _job_view(job)["model"]
         except PolicyCannotAct as exc:
             message = f"The task app's request cannot be answered by the embedded policy: {exc}"

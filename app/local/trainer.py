@@ -27,7 +27,7 @@ import random
 import secrets
 import sqlite3
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -41,7 +41,8 @@ from app.local import policies
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, response_detail
 from app.local.journal import Journal
-from app.local.policies.base import Act, Episode, Policy, PolicySettings
+from app.local.policies.base import Act, Episode, Policy, PolicyCannotAct, PolicySettings, read_manifest
+from app.local.policies.lm_model import ModelUnavailable
 from app.local.retry import RETRYABLE_STATUS, ROLLOUT_BACKOFF, send_with_retries
 from app.local.rollout_contract import (
     GEN_02,
@@ -109,6 +110,9 @@ class TrainingPlan:
     # What the inspector keeps (rollout_record.py): train rollouts per step, bytes per job.
     inspect_per_step: int = DEFAULT_PER_STEP
     inspect_max_bytes: int = DEFAULT_MAX_BYTES
+    # What the `lm` policy reads from the config as written (policy_options): trainer_mode,
+    # kl_coef, lora, temperature, top_p, max_tokens. The stand-in ignores them.
+    policy_options: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
     def total_steps(self) -> int:
@@ -214,8 +218,27 @@ def plan_from_payload(body: Any) -> TrainingPlan:
         eval_instances=evaluation.get("instances", 0) if evaluation else 0,
         eval_every=evaluation.get("every_n_iters", 0) if evaluation else 0,
         seed=seed,
+        policy_options=policy_options(config),
         **inspect,
     )
+
+
+def policy_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The options of the `lm` policy, from the config as written (docs/embedded-policy.md#the-lm-policy):
+    [model] (or [policy]) trainer_mode; [training] kl_coef; [training.lora] (or the older
+    top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p, max_tokens."""
+    def table(value: Any) -> dict[str, Any]:
+        return value if isinstance(value, dict) else {}
+
+    model, policy, training = table(config.get("model")), table(config.get("policy")), table(config.get("training"))
+    lora = table(training.get("lora")) or table(config.get("lora"))
+    options: dict[str, Any] = {
+        "trainer_mode": model.get("trainer_mode") or policy.get("trainer_mode"),
+        "kl_coef": training.get("kl_coef"),
+        "lora": {k: lora.get(k) for k in ("r", "alpha", "dropout", "target_modules") if lora.get(k) is not None},
+        "temperature": policy.get("temperature"), "top_p": policy.get("top_p"), "max_tokens": policy.get("max_tokens"),
+    }
+    return {k: v for k, v in options.items() if v is not None}
 
 
 @dataclass
@@ -246,7 +269,9 @@ class JobRun:
     job_id: str
     plan: TrainingPlan
     api_base: str  # the backend's `{base}/api/v1`: rollout_contract.inference_url builds on it
-    policy: Policy
+    policy: Policy | None  # None until `loader` ran (the lm policy loads a model: in a thread)
+    loader: Callable[[], tuple[Policy, str | None]] | None = None
+    policy_warning: str | None = None  # why `auto` trains the stand-in
     open_rollouts: dict[str, OpenRollout] = field(default_factory=dict)
     chat_completions: int = 0
     rollouts: int = 0
@@ -277,6 +302,8 @@ class JobRun:
         """The policy's answer to one chat turn, recorded if the rollout is ours (and, for the
         inspector, what the chat `request` showed, when it keeps it)."""
         rollout = self.open_rollouts.get(rollout_id or "")
+        if self.policy is None:
+            raise PolicyCannotAct("the job's policy is still loading; call again once its rollouts start")
         # A call from outside the job's rollouts never draws from the job's own RNG.
         act = self.policy.act(request["messages"], request.get("tools"), request.get("tool_choice"),
                               correlation_id, rollout.rng if rollout else random.Random())
@@ -309,7 +336,8 @@ class JobRun:
     def saved_state(self) -> dict[str, Any]:
         """What resumes this job after `step` (with the policy saved in that step's folder)."""
         version, internal, gauss = self.rng.getstate()
-        return {"step": self.step, "policy": self.policy.kind, "eval_pending": self.eval_pending,
+        return {"step": self.step, "policy": self.policy.kind if self.policy else None,
+                "eval_pending": self.eval_pending,
                 "rng": [version, list(internal), gauss], "flat_steps": self.flat_steps,
                 "first_score": self.first_score, "last_train_score": self.last_train_score,
                 "eval_score": self.eval_score, "contract": self.contract,
@@ -339,7 +367,9 @@ def job_seed(job_id: str, plan: TrainingPlan) -> int:
 
 
 def policy_settings(job_id: str, plan: TrainingPlan) -> PolicySettings:
-    return PolicySettings(model=plan.model, learning_rate=plan.learning_rate, seed=job_seed(job_id, plan))
+    return PolicySettings(model=plan.model, learning_rate=plan.learning_rate, seed=job_seed(job_id, plan),
+                          total_steps=plan.total_steps, batch_size=plan.batch_size, group_size=plan.group_size,
+                          options=dict(plan.policy_options))
 
 
 def answer_of(message: dict[str, Any]) -> tuple[str | None, Any]:
@@ -353,6 +383,14 @@ def answer_of(message: dict[str, Any]) -> tuple[str | None, Any]:
     except ValueError:
         arguments = function.get("arguments")
     return function.get("name"), arguments
+
+
+class PolicyUnavailable(Exception):
+    """The job's policy cannot be loaded (say, the model is missing); the message says how to fix it."""
+
+
+def _load_saved(folder: Any, settings: PolicySettings) -> tuple[Policy, str | None]:
+    return policies.load(folder, settings), None
 
 
 class Trainer:
@@ -373,8 +411,8 @@ class Trainer:
 
     def start(self, job_id: str, plan: TrainingPlan, api_base: str) -> None:
         """Train a job; `api_base` is the backend's `{base}/api/v1`, which the task app reaches."""
-        policy = policies.create(self.policy_kind, policy_settings(job_id, plan))
-        self._launch(JobRun(job_id, plan, api_base.rstrip("/"), policy))
+        loader = partial(policies.make_policy, self.policy_kind, policy_settings(job_id, plan))
+        self._launch(JobRun(job_id, plan, api_base.rstrip("/"), None, loader))
 
     def resume(self, job_id: str, plan: TrainingPlan, api_base: str) -> None:
         """Go on with a job a previous run of the backend left queued or running: from the
@@ -383,15 +421,21 @@ class Trainer:
         store = self.journal.store
         state = store.get_checkpoint(job_id)
         settings = policy_settings(job_id, plan)
+        policy: Policy | None = None
+        loader: Callable[[], tuple[Policy, str | None]] | None = None
         try:
             if state is None:
-                policy = policies.create(self.policy_kind, settings)
+                loader = partial(policies.make_policy, self.policy_kind, settings)
             else:
-                policy = policies.load(self.checkpoints.step_dir(job_id, int(state["step"])), settings)
+                folder = self.checkpoints.step_dir(job_id, int(state["step"]))
+                if read_manifest(folder)["kind"] == "tabular":
+                    policy = policies.load(folder, settings)
+                else:  # a model: loaded in a thread as the job starts (_load_policy)
+                    loader = partial(_load_saved, folder, settings)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             store.fail_interrupted(job_id, f"its checkpoint could not be read ({type(exc).__name__}: {exc})")
             return
-        run = JobRun(job_id, plan, api_base.rstrip("/"), policy)
+        run = JobRun(job_id, plan, api_base.rstrip("/"), policy, loader)
         job = store.get_job(job_id)
         if state is not None:
             run.restore(state)
@@ -443,8 +487,10 @@ class Trainer:
             if run.resumed is None:
                 if not j.set_running(job_id):
                     return
+                await self._load_policy(run)
                 self._announce(run)
             else:
+                await self._load_policy(run)
                 self._announce_resume(run)
             if not self.env_api_keys:
                 raise TaskAppError(
@@ -473,7 +519,7 @@ class Trainer:
             j.finish(job_id, "cancelled", "rl.job.cancelled",
                      f"Job cancelled by request during step {run.step + 1}/{plan.total_steps}",
                      data={"step": run.step, **run.counters()})
-        except TaskAppError as exc:
+        except (TaskAppError, PolicyUnavailable) as exc:
             j.finish(job_id, "failed", "rl.job.failed", str(exc), level="error",
                      data={"step": run.step, **run.counters()}, error=str(exc))
         except Exception as exc:  # a bug here must still end the job, not leave it running
@@ -482,6 +528,28 @@ class Trainer:
                      data={"step": run.step}, error=message)
         finally:
             self.runs.pop(job_id, None)
+            if run.policy is not None:
+                try:  # the lm policy's training thread ends here, whatever ended the job
+                    await asyncio.shield(asyncio.to_thread(run.policy.close))
+                except BaseException:  # noqa: BLE001 - a second cancel while closing: the thread is a daemon
+                    pass
+
+    async def _load_policy(self, run: JobRun) -> None:
+        """The job's policy (the lm policy loads its model: seconds, in a thread). A model that
+        cannot be had fails the job at once, saying how to get it; `auto` falling back to the
+        stand-in says why in a warning event."""
+        if run.policy is not None or run.loader is None:
+            return
+        try:
+            policy, run.policy_warning = await asyncio.to_thread(run.loader)
+        except ModelUnavailable as exc:
+            raise PolicyUnavailable(f"The policy cannot be loaded: {exc}") from None
+        except (OSError, ValueError, KeyError, TypeError, RuntimeError, ImportError) as exc:
+            raise PolicyUnavailable(f"The policy cannot be loaded ({type(exc).__name__}: {str(exc)[:300]})") from None
+        run.policy = policy
+        if run.policy_warning:
+            self.journal.event(run.job_id, "rl.train.policy.fallback", run.policy_warning, level="warning",
+                               data={"policy": policy.kind, "requested": self.policy_kind})
 
     def _complete(self, run: JobRun) -> None:
         """The job succeeded; its completion event says so at warning level when it learned
@@ -512,10 +580,14 @@ class Trainer:
                 data={"model": plan.model, "epochs": plan.epochs, "iters_per_epoch": plan.iterations_per_epoch,
                       "batch_size": plan.batch_size, "group_size": plan.group_size,
                       "total_steps": plan.total_steps, "task_app_url": plan.task_url})
+        assert run.policy is not None  # _load_policy ran
         info = run.policy.describe()
         j.event(job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
                 data={**info.data, "seed": run.seed})
-        self._progress(run, 0, policy={"kind": info.kind, "label": info.label, "stand_in": info.stand_in})
+        badge = {"kind": info.kind, "label": info.label, "stand_in": info.stand_in}
+        if run.policy_warning:
+            badge["why"] = run.policy_warning
+        self._progress(run, 0, policy=badge)
         if self.infra_events:
             j.event(job_id, "hatchet.submission.attempt",
                     "Embedded backend: no Hatchet queue, the job runs in this process", data={"attempt": 1})
@@ -548,6 +620,7 @@ class Trainer:
         await self._keep(run, kept)
         groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
         # In a thread: a large batch must not stall the event loop that answers every client.
+        assert run.policy is not None  # _load_policy ran
         stats = await asyncio.to_thread(run.policy.update, groups)
         mean = sum(e.score for e in episodes) / len(episodes)
         events = [{"type": "rl.train.step",

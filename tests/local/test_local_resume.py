@@ -28,14 +28,15 @@ _LISTENING = re.compile(r"embedded backend on (http://\S+)/api")
 
 
 @contextmanager
-def backend_process(db: Path, home: Path) -> Iterator[tuple[subprocess.Popen[bytes], ServerHandle]]:
-    """`synth-tui backend` in a process of its own (so it can be killed), on a free port."""
+def backend_process(db: Path, home: Path, *args: str) -> Iterator[tuple[subprocess.Popen[bytes], ServerHandle]]:
+    """`synth-tui backend` in a process of its own (so it can be killed), on a free port; `args`
+    are more of its flags (the stand-in unless they say otherwise)."""
     log = db.with_name(f"backend-{os.urandom(3).hex()}.log")
     env = {**os.environ, "HOME": str(home), "SYNTH_API_KEY": API_KEY, "ENVIRONMENT_API_KEY": ENV_KEY,
            "PYTHONPATH": os.pathsep.join(sys.path)}
     with open(log, "wb") as err:
         proc = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
-                                 "backend", "--port", "0", "--db", str(db)],
+                                 "backend", "--port", "0", "--db", str(db), *(args or ("--trainer", "tabular"))],
                                 stdout=subprocess.DEVNULL, stderr=err, env=env)
     try:
         url = poll_until(lambda: (m := _LISTENING.search(log.read_text())) and m.group(1),

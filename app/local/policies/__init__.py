@@ -1,25 +1,80 @@
 """The policies the embedded backend can train, behind one seam (base.Policy).
 
-`tabular` is the stand-in (tabular.py). The trainer and the chat endpoint reach a policy only
-through `create` and `load` here and the methods of base.Policy. docs/embedded-policy.md.
+`tabular` is the stand-in (tabular.py); `lm` trains the language model the config names
+(lm.py, which needs the trainer extra). The trainer and the chat endpoint reach a policy only
+through `make_policy`, `create` and `load` here and the methods of base.Policy.
+docs/embedded-policy.md.
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 from app.local.policies.base import Policy, PolicySettings, read_manifest
+from app.local.policies.lm_model import TRAINER_EXTRA_HINT, ModelUnavailable, resolve
 from app.local.policies.tabular import TabularPolicy
 
 DEFAULT_POLICY = "tabular"
-_KINDS: dict[str, type[TabularPolicy]] = {TabularPolicy.kind: TabularPolicy}
+TRAINER_CHOICES = ("auto", "lm", "tabular")
+KINDS = ("lm", "tabular")
+TRAINER_MODULES = ("torch", "transformers", "trl", "peft", "accelerate", "xgrammar", "datasets")
+
+
+def trainer_extra_missing() -> str | None:
+    """Which of the trainer extra's packages are not installed (None when all are)."""
+    missing = [name for name in TRAINER_MODULES if importlib.util.find_spec(name) is None]
+    if not missing:
+        return None
+    return f"the trainer extra is not installed (missing {', '.join(missing)}; {TRAINER_EXTRA_HINT})"
+
+
+def lm_unavailable(settings: PolicySettings) -> str | None:
+    """Why the `lm` policy cannot train `settings.model` here, or None when it can."""
+    missing = trainer_extra_missing()
+    if missing:
+        return missing
+    try:
+        resolve(settings.model)
+    except ModelUnavailable as exc:
+        return str(exc)
+    return None
+
+
+def _lm(settings: PolicySettings) -> Policy:
+    missing = trainer_extra_missing()
+    if missing:
+        raise ModelUnavailable(f"the lm policy cannot train {settings.model}: {missing}")
+    from app.local.policies.lm import LmPolicy  # torch and friends: only now
+
+    return LmPolicy(settings)
+
+
+def make_policy(choice: str, settings: PolicySettings) -> tuple[Policy, str | None]:
+    """The policy a job trains (blocking: `lm` loads the model) and, for `auto` falling back
+    to the stand-in, a warning that says why and how to train the real model. `lm` that
+    cannot load raises ModelUnavailable with a sentence: never a silent fallback."""
+    if choice == "tabular":
+        return TabularPolicy(settings=settings), None
+    if choice == "lm":
+        return _lm(settings), None
+    if choice != "auto":
+        raise ValueError(f"unknown trainer {choice!r}; choose one of {', '.join(TRAINER_CHOICES)}")
+    why = lm_unavailable(settings)
+    if why is None:
+        return _lm(settings), None
+    return TabularPolicy(settings=settings), (
+        f"The language model is not trained: {why}. The tabular stand-in trains in its place. To train "
+        f"{settings.model} itself: {TRAINER_EXTRA_HINT}, and point [model] base at a local model folder "
+        "(or an id in the Hugging Face cache); then start the backend with --trainer lm")
 
 
 def create(kind: str, settings: PolicySettings) -> Policy:
-    try:
-        return _KINDS[kind](settings=settings)
-    except KeyError:
-        raise ValueError(f"unknown policy {kind!r}; known: {', '.join(sorted(_KINDS))}") from None
+    if kind == "lm":
+        return _lm(settings)
+    if kind == "tabular":
+        return TabularPolicy(settings=settings)
+    raise ValueError(f"unknown policy {kind!r}; known: {', '.join(KINDS)}")
 
 
 def load(folder: Path, settings: PolicySettings) -> Policy:

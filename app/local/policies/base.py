@@ -33,6 +33,13 @@ class PolicySettings:
     model: str
     learning_rate: float
     seed: int
+    # What the `lm` policy also reads (the stand-in ignores them): the run's shape and the
+    # model's options from the config ([model] trainer_mode, [training] kl_coef and lora,
+    # [policy] temperature/top_p/max_tokens), as written.
+    total_steps: int = 0
+    batch_size: int = 1
+    group_size: int = 2
+    options: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -90,6 +97,11 @@ class Policy(Protocol):
 
     def load(self, folder: Path) -> None:
         """Replace this policy's state with the one saved in `folder`."""
+        ...
+
+    def close(self) -> None:
+        """The job ended (succeeded, failed, cancelled or stopped): free what the policy holds
+        (the `lm` policy's training thread). Idempotent; blocking."""
         ...
 
 

@@ -161,6 +161,9 @@ class TabularPolicy:
     def load(self, folder: Path) -> None:
         self.table = dict(read_manifest(folder).get("table", {}))
 
+    def close(self) -> None:
+        pass
+
     # -- the table --------------------------------------------------------------------------
 
     def probs(self, key: str, actions: Sequence[str], prior_key: str | None = None) -> list[float]:

@@ -1,0 +1,670 @@
+"""The `lm` policy: the language model `[model] base` names, acting and trained with TRL.
+
+Acting (`act`). A chat request's messages and tools are rendered with the ACTING template: the
+model's own chat template when it is prefix-preserving, else TRL's training variant of it
+(trl.chat_template_utils), so what the model acts on is exactly what training sees. Each
+episode (one correlation id) is ONE token sequence: turn k+1's prompt is turn k's prompt, turn
+k's completion and the tokens the template adds after it (the task app's tool results or user
+message and the next generation prompt). When the task app's history does not extend that
+text (it edited the history), the episode's sequence starts again from a fresh render and the
+restart is counted. A `tool_choice` that requires a call constrains generation with xgrammar
+to the template's tool-call scaffold with arguments that match the tool's JSON schema.
+
+Training (`update`). One TRL GRPOTrainer per job, built on the first update, trains in a thread
+of its own; its `rollout_func` takes each step's scored episodes from a queue that `update`
+fills (prompt = the episode's first prompt, completion = the rest of its sequence, `env_mask`
+0 on the task app's tokens), and `update` waits for that step's logs.
+
+docs/embedded-policy.md#the-lm-policy. torch, transformers, trl, peft and xgrammar are imported
+here at module level: only `policies.make_policy` imports this module, when `lm` is chosen.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import queue
+import random
+import re
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+import xgrammar as xgr
+from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
+from app.local.policies.base import (
+    MANIFEST,
+    Act,
+    Episode,
+    PolicyCannotAct,
+    PolicyInfo,
+    PolicySettings,
+    UpdateStats,
+    message_text,
+    read_manifest,
+    write_json_atomically,
+)
+from app.local.policies.lm_model import LoadedModel, ModelUnavailable, load, resolve
+
+# Sampling when [policy] does not say: the model's own distribution (temperature 1.0) is what
+# on-policy RL samples from; max_tokens bounds a turn (a runaway answer costs CPU minutes).
+DEFAULT_TEMPERATURE = 1.0
+DEFAULT_TOP_P = 1.0
+DEFAULT_MAX_TOKENS = 256
+MAX_MAX_TOKENS = 4096
+LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"}
+MAX_EPISODES_KEPT = 4096  # sequences of episodes in flight (an abandoned one is dropped oldest first)
+STEP_TIMEOUT_S = 3600.0  # one GRPO step, once its episodes are handed over
+ADAPTER = "adapter"  # the saved folder's subfolder for a LoRA adapter
+OPTIMIZER = "optimizer.pt"
+CHAT_KWARGS = {"enable_thinking": False}  # templates that know it open no thinking block (Qwen3)
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+
+
+class _Closed(Exception):
+    """Raised inside the training thread's rollout_func to end train() (close())."""
+
+
+@dataclass
+class _Sequence:
+    """One episode's joined sequence: every token, which are the model's (mask 1), their
+    logprobs (0.0 on the task app's), and where the first prompt ends."""
+
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    prompt_len: int
+    text: str
+
+
+@dataclass
+class TurnMemo:
+    """What one answer leaves for `update`: its sequence and where its completion ends."""
+
+    sequence: _Sequence
+    end: int
+    tokens: int
+    seconds: float
+
+
+@dataclass
+class _Batch:
+    samples: dict[str, list[Any]]
+    stats: dict[str, float]
+
+
+@dataclass
+class _Training:
+    """The GRPOTrainer and its thread; queues in both directions."""
+
+    trainer: Any
+    thread: threading.Thread
+    batches: queue.Queue[_Batch | None] = field(default_factory=queue.Queue)
+    logs: queue.Queue[dict[str, float]] = field(default_factory=queue.Queue)
+    error: BaseException | None = None
+    closing: threading.Event = field(default_factory=threading.Event)
+    holding: bool = False  # the training thread holds the model's lock (a step between rollout_func and on_log)
+
+    def release(self, lock: threading.Lock) -> None:
+        if self.holding:
+            self.holding = False
+            lock.release()
+
+
+def _option(options: dict[str, Any], key: str, default: Any) -> Any:
+    value = options.get(key)
+    return default if value is None else value
+
+
+class LmPolicy:
+    """base.Policy over a transformers model; memos are TurnMemo."""
+
+    kind: ClassVar[str] = "lm"
+
+    def __init__(self, settings: PolicySettings, loaded: LoadedModel | None = None) -> None:
+        self.settings = settings
+        options = settings.options
+        self.trainer_mode = str(_option(options, "trainer_mode", "lora")).lower()
+        if self.trainer_mode not in ("lora", "full"):
+            raise ModelUnavailable(f"[model] trainer_mode must be \"lora\" or \"full\" for the lm policy "
+                                   f"(got {self.trainer_mode!r})")
+        self.kl_coef = float(_option(options, "kl_coef", 0.0))
+        self.temperature = float(_option(options, "temperature", DEFAULT_TEMPERATURE))
+        self.top_p = float(_option(options, "top_p", DEFAULT_TOP_P))
+        self.max_tokens = min(int(_option(options, "max_tokens", DEFAULT_MAX_TOKENS)), MAX_MAX_TOKENS)
+        self.lora = {**LORA_DEFAULTS, **{k: v for k, v in dict(options.get("lora") or {}).items() if v is not None}}
+        self.base = settings.model
+        self.loaded = loaded or load(resolve(settings.model))
+        self.tokenizer = self.loaded.tokenizer
+        self.model = self.loaded.model
+        if self.trainer_mode == "lora":
+            self._wrap_lora()
+        self.steps_done = 0
+        self.lock = threading.Lock()  # one generation or training step at a time on the model
+        self.template, self.template_kind = self._acting_template()
+        self.eos_ids = self._eos_ids()
+        self._info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self._vocab_size(),
+                                                        stop_token_ids=self.eos_ids)
+        self._compiler = xgr.GrammarCompiler(self._info)
+        self._grammars: dict[str, Any] = {}
+        self.episodes: OrderedDict[str, _Sequence] = OrderedDict()
+        self.restarts = 0
+        self.unfinished_calls = 0
+        self.training: _Training | None = None
+        self.optimizer: torch.optim.Optimizer | None = None
+        self._optimizer_state: dict[str, Any] | None = None
+
+    # -- setup --------------------------------------------------------------------------
+
+    def _wrap_lora(self) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        config = LoraConfig(r=int(self.lora["r"]), lora_alpha=int(self.lora["alpha"]),
+                            lora_dropout=float(self.lora["dropout"]), target_modules=self.lora["target_modules"],
+                            task_type="CAUSAL_LM")
+        torch.manual_seed(self.settings.seed)
+        self.model = get_peft_model(self.model, config)
+
+    def _vocab_size(self) -> int:
+        return int(max(self.model.get_input_embeddings().weight.shape[0], len(self.tokenizer)))
+
+    def _eos_ids(self) -> list[int]:
+        ids = {self.tokenizer.eos_token_id}
+        configured = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        ids.update(configured if isinstance(configured, list) else [configured])
+        return sorted(i for i in ids if isinstance(i, int))
+
+    def _acting_template(self) -> tuple[str, str]:
+        """The model's template when prefix-preserving, else TRL's training variant of it;
+        a template TRL does not know stays as it is (and episodes restart: counted)."""
+        own = self.tokenizer.chat_template
+        if isinstance(own, dict):
+            own = own.get("default")
+        if not isinstance(own, str) or not own:
+            raise ModelUnavailable(f"the tokenizer of {self.base} has no chat template; add one to its "
+                                   "tokenizer_config.json (or chat_template.jinja) so it can render tool calls")
+        try:
+            if is_chat_template_prefix_preserving(self.tokenizer):
+                return own, "own (prefix-preserving)"
+        except Exception:  # noqa: BLE001 - a template that cannot render the probe: try TRL's
+            pass
+        try:
+            training = get_training_chat_template(self.tokenizer)
+        except (ValueError, TypeError):
+            training = None
+        if training:
+            return training, "TRL training template (the model's own is not prefix-preserving)"
+        return own, "own (not prefix-preserving, unknown to TRL: episodes are re-rendered each turn)"
+
+    # -- the seam: describe ---------------------------------------------------------------
+
+    def describe(self) -> PolicyInfo:
+        total = sum(p.numel() for p in self.model.parameters())
+        trainable = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        versions = {name: _version(name) for name in ("torch", "transformers", "trl", "peft", "xgrammar")}
+        label = f"lm {self.base}"
+        data = {"policy": self.kind, "label": label, "stand_in": False, "model": self.base,
+                "model_folder": str(self.loaded.folder), "parameters": total, "trainable_parameters": trainable,
+                "device": self.loaded.device, "dtype": self.loaded.dtype, "trainer_mode": self.trainer_mode,
+                "learning_rate": self.settings.learning_rate, "kl_coef": self.kl_coef,
+                "temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
+                "chat_template": self.template_kind, "versions": versions}
+        if self.trainer_mode == "lora":
+            data["lora"] = self.lora
+        if self.loaded.gguf_file:
+            data["gguf_file"] = self.loaded.gguf_file
+        lib = ", ".join(f"{k} {v}" for k, v in versions.items())
+        return PolicyInfo(kind=self.kind, label=label, stand_in=False, data=data, message=(
+            f"The embedded backend trains {self.base} ({total:,} parameters, {trainable:,} trainable, "
+            f"{self.trainer_mode}) on {self.loaded.device} in {self.loaded.dtype} with TRL's GRPOTrainer; {lib}"))
+
+    # -- the seam: act --------------------------------------------------------------------
+
+    def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, tool_choice: Any,
+            correlation_id: str, rng: random.Random) -> Act:
+        tool_list = [t for t in (tools or []) if isinstance(t, dict)]
+        required = _required_tools(tool_list, tool_choice)
+        offered = tool_list if tool_choice != "none" else []
+        text = self._render(messages, offered)
+        generator = torch.Generator().manual_seed(rng.getrandbits(63))
+        with self.lock:  # one generation at a time on the model (and one compile per tool set)
+            grammar = self._grammar(required) if required else None
+            sequence = self._sequence_for(correlation_id, text)
+            started = time.perf_counter()
+            completion, logprobs, chosen = self._generate(sequence.ids, grammar, generator)
+            seconds = time.perf_counter() - started
+            sequence.ids += completion
+            sequence.mask += chosen
+            sequence.logprobs += logprobs
+            answer = self.tokenizer.decode(completion, skip_special_tokens=False)
+            sequence.text += answer
+            memo = TurnMemo(sequence, len(sequence.ids), len(completion), seconds)
+        call_id = f"call_{secrets.token_hex(8)}"
+        message = self._message(answer, call_id, bool(offered))
+        if required and not message.get("tool_calls"):
+            self.unfinished_calls += 1
+        return Act(message, call_id, memo)
+
+    def _render(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        clean = [_clean_message(m) for m in messages]
+        try:
+            text = self.tokenizer.apply_chat_template(clean, tools=tools or None, tokenize=False,
+                                                      add_generation_prompt=True, chat_template=self.template,
+                                                      **CHAT_KWARGS)
+        except Exception as exc:  # noqa: BLE001 - a template error is the request's problem
+            raise PolicyCannotAct(f"the chat template of {self.base} cannot render this request "
+                                  f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        return str(text)
+
+    def _sequence_for(self, correlation_id: str, text: str) -> _Sequence:
+        """The episode's sequence extended by what the template added since its last answer,
+        or a fresh one (a restart, counted, when the history does not extend it)."""
+        sequence = self.episodes.get(correlation_id)
+        if sequence is not None and text.startswith(sequence.text):
+            added = self._encode(text[len(sequence.text):])
+            sequence.ids += added
+            sequence.mask += [0] * len(added)
+            sequence.logprobs += [0.0] * len(added)
+            sequence.text = text
+            self.episodes.move_to_end(correlation_id)
+            return sequence
+        if sequence is not None:
+            self.restarts += 1
+        ids = self._encode(text)
+        sequence = _Sequence(ids, [0] * len(ids), [0.0] * len(ids), len(ids), text)
+        self.episodes[correlation_id] = sequence
+        while len(self.episodes) > MAX_EPISODES_KEPT:
+            self.episodes.popitem(last=False)
+        return sequence
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _grammar(self, tools: list[dict[str, Any]]) -> Any:
+        """The compiled grammar of one call of any of `tools`: the template's scaffold around
+        {"name": NAME, "arguments": <the tool's schema>} (cached per tool set)."""
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self._grammars:
+            alternatives = []
+            for tool in tools:
+                function = tool["function"]
+                schema = function.get("parameters") or {"type": "object"}
+                head = '<tool_call>\n{"name": ' + json.dumps(function["name"]) + ', "arguments": '
+                try:
+                    arguments = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False,
+                                                             separators=(", ", ": "))
+                except Exception as exc:  # noqa: BLE001 - xgrammar's refusal, as a sentence
+                    raise PolicyCannotAct(f"the parameters schema of tool {function['name']!r} cannot be "
+                                          f"compiled to a grammar ({str(exc)[:200]})") from None
+                alternatives.append(xgr.Grammar.concat(_literal(head), arguments, _literal("}\n</tool_call>")))
+            grammar = alternatives[0] if len(alternatives) == 1 else xgr.Grammar.union(*alternatives)
+            self._grammars[key] = self._compiler.compile_grammar(grammar)
+        return self._grammars[key]
+
+    def _generate(self, prompt: list[int], grammar: Any,
+                  generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
+        """Sample a completion (ending with an end-of-turn token unless max_tokens cut it),
+        each token's log-probability under the unconstrained model at the sampling temperature
+        (what GRPO's loss computes), and whether the model chose it (1) or the grammar forced
+        it (0: the scaffold, fed in one forward pass; a forced token's probability under the
+        constrained policy is 1, so it carries no gradient and is masked out of the loss)."""
+        model = self.model
+        was_training = model.training
+        model.eval()  # no dropout while acting; the trainer's mode is put back after
+        try:
+            with torch.no_grad():
+                return self._sample_completion(prompt, grammar, generator)
+        finally:
+            model.train(was_training)
+
+    def _sample_completion(self, prompt: list[int], grammar: Any,
+                           generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
+        model = self.model
+        device = self.loaded.device
+        matcher = xgr.GrammarMatcher(grammar) if grammar is not None else None
+        bitmask = xgr.allocate_token_bitmask(1, self._info.vocab_size) if matcher is not None else None
+        out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+        cache, last = out.past_key_values, out.logits[0, -1]
+        ids: list[int] = []
+        logprobs: list[float] = []
+        chosen: list[int] = []
+        while len(ids) < self.max_tokens:
+            forced = self._forced(matcher, self.max_tokens - len(ids))
+            if forced:
+                out = model(input_ids=torch.tensor([forced], device=device), past_key_values=cache, use_cache=True)
+                before = torch.cat([last.unsqueeze(0), out.logits[0, :-1]])
+                scores = torch.log_softmax(self._scaled(before), -1)
+                logprobs += [float(scores[pos, token]) for pos, token in enumerate(forced)]
+                ids += forced
+                chosen += [0] * len(forced)
+                cache, last = out.past_key_values, out.logits[0, -1]
+                continue
+            row = self._scaled(last)
+            choice = 1
+            if matcher is not None and bitmask is not None:
+                matcher.fill_next_token_bitmask(bitmask)
+                masked = row.clone().unsqueeze(0)
+                xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device))
+                choice = int(torch.isfinite(masked[0]).sum() > 1)  # one allowed token: forced
+                token = self._sample(masked[0], generator)
+                if not matcher.accept_token(token):
+                    break  # cannot happen for a token the mask allowed; stop rather than loop
+            else:
+                token = self._sample(row, generator)
+            logprobs.append(float(torch.log_softmax(row, -1)[token]))
+            ids.append(token)
+            chosen.append(choice)
+            if token in self.eos_ids or len(ids) >= self.max_tokens:
+                break
+            out = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
+            cache, last = out.past_key_values, out.logits[0, -1]
+        return ids, logprobs, chosen
+
+    def _forced(self, matcher: Any, room: int) -> list[int]:
+        """The tokens of the text the grammar forces next (accepted by the matcher), if any."""
+        if matcher is None:
+            return []
+        jump = matcher.find_jump_forward_string()
+        if not jump:
+            return []
+        forced = []
+        for token in self._encode(jump)[:room]:
+            if not matcher.accept_token(token):
+                break
+            forced.append(token)
+        return forced
+
+    def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.float() / max(self.temperature, 1e-6)
+
+    def _sample(self, row: torch.Tensor, generator: torch.Generator) -> int:
+        if self.temperature <= 0.0:
+            return int(torch.argmax(row))
+        probs = torch.softmax(row, -1)
+        if self.top_p < 1.0:
+            ordered, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(ordered, -1) - ordered < self.top_p
+            probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+        return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+    def _message(self, answer: str, call_id: str, tools_offered: bool) -> dict[str, Any]:
+        """The assistant message of an answer: its tool call (the first well-formed one) and
+        any text before it; the text alone when it holds none."""
+        text = answer
+        for eos in {self.tokenizer.decode([i], skip_special_tokens=False) for i in self.eos_ids}:
+            text = text.removesuffix(eos)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if not tools_offered:
+            return message
+        for match in _TOOL_CALL.finditer(text):
+            try:
+                call = json.loads(match.group(1))
+            except ValueError:
+                continue
+            if isinstance(call, dict) and isinstance(call.get("name"), str):
+                arguments = call.get("arguments", {})
+                raw = _raw_arguments(match.group(1))
+                message["tool_calls"] = [{"id": call_id, "type": "function", "function": {
+                    "name": call["name"], "arguments": raw if raw is not None else json.dumps(arguments)}}]
+                message["content"] = text[:match.start()].strip() or None
+                break
+        return message
+
+    # -- the seam: update -----------------------------------------------------------------
+
+    def update(self, groups: list[list[Episode]]) -> UpdateStats:
+        if self.training is None:
+            self.training = self._start_training()
+        training = self.training
+        batch = self._batch(groups)
+        started = time.perf_counter()
+        training.batches.put(batch)
+        logs = self._wait_for_logs(training)
+        self.steps_done += 1
+        for group in groups:  # their sequences are learned from: forget them
+            for episode in group:
+                for memo in episode.memos:
+                    if isinstance(memo, TurnMemo):
+                        for key in [k for k, v in self.episodes.items() if v is memo.sequence]:
+                            del self.episodes[key]
+        extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3)}
+        for ours, theirs in (("reward_mean", "reward"), ("reward_std", "reward_std"), ("kl", "kl"),
+                             ("clip_ratio", "clip_ratio/region_mean"), ("grad_norm", "grad_norm"),
+                             ("learning_rate", "learning_rate")):
+            if theirs in logs and (ours != "kl" or self.kl_coef > 0):
+                extra[ours] = float(logs[theirs])
+        return UpdateStats(loss=float(logs.get("loss", math.nan)), entropy=float(logs.get("entropy", math.nan)),
+                           extra=extra)
+
+    def _batch(self, groups: list[list[Episode]]) -> _Batch:
+        samples: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
+                                         "env_reward": []}
+        tokens = turns = 0
+        seconds = 0.0
+        for group in groups:
+            for episode in group:
+                memos = [m for m in episode.memos if isinstance(m, TurnMemo)]
+                samples["env_reward"].append(float(episode.score))
+                if not memos:  # the task app never asked the model: nothing of it to learn from
+                    samples["prompt_ids"].append([self.eos_ids[0]])
+                    samples["completion_ids"].append([self.eos_ids[0]])
+                    samples["logprobs"].append([0.0])
+                    samples["env_mask"].append([0])
+                    continue
+                sequence = memos[-1].sequence  # after a restart, the last sequence holds the episode
+                end = max(m.end for m in memos if m.sequence is sequence)
+                start = sequence.prompt_len
+                samples["prompt_ids"].append(sequence.ids[:start])
+                samples["completion_ids"].append(sequence.ids[start:end])
+                samples["logprobs"].append(sequence.logprobs[start:end])
+                samples["env_mask"].append(sequence.mask[start:end])
+                tokens += sum(m.tokens for m in memos)
+                seconds += sum(m.seconds for m in memos)
+                turns += len(memos)
+        stats = {"completion_tokens": float(tokens), "model_turns": float(turns),
+                 "generation_tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else 0.0,
+                 "episode_restarts": float(self.restarts), "unfinished_calls": float(self.unfinished_calls)}
+        return _Batch(samples, stats)
+
+    def _wait_for_logs(self, training: _Training) -> dict[str, float]:
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while True:
+            try:
+                return training.logs.get(timeout=0.5)
+            except queue.Empty:
+                pass
+            if training.error is not None or not training.thread.is_alive():
+                why = training.error
+                raise RuntimeError(f"the GRPO training thread stopped: {type(why).__name__}: {why}" if why
+                                   else "the GRPO training thread stopped before the step was trained")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"a GRPO step took more than {STEP_TIMEOUT_S:.0f} s")
+
+    def _start_training(self) -> _Training:
+        """The job's GRPOTrainer (docs/embedded-policy.md#grpotrainer-wiring), training in a thread."""
+        import os
+
+        from datasets import Dataset
+        from transformers import TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        settings = self.settings
+        remaining = max(settings.total_steps - self.steps_done, 1)
+        cuda = self.loaded.device == "cuda"
+        per_step = settings.batch_size * settings.group_size
+        output = Path(os.environ.get("TMPDIR", "/tmp")) / f"synth-tui-grpo-{secrets.token_hex(4)}"
+        config = GRPOConfig(
+            output_dir=str(output), max_steps=remaining, per_device_train_batch_size=per_step,
+            num_generations=settings.group_size, gradient_accumulation_steps=1, steps_per_generation=1,
+            num_iterations=1, learning_rate=settings.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
+            beta=self.kl_coef, seed=settings.seed, save_strategy="no", report_to="none", logging_steps=1,
+            use_cpu=not cuda, bf16=cuda, temperature=max(self.temperature, 1e-6), loss_type="grpo",
+            importance_sampling_level="sequence", max_completion_length=self.max_tokens,
+            scale_rewards="group", mask_truncated_completions=False, log_completions=False,
+            shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=0.0)
+        if self._optimizer_state is not None:
+            self.optimizer.load_state_dict(self._optimizer_state)
+            self._optimizer_state = None
+        dataset = Dataset.from_dict({"prompt": ["episode"] * settings.batch_size})
+        training_ref: list[_Training] = []
+
+        def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+            training = training_ref[0]
+            while True:
+                if training.closing.is_set():
+                    raise _Closed
+                try:
+                    batch = training.batches.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if batch is None:
+                    raise _Closed
+                self.lock.acquire()  # released when the step's logs arrive (on_log)
+                training.holding = True
+                return batch.samples
+
+        def env_reward(prompts: list[Any], completions: list[Any], env_reward: list[float],
+                       **kwargs: Any) -> list[float]:
+            return [float(r) for r in env_reward]
+
+        policy = self
+
+        def on_log(callback: Any, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
+            if logs and "loss" in logs:
+                training_ref[0].release(policy.lock)
+                training_ref[0].logs.put(dict(logs))
+
+        # Made with type(): mypy then checks this module the same with or without transformers.
+        logs_callback = type("StepLogs", (TrainerCallback,), {"on_log": on_log})
+
+        rewards: list[Any] = [env_reward]
+        trainer = GRPOTrainer(model=self.model, reward_funcs=rewards, args=config, train_dataset=dataset,
+                              processing_class=self.tokenizer, rollout_func=rollout_func, callbacks=[logs_callback()],
+                              optimizers=(self.optimizer, None))
+
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # its logs go to the job's events, not to stdout
+
+        def run() -> None:
+            training = training_ref[0]
+            try:
+                trainer.train()
+            except _Closed:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - reported to update(), which fails the job
+                training.error = exc
+            finally:
+                training.release(self.lock)
+
+        thread = threading.Thread(target=run, name="grpo-trainer", daemon=True)
+        training_ref.append(_Training(trainer, thread))
+        thread.start()
+        return training_ref[0]
+
+    def close(self) -> None:
+        training, self.training = self.training, None
+        if training is None:
+            return
+        training.closing.set()
+        training.batches.put(None)
+        training.thread.join(timeout=30.0)
+
+    # -- the seam: save/load --------------------------------------------------------------
+
+    def save(self, folder: Path) -> None:
+        """lora: the adapter (peft) and the tokenizer, the base named in the manifest; full: the
+        model (transformers) and the tokenizer. Plus the optimizer's state, so a resumed job goes
+        on with the same Adam moments."""
+        with self.lock:
+            if self.trainer_mode == "lora":
+                self.model.save_pretrained(folder)
+            else:
+                self.model.save_pretrained(folder)
+            self.tokenizer.save_pretrained(folder)
+            if self.optimizer is not None:
+                torch.save(self.optimizer.state_dict(), folder / OPTIMIZER)
+        write_json_atomically(folder / MANIFEST, {
+            "kind": self.kind, "base": self.base, "base_folder": str(self.loaded.folder),
+            "trainer_mode": self.trainer_mode, "steps_done": self.steps_done,
+            "lora": self.lora if self.trainer_mode == "lora" else None})
+
+    def load(self, folder: Path) -> None:
+        manifest = read_manifest(folder)
+        if manifest.get("trainer_mode") != self.trainer_mode:
+            raise ValueError(f"{folder} holds a {manifest.get('trainer_mode')} checkpoint, not {self.trainer_mode}")
+        with self.lock:
+            if self.trainer_mode == "lora":
+                from peft import set_peft_model_state_dict
+                from safetensors.torch import load_file
+
+                set_peft_model_state_dict(self.model, load_file(str(folder / "adapter_model.safetensors")))
+            else:
+                from transformers import AutoModelForCausalLM
+
+                saved = AutoModelForCausalLM.from_pretrained(folder, dtype=self.model.dtype)
+                self.model.load_state_dict(saved.state_dict())
+            state = folder / OPTIMIZER
+            self._optimizer_state = torch.load(state, weights_only=True) if state.is_file() else None
+        self.steps_done = int(manifest.get("steps_done", 0))
+
+
+def _literal(text: str) -> Any:
+    return xgr.Grammar.from_ebnf(f"root ::= {json.dumps(text)}")
+
+
+def _raw_arguments(call_json: str) -> str | None:
+    """The arguments exactly as generated (so the template renders them back byte for byte)."""
+    marker = '"arguments": '
+    at = call_json.find(marker)
+    if at < 0 or not call_json.endswith("}"):
+        return None
+    raw = call_json[at + len(marker):-1].strip()
+    try:
+        json.loads(raw)
+    except ValueError:
+        return None
+    return raw
+
+
+def _required_tools(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]]:
+    """The tools a call must be one of: the named one, or all for "required"; [] otherwise."""
+    named = [t for t in tools if isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)]
+    if tool_choice == "required":
+        if not named:
+            raise PolicyCannotAct('tool_choice is "required" but the request offers no tools')
+        return named
+    if isinstance(tool_choice, dict):
+        name = (tool_choice.get("function") or {}).get("name")
+        chosen = [t for t in named if t["function"]["name"] == name]
+        if not chosen:
+            raise PolicyCannotAct(f"tool_choice names tool {name!r}, which the request does not offer")
+        return chosen
+    return []
+
+
+def _clean_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as templates expect it: text content (content parts joined)."""
+    clean = dict(message)
+    if isinstance(clean.get("content"), list):
+        clean["content"] = message_text(clean)
+    return clean
+
+
+def _version(name: str) -> str:
+    try:
+        return version(name)
+    except Exception:  # noqa: BLE001 - a missing distribution is shown, not fatal
+        return "unknown"

@@ -1,0 +1,301 @@
+"""The `lm` policy (app/local/policies/lm.py): a real (tiny) language model acting through the
+chat endpoint and trained with TRL's GRPOTrainer. CPU, offline, seeded; needs the trainer extra.
+docs/embedded-policy.md#the-lm-policy."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.demo import demo_payload, load_demo_config
+from app.local.policies import trainer_extra_missing
+from app.local.policies.base import Episode, PolicySettings
+from app.local.servers import ServerHandle, _bind, start_backend
+from lm_fixtures import build_tiny_qwen3
+from pilot_waits import poll_until
+
+from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
+from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE, create_press_taskapp
+from .test_local_resume import backend_process
+
+pytestmark = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
+
+
+@pytest.fixture(scope="module")
+def press_app() -> Iterator[ServerHandle]:
+    """Asks for A only (the button the untrained fixture model presses least, about 1 in 16):
+    the model must learn which of the four buttons the app wants."""
+    app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))
+    with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:
+        yield server
+
+
+def settings(model: Path, **options: Any) -> PolicySettings:
+    return PolicySettings(model=str(model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1, group_size=2,
+                          options={"trainer_mode": "full", **options})
+
+
+def press_payload(task_url: str, model: Path, mode: str, *, steps: int, lr: float, seed: int = 3) -> dict[str, Any]:
+    """A job on the press app training the tiny model. The client's validation knows only the
+    hosted service's model ids, so the payload is built for one and then pointed at the folder
+    (the backend takes any [model] base: docs/embedded-policy.md#the-lm-policy)."""
+    config = copy.deepcopy(load_demo_config())
+    config["model"].update(trainer_mode=mode)
+    config["rollout"].update(env_name="press-button", max_turns=2, max_concurrent_rollouts=8)
+    config["training"].update(num_epochs=1, iterations_per_epoch=steps, batch_size=2, group_size=8, max_turns=2,
+                              learning_rate=lr, seed=seed)
+    del config["evaluation"]
+    payload = demo_payload(config, task_url)
+    payload["data"]["base_model"] = payload["data"]["config"]["model"]["base"] = str(model)
+    return payload
+
+
+def press_messages(label: str) -> list[dict[str, Any]]:
+    return [{"role": "system", "content": SYSTEM_PROMPT},
+            {"role": "user", "content": f"Press {label}."}]
+
+
+# -- units ----------------------------------------------------------------------------------
+
+
+def test_the_episode_is_one_sequence_and_env_mask_covers_the_task_apps_tokens(tiny_model: Path) -> None:
+    from app.local.policies.lm import LmPolicy
+
+    policy = LmPolicy(settings(tiny_model))
+    assert policy.template_kind.startswith("TRL training template")  # Qwen3's own is not prefix-preserving
+    rng = random.Random(0)
+    messages = press_messages("C")
+    first = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", rng)
+    messages = [*messages, first.message, {"role": "tool", "tool_call_id": first.call_id, "content": "Right."}]
+    second = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", rng)
+    sequence = second.memo.sequence
+    assert first.memo.sequence is sequence and policy.restarts == 0
+    tok = policy.tokenizer
+    full = policy._render([*messages, second.message], [PRESS_TOOL])
+    # the joined sequence is the text the template renders for the whole episode
+    assert full.startswith(tok.decode(sequence.ids, skip_special_tokens=False))
+    prompt = sequence.ids[:sequence.prompt_len]
+    assert tok.decode(prompt, skip_special_tokens=False) == policy._render(press_messages("C"), [PRESS_TOOL])
+    one, two = first.memo, second.memo
+    assert one.end - one.tokens == sequence.prompt_len  # the first completion follows the first prompt
+    between = slice(one.end, two.end - two.tokens)  # what the template added: the task app's tokens
+    assert tok.decode(sequence.ids[between], skip_special_tokens=False) == (
+        "\n<|im_start|>user\n<tool_response>\nRight.\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    assert set(sequence.mask[:sequence.prompt_len]) == {0} and set(sequence.mask[between]) == {0}
+    for memo in (one, two):
+        completion = slice(memo.end - memo.tokens, memo.end)
+        text = tok.decode(sequence.ids[completion], skip_special_tokens=False)
+        assert text.startswith("<tool_call>") and text.endswith("</tool_call><|im_end|>")
+        # the model chose the label; the grammar forced the scaffold (masked: no choice, no gradient)
+        assert 1 <= sum(sequence.mask[completion]) < memo.tokens
+    # history the task app edited: the episode starts again, counted, without failing
+    edited = [*press_messages("D"), *messages[2:]]
+    policy.act(edited, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", rng)
+    assert policy.restarts == 1
+
+
+def test_constrained_calls_always_parse_and_match_the_schema(tiny_model: Path) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    from app.local.policies.lm import LmPolicy
+
+    tool = {"type": "function", "function": {"name": "move", "parameters": {
+        "type": "object", "properties": {"steps": {"type": "integer", "minimum": 1, "maximum": 3},
+                                         "direction": {"type": "string", "enum": ["up", "down"]}},
+        "required": ["steps", "direction"], "additionalProperties": False}}}
+    policy = LmPolicy(settings(tiny_model, max_tokens=96))
+    rng = random.Random(1)
+    for i in range(8):
+        act = policy.act(press_messages("A"), [PRESS_TOOL, tool], "required", f"c{i}", rng)
+        call = act.message["tool_calls"][0]["function"]
+        schema = (tool if call["name"] == "move" else PRESS_TOOL)["function"]["parameters"]
+        jsonschema.validate(json.loads(call["arguments"]), schema)
+    assert policy.unfinished_calls == 0
+
+
+def test_save_and_load_round_trip(tiny_model: Path, tmp_path: Path) -> None:
+    import torch
+
+    from app.local.policies import load
+    from app.local.policies.lm import LmPolicy
+
+    for mode in ("full", "lora"):
+        policy = LmPolicy(settings(tiny_model, trainer_mode=mode))
+        with torch.no_grad():
+            for p in policy.model.parameters():
+                if p.requires_grad:
+                    p.add_(0.01)
+        folder = tmp_path / mode
+        folder.mkdir()
+        policy.save(folder)
+        again = load(folder, settings(tiny_model, trainer_mode=mode))
+        for (name, a), b in zip(policy.model.state_dict().items(), again.model.state_dict().values(), strict=True):
+            assert torch.equal(a, b), name
+
+
+def test_auto_falls_back_to_the_stand_in_saying_why_and_lm_fails_at_once(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.local.policies import make_policy
+    from app.local.policies.lm_model import ModelUnavailable
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = PolicySettings(model="synth-tui-tests/no-such-model", learning_rate=1e-5, seed=0)
+    policy, warning = make_policy("auto", missing)
+    assert policy.kind == "tabular" and warning is not None
+    assert "hf download synth-tui-tests/no-such-model" in warning and "synth-tui[trainer]" in warning
+    with pytest.raises(ModelUnavailable, match="hf download synth-tui-tests/no-such-model"):
+        make_policy("lm", missing)
+    with pytest.raises(ModelUnavailable, match="without a model"):
+        make_policy("lm", PolicySettings(model=str(tmp_path), learning_rate=1e-5, seed=0))
+
+
+def test_auto_trains_the_model_when_it_is_here(tiny_model: Path) -> None:
+    from app.local.policies import lm_unavailable, make_policy
+
+    assert lm_unavailable(settings(tiny_model)) is None
+    policy, warning = make_policy("auto", settings(tiny_model))
+    assert policy.kind == "lm" and warning is None
+    info = policy.describe()
+    assert info.stand_in is False and info.label == f"lm {tiny_model}"
+    assert 100_000 < info.data["parameters"] < 200_000 and info.data["device"] == "cpu"
+    assert set(info.data["versions"]) == {"torch", "transformers", "trl", "peft", "xgrammar"}
+
+
+def test_a_job_whose_model_is_missing_fails_at_once_saying_how_to_get_it(press_app: ServerHandle, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    body = press_payload(press_app.url, tmp_path / "x", "full", steps=2, lr=1e-2)
+    body["data"]["base_model"] = body["data"]["config"]["model"]["base"] = "synth-tui-tests/no-such-model"
+    with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
+                       trainer="lm") as backend, api_client(backend) as api:
+        job_id = create_job(api, body)
+        job = wait_terminal(api, job_id, timeout=60)
+        events = events_of(api, job_id)
+    assert job["status"] == "failed"
+    assert "hf download synth-tui-tests/no-such-model" in job["error"]
+    assert not [e for e in events if e["type"] in ("rl.train.step", "rl.train.policy")]  # nothing trained instead
+
+
+def test_an_update_runs_a_grpo_step_with_the_practitioners_numbers(tiny_model: Path) -> None:
+    from app.local.policies.lm import LmPolicy
+
+    policy = LmPolicy(settings(tiny_model))
+    rng = random.Random(2)
+    try:
+        group = []
+        for i, score in enumerate((0.0, 1.0)):
+            act = policy.act(press_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"u{i}", rng)
+            group.append(Episode([act.memo], score))
+        stats = policy.update([group])
+        for key in ("reward_mean", "reward_std", "clip_ratio", "completion_tokens", "generation_tokens_per_s",
+                    "step_seconds"):
+            assert key in stats.extra, key
+        assert stats.extra["reward_mean"] == pytest.approx(0.5)
+        assert stats.entropy > 0
+    finally:
+        policy.close()
+    assert policy.training is None
+
+
+# -- end to end -----------------------------------------------------------------------------
+
+
+def _train(model: Path, app: ServerHandle, tmp_path: Path, mode: str, steps: int, lr: float) -> dict[str, Any]:
+    with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
+                       trainer="lm") as backend, api_client(backend) as api:
+        job_id = create_job(api, press_payload(app.url, model, mode, steps=steps, lr=lr))
+        job = wait_terminal(api, job_id, timeout=600)
+        events = events_of(api, job_id)
+        assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
+        points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
+        return {"job": job, "events": events, "train": [p["value"] for p in points if p["name"] == "train.mean_score"]}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "steps", "lr"), [("full", 8, 1e-2), ("lora", 8, 1e-2)])
+def test_the_backend_trains_the_tiny_model_and_its_score_rises(tiny_model: Path, press_app: ServerHandle,
+                                                              tmp_path: Path, mode: str, steps: int, lr: float) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    run = _train(tiny_model, press_app, tmp_path, mode, steps, lr)
+    assert "torch" in sys.modules  # the backend ran in this process: the model really was loaded
+    policy_event = next(e for e in run["events"] if e["type"] == "rl.train.policy")
+    assert policy_event["data"]["stand_in"] is False and policy_event["data"]["trainer_mode"] == mode
+    assert run["job"]["metadata"]["policy"]["kind"] == "lm"
+    train = run["train"]
+    assert len(train) == steps
+    first, last = sum(train[:3]) / 3, sum(train[-3:]) / 3
+    assert last - first >= 0.3, train
+    folder = Path(run["job"]["artifacts"]["model_path"])
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    if mode == "lora":
+        from peft import PeftModel
+
+        trained = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), folder).merge_and_unload()
+    else:
+        trained = AutoModelForCausalLM.from_pretrained(folder)
+    changed = [name for name, w in trained.state_dict().items() if not torch.equal(w, base.state_dict()[name])]
+    assert changed
+
+
+@pytest.mark.slow
+def test_an_lm_job_killed_mid_run_resumes_from_its_last_step(tiny_model: Path, press_app: ServerHandle,
+                                                             tmp_path: Path) -> None:
+    total = 5
+    db = tmp_path / "state.sqlite3"
+    body = press_payload(press_app.url, tiny_model, "full", steps=total, lr=1e-2)
+    with backend_process(db, tmp_path, "--trainer", "lm") as (proc, server), api_client(server) as first:
+        job_id = create_job(first, body)
+        poll_until(lambda: (first.get(f"/rl/jobs/{job_id}").json()["metadata"].get("step") or 0) >= 2,
+                   timeout=300, what="step 2")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    with backend_process(db, tmp_path, "--trainer", "lm") as (proc, server), api_client(server) as second:
+        job = wait_terminal(second, job_id, timeout=300)
+        events = events_of(second, job_id)
+        assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
+        points = second.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
+    assert [e["type"] for e in events].count("rl.train.resumed") == 1
+    assert [e["data"]["step"] for e in events if e["type"] == "rl.train.step"] == list(range(1, total + 1))
+    assert set(Counter((p["step"], p["name"]) for p in points).values()) == {1}
+    folder = Path(job["artifacts"]["model_path"])
+    manifest = json.loads((folder / "policy.json").read_text())
+    assert manifest["kind"] == "lm" and manifest["steps_done"] == total
+    assert (folder / "model.safetensors").is_file() and (folder / "optimizer.pt").is_file()
+
+
+@pytest.mark.slow
+def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_app: ServerHandle,
+                                                       tmp_path: Path) -> None:
+    """`synth-tui train --backend local --trainer lm` with [model] base = the model's folder."""
+    config = Path(__file__).resolve().parents[2] / "configs" / "rl" / "demo.toml"
+    text = config.read_text().replace('base = "Qwen/Qwen3-0.6B"', f'base = "{tiny_model}"')
+    for key, value in (("trainer_mode", '"full"'), ("num_epochs", "1"), ("iterations_per_epoch", "3"),
+                       ("batch_size", "2"), ("max_turns", "2"), ("learning_rate", "1e-2"), ("instances", "4")):
+        text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
+    (tmp_path / "press.toml").write_text(text)
+    env = {**os.environ, "ENVIRONMENT_API_KEY": ENV_KEY, "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)}
+    done = subprocess.run([sys.executable, "-m", "app.launcher", "train", "--backend", "local", "--trainer", "lm",
+                           "--config", str(tmp_path / "press.toml"), "--task-url", press_app.url, "--no-tui"],
+                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Final status: succeeded" in done.stdout
+    assert '"kind": "lm"' in done.stdout and '"stand_in": false' in done.stdout
