@@ -29,7 +29,7 @@ from app.core.streaming import (
     WatchEnded,
     WatchOptions,
 )
-from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.core.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status
 
 
 @dataclass
@@ -40,6 +40,9 @@ class FeedBatch:
     connection: ConnectionState | None = None
     ended: WatchEnded | None = None
     error: BaseException | None = None
+    # A status read in this batch was not terminal. The batch keeps only the last status, and
+    # a busy UI may take several reads at once: the job was still seen running.
+    active_seen: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.events or self.points or self.status or self.connection or self.ended or self.error)
@@ -132,6 +135,7 @@ class JobFeed:
                 batch.points.extend(update.points)
             elif isinstance(update, StatusChanged):
                 batch.status = update.status
+                batch.active_seen = batch.active_seen or not is_terminal_status(update.status.status)
             elif isinstance(update, ConnectionState):
                 batch.connection = update
             elif isinstance(update, WatchEnded):

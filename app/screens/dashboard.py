@@ -217,7 +217,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             # Pause freezes the chart and the log; the header still tells the truth.
             self._hold(FeedBatch(batch.events, batch.points))
             self._apply(FeedBatch(status=batch.status, connection=batch.connection, ended=batch.ended,
-                                  error=batch.error))
+                                  error=batch.error, active_seen=batch.active_seen))
             return
         if self._held:
             batch, self._held = self._merge(self._held, batch), FeedBatch()
@@ -242,7 +242,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
                  and (e.level or "").lower() == "warning"), self.completion_warning)
         if batch.status is not None:
             self.status = batch.status.status
-            self.seen_running = self.seen_running or not is_terminal_status(self.status)
+            self.seen_running = self.seen_running or batch.active_seen or not is_terminal_status(self.status)
             self.created_at = self.created_at or parse_iso(batch.status.created_at)
         if batch.connection is not None and not self.watch_stopped:
             self.reconnecting = batch.connection.message if batch.connection.reconnecting else ""
@@ -283,7 +283,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def _merge(first: FeedBatch, second: FeedBatch) -> FeedBatch:
         return FeedBatch(first.events + second.events, first.points + second.points,
                          second.status or first.status, second.connection or first.connection,
-                         second.ended or first.ended, second.error or first.error)
+                         second.ended or first.ended, second.error or first.error,
+                         first.active_seen or second.active_seen)
 
     def _ended(self, ended: WatchEnded) -> None:
         status, payload, reason = ended.status, ended.payload, ended.reason

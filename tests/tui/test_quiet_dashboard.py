@@ -60,6 +60,19 @@ def test_the_feed_tells_the_ui_once_per_batch():
     assert told == [1, 1], "news after a drain is told again"
 
 
+def test_a_batch_that_ends_the_job_still_says_it_was_seen_running():
+    """A busy UI may drain a running and a final status at once: the batch keeps the last
+    status only, but says a status before it was not terminal (the end notice and the bell
+    depend on it)."""
+    feed = JobFeed(lambda: None, "job_1", WatchOptions())  # type: ignore[arg-type,return-value]
+    feed._take(StatusChanged(JobStatus(status="running"), None), None)
+    feed._take(StatusChanged(JobStatus(status="succeeded"), "running"), None)
+    batch = feed.drain()
+    assert batch.status is not None and batch.status.status == "succeeded" and batch.active_seen
+    feed._take(StatusChanged(JobStatus(status="succeeded"), None), None)
+    assert not feed.drain().active_seen
+
+
 def test_a_feed_whose_ui_is_gone_keeps_going():
     def closed() -> None:
         raise RuntimeError("Event loop is closed")
