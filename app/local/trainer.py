@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import random
 import secrets
 import sqlite3
@@ -82,6 +83,11 @@ DEFAULT_MAX_CONCURRENT = 8
 
 class InvalidJobPayload(ValueError):
     """The POST /rl/jobs body cannot be trained; the message says what to fix."""
+
+
+# A policy's own numbers that are also metrics (a chart each on the dashboard, a column in the
+# export): what a GRPO practitioner reads beside the score, loss and entropy (docs/embedded-policy.md#metrics).
+GRID_STATS = ("reward_std", "kl", "clip_ratio", "completion_tokens", "generation_tokens_per_s", "step_seconds")
 
 
 def _point(name: str, value: float, phase: str, n: int) -> dict[str, Any]:
@@ -638,9 +644,12 @@ class Trainer:
         if flat is not None:
             events.append(flat)
         n = len(episodes)
+        own = {key: float(value) for key in GRID_STATS
+               if isinstance(value := stats.extra.get(key), int | float) and math.isfinite(value)}
         points = [{**p, "epoch": epoch} for p in (
             _point("train.mean_score", mean, "train", n), _point("train.loss", stats.loss, "train", n),
-            _point("train.entropy", stats.entropy, "train", n))]
+            _point("train.entropy", stats.entropy, "train", n),
+            *(_point(f"train.{key}", value, "train", n) for key, value in own.items()))]
         run.step, run.last_train_score = step, mean
         if run.first_score is None:
             run.first_score = mean

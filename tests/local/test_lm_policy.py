@@ -225,7 +225,8 @@ def _train(model: Path, app: ServerHandle, tmp_path: Path, mode: str, steps: int
         events = events_of(api, job_id)
         assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
         points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
-        return {"job": job, "events": events, "train": [p["value"] for p in points if p["name"] == "train.mean_score"]}
+        return {"job": job, "events": events, "train": [p["value"] for p in points if p["name"] == "train.mean_score"],
+                "names": {p["name"] for p in points}}
 
 
 @pytest.mark.slow
@@ -242,6 +243,9 @@ def test_the_backend_trains_the_tiny_model_and_its_score_rises(tiny_model: Path,
     assert run["job"]["metadata"]["policy"]["kind"] == "lm"
     train = run["train"]
     assert len(train) == steps
+    # What a GRPO practitioner reads, as metrics (the dashboard's grid, the export): issue 25 item 4.
+    assert {"train.reward_std", "train.clip_ratio", "train.completion_tokens", "train.generation_tokens_per_s",
+            "train.step_seconds", "train.loss", "train.entropy"} <= run["names"], run["names"]
     first, last = sum(train[:3]) / 3, sum(train[-3:]) / 3
     assert last - first >= 0.3, train
     folder = Path(run["job"]["artifacts"]["model_path"])
