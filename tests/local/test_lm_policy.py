@@ -303,3 +303,49 @@ def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_a
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Final status: succeeded" in done.stdout
     assert '"kind": "lm"' in done.stdout and '"stand_in": false' in done.stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_the_tiny_model_learns_on_a_task_app_built_with_synth_ai_050(tiny_model: Path, tmp_path: Path,
+                                                                      mode: str) -> None:
+    """Issue 25's "done when": `--trainer lm` trains the tiny model, full and LoRA, against a
+    context-free task app written on synth-ai 0.5.0's own framework (tests/local/sdk_taskapps,
+    served by a Python with synth-ai 0.5.0): the job succeeds, the train mean score rises by at
+    least 0.3, torch is loaded by the backend, and artifacts.model_path loads with new weights.
+    The app names button 1 every turn of 4; its tool offers 1 to 4 (random play: 0.25)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from .sdk_taskapps.harness import SdkTaskApp, ensure_sdk_python
+
+    turns = 4  # context_free.TURNS (that module imports synth_ai, which only the app's Python has)
+
+    with SdkTaskApp("context_free", python=ensure_sdk_python(), env_api_key=ENV_KEY, workdir=tmp_path,
+                    settings={"CONTEXT_FREE_BUTTONS": "1"}).start() as app, \
+            start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
+                          trainer="lm") as backend, api_client(backend) as api:
+        payload = press_payload(app.url, tiny_model, mode, steps=8, lr=1e-2)
+        config = payload["data"]["config"]
+        config["rollout"].update(env_name="press-the-button", max_turns=turns)
+        config["training"]["max_turns"] = turns
+        job_id = create_job(api, payload)
+        job = wait_terminal(api, job_id, timeout=900)
+        events = events_of(api, job_id)
+        assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
+        points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
+    assert "torch" in sys.modules  # the backend ran in this process and loaded the model
+    assert next(e for e in events if e["type"] == "rl.train.policy")["data"]["stand_in"] is False
+    train = [p["value"] for p in points if p["name"] == "train.mean_score"]
+    # The first step's episodes are played before any update: that is where it starts from.
+    first, last = train[0], sum(train[-2:]) / 2
+    assert len(train) == 8 and last - first >= 0.3, train
+    base = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    folder = Path(job["artifacts"]["model_path"])
+    if mode == "lora":
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), folder).merge_and_unload()
+    else:
+        model = AutoModelForCausalLM.from_pretrained(folder)
+    assert any(not torch.equal(w, base[name]) for name, w in model.state_dict().items())

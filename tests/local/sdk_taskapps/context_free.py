@@ -9,6 +9,7 @@ random play scores 0.25 on average. A copy task with a small vocabulary and a sh
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
@@ -34,8 +35,18 @@ def _button(args: dict[str, Any] | None) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def asked_buttons() -> tuple[int, ...]:
+    """The buttons the messages name: all four, or those of $CONTEXT_FREE_BUTTONS ("1" or
+    "1,3"; the tool still offers 1 to 4). A tiny random-init model learns which button is
+    wanted; copying the number from the message takes a model that can read
+    (docs/embedded-policy.md#what-is-not-done)."""
+    chosen = tuple(int(b) for b in os.environ.get("CONTEXT_FREE_BUTTONS", "").split(",") if b.strip().isdigit())
+    return tuple(b for b in chosen if b in BUTTONS) or BUTTONS
+
+
 def new_episode(rng: random.Random) -> Episode:
-    targets = [rng.choice(BUTTONS) for _ in range(TURNS)]
+    asked = asked_buttons()
+    targets = [rng.choice(asked) for _ in range(TURNS)]
 
     def judge(turn: int, args: dict[str, Any] | None) -> Turn:
         target, pressed = targets[turn - 1], _button(args)

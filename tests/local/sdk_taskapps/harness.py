@@ -69,7 +69,9 @@ def find_sdk_python() -> tuple[str | None, str]:
 class SdkTaskApp:
     """One app in its child process: `with SdkTaskApp(...).start() as app: app.url`."""
 
-    def __init__(self, name: str, *, python: str, env_api_key: str, workdir: Path) -> None:
+    def __init__(self, name: str, *, python: str, env_api_key: str, workdir: Path,
+                 settings: dict[str, str] | None = None) -> None:
+        """``settings``: the app's own variables (CONTEXT_FREE_BUTTONS), added to its environment."""
         if name not in APPS:
             raise ValueError(f"no task app {name!r}: one of {', '.join(APPS)}")
         self.name = name
@@ -78,6 +80,7 @@ class SdkTaskApp:
         self.log_path = workdir / f"{name}.log"
         self.url = ""
         self._env_api_key = env_api_key
+        self._settings = dict(settings or {})
         self._proc: subprocess.Popen[bytes] | None = None
 
     def _env(self) -> dict[str, str]:
@@ -85,7 +88,7 @@ class SdkTaskApp:
         home = self.workdir / "home"
         home.mkdir(exist_ok=True)
         env.update(HOME=str(home), PYTHONPATH=str(HERE.parent), PYTHONUNBUFFERED="1",
-                   SYNTH_LOCALAPI_AUTH_PERSIST="0", ENVIRONMENT_API_KEY=self._env_api_key)
+                   SYNTH_LOCALAPI_AUTH_PERSIST="0", ENVIRONMENT_API_KEY=self._env_api_key, **self._settings)
         return env
 
     def start(self) -> SdkTaskApp:
