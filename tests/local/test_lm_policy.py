@@ -349,3 +349,35 @@ def test_the_tiny_model_learns_on_a_task_app_built_with_synth_ai_050(tiny_model:
     else:
         model = AutoModelForCausalLM.from_pretrained(folder)
     assert any(not torch.equal(w, base[name]) for name, w in model.state_dict().items())
+
+
+@pytest.mark.slow
+def test_a_real_pretrained_model_calls_tools_that_parse_and_takes_a_grpo_step() -> None:
+    """SmolLM2-135M-Instruct, pretrained, offline (tests/smollm2.py: the registry's GGUF,
+    dequantized and saved once as a Hugging Face folder, with a tool-calling template): its
+    required calls parse and match the tool's schema, an `auto` answer comes back as a message,
+    and one GRPO step runs with LoRA."""
+    import jsonschema
+    from smollm2 import smollm2_folder
+
+    from app.local.policies.lm import LmPolicy
+
+    settings_ = PolicySettings(model=str(smollm2_folder()), learning_rate=1e-5, seed=0, total_steps=2, batch_size=1,
+                               group_size=2, options={"trainer_mode": "lora", "max_tokens": 48})
+    policy = LmPolicy(settings_)
+    rng = random.Random(0)
+    try:
+        group = []
+        for i in range(2):
+            act = policy.act(press_messages("C"), [PRESS_TOOL], TOOL_CHOICE, f"smol{i}", rng)
+            call = act.message["tool_calls"][0]["function"]
+            assert call["name"] == "press"
+            jsonschema.validate(json.loads(call["arguments"]), PRESS_TOOL["function"]["parameters"])
+            group.append(Episode([act.memo], float(i)))
+        free = policy.act(press_messages("C"), [PRESS_TOOL], "auto", "smol-auto", rng)
+        assert free.message["role"] == "assistant" and (free.message.get("content") or free.message.get("tool_calls"))
+        stats = policy.update([group])
+        assert stats.extra["reward_mean"] == pytest.approx(0.5) and stats.extra["completion_tokens"] > 0
+        assert policy.describe().data["parameters"] > 100_000_000
+    finally:
+        policy.close()

@@ -108,6 +108,8 @@ def load(folder: Path) -> LoadedModel:
     except (OSError, ValueError, ImportError) as exc:
         raise ModelUnavailable(f"the model in {folder} could not be loaded ({type(exc).__name__}: "
                                f"{str(exc)[:300]})") from None
+    if ggufs:
+        model = _trainable(model, dtype)
     device = "cuda" if cuda else "cpu"
     movable: Any = model  # transformers types `to` as taking a model; it takes a device
     movable.to(device)
@@ -115,3 +117,19 @@ def load(folder: Path) -> LoadedModel:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(model, tokenizer, folder, device, str(dtype).removeprefix("torch."),
                        ggufs[0].name if ggufs else None)
+
+
+def _trainable(model: Any, dtype: Any) -> Any:
+    """A model loaded from GGUF is dequantized but still marked as GGUF-quantized, which
+    transformers refuses to train or save: the same weights in a model built from the same
+    config, without the mark."""
+    from transformers import AutoModelForCausalLM
+
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    auto: Any = AutoModelForCausalLM  # from_config is untyped
+    plain = auto.from_config(config, dtype=dtype)
+    plain.load_state_dict(model.state_dict())
+    plain.generation_config = model.generation_config
+    return plain
