@@ -32,6 +32,7 @@ BENCHMARKS = {
     "soak": "bench_soak",          # 7. ten demo jobs at once on one backend, three rounds
     "startup": "bench_startup",    # 8. first paint of synth-tui and the demo against a minimal Textual app
     "rollouts": "bench_rollouts",  # 9. the rollout inspector's storage: bytes per rollout, total after 10k
+    "lm": "bench_lm",              # 10. the lm policy: generation tokens/s, a GRPO step, chat endpoint overhead
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

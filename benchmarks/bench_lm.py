@@ -1,0 +1,216 @@
+"""Benchmark of the `lm` policy on this machine's CPU (issue 25; docs/embedded-policy.md).
+
+For the tiny Qwen3-architecture test model (built here, random weights) and SmolLM2-135M-Instruct
+(tests/smollm2.py: the registry's GGUF, converted once), each against a baseline measured in the
+same run:
+
+- generation: completion tokens/s of the policy's `act` (a tool call constrained by xgrammar,
+  sampled with its own KV-cache loop) against transformers' `generate` sampling the same number
+  of new tokens from the same prompt, unconstrained;
+- one GRPO step: `update` on 2 groups of 4 episodes through TRL's GRPOTrainer, against one plain
+  forward and backward pass of the same sequences (the compute any trainer must do);
+- the chat endpoint's overhead per turn (tiny model only: it is the worst case, the model's
+  work being smallest): a real job on the embedded backend with a real task app; each chat
+  call's wall time as the task app sees it, minus the model's own time in it (the policy's
+  generation loop), as a ratio of the latter. Goal: under 10 %.
+
+    .venv/bin/python -m benchmarks.bench_lm [--quick]   (python -m benchmarks --only lm)
+
+Needs the trainer extra; without it the figures say so and are empty.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import REPO, Figure, child_main, say
+
+sys.path.insert(0, str(REPO / "tests"))  # the test fixtures build the models (one copy of each)
+
+MESSAGES = [{"role": "system", "content": "Press the button the user names. Call press."},
+            {"role": "user", "content": "Press C."}]
+TOOL = {"type": "function", "function": {
+    "name": "press", "description": "Press a button.",
+    "parameters": {"type": "object", "properties": {"label": {"type": "string", "enum": ["A", "B", "C", "D"]}},
+                   "required": ["label"], "additionalProperties": False}}}
+CHOICE = {"type": "function", "function": {"name": "press"}}
+
+
+def _policy(folder: Path, mode: str = "lora") -> Any:
+    from app.local.policies.base import PolicySettings
+    from app.local.policies.lm import LmPolicy
+
+    return LmPolicy(PolicySettings(model=str(folder), learning_rate=1e-4, seed=0, total_steps=100, batch_size=2,
+                                   group_size=4, options={"trainer_mode": mode}))
+
+
+def generation(policy: Any, turns: int) -> tuple[float, float]:
+    """(tokens/s of act, tokens/s of transformers' generate for the same token count)."""
+    import torch
+
+    rng = random.Random(0)
+    policy.act(MESSAGES, [TOOL], CHOICE, "warm", rng)  # the grammar's compile, once per tool set
+    tokens, seconds = 0, 0.0
+    for i in range(turns):
+        act = policy.act(MESSAGES, [TOOL], CHOICE, f"gen{i}", rng)
+        tokens += act.memo.tokens
+        seconds += act.memo.seconds
+    per_turn = max(1, round(tokens / turns))
+    ids = torch.tensor([policy.tokenizer.apply_chat_template(MESSAGES, tools=[TOOL], add_generation_prompt=True,
+                                                             tokenize=True)["input_ids"]])
+    model = policy.model
+    model.eval()
+    with torch.no_grad():
+        model.generate(ids, do_sample=True, max_new_tokens=per_turn, min_new_tokens=per_turn)  # warm
+        started = time.perf_counter()
+        for _ in range(turns):
+            model.generate(ids, do_sample=True, max_new_tokens=per_turn, min_new_tokens=per_turn,
+                           pad_token_id=policy.tokenizer.pad_token_id)
+        baseline = time.perf_counter() - started
+    return tokens / seconds, per_turn * turns / baseline
+
+
+def grpo_step(policy: Any, rounds: int) -> tuple[float, float]:
+    """(median seconds of one update, median seconds of a forward + backward of the same batch)."""
+    import torch
+
+    from app.local.policies.base import Episode
+
+    rng = random.Random(1)
+    update_s, plain_s = [], []
+    for r in range(rounds + 1):
+        groups = []
+        for g in range(2):
+            acts = [policy.act(MESSAGES, [TOOL], CHOICE, f"step{r}-{g}-{i}", rng) for i in range(4)]
+            groups.append([Episode([a.memo], float(i % 2)) for i, a in enumerate(acts)])
+        sequences = [e.memos[0].sequence.ids for group in groups for e in group]
+        started = time.perf_counter()
+        policy.update(groups)
+        took = time.perf_counter() - started
+        width = max(len(s) for s in sequences)
+        pad = policy.tokenizer.pad_token_id or 0
+        batch = torch.tensor([s + [pad] * (width - len(s)) for s in sequences])
+        policy.model.train()
+        started = time.perf_counter()
+        out = policy.model(input_ids=batch, labels=batch)
+        out.loss.backward()
+        plain = time.perf_counter() - started
+        policy.model.zero_grad(set_to_none=True)
+        if r:  # the first builds the trainer and its thread
+            update_s.append(took)
+            plain_s.append(plain)
+    return statistics.median(update_s), statistics.median(plain_s)
+
+
+def endpoint_overhead(folder: Path, steps: int) -> tuple[float, float, int]:
+    """(median chat call wall ms, median model ms inside it, turns) over a real job."""
+    import copy
+
+    import httpx
+    import press_taskapp  # tests/local/press_taskapp.py
+
+    from app.demo import demo_payload, load_demo_config
+    from app.local.policies.lm import LmPolicy
+    from app.local.servers import ServerHandle, _bind, start_backend
+
+    walls: list[float] = []
+    inside: list[float] = []
+    original_ask, original_act = press_taskapp.ask_policy, LmPolicy.act
+
+    async def timed_ask(*args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return await original_ask(*args, **kwargs)
+        finally:
+            walls.append(time.perf_counter() - started)
+
+    def timed_act(self: Any, *args: Any, **kwargs: Any) -> Any:
+        act = original_act(self, *args, **kwargs)
+        inside.append(act.memo.seconds)
+        return act
+
+    press_taskapp.ask_policy, LmPolicy.act = timed_ask, timed_act  # type: ignore[method-assign]
+    env_key, api_key = "e" * 32, "sk_bench_lm_0123456789"
+    try:
+        app = press_taskapp.create_press_taskapp(env_api_keys=[env_key], asks=("A",))
+        with tempfile.TemporaryDirectory() as tmp, \
+                ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as taskapp, \
+                start_backend(api_key=api_key, db_path=Path(tmp) / "s.sqlite3", env_api_keys=[env_key],
+                              trainer="lm") as backend, \
+                httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {api_key}"},
+                             timeout=30.0) as api:
+            config = copy.deepcopy(load_demo_config())
+            config["model"].update(trainer_mode="lora")
+            config["rollout"].update(env_name="press-button", max_turns=2, max_concurrent_rollouts=1)
+            config["training"].update(num_epochs=1, iterations_per_epoch=steps, batch_size=1, group_size=4,
+                                      max_turns=2, learning_rate=1e-3, seed=0)
+            del config["evaluation"]
+            payload = demo_payload(config, taskapp.url)
+            payload["data"]["base_model"] = payload["data"]["config"]["model"]["base"] = str(folder)
+            job_id = api.post("/rl/jobs", json=payload).raise_for_status().json()["job_id"]
+            deadline = time.monotonic() + 900
+            while (status := api.get(f"/rl/jobs/{job_id}").json()["status"]) not in ("succeeded", "failed",
+                                                                                       "cancelled"):
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"job {job_id} still {status}")
+                time.sleep(0.2)
+            if status != "succeeded":
+                raise RuntimeError(f"job {job_id} {status}")
+    finally:
+        press_taskapp.ask_policy, LmPolicy.act = original_ask, original_act  # type: ignore[method-assign]
+    return statistics.median(walls) * 1000, statistics.median(inside) * 1000, len(walls)
+
+
+def run(quick: bool) -> list[Figure]:
+    sys.path.insert(0, str(REPO / "tests" / "local"))
+    from app.local.policies import trainer_extra_missing
+
+    missing = trainer_extra_missing()
+    if missing:
+        return [Figure("lm policy", None, note=missing)]
+    import torch
+
+    from app.local.policies.lm_model import cpu_threads
+    from lm_fixtures import build_tiny_qwen3
+
+    torch.set_num_threads(cpu_threads())
+    figures: list[Figure] = []
+    turns, rounds = (4, 1) if quick else (16, 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        models = [("tiny Qwen3 (130k params)", build_tiny_qwen3(Path(tmp) / "tiny"))]
+        if not quick:
+            from smollm2 import smollm2_folder
+
+            models.append(("SmolLM2-135M", smollm2_folder()))
+        for label, folder in models:
+            say(f"{label}: generation and GRPO steps")
+            policy = _policy(folder)
+            try:
+                ours, hf = generation(policy, turns)
+                figures.append(Figure(f"lm generation, {label}: act, a constrained tool call", ours, "tokens/s",
+                                      baseline=hf, baseline_label="transformers generate, same tokens, unconstrained",
+                                      goal="higher is better"))
+                step, plain = grpo_step(policy, rounds)
+                figures.append(Figure(f"lm GRPO step, {label}: 2 groups x 4 episodes, LoRA", step * 1000, "ms",
+                                      baseline=plain * 1000, baseline_label="one forward + backward of the same batch",
+                                      goal="lower is better"))
+            finally:
+                policy.close()
+        say("chat endpoint overhead: a real job on the tiny model")
+        wall_ms, model_ms, calls = endpoint_overhead(models[0][1], 1 if quick else 3)
+        overhead = (wall_ms - model_ms) / model_ms
+        figures.append(Figure("lm chat endpoint overhead per turn (tiny model, real job)", overhead * 100, "%",
+                              goal="< 10 % of the model's own time", met=overhead < 0.10,
+                              note=f"a call takes {wall_ms:.1f} ms median as the task app sees it; the model's "
+                                   f"own time in it {model_ms:.1f} ms ({calls} calls)"))
+    return figures
+
+
+if __name__ == "__main__":
+    child_main("bench_lm", run)
