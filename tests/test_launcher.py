@@ -41,3 +41,35 @@ def test_the_installed_command_starts_at_the_launcher():
 
     (script,) = [ep for ep in entry_points(group="console_scripts") if ep.name == "synth-tui"]
     assert script.value == "app.launcher:main"
+
+
+def test_keys_typed_while_the_app_starts_are_not_echoed_and_the_terminal_comes_back(monkeypatch):
+    """The README's keys typed at once were printed by the terminal above the app (and stayed
+    there after it ended): echo is off from the launcher's first line, and put back after."""
+    import os
+    import pty
+    import termios
+
+    master, slave = pty.openpty()
+    try:
+        monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+        assert termios.tcgetattr(slave)[3] & termios.ECHO
+        for headless in (["demo", "--no-tui"], ["backend"], ["serve", "demo"], ["--help"]):
+            assert launcher.quiet_terminal(headless, slave) is None
+        restore = launcher.quiet_terminal(["demo"], slave)
+        assert restore is not None and not termios.tcgetattr(slave)[3] & termios.ECHO
+        os.write(master, b"c\n")  # typed while quiet: kept for the app to read, not echoed
+        os.set_blocking(master, False)
+        try:
+            echoed = os.read(master, 10)
+        except BlockingIOError:
+            echoed = b""
+        assert b"c" not in echoed
+        restore()
+        assert termios.tcgetattr(slave)[3] & termios.ECHO
+        assert os.read(slave, 10) == b"c\n"
+        monkeypatch.setattr(sys.stdout, "isatty", lambda: False)  # piped: nothing to quiet
+        assert launcher.quiet_terminal(["demo"], slave) is None
+    finally:
+        os.close(master)
+        os.close(slave)
