@@ -381,3 +381,23 @@ def test_a_real_pretrained_model_calls_tools_that_parse_and_takes_a_grpo_step() 
         assert policy.describe().data["parameters"] > 100_000_000
     finally:
         policy.close()
+
+
+@pytest.mark.parametrize("mode", ["full", "lora"])
+def test_a_kl_coefficient_measures_the_distance_to_the_reference(tiny_model: Path, mode: str) -> None:
+    """[training] kl_coef > 0: TRL keeps the reference (the base model; for LoRA, the adapter
+    switched off) and the step reports KL, 0 before the first update moves the policy."""
+    from app.local.policies.lm import LmPolicy
+
+    policy = LmPolicy(PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1,
+                                     group_size=2, options={"trainer_mode": mode, "kl_coef": 0.1}))
+    rng = random.Random(0)
+    try:
+        kls = []
+        for step in range(2):
+            group = [Episode([policy.act(press_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"kl{step}-{i}", rng).memo],
+                             float(i)) for i in range(2)]
+            kls.append(policy.update([group]).extra["kl"])
+        assert kls[0] == pytest.approx(0.0, abs=1e-6) and kls[1] > 0, kls
+    finally:
+        policy.close()
