@@ -296,13 +296,26 @@ def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_a
                        ("batch_size", "2"), ("max_turns", "2"), ("learning_rate", "1e-2"), ("instances", "4")):
         text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
     (tmp_path / "press.toml").write_text(text)
-    env = {**os.environ, "ENVIRONMENT_API_KEY": ENV_KEY, "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path)}
+    env = {**os.environ, "ENVIRONMENT_API_KEY": ENV_KEY, "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path),
+           "SYNTH_TUI_STATE_DIR": str(tmp_path / "state")}
     done = subprocess.run([sys.executable, "-m", "app.launcher", "train", "--backend", "local", "--trainer", "lm",
                            "--config", str(tmp_path / "press.toml"), "--task-url", press_app.url, "--no-tui"],
                           env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Final status: succeeded" in done.stdout
     assert '"kind": "lm"' in done.stdout and '"stand_in": false' in done.stdout
+    # The steps' scores as the command printed them, and the model it saved.
+    scores = [float(m) for m in re.findall(r"Step \d+/\d+: mean score ([0-9.]+)", done.stdout)]
+    assert len(scores) == 3 and scores[-1] - scores[0] >= 0.3, scores
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    # The run's embedded backend kept its state in the state folder: the last step's model is there.
+    saved = sorted((tmp_path / "state").glob("local/**/checkpoints/*/step-*/model.safetensors"))
+    assert len(saved) == 1, saved
+    base = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
+    trained = AutoModelForCausalLM.from_pretrained(saved[0].parent).state_dict()
+    assert any(not torch.equal(w, base[name]) for name, w in trained.items())
 
 
 @pytest.mark.slow
