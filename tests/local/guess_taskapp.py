@@ -18,24 +18,18 @@ from fastapi import FastAPI
 from app.local.rollout_contract import GEN_02
 from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 
-APP_ID = "guess-number"
-LOW, HIGH, TURNS = 1, 8, 4
-SYSTEM_PROMPT = f"Find the secret number from {LOW} to {HIGH} in as few guesses as possible. Call guess."
-GUESS_TOOL = {"type": "function", "function": {
-    "name": "guess", "description": "Guess the secret number.",
-    "parameters": {"type": "object", "properties": {"number": {"type": "integer", "minimum": LOW, "maximum": HIGH}},
-                   "required": ["number"], "additionalProperties": False}}}
-TOOL_CHOICE = {"type": "function", "function": {"name": "guess"}}
-
-
-def feedback(guess: int | None, secret: int) -> str:
-    if guess is None:
-        return "That was not a guess: call guess with a number."
-    if guess < secret:
-        return f"{guess} is too low: the number is higher."
-    if guess > secret:
-        return f"{guess} is too high: the number is lower."
-    return f"{guess} is right."
+from .sdk_taskapps.guess_rules import (
+    APP_ID,
+    FIRST_USER,
+    GUESS_TOOL,
+    HIGH,
+    LOW,
+    SYSTEM_PROMPT,
+    TOOL_CHOICE,
+    TURNS,
+    feedback,
+    score_of,
+)
 
 
 def _number(tool_calls: list[Any]) -> int | None:
@@ -51,7 +45,7 @@ async def _play(client: Any, req: Any) -> dict[str, Any]:
     url = chat_url(req.policy.config.inference_url)
     secret = random.Random(req.env.seed).randint(LOW, HIGH)
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
-                                      {"role": "user", "content": f"Guess the number from {LOW} to {HIGH}."}]
+                                      {"role": "user", "content": FIRST_USER}]
     steps, found = [], 0
     for turn in range(1, TURNS + 1):
         obs = {"text": messages[-1]["content"]}
@@ -68,7 +62,7 @@ async def _play(client: Any, req: Any) -> dict[str, Any]:
                       "truncated": not found and turn == TURNS, "info": {"guess": guess}})
         if found:
             break
-    score = 1.0 - 0.25 * (found - 1) if found else 0.0
+    score = score_of(found)
     steps[-1]["reward"] = score
     return rollout_response(req, env_id=f"{APP_ID}:{req.env.seed}", steps=steps, score=score,
                             final={"observation": {"text": messages[-1]["content"]}, "reward": score},

@@ -12,35 +12,24 @@ import random
 from typing import Any
 
 from .episode import Episode, Game, Turn
-
-APP_ID = "guess-number"
-LOW, HIGH, TURNS = 1, 8, 4
-SYSTEM_PROMPT = f"Find the secret number from {LOW} to {HIGH} in as few guesses as possible. Call guess."
-GUESS_TOOL = {"type": "function", "function": {
-    "name": "guess", "description": "Guess the secret number.",
-    "parameters": {"type": "object", "properties": {"number": {"type": "integer", "minimum": LOW, "maximum": HIGH}},
-                   "required": ["number"], "additionalProperties": False}}}
-TOOL_CHOICE = {"type": "function", "function": {"name": "guess"}}
-
-
-def feedback(guess: int | None, secret: int) -> str:
-    if guess is None:
-        return "That was not a guess: call guess with a number."
-    if guess < secret:
-        return f"{guess} is too low: the number is higher."
-    if guess > secret:
-        return f"{guess} is too high: the number is lower."
-    return f"{guess} is right."
+from .guess_rules import (
+    APP_ID,
+    FIRST_USER,
+    GUESS_TOOL,
+    HIGH,
+    LOW,
+    SYSTEM_PROMPT,
+    TOOL_CHOICE,
+    TURNS,
+    feedback,
+    score_of,
+)
 
 
 def _number(args: dict[str, Any] | None) -> int | None:
     value = (args or {}).get("number")
     ok = isinstance(value, int) and not isinstance(value, bool) and LOW <= value <= HIGH
     return value if ok else None
-
-
-def score_of(found_on: int | None) -> float:
-    return 1.0 - 0.25 * (found_on - 1) if found_on else 0.0
 
 
 def new_episode(rng: random.Random) -> Episode:
@@ -56,7 +45,7 @@ def new_episode(rng: random.Random) -> Episode:
         return len(turns) if turns and turns[-1].info["guess"] == secret else None
 
     return Episode(
-        first_user=f"Guess the number from {LOW} to {HIGH}.",
+        first_user=FIRST_USER,
         judge=judge,
         score=lambda turns: score_of(found_on(turns)),
         details=lambda turns: {"found_on_turn": found_on(turns)},
