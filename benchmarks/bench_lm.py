@@ -31,15 +31,15 @@ from typing import Any
 
 from benchmarks.common import REPO, Figure, child_main, say
 
-sys.path.insert(0, str(REPO / "tests"))  # the test fixtures build the models (one copy of each)
+# The test fixtures build the models, and the press task app is the one the tests train on
+# (one copy of each).
+sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "local")]
 
-MESSAGES = [{"role": "system", "content": "Press the button the user names. Call press."},
-            {"role": "user", "content": "Press C."}]
-TOOL = {"type": "function", "function": {
-    "name": "press", "description": "Press a button.",
-    "parameters": {"type": "object", "properties": {"label": {"type": "string", "enum": ["A", "B", "C", "D"]}},
-                   "required": ["label"], "additionalProperties": False}}}
-CHOICE = {"type": "function", "function": {"name": "press"}}
+from press_taskapp import PRESS_TOOL as TOOL  # noqa: E402
+from press_taskapp import SYSTEM_PROMPT  # noqa: E402
+from press_taskapp import TOOL_CHOICE as CHOICE  # noqa: E402
+
+MESSAGES = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press C."}]
 
 
 def _policy(folder: Path, mode: str = "lora") -> Any:
@@ -168,7 +168,6 @@ def endpoint_overhead(folder: Path, steps: int) -> tuple[float, float, int]:
 
 
 def run(quick: bool) -> list[Figure]:
-    sys.path.insert(0, str(REPO / "tests" / "local"))
     from app.local.policies import trainer_extra_missing
 
     missing = trainer_extra_missing()
@@ -183,7 +182,7 @@ def run(quick: bool) -> list[Figure]:
     figures: list[Figure] = []
     turns, rounds = (4, 1) if quick else (16, 3)
     with tempfile.TemporaryDirectory() as tmp:
-        models = [("tiny Qwen3 (130k params)", build_tiny_qwen3(Path(tmp) / "tiny"))]
+        models = [("tiny Qwen3 (140k params)", build_tiny_qwen3(Path(tmp) / "tiny"))]
         if not quick:
             from smollm2 import smollm2_folder
 
