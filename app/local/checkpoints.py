@@ -38,6 +38,7 @@ class Checkpoints:
         tmp = job_dir / f".tmp-{step:06d}-{secrets.token_hex(4)}"
         tmp.mkdir(mode=0o700)
         policy.save(tmp)
+        _make_private(tmp)  # a policy's files (weights, tokenizer, JSON) follow the umask
         target = self.step_dir(job_id, step)
         if target.exists():  # written before a kill, never committed: this replay replaces it
             shutil.rmtree(target)
@@ -53,6 +54,17 @@ class Checkpoints:
         for child in job_dir.iterdir():
             if child.name != f"step-{keep:06d}":
                 shutil.rmtree(child, ignore_errors=True)
+
+
+def _make_private(folder: Path) -> None:
+    """Folders 0700 and files 0600 under `folder`, before it is renamed into view: a saved
+    policy is a user's fine-tuned model, readable by no one else on the machine."""
+    for parent, dirs, files in os.walk(folder):
+        os.chmod(parent, 0o700)
+        for name in files:
+            os.chmod(os.path.join(parent, name), 0o600)
+        for name in dirs:
+            os.chmod(os.path.join(parent, name), 0o700)
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -150,6 +150,32 @@ def test_save_and_load_round_trip(tiny_model: Path, tmp_path: Path) -> None:
             assert torch.equal(a, b), name
 
 
+def test_a_checkpoint_is_private_whatever_the_umask(tiny_model: Path, tmp_path: Path) -> None:
+    """A saved policy is the user's fine-tuned model: every file 0600 and folder 0700, the
+    weights and tokenizer that transformers writes included, under the common umask 022."""
+    import stat
+
+    from app.local.checkpoints import Checkpoints
+    from app.local.policies.lm import LmPolicy
+    from app.local.policies.tabular import TabularPolicy
+
+    old = os.umask(0o022)
+    try:
+        saved = [Checkpoints(tmp_path / "checkpoints").save("job_a", 3, TabularPolicy()),
+                 Checkpoints(tmp_path / "checkpoints").save(
+                     "job_b", 1, LmPolicy(settings(tiny_model, trainer_mode="lora")))]
+    finally:
+        os.umask(old)
+    wrong = []
+    for target in saved:
+        for folder, _dirs, files in os.walk(target):
+            for path in [Path(folder)] + [Path(folder) / f for f in files]:
+                expected = 0o700 if path.is_dir() else 0o600
+                if stat.S_IMODE(path.stat().st_mode) != expected:
+                    wrong.append(f"{path.relative_to(tmp_path)}: {oct(path.stat().st_mode)}")
+    assert len(list(saved[1].iterdir())) > 1 and not wrong, wrong
+
+
 def test_auto_falls_back_to_the_stand_in_saying_why_and_lm_fails_at_once(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from app.local.policies import make_policy

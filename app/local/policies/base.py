@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
+from app.core.paths import open_private
+
 MANIFEST = "policy.json"  # every saved policy's folder holds one: {"kind": ..., ...}
 
 
@@ -135,7 +137,7 @@ def write_json_atomically(path: Path, data: Any) -> None:
     """Write, flush to disk, then rename over `path`: a reader (or a restart after a kill)
     sees the old file or the new one, never half of one."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    with open_private(tmp, "w", encoding="utf-8") as handle:
         json.dump(data, handle, separators=(",", ":"))
         handle.flush()
         os.fsync(handle.fileno())
