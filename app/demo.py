@@ -269,7 +269,7 @@ def record_demo_end(setup: DemoSetup, code: int | None) -> None:
     backend = resolve_backend(setup.backend.url, {})[0]  # as the session recorded it (…/api)
     warning = remember(lambda history: stop_backend_jobs(history, backend, demo_end_note(code)))
     if warning:
-        print(f"Warning: synth-tui {warning}", file=sys.stderr, flush=True)
+        print(f"Warning: {warning}", file=sys.stderr, flush=True)
 
 
 class DemoServers:

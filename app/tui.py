@@ -304,9 +304,10 @@ class SynthTuiApp(App[int]):
         self.warn_history(await asyncio.to_thread(self.session.remember_submission, job))
 
     def warn_history(self, warning: str | None) -> None:
-        """A run-history write that failed (jobs.remember): said once, the job goes on."""
+        """A run-history write that failed, or a damaged history moved aside on the way
+        (jobs.remember's sentences): said once, the job goes on."""
         if warning:
-            self.notify(f"The job runs, but synth-tui {warning}.", title="Run history", severity="warning")
+            self.notify(warning, title="Run history", severity="warning", markup=False)
 
     # -- app-wide actions -------------------------------------------------------------------
 
