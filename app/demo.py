@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import os
 import secrets
 import shutil
 import sys
@@ -139,8 +140,17 @@ def claim_folder(path: Path, temporary_prefix: str) -> DemoFolder:
     Two runs must never share a backend database: the demo's backend fails the jobs it finds
     running when it opens one, and those would be the other run's live jobs.
     """
-    chosen = private_dir(path)
-    lock = _try_lock(chosen)
+    if os.path.lexists(path) and not path.is_dir():
+        raise UsageError(f"{path} is not a folder; the run keeps its database and .env in a folder there.",
+                         "Pass another folder (--workdir DIR for the demo), or move it away.")
+    try:
+        chosen = private_dir(path)
+        lock = _try_lock(chosen)
+    except OSError as exc:  # a folder (or a looping link) where its lock file goes; no permission
+        where = exc.filename or path
+        raise UsageError(f"Cannot use {path} as the run's folder: {where}: {exc.strerror or exc}.",
+                         f"Pass another folder (--workdir DIR for the demo), or move {where} away ({LOCK_NAME} is "
+                         f"an empty file that only marks the folder taken).") from None
     if lock is not None:
         return DemoFolder(chosen, lock)
     _remove_abandoned_temporary_folders(temporary_prefix)
