@@ -105,8 +105,12 @@ def check_store_file(path: Path, *, elsewhere: str | None = None) -> None:
         raise refusal(path, problem, elsewhere)
     if not path.exists():
         return  # a new database: created by Store
+    # Without a -wal file the database file is all there is: read it as immutable, so that not
+    # even a -shm file is made beside it. With one, its committed pages count: read-only.
+    wal = os.path.lexists(f"{path}-wal")
     try:
-        connection = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=10.0)
+        connection = sqlite3.connect(f"{path.absolute().as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True,
+                                     timeout=10.0)
     except sqlite3.Error:
         return  # cannot even open it read-only: Store's own open says why
     try:
