@@ -303,6 +303,13 @@ class SynthTuiApp(App[int]):
     async def _remember_submission(self, job: JobContext) -> None:
         self.warn_history(await asyncio.to_thread(self.session.remember_submission, job))
 
+    def tell_history_repairs(self) -> None:
+        """A damaged run history moved aside by a read just made (jobs.read_history): told once,
+        here, as a notification (docs/product.md#damaged-state)."""
+        from app.core.history import take_repair_notes
+
+        self.warn_history(" ".join(take_repair_notes()) or None)
+
     def warn_history(self, warning: str | None) -> None:
         """A run-history write that failed, or a damaged history moved aside on the way
         (jobs.remember's sentences): said once, the job goes on."""

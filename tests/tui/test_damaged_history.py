@@ -75,3 +75,26 @@ async def test_a_history_that_cannot_be_moved_shows_the_path_and_the_fix(project
         assert modal.hint.startswith(f"Move it away yourself (mv {history} ")
         assert "bug in synth-tui" not in f"{modal.message} {modal.hint}"
     assert history.read_bytes() == NOISE
+
+
+async def test_the_jobs_view_tells_a_history_moved_aside_by_its_rerun_lookup(faulty_backend):
+    from app.screens.jobs import JobsScreen
+    from fakes import ScriptedJob
+
+    take_repair_notes()
+    faulty_backend.add_job(ScriptedJob("job_a", [("succeeded", [], [])]))
+    history = state() / "history.sqlite"
+    history.write_bytes(NOISE)
+    session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.05),
+                            shell={"SYNTH_API_KEY": faulty_backend.api_key})
+    session.resolve()
+    app = SynthTuiApp(session, first_screen=lambda: JobsScreen(page_size=3, refresh_every=None))
+    async with app.run_test(size=(160, 40)) as pilot:
+        screen = await wait_for_screen(pilot, JobsScreen)
+        await wait_for(pilot, lambda: screen.loads >= 1 and not screen.reading, what="the job list")
+        await pilot.press("r")  # rerun reads the payload from the (damaged) history
+        await wait_for(pilot, lambda: any("was damaged" in n.message for n in app._notifications),
+                       what="the note")
+        assert not any(isinstance(s, ErrorModal) for s in app.screen_stack)
+    assert [p.read_bytes() for p in state().iterdir() if p.name.startswith("history.corrupt-")] == [NOISE]
+    assert take_repair_notes() == []
