@@ -220,7 +220,7 @@ ENV_KINDS = {
     "too large": "too large for a .env file",
     "not UTF-8": "not UTF-8 text",
     "NUL": "it holds a NUL byte (on line 3)",
-    "UTF-16": "it is UTF-16 text, not UTF-8",
+    "UTF-16": "it is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8",
 }
 SERVER_ENV_KINDS = {**ENV_KINDS, "missing": "does not exist", "symlink loop": "it is a symlink loop (ELOOP)",
                     "fifo": "not a regular file"}
@@ -274,7 +274,7 @@ CONFIG_KINDS = {
     "too large": "too large for a config",
     "not UTF-8": "not UTF-8 text",
     "NUL": "it holds a NUL byte (on line 3)",
-    "UTF-16": "it is UTF-16 text, not UTF-8",
+    "UTF-16": "it is UTF-16 text (it starts with a UTF-16 byte-order mark), not UTF-8",
 }
 
 

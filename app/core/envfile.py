@@ -677,7 +677,8 @@ def _decode(path: Path, raw: bytes) -> str:
     # A UTF-8 byte-order mark is accepted (EnvFile keeps it on save); UTF-16 is named.
     wide = wide_text_kind(raw)
     if wide:
-        raise EnvFileError(f"Cannot read {path}: it is {wide} text, not UTF-8",
+        raise EnvFileError(f"Cannot read {path}: it is {wide} text (it starts with a {wide} byte-order mark), "
+                           "not UTF-8",
                            hint="Save it again as UTF-8 (in most editors: Save As, encoding UTF-8).")
     try:
         text = raw.decode("utf-8")

@@ -210,7 +210,7 @@ def read_config_text(path: Path) -> str:
     raw = _read_config_bytes(path)
     wide = next((kind for bom, kind in _WIDE_BOMS if raw.startswith(bom)), None)
     if wide:
-        raise ConfigError(f"{path}: it is {wide} text, not UTF-8",
+        raise ConfigError(f"{path}: it is {wide} text (it starts with a {wide} byte-order mark), not UTF-8",
                           hint="TOML files must be UTF-8: save it again as UTF-8 (in most editors: Save As).")
     try:
         text = raw.decode("utf-8")
