@@ -299,3 +299,22 @@ def test_a_config_with_a_utf8_byte_order_mark_is_read(tmp_path):
     assert f"Using config: {config} (rl)" in result.stdout
     # It went on past the config, to the backend (which is not there): exit 5, not 2.
     assert result.returncode == ExitCode.BACKEND, result.stderr
+
+
+def test_a_history_record_with_credentials_is_listed_and_attached_to_without_them(tmp_path):
+    """A record written before URLs with credentials were refused (or edited by hand): listed
+    without the password, and attaching to it is refused like any other such URL."""
+    from app.core.history import RunHistory
+
+    history = RunHistory()
+    history.record_submission(job_id="job_1", backend=with_password("http://127.0.0.1:9/api"), config_path=None,
+                              payload={"job_type": "rl"}, idempotency_key=None)
+    history.record_progress("job_1", status="succeeded", final=True)
+    env = {"SYNTH_API_KEY": SYNTH_KEY}
+    listed = synth_tui("history", "--no-tui", env=env)
+    assert listed.returncode == ExitCode.OK, listed.stderr
+    assert "job_1" in listed.stdout and "http://****@127.0.0.1:9/api" in listed.stdout
+    assert PASSWORD not in listed.stdout + listed.stderr and "Traceback" not in listed.stderr
+    attached = synth_tui("attach", "job_1", "--no-tui", env=env)
+    assert_refused_without_the_password(attached, use="SYNTH_API_KEY")
+    assert "The backend recorded in the job history is not a usable backend URL" in attached.stderr
