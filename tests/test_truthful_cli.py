@@ -318,3 +318,14 @@ def test_a_history_record_with_credentials_is_listed_and_attached_to_without_the
     attached = synth_tui("attach", "job_1", "--no-tui", env=env)
     assert_refused_without_the_password(attached, use="SYNTH_API_KEY")
     assert "The backend recorded in the job history is not a usable backend URL" in attached.stderr
+
+
+def test_the_env_review_names_a_symlink_loop_too(tmp_path):
+    """The path typed in the env review (app/core/env_paths.py) follows the same words."""
+    from app.core.env_paths import env_path_problem
+
+    loop = _env_kind(tmp_path, "symlink loop")
+    assert env_path_problem(loop, tmp_path) == ("symlink loop.env is a symlink loop (ELOOP): following its links "
+                                                "leads back to itself")
+    assert env_path_problem(tmp_path / "gone.env", tmp_path) == "No file at gone.env"
+    assert "UTF-16 text" in (env_path_problem(_env_kind(tmp_path, "UTF-16"), tmp_path) or "")
