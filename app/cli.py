@@ -203,7 +203,7 @@ def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
     jobs = sub.add_parser("jobs", help="every job the backend knows (k9s-style): attach, cancel, rerun")
     jobs.add_argument("--backend", metavar="URL", help="backend base URL, http(s)://HOST[:PORT] (/api is appended)")
     jobs.add_argument("--env-file", action="append", default=[], metavar="PATH", help=".env with SYNTH_API_KEY")
-    jobs.add_argument("--status", metavar="STATUS",
+    jobs.add_argument("--status", metavar="STATUS", type=_status_word,
                       help="only jobs with this status (e.g. running), as the backend filters them")
     jobs.add_argument("--limit", type=_count(1, 100_000), default=MAX_LISTED_JOBS, metavar="N",
                       help=f"list at most N jobs, newest first (default {MAX_LISTED_JOBS})")
@@ -257,6 +257,26 @@ def _count(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+# A job status as a query value (`jobs --status`): a word, bounded like every flag that goes into
+# a URL (a job id: app.core.wire.job_id_problem; a rollout id: app.core.rollouts).
+MAX_STATUS_CHARS = 64
+
+
+def _status_word(text: str) -> str:
+    """``--status``: 1 to 64 letters, digits, underscores, dots or hyphens (a status such as
+    running or succeeded). Named, never echoed whole: a mistaken paste may be long, or a key."""
+    if not text:
+        raise argparse.ArgumentTypeError("it is empty; a status is a word such as running or succeeded")
+    if len(text) > MAX_STATUS_CHARS:
+        raise argparse.ArgumentTypeError(f"it is {len(text):,} characters long; a status is at most "
+                                         f"{MAX_STATUS_CHARS} (e.g. running or succeeded)")
+    for position, char in enumerate(text, start=1):
+        if not (char.isascii() and (char.isalnum() or char in "_.-")):
+            raise argparse.ArgumentTypeError(f"character {position} is not a letter, digit, _, . or -; a status "
+                                             "is a word such as running or succeeded")
+    return text
 
 
 def normalise_argv(argv: Sequence[str]) -> list[str]:

@@ -28,7 +28,7 @@ from app.core.history import RunHistory, RunRecord, take_repair_notes
 from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
 from app.core.jobs import remember
 from app.core.launch import PreparedJob
-from app.core.redact import mask_secret, printable, redact
+from app.core.redact import mask_secret, printable, redact, redact_url
 from app.core.series import shown_number
 from app.core.session import LaunchOptions, LaunchSession
 from app.core.streaming import (
@@ -499,7 +499,7 @@ def run_history(args: argparse.Namespace | None = None, *, printer: Printer | No
         still_running = needs_refresh(record) and not is_terminal_status(statuses.get(record.job_id))
         if still_running and record.job_id not in unknown:
             running.append(record)
-        printer.line(f"{record.job_id:<28} {status:<11} {record.created_at[:19]:<20} {record.backend:<40} "
+        printer.line(f"{record.job_id:<28} {status:<11} {record.created_at[:19]:<20} {redact_url(record.backend):<40} "
                      f"{record.config_path or '-'}")
     if running:
         printer.line("")

@@ -193,7 +193,7 @@ def test_a_damaged_history_that_cannot_be_moved_says_what_to_do_without_a_traceb
     with read_only(state()):
         results = [run("history", "--no-tui") for _ in range(2)]
     for result in results:  # the same clear answer every time: no loop, no half-done move
-        assert result.returncode == 3, result.stderr
+        assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stdout + result.stderr
         assert f"The run history {history} is damaged" in result.stderr
         assert "could not be moved aside" in result.stderr and "Hint: Move it away yourself (mv " in result.stderr
@@ -314,7 +314,7 @@ def test_the_backend_refuses_a_damaged_database_and_leaves_it_untouched(tmp_path
 
     result = run("backend", "--db", str(db), "--port", "0", env={"SYNTH_API_KEY": "sk_test_damaged"}, timeout=60)
 
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert f"Error: The backend's database {db} cannot be used: " in result.stderr and said in result.stderr
     assert "It was left as it is." in result.stderr and "Hint: Move it aside to keep it (mv " in result.stderr
@@ -330,7 +330,7 @@ def test_the_demo_refuses_a_damaged_database_in_its_folder(tmp_path):
     random_bytes(db)
     before = digest(db)
     result = run("demo", "--no-tui", "--workdir", str(workdir), timeout=120)
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert f"The backend's database {db} cannot be used" in result.stderr and "--workdir DIR" in result.stderr
     assert digest(db) == before
@@ -343,7 +343,7 @@ def test_train_backend_local_refuses_a_damaged_database(tmp_path):
     before = digest(db)
     result = run("train", "--backend", "local", "--no-tui", "--config", str(REPO / "configs" / "rl" / "demo.toml"),
                  timeout=120)
-    assert result.returncode == 3, result.stderr
+    assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert f"The backend's database {db} cannot be used" in result.stderr
     assert digest(db) == before
@@ -369,7 +369,7 @@ def test_store_itself_refuses_what_the_start_check_refuses(tmp_path):
     random_bytes(db)
     with pytest.raises(UnusableStore) as caught:
         Store(db)
-    assert str(db) in caught.value.message and caught.value.exit_code == 3
+    assert str(db) in caught.value.message and caught.value.exit_code == 2
 
 
 # --------------------------------------------------------------------------- other state read at start

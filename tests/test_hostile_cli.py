@@ -360,7 +360,9 @@ def test_config_and_env_file_paths_that_are_not_files(tmp_path):
         (train(tmp_path, good_env(tmp_path), "--dry-run"), 2, "is a directory"),
         (train(config, tmp_path, "--dry-run"), 2, f"--env-file {tmp_path} is a directory"),
         (train(config, fifo, "--dry-run"), 2, "is not a regular file"),
-        (train(config, write(tmp_path, "bin.env", b"\xff\xfe\x00binary"), "--dry-run"), 3, "not UTF-8 text"),
+        # A .env that cannot be read is bad input, exit 2, whatever its kind (docs/product.md#exit-codes).
+        (train(config, write(tmp_path, "bin.env", b"\xff\xfe\x00binary"), "--dry-run"), 2, "is UTF-16 text"),
+        (train(config, write(tmp_path, "latin.env", b"A=caf\xe9\n"), "--dry-run"), 2, "not UTF-8 text"),
     ]
     for argv, expected, message in cases:
         code, out, err = run_cli([*argv, "--backend", CLOSED])

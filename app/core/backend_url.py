@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from app.core.errors import UsageError
 from app.core.redact import key_prefix
-from app.core.urls import http_url_problem
+from app.core.urls import CREDENTIALS_PROBLEM, credentials_problem, http_url_problem
 
 # The hosted service since SDK 0.3.9 (0.2.x used https://agent-learning.onrender.com).
 # docs/compatibility.md.
@@ -27,11 +27,18 @@ BACKEND_URL_HINT = ("Write it as http://HOST:PORT or https://HOST (/api is appen
                     "`synth-tui backend` runs a local backend and `synth-tui demo` a whole local setup.")
 
 
+# A backend takes its key from SYNTH_API_KEY, never from its URL (docs/product.md#secrets).
+BACKEND_CREDENTIALS_HINT = ("Drop `user:pass@` from the URL and put the key in SYNTH_API_KEY (the .env or the shell): "
+                            "it is sent as a Bearer token. A URL's credentials would be sent instead of it, and "
+                            "shown wherever the URL is.")
+
+
 def request_url_problem(url: str) -> str | None:
-    """What is wrong with ``url`` as an http(s) URL to send requests to, or None."""
+    """What is wrong with ``url`` as an http(s) URL to send requests to, or None. A URL with
+    ``user:pass@`` is refused (CREDENTIALS_PROBLEM): the client never sends or prints them."""
     if url.strip() and "://" not in url:
         return "it has no http:// or https:// scheme"  # quoting none of it: it may be a pasted key
-    return http_url_problem(url)
+    return http_url_problem(url) or credentials_problem(url)
 
 
 def backend_url_problem(url: str) -> str | None:
@@ -49,7 +56,7 @@ def shown_url(url: str) -> str:
     text = url.strip()
     if "://" not in text:
         return repr(key_prefix(text) if len(text) > 4 else text)
-    hidden = re.sub(r"(?<=//)[^/@]*@", "…@", text)
+    hidden = re.sub(r"(?<=//)[^/?#]*@", "…@", text)  # up to the last @: a password may hold one
     hidden = re.sub(r"([?#]).*", r"\1…", hidden, flags=re.DOTALL)
     return repr(hidden if len(hidden) <= 200 else hidden[:200] + "…")
 
@@ -58,7 +65,8 @@ def checked_api_base(url: str, where: str) -> str:
     """``url`` with /api appended, or a UsageError naming where it came from and what is wrong."""
     problem = backend_url_problem(url)
     if problem:
-        raise UsageError(f"{where} is not a usable backend URL: {problem}. Got {shown_url(url)}.", BACKEND_URL_HINT)
+        hint = BACKEND_CREDENTIALS_HINT if problem == CREDENTIALS_PROBLEM else BACKEND_URL_HINT
+        raise UsageError(f"{where} is not a usable backend URL: {problem}. Got {shown_url(url)}.", hint)
     return ensure_api_base(url)
 
 

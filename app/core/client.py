@@ -110,6 +110,23 @@ class BadResponseError(ApiError):
     transient = True
 
 
+class UnsendableRequest(ApiError):
+    """The HTTP library cannot build the request's URL (httpx.InvalidURL): a value in its path
+    or query is too long or malformed. Bad input, never a traceback; not retried."""
+
+    exit_code = ExitCode.USAGE
+
+
+def unsendable_url(what: str, exc: Exception) -> UnsendableRequest:
+    """The error for a request whose URL cannot be built. httpx's reason names the part ("URL
+    component 'query' too long") or one bad character, not the value (it may be a key)."""
+    reason = " ".join(str(exc).split())[:120] or type(exc).__name__
+    return UnsendableRequest(
+        f"The request for {what} cannot be sent: its URL cannot be built ({reason}).",
+        "A value that goes into the URL is too long or malformed: check the job id, --status, --id and the "
+        "other flags of the command (each has a bound); if none was given, the backend sent it (a page cursor).")
+
+
 class StreamUnavailable(ApiError):
     """The backend answered, but offers no server-sent event stream at this path."""
 
@@ -253,6 +270,8 @@ class SynthClient:
         self.request_count += 1
         try:
             response = await self._http.request(method, path, json=json_body, params=params, headers=headers)
+        except httpx.InvalidURL as exc:
+            raise unsendable_url(what, exc) from None
         except httpx.TimeoutException as exc:
             raise BackendTimeout(
                 f"The backend did not answer {what} in time ({type(exc).__name__} at {url}).",
@@ -568,6 +587,8 @@ class SynthClient:
                         continue
                     if isinstance(payload, dict):
                         yield JobEvent.model_validate(payload)
+        except httpx.InvalidURL as exc:
+            raise unsendable_url(f"the event stream of job {job_id}", exc) from None
         except httpx.TimeoutException:
             raise BackendTimeout(f"The event stream of job {job_id} went quiet.", None) from None
         except httpx.TransportError as exc:

@@ -9,6 +9,7 @@ from typing import Any
 
 from app.core.config_schema import ModelSection, PolicySection, RLConfig, TrainingSection
 from app.core.models import normalize_model_id
+from app.core.redact import redact_url
 
 __all__ = ["config_facts"]
 
@@ -68,7 +69,7 @@ def _task_url_fact(config: RLConfig) -> str:
     url = config.services.task_url if config.services else None
     if not url or not url.strip() or url.strip().lower() == "placeholder":
         return "(not set: pass --task-url or set TASK_APP_URL)"
-    return url.strip()
+    return redact_url(url.strip())  # a user:pass@ in it is refused at submit, and never shown
 
 
 def config_facts(config: RLConfig) -> dict[str, str]:

@@ -4,6 +4,8 @@ cannot be used as the .env. No Textual import.
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 from app.core import envfile
@@ -29,7 +31,13 @@ def how_chosen(how: str) -> str:
 
 def env_path_problem(path: Path, cwd: Path) -> str | None:
     """Why ``path`` cannot be used as the .env, or None. Blocking: call from a worker."""
-    if not path.exists():
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return f"{display_path(path, cwd)} is a symlink loop (ELOOP): following its links leads back to itself"
+        return f"No file at {display_path(path, cwd)}"
+    except ValueError:  # a path the OS cannot take (a NUL byte)
         return f"No file at {display_path(path, cwd)}"
     try:
         envfile.EnvFile.load(path)

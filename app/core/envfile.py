@@ -14,6 +14,7 @@ Nothing here prints, logs or reprs a full secret value.
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import re
@@ -653,12 +654,32 @@ def _read_bytes(path: Path) -> bytes | None:
             hint=f"Check the file's permissions (for example: chmod 600 {path}).",
         ) from None
     except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise EnvFileError(
+                f"Cannot read {path}: it is a symlink loop (ELOOP): following its links leads back to itself",
+                hint="Point the link at the real .env file, or pass that file itself.") from None
         raise EnvFileError(f"Cannot read {path}: {_reason(exc)}", hint="Pass a readable .env file.") from None
+
+
+# Byte-order marks of UTF-16 and UTF-32 text: an editor's "Unicode" save, named as such.
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+              (b"\xfe\xff", "UTF-16"))
+
+
+def wide_text_kind(raw: bytes) -> str | None:
+    """"UTF-16" or "UTF-32" when ``raw`` starts with that encoding's byte-order mark, else None."""
+    return next((kind for bom, kind in _WIDE_BOMS if raw.startswith(bom)), None)
 
 
 def _decode(path: Path, raw: bytes) -> str:
     # Differs from the SDK on purpose: the SDK decodes with errors="ignore" and would then
     # rewrite the file without the dropped bytes. We refuse to touch what we cannot read.
+    # A UTF-8 byte-order mark is accepted (EnvFile keeps it on save); UTF-16 is named.
+    wide = wide_text_kind(raw)
+    if wide:
+        raise EnvFileError(f"Cannot read {path}: it is {wide} text (it starts with a {wide} byte-order mark), "
+                           "not UTF-8",
+                           hint="Save it again as UTF-8 (in most editors: Save As, encoding UTF-8).")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -668,7 +689,8 @@ def _decode(path: Path, raw: bytes) -> str:
         ) from None
     if "\x00" in text:
         raise EnvFileError(
-            f"Cannot read {path}: it looks like a binary file",
+            f"Cannot read {path}: it holds a NUL byte (on line {text.count(chr(10), 0, text.index(chr(0))) + 1}): "
+            "it looks like a binary file",
             hint="Is this really a .env file?",
         )
     return text

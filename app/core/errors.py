@@ -51,9 +51,11 @@ class ConfigError(SynthTuiError):
 
 
 class EnvFileError(SynthTuiError):
-    """A .env file cannot be read or written."""
+    """A .env file cannot be read or written. Exit 2, as a config that cannot be read: the file
+    the user gave is the problem, whatever its kind (docs/product.md#exit-codes). A readable .env
+    that lacks a key is a MissingSecretsError (3)."""
 
-    exit_code = ExitCode.CHECKS_FAILED
+    exit_code = ExitCode.USAGE
 
 
 class MissingSecretsError(SynthTuiError):

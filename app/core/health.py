@@ -99,6 +99,10 @@ async def _attempt(http: httpx.AsyncClient, base: str, endpoint: str, key: str, 
         attempt.reason = f"no answer within {timeout:g} s"
         attempt.fix = "The task app is slow or hung: check its logs, or that TASK_APP_URL points at it."
         return attempt
+    except httpx.InvalidURL as exc:  # not an HTTPError: its own branch, never a traceback
+        attempt.reason = f"the URL cannot be built ({' '.join(str(exc).split())[:120]})"
+        attempt.fix = "Fix TASK_APP_URL: write it as http://HOST:PORT or https://HOST."
+        return attempt
     except httpx.HTTPError as exc:
         attempt.latency_ms = (time.perf_counter() - started) * 1000
         attempt.reason = redact(describe_exception(exc), secrets)

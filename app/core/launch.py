@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import uuid
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from app.core import envfile
 from app.core.backend_url import backend_from_env, checked_api_base, request_url_problem, shown_url
 from app.core.errors import MissingSecretsError, UnusableSecretError, UsageError
+from app.core.urls import CREDENTIALS_PROBLEM
 
 if TYPE_CHECKING:  # imported by prepare_payload: the config schema is not needed before it (docs/performance.md)
     from app.core import config as cfg
@@ -70,7 +72,15 @@ def _check_env_flag_path(path: Path) -> None:
     """A usage error when --env-file names nothing, a folder or a pipe (reading one would wait)."""
     try:
         mode = path.stat().st_mode
-    except (OSError, ValueError):
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise UsageError(f"--env-file {path} is a symlink loop (ELOOP): following its links leads back to "
+                             "itself", "Point the link at the real .env file, or pass that file itself.") from None
+        if isinstance(exc, FileNotFoundError):
+            raise UsageError(f"Env file not found: {path}", "Pass an existing file with --env-file.") from None
+        raise UsageError(f"Cannot read --env-file {path}: {exc.strerror or type(exc).__name__}",
+                         "Pass a readable .env file.") from None
+    except ValueError:  # a path the OS cannot take (a NUL byte)
         raise UsageError(f"Env file not found: {path}", "Pass an existing file with --env-file.") from None
     if stat.S_ISDIR(mode):
         raise UsageError(f"--env-file {path} is a directory, not a .env file",
@@ -156,6 +166,10 @@ def prepare_payload(config_path: Path, *, task_url_flag: str | None, env_task_ur
 def check_task_url(url: str, where: str) -> None:
     """A UsageError naming where the task app URL came from when it cannot be requested."""
     problem = request_url_problem(url)
+    if problem == CREDENTIALS_PROBLEM:
+        raise UsageError(f"{where} is not a usable task app URL: {problem}. Got {shown_url(url)}.",
+                         "Drop `user:pass@` from the URL: the task app is sent ENVIRONMENT_API_KEY (the .env or "
+                         "the shell), and the URL is shown and sent to the backend, credentials and all.")
     if problem:
         raise UsageError(f"{where} is not a usable task app URL: {problem}. Got {shown_url(url)}.",
                          "Write it with its scheme, as http://HOST:PORT or https://HOST, e.g. http://127.0.0.1:8102.")

@@ -45,7 +45,8 @@ _KEY_PREFIX = re.compile(
 _ONE_WORD = re.compile(r"[A-Za-z0-9+/=_\-.~:]+\Z")
 _RUN_SEPARATORS = re.compile(r"[-_.~/+=:]")
 _RANDOM_RUN = 16  # characters
-_URL_USERINFO = re.compile(r"(?P<head>\A\s*[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#@\s]+)@")
+# Up to the last @ before the path: a password may hold an @ of its own.
+_URL_USERINFO = re.compile(r"(?P<head>\A\s*[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s]+)@")
 _URL_QUERY_VALUE = re.compile(r"(?P<head>[?&;](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)")
 
 

@@ -31,9 +31,10 @@ _SQLITE_NOTADB = 26
 class StateFileError(SynthTuiError):
     """A state file synth-tui needs at start cannot be used: damaged and not movable (the run
     history), or damaged at all (the backend's database, never changed by us). The message
-    names the path, the hint what to do (docs/product.md#exit-codes)."""
+    names the path, the hint what to do. Exit 2, as every file that cannot be read
+    (docs/product.md#files-that-cannot-be-read)."""
 
-    exit_code = ExitCode.CHECKS_FAILED
+    exit_code = ExitCode.USAGE
 
 
 def is_damage(exc: BaseException) -> bool:

@@ -10,6 +10,7 @@ give, so validation problems can say where they are. No Textual import.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -110,7 +111,9 @@ def _line_and_column(text: str, offset: int) -> tuple[int, int]:
 
 
 def parse_toml_text(text: str, path: Path | None = None) -> dict[str, Any]:
-    """Parse TOML text; a syntax error becomes TomlSyntaxError with line and column."""
+    """Parse TOML text; a syntax error becomes TomlSyntaxError with line and column. A leading
+    UTF-8 byte-order mark is dropped, as read_config_text drops it."""
+    text = text.removeprefix(_UTF8_BOM)
     _refuse_deep_text(text, path)
     try:
         data = tomllib.loads(text)
@@ -192,18 +195,36 @@ def _refuse_deep_data(data: dict[str, Any], text: str, path: Path | None) -> Non
             stack.extend((child, (*keys, None)) for child in value if isinstance(child, (dict, list)))
 
 
+# Many editors start a UTF-8 file with a byte-order mark; TOML forbids it (tomllib reports
+# "Invalid statement" at 1:1), but the text is the one the user wrote: it is dropped on reading,
+# as for the .env (docs/product.md#exit-codes).
+_UTF8_BOM = "\ufeff"
+_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "UTF-32"), (b"\x00\x00\xfe\xff", "UTF-32"), (b"\xff\xfe", "UTF-16"),
+              (b"\xfe\xff", "UTF-16"))
+
+
 def read_config_text(path: Path) -> str:
-    """The file's text; a missing, unreadable, oversized, non-regular or non-UTF-8 file is a
-    ConfigError with a hint."""
+    """The file's text, without a leading UTF-8 byte-order mark; a missing, unreadable,
+    oversized, non-regular, non-UTF-8 (UTF-16 is named) or NUL-holding file is a ConfigError
+    with a hint."""
     raw = _read_config_bytes(path)
+    wide = next((kind for bom, kind in _WIDE_BOMS if raw.startswith(bom)), None)
+    if wide:
+        raise ConfigError(f"{path}: it is {wide} text (it starts with a {wide} byte-order mark), not UTF-8",
+                          hint="TOML files must be UTF-8: save it again as UTF-8 (in most editors: Save As).")
     try:
-        return raw.decode("utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
         raise ConfigError(
             f"{path}: not UTF-8 text (the first bad byte is on line {line})",
             hint="TOML files must be UTF-8 text; is this really a config?",
         ) from None
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        raise ConfigError(f"{path}: it holds a NUL byte (on line {line}): it looks like a binary file",
+                          hint="TOML files are text; is this really a config?")
+    return text.removeprefix(_UTF8_BOM)
 
 
 def _read_config_bytes(path: Path) -> bytes:
@@ -217,6 +238,9 @@ def _read_config_bytes(path: Path) -> bytes:
             hint="check the path, or run without --config to pick from the discovered configs",
         ) from None
     except (OSError, ValueError) as exc:  # ValueError: a path the OS cannot take (a NUL byte)
+        if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
+            raise ConfigError(f"Config {path} is a symlink loop (ELOOP): following its links leads back to itself",
+                              hint="point the link at the real .toml file, or pass that file itself") from None
         raise _unreadable(path, exc) from None
     try:
         info = os.fstat(fd)

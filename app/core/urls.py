@@ -30,6 +30,21 @@ def _plain_host(parts: SplitResult) -> bool:
     return True
 
 
+# What credentials_problem says, so that callers can tell this problem from the others.
+CREDENTIALS_PROBLEM = "it has a user name or password (user:pass@) before the host"
+
+
+def credentials_problem(url: str) -> str | None:
+    """CREDENTIALS_PROBLEM when ``url`` carries ``user:pass@`` (or any ``…@``) before its host,
+    else None. The HTTP library would send them as Basic auth, and every message quoting the
+    URL would show them: docs/product.md#secrets. Never quotes any part of the URL."""
+    try:
+        netloc = urlsplit(url.strip()).netloc
+    except ValueError:
+        return None  # http_url_problem says what is wrong with it
+    return CREDENTIALS_PROBLEM if "@" in netloc else None
+
+
 def http_url_problem(url: object) -> str | None:
     """What is wrong with `url` as an http(s) base URL, or None when it is usable."""
     if not isinstance(url, str) or not url.strip():

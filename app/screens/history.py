@@ -24,7 +24,7 @@ from textual.widgets import DataTable, Footer, Static
 from app.core.errors import SynthTuiError
 from app.core.history import RunHistory, RunRecord, take_repair_notes
 from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
-from app.core.redact import printable
+from app.core.redact import printable, redact_url
 from app.core.series import default_metric
 from app.core.wire import SUCCESS_STATUSES, is_terminal_status
 from app.core.words import counted
@@ -254,7 +254,7 @@ class HistoryScreen(FlowScreen):
                else record.env_path or "not remembered (launched before the history kept it)")
         if row.env_present is False and not self.session.options.env_files:
             env += " (missing: pass --env-file PATH)"
-        lines = [f"{record.job_id} on {record.backend}", f".env {env}",
+        lines = [f"{record.job_id} on {redact_url(record.backend)}", f".env {env}",
                  f"config {record.config_path or '— (attached, not launched here)'}"]
         if record.last_metrics:
             lines.append(f"last metrics {metrics_text(record.last_metrics, 4)}")
