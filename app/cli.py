@@ -314,6 +314,18 @@ def _run(args: argparse.Namespace) -> int:
         return ExitCode.INTERRUPTED
     finally:
         gc.enable()  # off only for a TUI's start (_tui_start); whatever ended it, on again
+        _tell_history_repairs()
+
+
+def _tell_history_repairs() -> None:
+    """A damaged run history moved aside on a path that had no place to say so (an attach, an
+    overlay's lookup): told here, once, when the command ends (docs/product.md#damaged-state).
+    Only when the history was loaded at all: a command that never read it imports nothing."""
+    history = sys.modules.get("app.core.history")
+    if history is None:
+        return
+    for note in history.take_repair_notes():
+        print(f"Note: {note}", file=sys.stderr)
 
 
 def _output_closed() -> int:

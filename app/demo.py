@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import fcntl
+import os
 import secrets
 import shutil
 import sys
@@ -139,8 +140,17 @@ def claim_folder(path: Path, temporary_prefix: str) -> DemoFolder:
     Two runs must never share a backend database: the demo's backend fails the jobs it finds
     running when it opens one, and those would be the other run's live jobs.
     """
-    chosen = private_dir(path)
-    lock = _try_lock(chosen)
+    if os.path.lexists(path) and not path.is_dir():
+        raise UsageError(f"{path} is not a folder; the run keeps its database and .env in a folder there.",
+                         "Pass another folder (--workdir DIR for the demo), or move it away.")
+    try:
+        chosen = private_dir(path)
+        lock = _try_lock(chosen)
+    except OSError as exc:  # a folder (or a looping link) where its lock file goes; no permission
+        where = exc.filename or path
+        raise UsageError(f"Cannot use {path} as the run's folder: {where}: {exc.strerror or exc}.",
+                         f"Pass another folder (--workdir DIR for the demo), or move {where} away ({LOCK_NAME} is "
+                         f"an empty file that only marks the folder taken).") from None
     if lock is not None:
         return DemoFolder(chosen, lock)
     _remove_abandoned_temporary_folders(temporary_prefix)
@@ -196,7 +206,8 @@ def _start_servers(folder: DemoFolder) -> DemoSetup:
     try:
         backend = start_backend(api_key=synth_key, db_path=folder.path / "backend.sqlite3", env_api_keys=[env_key],
                                 # it stops with the demo: so do its jobs; the demo trains the fast stand-in
-                                resume=False, trainer="tabular")
+                                resume=False, trainer="tabular",
+                                db_elsewhere="pass --workdir DIR to run the demo in another folder")
     except BaseException:
         task_app.stop()
         raise
@@ -269,7 +280,7 @@ def record_demo_end(setup: DemoSetup, code: int | None) -> None:
     backend = resolve_backend(setup.backend.url, {})[0]  # as the session recorded it (…/api)
     warning = remember(lambda history: stop_backend_jobs(history, backend, demo_end_note(code)))
     if warning:
-        print(f"Warning: synth-tui {warning}", file=sys.stderr, flush=True)
+        print(f"Warning: {warning}", file=sys.stderr, flush=True)
 
 
 class DemoServers:

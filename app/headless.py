@@ -24,7 +24,7 @@ from app.core.compare import compare_rows, open_comparison, read_runs
 from app.core.diagnosis import BackendCheck, TaskAppCheck, overall_verdict
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.events import event_line, is_noise, metric_line, status_line
-from app.core.history import RunHistory, RunRecord
+from app.core.history import RunHistory, RunRecord, take_repair_notes
 from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
 from app.core.jobs import remember
 from app.core.launch import PreparedJob
@@ -476,6 +476,8 @@ def run_history(args: argparse.Namespace | None = None, *, printer: Printer | No
             session.open_unattended_env()  # a --env-file that cannot be read stops here, not per job
         history = RunHistory()
         records = history.list()
+        for note in take_repair_notes():  # a damaged history moved aside: told once, here
+            printer.diag(f"Note: {note}")
         if not records:
             printer.line("No jobs launched from this machine yet.")
             return ExitCode.OK

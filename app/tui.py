@@ -303,10 +303,18 @@ class SynthTuiApp(App[int]):
     async def _remember_submission(self, job: JobContext) -> None:
         self.warn_history(await asyncio.to_thread(self.session.remember_submission, job))
 
+    def tell_history_repairs(self) -> None:
+        """A damaged run history moved aside by a read just made (jobs.read_history): told once,
+        here, as a notification (docs/product.md#damaged-state)."""
+        from app.core.history import take_repair_notes
+
+        self.warn_history(" ".join(take_repair_notes()) or None)
+
     def warn_history(self, warning: str | None) -> None:
-        """A run-history write that failed (jobs.remember): said once, the job goes on."""
+        """A run-history write that failed, or a damaged history moved aside on the way
+        (jobs.remember's sentences): said once, the job goes on."""
         if warning:
-            self.notify(f"The job runs, but synth-tui {warning}.", title="Run history", severity="warning")
+            self.notify(warning, title="Run history", severity="warning", markup=False)
 
     # -- app-wide actions -------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from app.core.client import PAGE_LIMIT, SynthClient
 from app.core.errors import UsageError
 from app.core.history import RunHistory, RunRecord
 from app.core.series import MetricStore, chart_panels
+from app.core.state_files import StateFileError
 from app.core.streaming import MetricCursor
 from app.core.wire import MetricPoint, check_job_id
 
@@ -93,7 +94,7 @@ def earlier_runs(config_path: str | None, exclude: str, backend: str, *, limit: 
         return []
     try:
         records = (history or RunHistory()).list()
-    except (sqlite3.Error, OSError):
+    except (StateFileError, sqlite3.Error, OSError):
         return []
     same = Path(config_path).resolve()
     return [record for record in records

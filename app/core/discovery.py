@@ -9,6 +9,7 @@ import contextlib
 import dataclasses
 import os
 import re
+import stat
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -208,6 +209,8 @@ def train_cli_state_path() -> Path:
 
 _MISSING = object()
 _UNREADABLE = object()
+# The SDK's state file holds a few paths; one larger than this is not it.
+_STATE_MAX_BYTES = 1 << 20
 
 
 def _read_state(path: Path) -> object:
@@ -215,6 +218,9 @@ def _read_state(path: Path) -> object:
     import json  # json and tomllib load with the search, after the first frame (docs/performance.md)
 
     try:
+        st = path.stat()
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _STATE_MAX_BYTES:
+            return _UNREADABLE  # a FIFO would block the read, a huge file fill the memory
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return _MISSING
@@ -224,7 +230,7 @@ def _read_state(path: Path) -> object:
         return {}
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: arrays nested deeper than Python's stack
         return _UNREADABLE
 
 

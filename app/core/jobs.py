@@ -74,16 +74,20 @@ class JobContext:
 
 def remember(write: Callable[[RunHistory], None], history: RunHistory | None = None) -> str | None:
     """Write to the run history. The history is a convenience: one that cannot be written
-    (a full disk, a locked file) never fails a run. The reason is returned, for a warning."""
+    (a full disk, a locked file) never fails a run. The reason is returned, for a warning, as
+    is the note of a damaged history moved aside on the way (told once: docs/product.md#damaged-state)."""
     import sqlite3
 
-    from app.core.history import RunHistory
+    from app.core.history import RunHistory, take_repair_notes
+    from app.core.state_files import StateFileError
 
     try:
         write(history or RunHistory())
+    except StateFileError as exc:
+        return " ".join([*take_repair_notes(), f"synth-tui could not update the run history: {exc.render()}"])
     except (sqlite3.Error, OSError) as exc:
-        return f"could not update the run history: {exc}"
-    return None
+        return f"synth-tui could not update the run history: {exc}"
+    return " ".join(take_repair_notes()) or None
 
 
 EMBEDDED_STOPPED = "its embedded backend stopped with the app that started it, before the job ended"
@@ -105,10 +109,11 @@ def read_history(job_id: str) -> RunRecord | None:
     import sqlite3
 
     from app.core.history import RunHistory
+    from app.core.state_files import StateFileError
 
     try:
         return RunHistory().get(job_id)
-    except (sqlite3.Error, OSError):
+    except (StateFileError, sqlite3.Error, OSError):
         return None
 
 

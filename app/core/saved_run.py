@@ -9,6 +9,7 @@ from those when present (docs/product.md#run-history).
 from __future__ import annotations
 
 import json
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,6 +43,8 @@ def read_saved_run(job_id: str) -> SavedRun | None:
     event (a write cut short) is skipped: what was saved around it is still shown."""
     path = events_path(job_id)
     try:
+        if not stat.S_ISREG(path.stat().st_mode):
+            return None  # a folder or a FIFO (whose read would block) holds no saved run
         lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError:
         return None
@@ -51,7 +54,7 @@ def read_saved_run(job_id: str) -> SavedRun | None:
             item = json.loads(line)
             if isinstance(item, dict):
                 events.append(JobEvent.model_validate(item))
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: a line nested deeper than Python's stack
             continue
     if not events:
         return None

@@ -26,6 +26,7 @@ from app.local.backend import create_backend_app
 from app.local.crafter_taskapp import create_crafter_taskapp
 from app.local.retry import SERVER_KEEPALIVE_S
 from app.local.rollout_contract import GEN_02
+from app.local.store import check_store_file
 from app.local.taskapp import create_taskapp
 
 START_TIMEOUT_S = 15.0
@@ -130,8 +131,11 @@ class ServerHandle:
 
 def start_backend(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0,
-    infra_events: bool = False, resume: bool = True, trainer: str = "tabular",
+    infra_events: bool = False, resume: bool = True, trainer: str = "tabular", db_elsewhere: str | None = None,
 ) -> ServerHandle:
+    """``db_elsewhere``: the caller's other way out of a database that cannot be used, for its
+    error (``pass --workdir DIR``); such a database stops the start here, untouched (store.py)."""
+    check_store_file(db_path, elsewhere=db_elsewhere)
     sock = _bind(host, port)
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
                              public_base_url=_url(host, sock.getsockname()[1]), infra_events=infra_events,
@@ -177,6 +181,7 @@ def _bind_for_serving(host: str, port: int, what: str) -> socket.socket:
 def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str], db_path: Path,
                   infra_events: bool = False, trainer: str = "auto") -> None:
     """Serve until Ctrl-C (blocking)."""
+    check_store_file(db_path, elsewhere="pass --db PATH to use another file")
     sock = _bind_for_serving(host, port, "backend")
     bound = sock.getsockname()[1]
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,

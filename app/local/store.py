@@ -8,6 +8,7 @@ short transaction, so a crash never leaves half a job behind, and a restart lose
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.paths import private_sqlite
+from app.core.state_files import StateFileError, damage_reason, is_damage, path_problem, quoted
 from app.local.rollout_store import RolloutStore
 
 ACTIVE_STATUSES = ("queued", "running")
@@ -69,6 +71,82 @@ CREATE TABLE IF NOT EXISTS idempotency (
 """
 
 
+# PRAGMA user_version of the store this code writes; a file with a larger one was written by a
+# newer synth-tui and is not opened (its changes could be undone). 0: written before versions.
+SCHEMA_VERSION = 1
+# The tables and jobs columns every version wrote: a file without them is not a backend's.
+_FIRST_TABLES = ("jobs", "events", "metrics", "idempotency")
+_FIRST_JOB_COLUMNS = ("id", "status", "payload", "metadata", "idempotency_key", "body_hash", "created_at",
+                      "updated_at", "error")
+
+
+class UnusableStore(StateFileError):
+    """The backend's database cannot be opened as it is: damaged, not a backend's, or from a
+    newer synth-tui. The file is left exactly as found (docs/product.md#damaged-state)."""
+
+
+def refusal(path: Path, problem: str, elsewhere: str | None = None) -> UnusableStore:
+    """The error the backend stops with: the path, what is wrong, and what to do."""
+    side = " and its -wal/-shm files" if any(os.path.lexists(f"{path}{s}") for s in ("-wal", "-shm")) else ""
+    other = f", or {elsewhere}" if elsewhere else ""
+    return UnusableStore(
+        f"The backend's database {path} cannot be used: {problem}. It was left as it is.",
+        f"Move it aside to keep it (mv {quoted(path)} {quoted(path.with_name(path.name + '.damaged'))}{side}) "
+        f"and start again with a new one{other}.")
+
+
+def check_store_file(path: Path, *, elsewhere: str | None = None) -> None:
+    """Refuse, before a server starts, a database :class:`Store` would refuse (the same checks,
+    with nothing created or written); ``elsewhere``: the caller's other way out ("pass --db
+    PATH")."""
+    path = Path(path)
+    problem = path_problem(path)
+    if problem is not None:
+        raise refusal(path, problem, elsewhere)
+    if not path.exists():
+        return  # a new database: created by Store
+    # Without a -wal file the database file is all there is: read it as immutable, so that not
+    # even a -shm file is made beside it. With one, its committed pages count: read-only.
+    wal = os.path.lexists(f"{path}-wal")
+    try:
+        connection = sqlite3.connect(f"{path.absolute().as_uri()}?{'mode=ro' if wal else 'immutable=1'}", uri=True,
+                                     timeout=10.0)
+    except sqlite3.Error:
+        return  # cannot even open it read-only: Store's own open says why
+    try:
+        _check_contents(connection)
+    except sqlite3.Error as exc:
+        if is_damage(exc):
+            raise refusal(path, f"SQLite says: {damage_reason(exc)}", elsewhere) from None
+    except _NotOurs as exc:
+        raise refusal(path, str(exc), elsewhere) from None
+    finally:
+        connection.close()
+
+
+class _NotOurs(Exception):
+    """A database, but not one this backend wrote (or one a newer synth-tui wrote)."""
+
+
+def _check_contents(db: sqlite3.Connection) -> None:
+    """Reads only: SQLite's damage shows on the first page read; then the tables and version."""
+    tables = {name: kind for name, kind in db.execute("SELECT name, type FROM sqlite_master")}
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version > SCHEMA_VERSION:
+        raise _NotOurs(f"a newer synth-tui wrote it (schema version {version}; this one reads up to "
+                       f"{SCHEMA_VERSION}), and opening it here could undo its changes")
+    if not tables:
+        return  # empty: a new database
+    if tables.get("jobs") != "table":
+        shown = ", ".join(sorted(tables)[:5]) + (", …" if len(tables) > 5 else "")
+        raise _NotOurs(f"it is a SQLite database but not a synth-tui backend's (no jobs table; it holds {shown})")
+    missing = [name for name in _FIRST_TABLES if tables.get(name) != "table"]
+    columns = {row[1] for row in db.execute("PRAGMA table_info(jobs)")}
+    missing += [f"jobs.{name}" for name in _FIRST_JOB_COLUMNS if name not in columns]
+    if missing:
+        raise _NotOurs(f"it lacks what every synth-tui backend database has ({', '.join(missing)})")
+
+
 def utc_now() -> str:
     """ISO-8601 UTC with microseconds, so two status changes never share a timestamp."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
@@ -102,22 +180,37 @@ class UnknownCursor(Exception):
 
 class Store:
     def __init__(self, path: Path) -> None:
+        """Open (or create) the database. One SQLite reports damaged, one that is not a
+        backend's or is from a newer synth-tui raises :class:`UnusableStore` before anything
+        is written to it: a user's jobs are never deleted or changed (docs/product.md#damaged-state)."""
+        path = Path(path)
+        check_store_file(path)
         # 0600 before SQLite opens it: the -wal and -shm files it creates inherit that mode.
-        path = private_sqlite(Path(path))
+        path = private_sqlite(path)
         self._lock = threading.RLock()
         self._conn = sqlite3.connect(str(path), check_same_thread=False, timeout=10.0)
         self._conn.row_factory = sqlite3.Row
-        with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("PRAGMA foreign_keys=ON")
-            self._conn.executescript(_SCHEMA)
-            columns = {r["name"] for r in self._conn.execute("PRAGMA table_info(jobs)")}
-            if "checkpoint" not in columns:  # a state file from before checkpoints
-                self._conn.execute("ALTER TABLE jobs ADD COLUMN checkpoint TEXT")
-        self.rollouts = RolloutStore(self._conn, self._lock)  # the inspector's rollouts: rollout_store.py
-        # Jobs a previous run of the backend left queued or running: the backend resumes them.
-        self.interrupted = self._interrupted_jobs()
+        try:
+            with self._lock:
+                _check_contents(self._conn)  # again, on this connection: nothing is written before it
+                self._conn.execute("PRAGMA journal_mode=WAL")
+                self._conn.execute("PRAGMA synchronous=NORMAL")
+                self._conn.execute("PRAGMA foreign_keys=ON")
+                self._conn.executescript(_SCHEMA)
+                columns = {r["name"] for r in self._conn.execute("PRAGMA table_info(jobs)")}
+                if "checkpoint" not in columns:  # a state file from before checkpoints
+                    self._conn.execute("ALTER TABLE jobs ADD COLUMN checkpoint TEXT")
+                self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            self.rollouts = RolloutStore(self._conn, self._lock)  # the inspector's rollouts: rollout_store.py
+            # Jobs a previous run of the backend left queued or running: the backend resumes them.
+            self.interrupted = self._interrupted_jobs()
+        except (sqlite3.Error, _NotOurs) as exc:
+            self._conn.close()
+            if isinstance(exc, _NotOurs):
+                raise refusal(path, str(exc)) from None
+            if is_damage(exc):
+                raise refusal(path, f"SQLite says: {damage_reason(exc)}") from None
+            raise
 
     def close(self) -> None:
         with self._lock:

@@ -29,7 +29,7 @@ from app.core.errors import ExitCode, SynthTuiError
 from app.core.events import policy_badge
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
-from app.core.jobs import JobContext, export_run, remember, stop_backend_jobs
+from app.core.jobs import JobContext, export_run, read_history, remember, stop_backend_jobs
 from app.core.paths import run_dir
 from app.core.saved_run import run_span
 from app.core.series import MetricStore
@@ -440,6 +440,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if not self._needs_backend("Rerun"):
             return
         payload = self.job.payload or _payload_from_history(self.job.job_id)
+        self.flow_app.tell_history_repairs()
         if payload is None:
             self.notify("No payload is known for this job (it was not launched from this machine).",
                         severity="error")
@@ -511,5 +512,5 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
 
 def _payload_from_history(job_id: str) -> dict[str, Any] | None:
-    record = RunHistory().get(job_id)
+    record = read_history(job_id)  # a history that cannot be read knows no payload: never a crash
     return record.payload if record else None

@@ -22,7 +22,7 @@ from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
 from app.core.errors import SynthTuiError
-from app.core.history import RunHistory, RunRecord
+from app.core.history import RunHistory, RunRecord, take_repair_notes
 from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
 from app.core.redact import printable, redact_url
 from app.core.series import default_metric
@@ -113,6 +113,9 @@ class HistoryScreen(FlowScreen):
         # Job id -> what the last check said: a status, or None when it got no answer.
         self.checked: dict[str, str | None] = {}
         self.notes: list[str] = []
+        # Damaged history files moved aside while this screen read the history: told in the
+        # header for as long as the screen is open, and never again after.
+        self.repaired: list[str] = []
         self.checking = False
         self.wide: bool | None = None  # the columns shown: all (wide) or the narrow set
         self.opened_job = False  # a dashboard was opened from here: list and check again on return
@@ -144,9 +147,12 @@ class HistoryScreen(FlowScreen):
     @work(exclusive=True, group="history", exit_on_error=False, name="Load history")
     async def action_reload(self) -> None:
         """List the history, then ask the backends about every job that has not ended."""
-        rows = await asyncio.to_thread(_read_rows)
+        rows, repaired = await asyncio.to_thread(_read_rows)
         self.checked = {}
         self.notes = []
+        self.repaired = [*self.repaired, *repaired]
+        for note in repaired:
+            self.notify(note, title="Run history", severity="warning", markup=False, timeout=30)
         self._show(rows)
         stale = [row.record for row in rows if needs_refresh(row.record)]
         if not stale:
@@ -176,7 +182,7 @@ class HistoryScreen(FlowScreen):
         self.query_one(HistoryTable).update_cell(answer.job_id, "status", self._status_cell(row.record))
 
     def _render_header(self, checking: str | None = None) -> None:
-        lines = [INTRO]
+        lines = [INTRO, *(f"⚠ {note}" for note in self.repaired)]
         if checking:
             lines.append(checking)
         elif self.notes:
@@ -185,7 +191,7 @@ class HistoryScreen(FlowScreen):
             lines.append(f"Statuses checked with the backends at {datetime.now():%H:%M:%S}.")
         header = self.query_one("#history-header", Static)
         header.update("\n".join(printable(line) for line in lines))
-        header.set_class(bool(self.notes) and not checking, "warn")
+        header.set_class(bool(self.notes or self.repaired) and not checking, "warn")
 
     def _show(self, rows: list[Row]) -> None:
         table = self.query_one(HistoryTable)
@@ -325,9 +331,11 @@ def read_only_notice(backend: str, saved: SavedRun) -> str:
             f"({saved.path}).\n{metrics} Cancel, rerun, overlays and rollouts need the backend.")
 
 
-def _read_rows() -> list[Row]:
+def _read_rows() -> tuple[list[Row], list[str]]:
+    """The history's rows, and the notes of a damaged history moved aside while reading it
+    (docs/product.md#damaged-state); a history that cannot be used raises StateFileError."""
     rows = []
     for record in RunHistory().list():
         present = os.path.isfile(record.env_path) if record.env_path else None
         rows.append(Row(record, present))
-    return rows
+    return rows, take_repair_notes()

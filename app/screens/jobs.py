@@ -283,6 +283,7 @@ class JobsScreen(FlowScreen):
     @work(exclusive=True, group="jobs-open", exit_on_error=False, name="Attach")
     async def _open_job(self, row: JobRow) -> None:
         record = await asyncio.to_thread(read_history, row.job_id)
+        self.flow_app.tell_history_repairs()
         job = JobContext.from_record(record) if record is not None else JobContext(row.job_id, model=row.model)
         # Esc on the dashboard comes back here.
         self.app.push_screen(DashboardScreen(job, back_to_history=True))
@@ -312,6 +313,7 @@ class JobsScreen(FlowScreen):
     @work(exclusive=True, group="jobs-open", exit_on_error=False, name="Rerun")
     async def _ask_rerun(self, job_id: str) -> None:
         record = await asyncio.to_thread(read_history, job_id)
+        self.flow_app.tell_history_repairs()
         if record is None or record.payload is None:
             why = "was not launched from this machine" if record is None else "was attached to, not launched, here"
             self.notify(f"Job {job_id} {why}: its payload is unknown, so it cannot be rerun from here.",
