@@ -171,27 +171,42 @@ def test_odd_values_in_a_row_read_as_missing_and_the_other_rows_stay():
 
 
 @contextlib.contextmanager
-def read_only(folder: Path) -> Iterator[None]:
+def read_only(folder: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
     """A state folder nobody may rename in, as a read-only mount makes it: the immutable flag
-    (root only). A user's own folder cannot stand in: synth-tui makes its state folder 0700
-    again (paths.private_dir), so the in-process test below covers the same path everywhere."""
+    where root can set it. A user's own folder cannot stand in (synth-tui makes its state
+    folder 0700 again: paths.private_dir), so elsewhere the subprocess gets the same refusal
+    from the kernel's answer as Python sees it: os.rename raising EROFS, set up by a
+    sitecustomize on its path. Yields the environment the subprocess runs with."""
     chattr = shutil.which("chattr")
     folder.chmod(0o700)  # as synth-tui leaves it: nothing to tighten, so only the rename fails
-    if os.geteuid() != 0 or chattr is None or \
-            subprocess.run([chattr, "+i", str(folder)], capture_output=True).returncode != 0:
-        pytest.skip("no immutable flag here (not root, or a file system without it)")
-    try:
-        yield
-    finally:
-        subprocess.run([chattr, "-i", str(folder)], check=True)
+    if os.geteuid() == 0 and chattr is not None and \
+            subprocess.run([chattr, "+i", str(folder)], capture_output=True).returncode == 0:
+        try:
+            yield {}
+        finally:
+            subprocess.run([chattr, "-i", str(folder)], check=True)
+        return
+    site = tmp_path / "erofs_site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import errno, os\n"
+        f"_FOLDER = {str(folder)!r}\n"
+        "_rename = os.rename\n"
+        "def _refuse(src, dst, *a, **k):\n"
+        "    if str(src).startswith(_FOLDER) or str(dst).startswith(_FOLDER):\n"
+        "        raise OSError(errno.EROFS, 'Read-only file system', str(src))\n"
+        "    return _rename(src, dst, *a, **k)\n"
+        "os.rename = _refuse\n"
+        "os.replace = _refuse\n")
+    yield {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
-def test_a_damaged_history_that_cannot_be_moved_says_what_to_do_without_a_traceback():
+def test_a_damaged_history_that_cannot_be_moved_says_what_to_do_without_a_traceback(tmp_path: Path):
     history = state() / "history.sqlite"
     random_bytes(history)
     before = digest(history)
-    with read_only(state()):
-        results = [run("history", "--no-tui") for _ in range(2)]
+    with read_only(state(), tmp_path) as env:
+        results = [run("history", "--no-tui", env=env) for _ in range(2)]
     for result in results:  # the same clear answer every time: no loop, no half-done move
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stdout + result.stderr
