@@ -891,9 +891,8 @@ class Trainer:
         if rollouts and not calling:
             raise TaskAppError(
                 f"No rollout called the policy in step {step} ({rollouts} rollouts): the task app must call the "
-                "chat endpoint it is given for each rollout (policy.config.inference_url, or the inference_url "
-                "of policy_config, with /chat/completions) to choose its actions, or there is nothing to "
-                f"learn; see {NO_POLICY_CALL_DOC}")
+                "chat endpoint it is given for each rollout (policy.config.inference_url of the /rollout request) "
+                f"to choose its actions, or there is nothing to learn; see {NO_POLICY_CALL_DOC}")
 
     def _note_retry(self, run: JobRun, message: str) -> None:
         """Retries are counted in every step's data; the first few are also events, so a
