@@ -1,7 +1,8 @@
 """Task apps that misbehave in one named way each, for the tests of what the rollout hop says
 (test_local_rollout_hop.py): real loopback servers, started with `with ...() as server:`.
 
-- `huge_answer_taskapp`: answers /rollout with valid JSON of `size` bytes, made as it is sent
+- `huge_answer_taskapp`: answers /rollout (and /health, /task_info, /openapi.json) with valid
+  JSON of `size` bytes, made as it is sent
   (one chunk, sent again and again: the app never holds the answer), with or without a
   Content-Length.
 - `hanging_up_taskapp`: accepts each connection and closes it without a byte of answer.
@@ -27,12 +28,16 @@ CHUNK = 1 << 20
 
 
 def huge_answer_taskapp(size: int, *, declare_length: bool) -> ServerHandle:
+    """Every answer huge: POST /rollout, and GET /health, /task_info and /openapi.json."""
     head = b'{"metrics": {"mean_return": 1.0, "num_steps": 1}, "junk": "'
     tail = b'"}'
     filler = b"x" * CHUNK
-    app = FastAPI()
+    app = FastAPI(openapi_url=None)
 
     @app.post("/rollout")
+    @app.get("/health")
+    @app.get("/task_info")
+    @app.get("/openapi.json")
     async def rollout(request: Request) -> StreamingResponse:
         async def body() -> Any:
             yield head
@@ -48,7 +53,7 @@ def huge_answer_taskapp(size: int, *, declare_length: bool) -> ServerHandle:
         headers = {"Content-Length": str(size)} if declare_length else {}
         return StreamingResponse(body(), media_type="application/json", headers=headers)
 
-    return ServerHandle("huge-answer task app", app, _bind("127.0.0.1", 0)).start("/docs")
+    return ServerHandle("huge-answer task app", app, _bind("127.0.0.1", 0)).start("/docs")  # 404: it answers
 
 
 @contextmanager

@@ -12,6 +12,7 @@ import re
 import time
 import tracemalloc
 
+import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
@@ -22,6 +23,7 @@ from app.core.errors import ExitCode
 from app.demo import demo_config_path
 from app.headless import Printer, run_train
 from app.local.answers import DEFAULT_MAX_ANSWER_BYTES
+from app.local.rollout_contract import fetch_openapi
 from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.trainer import InvalidJobPayload, plan_from_payload
 
@@ -115,9 +117,10 @@ def test_a_500_is_not_retried_and_says_one_attempt(api, quick_rollout_retries):
 def test_a_connection_closed_unanswered_is_retried_and_named(api, quick_rollout_retries):
     with hanging_up_taskapp() as url:
         message = _failed(api, create_job(api, payload(url)))
-    assert re.match(rf"POST {url}/rollout failed after 6 attempts: the server closed the connection without "
-                    rf"answering( \([^)]*\))? {WHERE}\. The task app closed the connection without an answer; its "
-                    r"log says why", message), message
+    # EOF or a reset, as the kernel has it: either is said in words, with the number of attempts.
+    assert re.match(rf"POST {url}/rollout failed after 6 attempts: (the server closed the connection without "
+                    rf"answering|the connection was closed while waiting for the answer)( \([^)]*\))? {WHERE}\. "
+                    r"The task app closed the connection without an answer; its log says why", message), message
 
 
 # -- item 3: answers are bounded ----------------------------------------------------------------
@@ -165,6 +168,22 @@ def test_a_smaller_cap_from_the_config_is_the_one_applied(api):
     with huge_answer_taskapp(100_000, declare_length=False) as taskapp:
         message = _failed(api, create_job(api, payload(taskapp.url, config)))
     assert "exceeded 64 KiB (reading stopped there) ([rollout] max_answer_bytes = 65,536)" in message
+
+
+def test_verify_reads_at_most_4_mib_of_health_and_task_info(api):
+    with huge_answer_taskapp(200_000_000, declare_length=False) as taskapp:
+        report = api.post("/rl/verify_task_app", json={"endpoint_base_url": taskapp.url}, timeout=60).json()
+    assert report["any_ok"] is False and report["attempts"]
+    for attempt in report["attempts"]:
+        assert attempt["ok"] is False and attempt["status"] is None
+        assert attempt["error"] == "the answer exceeded 4 MiB (reading stopped there)", attempt
+
+
+@pytest.mark.parametrize("declare_length", [False, True], ids=["streamed", "content-length"])
+async def test_an_openapi_document_over_4_mib_is_treated_as_none(declare_length):
+    with huge_answer_taskapp(200_000_000, declare_length=declare_length) as taskapp:
+        async with httpx.AsyncClient() as http:
+            assert await fetch_openapi(http, taskapp.url, {}) is None
 
 
 # -- item 7: a task app that never calls the policy ---------------------------------------------
