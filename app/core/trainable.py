@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 __all__ = [
+    "MAX_ANSWER_BYTES",
     "MAX_EPISODES_PER_ITERATION",
     "MAX_TOTAL_ITERATIONS",
     "NUMBER_BOUNDS",
@@ -30,6 +31,7 @@ __all__ = [
 ]
 
 INT64 = 2**63 - 1
+MAX_ANSWER_BYTES = 256 << 20  # [rollout] max_answer_bytes at most: see NUMBER_BOUNDS
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,10 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("rollout.max_concurrent_rollouts", True, 1, 256),
     NumberBound("rollout.batches_per_step", True, 1, 1_024),
     NumberBound("rollout.timeout_s", False, 1, 3_600, "seconds one rollout may take before it is retried or fails"),
+    # Bytes of one /rollout answer the embedded backend reads (default 32 MiB, app/local/answers.py):
+    # from 4 KiB to 256 MiB, as a parsed answer takes about ten times its size in memory.
+    NumberBound("rollout.max_answer_bytes", True, 4_096, MAX_ANSWER_BYTES,
+                "bytes of one task-app answer the backend reads; a larger answer fails the job"),
     NumberBound("evaluation.instances", True, 1, 10_000),
     NumberBound("evaluation.every_n_iters", True, 0, 100_000, "0 evaluates after the last iteration only"),
     NumberBound("compute.gpu_count", True, 1, 1_024),

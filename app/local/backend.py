@@ -43,6 +43,7 @@ from app.core.trainable import short_repr
 from app.core.urls import http_url_problem
 from app.core.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
 from app.local import policies
+from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
 from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, ROLLOUT_QUERY, TRIAL_PATH, VERIFY, json_body
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, install_json_errors, response_detail
@@ -437,13 +438,18 @@ async def _verify(b: _Backend, url: str) -> dict[str, Any]:
         result: dict[str, Any] = {"endpoint": endpoint, "header": style, "key_index": index,
                                   "key_prefix": held_key_prefix(key)}
         try:
-            resp = await b.http.get(base + endpoint, headers=HEADER_STYLES[style](key), timeout=VERIFY_TIMEOUT)
+            # Read up to SMALL_ANSWER_BYTES: a status and a detail are all that is kept (answers.py).
+            request = b.http.build_request("GET", base + endpoint, timeout=VERIFY_TIMEOUT,
+                                           headers={**HEADER_STYLES[style](key), **NOT_COMPRESSED})
+            resp = await send_capped(b.http, request, SMALL_ANSWER_BYTES)
             result.update(status=resp.status_code, ok=resp.status_code == 200, error=None)
             if resp.status_code != 200:
                 # A foreign task app may echo part of the key it was sent: never relay that.
                 result["detail"] = scrub_key_fragments(response_detail(resp, 200), b.env_api_keys)
         except httpx.HTTPError as exc:
             result.update(status=None, ok=False, error=f"{type(exc).__name__}: {describe_http_error(exc)}")
+        except AnswerTooLarge as exc:
+            result.update(status=None, ok=False, error=f"the answer {exc.words()}")
         result["latency_ms"] = round((time.perf_counter() - started) * 1000, 1)
         return result
 

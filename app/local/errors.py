@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 
 import httpx
 from fastapi import FastAPI, Request
@@ -45,8 +46,16 @@ def install_json_errors(app: FastAPI) -> None:
                                        "has the details"}, status_code=500)
 
 
+# A cause's text that only the library's authors can read: an anyio cancel scope, an object's
+# repr or address, a hex id. Such text is left out of every message (docs/hardening.md).
+_INTERNAL = re.compile(r"cancel scope|object at 0x|<[\w.]+ |\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,}\b",
+                       re.IGNORECASE)
+_TIMEOUTS = (httpx.TimeoutException,)
+
+
 def describe_http_error(exc: BaseException) -> str:
-    """A failed call's cause in words; httpx's own message is often empty."""
+    """A failed call's cause in words; httpx's own message is often empty, and the text of
+    the error under it can be a library's internals (never quoted: `_INTERNAL`)."""
     words = {
         httpx.ConnectTimeout: "the connection timed out",
         httpx.ReadTimeout: "no answer within the time limit",
@@ -65,7 +74,8 @@ def describe_http_error(exc: BaseException) -> str:
         return f"cannot connect ({_cause_text(exc) or 'no reason given'})"
     for kind, text in words.items():
         if isinstance(exc, kind):
-            detail = _cause_text(exc)
+            # A timeout's words say all there is; what lies under it is the event loop's.
+            detail = "" if isinstance(exc, _TIMEOUTS) else _cause_text(exc)
             return f"{text} ({detail})" if detail else text
     return f"{type(exc).__name__}: {_cause_text(exc) or 'no reason given'}"
 
@@ -84,8 +94,9 @@ def _chain_texts(exc: BaseException) -> list[str]:
 
 
 def _cause_text(exc: BaseException) -> str:
+    """The first text in the cause chain, unless it is a library's internals."""
     texts = _chain_texts(exc)
-    return texts[0] if texts else ""
+    return texts[0] if texts and not _INTERNAL.search(texts[0]) else ""
 
 
 def response_detail(response: httpx.Response, limit: int = 300) -> str:

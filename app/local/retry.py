@@ -32,6 +32,14 @@ _NOT_RETRIED = (httpx.ReadTimeout,)
 OnRetry = Callable[[int, str], None]  # (attempt number that failed, why in words)
 
 
+@dataclass
+class Attempts:
+    """How many times send_with_retries actually sent: a message about a failure says the
+    true number (one for a read timeout, which is not retried), never the most allowed."""
+
+    made: int = 0
+
+
 @dataclass(frozen=True)
 class Backoff:
     attempts: int = 4  # in all, the first included
@@ -60,11 +68,14 @@ def is_transient(exc: BaseException) -> bool:
 
 
 async def send_with_retries(send: Callable[[], Awaitable[httpx.Response]], *,
-                            backoff: Backoff = DEFAULT_BACKOFF, on_retry: OnRetry | None = None) -> httpx.Response:
+                            backoff: Backoff = DEFAULT_BACKOFF, on_retry: OnRetry | None = None,
+                            attempts: Attempts | None = None) -> httpx.Response:
     """The first answer that is not a transient failure; the last answer or error when every
-    attempt failed transiently."""
+    attempt failed transiently. `attempts`, when given, counts the requests sent."""
     for attempt in range(1, backoff.attempts + 1):
         last = attempt == backoff.attempts
+        if attempts is not None:
+            attempts.made = attempt
         try:
             response = await send()
         except httpx.HTTPError as exc:

@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 import httpx
 
 from app.core.trainable import is_int, short_repr
+from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
 from app.local.retry import Backoff, is_transient
 
 GEN_02 = "0.2"
@@ -45,7 +46,7 @@ SCORE_FIELDS = ("reward_info.outcome_reward", "metrics.outcome_reward", "metrics
                 "metrics.episode_returns")
 
 OPENAPI_TIMEOUT = httpx.Timeout(5.0, connect=3.0)
-OPENAPI_MAX_BYTES = 4 << 20
+OPENAPI_MAX_BYTES = SMALL_ANSWER_BYTES
 OPENAPI_BACKOFF = Backoff(attempts=3, first_delay_s=0.1, max_delay_s=0.5)
 REFUSAL_STATUS = frozenset({400, 422})
 
@@ -305,22 +306,20 @@ async def fetch_openapi(http: httpx.AsyncClient, task_url: str, headers: dict[st
     JSON, larger than OPENAPI_MAX_BYTES, unreachable): detection then falls back to refusals."""
     url = f"{task_url}/openapi.json"
     for attempt in range(1, OPENAPI_BACKOFF.attempts + 1):
-        body = bytearray()
+        request = http.build_request("GET", url, headers={**headers, **NOT_COMPRESSED}, timeout=OPENAPI_TIMEOUT)
         try:
-            async with http.stream("GET", url, headers=headers, timeout=OPENAPI_TIMEOUT) as resp:
-                if resp.status_code != 200:
-                    return None
-                async for chunk in resp.aiter_bytes():
-                    body += chunk
-                    if len(body) > OPENAPI_MAX_BYTES:
-                        return None
+            resp = await send_capped(http, request, OPENAPI_MAX_BYTES)
+        except AnswerTooLarge:
+            return None
         except httpx.HTTPError as exc:
             if attempt == OPENAPI_BACKOFF.attempts or not is_transient(exc):
                 return None
             await asyncio.sleep(OPENAPI_BACKOFF.delay(attempt))
             continue
+        if resp.status_code != 200:
+            return None
         try:
-            return json.loads(bytes(body))
+            return json.loads(resp.content)
         except (ValueError, RecursionError):
             return None
     return None

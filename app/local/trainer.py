@@ -36,15 +36,16 @@ from typing import Any
 import httpx
 
 from app.core.redact import scrub_key_fragments
-from app.core.trainable import is_int, short_repr, size_problems
+from app.core.trainable import MAX_ANSWER_BYTES, is_int, short_repr, size_problems
 from app.core.urls import http_url_problem
 from app.local import policies
+from app.local.answers import DEFAULT_MAX_ANSWER_BYTES, NOT_COMPRESSED, AnswerTooLarge, send_capped, show_bytes
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, response_detail
 from app.local.journal import Journal
 from app.local.policies.base import Act, Episode, Policy, PolicyCannotAct, PolicySettings, read_manifest
 from app.local.policies.lm_model import ModelUnavailable
-from app.local.retry import RETRYABLE_STATUS, ROLLOUT_BACKOFF, send_with_retries
+from app.local.retry import ROLLOUT_BACKOFF, Attempts, send_with_retries
 from app.local.rollout_contract import (
     GEN_02,
     GENERATION_NAMES,
@@ -78,6 +79,10 @@ from app.local.store import utc_now
 ROLLOUT_TIMEOUT_S = 120.0
 RETRY_EVENTS_SHOWN = 5
 TASK_APP_GONE_HINT = "Check that the task app is running and reachable at that address; its log says why it failed."
+TASK_APP_CLOSED_HINT = ("The task app closed the connection without an answer; its log says why (it may have "
+                        "crashed or restarted).")
+NO_POLICY_CALL_DOC = "docs/embedded-policy.md#a-task-app-that-never-calls-the-policy"
+LARGE_ANSWER_IN_THREAD = 1 << 20  # bytes: a larger answer is parsed off the event loop every client shares
 DEFAULT_MAX_CONCURRENT = 8
 
 
@@ -116,6 +121,8 @@ class TrainingPlan:
     # What the inspector keeps (rollout_record.py): train rollouts per step, bytes per job.
     inspect_per_step: int = DEFAULT_PER_STEP
     inspect_max_bytes: int = DEFAULT_MAX_BYTES
+    # The most of one /rollout answer read (app/local/answers.py): a larger one fails the job.
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     # What the `lm` policy reads from the config as written (policy_options): trainer_mode,
     # kl_coef, lora, temperature, top_p, max_tokens. The stand-in ignores them.
     policy_options: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -220,6 +227,7 @@ def plan_from_payload(body: Any) -> TrainingPlan:
         policy_name=str(rollout.get("policy_name") or "policy"),
         ops=tuple(str(op) for op in rollout.get("ops") or ("agent", "env")),
         rollout_timeout_s=float(rollout.get("timeout_s") or ROLLOUT_TIMEOUT_S),
+        max_answer_bytes=int(rollout.get("max_answer_bytes") or DEFAULT_MAX_ANSWER_BYTES),
         eval_seeds=tuple(seeds or ()),
         eval_instances=evaluation.get("instances", 0) if evaluation else 0,
         eval_every=evaluation.get("every_n_iters", 0) if evaluation else 0,
@@ -299,6 +307,7 @@ class JobRun:
     contract_announced: bool = False
     sample: StepSample | None = None  # the train rollouts of the current step the inspector may keep
     inspect_warned: bool = False  # a rollout could not be stored (said once: _keep)
+    calling_rollouts: int = 0  # rollouts that called the policy at least once (_require_policy_calls)
 
     def __post_init__(self) -> None:
         self.seed = job_seed(self.job_id, self.plan)
@@ -621,7 +630,9 @@ class Trainer:
         started = time.monotonic()
         seeds = [run.rng.randrange(1_000_000) for _ in range(plan.batch_size)]
         run.sample = StepSample(plan.inspect_per_step, plan.batch_size * plan.group_size)
+        calling = run.calling_rollouts
         episodes = await self._play_all(run, "rl", step, [s for s in seeds for _ in range(plan.group_size)])
+        self._require_policy_calls(run, step, len(episodes), run.calling_rollouts - calling)
         kept, run.sample = run.sample.chosen(), None
         await self._keep(run, kept)
         groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
@@ -772,14 +783,11 @@ class Trainer:
             resp = await self._post_rollout(run, url, ask, where)
         finally:
             run.open_rollouts.pop(rollout_id, None)
-        if resp.status_code >= 400:
-            detail = scrub_key_fragments(response_detail(resp), self.env_api_keys) or "no reason given"
-            tried = f" after {ROLLOUT_BACKOFF.attempts} attempts" if resp.status_code in RETRYABLE_STATUS else ""
-            raise TaskAppError(f"POST {url} failed{tried}: HTTP {resp.status_code}: {detail} ({where}). "
-                               f"{TASK_APP_GONE_HINT}")
+        if rollout.memos:
+            run.calling_rollouts += 1
         try:
-            answer = resp.json()
-        except ValueError:
+            answer = await _parsed(resp)
+        except (ValueError, RecursionError):
             raise TaskAppError(f"POST {url} failed: the answer is not JSON: {resp.text[:80]!r} ({where})") from None
         try:
             outcome = read_answer(answer)
@@ -830,9 +838,11 @@ class Trainer:
 
     async def _post_rollout(self, run: JobRun, url: str, ask: RolloutAsk, where: str) -> httpx.Response:
         """POST /rollout in the job's generation, retried on transient failures with the same
-        body (the task app answers a repeat from its first run). A 400/422 that asks for a field
-        of the other generation switches the job to it, and this rollout is sent once more."""
-        headers = self._headers()
+        body (the task app answers a repeat from its first run), its answer read up to
+        `[rollout] max_answer_bytes` (answers.py). A 400/422 that asks for a field of the other
+        generation switches the job to it, and this rollout is sent once more. Any other failure
+        is a TaskAppError that says how many requests were sent and why none was answered."""
+        plan, headers = run.plan, {**self._headers(), **NOT_COMPRESSED}
 
         def retried(attempt: int, why: str) -> None:
             self._note_retry(run, f"POST {url} ({where}), attempt {attempt} of {ROLLOUT_BACKOFF.attempts}: "
@@ -842,27 +852,47 @@ class Trainer:
         while True:
             sent = run.contract
             body = rollout_body(sent, ask)
+            attempts = Attempts()
+
+            async def send(body: dict[str, Any] = body) -> httpx.Response:
+                request = self.http.build_request("POST", url, json=body, headers=headers,
+                                                  timeout=plan.rollout_timeout_s)
+                return await send_capped(self.http, request, plan.max_answer_bytes)
+
             try:
-                resp = await send_with_retries(
-                    partial(self.http.post, url, json=body, headers=headers, timeout=run.plan.rollout_timeout_s),
-                    backoff=ROLLOUT_BACKOFF, on_retry=retried)
+                resp = await send_with_retries(send, backoff=ROLLOUT_BACKOFF, on_retry=retried, attempts=attempts)
             except httpx.HTTPError as exc:
-                raise TaskAppError(f"POST {url} failed after {ROLLOUT_BACKOFF.attempts} attempts: "
-                                   f"{describe_http_error(exc)} ({where}). {TASK_APP_GONE_HINT}") from exc
-            if switched or resp.status_code >= 500 or resp.status_code < 400:
+                raise TaskAppError(_transport_failure(plan, url, exc, attempts.made, where)) from None
+            except AnswerTooLarge as exc:
+                raise TaskAppError(
+                    f"The task app's answer to POST {url} {exc.words()} ([rollout] max_answer_bytes = "
+                    f"{plan.max_answer_bytes:,}) ({where}). Make the task app answer less (a rollout's answer "
+                    "needs its score, turns and tool calls), or raise [rollout] max_answer_bytes "
+                    f"(at most {show_bytes(MAX_ANSWER_BYTES)}).") from None
+            if resp.status_code < 400:
                 return resp
-            try:
-                refusal = resp.json()
-            except ValueError:
-                return resp
-            asked = refusal_asks_for(sent, resp.status_code, refusal)
-            if asked is None:
-                return resp
-            generation, field_name = asked
-            switched = True
-            if run.contract == sent:  # the first rollout to learn it says so; the others follow
-                run.contract = generation
-                self._announce_contract(run, f"after a {resp.status_code} that asked for {field_name}", "refusal")
+            if not switched and resp.status_code < 500:
+                asked = _refusal_of(sent, resp)
+                if asked is not None:
+                    generation, field_name = asked
+                    switched = True
+                    if run.contract == sent:  # the first rollout to learn it says so; the others follow
+                        run.contract = generation
+                        self._announce_contract(run, f"after a {resp.status_code} that asked for {field_name}",
+                                                "refusal")
+                    continue
+            detail = scrub_key_fragments(response_detail(resp), self.env_api_keys) or "no reason given"
+            raise TaskAppError(f"POST {url} failed {_tries(attempts.made)}: HTTP {resp.status_code}: {detail} "
+                               f"({where}). {_status_hint(resp.status_code, attempts.made)}")
+
+    def _require_policy_calls(self, run: JobRun, step: int, rollouts: int, calling: int) -> None:
+        """A step none of whose rollouts called the policy fails the job: nothing the policy
+        did could have made its scores (docs/embedded-policy.md#a-task-app-that-never-calls-the-policy)."""
+        if rollouts and not calling:
+            raise TaskAppError(
+                f"No rollout called the policy in step {step} ({rollouts} rollouts): the task app must call the "
+                "chat endpoint it is given for each rollout (policy.config.inference_url of the /rollout request) "
+                f"to choose its actions, or there is nothing to learn; see {NO_POLICY_CALL_DOC}")
 
     def _note_retry(self, run: JobRun, message: str) -> None:
         """Retries are counted in every step's data; the first few are also events, so a
@@ -872,3 +902,50 @@ class Trainer:
             more = " (further retries are counted in the step data)" if run.retries == RETRY_EVENTS_SHOWN else ""
             self.journal.event(run.job_id, "rl.rollout.retry", message + more, level="warning",
                                data={"retries": run.retries})
+
+
+def _refusal_of(sent: str, resp: httpx.Response) -> tuple[str, str] | None:
+    """(generation, field) when a 4xx refuses a body of generation `sent` for lacking a field
+    of the other one (rollout_contract.refusal_asks_for)."""
+    try:
+        refusal = resp.json()
+    except (ValueError, RecursionError):
+        return None
+    return refusal_asks_for(sent, resp.status_code, refusal)
+
+
+async def _parsed(resp: httpx.Response) -> Any:
+    """The answer's JSON; a large one parsed in a thread."""
+    if len(resp.content) > LARGE_ANSWER_IN_THREAD:
+        return await asyncio.to_thread(json.loads, resp.content)
+    return resp.json()
+
+
+def _tries(made: int) -> str:
+    return "after 1 attempt" if made == 1 else f"after {made} attempts"
+
+
+def _status_hint(status: int, made: int) -> str:
+    if status >= 500:
+        each = " each time" if made > 1 else ""
+        return f"The task app failed to answer{each}; its log says why."
+    return "The task app refused the request; its log says why."
+
+
+def _transport_failure(plan: TrainingPlan, url: str, exc: httpx.HTTPError, made: int, where: str) -> str:
+    """Why a rollout got no answer, with the number of requests truly sent and what to change.
+    No library internals: describe_http_error leaves them out."""
+    fewer = f"[rollout] max_concurrent_rollouts (now {plan.max_concurrent})"
+    if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout):
+        doing = "no answer" if isinstance(exc, httpx.ReadTimeout) else "the request could not be sent"
+        why = f"{doing} within {plan.rollout_timeout_s:g} s (the task app is slow or overloaded)"
+        hint = (f"Give each rollout more time with [rollout] timeout_s (now {plan.rollout_timeout_s:g}), or send "
+                f"fewer at once with {fewer}.")
+    elif isinstance(exc, httpx.PoolTimeout):
+        why = f"no free connection to the task app within {plan.rollout_timeout_s:g} s (too many requests at once)"
+        hint = f"Send fewer rollouts at once with {fewer}, or run fewer jobs on this backend at once."
+    elif isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        why, hint = describe_http_error(exc), TASK_APP_CLOSED_HINT
+    else:
+        why, hint = describe_http_error(exc), TASK_APP_GONE_HINT
+    return f"POST {url} failed {_tries(made)}: {why} ({where}). {hint}"
