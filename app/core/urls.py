@@ -30,6 +30,12 @@ def _plain_host(parts: SplitResult) -> bool:
     return True
 
 
+def _authority(url: str) -> str:
+    """The part of a URL between "//" and the path, query or fragment (empty when it has no "//")."""
+    _, slashes, rest = url.partition("//")
+    return re.split(r"[/?#]", rest, maxsplit=1)[0] if slashes else ""
+
+
 def http_url_problem(url: object) -> str | None:
     """What is wrong with `url` as an http(s) base URL, or None when it is usable."""
     if not isinstance(url, str) or not url.strip():
@@ -38,6 +44,12 @@ def http_url_problem(url: object) -> str | None:
         return f"it is {len(url):,} characters long; at most {MAX_URL_CHARS:,}"
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
         return "it contains spaces or control characters"
+    if "@" in _authority(url):
+        # Said without quoting any of the URL: what stands before the @ is a secret. Refused, not
+        # stripped: a server that stored it would show it to whoever lists jobs, and a client
+        # that sent it would send Basic auth instead of its key.
+        return ("it carries credentials (user:secret@ before the host); remove them from the URL: "
+                "keys travel in headers, never in URLs")
     try:
         parts = urlsplit(url)
         port = parts.port  # raises ValueError when out of range or not a number
@@ -58,3 +70,14 @@ def http_url_problem(url: object) -> str | None:
     except (httpx.InvalidURL, ValueError) as exc:  # ValueError: a bad IDNA host name too
         return f"it is not a valid URL ({exc})"
     return None
+
+
+def without_credentials(url: object) -> object:
+    """`url` with any user:secret@ before its host cut out (other values as they are)."""
+    if not isinstance(url, str):
+        return url
+    authority = _authority(url)
+    if "@" not in authority:
+        return url
+    start = url.index("//") + 2
+    return url[:start] + authority.rpartition("@")[2] + url[start + len(authority):]
