@@ -107,6 +107,10 @@ def not_judged(case: Any, response: Any) -> list[Any]:
         # Schemathesis keeps bounds as floats, in which 2**63 - 1 is 2**63: it generates integers
         # just past a 64-bit bound (seen: a seed of 9223372036854775999) as "valid", rightly refused.
         skip.append(positive_data_acceptance)
+    if positive and response.status_code == 400 and '"code":"unauthorised"' in detail:
+        # The strangers' tests send a wrong key on purpose; the task app refuses it with 400, as
+        # the SDK's task apps do (not 401).
+        skip.append(positive_data_acceptance)
     if positive and "after must be the job_id of a job of this backend" in detail:
         # A generated `after` cursor names no job: which ids exist is not the document's to say.
         skip.append(positive_data_acceptance)
@@ -146,10 +150,10 @@ def test_the_backend_answers_any_request_as_its_document_says(case, closed_url, 
 
 @backend_api.parametrize()
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_the_backend_answers_strangers_without_a_5xx(case, closed_url, http):
+def test_the_backend_answers_strangers_as_its_document_says(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
-    check_answer(case.call(session=http, timeout=15), [API_KEY, ENV_KEY])
+    check_answer(case.call(session=http, timeout=15), [API_KEY, ENV_KEY], case)
 
 
 def check_task_app_answer(case: Any, closed_url: str, http: requests.Session) -> None:
@@ -176,4 +180,4 @@ def test_the_0_5_task_app_answers_any_request_as_its_document_says(case, closed_
 def test_the_task_app_tells_strangers_nothing_of_its_key(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
-    check_answer(case.call(session=http, headers={"X-API-Key": ENV_KEY[:15]}, timeout=15), [ENV_KEY])
+    check_answer(case.call(session=http, headers={"X-API-Key": ENV_KEY[:15]}, timeout=15), [ENV_KEY], case)
