@@ -79,8 +79,8 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", co
     return app
 
 
-# Each seed is answered with about 700 bytes: at most 1,000 in seed= and 1,000 in seeds= are at
-# most 1.4 MB (docs/hardening.md).
+# Each seed is answered with about 580 bytes: at most 1,000 in seed= and 1,000 in seeds= are at
+# most about 1.2 MB (docs/hardening.md).
 MAX_TASK_INFO_SEEDS = 1_000
 _SEED = re.compile(r"-?[0-9]{1,19}")
 _SEED_LIST = r"-?[0-9]{1,18}(,-?[0-9]{1,18}){0,MORE}".replace("MORE", str(MAX_TASK_INFO_SEEDS - 1))

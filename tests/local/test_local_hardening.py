@@ -306,7 +306,8 @@ def test_a_huge_label_is_refused_naming_it(api, taskapp):
 
 
 @pytest.mark.parametrize("key,words", [
-    (b"k" * 8_000, "1 to 255 characters"),  # much longer is refused by the HTTP server itself
+    # Longer: uvicorn with h11 refuses a header block over 16 kB before the app sees it (httptools does not).
+    (b"k" * 8_000, "1 to 255 characters"),
     (b"k" * 256, "1 to 255 characters"),
     ("café-key".encode(), "printable ASCII"),
 ], ids=["8000-chars", "256-chars", "not-ascii"])
