@@ -10,7 +10,7 @@ from collections.abc import Mapping
 
 from app.core.errors import UsageError
 from app.core.redact import key_prefix
-from app.core.urls import CREDENTIALS_PROBLEM, credentials_problem, http_url_problem
+from app.core.urls import CREDENTIALS_PROBLEM, http_url_problem
 
 # The hosted service since SDK 0.3.9 (0.2.x used https://agent-learning.onrender.com).
 # docs/compatibility.md.
@@ -38,7 +38,7 @@ def request_url_problem(url: str) -> str | None:
     ``user:pass@`` is refused (CREDENTIALS_PROBLEM): the client never sends or prints them."""
     if url.strip() and "://" not in url:
         return "it has no http:// or https:// scheme"  # quoting none of it: it may be a pasted key
-    return http_url_problem(url) or credentials_problem(url)
+    return http_url_problem(url)
 
 
 def backend_url_problem(url: str) -> str | None:

@@ -13,6 +13,7 @@ job cannot exhaust a machine: the embedded backend builds per-iteration lists of
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -21,13 +22,17 @@ from typing import Any
 __all__ = [
     "MAX_ANSWER_BYTES",
     "MAX_EPISODES_PER_ITERATION",
+    "MAX_NAME_CHARS",
+    "MAX_TEXT_CHARS",
     "MAX_TOTAL_ITERATIONS",
     "NUMBER_BOUNDS",
     "NumberBound",
     "SizeProblem",
     "is_int",
+    "payload_problems",
     "short_repr",
     "size_problems",
+    "string_problems",
 ]
 
 INT64 = 2**63 - 1
@@ -99,6 +104,15 @@ MAX_TURNS_PER_ITERATION = 1_000_000  # × training.max_turns: the decisions one 
 MAX_EVAL_SEEDS = 10_000
 MAX_OPS = 64  # rollout.ops, repeated max_turns times in every rollout request
 
+# Strings, anywhere in a config or a job payload (docs/hardening.md): a name (a label, a model
+# id, a tag, any object key) is at most MAX_NAME_CHARS, any other text (a rubric, a prompt) at most
+# MAX_TEXT_CHARS. A 900 kB label fits in a request body, and was stored and shown in every list.
+MAX_NAME_CHARS = 256
+MAX_TEXT_CHARS = 16_384
+NAME_KEYS = frozenset({"label", "model", "base_model", "base", "source", "model_name", "env_name", "policy_name",
+                       "gpu_type", "job_type", "type", "method", "variety"})
+MAX_STRING_PROBLEMS = 5  # named at most; a body of ten thousand long strings needs no ten thousand lines
+
 
 def _lookup(config: Mapping[str, Any], location: str) -> tuple[bool, Any]:
     section, _, key = location.partition(".")
@@ -153,6 +167,45 @@ def _non_finite_floats(value: Any, location: str, depth: int = 0) -> Iterator[st
             yield from _non_finite_floats(item, f"{location}[{index}]", depth + 1)
 
 
+def _strings(value: Any, location: str, name: bool, depth: int = 0) -> Iterator[SizeProblem]:
+    if depth > 64:
+        return
+    if isinstance(value, str):
+        limit = MAX_NAME_CHARS if name else MAX_TEXT_CHARS
+        if len(value) > limit:
+            what = "a name" if name else "a string"
+            yield SizeProblem(location or "the body", f"{what} of {len(value):,} characters; at most {limit:,}")
+    elif isinstance(value, Mapping):
+        in_tags = location == "tags" or location.endswith(".tags")
+        for key, item in value.items():
+            if len(str(key)) > MAX_NAME_CHARS:
+                yield SizeProblem(location or "the body",
+                                  f"a key of {len(str(key)):,} characters; keys are names, at most {MAX_NAME_CHARS:,}")
+                continue
+            # A table named like a name key ([model]) is not a name itself; everything in a tags table is.
+            yield from _strings(item, f"{location}.{key}" if location else str(key),
+                                name or in_tags or (key in NAME_KEYS and isinstance(item, str)), depth + 1)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _strings(item, f"{location}[{index}]", name, depth + 1)
+
+
+def string_problems(value: Any, location: str = "") -> list[SizeProblem]:
+    """Every string (and object key) of `value` longer than its bound: names (labels, model
+    ids, tags, keys) MAX_NAME_CHARS, other text MAX_TEXT_CHARS. At most MAX_STRING_PROBLEMS."""
+    return list(itertools.islice(_strings(value, location, False), MAX_STRING_PROBLEMS))
+
+
+def payload_problems(body: Any) -> list[SizeProblem]:
+    """What a whole job payload (not only its config) may not hold, as the embedded backend
+    checks it before anything else: over-long strings anywhere, NaN or inf anywhere (the tags,
+    the top-level compute). Locations are paths in the body, such as `tags.note`."""
+    problems = string_problems(body)
+    problems.extend(SizeProblem(location or "the body", "must be a finite number (inf and nan are not allowed)")
+                    for location in itertools.islice(_non_finite_floats(body, ""), MAX_STRING_PROBLEMS))
+    return problems
+
+
 def _product_problems(config: Mapping[str, Any], refused: set[str]) -> Iterator[SizeProblem]:
     def value(location: str) -> int | None:
         present, found = _lookup(config, location)
@@ -205,4 +258,5 @@ def size_problems(config: Mapping[str, Any]) -> list[SizeProblem]:
             problems.append(SizeProblem(location, "must be a finite number (inf and nan are not allowed)"))
     problems.extend(_product_problems(config, checked))
     problems.extend(_list_problems(config))
+    problems.extend(string_problems(config))
     return problems

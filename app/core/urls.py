@@ -30,19 +30,25 @@ def _plain_host(parts: SplitResult) -> bool:
     return True
 
 
-# What credentials_problem says, so that callers can tell this problem from the others.
-CREDENTIALS_PROBLEM = "it has a user name or password (user:pass@) before the host"
+# What a URL with credentials gets, said without quoting any of it (what stands before the @
+# is a secret), so that callers can tell this problem from the others. Refused, not stripped:
+# a server that stored it would show it to whoever lists jobs, and a client that sent it would
+# send Basic auth instead of its key. docs/product.md#secrets, docs/hardening.md.
+CREDENTIALS_PROBLEM = ("it has a user name or password (user:pass@) before the host; remove them from the URL: "
+                       "credentials travel in headers, never in URLs")
 
 
 def credentials_problem(url: str) -> str | None:
     """CREDENTIALS_PROBLEM when ``url`` carries ``user:pass@`` (or any ``…@``) before its host,
     else None. The HTTP library would send them as Basic auth, and every message quoting the
     URL would show them: docs/product.md#secrets. Never quotes any part of the URL."""
-    try:
-        netloc = urlsplit(url.strip()).netloc
-    except ValueError:
-        return None  # http_url_problem says what is wrong with it
-    return CREDENTIALS_PROBLEM if "@" in netloc else None
+    return CREDENTIALS_PROBLEM if "@" in _authority(url.strip()) else None
+
+
+def _authority(url: str) -> str:
+    """The part of a URL between "//" and the path, query or fragment (empty when it has no "//")."""
+    _, slashes, rest = url.partition("//")
+    return re.split(r"[/?#]", rest, maxsplit=1)[0] if slashes else ""
 
 
 def http_url_problem(url: object) -> str | None:
@@ -53,6 +59,8 @@ def http_url_problem(url: object) -> str | None:
         return f"it is {len(url):,} characters long; at most {MAX_URL_CHARS:,}"
     if any(ch.isspace() or ord(ch) < 32 or ord(ch) == 127 for ch in url):
         return "it contains spaces or control characters"
+    if credentials_problem(url):
+        return CREDENTIALS_PROBLEM
     try:
         parts = urlsplit(url)
         port = parts.port  # raises ValueError when out of range or not a number
@@ -73,3 +81,14 @@ def http_url_problem(url: object) -> str | None:
     except (httpx.InvalidURL, ValueError) as exc:  # ValueError: a bad IDNA host name too
         return f"it is not a valid URL ({exc})"
     return None
+
+
+def without_credentials(url: object) -> object:
+    """`url` with any user:secret@ before its host cut out (other values as they are)."""
+    if not isinstance(url, str):
+        return url
+    authority = _authority(url)
+    if "@" not in authority:
+        return url
+    start = url.index("//") + 2
+    return url[:start] + authority.rpartition("@")[2] + url[start + len(authority):]

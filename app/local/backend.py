@@ -39,12 +39,24 @@ from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, 
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from app.core.redact import held_key_prefix, scrub_key_fragments
-from app.core.trainable import short_repr
-from app.core.urls import http_url_problem
+from app.core.trainable import payload_problems, short_repr
+from app.core.urls import http_url_problem, without_credentials
 from app.core.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
 from app.local import policies
 from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
-from app.local.api_schemas import CHAT, CID, CID_PATH, JOB_CREATE, ROLLOUT_QUERY, TRIAL_PATH, VERIFY, json_body
+from app.local.api_schemas import (
+    BODY_ERRORS,
+    CHAT,
+    CID,
+    CID_PATH,
+    IDEMPOTENCY_KEY,
+    JOB_CREATE,
+    ROLLOUT_QUERY,
+    TRIAL_PATH,
+    VERIFY,
+    error_responses,
+    json_body,
+)
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, install_json_errors, response_detail
 from app.local.guard import RequestGuard
@@ -57,6 +69,7 @@ from app.local.rollout_store import BadCursor
 from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store, UnknownCursor
 from app.local.trainer import InvalidJobPayload, Trainer, answer_of, plan_from_payload, policy_settings
 
+MAX_IDEMPOTENCY_KEY_CHARS = 255  # docs/hardening.md; printable ASCII
 MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
 ROLLOUT_PAGE = 100  # rollouts per page unless `limit` says (docs/wire-contract.md#rollouts)
 ROLLOUT_PAGE_MAX = 500
@@ -224,11 +237,22 @@ def create_backend_app(
     _job_routes(api, b)
     app.include_router(api)
     chat = _chat_handler(b)
+    chat_errors = error_responses(400, 401, 404, *BODY_ERRORS)
     for path in CHAT_PATHS:
-        app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, CID))
+        app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, CID), responses=chat_errors)
     for path in CHAT_PATH_FORMS:
-        app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, TRIAL_PATH, CID_PATH))
+        app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, TRIAL_PATH, CID_PATH),
+                          responses=chat_errors)
     return app
+
+
+EVENT_STREAM = "text/event-stream"
+
+
+class EventStreamResponse(StreamingResponse):
+    """Server-sent events; as a route's response_class it puts text/event-stream in /openapi.json."""
+
+    media_type = EVENT_STREAM
 
 
 async def _json_body(request: Request) -> Any:
@@ -240,6 +264,18 @@ async def _json_body(request: Request) -> Any:
         raise HTTPException(422, "The JSON body nests too deeply") from None
 
 
+def idempotency_key_problem(key: str | None) -> str | None:
+    """What is wrong with an Idempotency-Key header (None when it is absent or fine); the key
+    is not quoted back."""
+    if key is None:
+        return None
+    if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY_CHARS:
+        return f"must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters (got {len(key):,}); a UUID is 36"
+    if not all(" " <= ch <= "~" for ch in key):
+        return "must be printable ASCII (letters, digits, punctuation and spaces)"
+    return None
+
+
 def _job_view(job: dict[str, Any]) -> dict[str, Any]:
     data = job["payload"].get("data", {})
     view = {
@@ -249,7 +285,8 @@ def _job_view(job: dict[str, Any]) -> dict[str, Any]:
         "model": data.get("model") or data.get("base_model"),
         "created_at": job["created_at"],
         "updated_at": job["updated_at"],
-        "metadata": {"task_app_url": data.get("endpoint_base_url"), **job["metadata"]},
+        # Jobs stored before URLs with credentials were refused must not show them.
+        "metadata": {"task_app_url": without_credentials(data.get("endpoint_base_url")), **job["metadata"]},
     }
     if job["error"]:
         view["error"] = job["error"]
@@ -257,7 +294,7 @@ def _job_view(job: dict[str, Any]) -> dict[str, Any]:
 
 
 def _job_routes(api: APIRouter, b: _Backend) -> None:
-    @api.post("/rl/verify_task_app", openapi_extra=json_body(VERIFY))
+    @api.post("/rl/verify_task_app", openapi_extra=json_body(VERIFY), responses=error_responses(401, *BODY_ERRORS))
     async def verify_task_app(request: Request) -> dict[str, Any]:
         body = await _json_body(request)
         url = body.get("endpoint_base_url") if isinstance(body, dict) else None
@@ -266,14 +303,25 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
             raise HTTPException(422, f"endpoint_base_url must be the task app's http(s) URL: {problem}")
         return await _verify(b, url)
 
-    @api.post("/rl/jobs", status_code=201, openapi_extra=json_body(JOB_CREATE))
+    @api.post("/rl/jobs", status_code=201, openapi_extra=json_body(JOB_CREATE, IDEMPOTENCY_KEY),
+              responses={200: {"description": "The job this Idempotency-Key created before, for the same body",
+                               "content": {"application/json": {"schema": {"type": "object"}}}},
+                         **error_responses(400, 401, 409, 503, *BODY_ERRORS)})
     async def create_job(request: Request) -> JSONResponse:
+        key = request.headers.get("idempotency-key")
+        problem = idempotency_key_problem(key)
+        if problem:
+            raise HTTPException(400, f"Idempotency-Key {problem}")
         body = await _json_body(request)
+        # The whole payload first (strings anywhere, tags, top-level compute), then the job itself.
+        problems = payload_problems(body)
+        if problems:
+            raise HTTPException(422, "Invalid RL job payload: " + "; ".join(f"{p.location}: {p.message}"
+                                                                          for p in problems))
         try:
             plan = plan_from_payload(body)
         except InvalidJobPayload as exc:
             raise HTTPException(422, str(exc)) from None
-        key = request.headers.get("idempotency-key") or None
         body_hash = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
         try:
             job, created = b.store.create_job(f"job_{secrets.token_hex(12)}", body, body_hash, key)
@@ -324,7 +372,7 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
         return {"events": b.store.events(job_id, since_seq=since_seq, limit=limit)}
 
     async def event_stream(request: Request, job_id: str,
-                           since_seq: int = Query(0, ge=-1, le=MAX_CURSOR)) -> StreamingResponse:
+                           since_seq: int = Query(0, ge=-1, le=MAX_CURSOR)) -> EventStreamResponse:
         b.job_or_404(job_id)
         return _event_stream(b, job_id, _resume_from(request, since_seq))
 
@@ -353,18 +401,28 @@ def _job_routes(api: APIRouter, b: _Backend) -> None:
 
     # /learning/... mirrors /rl/... with the same data (and the same event seq numbers).
     for prefix in ("/rl/jobs", "/learning/jobs"):
-        api.add_api_route(prefix, list_jobs, methods=["GET"])
-        api.add_api_route(f"{prefix}/{{job_id}}", get_job, methods=["GET"])
-        api.add_api_route(f"{prefix}/{{job_id}}/start", start_job, methods=["POST"])
-        api.add_api_route(f"{prefix}/{{job_id}}/cancel", cancel_job, methods=["POST"])
+        api.add_api_route(prefix, list_jobs, methods=["GET"], responses=error_responses(400, 401, 422))
+        api.add_api_route(f"{prefix}/{{job_id}}", get_job, methods=["GET"], responses=error_responses(401, 404))
+        api.add_api_route(f"{prefix}/{{job_id}}/start", start_job, methods=["POST"],
+                          responses=error_responses(401, 404))
+        api.add_api_route(f"{prefix}/{{job_id}}/cancel", cancel_job, methods=["POST"],
+                          responses=error_responses(401, 404, 409, 503))
         # JSON or an event stream, by the Accept header: no response model.
-        api.add_api_route(f"{prefix}/{{job_id}}/events", events, methods=["GET"], response_model=None)
-        api.add_api_route(f"{prefix}/{{job_id}}/events/stream", event_stream, methods=["GET"])
-        api.add_api_route(f"{prefix}/{{job_id}}/metrics", metrics, methods=["GET"])
+        api.add_api_route(f"{prefix}/{{job_id}}/events", events, methods=["GET"], response_model=None,
+                          responses={200: {"description": "The events after since_seq: JSON, or an event stream "
+                                                          "when the client accepts text/event-stream",
+                                           "content": {"application/json": {"schema": {"type": "object"}},
+                                                       EVENT_STREAM: {"schema": {"type": "string"}}}},
+                                     **error_responses(401, 404, 422)})
+        api.add_api_route(f"{prefix}/{{job_id}}/events/stream", event_stream, methods=["GET"],
+                          response_class=EventStreamResponse, responses=error_responses(401, 404, 422))
+        api.add_api_route(f"{prefix}/{{job_id}}/metrics", metrics, methods=["GET"],
+                          responses=error_responses(401, 404, 422))
         # The query is read by the route itself, so that a bad one is a 400 naming it.
         api.add_api_route(f"{prefix}/{{job_id}}/rollouts", rollouts, methods=["GET"],
-                          openapi_extra={"parameters": ROLLOUT_QUERY})
-        api.add_api_route(f"{prefix}/{{job_id}}/rollouts/{{rollout_id}}", rollout, methods=["GET"])
+                          openapi_extra={"parameters": ROLLOUT_QUERY}, responses=error_responses(400, 401, 404))
+        api.add_api_route(f"{prefix}/{{job_id}}/rollouts/{{rollout_id}}", rollout, methods=["GET"],
+                          responses=error_responses(401, 404))
 
 
 def _rollout_query(request: Request) -> tuple[int | None, str | None, int, str | None]:
@@ -400,7 +458,7 @@ def _resume_from(request: Request, since_seq: int) -> int:
     return int(last) if last.isdigit() and len(last) <= 18 else since_seq
 
 
-def _event_stream(b: _Backend, job_id: str, since_seq: int) -> StreamingResponse:
+def _event_stream(b: _Backend, job_id: str, since_seq: int) -> EventStreamResponse:
     async def frames() -> AsyncIterator[str]:
         cursor = since_seq
         while True:
@@ -421,8 +479,7 @@ def _event_stream(b: _Backend, job_id: str, since_seq: int) -> StreamingResponse
             except TimeoutError:
                 yield ": heartbeat\n\n"
 
-    return StreamingResponse(frames(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return EventStreamResponse(frames(), headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 async def _verify(b: _Backend, url: str) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 
 from app.local.rollout_contract import GEN_02, cid_in_url
-from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapp_kit import AUTH_ERRORS, add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 
 VERSION = "0.1.0"
 APP_ID = "crafter-lite"
@@ -116,13 +116,13 @@ def create_crafter_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_0
     app, authed = base_taskapp(app_id=APP_ID, title="crafter-lite task app", version=VERSION,
                                env_api_keys=env_api_keys)
 
-    @app.get("/info", dependencies=authed)
+    @app.get("/info", dependencies=authed, responses=AUTH_ERRORS)
     async def info() -> dict[str, Any]:
         return {"service": {"task": _task(), "version": VERSION}, "dataset": {"id": APP_ID, "splits": ["train"]},
                 "rubrics": None, "inference": {"tool": "interact_many", "tool_choice": TOOL_CHOICE},
                 "limits": {"max_turns": DEFAULT_MAX_TURNS}}
 
-    @app.get("/task_info", dependencies=authed)
+    @app.get("/task_info", dependencies=authed, responses=AUTH_ERRORS)
     async def task_info() -> dict[str, Any]:
         return {"taskset": {**_task(), "actions": list(ACTIONS), "default_max_turns": DEFAULT_MAX_TURNS}}
 

@@ -9,25 +9,35 @@ from __future__ import annotations
 import json
 import logging
 import re
+from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 _log = logging.getLogger("synth_tui.local")
 
 
 def install_json_errors(app: FastAPI) -> None:
+    """Every error answered as `{"detail": "..."}` JSON, and /openapi.json saying so."""
+    _drop_default_validation_answers(app)
+
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         detail = exc.detail
         if exc.status_code == 404 and detail == "Not Found":
             detail = f"Not found: {request.method} {request.url.path}"
-        elif exc.status_code == 405 and detail == "Method Not Allowed":
+        headers = exc.headers
+        if exc.status_code == 405 and detail == "Method Not Allowed":
+            allowed = _allowed_methods(request)
             detail = f"Method {request.method} is not allowed on {request.url.path}"
-        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=exc.headers)
+            if allowed:  # Starlette names the methods of the first route of the path only
+                detail += f" (allowed: {', '.join(allowed)})"
+                headers = {**(headers or {}), "Allow": ", ".join(allowed)}
+        return JSONResponse({"detail": detail}, status_code=exc.status_code, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -51,6 +61,42 @@ def install_json_errors(app: FastAPI) -> None:
 _INTERNAL = re.compile(r"cancel scope|object at 0x|<[\w.]+ |\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,}\b",
                        re.IGNORECASE)
 _TIMEOUTS = (httpx.TimeoutException,)
+_DEFAULT_422 = "#/components/schemas/HTTPValidationError"
+
+
+def _drop_default_validation_answers(app: FastAPI) -> None:
+    """FastAPI documents a 422 with a list of validation errors on every route with a parameter.
+    Ours is a string (below), and routes that can answer 422 declare it themselves
+    (app.local.api_schemas.error_responses), so the default is dropped, with its schemas."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = build()
+            for operations in document.get("paths", {}).values():
+                for operation in operations.values():
+                    responses = operation.get("responses", {})
+                    if _DEFAULT_422 in json.dumps(responses.get("422", {})):
+                        del responses["422"]
+            schemas = document.get("components", {}).get("schemas", {})
+            if _DEFAULT_422 not in json.dumps(document.get("paths", {})):
+                schemas.pop("HTTPValidationError", None)
+                schemas.pop("ValidationError", None)
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this request's path (a path can have one route per
+    method, and Starlette's 405 names the first route's only)."""
+    routes = request.app.router.routes
+    return [method for method in _METHODS
+            if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)]
 
 
 def describe_http_error(exc: BaseException) -> str:

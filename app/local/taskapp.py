@@ -11,15 +11,18 @@ which any task app may send (docs/embedded-policy.md).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from typing import Any
 
 import httpx
-from fastapi import FastAPI, HTTPException, Query
+from fastapi import FastAPI, HTTPException, Request
 
+from app.core.trainable import short_repr
 from app.local import gridworld
+from app.local.api_schemas import TaskAppErrorAnswer, error_responses
 from app.local.rollout_contract import GEN_02
-from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapp_kit import AUTH_ERRORS, add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 
 VERSION = "1.0.0"
 DEFAULT_MAX_TURNS = 12
@@ -45,7 +48,7 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", co
     app, authed = base_taskapp(app_id=app_id, title=f"{app_id} task app", version=VERSION,
                                env_api_keys=env_api_keys)
 
-    @app.get("/info", dependencies=authed)
+    @app.get("/info", dependencies=authed, responses=AUTH_ERRORS)
     async def info() -> dict[str, Any]:
         return {
             "service": {"task": _task(app_id), "version": VERSION},
@@ -55,16 +58,10 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", co
             "limits": {"max_turns": DEFAULT_MAX_TURNS},
         }
 
-    @app.get("/task_info", dependencies=authed)
-    async def task_info(
-        seed: list[int] = Query(default=[]), seeds: str | None = Query(default=None)
-    ) -> Any:
-        wanted = list(seed)
-        if seeds:
-            try:
-                wanted += [int(s) for s in seeds.split(",") if s.strip()]
-            except ValueError:
-                raise HTTPException(422, f"seeds must be comma-separated integers, got {seeds!r}") from None
+    @app.get("/task_info", dependencies=authed, responses=error_responses(400, 422, 503, model=TaskAppErrorAnswer),
+             openapi_extra={"parameters": TASK_INFO_QUERY})
+    async def task_info(request: Request) -> Any:
+        wanted = seeds_asked(request.query_params.getlist("seed"), request.query_params.get("seeds"))
         if not wanted:
             return {"taskset": {
                 **_task(app_id),
@@ -80,6 +77,38 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", co
 
     add_rollout_route(app, authed, contract, _play)
     return app
+
+
+# Each seed is answered with about 580 bytes: at most 1,000 in seed= and 1,000 in seeds= are at
+# most about 1.2 MB (docs/hardening.md).
+MAX_TASK_INFO_SEEDS = 1_000
+_SEED = re.compile(r"-?[0-9]{1,19}")
+_SEED_LIST = r"-?[0-9]{1,18}(,-?[0-9]{1,18}){0,MORE}".replace("MORE", str(MAX_TASK_INFO_SEEDS - 1))
+TASK_INFO_QUERY = [
+    {"name": "seed", "in": "query", "required": False, "style": "form", "explode": True,
+     "schema": {"type": "array", "maxItems": MAX_TASK_INFO_SEEDS,
+                "items": {"type": "integer", "minimum": -(2**63), "maximum": 2**63 - 1}},
+     "description": "a seed to describe; repeat for more"},
+    {"name": "seeds", "in": "query", "required": False, "schema": {"type": "string", "pattern": f"^{_SEED_LIST}$"},
+     "description": f"comma-separated seeds of at most 18 digits, at most {MAX_TASK_INFO_SEEDS:,}"},
+]
+
+
+def seeds_asked(seed: list[str], seeds: str | None) -> list[int]:
+    """The seeds of a /task_info query (repeated ?seed= and comma-separated ?seeds=), or a 422
+    naming what is wrong. Counted before any is converted or answered."""
+    listed = seeds.split(",") if seeds is not None else []
+    for name, count in (("seed", len(seed)), ("seeds", len(listed))):
+        if count > MAX_TASK_INFO_SEEDS:
+            raise HTTPException(422, f"at most {MAX_TASK_INFO_SEEDS:,} seeds in {name}= per /task_info request "
+                                     f"(got {count:,}); ask for fewer at a time")
+    if seeds is not None and not re.fullmatch(_SEED_LIST, seeds):
+        raise HTTPException(422, "seeds must be comma-separated integers of at most 18 digits, without spaces "
+                                 f"(got {short_repr(seeds)})")
+    bad = next((t for t in seed if not (_SEED.fullmatch(t) and -(2**63) <= int(t) < 2**63)), None)
+    if bad is not None:
+        raise HTTPException(422, f"seed must be a 64-bit integer (got {short_repr(bad)})")
+    return [int(t) for t in [*seed, *listed]]
 
 
 def _task(app_id: str) -> dict[str, Any]:

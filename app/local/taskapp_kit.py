@@ -26,7 +26,8 @@ from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.redact import held_key_prefix
-from app.core.urls import http_url_problem
+from app.core.urls import MAX_URL_CHARS, http_url_problem
+from app.local.api_schemas import BODY_ERRORS, TaskAppErrorAnswer, error_responses
 from app.local.errors import describe_http_error, install_json_errors, response_detail, without_query
 from app.local.guard import RequestGuard
 from app.local.retry import client_limits, send_with_retries
@@ -34,6 +35,8 @@ from app.local.rollout_contract import GEN_05, GENERATIONS, chat_completions_url
 
 MAX_TURNS_ALLOWED = 1_000  # as training.max_turns (app.core.trainable)
 MAX_REPORTED_KEYS = 8
+# Every route behind the key: 400 when it is missing or wrong, 503 when the app holds none.
+AUTH_ERRORS = error_responses(400, 503, model=TaskAppErrorAnswer)
 
 
 class _Open(BaseModel):
@@ -56,7 +59,8 @@ class EnvSpec(_Open):
 
 
 class PolicyConfig(_Open):
-    inference_url: str
+    # Checked by chat_url (a 422 in words); the pattern tells clients and the fuzzer what is wanted.
+    inference_url: str = Field(json_schema_extra={"pattern": "^[hH][tT][tT][pP][sS]?://", "maxLength": MAX_URL_CHARS})
     model: str | None = None
     max_turns: Turns | None = None
     temperature: float | None = Field(None, ge=0, le=10, allow_inf_nan=False)
@@ -163,11 +167,11 @@ def base_taskapp(*, app_id: str, title: str, version: str,
 
     app.add_api_route("/", root, methods=["HEAD"], include_in_schema=False)  # one operation id for "/"
 
-    @app.get("/health", dependencies=authed)
+    @app.get("/health", dependencies=authed, responses=AUTH_ERRORS)
     async def health() -> dict[str, Any]:
         return {"healthy": True, "auth": {"required": True, "expected_prefix": held_key_prefix(allowed[0])}}
 
-    @app.post("/done", dependencies=authed)
+    @app.post("/done", dependencies=authed, responses=AUTH_ERRORS)
     async def done() -> dict[str, Any]:
         return {"ok": True, "service": app_id}
 
@@ -197,7 +201,9 @@ def add_rollout_route(app: FastAPI, authed: list[DependsParam], contract: str,
         return await run(req, request)
 
     # Named "rollout" either way: the OpenAPI operation id stays rollout_rollout_post.
-    app.post("/rollout", dependencies=authed, name="rollout")(rollout_05 if contract == GEN_05 else rollout_02)
+    app.post("/rollout", dependencies=authed, name="rollout",
+             responses=error_responses(400, 422, 502, 503, *BODY_ERRORS, model=TaskAppErrorAnswer),
+             )(rollout_05 if contract == GEN_05 else rollout_02)
 
 
 def check_trace_correlation_id(req: Any) -> None:

@@ -1,9 +1,12 @@
 """Schemathesis against the embedded backend's and the task app's own OpenAPI documents, on
-real loopback servers: whatever a client sends, the answer is never a 5xx, always JSON, and
-never holds more than 4 characters of a key the server holds.
+real loopback servers: whatever a client sends, the answer is never a 5xx, always JSON, never
+holds more than 4 characters of a key the server holds, and is what the document says (every
+check of Schemathesis: status codes, content types, response schemas and headers, valid data
+accepted, invalid data refused, 405 for undeclared methods).
 
 Bounded: a few dozen examples per operation. Every URL a generated body carries is pointed at
-a closed loopback port first, so the servers under test never call out of this machine.
+a closed loopback port first, so the servers under test never call out of this machine. The few
+cases a check cannot judge are named in `not_judged`, each with its reason.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck, settings
+from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from app.local.servers import ServerHandle
 
@@ -74,8 +79,60 @@ def key_fragments(text: str, keys: list[str], width: int = 5) -> list[str]:
                    if key[i:i + width] in text})
 
 
-def check_answer(response: Any, keys: list[str]) -> None:
-    assert response.status_code < 500, f"{response.status_code}: {response.text[:300]}"
+def _floats(value: Any) -> Any:
+    if isinstance(value, float):
+        yield value
+    elif isinstance(value, dict):
+        for item in value.values():
+            yield from _floats(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _floats(item)
+
+
+# The 64-bit bounds as the servers write them in their answers.
+INT64_BOUNDS = (str(2**63 - 1), str(-(2**63)), f"{2**63 - 1:,}")
+
+
+def not_judged(case: Any, response: Any) -> list[Any]:
+    """The checks that cannot judge this answer, each for a reason the document cannot express."""
+    skip = []
+    positive = case.meta is not None and case.meta.generation.mode.is_positive
+    detail = response.text if response.status_code in (400, 422, 502) else ""
+    if response.status_code == 502 and "inference call failed" in detail:
+        # A rollout whose inference URL was pointed at the closed port: the task app reports the
+        # dead upstream by design, the request itself was good.
+        skip += [not_a_server_error, positive_data_acceptance]
+    if positive and response.status_code == 422 and any(bound in detail for bound in INT64_BOUNDS):
+        # Schemathesis keeps bounds as floats, in which 2**63 - 1 is 2**63: it generates integers
+        # just past a 64-bit bound (seen: a seed of 9223372036854775999) as "valid", rightly refused.
+        skip.append(positive_data_acceptance)
+    if positive and response.status_code == 400 and '"code":"unauthorised"' in detail:
+        # The strangers' tests send a wrong key on purpose; the task app refuses it with 400, as
+        # the SDK's task apps do (not 401).
+        skip.append(positive_data_acceptance)
+    if positive and "after must be the job_id of a job of this backend" in detail:
+        # A generated `after` cursor names no job: which ids exist is not the document's to say.
+        skip.append(positive_data_acceptance)
+    if positive and "path names trial" in detail:
+        # The 0.4/0.5 path form: {trial} must be the job {cid} names; OpenAPI cannot tie two parameters.
+        skip.append(positive_data_acceptance)
+    if positive and response.status_code == 422 and case.operation.path == "/api/rl/jobs":
+        config = ((case.body or {}).get("data") or {}).get("config") if isinstance(case.body, dict) else None
+        if any(f.is_integer() for f in _floats(config)) or "rollouts per iteration" in detail \
+                or "turns per iteration" in detail or "iterations;" in detail:
+            # JSON Schema counts 1.0 as an integer, the backend (like the config check) wants counts
+            # written as whole numbers; and the bounds on products of sizes (batch_size × group_size,
+            # docs/hardening.md) are not expressible in JSON Schema.
+            skip.append(positive_data_acceptance)
+    return skip
+
+
+def check_answer(response: Any, keys: list[str], case: Any = None) -> None:
+    if case is not None:  # every check of Schemathesis, but those that cannot judge this answer
+        case.validate_response(response, excluded_checks=not_judged(case, response))
+    elif not (response.status_code == 502 and "inference call failed" in response.text):
+        assert response.status_code < 500, f"{response.status_code}: {response.text[:300]}"
     content_type = " ".join(response.headers.get("content-type") or [])
     if content_type.startswith("application/json") and response.request.method != "HEAD":
         response.json()
@@ -84,41 +141,37 @@ def check_answer(response: Any, keys: list[str]) -> None:
 
 @backend_api.parametrize()
 @EXAMPLES
-def test_the_backend_answers_any_request_without_a_5xx(case, closed_url, http):
+def test_the_backend_answers_any_request_as_its_document_says(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
     response = case.call(session=http, headers={"Authorization": f"Bearer {API_KEY}"}, timeout=15)
-    check_answer(response, [API_KEY, ENV_KEY])
+    check_answer(response, [API_KEY, ENV_KEY], case)
 
 
 @backend_api.parametrize()
 @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
-def test_the_backend_answers_strangers_without_a_5xx(case, closed_url, http):
+def test_the_backend_answers_strangers_as_its_document_says(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
-    check_answer(case.call(session=http, timeout=15), [API_KEY, ENV_KEY])
+    check_answer(case.call(session=http, timeout=15), [API_KEY, ENV_KEY], case)
 
 
 def check_task_app_answer(case: Any, closed_url: str, http: requests.Session) -> None:
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
     response = case.call(session=http, headers={"X-API-Key": ENV_KEY}, timeout=15)
-    # A rollout whose inference URL is the closed port is the task app reporting a dead
-    # upstream: 502 with the reason, by design, not a crash.
-    if response.status_code == 502 and "inference call failed" in response.text:
-        return
-    check_answer(response, [ENV_KEY])
+    check_answer(response, [ENV_KEY], case)
 
 
 @taskapp_api.parametrize()
 @EXAMPLES
-def test_the_task_app_answers_any_request_without_a_5xx(case, closed_url, http):
+def test_the_task_app_answers_any_request_as_its_document_says(case, closed_url, http):
     check_task_app_answer(case, closed_url, http)
 
 
 @taskapp_05_api.parametrize()
 @EXAMPLES
-def test_the_0_5_task_app_answers_any_request_without_a_5xx(case, closed_url, http):
+def test_the_0_5_task_app_answers_any_request_as_its_document_says(case, closed_url, http):
     check_task_app_answer(case, closed_url, http)
 
 
@@ -127,4 +180,4 @@ def test_the_0_5_task_app_answers_any_request_without_a_5xx(case, closed_url, ht
 def test_the_task_app_tells_strangers_nothing_of_its_key(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
-    check_answer(case.call(session=http, headers={"X-API-Key": ENV_KEY[:15]}, timeout=15), [ENV_KEY])
+    check_answer(case.call(session=http, headers={"X-API-Key": ENV_KEY[:15]}, timeout=15), [ENV_KEY], case)

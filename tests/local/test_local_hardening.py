@@ -186,7 +186,7 @@ def test_concurrent_hostile_requests_leave_the_backend_answering(backend):
         with httpx.Client(timeout=10) as client:
             for _ in range(15):
                 resp = client.post(backend.url + "/api/rl/jobs", content=b"[" * 50_000,
-                                   headers={"Authorization": f"Bearer {API_KEY}"})
+                                   headers={"Authorization": f"Bearer {API_KEY}", "content-type": "application/json"})
                 if resp.status_code >= 500:
                     errors.append(resp.text)
 
@@ -254,3 +254,138 @@ def test_a_rollout_with_a_bad_policy_config_is_422(taskapp, policy_config, words
     body = {"run_id": "bad-policy", "env": {"seed": 1}, "mode": "rl", "policy": {"config": policy_config}}
     resp = httpx.post(taskapp.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
     assert resp.status_code == 422 and words in _detail(resp)
+
+
+# Issue 26, item 5: the bounds the backend still lacked.
+
+def _job_count(api) -> int:
+    return len(api.get("/rl/jobs", params={"limit": 500}).json()["jobs"])
+
+
+@pytest.mark.parametrize("where,path", [
+    (("tags", "note"), "tags.note"),
+    (("compute", "gpu_count"), "compute.gpu_count"),
+    (("data", "config", "tags", "x"), "data.config.tags.x"),
+])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_non_finite_number_anywhere_in_a_job_is_422_naming_its_path(api, taskapp, where, path, value):
+    body = payload(taskapp.url)
+    table = body
+    for key in where[:-1]:
+        table = table.setdefault(key, {})
+    table[where[-1]] = value
+    before = _job_count(api)
+    resp = api.post("/rl/jobs", content=_json_with_nonfinite(body), headers={"content-type": "application/json"})
+    assert resp.status_code == 422 and path in _detail(resp) and "not finite" in _detail(resp)
+    assert _job_count(api) == before
+
+
+def test_a_number_too_large_for_a_float_is_422_too(api, taskapp):
+    text = json.dumps(payload(taskapp.url)).replace('"source": "train-cli"', '"source": 1e999')
+    resp = api.post("/rl/jobs", content=text.encode(), headers={"content-type": "application/json"})
+    assert resp.status_code == 422 and "tags.source" in _detail(resp)
+
+
+def test_the_task_app_refuses_nan_too(taskapp, closed_url):
+    body = {"run_id": "nan", "env": {"seed": 1}, "mode": "rl", "policy": {"config": {"inference_url": closed_url}},
+            "extra": float("nan")}
+    resp = httpx.post(taskapp.url + "/rollout", content=json.dumps(body).encode(),
+                      headers={"X-API-Key": ENV_KEY, "content-type": "application/json"})
+    assert resp.status_code == 422 and "extra" in _detail(resp)
+
+
+def test_a_huge_label_is_refused_naming_it(api, taskapp):
+    body = payload(taskapp.url)
+    body["data"]["config"].setdefault("model", {})["label"] = "x" * 900_000
+    resp = api.post("/rl/jobs", json=body)
+    assert resp.status_code == 422 and "data.config.model.label" in _detail(resp) and "at most 256" in _detail(resp)
+    body = payload(taskapp.url)
+    body["data"]["config"]["judge"] = {"rubric": "y" * 20_000}
+    resp = api.post("/rl/jobs", json=body)
+    assert resp.status_code == 422 and "data.config.judge.rubric" in _detail(resp)
+
+
+@pytest.mark.parametrize("key,words", [
+    # Longer: uvicorn with h11 refuses a header block over 16 kB before the app sees it (httptools does not).
+    (b"k" * 8_000, "1 to 255 characters"),
+    (b"k" * 256, "1 to 255 characters"),
+    ("café-key".encode(), "printable ASCII"),
+], ids=["8000-chars", "256-chars", "not-ascii"])
+def test_a_bad_idempotency_key_is_400_naming_it(api, taskapp, key, words):
+    before = _job_count(api)
+    resp = api.post("/rl/jobs", json=payload(taskapp.url), headers={"Idempotency-Key": key})
+    assert resp.status_code == 400 and "Idempotency-Key" in _detail(resp) and words in _detail(resp)
+    assert "kkkkkkkkkk" not in resp.text and "caf" not in resp.text
+    assert _job_count(api) == before
+
+
+def test_a_255_character_idempotency_key_is_taken(api, taskapp):
+    resp = api.post("/rl/jobs", json=payload(taskapp.url), headers={"Idempotency-Key": "k" * 255})
+    assert resp.status_code == 201, resp.text
+    api.post(f"/rl/jobs/{resp.json()['job_id']}/cancel")
+
+
+@pytest.mark.parametrize("route", ["/rl/jobs", "/rl/verify_task_app"])
+def test_a_task_url_with_credentials_is_refused_without_echoing_them(api, taskapp, route):
+    url = taskapp.url.replace("http://", "http://alice:s3cr3t-pw@")
+    body = payload(url) if route == "/rl/jobs" else {"endpoint_base_url": url}
+    resp = api.post(route, json=body)
+    assert resp.status_code == 422 and "credentials" in _detail(resp) and "remove them" in _detail(resp)
+    assert "s3cr3t" not in resp.text and "alice" not in resp.text
+    assert all("s3cr3t" not in (job["metadata"].get("task_app_url") or "")
+               for job in api.get("/rl/jobs", params={"limit": 500}).json()["jobs"])
+
+
+@pytest.mark.parametrize("headers,content", [
+    ({"content-type": "text/plain"}, None),
+    ({"content-type": "application/x-www-form-urlencoded"}, None),
+    ({}, None),  # no Content-Type at all
+    ({"content-type": "application/json; charset=latin-1"}, None),
+])
+def test_a_job_body_not_sent_as_json_is_415(api, taskapp, headers, content):
+    before = _job_count(api)
+    resp = api.post("/rl/jobs", content=json.dumps(payload(taskapp.url)).encode(), headers=headers)
+    assert resp.status_code == 415 and "application/json" in _detail(resp)
+    assert _job_count(api) == before
+
+
+def test_a_multipart_job_body_is_415(api, taskapp):
+    before = _job_count(api)
+    resp = api.post("/rl/jobs", files={"body": ("job.json", json.dumps(payload(taskapp.url)), "application/json")})
+    assert resp.status_code == 415 and "multipart/form-data" in _detail(resp)
+    assert _job_count(api) == before
+
+
+def test_json_with_a_utf8_charset_is_taken(api, taskapp):
+    resp = api.post("/rl/jobs", content=json.dumps(payload(taskapp.url)).encode(),
+                    headers={"content-type": "application/json; charset=utf-8"})
+    assert resp.status_code == 201, resp.text
+    api.post(f"/rl/jobs/{resp.json()['job_id']}/cancel")
+
+
+def test_the_task_app_refuses_a_rollout_not_sent_as_json(taskapp, closed_url):
+    body = {"run_id": "plain", "env": {"seed": 1}, "mode": "rl", "policy": {"config": {"inference_url": closed_url}}}
+    resp = httpx.post(taskapp.url + "/rollout", content=json.dumps(body).encode(),
+                      headers={"X-API-Key": ENV_KEY, "content-type": "text/plain"})
+    assert resp.status_code == 415 and "application/json" in _detail(resp)
+
+
+def test_a_post_without_a_body_needs_no_content_type(api, taskapp):
+    job_id = api.post("/rl/jobs", json=payload(taskapp.url)).json()["job_id"]
+    assert api.post(f"/rl/jobs/{job_id}/cancel").status_code in (200, 409)
+
+
+def test_task_info_answers_at_most_1000_seeds(taskapp):
+    def get(**params):
+        return httpx.get(taskapp.url + "/task_info", params=params, headers={"X-API-Key": ENV_KEY}, timeout=30)
+
+    many = get(seeds=",".join(str(i) for i in range(5_000)))  # 24 kB of URL
+    assert many.status_code == 422 and "at most 1,000 seeds" in _detail(many) and len(many.content) < 1_000
+    assert len(get(seeds=",".join(str(i) for i in range(1_000))).json()) == 1_000
+    assert get(seed=[str(i) for i in range(1_001)]).status_code == 422
+    assert get(seeds="1,x").status_code == 422
+
+
+def test_a_wrong_method_names_every_allowed_one(backend):
+    resp = httpx.request("OPTIONS", backend.url + "/api/rl/jobs", headers={"Authorization": f"Bearer {API_KEY}"})
+    assert resp.status_code == 405 and resp.headers["allow"] == "GET, POST"
