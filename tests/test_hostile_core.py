@@ -217,8 +217,8 @@ def test_a_malformed_backend_url_names_its_variable_and_place():
         backend_from_env({"SYNTH_BACKEND_URL_OVERRIDE": "dev", "DEV_BACKEND_URL": "ftp://x"},
                          origins={"DEV_BACKEND_URL": "/x/.env"})
     with pytest.raises(UsageError) as caught:
-        backend_from_env({"BACKEND_BASE_URL": "http://user:pass@[::1"})
-    assert "pass" not in caught.value.message and "'http://…@[::1'" in caught.value.message
+        backend_from_env({"BACKEND_BASE_URL": "http://alice:s3cr3t-pw@[::1"})
+    assert "s3cr3t" not in caught.value.message and "alice" not in caught.value.message and "'http://…@[::1'" in caught.value.message
 
 
 @pytest.mark.parametrize("check", [
