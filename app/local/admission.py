@@ -113,11 +113,18 @@ class Admission:
 
     # -- jobs -------------------------------------------------------------------------
 
-    def enqueue(self, job_id: str) -> None:
+    def enqueue(self, job_id: str, device: bool | None = None) -> None:
         """Take the job's place in the queue now (synchronously: the order of submission, or
-        of resumption after a restart, is the order of admission)."""
-        if job_id not in self._running and not any(t.job_id == job_id for t in self._waiting):
-            self._waiting.append(_Ticket(job_id))
+        of resumption after a restart, is the order of admission). With ``device`` known (the
+        job says whether it trains a language model) it is admitted at once when a slot is free,
+        so the create answer of a job that does not wait carries no queue position."""
+        if job_id in self._running or any(t.job_id == job_id for t in self._waiting):
+            return
+        ticket = _Ticket(job_id, device)
+        self._waiting.append(ticket)
+        if device is not None and not (device and self._device_count is None):
+            ticket.admitted = asyncio.get_running_loop().create_future()
+            self._admit()
 
     def position(self, job_id: str) -> int | None:
         """1-based place of a queued job, None when it is not waiting."""
@@ -145,7 +152,8 @@ class Admission:
             self._device_count = self._device_count or max(1, count)
         ticket = next(t for t in self._waiting if t.job_id == job_id)
         ticket.device = device
-        ticket.admitted = asyncio.get_running_loop().create_future()
+        if ticket.admitted is None:
+            ticket.admitted = asyncio.get_running_loop().create_future()
         self._admit()
         if ticket.admitted.done():
             return

@@ -465,7 +465,7 @@ class Trainer:
     def _launch(self, run: JobRun) -> None:
         self.runs[run.job_id] = run
         # Its place in the queue is taken now, in the order jobs are launched (admission.py).
-        self.admission.enqueue(run.job_id)
+        self.admission.enqueue(run.job_id, self._device_known(run))
         run.task = asyncio.get_running_loop().create_task(self._train(run), name=f"train-{run.job_id}")
         # Whatever ends the task (even a cancel before its first line ran) frees its slot.
         run.task.add_done_callback(partial(self._task_done, run.job_id))
@@ -591,15 +591,23 @@ class Trainer:
                                f"A slot is free after {waited:.0f} s in the queue: the job starts",
                                data={"waited_seconds": round(waited, 3), "max_jobs": admission.max_jobs})
 
-    async def _needs_device(self, run: JobRun) -> bool:
-        """Whether the job trains a language model (one per device): from its checkpoint when
-        resumed, else from the backend's --trainer (for `auto`, whether the model is here)."""
+    def _device_known(self, run: JobRun) -> bool | None:
+        """Whether the job trains a language model (one per device), when that is known without
+        looking for the model: from its checkpoint when resumed, else from the backend's
+        --trainer; `auto` with the trainer extra installed: None (_needs_device looks)."""
         if run.policy is not None:
             return run.policy.kind == "lm"
         if run.lm is not None:
             return run.lm
         if self.policy_kind != "auto":
             return self.policy_kind == "lm"
+        return False if policies.trainer_extra_missing() else None
+
+    async def _needs_device(self, run: JobRun) -> bool:
+        """_device_known, or for `auto` with the trainer extra: whether the model is here."""
+        known = self._device_known(run)
+        if known is not None:
+            return known
         settings = policy_settings(run.job_id, run.plan)
         return await asyncio.to_thread(lambda: policies.lm_unavailable(settings) is None)
 

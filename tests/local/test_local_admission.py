@@ -83,7 +83,9 @@ def test_jobs_beyond_max_jobs_wait_in_order_with_their_place_and_all_succeed(tmp
     gated.gate.clear()
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
                        max_jobs=1) as server, api_client(server) as api:
-        first = create_job(api, payload(gated.url, seeded()))
+        first_view = api.post("/rl/jobs", json=payload(gated.url, seeded())).json()
+        first = first_view["job_id"]
+        assert "queue_position" not in first_view  # a slot was free: it never queued
         poll_until(lambda: running_and_held(api, gated, first), what="the first job running")
         second_view = api.post("/rl/jobs", json=payload(gated.url, seeded())).json()
         third_view = api.post("/rl/jobs", json=payload(gated.url, seeded())).json()
@@ -247,3 +249,46 @@ def test_the_jobs_list_text_shows_each_queued_jobs_place(tmp_path: Path, gated, 
     # By status, the queue in its order: the next to start first.
     order = [line.split()[0] for line in out.splitlines()[1:]]
     assert order == [first, second, third]
+
+
+async def test_lm_jobs_take_one_device_each_and_stand_in_jobs_pass_a_job_waiting_for_one():
+    """On a machine with one device: an `lm` job waits for the one before it, a stand-in job
+    behind it takes the free slot; the queue order holds among jobs that can start."""
+    limits = Admission(3, 8, devices=lambda: 1)
+    started: list[str] = []
+    waits: dict[str, tuple[int, bool]] = {}
+
+    async def job(job_id: str, device: bool) -> None:
+        await limits.admit(job_id, device=device, on_wait=lambda ahead, for_device: waits.__setitem__(
+            job_id, (ahead, for_device)))
+        started.append(job_id)
+
+    for job_id in ("lm1", "lm2", "tab1"):
+        limits.enqueue(job_id)
+    tasks = {"lm1": asyncio.create_task(job("lm1", device=True))}
+    await asyncio.wait_for(tasks["lm1"], 5)  # the first `lm` job counts the devices (in a thread)
+    tasks |= {j: asyncio.create_task(job(j, device=j.startswith("lm"))) for j in ("lm2", "tab1")}
+    await asyncio.wait_for(tasks["tab1"], 5)
+    assert started == ["lm1", "tab1"] and limits.position("lm2") == 1
+    assert waits == {"lm2": (0, True)}  # it waits for the device, not for a job slot
+    limits.release("lm1")
+    await asyncio.wait_for(tasks["lm2"], 5)
+    assert started == ["lm1", "tab1", "lm2"] and limits.running == 2 and limits.device_slots == 1
+
+
+async def test_a_wait_cancelled_leaves_the_queue_and_a_released_slot_goes_first_come_first_served():
+    limits = Admission(1, 4)
+    for job_id in ("a", "b", "c", "d"):
+        limits.enqueue(job_id, device=False)
+    assert limits.running == 1 and [limits.position(j) for j in "abcd"] == [None, 1, 2, 3]
+    waiters = {j: asyncio.create_task(limits.admit(j, device=False)) for j in "bcd"}
+    await asyncio.sleep(0)  # let them reach their wait
+    waiters["c"].cancel()
+    await asyncio.gather(waiters["c"], return_exceptions=True)
+    assert [limits.position(j) for j in "bd"] == [1, 2]
+    limits.release("a")
+    await asyncio.wait_for(waiters["b"], 5)
+    assert limits.position("d") == 1 and not waiters["d"].done()
+    limits.release("b")
+    await asyncio.wait_for(waiters["d"], 5)
+    assert limits.running == 1
