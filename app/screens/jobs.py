@@ -44,9 +44,10 @@ from widgets.table_keys import highlighted_key
 # 80 columns fit_columns leaves out the model, then the created time, so the score stays.
 NARROW_BELOW = 110
 SCROLLBAR_ROOM = 2  # the table's vertical scrollbar, when the rows outgrow it
-# The status column also holds "queued #12" (a job's place in an embedded backend's queue).
-NARROW_WIDTHS = (28, 9, 12, 11, 5)
-WIDE_WIDTHS = (34, 10, 40, 16, 7)
+# The status column also holds a job's place in an embedded backend's queue: "queued #12"
+# (narrow), "queued #123" (wide).
+NARROW_WIDTHS = (28, 10, 12, 11, 5)
+WIDE_WIDTHS = (34, 11, 40, 16, 7)
 STATUS_STYLES = {"ok": "green", "bad": "red", "warn": "yellow"}
 
 
