@@ -174,6 +174,13 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
                               "'synth-tui[trainer]'), tabular (a fast stand-in) or auto (lm when the trainer extra "
                               "is installed and the model is on this machine, else the stand-in with a warning; "
                               "default). docs/embedded-policy.md")
+    # Bounds and defaults: app/local/admission.py (not imported here: the parser must not load the backend).
+    backend.add_argument("--max-jobs", type=_count(1, 256), metavar="N",
+                         help="jobs trained at once; the others wait, queued in order (default: this machine's "
+                              "CPUs, from 2 to 16; `lm` jobs also one per device). docs/architecture.md#admission")
+    backend.add_argument("--max-rollouts", type=_count(1, 4096), metavar="N",
+                         help="rollouts in flight across all jobs, on top of each job's max_concurrent_rollouts "
+                              "(default: 8 per job slot)")
     backend.add_argument("--infra-events", action="store_true",
                          help="also emit stand-ins for the hosted service's hatchet.* and rl.runtime.modal.* events "
                               "(off by default: here they describe nothing real)")

@@ -30,7 +30,8 @@ def run_backend_server(args: argparse.Namespace) -> int:
             "(chmod 600) and pass --env-file PATH.")
     serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
                   envfile.user_path(args.db) if args.db else default_db_path(),
-                  infra_events=getattr(args, "infra_events", False), trainer=getattr(args, "trainer", "auto"))
+                  infra_events=getattr(args, "infra_events", False), trainer=getattr(args, "trainer", "auto"),
+                  max_jobs=getattr(args, "max_jobs", None), max_rollouts=getattr(args, "max_rollouts", None))
     return ExitCode.OK
 
 

@@ -33,6 +33,7 @@ BENCHMARKS = {
     "startup": "bench_startup",    # 8. first paint of synth-tui and the demo against a minimal Textual app
     "rollouts": "bench_rollouts",  # 9. the rollout inspector's storage: bytes per rollout, total after 10k
     "lm": "bench_lm",              # 10. the lm policy: generation tokens/s, a GRPO step, chat endpoint overhead
+    "admission": "bench_admission",  # 11. 16 demo jobs at once beside two CPU burners: none fails, some queue
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

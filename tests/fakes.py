@@ -36,6 +36,8 @@ class ScriptedJob:
     # Listed by GET /api/rl/jobs when set (the jobs view's columns).
     created_at: str | None = None
     model: str | None = None
+    # The embedded backend's queue_position, one per timeline entry (None: not sent).
+    queue_positions: list[int | None] | None = None
 
     def advance(self) -> None:
         self.tick = min(self.tick + 1, len(self.timeline))
@@ -43,6 +45,11 @@ class ScriptedJob:
     @property
     def status(self) -> str:
         return self.timeline[max(self.tick - 1, 0)][0]
+
+    def with_position(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The job's view as the embedded backend gives it: with queue_position while it has one."""
+        position = self.queue_positions[max(self.tick - 1, 0)] if self.queue_positions else None
+        return {**payload, "queue_position": position} if position is not None else payload
 
     def visible_events(self) -> list[dict]:
         return [e for entry in self.timeline[: max(self.tick, 1)] for e in entry[1]]
@@ -293,7 +300,7 @@ class _Handler(BaseHTTPRequestHandler):
         page = jobs[start:start + limit]
         listed = []
         for job in page:
-            item = {"job_id": job.job_id, "status": job.status}
+            item = job.with_position({"job_id": job.job_id, "status": job.status})
             if job.created_at:
                 item["created_at"] = job.created_at
             if job.model:
@@ -337,7 +344,7 @@ class _Handler(BaseHTTPRequestHandler):
             payload = {"job_id": job.job_id, "status": job.status, "created_at": "2026-01-01T00:00:00Z"}
             if job.stamp_updates:
                 payload["updated_at"] = f"2026-01-01T00:00:{job.tick:02d}Z"
-            self._send(200, payload)
+            self._send(200, job.with_position(payload))
             return
         if method == "GET" and rest == ["events"]:
             if "text/event-stream" in (self.headers.get("Accept") or ""):

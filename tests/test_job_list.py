@@ -231,3 +231,32 @@ def test_a_narrow_table_gives_up_the_model_then_cuts_the_id_and_always_keeps_the
     at_40 = fit_columns(38, WIDTHS)
     assert list(at_40) == ["Job", "Status", "Score"] and sum(w + 2 for w in at_40.values()) <= 38
     assert list(fit_columns(10, WIDTHS)) == ["Job", "Status", "Score"]  # too narrow for all: nothing else goes
+
+
+@pytest.mark.parametrize(("view", "position"), [
+    ({"job_id": "j", "status": "queued", "queue_position": 3}, 3),
+    ({"job_id": "j", "status": "QUEUED", "queue_position": 1}, 1),
+    ({"job_id": "j", "status": "queued"}, None),  # the hosted service never sends it
+    ({"job_id": "j", "status": "running", "queue_position": 2}, None),  # only while queued
+    ({"job_id": "j", "status": "queued", "queue_position": True}, None),
+    ({"job_id": "j", "status": "queued", "queue_position": "2"}, None),
+    ({"job_id": "j", "status": "queued", "queue_position": 0}, None),
+    ({"job_id": "j", "status": "queued", "queue_position": 10**12}, None),
+    ({"job_id": "j", "status": "queued", "queue_position": 2.0}, None),
+])
+def test_a_queue_position_is_read_only_when_it_is_a_place_in_a_queue(view, position):
+    status = JobStatus.model_validate(view)
+    assert status.queue_position == position
+    row = row_of(status)
+    assert row.queue_position == position
+    assert row.shown_status == (f"queued #{position}" if position else status.status)
+
+
+def test_the_table_shows_a_queued_jobs_place_and_sorts_the_queue_in_order():
+    rows = [JobRow("job_c", "queued", created_at="2026-01-01T12:03:00Z", queue_position=2),
+            JobRow("job_b", "queued", created_at="2026-01-01T12:02:00Z", queue_position=1),
+            JobRow("job_a", "running", created_at="2026-01-01T12:01:00Z")]
+    lines = table_lines(sort_rows(rows, "status"))
+    assert [line.split()[:3] for line in lines[1:]] == [["job_a", "running", "—"], ["job_b", "queued", "#1"],
+                                                          ["job_c", "queued", "#2"]]
+    assert lines[0].index("MODEL") > lines[2].index("#1")  # the column is as wide as "queued #1"

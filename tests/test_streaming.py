@@ -369,3 +369,16 @@ async def test_a_quiet_job_reads_metrics_less_often_and_a_lone_metric_still_arri
     # The metric written without an event arrives during the quiet ticks after it, not at the end.
     order = [type(u).__name__ for u in updates if isinstance(u, (NewMetrics, StatusChanged))]
     assert order.index("NewMetrics") < len(order) - 1 and metric_keys(updates) == [("train.mean_score", 1)]
+
+
+async def test_a_queued_jobs_place_moving_is_a_status_update_and_a_status_line(faulty_backend):
+    from app.core.events import status_line
+
+    timeline = [("queued", [], []), ("queued", [], []), ("queued", [], []), ("running", [], []),
+                ("succeeded", [event(1, "rl.job.completed")], [])]
+    faulty_backend.add_job(ScriptedJob("job_q", timeline, queue_positions=[2, 2, 1, None, None]))
+    updates = await collect(faulty_backend, "job_q")
+    changes = [(u.status.status, u.status.queue_position) for u in updates if isinstance(u, StatusChanged)]
+    assert changes == [("queued", 2), ("queued", 1), ("running", None), ("succeeded", None)]
+    lines = [status_line(u.status).split("] ", 1)[1] for u in updates if isinstance(u, StatusChanged)]
+    assert lines == ["status=queued #2", "status=queued #1", "status=running", "status=succeeded"]

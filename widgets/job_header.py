@@ -16,6 +16,7 @@ from textual.markup import escape as escape_markup
 from textual.widgets import Static
 
 from app.core.redact import printable
+from app.core.wire import shown_status
 
 STATUS_CLASSES = {"succeeded": "ok", "completed": "ok", "failed": "bad", "error": "bad", "cancelled": "warn",
                   "canceled": "warn"}
@@ -28,10 +29,11 @@ def shown_text(text: object, limit: int = 200) -> str:
     return escape_markup(cleaned if len(cleaned) <= limit else cleaned[:limit] + "…")
 
 
-def status_markup(status: str) -> str:
-    """The status with a dot in its colour (the backend's words: neither markup nor codes)."""
+def status_markup(status: str, queue_position: int | None = None) -> str:
+    """The status with a dot in its colour (the backend's words: neither markup nor codes), and
+    the job's place in its backend's queue while it waits: "queued #3"."""
     dot = {"ok": "$success", "bad": "$error", "warn": "$warning"}.get(STATUS_CLASSES.get(status, ""), "$accent")
-    return f"[{dot}]●[/] {shown_text(status, 40)}"
+    return f"[{dot}]●[/] {shown_text(shown_status(status, queue_position), 40)}"
 
 
 def age(seconds: int) -> str:
@@ -46,14 +48,15 @@ class JobHeader(Static):
         self._shown: str | None = None
 
     def show(self, *, job_id: str, status: str, elapsed: int, backend: str, config_path: str | None,
-             model: str | None, states: list[str], policy: tuple[str, bool] | None = None) -> None:
+             model: str | None, states: list[str], policy: tuple[str, bool] | None = None,
+             queue_position: int | None = None) -> None:
         """``states``: markup, already escaped (filter, paused, reconnecting, not watched).
         ``policy``: what trains (events.policy_badge): the language model itself ("lm") or a
         stand-in in its place, said in the warning colour beside the model's name.
         Called every second for the clock: the line is measured again only when something
         but the clock's digits changed, and the widget repaints only when the text did."""
         clock = age(elapsed)
-        head = [f"[b]{shown_text(job_id)}[/b]", status_markup(status), clock]
+        head = [f"[b]{shown_text(job_id)}[/b]", status_markup(status, queue_position), clock]
         facts = [("backend", shown_text(backend), shown_text(urlsplit(backend).netloc or backend))]
         if config_path:
             config = shown_text(Path(config_path).name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.core.wire import JobEvent, JobStatus, MetricPoint, shown_status
 
 NOISE_MARKERS = ("hatchet", "modal")
 
@@ -36,7 +36,8 @@ def clock(now: datetime | None = None) -> str:
 
 
 def status_line(status: JobStatus, now: datetime | None = None) -> str:
-    return f"[{clock(now)}] status={status.status or 'unknown'}"
+    # An embedded backend's queued job also says its place in the queue: status=queued #2.
+    return f"[{clock(now)}] status={shown_status(status.status or 'unknown', status.queue_position)}"
 
 
 def event_line(event: JobEvent, now: datetime | None = None) -> str:

@@ -20,7 +20,7 @@ from app.core.redact import printable
 from app.core.series import default_metric
 from app.core.session import LaunchSession
 from app.core.streaming import MetricCursor
-from app.core.wire import JobStatus, is_terminal_status, parse_iso
+from app.core.wire import JobStatus, is_terminal_status, parse_iso, shown_status
 
 NO_VALUE = "—"
 # Jobs whose metrics are read at once, and pages of metrics read per job and refresh.
@@ -43,10 +43,16 @@ class JobRow:
     model: str | None = None
     created_at: str | None = None
     score: float | None = None
+    queue_position: int | None = None  # while queued on an embedded backend (JobStatus.queue_position)
 
     @property
     def terminal(self) -> bool:
         return is_terminal_status(self.status)
+
+    @property
+    def shown_status(self) -> str:
+        """The status as the list shows it: "queued #3" while the job waits in its backend's queue."""
+        return shown_status(self.status, self.queue_position)
 
 
 def row_of(job: JobStatus) -> JobRow:
@@ -59,7 +65,8 @@ def row_of(job: JobStatus) -> JobRow:
             model = payload_model(payload) if isinstance(payload, Mapping) else None
             if model:
                 break
-    return JobRow(job.job_id, printable(job.status), printable(model) if model else None, job.created_at)
+    return JobRow(job.job_id, printable(job.status), printable(model) if model else None, job.created_at,
+                  queue_position=job.queue_position)
 
 
 def merge_scores(rows: Iterable[JobRow], scores: ScoreBook) -> list[JobRow]:
@@ -70,8 +77,8 @@ def sort_rows(rows: Iterable[JobRow], by: str) -> list[JobRow]:
     """Newest first, or grouped by status (running first), score (best first) or model (A→Z),
     newest first within a group; a job without the value sorts last."""
     newest = sorted(rows, key=lambda r: _created_key(r), reverse=True)
-    if by == "status":
-        return sorted(newest, key=lambda r: (_STATUS_RANK.get(r.status, 6), r.status))
+    if by == "status":  # the queue in its order: the next to start first
+        return sorted(newest, key=lambda r: (_STATUS_RANK.get(r.status, 6), r.status, r.queue_position or 0))
     if by == "score":
         return sorted(newest, key=lambda r: (r.score is None, -(r.score or 0.0)))
     if by == "model":
@@ -246,7 +253,7 @@ async def read_jobs(client: SynthClient, *, status: str | None = None, max_jobs:
 
 def table_lines(rows: Sequence[JobRow]) -> list[str]:
     """The headless table: JOB STATUS MODEL CREATED SCORE, columns as wide as their longest value."""
-    cells = [(r.job_id, r.status, r.model or NO_VALUE, shown_created(r.created_at), shown_score(r.score))
+    cells = [(r.job_id, r.shown_status, r.model or NO_VALUE, shown_created(r.created_at), shown_score(r.score))
              for r in rows]
     header = ("JOB", "STATUS", "MODEL", "CREATED", "SCORE")
     widths = [max(len(line[i]) for line in [header, *cells]) for i in range(len(header))]

@@ -301,9 +301,11 @@ class JobWatcher:
             status = await self.client.get_job(self.job_id, retries=0)
             self._status_read_at = time.monotonic()
             self._ticks_since_status = 0
-            previous = self._state.last_status.status if self._state.last_status else None
+            last = self._state.last_status
+            previous = last.status if last else None
             self._state.last_status = status
-            if status.status != previous:
+            # A queued job's place in its backend's queue moving is news too (the dashboard shows it).
+            if status.status != previous or (last is not None and status.queue_position != last.queue_position):
                 yield StatusChanged(status, previous)
         else:
             self._ticks_since_status += 1

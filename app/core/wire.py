@@ -60,6 +60,7 @@ def terminal_status_of_event(event_type: str) -> str | None:
 # A job id goes into URL paths (/rl/jobs/<id>/events), so only plain characters are accepted:
 # "../x" would otherwise send the key to another path. The client quotes it as well.
 JOB_ID_MAX_CHARS = 128
+QUEUE_POSITION_MAX = 1_000_000  # a larger queue_position is not believed (docs/wire-contract.md#queue-position)
 _JOB_ID_CHARACTER = re.compile(r"[A-Za-z0-9._:-]")
 JOB_ID_RULE = f"1 to {JOB_ID_MAX_CHARS} letters, digits, dots, underscores, colons or hyphens"
 
@@ -124,8 +125,24 @@ class JobStatus(_Tolerant):
     def terminal(self) -> bool:
         return is_terminal_status(self.status)
 
+    @property
+    def queue_position(self) -> int | None:
+        """The job's 1-based place in its backend's queue while it is queued: an extension of
+        the embedded backend (docs/wire-contract.md#queue-position); the hosted service never
+        sends it, and anything but a whole number from 1 counts as none."""
+        value = (self.model_extra or {}).get("queue_position")
+        if self.status != "queued" or isinstance(value, bool) or not isinstance(value, int):
+            return None
+        return value if 1 <= value <= QUEUE_POSITION_MAX else None
+
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def shown_status(status: str, queue_position: int | None = None) -> str:
+    """A status in words, with the queue position while queued: "queued #3" (as narrow as the
+    jobs table's status column)."""
+    return f"{status} #{queue_position}" if queue_position is not None and status == "queued" else status
 
 
 class JobEvent(_Tolerant):

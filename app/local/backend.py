@@ -13,7 +13,12 @@ Everything lives under /api and needs `Authorization: Bearer <api_key>`, except:
   through the seam of app/local/policies (docs/embedded-policy.md).
 
 Jobs left queued or running by a previous run of the backend on the same state file are
-resumed from their last checkpoint as the backend starts (trainer.Trainer.resume).
+resumed from their last checkpoint as the backend starts (trainer.Trainer.resume): those that
+were running first, then the queue in its order.
+
+At most `max_jobs` jobs train at once and `max_rollouts` rollouts are in flight across them;
+the other jobs wait `queued`, their place in the queue given as `queue_position`
+(app/local/admission.py, docs/architecture.md#admission).
 
 Errors are always `{"detail": ...}` JSON. Job events are also served as server-sent events
 when the client asks for `text/event-stream`.
@@ -43,6 +48,7 @@ from app.core.trainable import payload_problems, short_repr
 from app.core.urls import http_url_problem, without_credentials
 from app.core.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
 from app.local import policies
+from app.local.admission import Admission, default_max_jobs, rollout_pool
 from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
 from app.local.api_schemas import (
     BODY_ERRORS,
@@ -93,7 +99,7 @@ class _Backend:
 
     def __init__(self, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None,
                  listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
-                 trainer: str = policies.DEFAULT_POLICY):
+                 trainer: str = policies.DEFAULT_POLICY, admission: Admission | None = None):
         self.api_key = api_key
         self.db_path = Path(db_path)
         self.env_api_keys = [k for k in env_api_keys if k]
@@ -103,6 +109,7 @@ class _Backend:
         self.infra_events = infra_events
         self.resume = resume
         self.trainer_choice = trainer  # auto | lm | tabular (policies.make_policy)
+        self.admission = admission or Admission()  # jobs at once, rollouts in flight (admission.py)
         # Beside the state file: every job's policy, one folder per recorded step.
         self.checkpoints = Checkpoints(self.db_path.parent / "checkpoints")
         self.store: Store
@@ -157,18 +164,24 @@ class _Backend:
 
     def view(self, job: dict[str, Any]) -> dict[str, Any]:
         view = _job_view(job)
+        # An extension of the embedded backend (docs/wire-contract.md#queue-position): the
+        # job's 1-based place in the queue, only while it waits for a slot.
+        position = self.admission.position(job["id"]) if job["status"] == "queued" and self.trainer else None
+        if position is not None:
+            view["queue_position"] = position
         folder = self.model_path(job["id"]) if job["status"] == "succeeded" else None
         if folder is not None:
             view["artifacts"] = {"model_path": str(folder)}
         return view
 
     def resume_interrupted(self, trainer: Trainer) -> None:
-        """Jobs a previous run of the backend left queued or running go on (Trainer.resume)."""
+        """Jobs a previous run of the backend left queued or running go on (Trainer.resume):
+        the running ones first, then the queued ones in the order they were submitted, so the
+        queue keeps its order across a restart."""
         base = self.public_base_url or self.listen_url
-        for job_id in self.store.interrupted:
-            job = self.store.get_job(job_id)
-            if job is None:
-                continue
+        left = [job for job in map(self.store.get_job, self.store.interrupted) if job is not None]
+        for job in sorted(left, key=lambda j: j["status"] != "running"):  # stable: created order kept
+            job_id = job["id"]
             if not self.resume:
                 self.store.fail_interrupted(job_id, "it ran in a backend that stops with the run that started it "
                                                     "(the demo or --backend local)")
@@ -187,26 +200,34 @@ class _Backend:
 def create_backend_app(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None = None,
     listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
-    trainer: str = policies.DEFAULT_POLICY,
+    trainer: str = policies.DEFAULT_POLICY, max_jobs: int | None = None, max_rollouts: int | None = None,
 ) -> FastAPI:
     """`infra_events`: imitate the hosted service's hatchet.* and rl.runtime.modal.* events
     (off unless asked: docs/embedded-policy.md#events). `resume`: go on with the jobs a previous
     run left running (a backend of the demo or `--backend local` stops with its run: False).
-    `trainer`: which policy new jobs train, auto | lm | tabular (docs/embedded-policy.md)."""
+    `trainer`: which policy new jobs train, auto | lm | tabular (docs/embedded-policy.md).
+    `max_jobs`, `max_rollouts`: jobs trained at once and rollouts in flight across them (None:
+    sized to the machine; docs/architecture.md#admission)."""
     if not api_key:
         raise ValueError("the embedded backend needs an API key")
     if trainer not in policies.TRAINER_CHOICES:
         raise ValueError(f"trainer must be one of {', '.join(policies.TRAINER_CHOICES)} (got {trainer!r})")
-    b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume, trainer)
+    admission = Admission(default_max_jobs() if max_jobs is None else max_jobs, max_rollouts or 0)
+    b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume, trainer,
+                 admission)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         b.store = Store(b.db_path)
         b.journal = Journal(b.store)
-        async with httpx.AsyncClient(limits=client_limits()) as http:
+        b.admission = b.admission.fresh()  # an app served again starts with an empty queue
+        # The trainer has its own client, sized so that a rollout never waits for a pooled
+        # connection inside its time limit (admission.rollout_pool); verify uses the other.
+        async with httpx.AsyncClient(limits=client_limits()) as http, \
+                httpx.AsyncClient(limits=rollout_pool(b.admission)) as rollout_http:
             b.http = http
-            b.trainer = Trainer(b.journal, b.env_api_keys, http, b.checkpoints, other_secrets=[b.api_key],
-                                policy_kind=b.trainer_choice, infra_events=b.infra_events)
+            b.trainer = Trainer(b.journal, b.env_api_keys, rollout_http, b.checkpoints, other_secrets=[b.api_key],
+                                policy_kind=b.trainer_choice, infra_events=b.infra_events, admission=b.admission)
             b.resume_interrupted(b.trainer)
             try:
                 yield
@@ -220,6 +241,7 @@ def create_backend_app(
     app = FastAPI(title="synth-tui embedded backend", lifespan=lifespan)
     app.state.begin_shutdown = b.begin_shutdown
     app.state.hold_env_keys = b.hold_env_keys
+    app.state.admission_limits = (b.admission.max_jobs, b.admission.max_rollouts)
     install_json_errors(app)
     app.add_middleware(RequestGuard, limits={path: CHAT_BODY_LIMIT for path in CHAT_PATHS},
                        pattern_limits=[(_CHAT_PATH_FORM, CHAT_BODY_LIMIT)])

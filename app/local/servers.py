@@ -132,14 +132,16 @@ class ServerHandle:
 def start_backend(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0,
     infra_events: bool = False, resume: bool = True, trainer: str = "tabular", db_elsewhere: str | None = None,
+    max_jobs: int | None = None, max_rollouts: int | None = None,
 ) -> ServerHandle:
     """``db_elsewhere``: the caller's other way out of a database that cannot be used, for its
-    error (``pass --workdir DIR``); such a database stops the start here, untouched (store.py)."""
+    error (``pass --workdir DIR``); such a database stops the start here, untouched (store.py).
+    ``max_jobs``, ``max_rollouts``: None sizes them to the machine (admission.py)."""
     check_store_file(db_path, elsewhere=db_elsewhere)
     sock = _bind(host, port)
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
                              public_base_url=_url(host, sock.getsockname()[1]), infra_events=infra_events,
-                             resume=resume, trainer=trainer)
+                             resume=resume, trainer=trainer, max_jobs=max_jobs, max_rollouts=max_rollouts)
     handle = ServerHandle("backend", app, sock).start("/api/health")
     handle.api_key = api_key  # for a flow in this process (app/embedded.py)
     handle.hold_env_keys = app.state.hold_env_keys
@@ -179,15 +181,18 @@ def _bind_for_serving(host: str, port: int, what: str) -> socket.socket:
 
 
 def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str], db_path: Path,
-                  infra_events: bool = False, trainer: str = "auto") -> None:
+                  infra_events: bool = False, trainer: str = "auto", max_jobs: int | None = None,
+                  max_rollouts: int | None = None) -> None:
     """Serve until Ctrl-C (blocking)."""
     check_store_file(db_path, elsewhere="pass --db PATH to use another file")
     sock = _bind_for_serving(host, port, "backend")
     bound = sock.getsockname()[1]
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
-                             listen_url=_url(host, bound), infra_events=infra_events, trainer=trainer)
-    print(f"synth-tui embedded backend on {_url(host, bound)}/api (state: {db_path}; trainer: {trainer})",
-          file=sys.stderr, flush=True)
+                             listen_url=_url(host, bound), infra_events=infra_events, trainer=trainer,
+                             max_jobs=max_jobs, max_rollouts=max_rollouts)
+    limits = app.state.admission_limits
+    print(f"synth-tui embedded backend on {_url(host, bound)}/api (state: {db_path}; trainer: {trainer}; "
+          f"at most {limits[0]} jobs at once, {limits[1]} rollouts in flight)", file=sys.stderr, flush=True)
     _Server(_config(app, host, bound), app.state.begin_shutdown).run(sockets=[sock])
 
 

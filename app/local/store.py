@@ -285,6 +285,19 @@ class Store:
             )
             return True
 
+    def requeue(self, job_id: str) -> bool:
+        """running → queued: a job a restarted backend resumes waits for a slot again
+        (admission.py); False if it is not running."""
+        with self._lock, self._conn:
+            job = self._job(job_id)
+            if job is None or job["status"] != "running":
+                return False
+            self._conn.execute(
+                "UPDATE jobs SET status = 'queued', updated_at = ? WHERE id = ?",
+                (_later_than(job["updated_at"]), job_id),
+            )
+            return True
+
     def set_metadata(self, job_id: str, metadata: dict[str, Any]) -> None:
         # Progress is not a status change: updated_at stays, so pollers print no new line.
         with self._lock, self._conn:

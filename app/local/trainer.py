@@ -39,6 +39,7 @@ from app.core.redact import scrub_key_fragments
 from app.core.trainable import MAX_ANSWER_BYTES, is_int, short_repr, size_problems
 from app.core.urls import http_url_problem
 from app.local import policies
+from app.local.admission import JOBS_FLAG, Admission
 from app.local.answers import DEFAULT_MAX_ANSWER_BYTES, NOT_COMPRESSED, AnswerTooLarge, send_capped, show_bytes
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, response_detail
@@ -308,6 +309,8 @@ class JobRun:
     sample: StepSample | None = None  # the train rollouts of the current step the inspector may keep
     inspect_warned: bool = False  # a rollout could not be stored (said once: _keep)
     calling_rollouts: int = 0  # rollouts that called the policy at least once (_require_policy_calls)
+    lm: bool | None = None  # trains a language model (needs a device: admission.py); None: by the trainer choice
+    admitted: bool = False  # it holds one of the backend's job slots (admission.py)
 
     def __post_init__(self) -> None:
         self.seed = job_seed(self.job_id, self.plan)
@@ -411,8 +414,11 @@ def _load_saved(folder: Any, settings: PolicySettings) -> tuple[Policy, str | No
 class Trainer:
     def __init__(self, journal: Journal, env_api_keys: Sequence[str], http: httpx.AsyncClient,
                  checkpoints: Checkpoints, other_secrets: Sequence[str] = (), *,
-                 policy_kind: str = policies.DEFAULT_POLICY, infra_events: bool = False) -> None:
+                 policy_kind: str = policies.DEFAULT_POLICY, infra_events: bool = False,
+                 admission: Admission | None = None) -> None:
         self.journal = journal
+        # How many jobs train at once and how many rollouts are in flight across them.
+        self.admission = admission or Admission()
         self.env_api_keys = [k for k in env_api_keys if k]
         self.http = http
         self.checkpoints = checkpoints
@@ -443,7 +449,8 @@ class Trainer:
                 loader = partial(policies.make_policy, self.policy_kind, settings)
             else:
                 folder = self.checkpoints.step_dir(job_id, int(state["step"]))
-                if read_manifest(folder)["kind"] == "tabular":
+                kind = read_manifest(folder)["kind"]
+                if kind == "tabular":
                     policy = policies.load(folder, settings)
                 else:  # a model: loaded in a thread as the job starts (_load_policy)
                     loader = partial(_load_saved, folder, settings)
@@ -451,6 +458,8 @@ class Trainer:
             store.fail_interrupted(job_id, f"its checkpoint could not be read ({type(exc).__name__}: {exc})")
             return
         run = JobRun(job_id, plan, api_base.rstrip("/"), policy, loader)
+        if state is not None:
+            run.lm = kind == "lm"
         job = store.get_job(job_id)
         if state is not None:
             run.restore(state)
@@ -464,7 +473,14 @@ class Trainer:
 
     def _launch(self, run: JobRun) -> None:
         self.runs[run.job_id] = run
+        # Its place in the queue is taken now, in the order jobs are launched (admission.py).
+        self.admission.enqueue(run.job_id, self._device_known(run))
         run.task = asyncio.get_running_loop().create_task(self._train(run), name=f"train-{run.job_id}")
+        # Whatever ends the task (even a cancel before its first line ran) frees its slot.
+        run.task.add_done_callback(partial(self._task_done, run.job_id))
+
+    def _task_done(self, job_id: str, _task: asyncio.Task[None]) -> None:
+        self.admission.release(job_id)
 
     async def cancel(self, job_id: str) -> None:
         run = self.runs.get(job_id)
@@ -499,6 +515,7 @@ class Trainer:
     async def _train(self, run: JobRun) -> None:
         j, job_id, plan = self.journal, run.job_id, run.plan
         try:
+            await self._wait_for_slot(run)
             if run.resumed is None:
                 if not j.set_running(job_id):
                     return
@@ -531,8 +548,9 @@ class Trainer:
                 return
             if not run.cancel_requested:
                 raise  # server shutdown: see stop_all
-            j.finish(job_id, "cancelled", "rl.job.cancelled",
-                     f"Job cancelled by request during step {run.step + 1}/{plan.total_steps}",
+            when = (f"during step {run.step + 1}/{plan.total_steps}" if run.admitted
+                    else "while it waited in the queue")
+            j.finish(job_id, "cancelled", "rl.job.cancelled", f"Job cancelled by request {when}",
                      data={"step": run.step, **run.counters()})
         except (TaskAppError, PolicyUnavailable) as exc:
             j.finish(job_id, "failed", "rl.job.failed", str(exc), level="error",
@@ -548,6 +566,59 @@ class Trainer:
                     await asyncio.shield(asyncio.to_thread(run.policy.close))
                 except BaseException:  # noqa: BLE001 - a second cancel while closing: the thread is a daemon
                     pass
+
+    async def _wait_for_slot(self, run: JobRun) -> None:
+        """Wait for one of the backend's job slots (and a device for an `lm` job), saying so
+        in an event when the job has to wait and again when it starts (admission.py)."""
+        admission, job_id = self.admission, run.job_id
+        device = await self._needs_device(run)
+        waited_since: float | None = None
+
+        def waiting(ahead: int, for_device: bool) -> None:
+            nonlocal waited_since
+            waited_since = time.monotonic()
+            if run.resumed is not None:  # a job left running waits again: it is queued meanwhile
+                self.journal.store.requeue(job_id)
+            place = "first in the queue" if ahead == 0 else f"{ahead} job{'s' * (ahead != 1)} ahead in the queue"
+            if for_device:
+                why = (f"`lm` jobs train one per device and this backend has {admission.device_slots or 1} "
+                       "(each CUDA device, else the CPU)")
+            else:
+                why = (f"the backend runs at most {admission.max_jobs} job{'s' * (admission.max_jobs != 1)} at "
+                       f"once ({JOBS_FLAG}), and {admission.running} {'is' if admission.running == 1 else 'are'} "
+                       "running")
+            self.journal.event(job_id, "rl.job.queued", f"Waiting for a slot: {place}; {why}",
+                               data={"queue_position": ahead + 1, "ahead": ahead, "max_jobs": admission.max_jobs,
+                                     "running": admission.running, "waits_for_device": for_device})
+
+        await admission.admit(job_id, device=device, on_wait=waiting)
+        run.admitted = True
+        if waited_since is not None:
+            waited = time.monotonic() - waited_since
+            run.started = time.monotonic()  # its counters' seconds count from now, not from the wait
+            self.journal.event(job_id, "rl.job.admitted",
+                               f"A slot is free after {waited:.0f} s in the queue: the job starts",
+                               data={"waited_seconds": round(waited, 3), "max_jobs": admission.max_jobs})
+
+    def _device_known(self, run: JobRun) -> bool | None:
+        """Whether the job trains a language model (one per device), when that is known without
+        looking for the model: from its checkpoint when resumed, else from the backend's
+        --trainer; `auto` with the trainer extra installed: None (_needs_device looks)."""
+        if run.policy is not None:
+            return run.policy.kind == "lm"
+        if run.lm is not None:
+            return run.lm
+        if self.policy_kind != "auto":
+            return self.policy_kind == "lm"
+        return False if policies.trainer_extra_missing() else None
+
+    async def _needs_device(self, run: JobRun) -> bool:
+        """_device_known, or for `auto` with the trainer extra: whether the model is here."""
+        known = self._device_known(run)
+        if known is not None:
+            return known
+        settings = policy_settings(run.job_id, run.plan)
+        return await asyncio.to_thread(lambda: policies.lm_unavailable(settings) is None)
 
     async def _load_policy(self, run: JobRun) -> None:
         """The job's policy (the lm policy loads its model: seconds, in a thread). A model that
@@ -737,7 +808,10 @@ class Trainer:
 
         async def worker() -> None:
             for index, seed in queue:
-                episodes[index] = await self._rollout(run, mode, step, index, seed)
+                # One of the backend's rollout slots, taken before the rollout is sent: its time
+                # limit then counts from the send, not from the wait (admission.py).
+                async with self.admission.rollout_slot():
+                    episodes[index] = await self._rollout(run, mode, step, index, seed)
 
         try:
             async with asyncio.TaskGroup() as group:

@@ -108,6 +108,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.overlay_ids = list(overlay_ids)
         self.store = MetricStore()
         self.status = "unknown"
+        self.queue_position: int | None = None  # its place in an embedded backend's queue, while queued
         self.reconnecting = ""
         self.policy: tuple[str, bool] | None = None  # what trains it (events.policy_badge)
         self.ended = False
@@ -242,6 +243,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
                  and (e.level or "").lower() == "warning"), self.completion_warning)
         if batch.status is not None:
             self.status = batch.status.status
+            self.queue_position = batch.status.queue_position
             self.seen_running = self.seen_running or batch.active_seen or not is_terminal_status(self.status)
             self.created_at = self.created_at or parse_iso(batch.status.created_at)
         if batch.connection is not None and not self.watch_stopped:
@@ -290,7 +292,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         status, payload, reason = ended.status, ended.payload, ended.reason
         self.ended = True
         self.ended_code = ended.exit_code
-        self.status = status
+        self.status, self.queue_position = status, None
         created, updated = parse_iso(payload.get("created_at")), parse_iso(payload.get("updated_at"))
         if created is not None and updated is not None and reason == "terminal":
             self.finished_after = max(0, int((updated - created).total_seconds()))
@@ -347,7 +349,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             states.append(f"[$warning]reconnecting: {shown_text(self.reconnecting, 50)}[/]")
         self.query_one(JobHeader).show(job_id=self.job.job_id, status=self.status, elapsed=self._elapsed(),
                                        backend=self.session.backend_base, config_path=self.job.config_path,
-                                       model=self.job.model, states=states, policy=self.policy)
+                                       model=self.job.model, states=states, policy=self.policy,
+                                       queue_position=self.queue_position)
 
     # -- keys -----------------------------------------------------------------------------
 

@@ -44,8 +44,10 @@ from widgets.table_keys import highlighted_key
 # 80 columns fit_columns leaves out the model, then the created time, so the score stays.
 NARROW_BELOW = 110
 SCROLLBAR_ROOM = 2  # the table's vertical scrollbar, when the rows outgrow it
-NARROW_WIDTHS = (28, 9, 12, 11, 5)
-WIDE_WIDTHS = (34, 10, 40, 16, 7)
+# The status column also holds a job's place in an embedded backend's queue: "queued #12"
+# (narrow), "queued #123" (wide).
+NARROW_WIDTHS = (28, 10, 12, 11, 5)
+WIDE_WIDTHS = (34, 11, 40, 16, 7)
 STATUS_STYLES = {"ok": "green", "bad": "red", "warn": "yellow"}
 
 
@@ -200,7 +202,7 @@ class JobsScreen(FlowScreen):
         shown = self._shown()
         for row in shown:
             style = STATUS_STYLES.get(STATUS_CLASSES.get(row.status, ""), "cyan")
-            values = {"Job": (row.job_id, ""), "Status": (row.status, style),
+            values = {"Job": (row.job_id, ""), "Status": (row.shown_status, style),
                       "Model": (short_model(row.model) if narrow else row.model or NO_VALUE, ""),
                       "Created": (shown_created(row.created_at, short=narrow), "")}
             table.add_row(*(_cell(*values[label], width) if label in values else

@@ -549,3 +549,33 @@ async def test_the_header_says_which_policy_trains(data, shown, hidden):
         await pilot.resize_terminal(80, 24)
         await wait_for(pilot, lambda: "backend" not in str(app.screen.query_one("JobHeader").render()))
         assert ("⚠ stand-in" if data["stand_in"] else shown) in str(app.screen.query_one("JobHeader").render())
+
+
+async def test_a_queued_job_shows_its_place_in_the_header_as_it_moves(faulty_backend):
+    job = ScriptedJob("job_q", [("queued", [event(1, "rl.job.queued", message="Waiting for a slot")], [])],
+                      queue_positions=[2])
+    faulty_backend.add_job(job)
+    app = make_dashboard_app(faulty_backend, JobContext("job_q"))
+
+    def header() -> str:
+        return str(app.screen.query_one("#dash-header").render())
+
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: "queued #2" in header(), what="the header saying queued #2")
+        assert screen.queue_position == 2
+        job.queue_positions = [1]  # the job ahead started
+        await wait_for(pilot, lambda: "queued #1" in header(), what="the header saying queued #1")
+        job.timeline = [*job.timeline, ("running", [], []), ("succeeded", [event(2, "rl.job.completed")], [])]
+        job.queue_positions = [1, None, None]
+        await wait_for(pilot, lambda: screen.ended, what="the job's end")
+        assert "#" not in header().split("succeeded")[0].split("job_q")[1]
+        assert screen.queue_position is None
+
+
+async def test_a_queued_job_at_80x24_keeps_its_place_in_the_header(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_q", [("queued", [], [])], queue_positions=[12]))
+    app = make_dashboard_app(faulty_backend, JobContext("job_q"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "queued #12" in str(app.screen.query_one("#dash-header").render()),
+                       what="the header saying queued #12")

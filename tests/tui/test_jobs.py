@@ -355,3 +355,21 @@ async def test_q_on_a_dashboard_opened_from_the_list_goes_back_and_only_the_list
         await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit on the list again")
         await pilot.press("q")
         await wait_for(pilot, lambda: not app.is_running, what="the app to quit")
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_a_queued_job_shows_its_place_in_the_status_column(faulty_backend, size):
+    faulty_backend.list_paging = "after"  # the list carries each job's fields, as the embedded backend's does
+    faulty_backend.add_job(ScriptedJob("job_run", [("running", [], [])], created_at="2026-01-01T12:00:00Z"))
+    for position, job_id in ((12, "job_q2"), (1, "job_q1")):
+        faulty_backend.add_job(ScriptedJob(job_id, [("queued", [], [])], created_at=f"2026-01-01T12:{position:02d}:00Z",
+                                           queue_positions=[position]))
+    app = make_jobs_app(faulty_backend)
+    async with app.run_test(size=size) as pilot:
+        screen = jobs(app)
+        await loaded(pilot, screen)
+        statuses = dict(zip(table_column(screen, 0), table_column(screen, 1), strict=True))
+        assert statuses == {"job_q2": "queued #12", "job_q1": "queued #1", "job_run": "running"}
+        await pilot.press("s")  # by status: running, then the queue in its order
+        await wait_for(pilot, lambda: table_column(screen, 0) == ["job_run", "job_q1", "job_q2"],
+                       what="the queue in its order")
