@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.paths import open_private, private_dir, run_dir
 
+# What the cancel dialog says of a job, running or queued (the jobs list and the dashboard).
+CANCEL_DETAIL = "The backend stops the job, or takes it out of the queue; its events so far are kept."
+
 if TYPE_CHECKING:  # the feed imports the watcher; a context is built long before a feed runs
     from app.core.feed import FeedBatch
     from app.core.history import RunHistory, RunRecord

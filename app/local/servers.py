@@ -22,6 +22,7 @@ from fastapi import FastAPI
 
 from app.core.errors import UsageError
 from app.core.paths import state_dir
+from app.core.words import counted
 from app.local.backend import create_backend_app
 from app.local.crafter_taskapp import create_crafter_taskapp
 from app.local.retry import SERVER_KEEPALIVE_S
@@ -192,7 +193,8 @@ def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str
                              max_jobs=max_jobs, max_rollouts=max_rollouts)
     limits = app.state.admission_limits
     print(f"synth-tui embedded backend on {_url(host, bound)}/api (state: {db_path}; trainer: {trainer}; "
-          f"at most {limits[0]} jobs at once, {limits[1]} rollouts in flight)", file=sys.stderr, flush=True)
+          f"at most {counted(limits[0], 'job')} at once, {counted(limits[1], 'rollout')} in flight)",
+          file=sys.stderr, flush=True)
     _Server(_config(app, host, bound), app.state.begin_shutdown).run(sockets=[sock])
 
 

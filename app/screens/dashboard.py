@@ -29,7 +29,7 @@ from app.core.errors import ExitCode, SynthTuiError
 from app.core.events import policy_badge
 from app.core.feed import FeedBatch, JobFeed
 from app.core.history import RunHistory
-from app.core.jobs import JobContext, export_run, read_history, remember, stop_backend_jobs
+from app.core.jobs import CANCEL_DETAIL, JobContext, export_run, read_history, remember, stop_backend_jobs
 from app.core.paths import run_dir
 from app.core.saved_run import run_span
 from app.core.series import MetricStore
@@ -423,7 +423,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self.notify(f"The job has already ended ({self.status}).", severity="warning")
             return
         self.flow_app.confirm(f"Cancel job {self.job.job_id}?", self._cancel, label="Cancel job",
-                              detail="The backend stops the job; its events so far are kept.")
+                              detail=CANCEL_DETAIL)
 
     @work(exclusive=True, group="cancel", exit_on_error=False, name="Cancel")
     async def _cancel(self) -> None:

@@ -30,7 +30,7 @@ from app.core.job_list import (
     sort_rows,
 )
 from app.core.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
-from app.core.jobs import JobContext, read_history
+from app.core.jobs import CANCEL_DETAIL, JobContext, read_history
 from app.core.redact import redact
 from app.core.words import counted
 from app.screens.base import FlowScreen
@@ -298,7 +298,7 @@ class JobsScreen(FlowScreen):
             self.notify(f"Job {row.job_id} has already ended ({row.status}).", severity="warning")
             return
         self.flow_app.confirm(f"Cancel job {row.job_id}?", lambda: self._cancel(row.job_id), label="Cancel job",
-                              detail="The backend stops the job; its events so far are kept.")
+                              detail=CANCEL_DETAIL)
 
     @work(exclusive=True, group="jobs-cancel", exit_on_error=False, name="Cancel")
     async def _cancel(self, job_id: str) -> None:
