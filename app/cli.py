@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from app import __version__
 from app.core.errors import ExitCode, SynthTuiError
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.launch.session import LaunchOptions, LaunchSession
 
 # What the embedded backend trains (app.local.policies.TRAINER_CHOICES; not imported here: the
 # parser must not load the backend).
@@ -205,7 +205,7 @@ def _add_taskapp_parser(sub: argparse._SubParsersAction) -> None:
 
 def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
     """``synth-tui jobs``: the backend's job list (docs/product.md#jobs-view)."""
-    from app.core.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS, SORTS
+    from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS, SORTS
 
     jobs = sub.add_parser("jobs", help="every job the backend knows (k9s-style): attach, cancel, rerun")
     jobs.add_argument("--backend", metavar="URL", help="backend base URL, http(s)://HOST[:PORT] (/api is appended)")
@@ -267,7 +267,7 @@ def _count(low: int, high: int) -> Callable[[str], int]:
 
 
 # A job status as a query value (`jobs --status`): a word, bounded like every flag that goes into
-# a URL (a job id: app.core.wire.job_id_problem; a rollout id: app.core.rollouts).
+# a URL (a job id: app.core.api.wire.job_id_problem; a rollout id: app.core.runs.rollouts).
 MAX_STATUS_CHARS = 64
 
 
@@ -328,7 +328,7 @@ def _tell_history_repairs() -> None:
     """A damaged run history moved aside on a path that had no place to say so (an attach, an
     overlay's lookup): told here, once, when the command ends (docs/product.md#damaged-state).
     Only when the history was loaded at all: a command that never read it imports nothing."""
-    history = sys.modules.get("app.core.history")
+    history = sys.modules.get("app.core.runs.history")
     if history is None:
         return
     for note in history.take_repair_notes():

@@ -21,11 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from app.core import envfile
-from app.core.discovery import project_config_roots
+from app.core.config.discovery import project_config_roots
+from app.core.env import envfile
 from app.core.errors import ExitCode, UsageError
+from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
 from app.core.paths import open_private, private_dir, private_file, state_dir
-from app.core.session import LaunchOptions, LaunchSession, Preparation
 
 if TYPE_CHECKING:  # the servers (FastAPI, uvicorn) load only when a demo starts them
     from app.local.servers import ServerHandle
@@ -78,14 +78,14 @@ def demo_config_path(cwd: Path | None = None) -> Path:
 
 
 def load_demo_config() -> dict[str, Any]:
-    from app.core.toml_source import load_toml
+    from app.core.config.toml_source import load_toml
 
     return load_toml(demo_config_path())
 
 
 def demo_payload(config: Mapping[str, Any], task_url: str, backend_base: str = "") -> dict[str, Any]:
     """The job payload the train flow sends for a config dict (validated like any config)."""
-    from app.core import config as cfg  # the schema: not needed before the first frame
+    from app.core.config import rl as cfg  # the schema: not needed before the first frame
 
     validated = cfg.validate_rl_mapping(dict(config)).raise_if_invalid()
     return cfg.build_rl_payload(validated, task_url=task_url, backend_base=backend_base)
@@ -274,8 +274,8 @@ def demo_end_note(code: int | None) -> str:
 
 
 def record_demo_end(setup: DemoSetup, code: int | None) -> None:
-    from app.core.jobs import remember, stop_backend_jobs
-    from app.core.launch import resolve_backend
+    from app.core.launch.steps import resolve_backend
+    from app.core.runs.jobs import remember, stop_backend_jobs
 
     backend = resolve_backend(setup.backend.url, {})[0]  # as the session recorded it (…/api)
     warning = remember(lambda history: stop_backend_jobs(history, backend, demo_end_note(code)))

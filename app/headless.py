@@ -17,21 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.core import config as cfg
-from app.core import envfile
-from app.core.client import ApiError, SynthClient
-from app.core.compare import compare_rows, open_comparison, read_runs
-from app.core.diagnosis import BackendCheck, TaskAppCheck, overall_verdict
-from app.core.errors import ExitCode, SynthTuiError, UsageError
-from app.core.events import event_line, is_noise, metric_line, status_line
-from app.core.history import RunHistory, RunRecord, take_repair_notes
-from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
-from app.core.jobs import remember
-from app.core.launch import PreparedJob
-from app.core.redact import mask_secret, printable, redact, redact_url
-from app.core.series import shown_number
-from app.core.session import LaunchOptions, LaunchSession
-from app.core.streaming import (
+from app.core.api.client import ApiError, SynthClient
+from app.core.api.streaming import (
     BackendGaveUp,
     ConnectionState,
     JobWatcher,
@@ -41,9 +28,22 @@ from app.core.streaming import (
     Update,
     WatchEnded,
 )
-from app.core.toml_source import read_config_text
-from app.core.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status
-from app.core.words import counted
+from app.core.api.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status
+from app.core.config import rl as cfg
+from app.core.config.toml_source import read_config_text
+from app.core.env import envfile
+from app.core.errors import ExitCode, SynthTuiError, UsageError
+from app.core.launch.diagnosis import BackendCheck, TaskAppCheck, overall_verdict
+from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.steps import PreparedJob
+from app.core.redact import mask_secret, printable, redact, redact_url
+from app.core.runs.compare import compare_rows, open_comparison, read_runs
+from app.core.runs.events import event_line, is_noise, metric_line, status_line
+from app.core.runs.history import RunHistory, RunRecord, take_repair_notes
+from app.core.runs.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
+from app.core.runs.jobs import remember
+from app.core.runs.series import shown_number
+from app.core.text import counted
 from app.text_chart import TextChart
 
 
@@ -533,7 +533,7 @@ def run_jobs(args: argparse.Namespace, *, printer: Printer | None = None) -> int
 
 
 async def _jobs_table(args: argparse.Namespace, printer: Printer) -> int:
-    from app.core import job_list
+    from app.core.runs import job_list
 
     session = LaunchSession(LaunchOptions.from_args(args))
     session.open_unattended_env()
@@ -607,7 +607,7 @@ def run_rollouts(args: argparse.Namespace, *, printer: Printer | None = None) ->
 async def _rollouts(args: argparse.Namespace, printer: Printer) -> int:
     from dataclasses import asdict
 
-    from app.core import rollouts
+    from app.core.runs import rollouts
 
     session = LaunchSession(LaunchOptions.from_args(args))
     session.attach(args.job_id)  # the id checked, the backend and key (from the run history when there)

@@ -12,7 +12,7 @@ from collections import ChainMap
 from collections.abc import Mapping
 from pathlib import Path
 
-from app.core import envfile
+from app.core.env import envfile
 from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageError
 
 

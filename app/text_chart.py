@@ -13,9 +13,9 @@ from typing import TextIO
 
 import plotext as plt
 
-from app.core.events import event_line
-from app.core.series import MetricStore, default_metric, downsample
-from app.core.wire import JobEvent, MetricPoint
+from app.core.api.wire import JobEvent, MetricPoint
+from app.core.runs.events import event_line
+from app.core.runs.series import MetricStore, default_metric, downsample
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")

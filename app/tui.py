@@ -20,11 +20,11 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from app.core import envfile
+from app.core.env import envfile
 from app.core.errors import ExitCode, SynthTuiError
-from app.core.jobs import JobContext
+from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
 from app.core.redact import redact
-from app.core.session import LaunchOptions, LaunchSession, Preparation
+from app.core.runs.jobs import JobContext
 from app.screens.base import FlowScreen
 
 # Each screen's module is imported when the screen is first shown: the first frame waits only
@@ -306,7 +306,7 @@ class SynthTuiApp(App[int]):
     def tell_history_repairs(self) -> None:
         """A damaged run history moved aside by a read just made (jobs.read_history): told once,
         here, as a notification (docs/product.md#damaged-state)."""
-        from app.core.history import take_repair_notes
+        from app.core.runs.history import take_repair_notes
 
         self.warn_history(" ".join(take_repair_notes()) or None)
 
@@ -466,7 +466,7 @@ def run_jobs_tui(session: LaunchSession, **jobs_options: Any) -> int:
 
 def run_compare_tui(session: LaunchSession, job_ids: list[str]) -> int:
     """``synth-tui compare``: the runs' metrics on one grid."""
-    from app.core.compare import open_comparison
+    from app.core.runs.compare import open_comparison
     from app.screens.compare import CompareScreen
 
     ids = open_comparison(session, job_ids)

@@ -42,7 +42,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
-from app.core.series import MetricSeries, MetricStore
+from app.core.runs.series import MetricSeries, MetricStore
 from app.tui import stylesheet_path
 from benchmarks.common import Figure, below, child_main, median, say, time_calls
 from widgets.event_log import EventLog

@@ -27,9 +27,9 @@ from datetime import UTC, datetime, timedelta
 from textual import events
 from textual.widgets import RichLog
 
-from app.core.events import is_noise
-from app.core.series import MetricStore
-from app.core.wire import JobEvent, MetricPoint
+from app.core.api.wire import JobEvent, MetricPoint
+from app.core.runs.events import is_noise
+from app.core.runs.series import MetricStore
 from benchmarks.bench_chart import DashboardLikeApp
 from benchmarks.common import Figure, above, below, child_main, median, percentile, say
 from widgets.event_log import EventLog, format_event

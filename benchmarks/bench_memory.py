@@ -57,8 +57,8 @@ async def settle(app, limit: float = 10.0) -> None:
 
 
 async def dashboard_rss(events: int, points: int) -> dict:
-    from app.core.series import MetricStore
-    from app.core.wire import JobEvent, MetricPoint
+    from app.core.api.wire import JobEvent, MetricPoint
+    from app.core.runs.series import MetricStore
     from benchmarks.bench_chart import DashboardLikeApp
     from widgets.event_log import EventLog
     from widgets.metrics_grid import MetricsGrid

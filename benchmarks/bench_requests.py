@@ -99,8 +99,8 @@ class Servers:
 
 
 async def ours_per_tick(servers: Servers, job_id: str) -> dict:
-    from app.core.client import SynthClient
-    from app.core.streaming import JobWatcher, WatchOptions
+    from app.core.api.client import SynthClient
+    from app.core.api.streaming import JobWatcher, WatchOptions
 
     at_tick: list[int] = []  # the request count as each tick starts
     async with SynthClient(servers.backend, servers.api_key) as client:
@@ -193,7 +193,7 @@ def _epoch(created_at: str | None) -> float | None:
 
 
 async def screen_latency(servers: Servers, job_id: str, *, use_sse: bool) -> dict:
-    from app.core.session import LaunchOptions, LaunchSession
+    from app.core.launch.session import LaunchOptions, LaunchSession
     from app.screens.dashboard import DashboardScreen, JobContext
     from app.tui import SynthTuiApp
     from widgets.event_log import EventLog

@@ -67,7 +67,9 @@ def test_a_usage_error_or_help_is_the_same(argv):
 @given(st.lists(st.sampled_from(WORDS), max_size=6))
 def test_any_words_give_the_same_outcome(argv):
     whole, one = both(argv)
-    assert one == whole
+    # Compared as text: "--poll-interval nan" parses (the launch options refuse it later), and
+    # nan is never equal to itself.
+    assert repr(one) == repr(whole)
 
 
 def test_trainer_flags_choose_the_embedded_backends_policy():

@@ -7,8 +7,8 @@ import socket
 import httpx
 import pytest
 
-from app.core.backend_url import backend_from_env, ensure_api_base
-from app.core.client import (
+from app.core.api.backend_url import backend_from_env, ensure_api_base
+from app.core.api.client import (
     AuthError,
     BackendTimeout,
     BackendUnreachable,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from seeded_backend import API_KEY, start_seeded_backend
 
-from app.core.history import RunHistory
-from app.core.history_refresh import needs_refresh
+from app.core.runs.history import RunHistory
+from app.core.runs.history_refresh import needs_refresh
 from fakes import training_timeline
 
 pytestmark = pytest.mark.slow  # a real process per test: seconds each

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from app.cli import main
-from app.core.client import SynthClient
-from app.core.compare import ComparedRun, compare_rows, read_run
+from app.core.api.client import SynthClient
+from app.core.api.wire import MetricPoint
 from app.core.errors import ExitCode
-from app.core.wire import MetricPoint
+from app.core.runs.compare import ComparedRun, compare_rows, read_run
 from fakes import finished_job
 
 
@@ -66,7 +66,7 @@ def test_rows_follow_the_chart_order_and_mark_a_missing_metric():
 
 
 def test_run_labels_tell_the_runs_of_a_chart_apart_in_a_few_characters():
-    from app.core.compare import run_labels
+    from app.core.runs.compare import run_labels
 
     hosted = ["job_f035a1b2c3d4e5f6a7b8c9d0", "job_f035a1ffffffffffffffffff", "job_9c2e41000000000000000000"]
     labels = run_labels(hosted)

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from app.core import config as cfg
-from app.core.config import (
+from app.core.config import rl as cfg
+from app.core.config.payload import for_backend
+from app.core.config.rl import (
     ConfigCandidate,
     ConfigValidationError,
     Problem,
@@ -30,9 +31,8 @@ from app.core.config import (
     validate_rl_text,
     write_last_config,
 )
+from app.core.config.toml_source import TomlLineIndex
 from app.core.errors import ConfigError
-from app.core.payload import for_backend
-from app.core.toml_source import TomlLineIndex
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "configs" / "rl"
@@ -60,7 +60,7 @@ def problems_of(report) -> list[tuple[str, int | None, str]]:
 
 def test_config_modules_do_not_import_textual():
     code = (
-        "import sys; import app.core.config, app.core.models, app.core.payload; "
+        "import sys; import app.core.config.rl, app.core.config.models, app.core.config.payload; "
         "assert not [m for m in sys.modules if m.split('.')[0] == 'textual'], 'textual imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
@@ -498,7 +498,7 @@ def test_training_missing_fields_and_bad_types():
     assert problems_of(report) == [
         ("training.max_turns", 30, "field required"),
         ("training.group_size", 30, "field required"),
-        # The bounds of app.core.trainable speak first, with the allowed range.
+        # The bounds of app.core.config.trainable speak first, with the allowed range.
         ("training.batch_size", 33, "must be a whole number from 1 to 1,024 (got 'sixteen')"),
         (
             "training.weight_sync.verify_every_k",
@@ -722,13 +722,17 @@ def test_payload_takes_the_names_of_the_backend_generation(generations, section,
 def test_a_local_model_folder_is_accepted_as_model_base(tmp_path):
     """The embedded backend trains a model from a folder of this machine (docs/embedded-policy.md);
     a folder without a model, or a path that does not exist, is still refused."""
-    from app.core.models import check_rl_model
+    from app.core.config.models import check_rl_model
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     (tmp_path / "empty").mkdir()
     assert check_rl_model(str(tmp_path / "model"), allow_experimental=False, allow_fine_tuned=False) == str(
         tmp_path / "model")
-    for refused in (tmp_path / "empty", tmp_path / "missing"):
-        with pytest.raises(ConfigError, match="is not supported"):
+    (tmp_path / "file").write_text("")
+    # Each refusal says what is wrong with the path, not that a model "is not supported".
+    for refused, why in ((tmp_path / "empty", "holds no model"), (tmp_path / "missing", "does not exist"),
+                         (tmp_path / "file", "is not a folder")):
+        with pytest.raises(ConfigError, match=why) as caught:
             check_rl_model(str(refused), allow_experimental=False, allow_fine_tuned=False)
+        assert "not supported" not in str(caught.value) and "config.json" in (caught.value.hint or "")

@@ -1,4 +1,4 @@
-"""The one definition of a trainable config (app.core.trainable): validation names the key,
+"""The one definition of a trainable config (app.core.config.trainable): validation names the key,
 its line and the allowed range; `--dry-run` refuses with exit 2 before any request; the
 embedded backend's job check agrees with the client's on every value, by construction and by
 a property test."""
@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.cli import build_parser, normalise_argv
-from app.core.config import validate_rl_mapping, validate_rl_text
-from app.core.trainable import NUMBER_BOUNDS, size_problems
+from app.core.config.rl import validate_rl_mapping, validate_rl_text
+from app.core.config.trainable import NUMBER_BOUNDS, size_problems
 from app.demo import demo_config_path, demo_payload, load_demo_config
 from app.headless import Printer, run_train
 from app.local.trainer import InvalidJobPayload, plan_from_payload

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core import discovery, saved_run
-from app.core.history import RunHistory, take_repair_notes
-from app.core.jobs import remember
+from app.core.config import discovery
+from app.core.runs import saved_run
+from app.core.runs.history import RunHistory, take_repair_notes
+from app.core.runs.jobs import remember
 from app.core.state_files import StateFileError
 from app.local.store import SCHEMA_VERSION, Store, UnusableStore, check_store_file
 
@@ -259,7 +260,7 @@ def test_a_history_that_cannot_be_opened_is_a_state_file_error_naming_it(monkeyp
     def locked(*args, **kwargs):
         raise sqlite3.OperationalError("database is locked")
 
-    monkeypatch.setattr("app.core.history.sqlite3.connect", locked)
+    monkeypatch.setattr("app.core.runs.history.sqlite3.connect", locked)
     with pytest.raises(StateFileError) as caught:
         RunHistory(history).list()
     assert str(history) in caught.value.message and "try again" in (caught.value.hint or "")

@@ -1,4 +1,4 @@
-"""Tests for app.core.envfile: parsing, byte-preserving edits, atomic saves, discovery,
+"""Tests for app.core.env.envfile: parsing, byte-preserving edits, atomic saves, discovery,
 key resolution and masking. Real files in tmp dirs; the real home is never touched."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from dotenv import dotenv_values
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from app.core import envfile
-from app.core.envfile import (
+from app.core.env import envfile
+from app.core.env.envfile import (
     KEY_ALIASES,
     REQUIRED_KEYS,
     EnvFile,
@@ -673,7 +673,7 @@ def test_no_repr_error_or_warning_shows_a_full_secret(tmp_path, monkeypatch):
 
 
 def test_core_module_does_not_import_textual():
-    code = "import sys, app.core.envfile; print('textual' in sys.modules)"
+    code = "import sys, app.core.env.envfile; print('textual' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1])
     assert out.stdout.strip() == "False"

@@ -13,7 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 # What the first frame must not wait for: each costs tens of milliseconds or more to import.
 LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.syntax", "fastapi", "uvicorn",
-         "app.core.config_schema", "app.core.client", "app.core.streaming", "app.headless", "app.local.servers",
+         "app.core.config.schema", "app.core.api.client", "app.core.api.streaming", "app.headless", "app.local.servers",
          "app.screens.dashboard", "app.screens.env_review",
          # The trainer extra (pip install 'synth-tui[trainer]'): only the embedded backend's lm policy loads it.
          "torch", "transformers", "trl", "peft", "xgrammar", "app.local.policies.lm")

@@ -170,7 +170,7 @@ def test_verification_failure_exits_3_with_the_report(world):
     assert code == 3
     assert ("Backend verify: FAILED (no call the backend made to the task app succeeded, with any key it holds). "
             "Full report:") in out
-    # The verdict the TUI's verification screen shows (app/core/diagnosis.py), with its fix.
+    # The verdict the TUI's verification screen shows (app/core/launch/diagnosis.py), with its fix.
     assert "Error: The backend holds no key this task app accepts" in err
     assert "Upload this task app's ENVIRONMENT_API_KEY" in err
 
@@ -246,7 +246,7 @@ def test_console_script_end_to_end(world):
 
 
 def test_runs_are_recorded_in_the_history(world):
-    from app.core.history import RunHistory
+    from app.core.runs.history import RunHistory
 
     code, _, _ = run(world, "--idempotency", "hist-key")
     assert code == 0

@@ -22,9 +22,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.cli import main
-from app.core.backend_url import backend_url_problem
-from app.core.envfile import header_value_problem
-from app.core.wire import job_id_problem
+from app.core.api.backend_url import backend_url_problem
+from app.core.api.wire import job_id_problem
+from app.core.env.envfile import header_value_problem
 from app.embedded import LOCAL
 from hostile_inputs import MALFORMED_BACKEND_URLS
 
@@ -52,7 +52,7 @@ CLOSED = f"http://127.0.0.1:{_closed_port()}"
 @pytest.fixture(autouse=True, scope="module")
 def no_retry_waits():
     """Refused connections are retried with backoff; the waits would only slow the examples."""
-    with mock.patch("app.core.client.backoff_delay", return_value=0.0):
+    with mock.patch("app.core.api.client.backoff_delay", return_value=0.0):
         yield
 
 

@@ -13,21 +13,21 @@ from unittest import mock
 import httpx
 import pytest
 
-from app.core import config as cfg
-from app.core.backend_url import backend_from_env, backend_url_problem
-from app.core.client import (
+from app.core.api.backend_url import backend_from_env, backend_url_problem
+from app.core.api.client import (
     BadResponseError,
     SynthClient,
     job_path,
 )
-from app.core.envfile import EnvFile, ResolvedKey, header_value_problem, resolve_keys
+from app.core.api.wire import check_job_id, job_id_problem
+from app.core.config import rl as cfg
+from app.core.config.picker import config_path_problem, find_config_entries, load_config_entry
+from app.core.config.toml_source import MAX_TOML_DEPTH, TomlSyntaxError, parse_toml_text, read_config_text
+from app.core.config.validation import validate_rl_file
+from app.core.env.envfile import EnvFile, ResolvedKey, header_value_problem, resolve_keys
 from app.core.errors import ConfigError, EnvFileError, UnusableSecretError, UsageError
-from app.core.launch import check_task_url, choose_env_file, require_secrets
-from app.core.picker import config_path_problem, find_config_entries, load_config_entry
-from app.core.session import LaunchOptions, LaunchSession
-from app.core.toml_source import MAX_TOML_DEPTH, TomlSyntaxError, parse_toml_text, read_config_text
-from app.core.validation import validate_rl_file
-from app.core.wire import check_job_id, job_id_problem
+from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.steps import check_task_url, choose_env_file, require_secrets
 from hostile_inputs import MALFORMED_BACKEND_URLS
 
 REPO = Path(__file__).resolve().parents[1]
@@ -373,7 +373,7 @@ def test_env_file_flag_pointing_at_a_folder_or_a_pipe(tmp_path):
 def test_a_headless_run_never_takes_a_dependencys_env_on_its_own(tmp_path, monkeypatch):
     """A .env deep in the tree (a vendored library's) must not receive the shell's keys."""
     from app.core.errors import UsageError
-    from app.core.session import LaunchOptions, LaunchSession
+    from app.core.launch.session import LaunchOptions, LaunchSession
 
     vendor = tmp_path / "vendor" / "somelib"
     vendor.mkdir(parents=True)
@@ -418,7 +418,7 @@ def test_the_dashboard_header_escapes_what_the_backend_says():
 
 
 def test_values_a_chart_cannot_span_are_left_out_of_it():
-    from app.core.series import MetricSeries
+    from app.core.runs.series import MetricSeries
 
     series = MetricSeries("train.mean_score")
     for step, value in enumerate([0.5, 1e308, -1e308, 0.7]):

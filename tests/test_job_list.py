@@ -1,5 +1,5 @@
 """The job list's paging (SynthClient.list_all_jobs) and the jobs view's rows: sorting,
-filtering, scores and the headless table (app/core/job_list.py)."""
+filtering, scores and the headless table (app/core/runs/job_list.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import asyncio
 
 import pytest
 
-from app.core.client import SynthClient
-from app.core.job_list import (
+from app.core.api.client import SynthClient
+from app.core.api.wire import JobStatus
+from app.core.runs.job_list import (
     JobRow,
     ScoreBook,
     filter_rows,
@@ -22,7 +23,6 @@ from app.core.job_list import (
     sort_rows,
     table_lines,
 )
-from app.core.wire import JobStatus
 from fakes import FaultyBackend, ScriptedJob, metric
 
 

@@ -22,10 +22,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.core.feed import JobFeed
-from app.core.history import RunHistory
+from app.core.api.streaming import WatchOptions
 from app.core.paths import open_private, private_dir, private_file, run_dir, state_dir
-from app.core.streaming import WatchOptions
+from app.core.runs.feed import JobFeed
+from app.core.runs.history import RunHistory
 from app.local.store import Store
 from pilot_waits import poll_until, wait_for, wait_for_screen
 
@@ -174,7 +174,7 @@ def test_the_feed_stream_file_is_private(wide_umask):
 
 
 async def test_the_dashboard_export_is_private(faulty_backend, wide_umask):
-    from app.core.session import LaunchOptions, LaunchSession
+    from app.core.launch.session import LaunchOptions, LaunchSession
     from app.screens.dashboard import DashboardScreen, JobContext
     from app.tui import SynthTuiApp
     from fakes import ScriptedJob, training_timeline
@@ -420,7 +420,7 @@ def test_the_demo_never_writes_through_a_link_in_its_folder(tmp_path):
 
 
 def test_a_demo_env_whose_keys_were_removed_gets_fresh_ones(tmp_path):
-    from app.core import envfile
+    from app.core.env import envfile
     from app.demo import demo_keys, write_env
 
     env_path = tmp_path / ".env"

@@ -15,6 +15,7 @@ import pytest
 
 from app.core import modal
 from app.core.errors import ExitCode
+from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.modal import (
     ModalCancelled,
     ModalCli,
@@ -26,7 +27,6 @@ from app.core.modal import (
     ModalTimeout,
     ModalUsageError,
 )
-from app.core.session import LaunchOptions, LaunchSession
 from pilot_waits import poll_until
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,15 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from app.core.config import RLConfig, build_rl_payload, resolve_task_url, validate_rl_file, validate_rl_text
-from app.core.errors import ConfigError
-from app.core.models import (
+from app.core.config.models import (
     DEFAULT_EXPERIMENTAL_MODELS,
     RL_CAPABLE_MODELS,
     check_rl_model,
     experimental_allowed,
     normalize_model_id,
 )
+from app.core.config.rl import RLConfig, build_rl_payload, resolve_task_url, validate_rl_file, validate_rl_text
+from app.core.errors import ConfigError
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "configs" / "rl"
 BACKEND = "https://agent-learning.onrender.com/api"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from app.core.rollout_pick import compare_partner, nearest_step, next_phase, shifted_step, step_rollouts, steps_of
-from app.core.rollouts import RolloutSummary
+from app.core.runs.rollout_pick import compare_partner, nearest_step, next_phase, shifted_step, step_rollouts, steps_of
+from app.core.runs.rollouts import RolloutSummary
 
 
 def summary(rollout_id: str, step: int, reward: float, *, phase: str = "train", seed: int | None = 1,

@@ -1,4 +1,4 @@
-"""app/core/rollouts.py: tolerant reading of what a backend says about a job's rollouts
+"""app/core/runs/rollouts.py: tolerant reading of what a backend says about a job's rollouts
 (docs/wire-contract.md#rollouts), on a plain HTTP server on a loopback port. Hypothesis sends
 odd shapes; a bounded number of examples each."""
 
@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.client import BadResponseError, NotFoundError, SynthClient
+from app.core.api.client import BadResponseError, NotFoundError, SynthClient
 from app.core.errors import ExitCode
-from app.core.rollouts import (
+from app.core.runs.rollouts import (
     STALE_PAGES,
     RolloutsNotServed,
     action_text,

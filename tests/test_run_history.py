@@ -13,11 +13,11 @@ import pytest
 
 from app.cli import main
 from app.core.errors import EnvFileError, MissingSecretsError
-from app.core.history import RunHistory
-from app.core.history_refresh import problem_notes, refresh_statuses
-from app.core.jobs import JobContext
+from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.paths import history_db_path
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.runs.history import RunHistory
+from app.core.runs.history_refresh import problem_notes, refresh_statuses
+from app.core.runs.jobs import JobContext
 from fakes import ScriptedJob
 
 DEAD_BACKEND = "http://127.0.0.1:1/api"
@@ -87,7 +87,7 @@ def test_opening_a_migrated_file_again_changes_nothing(tmp_path):
 
 
 def test_a_column_added_by_another_process_meanwhile_is_not_an_error(tmp_path):
-    from app.core.history import _add_missing_columns
+    from app.core.runs.history import _add_missing_columns
 
     path = old_history(tmp_path / "history.sqlite")
     RunHistory(path).get("job_old")  # the other process: it added the column
@@ -388,7 +388,7 @@ def test_a_status_check_never_sends_the_env_file_key_to_another_jobs_backend(tmp
 
 
 def test_an_embedded_backend_that_stops_fails_every_unfinished_job_of_it(tmp_path):
-    from app.core.jobs import stop_backend_jobs
+    from app.core.runs.jobs import stop_backend_jobs
 
     history = RunHistory(tmp_path / "h.sqlite")
     for job_id, backend in (("job_a", "http://127.0.0.1:1/api"), ("job_b", "http://127.0.0.1:1/api"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from app.core.paths import run_dir
-from app.core.saved_run import read_saved_run, run_span
+from app.core.runs.saved_run import read_saved_run, run_span
 from fakes import event
 
 

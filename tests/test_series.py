@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 
-from app.core.history import RunHistory
-from app.core.series import MetricSeries, MetricStore, default_metric, downsample, window
-from app.core.wire import MetricPoint
+from app.core.api.wire import MetricPoint
+from app.core.runs.history import RunHistory
+from app.core.runs.series import MetricSeries, MetricStore, default_metric, downsample, window
 
 
 def test_default_metric_prefers_gepa_then_mean_scores():
@@ -103,7 +103,7 @@ def test_run_history_roundtrip(tmp_path):
 
 
 def test_train_and_eval_of_a_measure_share_a_panel_led_by_the_default_metric():
-    from app.core.series import chart_panels
+    from app.core.runs.series import chart_panels
 
     panels = chart_panels(["train.loss", "eval.mean_score", "train.entropy", "train.mean_score"])
     assert [(p.key, p.series) for p in panels] == [
@@ -117,7 +117,7 @@ def test_train_and_eval_of_a_measure_share_a_panel_led_by_the_default_metric():
 
 
 def test_a_sparkline_places_points_by_step_and_shares_a_scale():
-    from app.core.series import SPARK_LEVELS, sparkline
+    from app.core.runs.series import SPARK_LEVELS, sparkline
 
     assert sparkline([0, 1, 2, 3], [0.0, 1.0, 2.0, 3.0], 4) == "▁▃▆█"
     # A sparse series over a longer span: blank before its first point, held between points.
@@ -130,7 +130,7 @@ def test_a_sparkline_places_points_by_step_and_shares_a_scale():
 def test_a_sparkline_leaves_the_steps_a_series_has_not_reached_blank():
     """A run cancelled at step 8 of 16, or a live one at step 4, covers only its columns:
     nothing after its last point repeats it to the edge."""
-    from app.core.series import sparkline
+    from app.core.runs.series import sparkline
 
     cancelled = sparkline(list(range(1, 9)), [float(v) for v in range(1, 9)], 16, span=(1, 16))
     assert len(cancelled) == 16

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from app import cli
-from app.core.session import attach_command
+from app.core.launch.session import attach_command
 
 
 @pytest.mark.parametrize("words, message", [

@@ -8,9 +8,8 @@ import time
 
 import pytest
 
-from app.core.client import AuthError, SynthClient
-from app.core.errors import ExitCode
-from app.core.streaming import (
+from app.core.api.client import AuthError, SynthClient
+from app.core.api.streaming import (
     BackendGaveUp,
     ConnectionState,
     EventCursor,
@@ -22,7 +21,8 @@ from app.core.streaming import (
     WatchEnded,
     WatchOptions,
 )
-from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.core.api.wire import JobEvent, JobStatus, MetricPoint
+from app.core.errors import ExitCode
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 
 FAST = dict(poll_interval=0.02, poll_timeout=20.0, max_backoff=0.05)
@@ -355,7 +355,7 @@ async def test_metrics_follow_streamed_events_without_waiting_for_the_next_tick(
 
 
 async def test_a_quiet_job_reads_metrics_less_often_and_a_lone_metric_still_arrives(faulty_backend, monkeypatch):
-    import app.core.streaming as streaming
+    import app.core.api.streaming as streaming
 
     monkeypatch.setattr(streaming, "METRICS_IDLE_INTERVAL", 0.2)
     quiet = [("running", [], [])] * 10  # a quiet tick reads the status every third tick: 30 ticks each
@@ -372,7 +372,7 @@ async def test_a_quiet_job_reads_metrics_less_often_and_a_lone_metric_still_arri
 
 
 async def test_a_queued_jobs_place_moving_is_a_status_update_and_a_status_line(faulty_backend):
-    from app.core.events import status_line
+    from app.core.runs.events import status_line
 
     timeline = [("queued", [], []), ("queued", [], []), ("queued", [], []), ("running", [], []),
                 ("succeeded", [event(1, "rl.job.completed")], [])]

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.client import SynthClient, UnsendableRequest
+from app.core.api.client import SynthClient, UnsendableRequest
 from app.core.errors import ExitCode
 
 EXE = Path(sys.executable).with_name("synth-tui")
@@ -304,7 +304,7 @@ def test_a_config_with_a_utf8_byte_order_mark_is_read(tmp_path):
 def test_a_history_record_with_credentials_is_listed_and_attached_to_without_them(tmp_path):
     """A record written before URLs with credentials were refused (or edited by hand): listed
     without the password, and attaching to it is refused like any other such URL."""
-    from app.core.history import RunHistory
+    from app.core.runs.history import RunHistory
 
     history = RunHistory()
     history.record_submission(job_id="job_1", backend=with_password("http://127.0.0.1:9/api"), config_path=None,
@@ -321,8 +321,8 @@ def test_a_history_record_with_credentials_is_listed_and_attached_to_without_the
 
 
 def test_the_env_review_names_a_symlink_loop_too(tmp_path):
-    """The path typed in the env review (app/core/env_paths.py) follows the same words."""
-    from app.core.env_paths import env_path_problem
+    """The path typed in the env review (app/core/env/wording.py) follows the same words."""
+    from app.core.env.wording import env_path_problem
 
     loop = _env_kind(tmp_path, "symlink loop")
     assert env_path_problem(loop, tmp_path) == ("symlink loop.env is a symlink loop (ELOOP): following its links "

@@ -6,7 +6,7 @@ import httpx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.urls import http_url_problem
+from app.core.api.urls import http_url_problem
 
 HOST_CHARS = "abcxyzABZ0189-._~%@[]:xn"
 hosts = st.one_of(

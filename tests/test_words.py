@@ -1,10 +1,10 @@
-"""Counts in words (app/core/words.py): one copy, so no header reads "1 jobs"."""
+"""Counts in words (app/core/text.py): one copy, so no header reads "1 jobs"."""
 
 from __future__ import annotations
 
 import pytest
 
-from app.core.words import counted, plural
+from app.core.text import counted, plural
 
 
 @pytest.mark.parametrize(("count", "expected"), [(0, "0 jobs"), (1, "1 job"), (2, "2 jobs"), (1200, "1,200 jobs")])

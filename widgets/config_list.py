@@ -12,10 +12,10 @@ from textual.content import Content
 from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
-from app.core.words import counted
+from app.core.text import counted
 
 if TYPE_CHECKING:
-    from app.core.picker import ConfigEntry
+    from app.core.config.picker import ConfigEntry
 
 
 def entry_prompt(entry: ConfigEntry) -> Content:

@@ -10,11 +10,11 @@ from textual.content import Content
 from textual.widgets import Static
 
 from app.core.redact import printable
-from app.core.words import counted
+from app.core.text import counted
 
 if TYPE_CHECKING:  # the schema's modules come with the first config, after the first frame (docs/performance.md)
-    from app.core.picker import ConfigEntry
-    from app.core.validation import Problem
+    from app.core.config.picker import ConfigEntry
+    from app.core.config.validation import Problem
 
 # Pygments themes that sit well on Textual's dark and light surfaces.
 DARK_SYNTAX_THEME = "monokai"
@@ -32,7 +32,7 @@ def problem_where(problem: Problem) -> str:
 
 def problem_text(problem: Problem) -> Content:
     """``compute.gpu_count  field required``, then the hint on its own line."""
-    from app.core.toml_source import TOML_LOCATION  # tomllib: not before the first frame
+    from app.core.config.toml_source import TOML_LOCATION  # tomllib: not before the first frame
 
     location = "TOML" if problem.location == TOML_LOCATION else problem.location
     parts: list[tuple[str, str] | str] = [(location, "bold"), "  ", problem.message]
@@ -113,7 +113,7 @@ class ConfigPreview(VerticalScroll):
         config = entry.report.config
         if config is None:
             return [Static(Content.styled("Key facts appear once the config is valid.", "$text-muted"))]
-        from app.core.config_facts import config_facts
+        from app.core.config.facts import config_facts
 
         return [LabelledRow(name, value, classes="fact") for name, value in config_facts(config).items()]
 

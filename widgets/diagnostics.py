@@ -17,7 +17,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
-from app.core.diagnosis import DiagnosticRow, Verdict, format_latency
+from app.core.launch.diagnosis import DiagnosticRow, Verdict, format_latency
 from app.core.redact import printable
 from widgets.cells import wrapped_cell
 

@@ -14,8 +14,9 @@ from textual.binding import Binding
 from textual.color import Color, ColorParseError
 from textual.widgets import DataTable
 
-from app.core.envfile import ResolvedKey
+from app.core.env.envfile import ResolvedKey
 from app.core.redact import printable
+from widgets.cells import cell
 
 # What a key this run can do without is still used for, when it is set (the line under the table).
 OPTIONAL_USES = {
@@ -114,7 +115,7 @@ class MaskedEnvTable(DataTable):
         value = Text(printable(key.display), style=self._style("foreground-muted") if not key.value else "")
         source = Text(source_label(key, edited=edited),
                       style=self._style("text-error") if key.source == "missing" else "")
-        return name, value, source, self._note(key, edited)
+        return cell(name), cell(value), cell(source), cell(self._note(key, edited))
 
     def _note(self, key: ResolvedKey, edited: bool) -> Text:
         note = Text()

@@ -23,8 +23,8 @@ from textual.reactive import Reactive
 from textual.strip import Strip
 from textual.widgets import Log, Static
 
-from app.core.events import is_noise, mask_model_urls
-from app.core.wire import JobEvent, parse_iso
+from app.core.api.wire import JobEvent, parse_iso
+from app.core.runs.events import is_noise, mask_model_urls
 
 LEVEL_WIDTH = 7
 
@@ -51,17 +51,25 @@ def format_event(event: JobEvent) -> str:
 # Continuation lines start past the time, seq and level columns, so those stay readable.
 CONTINUATION_INDENT = 16 + LEVEL_WIDTH + 1
 MIN_WRAP_WIDTH = 20
+NARROW_INDENT = 2
+NARROWEST_WRAP = NARROW_INDENT + 8  # below this a log is too narrow to read wrapped either
 
 
 def event_lines(event: JobEvent, width: int) -> list[str]:
     """The event as it reads in ``width`` columns: the message wrapped (not cut at the edge),
-    each continuation line indented under the message when there is room, else under the type."""
+    each continuation line indented under the message when there is room, else under the type,
+    else (a narrow log) by two columns."""
     head = event_head(event)
     line = head + event_message(event)
-    if width < CONTINUATION_INDENT + MIN_WRAP_WIDTH or len(line) <= width:
+    if len(line) <= width or width < NARROWEST_WRAP:
         return [line]
     head_length = len(head)
-    indent = head_length if width - head_length >= MIN_WRAP_WIDTH else CONTINUATION_INDENT
+    if width - head_length >= MIN_WRAP_WIDTH:
+        indent = head_length
+    elif width - CONTINUATION_INDENT >= MIN_WRAP_WIDTH:
+        indent = CONTINUATION_INDENT
+    else:  # a narrow log still wraps (a line cut at the edge hides its words): a small indent
+        indent = NARROW_INDENT
     wrapped = textwrap.wrap(line, width, subsequent_indent=" " * indent, break_on_hyphens=False)
     return wrapped or [line]
 

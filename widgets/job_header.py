@@ -15,8 +15,8 @@ from textual.content import Content
 from textual.markup import escape as escape_markup
 from textual.widgets import Static
 
+from app.core.api.wire import shown_status
 from app.core.redact import printable
-from app.core.wire import shown_status
 
 STATUS_CLASSES = {"succeeded": "ok", "completed": "ok", "failed": "bad", "error": "bad", "cancelled": "warn",
                   "canceled": "warn"}

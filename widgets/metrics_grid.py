@@ -1,6 +1,6 @@
 """The metrics grid: every metric the job emits at once, one small chart per measure.
 
-train and eval of a measure share a chart (``app.core.series.chart_panels``); the legend
+train and eval of a measure share a chart (``app.core.runs.series.chart_panels``); the legend
 sits in the chart's border, outside the data. One chart has focus (``m`` moves it, Tab too);
 ``f`` shows it full size. When the grid is too short for plots (80x24), each chart becomes
 a few text rows: a sparkline and the numbers per series. Earlier runs are overlaid as dimmed
@@ -29,8 +29,8 @@ from textual.timer import Timer
 from textual.widget import Widget
 from textual.widgets import Static
 
-from app.core.compare import ComparedRun, run_labels
-from app.core.series import (
+from app.core.runs.compare import ComparedRun, run_labels
+from app.core.runs.series import (
     SMOOTHING_MODES,
     SPLITS,
     ChartPanel,

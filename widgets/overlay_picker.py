@@ -16,8 +16,8 @@ from textual.widgets import Button, Input, SelectionList, Static
 from textual.widgets.option_list import OptionDoesNotExist
 from textual.widgets.selection_list import Selection
 
-from app.core.history import RunRecord
 from app.core.redact import printable
+from app.core.runs.history import RunRecord
 from widgets.build_guard import BuildGuard
 
 MAX_OVERLAYS = 4

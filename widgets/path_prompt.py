@@ -15,7 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, OptionList, Static
 from textual.widgets.option_list import Option
 
-from app.core.display_paths import display_path
+from app.core.text import display_path
 from widgets.build_guard import BuildGuard
 
 # Returns what is wrong with a path (shown under the input), or None when it can be used.

@@ -14,11 +14,11 @@ from textual.content import Content
 from textual.widgets import Static
 
 from app.core.redact import printable
-from app.core.words import counted
+from app.core.text import counted
 from widgets.rollout_image import RolloutImage
 
 if TYPE_CHECKING:
-    from app.core.rollouts import Rollout, RolloutSummary, RolloutTurn
+    from app.core.runs.rollouts import Rollout, RolloutSummary, RolloutTurn
 
 # Images drawn a turn; the rest are counted in the turn's note.
 MAX_IMAGES_A_TURN = 4

@@ -31,7 +31,7 @@ from typing import Any, NamedTuple
 
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.redact import printable
-from app.core.words import plural
+from app.core.text import plural
 
 INSTALL_HINT = ("Install Modal's CLI: pip install 'synth-tui[modal]' (or pipx install modal), "
                 "then log in with `modal token new`.")

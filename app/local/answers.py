@@ -9,7 +9,7 @@ byte of it is read, and one that streams past the cap is dropped at the cap (the
 closed). Nothing over the cap is ever buffered. docs/wire-contract.md#answer-sizes.
 
 The cap of a rollout's answer is `[rollout] max_answer_bytes` (DEFAULT_MAX_ANSWER_BYTES; the
-bounds are in app/core/trainable.py, checked by the client and the backend alike).
+bounds are in app/core/config/trainable.py, checked by the client and the backend alike).
 """
 
 from __future__ import annotations

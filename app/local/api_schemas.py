@@ -3,7 +3,7 @@
 The routes read their bodies themselves (so a wrong shape gets our own 422 with every problem
 named), which leaves FastAPI nothing to describe. These schemas go into /openapi.json so that
 clients, and the API fuzzer in the test suite, know what to send. The bounds come from the
-one definition of a trainable config (app.core.trainable).
+one definition of a trainable config (app.core.config.trainable).
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from app.core.trainable import MAX_NAME_CHARS, MAX_OPS, MAX_TEXT_CHARS, NUMBER_BOUNDS
-from app.core.urls import MAX_URL_CHARS
+from app.core.api.urls import MAX_URL_CHARS
+from app.core.config.trainable import MAX_NAME_CHARS, MAX_OPS, MAX_TEXT_CHARS, NUMBER_BOUNDS
 from app.local.rollout_record import MAX_MAX_BYTES, MAX_PER_STEP
 
 

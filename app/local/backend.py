@@ -43,10 +43,10 @@ import httpx
 from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from app.core.api.urls import http_url_problem, without_credentials
+from app.core.api.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
+from app.core.config.trainable import payload_problems, short_repr
 from app.core.redact import held_key_prefix, scrub_key_fragments
-from app.core.trainable import payload_problems, short_repr
-from app.core.urls import http_url_problem, without_credentials
-from app.core.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
 from app.local import policies
 from app.local.admission import Admission, default_max_jobs, rollout_pool
 from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped

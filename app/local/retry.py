@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from app.core.client import CLIENT_KEEPALIVE_S
+from app.core.api.client import CLIENT_KEEPALIVE_S
 from app.local.errors import describe_http_error
 
 SERVER_KEEPALIVE_S = 15

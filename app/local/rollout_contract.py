@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import httpx
 
-from app.core.trainable import is_int, short_repr
+from app.core.config.trainable import is_int, short_repr
 from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
 from app.local.retry import Backoff, is_transient
 

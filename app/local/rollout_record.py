@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.redact import PREFIX_CHARS, scrub_key_fragments
-from app.core.rollouts import finite_number
+from app.core.runs.rollouts import finite_number
 
 DEFAULT_PER_STEP = 4  # train rollouts kept per step: the best, the worst and 2 evenly spaced
 MAX_PER_STEP = 256

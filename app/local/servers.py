@@ -22,7 +22,7 @@ from fastapi import FastAPI
 
 from app.core.errors import UsageError
 from app.core.paths import state_dir
-from app.core.words import counted
+from app.core.text import counted
 from app.local.backend import create_backend_app
 from app.local.crafter_taskapp import create_crafter_taskapp
 from app.local.retry import SERVER_KEEPALIVE_S

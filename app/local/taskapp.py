@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 from fastapi import FastAPI, HTTPException, Request
 
-from app.core.trainable import short_repr
+from app.core.config.trainable import short_repr
 from app.local import gridworld
 from app.local.api_schemas import TaskAppErrorAnswer, error_responses
 from app.local.rollout_contract import GEN_02

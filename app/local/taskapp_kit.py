@@ -25,15 +25,15 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.api.urls import MAX_URL_CHARS, http_url_problem
 from app.core.redact import held_key_prefix
-from app.core.urls import MAX_URL_CHARS, http_url_problem
 from app.local.api_schemas import BODY_ERRORS, TaskAppErrorAnswer, error_responses
 from app.local.errors import describe_http_error, install_json_errors, response_detail, without_query
 from app.local.guard import RequestGuard
 from app.local.retry import client_limits, send_with_retries
 from app.local.rollout_contract import GEN_05, GENERATIONS, chat_completions_url, cid_in_url
 
-MAX_TURNS_ALLOWED = 1_000  # as training.max_turns (app.core.trainable)
+MAX_TURNS_ALLOWED = 1_000  # as training.max_turns (app.core.config.trainable)
 MAX_REPORTED_KEYS = 8
 # Every route behind the key: 400 when it is missing or wrong, 503 when the app holds none.
 AUTH_ERRORS = error_responses(400, 503, model=TaskAppErrorAnswer)

@@ -35,9 +35,9 @@ from typing import Any
 
 import httpx
 
+from app.core.api.urls import http_url_problem
+from app.core.config.trainable import MAX_ANSWER_BYTES, is_int, short_repr, size_problems
 from app.core.redact import scrub_key_fragments
-from app.core.trainable import MAX_ANSWER_BYTES, is_int, short_repr, size_problems
-from app.core.urls import http_url_problem
 from app.local import policies
 from app.local.admission import JOBS_FLAG, Admission
 from app.local.answers import DEFAULT_MAX_ANSWER_BYTES, NOT_COMPRESSED, AnswerTooLarge, send_capped, show_bytes
@@ -210,7 +210,7 @@ def plan_from_payload(body: Any) -> TrainingPlan:
                             f"(got {short_repr(value)})")
             value = default
         inspect[key] = int(value)
-    # The same bounds as the client's validation (one definition: app.core.trainable).
+    # The same bounds as the client's validation (one definition: app.core.config.trainable).
     problems.extend(f"data.config.{p.location}: {p.message}" for p in size_problems(config))
     if problems:
         raise InvalidJobPayload("Invalid RL job payload: " + "; ".join(problems))

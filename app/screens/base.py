@@ -10,7 +10,7 @@ from textual.worker import Worker, WorkerState
 from widgets.build_guard import BuildGuard
 
 if TYPE_CHECKING:
-    from app.core.session import LaunchSession
+    from app.core.launch.session import LaunchSession
     from app.tui import SynthTuiApp
 
 

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import Footer, Static
 
-from app.core.compare import ComparedRun, read_runs, run_labels
+from app.core.runs.compare import ComparedRun, read_runs, run_labels
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from widgets.app_header import AppHeader

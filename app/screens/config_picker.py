@@ -4,7 +4,7 @@ Discovery and validation read files, so they run in a thread worker that reports
 message; the screen only arranges what it is told. Keys: with the list focused, letters are
 commands (o, r); ``/`` moves to the filter, where typing filters, ``down`` returns to the list
 and ``enter`` chooses the highlighted config. A click previews a config, a second click (or
-enter) chooses it. The file work itself lives in app.core.picker.
+enter) chooses it. The file work itself lives in app.core.config.picker.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from textual.message import Message
 from textual.widgets import Footer, Input, OptionList, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from app.core import discovery
-from app.core.display_paths import home_relative
-from app.core.words import counted
+from app.core.config import discovery
+from app.core.text import counted, home_relative
 from app.screens.base import FlowScreen
 from widgets.app_header import AppHeader
 from widgets.config_list import ConfigList
@@ -33,7 +32,7 @@ from widgets.config_preview import ConfigPreview
 # What reads configs (TOML, .env) is imported in the workers that read them: the first frame
 # waits for none of it (docs/performance.md#first-paint).
 if TYPE_CHECKING:
-    from app.core.picker import ConfigEntry
+    from app.core.config.picker import ConfigEntry
 
 # --------------------------------------------------------------------------- the screen
 
@@ -153,7 +152,7 @@ class ConfigPickerScreen(FlowScreen):
 
     @work(thread=True, exclusive=True, group="picker-discover", exit_on_error=False, name="Looking for configs")
     def _discover(self) -> None:
-        from app.core.picker import find_config_entries
+        from app.core.config.picker import find_config_entries
 
         entries = find_config_entries(self.session, list(self.opened))
         if not get_current_worker().is_cancelled:  # a newer reload replaced this one
@@ -184,7 +183,7 @@ class ConfigPickerScreen(FlowScreen):
 
     @work(thread=True, exclusive=True, group="picker-recheck", exit_on_error=False, name="Re-reading a config")
     def _recheck(self, entry: ConfigEntry) -> None:
-        from app.core.picker import disk_stamp, load_config_entry
+        from app.core.config.picker import disk_stamp, load_config_entry
 
         if disk_stamp(entry.path) != entry.disk_stamp:
             fresh = load_config_entry(self.session, entry.path, last_used=entry.last_used, explicit=entry.explicit)
@@ -252,7 +251,7 @@ class ConfigPickerScreen(FlowScreen):
     # -- open by path ---------------------------------------------------------------------------
 
     def action_open_path(self) -> None:
-        from app.core.picker import config_path_problem
+        from app.core.config.picker import config_path_problem
         from widgets.path_prompt import PathPromptModal
 
         cwd = self.session.options.cwd
@@ -277,7 +276,7 @@ class ConfigPickerScreen(FlowScreen):
 
     @work(thread=True, group="picker-open", exit_on_error=False, name="Opening the config")
     def _load_opened(self, path: Path, *, last_used: bool, explicit: bool) -> None:
-        from app.core.picker import load_config_entry
+        from app.core.config.picker import load_config_entry
 
         entry = load_config_entry(self.session, path, last_used=last_used, explicit=explicit)
         self.post_message(self.EntryRefreshed(entry, select=True))
@@ -330,7 +329,7 @@ class ConfigPickerScreen(FlowScreen):
     def _confirm_choice(self, entry: ConfigEntry) -> None:
         # Validate again: the file may have changed since it was listed. Remembering the
         # choice writes ~/.synth-ai/train_cli.json, so this stays off the UI thread too.
-        from app.core.picker import load_config_entry
+        from app.core.config.picker import load_config_entry
 
         try:
             fresh = load_config_entry(self.session, entry.path, last_used=entry.last_used, explicit=entry.explicit)

@@ -1,6 +1,6 @@
 """The live dashboard: the reward chart beside the event log, fed by a background worker.
 
-The feed (``app.core.feed``) runs the watcher on a worker thread and tells this screen when
+The feed (``app.core.runs.feed``) runs the watcher on a worker thread and tells this screen when
 something arrived; the screen drains it into the chart and the log at most ten times a second,
 so a burst of events becomes one update, and a job with nothing new costs no work but the
 header's clock.
@@ -24,17 +24,17 @@ from textual.notifications import SeverityLevel
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 
-from app.core.compare import ComparedRun
+from app.core.api.streaming import WatchEnded
+from app.core.api.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
 from app.core.errors import ExitCode, SynthTuiError
-from app.core.events import policy_badge
-from app.core.feed import FeedBatch, JobFeed
-from app.core.history import RunHistory
-from app.core.jobs import CANCEL_DETAIL, JobContext, export_run, read_history, remember, stop_backend_jobs
 from app.core.paths import run_dir
-from app.core.saved_run import run_span
-from app.core.series import MetricStore
-from app.core.streaming import WatchEnded
-from app.core.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
+from app.core.runs.compare import ComparedRun
+from app.core.runs.events import policy_badge
+from app.core.runs.feed import FeedBatch, JobFeed
+from app.core.runs.history import RunHistory
+from app.core.runs.jobs import CANCEL_DETAIL, JobContext, export_run, read_history, remember, stop_backend_jobs
+from app.core.runs.saved_run import run_span
+from app.core.runs.series import MetricStore
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
 from app.screens.overlays import OverlayActions

@@ -18,10 +18,10 @@ from textual.content import Content
 from textual.message import Message
 from textual.widgets import DataTable, Footer, Static
 
-from app.core import envfile
-from app.core.display_paths import display_path, home_relative
-from app.core.env_paths import env_path_problem, how_chosen
+from app.core.env import envfile
+from app.core.env.wording import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
+from app.core.text import display_path, home_relative
 from app.screens.env_modal import MODAL_BINDINGS, MODAL_PALETTE, ModalActions
 from app.screens.env_watch import DiskWatch
 from widgets.app_header import AppHeader

@@ -1,7 +1,7 @@
 """The env review's watch on its .env (docs/product.md#env-review): a stat a second while the
 screen is active; a change on disk shows a notice at once and offers the reload (r), and
 continuing is refused until the file is read again, so no step runs on values the file no
-longer holds. What counts as a change is ``EnvFile.changed_on_disk`` (app/core/envfile.py).
+longer holds. What counts as a change is ``EnvFile.changed_on_disk`` (app/core/env/envfile.py).
 """
 
 from __future__ import annotations

@@ -21,20 +21,20 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Static
 
+from app.core.api.wire import SUCCESS_STATUSES, is_terminal_status
 from app.core.errors import SynthTuiError
-from app.core.history import RunHistory, RunRecord, take_repair_notes
-from app.core.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
 from app.core.redact import printable, redact_url
-from app.core.series import default_metric
-from app.core.wire import SUCCESS_STATUSES, is_terminal_status
-from app.core.words import counted
+from app.core.runs.history import RunHistory, RunRecord, take_repair_notes
+from app.core.runs.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
+from app.core.runs.series import default_metric
+from app.core.text import counted
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
 from widgets.app_header import AppHeader
 from widgets.cells import cell
 
 if TYPE_CHECKING:
-    from app.core.saved_run import SavedRun
+    from app.core.runs.saved_run import SavedRun
 
 INTRO = "Jobs launched from this machine, newest first."
 # Below this width the table keeps job, status, created and config; the detail line under it
@@ -289,8 +289,8 @@ class HistoryScreen(FlowScreen):
         (LaunchSession.use_history_record); Esc comes back here. A backend that is gone:
         read-only, from the events this machine saved (docs/product.md#run-history)."""
         # Here, not at the top: the history's first frame needs neither the client nor the feed.
-        from app.core.client import BackendTimeout, BackendUnreachable
-        from app.core.saved_run import read_saved_run
+        from app.core.api.client import BackendTimeout, BackendUnreachable
+        from app.core.runs.saved_run import read_saved_run
 
         read_only: str | None = None
         try:

@@ -1,5 +1,5 @@
 """The jobs view (docs/product.md#jobs-view): every job the backend lists, live; attach, cancel,
-rerun. The list, its sorting, filtering and scores are ``app.core.job_list``'s."""
+rerun. The list, its sorting, filtering and scores are ``app.core.runs.job_list``'s."""
 
 from __future__ import annotations
 
@@ -12,8 +12,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Footer, Input, Static
 
+from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.errors import SynthTuiError
-from app.core.job_list import (
+from app.core.redact import redact
+from app.core.runs.job_list import (
     NO_VALUE,
     JobListing,
     JobRow,
@@ -29,10 +31,8 @@ from app.core.job_list import (
     shown_score,
     sort_rows,
 )
-from app.core.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
-from app.core.jobs import CANCEL_DETAIL, JobContext, read_history
-from app.core.redact import redact
-from app.core.words import counted
+from app.core.runs.jobs import CANCEL_DETAIL, JobContext, read_history
+from app.core.text import counted
 from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
 from widgets.app_header import AppHeader

@@ -7,11 +7,11 @@ import asyncio
 
 from textual import work
 
-from app.core.compare import earlier_runs, read_runs
-from app.core.history import RunRecord
-from app.core.history_refresh import needs_refresh, refresh_statuses
-from app.core.jobs import JobContext
-from app.core.wire import check_job_id
+from app.core.api.wire import check_job_id
+from app.core.runs.compare import earlier_runs, read_runs
+from app.core.runs.history import RunRecord
+from app.core.runs.history_refresh import needs_refresh, refresh_statuses
+from app.core.runs.jobs import JobContext
 from app.screens.base import FlowScreen
 from widgets.metrics_grid import MetricsGrid
 from widgets.overlay_picker import OverlayPickerModal

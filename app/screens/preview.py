@@ -20,11 +20,11 @@ from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Label, Static, Switch
 
-from app.core.client import ApiError, ConflictError, CreateResult
+from app.core.api.client import ApiError, ConflictError, CreateResult
 from app.core.errors import SynthTuiError
-from app.core.jobs import payload_model
-from app.core.launch import PreparedJob
+from app.core.launch.steps import PreparedJob
 from app.core.redact import redact
+from app.core.runs.jobs import payload_model
 from app.screens.base import FlowScreen
 from widgets.app_header import AppHeader
 from widgets.json_view import json_highlighted

@@ -1,8 +1,8 @@
 """The rollout inspector (docs/product.md#rollout-inspector): the episodes a job's backend kept,
 best and worst of a step, one opened turn by turn, two of the same seed side by side.
 
-What is listed and compared is chosen by ``app.core.rollout_pick``; reading is
-``app.core.rollouts``; this module arranges it."""
+What is listed and compared is chosen by ``app.core.runs.rollout_pick``; reading is
+``app.core.runs.rollouts``; this module arranges it."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from textual.widgets import DataTable, Footer, Static
 
 from app.core.errors import SynthTuiError
 from app.core.redact import redact
-from app.core.rollout_pick import compare_partner, nearest_step, next_phase, shifted_step, step_rollouts, steps_of
-from app.core.rollouts import Rollout, RolloutsNotServed, RolloutSummary, get_rollout, list_rollouts
+from app.core.runs.rollout_pick import compare_partner, nearest_step, next_phase, shifted_step, step_rollouts, steps_of
+from app.core.runs.rollouts import Rollout, RolloutsNotServed, RolloutSummary, get_rollout, list_rollouts
 from app.screens.base import FlowScreen
 from widgets.app_header import AppHeader
 from widgets.cells import cell
@@ -26,7 +26,7 @@ from widgets.rollout_view import RolloutView, summary_line
 from widgets.table_keys import highlighted_key
 
 if TYPE_CHECKING:
-    from app.core.jobs import JobContext
+    from app.core.runs.jobs import JobContext
 
 # Below this width the list takes the screen and enter opens a rollout on its own screen.
 NARROW_BELOW = 120

@@ -22,8 +22,9 @@ from textual.timer import Timer
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from app.core.client import ApiError
-from app.core.diagnosis import (
+from app.core.api.client import ApiError
+from app.core.errors import SynthTuiError
+from app.core.launch.diagnosis import (
     BackendCheck,
     OverallVerdict,
     TaskAppCheck,
@@ -35,7 +36,6 @@ from app.core.diagnosis import (
     pending_task_app_row,
     task_app_rows,
 )
-from app.core.errors import SynthTuiError
 from app.core.redact import mask_secret, redact
 from app.screens.base import FlowScreen
 from widgets.app_header import AppHeader

@@ -11,7 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, HTTPException, Request
 
-from app.core import config as cfg
+from app.core.config import rl as cfg
 from app.local.servers import ServerHandle, _bind, start_taskapp
 
 from .conftest import ENV_KEY, create_job, events_of, payload, small_config, wait_terminal

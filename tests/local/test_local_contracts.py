@@ -530,7 +530,7 @@ def test_train_backend_local_trains_a_0_5_task_app_with_a_verifier_config(taskap
 
 async def test_the_embedded_backend_names_both_backend_generations_to_the_probe(backend):
     """docs/compatibility.md: the probe learns both generations, so configs go as written."""
-    from app.core.client import SynthClient
+    from app.core.api.client import SynthClient
 
     from .conftest import API_KEY
 

@@ -18,7 +18,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
 from app.cli import build_parser
-from app.core.config import validate_rl_mapping
+from app.core.config.rl import validate_rl_mapping
 from app.core.errors import ExitCode
 from app.demo import demo_config_path
 from app.headless import Printer, run_train

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, TextArea
 
-from app.core import config as cfg
-from app.core import discovery
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.config import discovery
+from app.core.config import rl as cfg
+from app.core.launch.session import LaunchOptions, LaunchSession
 from app.tui import SynthTuiApp
 
 REPO = Path(__file__).resolve().parents[2]

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from app.core.compare import ComparedRun
-from app.core.session import LaunchOptions, LaunchSession
-from app.core.wire import MetricPoint
+from app.core.api.wire import MetricPoint
+from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.runs.compare import ComparedRun
 from app.screens.compare import CompareScreen
 from app.tui import SynthTuiApp
 from fakes import finished_job

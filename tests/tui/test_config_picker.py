@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from app.core import config as cfg
+from app.core.config import rl as cfg
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from pilot_waits import wait_for, wait_for_screen, wait_until

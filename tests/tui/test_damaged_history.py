@@ -10,8 +10,8 @@ from pathlib import Path
 
 from textual.widgets import Static
 
-from app.core.history import RunHistory, take_repair_notes
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.runs.history import RunHistory, take_repair_notes
 from app.screens.history import HistoryScreen, HistoryTable
 from app.screens.modals import ErrorModal
 from app.tui import SynthTuiApp

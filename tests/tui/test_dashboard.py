@@ -8,13 +8,13 @@ import threading
 import pytest
 from textual.widgets import DataTable
 
+from app.core.api.streaming import WatchEnded
+from app.core.api.wire import JobEvent, JobStatus, MetricPoint
 from app.core.errors import ExitCode
-from app.core.feed import FeedBatch
-from app.core.history import RunHistory
+from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.paths import run_dir
-from app.core.session import LaunchOptions, LaunchSession
-from app.core.streaming import WatchEnded
-from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.core.runs.feed import FeedBatch
+from app.core.runs.history import RunHistory
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
 from app.screens.rollouts import RolloutsScreen
@@ -22,7 +22,7 @@ from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text
-from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog
+from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 
 
@@ -136,6 +136,18 @@ async def test_every_step_line_shows_its_numbers_within_the_width(faulty_backend
         text = " ".join(" ".join(line.split()) for line in lines)
         for number in ("0.873", "-0.4213", "0.2210", "256 rollouts in 3.1 s"):
             assert number in text
+
+
+@pytest.mark.parametrize("width", [30, 38, 43, 60])
+def test_a_narrow_log_wraps_its_lines_instead_of_cutting_them(width):
+    # A dashboard 110-120 columns wide leaves the log under 44 columns: its lines were cut
+    # at the edge ("rl.train.step  Step"), hiding every number.
+    message = "Step 3: mean score 0.873 over 256 rollouts in 3.1 s (loss -0.4213)"
+    lines = event_lines(JobEvent.model_validate(event(7, message=message)), width)
+    assert len(lines) > 1 and all(len(line) <= width for line in lines), lines
+    text = " ".join(" ".join(line.split()) for line in lines)
+    for part in ("rl.train.step", "0.873", "256 rollouts", "-0.4213)"):
+        assert part in text, (part, lines)
 
 
 async def test_every_dashboard_action_is_in_the_palette(faulty_backend):

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from test_env_review import SYNTH_KEY, env_screen, row, select_row
 
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.launch.session import LaunchOptions, LaunchSession
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ErrorModal
 from app.tui import SynthTuiApp, guided_app

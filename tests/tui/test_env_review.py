@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, Static
 
-from app.core import envfile
+from app.core.env import envfile
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ConfirmModal, ErrorModal

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from app.core import history as history_module
-from app.core.history import RunHistory
+from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.paths import run_dir
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.runs import history as history_module
+from app.core.runs.history import RunHistory
 from app.screens.dashboard import DashboardScreen
 from app.screens.history import HistoryScreen, HistoryTable
 from app.screens.modals import ConfirmModal, ErrorModal

@@ -7,9 +7,9 @@ import pytest
 from textual import events
 from textual.widgets import DataTable, Input, LoadingIndicator
 
-from app.core.history import RunHistory
-from app.core.job_list import JobListing, JobRow
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.runs.history import RunHistory
+from app.core.runs.job_list import JobListing, JobRow
 from app.screens.dashboard import DashboardScreen
 from app.screens.jobs import JobsScreen
 from app.screens.modals import ConfirmModal

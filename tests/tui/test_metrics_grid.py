@@ -13,11 +13,11 @@ from textual.app import App, ComposeResult
 from textual.content import Content
 from textual.widgets import Input
 
-from app.core.compare import ComparedRun
-from app.core.history import RunHistory, RunRecord
-from app.core.jobs import JobContext
-from app.core.series import MetricStore
-from app.core.wire import MetricPoint
+from app.core.api.wire import MetricPoint
+from app.core.runs.compare import ComparedRun
+from app.core.runs.history import RunHistory, RunRecord
+from app.core.runs.jobs import JobContext
+from app.core.runs.series import MetricStore
 from app.screens.modals import ErrorModal
 from fakes import ScriptedJob, event, metric
 from pilot_waits import type_ahead, wait_for, wait_for_screen

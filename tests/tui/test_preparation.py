@@ -11,7 +11,7 @@ import pytest
 from textual.widgets import Static
 
 from app.core.errors import ExitCode, UsageError
-from app.core.session import LaunchOptions, LaunchSession, Preparation
+from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.modals import ErrorModal
 from app.tui import SynthTuiApp

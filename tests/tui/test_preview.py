@@ -14,8 +14,8 @@ import httpx
 import pytest
 from textual.widgets import Button, Input, Switch
 
-from app.core.client import ApiResponse, AuthError, CreateResult, VerifyResult
-from app.core.health import HealthAttempt, HealthReport
+from app.core.api.client import ApiResponse, AuthError, CreateResult, VerifyResult
+from app.core.api.health import HealthAttempt, HealthReport
 from app.screens.dashboard import DashboardScreen
 from app.screens.modals import ErrorModal
 from app.screens.preview import PayloadPreviewScreen

@@ -10,10 +10,10 @@ from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 from textual.content import Content
 
-from app.core.feed import JobFeed
-from app.core.series import MetricStore
-from app.core.streaming import NewEvents, NewMetrics, StatusChanged, WatchOptions
-from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.core.api.streaming import NewEvents, NewMetrics, StatusChanged, WatchOptions
+from app.core.api.wire import JobEvent, JobStatus, MetricPoint
+from app.core.runs.feed import JobFeed
+from app.core.runs.series import MetricStore
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import stylesheet_path
 from fakes import ScriptedJob, event

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import pytest
 from textual.screen import Screen
 
-from app.core.jobs import JobContext
+from app.core.runs.jobs import JobContext
 from app.tui import SynthTuiApp
 from pilot_waits import type_ahead
 
@@ -68,7 +68,7 @@ def demo_app(project, fixed_home, tmp_path, monkeypatch):
     """`synth-tui demo`'s app: its servers start after the first frame; stopped after the test."""
     import argparse
 
-    from app.core.session import LaunchSession
+    from app.core.launch.session import LaunchSession
     from app.demo import DemoServers, waiting_options
 
     monkeypatch.setenv("SYNTH_TUI_STATE_DIR", str(tmp_path / "state"))

@@ -19,9 +19,9 @@ import pytest
 from seeded_backend import API_KEY, seed_jobs
 from textual.widgets import DataTable, Static
 
-from app.core.jobs import JobContext
-from app.core.rollouts import Rollout, RolloutSummary, RolloutTurn, rollout_from, summary_from
-from app.core.session import LaunchOptions, LaunchSession
+from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.runs.jobs import JobContext
+from app.core.runs.rollouts import Rollout, RolloutSummary, RolloutTurn, rollout_from, summary_from
 from app.local.servers import ServerHandle, start_backend
 from app.local.store import Store
 from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScreen, RolloutsScreen

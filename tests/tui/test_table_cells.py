@@ -24,7 +24,7 @@ from test_config_picker import discovered
 from textual.widget import Widget
 from textual.widgets import DataTable
 
-from app.core.diagnosis import format_latency
+from app.core.launch.diagnosis import format_latency
 from app.screens.history import HistoryTable
 from pilot_waits import wait_for
 from widgets.cells import cell, wrapped_cell

@@ -15,9 +15,16 @@ import httpx
 import pytest
 from textual.widgets import TextArea
 
-from app.core.client import ApiResponse, VerifyResult
-from app.core.diagnosis import BackendCheck, TaskAppCheck, Verdict, backend_rows, key_prefix_hint, overall_verdict
-from app.core.health import HealthAttempt, HealthReport, check_task_app
+from app.core.api.client import ApiResponse, VerifyResult
+from app.core.api.health import HealthAttempt, HealthReport, check_task_app
+from app.core.launch.diagnosis import (
+    BackendCheck,
+    TaskAppCheck,
+    Verdict,
+    backend_rows,
+    key_prefix_hint,
+    overall_verdict,
+)
 from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen

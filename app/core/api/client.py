@@ -1,0 +1,678 @@
+"""Async HTTP client for the Synth backend (docs/wire-contract.md#endpoints-and-auth), hosted or embedded.
+
+Every failure becomes a typed :class:`ApiError` with a human message and a fix; secrets are
+redacted from anything an error carries. Reads are retried with backoff and jitter; a job
+create is retried only when it carries an Idempotency-Key (so a retry can never create a
+second job).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import functools
+import json
+import random
+import socket
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+import httpx
+
+from app import __version__
+from app.core.api.backend_url import checked_api_base
+from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
+from app.core.api.wire import (
+    KNOWN_GENERATIONS,
+    RL_CONTRACT_HEADER,
+    JobEvent,
+    JobStatus,
+    MetricPoint,
+    check_job_id,
+    items_of,
+    job_id_problem,
+)
+from app.core.env.envfile import header_value_problem
+from app.core.errors import ExitCode, SynthTuiError, UnusableSecretError
+from app.core.redact import mask_prefixes, redact
+from app.core.text import counted
+
+DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
+# Idle connections are dropped before a server would close them (uvicorn's default is 5 s), so
+# a request is never sent on a connection being closed at that moment (docs/hardening.md).
+CLIENT_KEEPALIVE_S = 2.0
+PAGE_LIMIT = 200
+ROLLOUT_PAGE_LIMIT = 200  # rollout summaries per request (the embedded backend sends up to 500)
+
+
+@functools.cache
+def ssl_context() -> ssl.SSLContext:
+    """One TLS context for every client: building one loads the CA bundle (50-90 ms), and a
+    client made on the UI thread would stall the screen that long each time."""
+    return httpx.create_ssl_context()
+
+
+# --------------------------------------------------------------------------- errors
+
+
+class ApiError(SynthTuiError):
+    """The backend could not be reached or answered something we cannot use."""
+
+    exit_code = ExitCode.BACKEND
+    transient = False
+
+    def __init__(self, message: str, hint: str | None = None, *, status: int | None = None,
+                 body: Any = None) -> None:
+        super().__init__(message, hint)
+        self.status = status
+        self.body = body
+
+    def body_summary(self) -> str:
+        return error_detail(self.body, self.body if isinstance(self.body, str) else "")[:120]
+
+
+class BackendUnreachable(ApiError):
+    transient = True
+
+
+class BackendTimeout(ApiError):
+    transient = True
+
+
+class ServerError(ApiError):
+    """5xx or 429: the request may succeed later."""
+
+    transient = True
+
+
+class AuthError(ApiError):
+    pass
+
+
+class NotFoundError(ApiError):
+    pass
+
+
+class ConflictError(ApiError):
+    pass
+
+
+class RejectedError(ApiError):
+    """4xx other than auth, 404 and 409: the request itself is wrong (e.g. 422)."""
+
+
+class BadResponseError(ApiError):
+    """The body is HTML, empty or otherwise not the JSON the contract promises."""
+
+    transient = True
+
+
+class UnsendableRequest(ApiError):
+    """The HTTP library cannot build the request's URL (httpx.InvalidURL): a value in its path
+    or query is too long or malformed. Bad input, never a traceback; not retried."""
+
+    exit_code = ExitCode.USAGE
+
+
+def unsendable_url(what: str, exc: Exception) -> UnsendableRequest:
+    """The error for a request whose URL cannot be built. httpx's reason names the part ("URL
+    component 'query' too long") or one bad character, not the value (it may be a key)."""
+    reason = " ".join(str(exc).split())[:120] or type(exc).__name__
+    return UnsendableRequest(
+        f"The request for {what} cannot be sent: its URL cannot be built ({reason}).",
+        "A value that goes into the URL is too long or malformed: check the job id, --status, --id and the "
+        "other flags of the command (each has a bound); if none was given, the backend sent it (a page cursor).")
+
+
+class StreamUnavailable(ApiError):
+    """The backend answered, but offers no server-sent event stream at this path."""
+
+
+class RlNotOffered(NotFoundError):
+    """The backend answers, but has no RL job endpoints (GET /rl/jobs is a 404)."""
+
+
+# --------------------------------------------------------------------------- results
+
+@dataclass(frozen=True)
+class RlSupport:
+    """What the probe learned: RL jobs are offered; the generations the backend named
+    (empty: it did not say) and how that was learned, in words."""
+
+    generations: frozenset[str]
+    how: str
+
+
+
+@dataclass
+class ApiResponse:
+    """A decoded answer: HTTP status, parsed JSON (or the text preview) and its raw text."""
+
+    status: int
+    body: Any
+    text: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def preview(self, limit: int) -> str:
+        if isinstance(self.body, (dict, list)):
+            return json.dumps(self.body, indent=2)[:limit]
+        return json.dumps({"status": self.status, "text": self.text[:400]}, indent=2)[:limit]
+
+
+@dataclass
+class VerifyResult:
+    status: int
+    body: Any
+    preview_source: ApiResponse
+
+    @property
+    def any_ok(self) -> bool:
+        return isinstance(self.body, dict) and bool(self.body.get("any_ok"))
+
+    @property
+    def candidates(self) -> list[Any]:
+        return list(self.body.get("candidates_first15") or []) if isinstance(self.body, dict) else []
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        if not isinstance(self.body, dict):
+            return []
+        return [a for a in self.body.get("attempts") or [] if isinstance(a, dict)]
+
+
+@dataclass(frozen=True)
+class JobList:
+    """Every job a backend listed, newest first as it sent them (docs/wire-contract.md#job-list)."""
+
+    jobs: list[JobStatus]
+    pages: int
+    # True when the listing stopped at max_jobs while the backend may hold more.
+    capped: bool = False
+    # Why the listing stopped early or left something out, in words for the user; None: it did not.
+    note: str | None = None
+
+
+@dataclass
+class CreateResult:
+    status: int
+    body: Any
+    response: ApiResponse
+    idempotency_key: str | None
+    job_id: str | None = field(default=None)
+
+
+# --------------------------------------------------------------------------- the client
+
+
+class SynthClient:
+    """One backend, one key. Use as ``async with SynthClient(base, key) as client``."""
+
+    def __init__(self, base_url: str, api_key: str, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
+                 retries: int = 2, backoff: float = 0.25, transport: httpx.AsyncBaseTransport | None = None,
+                 extra_headers: Mapping[str, str] | None = None) -> None:
+        # Checked here as well as where they are resolved: httpx would fail with a traceback.
+        self.base_url = checked_api_base(base_url, "The URL")
+        _check_api_key(api_key)
+        self._api_key = api_key
+        self.retries = retries
+        self.backoff = backoff
+        headers = {
+            "Authorization": f"Bearer {api_key}",
+            "User-Agent": f"synth-tui/{__version__}",
+            "Accept": "application/json",
+        }
+        headers.update(extra_headers or {})
+        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
+                                       limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S),
+                                       transport=transport, follow_redirects=True, verify=ssl_context())
+        # Differs from the SDK on purpose: it polls /rl, /learning and /orchestration on every
+        # tick. We use /learning/... only after /rl/... answered 404, and remember what worked.
+        self._job_prefix: dict[str, str] = {}
+        self._stream_suffix: dict[str, str] = {}
+        self.request_count = 0
+
+    async def __aenter__(self) -> SynthClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    # -- low level ---------------------------------------------------------------
+
+    def _clean(self, text: str) -> str:
+        return redact(text, [self._api_key])
+
+    async def request(self, method: str, path: str, *, what: str, json_body: Any = None,
+                      params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
+                      retries: int | None = None, expect_json: bool = True) -> ApiResponse:
+        """Send one request, retrying transient failures; raise a typed ApiError otherwise."""
+        attempts = 1 + (self.retries if retries is None else retries)
+        for attempt in range(attempts):
+            try:
+                return await self._request_once(method, path, what=what, json_body=json_body,
+                                                params=params, headers=headers, expect_json=expect_json)
+            except ApiError as exc:
+                if not exc.transient or attempt == attempts - 1:
+                    raise
+                await asyncio.sleep(backoff_delay(attempt, self.backoff))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _request_once(self, method: str, path: str, *, what: str, json_body: Any,
+                            params: Mapping[str, Any] | None, headers: Mapping[str, str] | None,
+                            expect_json: bool) -> ApiResponse:
+        url = f"{self.base_url}{path}"
+        self.request_count += 1
+        try:
+            response = await self._http.request(method, path, json=json_body, params=params, headers=headers)
+        except httpx.InvalidURL as exc:
+            raise unsendable_url(what, exc) from None
+        except httpx.TimeoutException as exc:
+            raise BackendTimeout(
+                f"The backend did not answer {what} in time ({type(exc).__name__} at {url}).",
+                "The backend may be overloaded or unreachable from here; try again, or check --backend.",
+            ) from None
+        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
+            raise BackendUnreachable(
+                f"Cannot reach the backend at {self.base_url} for {what}: {self._clean(describe_exception(exc))}.",
+                "Check --backend (or BACKEND_BASE_URL) and that the backend is running "
+                "(`synth-tui backend` starts a local one).",
+            ) from None
+        except httpx.TransportError as exc:
+            raise BackendUnreachable(
+                f"The connection to {self.base_url} broke during {what}: {self._clean(describe_exception(exc))}.",
+                "This is usually transient; try again.",
+            ) from None
+        return self._decode(response, what=what, expect_json=expect_json)
+
+    def _decode(self, response: httpx.Response, *, what: str, expect_json: bool) -> ApiResponse:
+        text = self._clean(response.text)
+        body: Any = None
+        content_type = response.headers.get("content-type", "")
+        if text.strip():
+            try:
+                body = json.loads(text)
+            except ValueError:
+                body = None
+        status = response.status_code
+        detail = self._clean(error_detail(body, text))
+        if status >= 400 and body is None and _looks_like_html(text, content_type):
+            # A web page, not the API: a proxy, a login page or a plain web server at --backend.
+            error = BadResponseError(
+                f"The backend answered {what} with HTTP {status} and an HTML page instead of JSON: "
+                f"{detail[:100]!r}.",
+                "Is --backend pointing at the API? It should end in /api (added automatically).",
+                status=status, body=text[:400])
+            error.transient = status >= 500 and status != 501
+            raise error
+        if status in (401, 403):
+            raise AuthError(
+                f"The backend rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
+                "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend.",
+                status=status, body=body)
+        if status == 404:
+            raise NotFoundError(f"Not found: {what} (HTTP 404 at {response.request.url.path}): {detail}.",
+                                "Check the job id and that --backend points at the right service.",
+                                status=status, body=body)
+        if status == 409:
+            raise ConflictError(f"Conflict on {what} (HTTP 409): {detail}.", None, status=status, body=body)
+        if status == 429 or status >= 500:
+            raise ServerError(f"The backend failed on {what} (HTTP {status}): {detail}.",
+                              "The backend had a problem; it is retried automatically where safe.",
+                              status=status, body=body)
+        if status >= 400:
+            raise RejectedError(f"The backend refused {what} (HTTP {status}): {detail}.", None,
+                                status=status, body=body)
+        if expect_json and body is None:
+            kind = "HTML" if _looks_like_html(text, content_type) else (
+                "an empty body" if not text.strip() else f"non-JSON ({content_type or 'no content type'})")
+            raise BadResponseError(
+                f"The backend answered {what} with HTTP {status} but {kind} instead of JSON: "
+                f"{text.strip()[:120]!r}.",
+                "Is --backend pointing at the API? It should end in /api (added automatically).",
+                status=status, body=text[:400])
+        return ApiResponse(status=status, body=body, text=text, headers=response.headers)
+
+    # -- job paths: /rl first, /learning only after a 404 -------------------------
+
+    async def _job_request(self, job_id: str, suffix: str, *, what: str, params: Mapping[str, Any] | None = None,
+                           retries: int | None = None) -> ApiResponse:
+        known = self._job_prefix.get(job_id)
+        prefixes = [known] if known else ["/rl/jobs", "/learning/jobs"]
+        errors: list[NotFoundError] = []
+        for prefix in prefixes:
+            try:
+                response = await self.request("GET", job_path(prefix, job_id, suffix), what=what,
+                                              params=params, retries=retries)
+            except NotFoundError as exc:
+                errors.append(exc)
+                continue
+            self._job_prefix.setdefault(job_id, prefix)
+            return response
+        if len(errors) == 1:
+            raise errors[0]
+        raise self._job_not_found(job_id, suffix, what, errors[0])
+
+    def _job_not_found(self, job_id: str, suffix: str, what: str, first: NotFoundError) -> NotFoundError:
+        """Both job paths answered 404: the error names only the path the user's command asked for
+        (/rl/jobs, the one the user's backend is meant to serve), never the older fallback tried
+        behind it, and says plainly what is missing."""
+        asked = f"{urlsplit(self.base_url).path.rstrip('/')}{job_path('/rl/jobs', job_id, suffix)}"
+        return NotFoundError(
+            f"Job {job_id} was not found ({what}): GET {asked} answered 404 ({first.body_summary() or 'no detail'}). "
+            f"The backend at {self.base_url} has no job {job_id}, or no RL "
+            "jobs at all.",
+            "Check the job id (`synth-tui jobs` lists the jobs a backend has) and that --backend points at the "
+            "service that ran it.", status=404, body=first.body)
+
+    # -- endpoints -----------------------------------------------------------------
+
+    async def probe_rl(self) -> RlSupport:
+        """One cheap request that says whether this backend offers RL jobs at all, and which
+        contract generations it says it speaks. Today's hosted service may answer 404 here: RL
+        jobs left the public SDK after 0.5.0 (docs/compatibility.md)."""
+        try:
+            response = await self.request("GET", "/rl/jobs", what="the RL job list", params={"limit": 1})
+        except NotFoundError as exc:
+            raise RlNotOffered(
+                f"The backend at {self.base_url} answers, but offers no RL jobs: GET {self.base_url}/rl/jobs "
+                f"answered 404 ({exc.body_summary()}). Synth's public SDK stopped creating RL jobs after 0.5.0, "
+                "and today's hosted service may not offer them to you.",
+                "Train on this machine with the embedded backend: add --backend local (it trains any "
+                "conforming task app), or point --backend at a backend that offers /api/rl/jobs.",
+                status=404, body=exc.body) from None
+        except RejectedError as exc:
+            if exc.status == 405:  # the path exists, only listing is not allowed
+                return RlSupport(frozenset(), "GET /rl/jobs answered 405: the RL job routes exist")
+            raise
+        said = response.headers.get(RL_CONTRACT_HEADER, "")
+        generations = frozenset(g.strip() for g in said.split(",") if g.strip() in KNOWN_GENERATIONS)
+        how = (f"the backend says it speaks {', '.join(sorted(generations))} ({RL_CONTRACT_HEADER})"
+               if generations else "the backend does not say which contract generation it speaks")
+        return RlSupport(generations, how)
+
+    async def verify_task_app(self, task_url: str) -> VerifyResult:
+        """``POST /rl/verify_task_app``. HTTP errors come back as a result, not an exception,
+        so the caller can show the backend's report (the SDK prints it too). Reported key
+        prefixes are cut to four characters: a "first 15" of a short key is the whole key."""
+        try:
+            response = await self.request("POST", "/rl/verify_task_app", what="task app verification",
+                                          json_body={"endpoint_base_url": task_url})
+            status, body = response.status, response.body
+        except (RejectedError, ServerError, ConflictError, NotFoundError) as exc:
+            status, body = exc.status or 0, exc.body
+        body = mask_prefixes(body)
+        text = json.dumps(body) if isinstance(body, (dict, list)) else str(body or "")
+        return VerifyResult(status=status, body=body, preview_source=ApiResponse(status, body, text))
+
+    async def create_job(self, payload: Mapping[str, Any], *, idempotency_key: str | None) -> CreateResult:
+        """``POST /rl/jobs``. Retried only with an Idempotency-Key: without one a retry after a
+        lost answer could create a second job."""
+        headers = {"Content-Type": "application/json"}
+        if idempotency_key:
+            headers["Idempotency-Key"] = idempotency_key
+        response = await self.request("POST", "/rl/jobs", what="job creation", json_body=dict(payload),
+                                      headers=headers, retries=None if idempotency_key else 0)
+        body = response.body
+        job_id = None
+        if isinstance(body, dict):
+            job_id = body.get("job_id") or body.get("id")
+        job_id = str(job_id) if job_id else None
+        problem = job_id_problem(job_id) if job_id else None
+        if problem:
+            # Every later request puts the id in a path: a strange one is refused, not followed.
+            error = BadResponseError(
+                f"The backend answered job creation with an unusable job id ({problem}).",
+                "Check that --backend points at the Synth API; the job may exist: see the backend's job list.",
+                status=response.status, body=response.text[:400])
+            error.transient = False
+            raise error
+        return CreateResult(status=response.status, body=body, response=response,
+                            idempotency_key=idempotency_key, job_id=job_id)
+
+    async def get_job(self, job_id: str, *, retries: int | None = None) -> JobStatus:
+        response = await self._job_request(job_id, "", what=f"status of job {job_id}", retries=retries)
+        if not isinstance(response.body, dict):
+            raise BadResponseError(f"The status of job {job_id} is not a JSON object.", None,
+                                   status=response.status, body=response.text[:400])
+        status = JobStatus.model_validate(response.body)
+        if not status.job_id:
+            status.job_id = job_id
+        return status
+
+    async def events(self, job_id: str, since_seq: int, *, limit: int = PAGE_LIMIT,
+                     retries: int | None = None) -> list[JobEvent]:
+        response = await self._job_request(job_id, "/events", what=f"events of job {job_id}",
+                                           params={"since_seq": since_seq, "limit": limit}, retries=retries)
+        return [JobEvent.model_validate(item) for item in items_of(response.body, "events") if isinstance(item, dict)]
+
+    async def metrics(self, job_id: str, after_step: int, *, limit: int = PAGE_LIMIT,
+                      retries: int | None = None) -> list[MetricPoint]:
+        response = await self._job_request(job_id, "/metrics", what=f"metrics of job {job_id}",
+                                           params={"after_step": after_step, "limit": limit}, retries=retries)
+        return [MetricPoint.model_validate(item) for item in items_of(response.body, "points", "metrics")
+                if isinstance(item, dict)]
+
+    async def rollouts_page(self, job_id: str, *, step: int | None = None, phase: str | None = None,
+                            limit: int = ROLLOUT_PAGE_LIMIT, after: str | None = None,
+                            retries: int | None = None) -> Any:
+        """One page of the rollouts a backend kept for a job (docs/wire-contract.md#rollouts): the
+        body as sent, read by app.core.runs.rollouts. NotFoundError when the job, or the route, is not there."""
+        params: dict[str, Any] = {"limit": limit}
+        if step is not None:
+            params["step"] = step
+        if phase:
+            params["phase"] = phase
+        if after:
+            params["after"] = after
+        response = await self._job_request(job_id, "/rollouts", what=f"rollouts of job {job_id}", params=params,
+                                           retries=retries)
+        return response.body
+
+    async def rollout(self, job_id: str, rollout_id: str, *, retries: int | None = None) -> Any:
+        """One kept rollout with its turns (docs/wire-contract.md#rollouts): the body as sent."""
+        response = await self._job_request(job_id, f"/rollouts/{quote(rollout_id, safe='')}",
+                                           what=f"rollout {rollout_id!r} of job {job_id}", retries=retries)
+        return response.body
+
+    async def cancel_job(self, job_id: str) -> dict[str, Any]:
+        prefix = self._job_prefix.get(job_id, "/rl/jobs")
+        response = await self.request("POST", job_path(prefix, job_id, "/cancel"), what=f"cancel of job {job_id}",
+                                      json_body={}, retries=1)
+        return response.body if isinstance(response.body, dict) else {}
+
+    async def list_jobs(self, *, limit: int = 50, status: str | None = None) -> list[JobStatus]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        response = await self.request("GET", "/rl/jobs", what="job list", params=params)
+        return [JobStatus.model_validate(item) for item in items_of(response.body, "jobs") if isinstance(item, dict)]
+
+    async def list_all_jobs(self, *, max_jobs: int = MAX_LISTED_JOBS, page_size: int = JOB_PAGE_SIZE,
+                            status: str | None = None, retries: int | None = None) -> JobList:
+        """Every job, page by page (docs/wire-contract.md#job-list): ``after`` is the cursor the
+        backend named (``next_cursor``), else the id of the last job of the page before. Stops
+        at a page that is short (or says ``has_more: false``), empty, or brings no new job (a
+        backend that ignores ``after`` sends the first page again), and at ``max_jobs``."""
+        jobs: list[JobStatus] = []
+        seen: set[str] = set()
+        after: str | None = None
+        pages = skipped = 0
+        note: str | None = None
+        capped = False
+        while True:
+            params: dict[str, Any] = {"limit": page_size}
+            if status:
+                params["status"] = status
+            if after:
+                params["after"] = after
+            response = await self.request("GET", "/rl/jobs", what="job list", params=params, retries=retries)
+            pages += 1
+            items = [JobStatus.model_validate(item) for item in items_of(response.body, "jobs")
+                     if isinstance(item, dict)]
+            fresh = []
+            for job in items:
+                if job.job_id in seen:
+                    continue
+                if job_id_problem(job.job_id):  # it could not be attached to (it goes into paths)
+                    skipped += 1
+                    continue
+                seen.add(job.job_id)
+                fresh.append(job)
+            if pages > 1 and items and not fresh and not skipped:
+                note = ("the backend sent the same jobs again for the next page (it ignores `after`): "
+                        "only its first page is listed")
+            room = max_jobs - len(jobs)
+            jobs.extend(fresh[:room])
+            if len(fresh) > room:
+                capped = True
+            body = response.body if isinstance(response.body, dict) else {}
+            more = _more_pages(body, len(items), page_size)
+            if not fresh or not more:
+                break
+            if len(jobs) >= max_jobs:
+                capped = True
+                break
+            cursor = body.get("next_cursor")
+            after = str(cursor) if isinstance(cursor, (str, int)) and cursor != "" else items[-1].job_id
+        if capped:
+            note = f"only the newest {max_jobs:,} jobs are listed; the backend may hold more"
+        if skipped:
+            note = "; ".join(filter(None, [note, f"{counted(skipped, 'job')} with an unusable id left out"]))
+        return JobList(jobs, pages, capped, note)
+
+    async def stream_events(self, job_id: str, since_seq: int) -> AsyncIterator[JobEvent]:
+        """Server-sent events for a job (``Accept: text/event-stream``), from ``since_seq``:
+        at ``/events/stream`` (where SDK 0.4+ streamers look), else at ``/events`` (0.2.x
+        backends negotiate there). The path that worked is remembered for the job.
+
+        Raises StreamUnavailable when the backend offers no stream (the caller then polls);
+        ends when the server closes the stream.
+        """
+        prefix = self._job_prefix.get(job_id, "/rl/jobs")
+        known = self._stream_suffix.get(job_id)
+        suffixes = [known] if known else ["/events/stream", "/events"]
+        for suffix in suffixes:
+            try:
+                async for event in self._stream_at(job_id, job_path(prefix, job_id, suffix), since_seq):
+                    self._stream_suffix[job_id] = suffix
+                    yield event
+                self._stream_suffix.setdefault(job_id, suffix)
+                return
+            except (StreamUnavailable, NotFoundError, RejectedError):
+                # Raised before the first event: try the older path, or give up on streams.
+                if suffix == suffixes[-1]:
+                    raise StreamUnavailable(f"The backend offers no event stream for job {job_id}.", None) from None
+
+    async def _stream_at(self, job_id: str, path: str, since_seq: int) -> AsyncIterator[JobEvent]:
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        self.request_count += 1
+        try:
+            async with self._http.stream("GET", path, params={"since_seq": since_seq}, headers=headers,
+                                         timeout=httpx.Timeout(30.0, connect=5.0, read=60.0)) as response:
+                if response.status_code != 200 or "text/event-stream" not in response.headers.get("content-type", ""):
+                    await response.aread()
+                    self._decode(response, what=f"event stream of job {job_id}", expect_json=False)
+                    raise StreamUnavailable(f"The backend offers no event stream for job {job_id}.", None,
+                                            status=response.status_code)
+                async for data in sse_data_lines(response.aiter_lines()):
+                    try:
+                        payload = json.loads(data)
+                    except ValueError:
+                        continue
+                    if isinstance(payload, dict):
+                        yield JobEvent.model_validate(payload)
+        except httpx.InvalidURL as exc:
+            raise unsendable_url(f"the event stream of job {job_id}", exc) from None
+        except httpx.TimeoutException:
+            raise BackendTimeout(f"The event stream of job {job_id} went quiet.", None) from None
+        except httpx.TransportError as exc:
+            raise BackendUnreachable(
+                f"The event stream of job {job_id} broke: {self._clean(describe_exception(exc))}.", None) from None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _more_pages(body: Mapping[str, Any], count: int, page_size: int) -> bool:
+    """Whether a job-list page says more follow: its ``has_more`` or ``next_cursor`` when it
+    sends one, else a full page (docs/wire-contract.md#job-list)."""
+    if isinstance(body.get("has_more"), bool):
+        return bool(body["has_more"])
+    if "next_cursor" in body:
+        return bool(body["next_cursor"])
+    return count >= page_size
+
+
+def job_path(prefix: str, job_id: str, suffix: str = "") -> str:
+    """``prefix/<job id>suffix`` with the id checked and quoted: it is one path segment."""
+    return f"{prefix}/{quote(check_job_id(job_id), safe='')}{suffix}"
+
+
+def _check_api_key(api_key: str) -> None:
+    problem = header_value_problem(api_key)
+    if problem:
+        raise UnusableSecretError(
+            f"SYNTH_API_KEY cannot be sent: {problem}.",
+            "API keys are plain ASCII with no spaces: copy the key again from where it was issued.")
+
+
+async def sse_data_lines(lines: AsyncIterator[str]) -> AsyncIterator[str]:
+    """Yield the ``data:`` payload of each server-sent event (multi-line data joined by \\n)."""
+    buffer: list[str] = []
+    async for line in lines:
+        if line == "":
+            if buffer:
+                yield "\n".join(buffer)
+                buffer = []
+            continue
+        if line.startswith(":"):
+            continue
+        if line.startswith("data:"):
+            buffer.append(line[5:].lstrip(" ") if line.startswith("data: ") else line[5:])
+    if buffer:
+        yield "\n".join(buffer)
+
+
+def backoff_delay(attempt: int, base: float, cap: float = 10.0) -> float:
+    """Exponential backoff with full jitter: uniform in [base/2, min(cap, base * 2**attempt)]."""
+    high = min(cap, base * (2 ** attempt))
+    return random.uniform(min(base / 2, high), high)
+
+
+def describe_exception(exc: BaseException) -> str:
+    """A short human phrase for a network error, from the root cause httpx wraps."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return "host name not found"
+        if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return "network unreachable"
+        cause = cause.__cause__ or cause.__context__
+    text = str(exc).strip().rstrip(".")
+    if "refused" in text.lower():
+        return "connection refused"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _looks_like_html(text: str, content_type: str) -> bool:
+    return "html" in content_type or text.lstrip().startswith("<")
+
+
+def error_detail(body: Any, text: str) -> str:
+    """A one-line summary of an error body: ``detail``, ``message`` or ``error``, else the text."""
+    if isinstance(body, dict):
+        for key in ("detail", "message", "error"):
+            if body.get(key):
+                value = body[key]
+                return value if isinstance(value, str) else json.dumps(value)[:300]
+        return json.dumps(body)[:300]
+    snippet = " ".join(text.split())[:160]
+    return snippet or "(empty body)"

@@ -1,0 +1,2 @@
+"""The launch sequence shared by both front ends: the session, its steps and the verdict of
+the checks."""

@@ -1,0 +1,633 @@
+"""The state of one guided launch: what the user chose on each screen, and the steps between.
+
+The TUI's screens read and change a :class:`LaunchSession`; every method that touches files
+or the network is called from a worker. No Textual here, so the flow is testable on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import math
+import os
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.core.api.backend_url import checked_api_base
+from app.core.env import envfile
+from app.core.errors import EnvFileError, MissingSecretsError, UnusableSecretError, UsageError
+from app.core.launch.steps import (
+    EnvChoice,
+    PreparedJob,
+    choose_env_file,
+    new_idempotency_key,
+    prepare_payload,
+    require_secrets,
+    require_sendable_keys,
+    resolve_backend,
+    resolve_secrets,
+    unattended_env_choice,
+)
+from app.core.runs.jobs import JobContext, read_history, remember
+
+# The first screen is drawn before the config schema (pydantic), the HTTP client (httpx), the
+# watch and Modal's modules are imported: each method imports what it uses, once its step comes
+# (docs/performance.md#first-paint).
+if TYPE_CHECKING:
+    from app.core import modal as modal_cli
+    from app.core.api.client import RlSupport, SynthClient, VerifyResult
+    from app.core.api.health import HealthReport
+    from app.core.api.streaming import WatchOptions
+    from app.core.config import rl as cfg
+    from app.core.runs.history import RunRecord
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """The command-line flags that prefill or skip steps (the SDK's, plus --backend), as
+    given: what the user changes later (the preview's overrides) is held by the session."""
+
+    config_paths: Sequence[str] = ()
+    env_files: Sequence[str] = ()
+    task_url: str | None = None
+    model: str | None = None
+    allow_experimental: bool | None = None
+    idempotency: str | None = None
+    backend: str | None = None
+    poll_interval: float = 5.0
+    poll_timeout: float = 3600.0
+    # Seconds a watch waits for a backend that stopped answering (0: until poll_timeout).
+    give_up_after: float = 60.0
+    metric: str | None = None
+    cwd: Path = field(default_factory=Path.cwd)
+    # The backend runs inside this process (synth-tui demo, --backend local): it stops when
+    # the app does.
+    embedded_backend: bool = False
+    # --backend local: the key of the backend started for this run (SYNTH_API_KEY is then not
+    # needed), and how to hand it the ENVIRONMENT_API_KEY it calls the task app with.
+    backend_key: str | None = None
+    hold_env_keys: Callable[[Sequence[str]], None] | None = None
+    # --modal-secret NAME: ENVIRONMENT_API_KEY from that Modal secret; --modal-app APP[/FUNCTION]:
+    # TASK_APP_URL from that deployed app's web endpoint (docs/modal.md). Fetched by
+    # LaunchSession.fetch_modal_values, not on construction: reading a secret starts a container.
+    modal_secret: str | None = None
+    modal_app: str | None = None
+
+    def __post_init__(self) -> None:
+        # Expanded once here, so no later expanduser() meets an unknown ~user and raises.
+        object.__setattr__(self, "config_paths", tuple(str(envfile.user_path(p)) for p in self.config_paths))
+        object.__setattr__(self, "env_files", tuple(str(envfile.user_path(p)) for p in self.env_files))
+        check_seconds("--poll-interval", self.poll_interval, allow_zero=False)
+        check_seconds("--poll-timeout", self.poll_timeout, allow_zero=True)
+        check_seconds("--give-up-after", self.give_up_after, allow_zero=True)
+        if self.idempotency:
+            check_idempotency_key(self.idempotency)
+        if self.modal_secret is not None or self.modal_app is not None:
+            from app.core import modal as modal_cli
+        if self.modal_secret is not None:
+            object.__setattr__(self, "modal_secret", modal_cli.check_object_name(self.modal_secret, "secret"))
+        if self.modal_app is not None:
+            modal_cli.split_app_ref(self.modal_app)
+            if self.task_url:
+                raise UsageError("--task-url and --modal-app both name the task app.",
+                                 "Pass one of them: --task-url URL, or --modal-app APP[/FUNCTION].")
+
+    @classmethod
+    def from_args(cls, args: object, *, cwd: Path | None = None) -> LaunchOptions:
+        """From parsed command-line flags; commands without a flag get its default."""
+        def flag(name: str, default: Any = None) -> Any:
+            return getattr(args, name, default)
+
+        return cls(
+            config_paths=list(flag("config", []) or []), env_files=list(flag("env_file", []) or []),
+            task_url=flag("task_url"), model=flag("model"), allow_experimental=flag("allow_experimental"),
+            idempotency=flag("idempotency"), backend=flag("backend"),
+            poll_interval=flag("poll_interval", 5.0), poll_timeout=flag("poll_timeout", 3600.0),
+            give_up_after=flag("give_up_after", 60.0),
+            metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
+            backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),
+            modal_secret=flag("modal_secret"), modal_app=flag("modal_app"),
+        )
+
+
+def check_seconds(flag: str, value: object, *, allow_zero: bool) -> None:
+    """A UsageError unless ``value`` is a finite number of seconds (above zero, or at least
+    zero when ``allow_zero``): nan fails every comparison, so a wait on it never ends or never
+    starts, and a poll every 0 seconds floods the backend."""
+    low = "0 or more" if allow_zero else "more than 0"
+    ok = isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 or (allow_zero and value == 0))
+    if not ok:
+        example = f"{flag} 3600 (86400 waits a day)" if allow_zero else f"{flag} 5"
+        raise UsageError(f"{flag} must be a number of seconds, {low} (got {value!r}).", f"For example {example}.")
+
+
+MAX_IDEMPOTENCY_KEY_CHARS = 255
+
+
+def check_idempotency_key(key: str) -> None:
+    """A UsageError unless ``key`` can be sent as the Idempotency-Key header."""
+    problem = envfile.header_value_problem(key)
+    if problem is None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
+        problem = f"it is {len(key):,} characters long; at most {MAX_IDEMPOTENCY_KEY_CHARS}"
+    if problem:
+        raise UsageError(f"--idempotency cannot be sent as an Idempotency-Key header: {problem}.",
+                         "Use plain ASCII letters, digits and dashes, e.g. a UUID (the default when it is left out).")
+
+
+def attach_command(job_id: str, backend: str, env_path: str | Path | None) -> str:
+    """`synth-tui attach` with every flag it needs to work when copied: the backend, and the
+    .env to read SYNTH_API_KEY from (None: the shell's)."""
+    import shlex
+
+    serve = "serve " if os.environ.get("SYNTH_TUI_SERVE") else ""  # in a browser tab (docs/browser.md)
+    command = f"synth-tui {serve}attach {job_id} --backend {backend}"
+    return command if env_path is None else f"{command} --env-file {shlex.quote(str(env_path))}"
+
+
+@dataclass(frozen=True)
+class Overrides:
+    """What the preview lets the user change, over the flags (None: as the config says)."""
+
+    model: str | None = None
+    task_url: str | None = None
+    allow_experimental: bool | None = None
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """Work the guided session waits for, started after its first frame (the demo's servers):
+    ``run`` blocks (call it from a worker) and returns the options the session then adopts and
+    a sentence saying what is ready; ``waiting`` says what is being done meanwhile, ``failed``
+    titles the error when ``run`` raises."""
+
+    waiting: str
+    run: Callable[[], tuple[LaunchOptions, str]]
+    failed: str = "Could not start"
+
+
+@dataclass
+class LaunchSession:
+    """One launch, shared by both front ends: each step is a method here, and the screens and
+    the headless flow only show what these return (docs/architecture.md)."""
+
+    options: LaunchOptions
+    shell: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    config_path: Path | None = None
+    report: cfg.ValidationReport | None = None
+    env_choice: EnvChoice | None = None
+    env: envfile.EnvFile | None = None
+    resolved: list[envfile.ResolvedKey] = field(default_factory=list)
+    backend_base: str = ""
+    backend_source: str = ""
+    idempotency_key: str = ""
+    prepared: PreparedJob | None = None
+    job_id: str | None = None
+    # A malformed backend URL in the .env: raised by open_env, and again by anything that
+    # would talk to the backend, so the hosted default is never used in its place.
+    backend_problem: UsageError | None = None
+    # What the backend said about RL jobs (probe): the payload takes the names it reads.
+    rl_support: RlSupport | None = None
+    overrides: Overrides = field(init=False)
+    # The task URL the verification step passed with, so the preview can say it changed since.
+    verified_task_url: str | None = None
+    # Keys fetched from Modal for this session (use_modal_value): they win over the shell and
+    # the .env, are masked like every secret and are never written to the .env on their own.
+    modal_keys: dict[str, envfile.ResolvedKey] = field(default_factory=dict)
+    # Why --modal-secret / --modal-app gave nothing, in the TUI: the env review shows it, with
+    # the fix, instead of the app ending before its first screen (docs/modal.md#in-synth-tui).
+    modal_failure: modal_cli.ModalError | None = None
+    # What the prepared payload was built from; the same inputs give it back without a re-read.
+    _prepared_from: tuple[object, ...] | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.backend_base, self.backend_source = resolve_backend(self.options.backend, self.shell)
+        self.idempotency_key = self.options.idempotency or new_idempotency_key()
+        options = self.options
+        self.overrides = Overrides(options.model, options.task_url, options.allow_experimental)
+
+    def adopt_options(self, options: LaunchOptions) -> None:
+        """Use the options a :class:`Preparation` made (the demo's backend, .env and config),
+        as if given on the command line; nothing was chosen or sent before."""
+        self.options = options
+        self.__post_init__()
+
+    def override(self, **changes: object) -> bool:
+        """Change the preview's overrides (model, task_url, allow_experimental); the flags stay
+        as given. True when something changed, and the payload is then prepared again."""
+        new = dataclasses.replace(self.overrides, **changes)  # type: ignore[arg-type]
+        if new == self.overrides:
+            return False
+        task_url_changed = new.task_url != self.overrides.task_url
+        self.overrides = new
+        if task_url_changed:
+            self.resolve()  # TASK_APP_URL resolution depends on the task URL given
+        return True
+
+    def use_backend(self, url: str, source: str) -> None:
+        """Talk to this backend (e.g. the one a job from the history ran on); the .env does
+        not override it."""
+        self.backend_base, self.backend_source = checked_api_base(url, f"The backend recorded in {source}"), source
+        self.backend_problem = None
+
+    # -- config -------------------------------------------------------------------
+
+    def discover_configs(self) -> list[cfg.ConfigCandidate]:
+        from app.core.config import rl as cfg
+
+        candidates = cfg.discover_configs(self.options.cwd, last_config=cfg.read_last_config(), include_broken=True)
+        explicit = [envfile.resolved_user_path(p) for p in self.options.config_paths]
+        if explicit:
+            known = {c.path for c in candidates}
+            candidates = [cfg.ConfigCandidate(p, "rl") for p in explicit if p not in known] + candidates
+        return candidates
+
+    def validate(self, path: Path) -> cfg.ValidationReport:
+        from app.core.config import rl as cfg
+
+        return cfg.validate_rl_file(path, allow_experimental=self.overrides.allow_experimental, env=self.shell)
+
+    def choose_config(self, path: Path, report: cfg.ValidationReport) -> None:
+        """Use this config; a valid one is remembered (the SDK's LAST_CONFIG), so a later run
+        without --config never proposes one that cannot be sent."""
+        from app.core.config import rl as cfg
+
+        self.config_path = path
+        self.report = report
+        if report.ok:
+            cfg.write_last_config(path)
+        self.resolve()  # the config's [services].task_url may make TASK_APP_URL optional
+
+    # -- env -------------------------------------------------------------------------
+
+    def initial_env_choice(self) -> EnvChoice:
+        return choose_env_file(self.options.env_files, cwd=self.options.cwd, config_path=self.config_path)
+
+    def unattended_env_choice(self) -> EnvChoice:
+        """The .env for a run where no one confirms what discovery proposes."""
+        return unattended_env_choice(self.initial_env_choice(), cwd=self.options.cwd, config_path=self.config_path)
+
+    def open_unattended_env(self) -> EnvChoice:
+        """Open the .env without asking: headless runs, attach, the history, and a TUI start
+        that skips the env review (--env-file given). Only the env review lets a user confirm
+        a discovered file, so only it opens :meth:`initial_env_choice` itself."""
+        choice = self.unattended_env_choice()
+        self.open_env(choice.path, choice.how, choice.candidates)
+        return choice
+
+    def open_env(self, path: Path | None, how: str = "chosen",
+                 candidates: Sequence[Path] | None = None) -> envfile.EnvFile | None:
+        env = envfile.EnvFile.load(path) if path else None
+        if candidates is None:
+            candidates = self.env_choice.candidates if self.env_choice else []
+        self.env_choice = EnvChoice(path, how, list(candidates))
+        self.env = env
+        self.resolve()
+        self._raise_backend_problem()
+        return env
+
+    def replace_env(self, env: envfile.EnvFile) -> None:
+        """The same .env as read again from disk (the env review's reload)."""
+        self.env = env
+        self.resolve()
+
+    def _backend_from_env_file(self) -> None:
+        """Differs from the SDK on purpose: the SDK picks the backend before reading the .env,
+        so a BACKEND_BASE_URL written there is listed but silently ignored. We use it when
+        neither --backend nor the shell chose one (the shell still wins over the file).
+        A malformed URL there is kept in backend_problem rather than raised: the env review
+        resolves after every edit and must go on showing the keys."""
+        from_env_file_or_default = self.backend_source == "default" or self.backend_source.endswith("(.env)")
+        if self.options.backend is not None or not from_env_file_or_default:
+            return
+        file_values = {k: v for k, v in (self.env.values if self.env else {}).items() if v}
+        origins = {name: str(self.env.path) for name in file_values if name not in self.shell} if self.env else {}
+        self.backend_problem = None
+        try:
+            base, source = resolve_backend(None, {**file_values, **self.shell}, origins=origins)
+        except UsageError as problem:
+            self.backend_problem = problem
+            return
+        self.backend_base, self.backend_source = base, (f"{source} (.env)" if source != "default" else source)
+
+    def resolve(self) -> list[envfile.ResolvedKey]:
+        """The keys (and the backend, which the .env may set) as they are now; never raises."""
+        self.resolved = [self._as_this_run_needs(self._from_modal(key))
+                         for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.overrides.task_url)]
+        self._backend_from_env_file()
+        return self.resolved
+
+    def _from_modal(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
+        """A key fetched from Modal wins over the shell and the .env; --task-url (or the
+        preview's override) still wins over a Modal app's URL."""
+        fetched = self.modal_keys.get(key.name)
+        if fetched is None or key.source == "flag":
+            return key
+        return dataclasses.replace(fetched, required=key.required)
+
+    # -- Modal (docs/modal.md) ----------------------------------------------------------
+
+    def use_modal_value(self, name: str, value: str, origin: str) -> None:
+        """Use ``value`` for the key ``name`` in this session, shown as from ``origin`` (e.g.
+        "Modal secret NAME"). It is not written to the .env: saving it is the user's choice."""
+        self.modal_keys[name] = envfile.ResolvedKey(name, value, "modal", origin, True, False)
+        self.resolve()
+
+    def forget_modal_value(self, name: str) -> None:
+        if self.modal_keys.pop(name, None) is not None:
+            self.resolve()
+
+    def fetch_modal_values(self, cli: modal_cli.ModalCli | None = None, *,
+                           announce: Callable[[str], None] | None = None,
+                           cancel: threading.Event | None = None) -> None:
+        """What --modal-secret and --modal-app ask for: ENVIRONMENT_API_KEY read from the
+        secret, TASK_APP_URL from the app's web endpoint. The free checks come first (the
+        secret is listed, the app resolves): a typo in either costs no container. Only then is
+        the container started, ``announce`` told right before. Raises the ModalError of
+        app/core/modal.py that stopped it (docs/modal.md#in-synth-tui)."""
+        options = self.options
+        if not (options.modal_secret or options.modal_app):
+            return
+        from app.core import modal as modal_cli
+
+        cli = cli or modal_cli.ModalCli(env=self.shell)
+        if options.modal_secret:
+            cli.require_secret(options.modal_secret, cancel=cancel)
+        if options.modal_app:
+            if announce:
+                announce(f"Looking up the web endpoint of Modal app {options.modal_app}…")
+            endpoint = cli.task_app_endpoint(options.modal_app, cancel=cancel)
+            app = options.modal_app.partition("/")[0]
+            self.use_modal_value("TASK_APP_URL", endpoint.url, f"Modal app {app}/{endpoint.function}")
+        if options.modal_secret:
+            if announce:
+                announce(modal_cli.container_notice(options.modal_secret))
+            value = cli.read_secret_value(options.modal_secret, cancel=cancel, check_exists=False)
+            self.use_modal_value("ENVIRONMENT_API_KEY", value, f"Modal secret {options.modal_secret}")
+
+    def _as_this_run_needs(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
+        """With --backend local, SYNTH_API_KEY is the key of the backend this process started,
+        never the .env's or the shell's (a hosted key must not reach it), shown as from that
+        flag. A key this run can do without is shown as such, not as "required — missing"."""
+        if key.name == "SYNTH_API_KEY" and self.options.backend_key:
+            return dataclasses.replace(key, value=self.options.backend_key, source="flag", origin="--backend local",
+                                       shell_overrides_file=False)
+        if key.name in self.optional_keys():
+            return dataclasses.replace(key, required=False)
+        return key
+
+    def optional_keys(self) -> tuple[str, ...]:
+        """Required keys this run can do without: TASK_APP_URL when --task-url (or the preview's
+        override) or the config's [services].task_url names the task app."""
+        return ("TASK_APP_URL",) if self.overrides.task_url or self._config_task_url() else ()
+
+    def _config_task_url(self) -> str | None:
+        from app.core.config.payload import usable_url
+
+        config = self.report.config if self.report is not None else None
+        return usable_url(config.services.task_url) if config is not None and config.services else None
+
+    def missing_keys(self) -> list[str]:
+        return envfile.missing_required(self.resolved, optional=self.optional_keys())
+
+    def secrets(self) -> dict[str, str]:
+        path = self.env_choice.path if self.env_choice else None
+        return require_secrets(self.resolved, env_path=path, task_url_flag=self.overrides.task_url,
+                               optional=self.optional_keys())
+
+    def secret_values(self) -> list[str]:
+        """Every secret in play, for redaction of anything shown."""
+        values = [part for k in self.resolved for part in envfile.secret_parts(k.name, k.value)]
+        if self.env is not None:
+            values += [part for k, v in self.env.values.items() for part in envfile.secret_parts(k, v)]
+        return values
+
+    # -- payload, checks, submit ---------------------------------------------------------
+
+    def prepare(self) -> PreparedJob:
+        """The payload to send: built once, and again only when what it is built from changed
+        (the config file on disk, the keys, an override, the backend and its generation)."""
+        assert self.config_path is not None, "choose a config first"
+        self._raise_backend_problem()
+        secrets = self.secrets()
+        inputs = self._prepare_inputs(secrets)
+        if self.prepared is not None and inputs == self._prepared_from:
+            return self.prepared
+        self.prepared = None  # until the new one is built: a failed build leaves no stale payload
+        task_url_key = next((k for k in self.resolved if k.name == "TASK_APP_URL"), None)
+        overrides = self.overrides
+        self.prepared = prepare_payload(
+            self.config_path, task_url_flag=overrides.task_url, env_task_url=secrets.get("TASK_APP_URL"),
+            backend_base=self.backend_base, model=overrides.model, allow_experimental=overrides.allow_experimental,
+            env_task_url_where=f"TASK_APP_URL from {task_url_key.where}" if task_url_key else "TASK_APP_URL",
+            generations=self.rl_support.generations if self.rl_support else frozenset())
+        self._prepared_from = inputs
+        return self.prepared
+
+    def _prepare_inputs(self, secrets: Mapping[str, str]) -> tuple[object, ...]:
+        assert self.config_path is not None
+        try:
+            stat = self.config_path.stat()
+            on_disk: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
+        except OSError:
+            on_disk = None  # prepare_payload reports the missing file
+        generations = self.rl_support.generations if self.rl_support else frozenset()
+        return (self.config_path, on_disk, secrets.get("TASK_APP_URL"), self.overrides, self.backend_base,
+                generations)
+
+    def _raise_backend_problem(self) -> None:
+        if self.backend_problem is not None:
+            raise self.backend_problem
+
+    # -- the job ---------------------------------------------------------------------
+
+    def submitted_job(self, job_id: str, prepared: PreparedJob) -> JobContext:
+        """The job that submitting ``prepared`` created: its context for the dashboard."""
+        self.job_id = job_id
+        return JobContext.of(job_id, prepared.payload, str(self.config_path) if self.config_path else None)
+
+    def remember_submission(self, job: JobContext, *, idempotency_key: str | None = None,
+                            rerun_of: str | None = None) -> str | None:
+        """Record a created job in the run history, with the path (never the contents) of the
+        .env it was launched with; a warning when the history could not be written."""
+        env_path = self.env.path if self.env is not None and self.env.exists else None
+        return remember(lambda history: history.record_submission(
+            job_id=job.job_id, backend=self.backend_base, config_path=job.config_path, payload=job.payload,
+            idempotency_key=idempotency_key or self.idempotency_key, rerun_of=rerun_of,
+            env_path=os.path.abspath(env_path) if env_path is not None else None))
+
+    async def submit_rerun(self, payload: dict[str, Any], *, rerun_of: str,
+                           config_path: str | None) -> tuple[JobContext, str | None] | None:
+        """Submit a job's payload again with a new Idempotency-Key (the one rerun for the
+        dashboard and the jobs view) and record it in the run history as a rerun of
+        ``rerun_of``. Returns the new job and a history warning, or None when the backend
+        answered without a job id."""
+        key = new_idempotency_key()
+        async with self.client() as client:
+            result = await client.create_job(payload, idempotency_key=key)
+        if not result.job_id:
+            return None
+        job = JobContext.of(result.job_id, payload, config_path)
+        warning = await asyncio.to_thread(self.remember_submission, job, idempotency_key=key, rerun_of=rerun_of)
+        return job, warning
+
+    def attach(self, job_id: str) -> JobContext:
+        """Set up a watch of an existing job, the same for both front ends: a job of the run
+        history as :meth:`use_history_record` says; any other with --backend (or the default),
+        the .env found as for a headless run, and its backend key (missing: MissingSecretsError
+        before anything is shown)."""
+        from app.core.api.wire import check_job_id
+
+        check_job_id(job_id)  # it goes into URL paths: "../x" or "" must stop here
+        record = read_history(job_id)
+        if record is not None:
+            return self.use_history_record(record)
+        self.open_unattended_env()
+        self.synth_api_key()
+        return JobContext.of(job_id)
+
+    def use_history_record(self, record: RunRecord) -> JobContext:
+        """Set up an attach, a rerun or a status check of a job from the run history; the one
+        way, for the history screen, `history --no-tui` and `attach`. The backend it ran on
+        (unless --backend names one); the .env: --env-file when given, else the one the job was
+        launched with, else (an older record) as for a headless run; then its SYNTH_API_KEY.
+        A remembered .env that is gone or has no SYNTH_API_KEY is an error naming the file and
+        the fix, raised before anything is sent."""
+        if not self.options.backend:
+            self.use_backend(record.backend, "the job history")
+        remembered = self.remembered_env(record)
+        if remembered is None:
+            self.open_unattended_env()
+            self.synth_api_key()
+        else:
+            self._open_remembered_env(record.job_id, remembered)
+        return JobContext.from_record(record)
+
+    def remembered_env(self, record: RunRecord) -> Path | None:
+        """The .env to use for this job instead of discovery: None when --env-file was given
+        (it wins) or the record is from before the history remembered it."""
+        if self.options.env_files or not record.env_path:
+            return None
+        return Path(record.env_path)
+
+    def for_history_record(self, record: RunRecord) -> LaunchSession:
+        """A new session with these flags and shell, set up for ``record``
+        (:meth:`use_history_record`): the status check asks each job's backend with its own key."""
+        session = LaunchSession(self.options, shell=self.shell)
+        session.use_history_record(record)
+        return session
+
+    def _open_remembered_env(self, job_id: str, path: Path) -> None:
+        fix = (f"pass --env-file PATH with its SYNTH_API_KEY: synth-tui history --env-file PATH, or "
+               f"{attach_command(job_id, self.backend_base, 'PATH')}")
+        present = path.is_file()
+        if not present and not self.shell.get("SYNTH_API_KEY"):
+            raise EnvFileError(f"Job {job_id} was launched with {path}, which no longer exists.",
+                               f"Restore that file, or {fix}.")
+        # The shell's SYNTH_API_KEY wins over the file, as everywhere; it also stands in for a
+        # file that is gone.
+        self.open_env(path if present else None, "the job's .env (run history)", [path])
+        try:
+            self.synth_api_key()
+        except UnusableSecretError:
+            raise
+        except MissingSecretsError:
+            raise MissingSecretsError(f"{path}, the .env job {job_id} was launched with, has no SYNTH_API_KEY.",
+                                      f"Add SYNTH_API_KEY to it, or {fix}.") from None
+
+    def watch_options(self, *, since_seq: int = 0) -> WatchOptions:
+        """How both front ends watch a job: the flags' intervals and bounds."""
+        from app.core.api.streaming import WatchOptions
+
+        options = self.options
+        return WatchOptions(poll_interval=options.poll_interval, poll_timeout=options.poll_timeout,
+                            give_up_after=options.give_up_after or None, since_seq=since_seq)
+
+    def attach_hint(self, job_id: str) -> str:
+        """How to watch this job again after leaving: the command with every flag it needs."""
+        if self.options.embedded_backend:
+            return (f"The embedded backend stops with this process, and job {job_id} with it "
+                    f"(marked failed when that backend starts again).")
+        env_path = self.env_choice.path if self.env_choice is not None else None
+        return f"Attach again with:\n  {attach_command(job_id, self.backend_base, env_path)}"
+
+    def history_attach_command(self, record: RunRecord) -> str:
+        """The attach command for a job of the run history, with the backend and .env
+        :meth:`use_history_record` would use (printed by `history --no-tui`; nothing is read)."""
+        backend = self.backend_base if self.options.backend else record.backend
+        env_path = os.path.abspath(self.options.env_files[0]) if self.options.env_files else record.env_path
+        return attach_command(record.job_id, backend, env_path)
+
+    def paused_message(self, job_id: str) -> str:
+        """What a watch that ended on a paused job says (the job is not over)."""
+        return (f"Job {job_id} is paused on the backend: it keeps its state there, and this watch has ended. "
+                f"Resume it on the backend, then watch it again. {self.attach_hint(job_id)}")
+
+    def synth_api_key(self) -> str:
+        """Only the backend key: enough to attach to a job, which needs no task app."""
+        key = next((k for k in self.resolved if k.name == "SYNTH_API_KEY" and k.value), None)
+        if key is None or not key.value:
+            raise MissingSecretsError("Missing required key: SYNTH_API_KEY.",
+                                      "Pass --env-file PATH with SYNTH_API_KEY, or export it in the shell.")
+        require_sendable_keys([key])
+        return key.value
+
+    def client(self, **kwargs: object) -> SynthClient:
+        from app.core.api.client import SynthClient
+
+        self._raise_backend_problem()
+        return SynthClient(self.backend_base, self.synth_api_key(), **kwargs)  # type: ignore[arg-type]
+
+    async def probe(self, client: SynthClient) -> RlSupport:
+        """Ask the backend whether it offers RL jobs (RlNotOffered, with the way out, when it
+        does not) and remember which generation it speaks, so the payload is prepared again
+        under the names that one reads."""
+        self.rl_support = await client.probe_rl()  # prepare() sees a new generation in its inputs
+        return self.rl_support
+
+    async def probe_for_attach(self, client: SynthClient) -> RlSupport:
+        """The probe before a watch of an existing job: a backend without RL jobs is named as
+        such, not as "job not found", with a way out that attach can take."""
+        from app.core.api.client import RlNotOffered
+
+        try:
+            return await self.probe(client)
+        except RlNotOffered as exc:
+            exc.hint = ("Attach with --backend URL of the backend that ran the job (`synth-tui history` lists "
+                        "where each job launched from this machine ran).")
+            raise
+
+    def check_attach_backend(self) -> RlSupport:
+        """:meth:`probe_for_attach` before the dashboard opens (the TUI's attach), so the TUI
+        ends as headless does (exit 5) instead of showing an empty dashboard."""
+        async def probe() -> RlSupport:
+            async with self.client() as client:
+                return await self.probe_for_attach(client)
+
+        return asyncio.run(probe())
+
+    async def verify(self, *, timeout: float = 30.0) -> VerifyResult:
+        """The probe, then the backend's verification of the task app (POST /rl/verify_task_app)."""
+        self.hand_env_keys_to_embedded_backend()
+        async with self.client(timeout=timeout, retries=0) as client:
+            await self.probe(client)
+            return await client.verify_task_app(self.prepare().task_url)
+
+    def env_keys(self) -> list[str]:
+        """ENVIRONMENT_API_KEY and its aliases: every key the task app may accept."""
+        aliases = [a.strip() for a in self.shell.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",") if a.strip()]
+        return [self.secrets()["ENVIRONMENT_API_KEY"], *aliases]
+
+    def hand_env_keys_to_embedded_backend(self) -> None:
+        """An embedded backend of this process holds the task-app keys as they are now (the
+        hosted service holds the keys an org uploaded; this one gets them in memory)."""
+        if self.options.hold_env_keys is not None:
+            self.options.hold_env_keys(self.env_keys())
+
+    async def health(self, *, timeout: float = 30.0) -> HealthReport:
+        from app.core.api.health import check_task_app
+
+        key, *aliases = self.env_keys()
+        return await check_task_app(self.prepare().task_url, key, aliases=aliases, timeout=timeout)

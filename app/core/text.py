@@ -1,0 +1,44 @@
+"""How counts and paths read on screen, the same in every front end.
+
+``counted(1, "job")`` is "1 job", ``counted(2, "job")`` "2 jobs", so no header reads "1 jobs";
+a path is shown short, and the same on every machine where it can be. No file system calls
+and no Textual import: the screens, the widgets, the headless runs and app.core use it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def plural(count: int, noun: str, many: str | None = None) -> str:
+    """The noun as it reads after ``count``: ``many`` (default: noun + "s") unless count is 1."""
+    return noun if count == 1 else (many or f"{noun}s")
+
+
+def counted(count: int, noun: str, many: str | None = None) -> str:
+    """``count`` and the noun in the matching number, with thousands separated: "1 job", "0 jobs",
+    "1,200 jobs"; ``many`` for an irregular plural ("1 entry", "2 entries")."""
+    return f"{count:,} {plural(count, noun, many)}"
+
+
+def display_path(path: Path, cwd: Path) -> str:
+    """Relative to ``cwd`` when under it ("configs/a.toml"), else absolute: a file from
+    elsewhere should look like it. Pure string work, no file system calls, so it is safe on
+    the UI thread."""
+    path, cwd = Path(path), Path(cwd)
+    try:
+        relative = path.relative_to(cwd)
+    except ValueError:
+        return str(path)
+    return str(relative) if relative.parts else "."
+
+
+def home_relative(path: Path) -> str:
+    """``~/project`` for a path under the home folder; otherwise the path unchanged. Used
+    where the working directory itself is named, so it reads short."""
+    path = Path(path)
+    try:
+        relative = path.relative_to(Path.home())
+    except (ValueError, RuntimeError):
+        return str(path)
+    return "~" if not relative.parts else f"~/{relative}"
