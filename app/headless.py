@@ -31,7 +31,8 @@ from app.core.api.streaming import (
 from app.core.api.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status
 from app.core.config import rl as cfg
 from app.core.config.toml_source import read_config_text
-from app.core.env import envfile
+from app.core.env.keys import REQUIRED_KEYS
+from app.core.env.resolve import ResolvedKey
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.launch.diagnosis import BackendCheck, TaskAppCheck, overall_verdict
 from app.core.launch.session import LaunchOptions, LaunchSession
@@ -240,9 +241,9 @@ def _pick(candidates: list[cfg.ConfigCandidate], printer: Printer) -> Path:
     return candidates[int(answer) - 1].path
 
 
-def _print_found_keys(resolved: list[envfile.ResolvedKey], printer: Printer) -> None:
+def _print_found_keys(resolved: list[ResolvedKey], printer: Printer) -> None:
     for key in resolved:
-        if key.name not in envfile.REQUIRED_KEYS or not key.value:
+        if key.name not in REQUIRED_KEYS or not key.value:
             continue
         if key.source == "alias":
             printer.line(f"Found {key.name} via {key.origin}: {key.display}")
@@ -252,7 +253,7 @@ def _print_found_keys(resolved: list[envfile.ResolvedKey], printer: Printer) -> 
             printer.diag(f"Note: {key.name} from the shell overrides the value in the .env file.")
 
 
-def _source_words(key: envfile.ResolvedKey) -> str:
+def _source_words(key: ResolvedKey) -> str:
     return {"flag": f"flag {key.origin}", "shell": "shell environment", "file": ".env file",
             "modal": str(key.origin)}.get(key.source, key.source)
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from app.core.env import envfile
+from app.core.env.discovery import user_path
 from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageError
 
 
@@ -29,7 +30,7 @@ def run_backend_server(args: argparse.Namespace) -> int:
             "export SYNTH_API_KEY=<key> before starting it, or put SYNTH_API_KEY=<key> in a .env file "
             "(chmod 600) and pass --env-file PATH.")
     serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
-                  envfile.user_path(args.db) if args.db else default_db_path(),
+                  user_path(args.db) if args.db else default_db_path(),
                   infra_events=getattr(args, "infra_events", False), trainer=getattr(args, "trainer", "auto"),
                   max_jobs=getattr(args, "max_jobs", None), max_rollouts=getattr(args, "max_rollouts", None))
     return ExitCode.OK
@@ -45,7 +46,7 @@ def _env_file_values(env_file: str | None) -> dict[str, str]:
     """The non-empty values of --env-file; a file that is missing or unreadable is a usage error."""
     if not env_file:
         return {}
-    path = envfile.user_path(env_file)
+    path = user_path(env_file)
     try:
         loaded = envfile.EnvFile.load(path)
     except SynthTuiError as exc:
@@ -70,7 +71,7 @@ def _warn_if_others_can_read(path: Path) -> None:
 
 
 def _where_keys_were_sought(env_file: str | None) -> str:
-    return f"the shell or {envfile.user_path(env_file)}" if env_file else "the shell (no --env-file given)"
+    return f"the shell or {user_path(env_file)}" if env_file else "the shell (no --env-file given)"
 
 
 # A flag's value is in /proc/<pid>/cmdline, which every local user can read (ps shows it).

@@ -20,7 +20,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
-from app.core.env import envfile
+from app.core.env.discovery import resolved_user_path
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
 from app.core.redact import redact
@@ -403,7 +403,7 @@ def initial_step(session: LaunchSession) -> str:
     options = session.options
     if len(options.config_paths) != 1:
         return "picker"
-    path = envfile.resolved_user_path(options.config_paths[0])
+    path = resolved_user_path(options.config_paths[0])
     report = session.validate(path)
     if not report.ok:
         return "picker"

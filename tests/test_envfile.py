@@ -18,20 +18,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from app.core.env import envfile
-from app.core.env.envfile import (
-    KEY_ALIASES,
-    REQUIRED_KEYS,
-    EnvFile,
-    ResolvedKey,
-    demo_state_env_path,
-    discover_env_files,
-    display_value,
-    is_secret_key,
-    mask_value,
-    missing_required,
-    resolve_keys,
-    write_demo_env,
-)
+from app.core.env.discovery import demo_state_env_path, discover_env_files
+from app.core.env.disk import disk_stamp
+from app.core.env.envfile import EnvFile, write_demo_env
+from app.core.env.keys import KEY_ALIASES, REQUIRED_KEYS, display_value, is_secret_key, mask_value, secret_parts
+from app.core.env.resolve import ResolvedKey, missing_required, resolve_keys
 from app.core.errors import EnvFileError
 
 SECRET = "sk_live_TOPSECRET_0123456789"
@@ -112,9 +103,9 @@ def test_only_secrets_are_masked(name, value, shown):
 
 
 def test_secret_parts_are_what_messages_redact():
-    assert envfile.secret_parts("WANDB_PROJECT", "crafter-rl") == []
-    assert envfile.secret_parts("SYNTH_API_KEY", "x") == ["x"]
-    assert envfile.secret_parts("DATABASE_URL", "postgres://bob:hunter2pass@db/x") == ["bob:hunter2pass"]
+    assert secret_parts("WANDB_PROJECT", "crafter-rl") == []
+    assert secret_parts("SYNTH_API_KEY", "x") == ["x"]
+    assert secret_parts("DATABASE_URL", "postgres://bob:hunter2pass@db/x") == ["bob:hunter2pass"]
 
 
 @settings(max_examples=300, deadline=None)
@@ -129,7 +120,7 @@ def test_property_a_secret_named_value_never_shows_more_than_its_mask(prefix, wo
     shown = display_value(name, value)
     assert shown == mask_value(value)
     assert shown == "****" or (shown == f"{value[:4]}\u2026{value[-2:]}" and len(value) > 6)
-    assert envfile.secret_parts(name, value) == [value]
+    assert secret_parts(name, value) == [value]
 
 
 @settings(max_examples=200, deadline=None)
@@ -488,12 +479,12 @@ def _bump_mtime(path: Path) -> None:
 def test_changed_on_disk_notices_another_text_and_ignores_a_touch(tmp_path):
     path = write(tmp_path / ".env", "TASK_APP_URL=http://old.example\n")
     env = EnvFile.load(path)
-    assert env.stamp == envfile.disk_stamp(path)
+    assert env.stamp == disk_stamp(path)
     assert not env.changed_on_disk() and not env.changed_on_disk(thorough=True)
 
     _bump_mtime(path)  # touched, same text: no change, and the new stamp is kept
     assert not env.changed_on_disk()
-    assert env.stamp == envfile.disk_stamp(path)
+    assert env.stamp == disk_stamp(path)
 
     path.write_text("TASK_APP_URL=http://new.example\n")
     _bump_mtime(path)
@@ -508,7 +499,7 @@ def test_changed_on_disk_thorough_reads_even_when_the_stamp_is_the_same(tmp_path
     before = path.stat()
     path.write_text("A=2\n")  # same size; put the old mtime back: a stat cannot tell
     os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
-    assert envfile.disk_stamp(path) == env.stamp
+    assert disk_stamp(path) == env.stamp
     assert not env.changed_on_disk()
     assert env.changed_on_disk(thorough=True)
 
@@ -532,7 +523,7 @@ def test_our_own_save_is_not_a_change_on_disk(tmp_path):
     env = EnvFile.load(path)
     env.set("A", "22")
     env.save()
-    assert env.stamp == envfile.disk_stamp(path)  # taken from the written file itself
+    assert env.stamp == disk_stamp(path)  # taken from the written file itself
     assert not env.changed_on_disk() and not env.changed_on_disk(thorough=True)
 
 

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from app.cli import main
 from app.core.api.backend_url import backend_url_problem
 from app.core.api.wire import job_id_problem
-from app.core.env.envfile import header_value_problem
+from app.core.env.keys import header_value_problem
 from app.embedded import LOCAL
 from hostile_inputs import MALFORMED_BACKEND_URLS
 

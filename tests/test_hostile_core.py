@@ -24,7 +24,9 @@ from app.core.config import rl as cfg
 from app.core.config.picker import config_path_problem, find_config_entries, load_config_entry
 from app.core.config.toml_source import MAX_TOML_DEPTH, TomlSyntaxError, parse_toml_text, read_config_text
 from app.core.config.validation import validate_rl_file
-from app.core.env.envfile import EnvFile, ResolvedKey, header_value_problem, resolve_keys
+from app.core.env.envfile import EnvFile
+from app.core.env.keys import header_value_problem
+from app.core.env.resolve import ResolvedKey, resolve_keys
 from app.core.errors import ConfigError, EnvFileError, UnusableSecretError, UsageError
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.launch.steps import check_task_url, choose_env_file, require_secrets

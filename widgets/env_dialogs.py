@@ -16,7 +16,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
 
-from app.core.env.envfile import ResolvedKey, is_secret_key, secret_parts
+from app.core.env.keys import is_secret_key, secret_parts
+from app.core.env.resolve import ResolvedKey
 from app.core.errors import EnvFileError
 from widgets.build_guard import BuildGuard
 from widgets.env_table import source_label

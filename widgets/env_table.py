@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.color import Color, ColorParseError
 from textual.widgets import DataTable
 
-from app.core.env.envfile import ResolvedKey
+from app.core.env.resolve import ResolvedKey
 from app.core.redact import printable
 from widgets.cells import cell
 

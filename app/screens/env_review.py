@@ -19,6 +19,7 @@ from textual.message import Message
 from textual.widgets import DataTable, Footer, Static
 
 from app.core.env import envfile
+from app.core.env.discovery import discover_env_files
 from app.core.env.wording import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
 from app.core.text import display_path, home_relative
@@ -349,7 +350,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         """The first choice's candidates, then a fresh search. Blocking: runs in the modal's worker."""
         choice = self.session.env_choice
         known = list(choice.candidates) if choice else []
-        found = envfile.discover_env_files(self.session.options.cwd, config_path=self.session.config_path)
+        found = discover_env_files(self.session.options.cwd, config_path=self.session.config_path)
         return list(dict.fromkeys([*known, *found]))
 
     def _switch_to(self, path: Path | None) -> None:

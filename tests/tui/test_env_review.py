@@ -11,6 +11,7 @@ import pytest
 from textual.widgets import Input, Static
 
 from app.core.env import envfile
+from app.core.env.resolve import ResolvedKey
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ConfirmModal, ErrorModal
@@ -264,10 +265,10 @@ async def test_a_key_added_and_not_saved_says_so(make_app, project):
 
 
 def test_an_optional_task_app_url_says_what_it_is_used_for():
-    key = envfile.ResolvedKey("TASK_APP_URL", TASK_URL, "file", ".env", False, False)
+    key = ResolvedKey("TASK_APP_URL", TASK_URL, "file", ".env", False, False)
     text = describe(key, ".env")
     assert "Not one of the keys" not in text and "verification checks this task app" in text
-    other = envfile.ResolvedKey("OTHER_TOKEN", OTHER_TOKEN, "file", ".env", False, False)
+    other = ResolvedKey("OTHER_TOKEN", OTHER_TOKEN, "file", ".env", False, False)
     assert "Not one of the keys the train run needs" in describe(other, ".env")
 
 

@@ -35,7 +35,7 @@ from app.core.api.wire import (
     items_of,
     job_id_problem,
 )
-from app.core.env.envfile import header_value_problem
+from app.core.env.keys import header_value_problem
 from app.core.errors import ExitCode, SynthTuiError, UnusableSecretError
 from app.core.redact import mask_prefixes, redact
 from app.core.text import counted

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from app.core.config.discovery import bundled_config_label
 from app.core.config.toml_source import parse_toml_text, read_config_text
-from app.core.env import envfile
+from app.core.env.discovery import resolved_user_path
 from app.core.errors import ConfigError
 from app.core.launch.session import LaunchSession
 from app.core.text import display_path
@@ -85,7 +85,7 @@ def load_config_entry(
 def find_config_entries(session: LaunchSession, opened: Sequence[Path] = ()) -> list[ConfigEntry]:
     """``--config`` paths first, then the discovered configs (last used first), then the files
     the user opened by path. Blocking: call from a worker."""
-    explicit = [envfile.resolved_user_path(p) for p in session.options.config_paths]
+    explicit = [resolved_user_path(p) for p in session.options.config_paths]
     discovered = session.discover_configs()
     last_used = {c.path for c in discovered if c.last_used}
     ordered = list(dict.fromkeys([*explicit, *(c.path for c in discovered), *opened]))

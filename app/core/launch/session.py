@@ -18,6 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from app.core.api.backend_url import checked_api_base
 from app.core.env import envfile
+from app.core.env.discovery import resolved_user_path, user_path
+from app.core.env.keys import header_value_problem, secret_parts
+from app.core.env.resolve import ResolvedKey, missing_required
 from app.core.errors import EnvFileError, MissingSecretsError, UnusableSecretError, UsageError
 from app.core.launch.steps import (
     EnvChoice,
@@ -78,8 +81,8 @@ class LaunchOptions:
 
     def __post_init__(self) -> None:
         # Expanded once here, so no later expanduser() meets an unknown ~user and raises.
-        object.__setattr__(self, "config_paths", tuple(str(envfile.user_path(p)) for p in self.config_paths))
-        object.__setattr__(self, "env_files", tuple(str(envfile.user_path(p)) for p in self.env_files))
+        object.__setattr__(self, "config_paths", tuple(str(user_path(p)) for p in self.config_paths))
+        object.__setattr__(self, "env_files", tuple(str(user_path(p)) for p in self.env_files))
         check_seconds("--poll-interval", self.poll_interval, allow_zero=False)
         check_seconds("--poll-timeout", self.poll_timeout, allow_zero=True)
         check_seconds("--give-up-after", self.give_up_after, allow_zero=True)
@@ -129,7 +132,7 @@ MAX_IDEMPOTENCY_KEY_CHARS = 255
 
 def check_idempotency_key(key: str) -> None:
     """A UsageError unless ``key`` can be sent as the Idempotency-Key header."""
-    problem = envfile.header_value_problem(key)
+    problem = header_value_problem(key)
     if problem is None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         problem = f"it is {len(key):,} characters long; at most {MAX_IDEMPOTENCY_KEY_CHARS}"
     if problem:
@@ -179,7 +182,7 @@ class LaunchSession:
     report: cfg.ValidationReport | None = None
     env_choice: EnvChoice | None = None
     env: envfile.EnvFile | None = None
-    resolved: list[envfile.ResolvedKey] = field(default_factory=list)
+    resolved: list[ResolvedKey] = field(default_factory=list)
     backend_base: str = ""
     backend_source: str = ""
     idempotency_key: str = ""
@@ -195,7 +198,7 @@ class LaunchSession:
     verified_task_url: str | None = None
     # Keys fetched from Modal for this session (use_modal_value): they win over the shell and
     # the .env, are masked like every secret and are never written to the .env on their own.
-    modal_keys: dict[str, envfile.ResolvedKey] = field(default_factory=dict)
+    modal_keys: dict[str, ResolvedKey] = field(default_factory=dict)
     # Why --modal-secret / --modal-app gave nothing, in the TUI: the env review shows it, with
     # the fix, instead of the app ending before its first screen (docs/modal.md#in-synth-tui).
     modal_failure: modal_cli.ModalError | None = None
@@ -238,7 +241,7 @@ class LaunchSession:
         from app.core.config import rl as cfg
 
         candidates = cfg.discover_configs(self.options.cwd, last_config=cfg.read_last_config(), include_broken=True)
-        explicit = [envfile.resolved_user_path(p) for p in self.options.config_paths]
+        explicit = [resolved_user_path(p) for p in self.options.config_paths]
         if explicit:
             known = {c.path for c in candidates}
             candidates = [cfg.ConfigCandidate(p, "rl") for p in explicit if p not in known] + candidates
@@ -312,14 +315,14 @@ class LaunchSession:
             return
         self.backend_base, self.backend_source = base, (f"{source} (.env)" if source != "default" else source)
 
-    def resolve(self) -> list[envfile.ResolvedKey]:
+    def resolve(self) -> list[ResolvedKey]:
         """The keys (and the backend, which the .env may set) as they are now; never raises."""
         self.resolved = [self._as_this_run_needs(self._from_modal(key))
                          for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.overrides.task_url)]
         self._backend_from_env_file()
         return self.resolved
 
-    def _from_modal(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
+    def _from_modal(self, key: ResolvedKey) -> ResolvedKey:
         """A key fetched from Modal wins over the shell and the .env; --task-url (or the
         preview's override) still wins over a Modal app's URL."""
         fetched = self.modal_keys.get(key.name)
@@ -332,7 +335,7 @@ class LaunchSession:
     def use_modal_value(self, name: str, value: str, origin: str) -> None:
         """Use ``value`` for the key ``name`` in this session, shown as from ``origin`` (e.g.
         "Modal secret NAME"). It is not written to the .env: saving it is the user's choice."""
-        self.modal_keys[name] = envfile.ResolvedKey(name, value, "modal", origin, True, False)
+        self.modal_keys[name] = ResolvedKey(name, value, "modal", origin, True, False)
         self.resolve()
 
     def forget_modal_value(self, name: str) -> None:
@@ -367,7 +370,7 @@ class LaunchSession:
             value = cli.read_secret_value(options.modal_secret, cancel=cancel, check_exists=False)
             self.use_modal_value("ENVIRONMENT_API_KEY", value, f"Modal secret {options.modal_secret}")
 
-    def _as_this_run_needs(self, key: envfile.ResolvedKey) -> envfile.ResolvedKey:
+    def _as_this_run_needs(self, key: ResolvedKey) -> ResolvedKey:
         """With --backend local, SYNTH_API_KEY is the key of the backend this process started,
         never the .env's or the shell's (a hosted key must not reach it), shown as from that
         flag. A key this run can do without is shown as such, not as "required — missing"."""
@@ -390,7 +393,7 @@ class LaunchSession:
         return usable_url(config.services.task_url) if config is not None and config.services else None
 
     def missing_keys(self) -> list[str]:
-        return envfile.missing_required(self.resolved, optional=self.optional_keys())
+        return missing_required(self.resolved, optional=self.optional_keys())
 
     def secrets(self) -> dict[str, str]:
         path = self.env_choice.path if self.env_choice else None
@@ -399,9 +402,9 @@ class LaunchSession:
 
     def secret_values(self) -> list[str]:
         """Every secret in play, for redaction of anything shown."""
-        values = [part for k in self.resolved for part in envfile.secret_parts(k.name, k.value)]
+        values = [part for k in self.resolved for part in secret_parts(k.name, k.value)]
         if self.env is not None:
-            values += [part for k, v in self.env.values.items() for part in envfile.secret_parts(k, v)]
+            values += [part for k, v in self.env.values.items() for part in secret_parts(k, v)]
         return values
 
     # -- payload, checks, submit ---------------------------------------------------------

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 from app.core.api.backend_url import backend_from_env, checked_api_base, request_url_problem, shown_url
 from app.core.api.urls import CREDENTIALS_PROBLEM
 from app.core.env import envfile
+from app.core.env.discovery import demo_state_env_path, discover_env_files, user_path
+from app.core.env.keys import HEADER_KEYS, REQUIRED_KEYS, header_value_problem
+from app.core.env.resolve import ResolvedKey, missing_required, resolve_keys
 from app.core.errors import MissingSecretsError, UnusableSecretError, UsageError
 
 if TYPE_CHECKING:  # imported by prepare_payload: the config schema is not needed before it (docs/performance.md)
@@ -38,14 +41,14 @@ def choose_env_file(env_files: Sequence[str], *, cwd: Path, config_path: Path | 
     """``--env-file`` first (only the first is read, as the SDK), then ``~/.synth-ai/demo.json``,
     then discovery. Discovered candidates are returned for a picker; the first is proposed."""
     if env_files:
-        path = envfile.user_path(env_files[0])
+        path = user_path(env_files[0])
         _check_env_flag_path(path)
-        others = [envfile.user_path(p) for p in env_files[1:]]
+        others = [user_path(p) for p in env_files[1:]]
         return EnvChoice(path.resolve(), "flag", [path.resolve(), *others])
-    demo = envfile.demo_state_env_path()
+    demo = demo_state_env_path()
     if demo is not None and demo.exists():
         return EnvChoice(demo.resolve(), "demo state (~/.synth-ai/demo.json)", [demo.resolve()])
-    candidates = envfile.discover_env_files(cwd, config_path=config_path)
+    candidates = discover_env_files(cwd, config_path=config_path)
     if candidates:
         return EnvChoice(candidates[0], "discovered", candidates)
     return EnvChoice(None, "none", [])
@@ -91,30 +94,30 @@ def _check_env_flag_path(path: Path) -> None:
 
 
 def resolve_secrets(env: envfile.EnvFile | None, *, shell: Mapping[str, str] | None = None,
-                    task_url_flag: str | None = None) -> list[envfile.ResolvedKey]:
+                    task_url_flag: str | None = None) -> list[ResolvedKey]:
     flags = {"TASK_APP_URL": task_url_flag} if task_url_flag else {}
-    return envfile.resolve_keys(env, shell=os.environ if shell is None else shell, flags=flags)
+    return resolve_keys(env, shell=os.environ if shell is None else shell, flags=flags)
 
 
-def require_secrets(resolved: Sequence[envfile.ResolvedKey], *, env_path: Path | None,
+def require_secrets(resolved: Sequence[ResolvedKey], *, env_path: Path | None,
                     task_url_flag: str | None, optional: Sequence[str] = ()) -> dict[str, str]:
     """The required values (``optional`` ones may be missing), or a MissingSecretsError
     naming every missing key and the fix."""
     optional = (*optional, *(("TASK_APP_URL",) if task_url_flag else ()))
-    missing = envfile.missing_required(resolved, optional=optional)
+    missing = missing_required(resolved, optional=optional)
     if missing:
         where = f"add them to {env_path}" if env_path else "pass --env-file PATH or export them in the shell"
         raise MissingSecretsError(f"Missing required keys: {', '.join(missing)}.",
                                   f"{where.capitalize()}; TASK_APP_URL may instead be given with --task-url.")
     require_sendable_keys(resolved)
-    return {key.name: key.value for key in resolved if key.name in envfile.REQUIRED_KEYS and key.value}
+    return {key.name: key.value for key in resolved if key.name in REQUIRED_KEYS and key.value}
 
 
-def require_sendable_keys(resolved: Sequence[envfile.ResolvedKey]) -> None:
+def require_sendable_keys(resolved: Sequence[ResolvedKey]) -> None:
     """An UnusableSecretError for the first key an HTTP header cannot carry (say, a non-ASCII
     letter or a space): naming the key, where it is set and the character's position."""
     for key in resolved:
-        problem = envfile.header_value_problem(key.value) if key.name in envfile.HEADER_KEYS and key.value else None
+        problem = header_value_problem(key.value) if key.name in HEADER_KEYS and key.value else None
         if problem:
             raise UnusableSecretError(
                 f"{key.name} from {key.where} cannot be sent: {problem}.",
