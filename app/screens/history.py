@@ -1,7 +1,7 @@
 """The run history: every job launched from this machine; attach to one or rerun it.
 
 Opening it (and f5) lists the history at once, then asks each unfinished job's backend for its
-status in a worker (``core/history_refresh.py``) and updates the rows as answers arrive. A job
+status in a worker (``core/runs/history_refresh.py``) and updates the rows as answers arrive. A job
 opens with the backend and .env it was launched with (``LaunchSession.use_history_record``).
 """
 
