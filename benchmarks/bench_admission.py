@@ -1,7 +1,7 @@
 """Figure 11: admission control under load (docs/architecture.md#admission).
 
 Sixteen demo jobs submitted at once to one embedded backend while two CPU-bound processes
-(`python -c 'while 1: pass'`) take the machine's cores: the "done when" of issue 26. Before
+(`python -c 'while 1: pass'`) take the machine's cores: jobs must wait, not fail. Before
 admission control, 30 jobs on a busy 2-core machine: 22 failed within a minute, each rollout
 timing out after 120 s that included its wait behind the others. The backend and the task app
 run as a user runs them (bench_soak.Servers: `synth-tui backend` and `synth-tui taskapp`), with

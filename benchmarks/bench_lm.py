@@ -1,4 +1,4 @@
-"""Benchmark of the `lm` policy on this machine's CPU (issue 25; docs/embedded-policy.md).
+"""Benchmark of the `lm` policy on this machine's CPU (docs/embedded-policy.md).
 
 For the tiny Qwen3-architecture test model (built here, random weights) and SmolLM2-135M-Instruct
 (tests/smollm2.py: the registry's GGUF, converted once), each against a baseline measured in the

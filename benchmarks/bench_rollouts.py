@@ -1,4 +1,4 @@
-"""Figure 9: what the rollout inspector's storage costs on a long job (issue 16).
+"""Figure 9: what the rollout inspector's storage costs on a long job.
 
 The embedded backend keeps a sample of each train step's rollouts and every eval episode
 (app/local/rollout_record.py) in its SQLite file, within a per-job byte cap (default 20 MiB,

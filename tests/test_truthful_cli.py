@@ -1,4 +1,4 @@
-"""The client's flags, URLs and files tell the truth (issue 26, item 6): real ``synth-tui``
+"""The client's flags, URLs and files tell the truth: real ``synth-tui``
 processes, their exit codes and output.
 
 - A URL with ``user:pass@`` is refused wherever a backend or task app URL can come from (a flag,

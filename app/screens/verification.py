@@ -3,7 +3,7 @@
 Two checks run at once, each in its own worker, with the elapsed time ticking: the backend's
 ``POST /rl/verify_task_app`` (its outcome also tells whether the backend is reachable and
 accepts SYNTH_API_KEY) and the direct ``/health`` + ``/task_info`` check. Each is bounded by
-``check_timeout``. ``widgets.diagnosis`` turns the outcomes into rows and a verdict.
+``check_timeout``. ``app.core.launch.diagnosis`` turns the outcomes into rows and a verdict.
 """
 
 from __future__ import annotations

@@ -269,7 +269,7 @@ def test_the_backend_trains_the_tiny_model_and_its_score_rises(tiny_model: Path,
     assert run["job"]["metadata"]["policy"]["kind"] == "lm"
     train = run["train"]
     assert len(train) == steps
-    # What a GRPO practitioner reads, as metrics (the dashboard's grid, the export): issue 25 item 4.
+    # What a GRPO practitioner reads, as metrics (the dashboard's grid, the export).
     assert {"train.reward_std", "train.clip_ratio", "train.completion_tokens", "train.generation_tokens_per_s",
             "train.step_seconds", "train.loss", "train.entropy"} <= run["names"], run["names"]
     first, last = sum(train[:3]) / 3, sum(train[-3:]) / 3
@@ -348,7 +348,7 @@ def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_a
 @pytest.mark.parametrize("mode", ["full", "lora"])
 def test_the_tiny_model_learns_on_a_task_app_built_with_synth_ai_050(tiny_model: Path, tmp_path: Path,
                                                                       mode: str) -> None:
-    """Issue 25's "done when": `--trainer lm` trains the tiny model, full and LoRA, against a
+    """The whole promise: `--trainer lm` trains the tiny model, full and LoRA, against a
     context-free task app written on synth-ai 0.5.0's own framework (tests/local/sdk_taskapps,
     served by a Python with synth-ai 0.5.0): the job succeeds, the train mean score rises by at
     least 0.3, torch is loaded by the backend, and artifacts.model_path loads with new weights.

@@ -256,7 +256,7 @@ def test_a_rollout_with_a_bad_policy_config_is_422(taskapp, policy_config, words
     assert resp.status_code == 422 and words in _detail(resp)
 
 
-# Issue 26, item 5: the bounds the backend still lacked.
+# Bounds on numbers, labels, keys, URLs and content types.
 
 def _job_count(api) -> int:
     return len(api.get("/rl/jobs", params={"limit": 500}).json()["jobs"])

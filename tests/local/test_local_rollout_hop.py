@@ -1,5 +1,5 @@
 """The rollout hop (backend → task app `POST /rollout`) tells the truth, bounds answers, and
-notices a policy never called (issue 26, items 2, 3 and 7): each failure says how many
+notices a policy never called: each failure says how many
 requests were truly sent, the true cause and the fix, never a library's internals; an answer
 over `[rollout] max_answer_bytes` fails the job naming the size and the key, without the
 backend ever holding it; a step none of whose rollouts called the policy fails the job."""
@@ -65,7 +65,7 @@ def _app(route) -> ServerHandle:
     return ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/docs")
 
 
-# -- item 2: every message of the hop: the true count, the true cause, the fix ---------------
+# -- every message of the hop: the true count, the true cause, the fix ---------------
 
 
 def test_a_slow_task_app_is_one_attempt_and_named_slow_not_gone(api):
@@ -123,7 +123,7 @@ def test_a_connection_closed_unanswered_is_retried_and_named(api, quick_rollout_
                     r"The task app closed the connection without an answer; its log says why", message), message
 
 
-# -- item 3: answers are bounded ----------------------------------------------------------------
+# -- answers are bounded ----------------------------------------------------------------
 
 
 def test_max_answer_bytes_is_bounded_by_client_and_backend_alike():
@@ -186,7 +186,7 @@ async def test_an_openapi_document_over_4_mib_is_treated_as_none(declare_length)
             assert await fetch_openapi(http, taskapp.url, {}) is None
 
 
-# -- item 7: a task app that never calls the policy ---------------------------------------------
+# -- a task app that never calls the policy ---------------------------------------------
 
 
 def test_a_task_app_that_never_calls_the_policy_fails_after_the_first_step(api):

@@ -545,7 +545,7 @@ async def test_only_a_job_seen_running_here_notifies_and_rings(faulty_backend, m
 ])
 async def test_the_header_says_which_policy_trains(data, shown, hidden):
     """The embedded backend's policy event names what trains: the model itself (lm) or the
-    stand-in in its place; the header says it beside the model (issue 25)."""
+    stand-in in its place; the header says it beside the model."""
     run = finished_run()
     run.events.insert(1, JobEvent(seq=2, type="rl.train.policy", level="info", message="policy", data=data,
                                   created_at="2026-01-01T12:00:01Z"))

@@ -179,11 +179,6 @@ def experimental_models(env: Mapping[str, str] | None = None) -> frozenset[str]:
     return frozenset({model.lower() for model in DEFAULT_EXPERIMENTAL_MODELS} | added)
 
 
-def is_experimental_model(model_id: str, env: Mapping[str, str] | None = None) -> bool:
-    base = base_model_of(model_id)
-    return base is not None and base.lower() in experimental_models(env)
-
-
 LOCAL_PATH_PREFIXES = ("/", "./", "../", "~")
 
 
