@@ -382,70 +382,101 @@ def _dispatch(args: argparse.Namespace) -> int:
     """Each command to its front end: the TUI on a terminal, else (or with --no-tui) headless.
     Each front end's modules are imported only when it is chosen: a headless run never loads
     Textual, and the TUI's first paint waits for no headless, demo or server module."""
-    from app import embedded
-
     interactive = not getattr(args, "no_tui", False) and has_terminal()
     if interactive and args.command not in NO_TUI_COMMANDS:
         _tui_start()
-    if args.command == "train":
-        embedded.refuse_trainer_without_local(args)
-        if embedded.wants_local_backend(args):
-            return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
-        return _run_train(args, interactive)
-    if args.command == "demo":
-        from app import demo
+    return _RUNNERS[args.command](args, interactive)
 
-        return demo.run_demo(args, interactive=interactive)
-    if args.command in ("backend", "taskapp"):
-        from app import serve
 
-        return serve.run_backend_server(args) if args.command == "backend" else serve.run_taskapp_server(args)
-    if args.command == "attach":
-        embedded.refuse_local_attach(args)
-        if not interactive:
-            from app import headless
+def _train(args: argparse.Namespace, interactive: bool) -> int:
+    from app import embedded
 
-            return headless.run_attach(args)
-        from app.tui import run_attach_tui
+    embedded.refuse_trainer_without_local(args)
+    if embedded.wants_local_backend(args):
+        return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
+    return _run_train(args, interactive)
 
-        return run_attach_tui(_session(args), args.job_id)
-    if args.command == "history":
-        if not interactive:
-            from app import headless
 
-            return headless.run_history(args)
-        from app.tui import run_history_tui
+def _demo(args: argparse.Namespace, interactive: bool) -> int:
+    from app import demo
 
-        return run_history_tui(_session(args))
-    if args.command == "compare":
-        embedded.refuse_local_attach(args, to="compare")
-        if not interactive:
-            from app import headless
+    return demo.run_demo(args, interactive=interactive)
 
-            return headless.run_compare(args)
-        from app.tui import run_compare_tui
 
-        return run_compare_tui(_session(args), args.job_ids)
-    if args.command == "serve":
-        from app.web.command import run_serve
+def _server(args: argparse.Namespace, interactive: bool) -> int:
+    from app import serve
 
-        return run_serve(args)
-    if args.command == "rollouts":  # headless only: the TUI shows them from the dashboard
-        embedded.refuse_local_attach(args, to="show the rollouts of")
+    return serve.run_backend_server(args) if args.command == "backend" else serve.run_taskapp_server(args)
+
+
+def _attach(args: argparse.Namespace, interactive: bool) -> int:
+    from app import embedded
+
+    embedded.refuse_local_attach(args)
+    if not interactive:
         from app import headless
 
-        return headless.run_rollouts(args)
-    if args.command == "jobs":
-        embedded.refuse_local_attach(args, to="list")
-        if not interactive:
-            from app import headless
+        return headless.run_attach(args)
+    from app.tui import run_attach_tui
 
-            return headless.run_jobs(args)
-        from app.tui import run_jobs_tui
+    return run_attach_tui(_session(args), args.job_id)
 
-        return run_jobs_tui(_session(args), status=args.status, max_jobs=args.limit, page_size=args.page_size,
-                            sort=args.sort)
-    raise AssertionError(args.command)
+
+def _history(args: argparse.Namespace, interactive: bool) -> int:
+    if not interactive:
+        from app import headless
+
+        return headless.run_history(args)
+    from app.tui import run_history_tui
+
+    return run_history_tui(_session(args))
+
+
+def _compare(args: argparse.Namespace, interactive: bool) -> int:
+    from app import embedded
+
+    embedded.refuse_local_attach(args, to="compare")
+    if not interactive:
+        from app import headless
+
+        return headless.run_compare(args)
+    from app.tui import run_compare_tui
+
+    return run_compare_tui(_session(args), args.job_ids)
+
+
+def _serve(args: argparse.Namespace, interactive: bool) -> int:
+    from app.web.command import run_serve
+
+    return run_serve(args)
+
+
+def _rollouts(args: argparse.Namespace, interactive: bool) -> int:
+    """Headless only: the TUI shows the rollouts from the dashboard."""
+    from app import embedded, headless
+
+    embedded.refuse_local_attach(args, to="show the rollouts of")
+    return headless.run_rollouts(args)
+
+
+def _jobs(args: argparse.Namespace, interactive: bool) -> int:
+    from app import embedded
+
+    embedded.refuse_local_attach(args, to="list")
+    if not interactive:
+        from app import headless
+
+        return headless.run_jobs(args)
+    from app.tui import run_jobs_tui
+
+    return run_jobs_tui(_session(args), status=args.status, max_jobs=args.limit, page_size=args.page_size,
+                        sort=args.sort)
+
+
+_RUNNERS: dict[str, Callable[[argparse.Namespace, bool], int]] = {
+    "train": _train, "demo": _demo, "backend": _server, "taskapp": _server, "attach": _attach,
+    "history": _history, "compare": _compare, "serve": _serve, "rollouts": _rollouts, "jobs": _jobs,
+}
 
 
 def _session(args: argparse.Namespace) -> LaunchSession:

@@ -129,55 +129,72 @@ def per_tick(at_tick: list[int], total: int) -> dict:
             "last_tick": total - at_tick[-1] if at_tick else None}
 
 
-async def sdk_pattern_per_tick(servers: Servers, job_id: str, poll_interval: float = 0.2) -> dict:
-    """The SDK 0.2.22 JobStreamer's requests, emulated from docs/wire-contract.md#sdk-jobstreamer: status on the three
-    paths until one answers a dict; events on all three paths with a cursor per path; metrics
-    on /rl and /learning after the largest step seen of any metric. Errors are swallowed."""
-    paths = [f"/rl/jobs/{job_id}", f"/learning/jobs/{job_id}", f"/orchestration/jobs/{job_id}"]
-    event_cursor = {path: 0 for path in paths}
-    last_step: dict[str, int] = {}
-    requests = 0
-    at_status: list[int] = []
+class _SdkStreamer:
+    """The SDK 0.2.22 JobStreamer's requests, emulated from docs/wire-contract.md#sdk-jobstreamer:
+    status on the three paths until one answers a dict; events on all three paths with a cursor
+    per path; metrics on /rl and /learning after the largest step seen of any metric. Errors are
+    swallowed."""
 
-    async def get(client: httpx.AsyncClient, path: str, params: dict | None = None) -> object:
-        nonlocal requests
-        requests += 1
+    def __init__(self, client: httpx.AsyncClient, job_id: str) -> None:
+        self.client = client
+        self.paths = [f"/rl/jobs/{job_id}", f"/learning/jobs/{job_id}", f"/orchestration/jobs/{job_id}"]
+        self.event_cursor = {path: 0 for path in self.paths}
+        self.last_step: dict[str, int] = {}
+        self.requests = 0
+
+    async def get(self, path: str, params: dict | None = None) -> object:
+        self.requests += 1
         try:
-            response = await client.get(path, params=params)
+            response = await self.client.get(path, params=params)
             return response.json() if 200 <= response.status_code < 300 else None
         except (httpx.HTTPError, ValueError):
             return None
 
+    async def status(self) -> str | None:
+        for path in self.paths:
+            body = await self.get(path)
+            if isinstance(body, dict):
+                return str(body.get("status") or body.get("state") or "").lower()
+        return None
+
+    async def events(self) -> bool:
+        """Reads every path's new events; True when one of them ends the job."""
+        terminal = False
+        for path in self.paths:
+            body = await self.get(f"{path}/events", {"since_seq": self.event_cursor[path], "limit": 200})
+            for event in (body.get("events") or []) if isinstance(body, dict) else []:
+                seq = int(event.get("seq") or 0)
+                if seq <= self.event_cursor[path]:
+                    continue
+                self.event_cursor[path] = seq
+                terminal = terminal or event.get("type") in TERMINAL_EVENTS
+        return terminal
+
+    async def metrics(self) -> None:
+        after = max(self.last_step.values(), default=-1)
+        for path in self.paths[:2]:
+            body = await self.get(f"{path}/metrics", {"after_step": after, "limit": 200})
+            for point in (body.get("points") or []) if isinstance(body, dict) else []:
+                step, name = int(point.get("step") or -1), point.get("name")
+                if step > self.last_step.get(name, -1):
+                    self.last_step[name] = step
+
+
+async def sdk_pattern_per_tick(servers: Servers, job_id: str, poll_interval: float = 0.2) -> dict:
+    """The requests per tick of the SDK's streamer (_SdkStreamer) watching one job to its end."""
+    at_status: list[int] = []
     async with httpx.AsyncClient(base_url=servers.backend + "/api", timeout=30.0,
                                  headers={"Authorization": f"Bearer {servers.api_key}"}) as client:
+        streamer = _SdkStreamer(client, job_id)
         while True:
-            at_status.append(requests)
-            status = None
-            for path in paths:
-                body = await get(client, path)
-                if isinstance(body, dict):
-                    status = str(body.get("status") or body.get("state") or "").lower()
-                    break
-            terminal = False
-            for path in paths:
-                body = await get(client, f"{path}/events", {"since_seq": event_cursor[path], "limit": 200})
-                for event in (body.get("events") or []) if isinstance(body, dict) else []:
-                    seq = int(event.get("seq") or 0)
-                    if seq <= event_cursor[path]:
-                        continue
-                    event_cursor[path] = seq
-                    terminal = terminal or event.get("type") in TERMINAL_EVENTS
-            after = max(last_step.values(), default=-1)
-            for path in paths[:2]:
-                body = await get(client, f"{path}/metrics", {"after_step": after, "limit": 200})
-                for point in (body.get("points") or []) if isinstance(body, dict) else []:
-                    step, name = int(point.get("step") or -1), point.get("name")
-                    if step > last_step.get(name, -1):
-                        last_step[name] = step
+            at_status.append(streamer.requests)
+            status = await streamer.status()
+            terminal = await streamer.events()
+            await streamer.metrics()
             if terminal or status in TERMINAL_STATUSES:
                 break
             await asyncio.sleep(poll_interval)
-    return per_tick(at_status, requests)
+    return per_tick(at_status, streamer.requests)
 
 
 # --------------------------------------------------------------------------- latency

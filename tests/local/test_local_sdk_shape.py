@@ -15,6 +15,72 @@ TERMINAL_STATUSES = {"succeeded", "failed", "cancelled", "canceled", "completed"
 TERMINAL_EVENTS = {"rl.job.completed", "rl.job.failed", "rl.train.completed", "rl.train.failed"}
 
 
+class ReplayedStreamer:
+    """SDK 0.2.22's JobStreamer (StreamEndpoints.rl, lowercase authorization header): status on
+    three paths until one answers, events on all three with a cursor each, metrics on two after
+    the largest step seen; what it would print, in order."""
+
+    def __init__(self, http: httpx.Client, job_id: str) -> None:
+        self.http = http
+        self.status_paths = [f"/rl/jobs/{job_id}", f"/learning/jobs/{job_id}", f"/orchestration/jobs/{job_id}"]
+        self.event_paths = [p + "/events" for p in self.status_paths]
+        self.metric_paths = [f"/rl/jobs/{job_id}/metrics", f"/learning/jobs/{job_id}/metrics"]
+        self.cursors = {p: 0 for p in self.event_paths}
+        self.last_step: dict[str, int] = {}
+        self.seen: set[str] = set()
+        self.printed_status: list[str] = []
+        self.printed_events: list[int] = []
+        self.printed_metrics: list[tuple[str, int]] = []
+        self.terminal = False
+
+    def get_json(self, path: str, **params) -> object:
+        r = self.http.get(path, params=params)
+        if r.status_code >= 400 or "application/json" not in r.headers.get("content-type", ""):
+            return None  # the streamer swallows errors and non-JSON bodies
+        return r.json()
+
+    def tick(self) -> bool:
+        self._status()
+        self._events()
+        self._metrics()
+        return self.terminal or self.printed_status[-1] in TERMINAL_STATUSES
+
+    def _status(self) -> None:
+        status = next((payload for payload in map(self.get_json, self.status_paths) if isinstance(payload, dict)),
+                      None)
+        assert status is not None
+        key = f"status:{status.get('updated_at') or status.get('created_at')}"
+        if key not in self.seen:
+            self.seen.add(key)
+            self.printed_status.append(str(status.get("status") or status.get("state")).lower())
+
+    def _events(self) -> None:
+        for path in self.event_paths:
+            payload = self.get_json(path, since_seq=self.cursors[path], limit=200)
+            for event in (payload or {}).get("events", []):
+                seq = int(event.get("seq") or 0)
+                if seq <= self.cursors[path]:
+                    continue
+                self.cursors[path] = seq
+                if f"event:{seq}" not in self.seen:
+                    self.seen.add(f"event:{seq}")
+                    self.printed_events.append(seq)
+                self.terminal = self.terminal or event.get("type") in TERMINAL_EVENTS
+
+    def _metrics(self) -> None:
+        for path in self.metric_paths:
+            after = max(self.last_step.values(), default=-1)
+            payload = self.get_json(path, after_step=after, limit=200)
+            for point in (payload or {}).get("points", []):
+                step = int(point.get("step") or -1)  # the 0.2.22 quirk: step 0 would be dropped
+                if step <= self.last_step.get(point["name"], -1):
+                    continue
+                self.last_step[point["name"]] = step
+                if f"metric:{point['name']}:{step}" not in self.seen:
+                    self.seen.add(f"metric:{point['name']}:{step}")
+                    self.printed_metrics.append((point["name"], step))
+
+
 def test_the_0_2_22_cli_flow(backend, taskapp):
     base = backend.url + "/api"  # ensure_api_base(--backend)
     post_headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
@@ -41,73 +107,19 @@ def test_the_0_2_22_cli_flow(backend, taskapp):
     job_id = resp.json().get("job_id") or resp.json().get("id")
     assert job_id
 
-    # Step 13: the JobStreamer (StreamEndpoints.rl, lowercase authorization header).
-    http = httpx.Client(base_url=base, headers={"authorization": f"Bearer {API_KEY}"}, timeout=60)
-    status_paths = [f"/rl/jobs/{job_id}", f"/learning/jobs/{job_id}", f"/orchestration/jobs/{job_id}"]
-    event_paths = [p + "/events" for p in status_paths]
-    metric_paths = [f"/rl/jobs/{job_id}/metrics", f"/learning/jobs/{job_id}/metrics"]
-    cursors = {p: 0 for p in event_paths}
-    last_step: dict[str, int] = {}
-    seen: set[str] = set()
-    printed_status: list[str] = []
-    printed_events: list[int] = []
-    printed_metrics: list[tuple[str, int]] = []
-    terminal = {"done": False}
-
-    def get_json(path: str, **params) -> object:
-        r = http.get(path, params=params)
-        if r.status_code >= 400 or "application/json" not in r.headers.get("content-type", ""):
-            return None  # the streamer swallows errors and non-JSON bodies
-        return r.json()
-
-    def tick() -> bool:
-        status = None
-        for path in status_paths:
-            payload = get_json(path)
-            if isinstance(payload, dict):
-                status = payload
-                break
-        assert status is not None
-        key = f"status:{status.get('updated_at') or status.get('created_at')}"
-        if key not in seen:
-            seen.add(key)
-            printed_status.append(str(status.get("status") or status.get("state")).lower())
-        for path in event_paths:
-            payload = get_json(path, since_seq=cursors[path], limit=200)
-            for event in (payload or {}).get("events", []):
-                seq = int(event.get("seq") or 0)
-                if seq <= cursors[path]:
-                    continue
-                cursors[path] = seq
-                if f"event:{seq}" not in seen:
-                    seen.add(f"event:{seq}")
-                    printed_events.append(seq)
-                if event.get("type") in TERMINAL_EVENTS:
-                    terminal["done"] = True
-        for path in metric_paths:
-            after = max(last_step.values(), default=-1)
-            payload = get_json(path, after_step=after, limit=200)
-            for point in (payload or {}).get("points", []):
-                step = int(point.get("step") or -1)  # the 0.2.22 quirk: step 0 would be dropped
-                if step <= last_step.get(point["name"], -1):
-                    continue
-                last_step[point["name"]] = step
-                if f"metric:{point['name']}:{step}" not in seen:
-                    seen.add(f"metric:{point['name']}:{step}")
-                    printed_metrics.append((point["name"], step))
-        return terminal["done"] or printed_status[-1] in TERMINAL_STATUSES
-
-    poll_until(tick, timeout=30, what="the streamer to reach a terminal state")
-    tick()  # the job may have ended between the status and the events of the last tick
-    final = get_json(f"/rl/jobs/{job_id}")
-    assert final["status"] == "succeeded"
-    assert printed_status[-1] == "succeeded"  # printed because updated_at changed
-    all_events = get_json(f"/rl/jobs/{job_id}/events", since_seq=0, limit=200)["events"]
-    assert printed_events == [e["seq"] for e in all_events]  # nothing lost, nothing twice
-    all_points = get_json(f"/rl/jobs/{job_id}/metrics", after_step=-1, limit=200)["points"]
-    assert sorted(printed_metrics) == sorted((p["name"], p["step"]) for p in all_points)
-    assert all(step >= 1 for _, step in printed_metrics)
+    # Step 13: the JobStreamer.
+    with httpx.Client(base_url=base, headers={"authorization": f"Bearer {API_KEY}"}, timeout=60) as http:
+        streamer = ReplayedStreamer(http, job_id)
+        poll_until(streamer.tick, timeout=30, what="the streamer to reach a terminal state")
+        streamer.tick()  # the job may have ended between the status and the events of the last tick
+        final = streamer.get_json(f"/rl/jobs/{job_id}")
+        assert final["status"] == "succeeded"
+        assert streamer.printed_status[-1] == "succeeded"  # printed because updated_at changed
+        all_events = streamer.get_json(f"/rl/jobs/{job_id}/events", since_seq=0, limit=200)["events"]
+        assert streamer.printed_events == [e["seq"] for e in all_events]  # nothing lost, nothing twice
+        all_points = streamer.get_json(f"/rl/jobs/{job_id}/metrics", after_step=-1, limit=200)["points"]
+        assert sorted(streamer.printed_metrics) == sorted((p["name"], p["step"]) for p in all_points)
+        assert all(step >= 1 for _, step in streamer.printed_metrics)
     # The replayed create (same Idempotency-Key, same body) is the same job.
     again = httpx.post(f"{base}/rl/jobs", headers={**post_headers, "Idempotency-Key": "sdk-shape-1"}, json=body)
     assert again.status_code == 200 and again.json()["job_id"] == job_id
-    http.close()

@@ -515,15 +515,8 @@ class SynthClient:
             pages += 1
             items = [JobStatus.model_validate(item) for item in items_of(response.body, "jobs")
                      if isinstance(item, dict)]
-            fresh = []
-            for job in items:
-                if job.job_id in seen:
-                    continue
-                if job_id_problem(job.job_id):  # it could not be attached to (it goes into paths)
-                    skipped += 1
-                    continue
-                seen.add(job.job_id)
-                fresh.append(job)
+            fresh, unusable = _new_usable_jobs(items, seen)
+            skipped += unusable
             if pages > 1 and items and not fresh and not skipped:
                 note = ("the backend sent the same jobs again for the next page (it ignores `after`): "
                         "only its first page is listed")
@@ -597,6 +590,22 @@ class SynthClient:
 
 
 # --------------------------------------------------------------------------- helpers
+
+
+def _new_usable_jobs(items: list[JobStatus], seen: set[str]) -> tuple[list[JobStatus], int]:
+    """The jobs of a page not listed before, and how many were left out for an id that could
+    not be attached to (it goes into paths); ``seen`` gains the new ones."""
+    fresh: list[JobStatus] = []
+    unusable = 0
+    for job in items:
+        if job.job_id in seen:
+            continue
+        if job_id_problem(job.job_id):
+            unusable += 1
+            continue
+        seen.add(job.job_id)
+        fresh.append(job)
+    return fresh, unusable
 
 
 def _more_pages(body: Mapping[str, Any], count: int, page_size: int) -> bool:

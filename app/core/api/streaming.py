@@ -77,11 +77,14 @@ class ConnectionState:
     retry_in: float | None = None
 
 
+EndReason = Literal["terminal", "timeout", "paused"]
+
+
 @dataclass
 class WatchEnded:
     status: str
     payload: dict[str, Any]
-    reason: Literal["terminal", "timeout", "paused"]
+    reason: EndReason
 
     @property
     def exit_code(self) -> int:
@@ -237,22 +240,7 @@ class JobWatcher:
                         yield update
                     last_answer = time.monotonic()
                 except ApiError as exc:
-                    never_reached = self._state.last_status is None
-                    if not exc.transient or (never_reached and self._state.failures + 1 >= opts.give_up_unreached):
-                        raise
-                    silent = time.monotonic() - last_answer
-                    if opts.give_up_after is not None and silent >= opts.give_up_after:
-                        raise BackendGaveUp(
-                            f"The backend has not answered for {silent:.0f} s ({exc.message}); stopped watching job "
-                            f"{self.job_id}, which may still be running there.",
-                            "Check that the backend is up; --give-up-after S waits longer (0: until --poll-timeout)."
-                        ) from None
-                    self._state.failures += 1
-                    self._state.reconnecting = True
-                    backoff = backoff_delay(self._state.failures, opts.poll_interval)
-                    delay = min(opts.max_backoff, max(opts.poll_interval, backoff))
-                    if opts.give_up_after is not None:  # never sleep past the moment to give up
-                        delay = max(0.0, min(delay, opts.give_up_after - silent))
+                    delay = self._delay_after(exc, time.monotonic() - last_answer)
                     yield ConnectionState(True, exc.message, delay)
                     if await self._wait(delay, deadline):
                         yield self._timeout_end()
@@ -262,19 +250,14 @@ class JobWatcher:
                     self._state.reconnecting = False
                     self._state.failures = 0
                     yield ConnectionState(False, "connected")
-                final = self._final_status()
-                if final is not None:
+                end = self._end_now()
+                if end is not None:
                     # One more read so the events and metrics written with the final status
                     # are not lost (the status can land before the last events).
                     async for update in self._drain():
                         yield update
-                    yield WatchEnded(final, self._final_payload(final), "terminal")
-                    return
-                if self._state.last_status is not None and is_paused_status(self._state.last_status.status):
-                    async for update in self._drain():
-                        yield update
-                    paused = self._state.last_status.status
-                    yield WatchEnded(paused, self._final_payload(paused), "paused")
+                    status, reason = end
+                    yield WatchEnded(status, self._final_payload(status), reason)
                     return
                 if deadline is not None and time.monotonic() >= deadline:
                     yield self._timeout_end()
@@ -287,6 +270,37 @@ class JobWatcher:
                     yield update
         finally:
             await self._stop_sse()
+
+    def _delay_after(self, exc: ApiError, silent: float) -> float:
+        """How long to wait before the next try after a failed tick, the backend having been
+        silent for ``silent`` seconds; raises when the watch should give up instead."""
+        opts = self.options
+        never_reached = self._state.last_status is None
+        if not exc.transient or (never_reached and self._state.failures + 1 >= opts.give_up_unreached):
+            raise exc
+        if opts.give_up_after is not None and silent >= opts.give_up_after:
+            raise BackendGaveUp(
+                f"The backend has not answered for {silent:.0f} s ({exc.message}); stopped watching job "
+                f"{self.job_id}, which may still be running there.",
+                "Check that the backend is up; --give-up-after S waits longer (0: until --poll-timeout)."
+            ) from None
+        self._state.failures += 1
+        self._state.reconnecting = True
+        backoff = backoff_delay(self._state.failures, opts.poll_interval)
+        delay = min(opts.max_backoff, max(opts.poll_interval, backoff))
+        if opts.give_up_after is not None:  # never sleep past the moment to give up
+            delay = max(0.0, min(delay, opts.give_up_after - silent))
+        return delay
+
+    def _end_now(self) -> tuple[str, EndReason] | None:
+        """The status the watch ends on, and why: a terminal status, or a paused job."""
+        final = self._final_status()
+        if final is not None:
+            return final, "terminal"
+        last = self._state.last_status
+        if last is not None and is_paused_status(last.status):
+            return last.status, "paused"
+        return None
 
     # -- one tick --------------------------------------------------------------
 
