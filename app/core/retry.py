@@ -4,7 +4,7 @@ Our client's requests to a backend (app/core/client.py), its reconnecting watch
 (app/core/streaming.py) and the embedded backend's hops to and from task apps
 (app/local/retry.py, app/local/rollout_contract.py) all wait by :func:`backoff_delay`, and all
 but the watch loop through :func:`retrying`. What counts as transient is the caller's to say:
-an error type, a status, a flag on an error. docs/hardening.md#3-transient-failures-are-retried-applocalretrypy.
+an error type, a status, a flag on an error. docs/hardening.md, section 3.
 """
 
 from __future__ import annotations

@@ -20,6 +20,12 @@ At most `max_jobs` jobs train at once and `max_rollouts` rollouts are in flight 
 the other jobs wait `queued`, their place in the queue given as `queue_position`
 (app/local/admission.py, docs/architecture.md#admission).
 
+The routes live in module-level APIRouters and reach the backend object of the app serving
+the request through the `Backend` dependency (app.state.backend); the job routes are registered
+once and served under both /api/rl/jobs and /api/learning/jobs. Bodies are the pydantic models of
+app/local/bodies.py, validated by FastAPI; a request it finds invalid is answered by the one
+handler of app/local/errors.py in its route's words (REFUSALS). /openapi.json is FastAPI's own.
+
 Errors are always `{"detail": ...}` JSON. Job events are also served as server-sent events
 when the client asks for `text/event-stream`.
 """

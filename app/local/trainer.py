@@ -452,45 +452,12 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------
 
     async def _train(self, run: JobRun) -> None:
-        j, job_id, plan = self.journal, run.job_id, run.plan
+        j, job_id = self.journal, run.job_id
         try:
-            await self._wait_for_slot(run)
-            if run.resumed is None:
-                if not j.set_running(job_id):
-                    return
-                await self._load_policy(run)
-                self._announce(run)
-            else:
-                await self._load_policy(run)
-                self._announce_resume(run)
-            if not self.env_api_keys:
-                raise TaskAppError(
-                    "The embedded backend holds no ENVIRONMENT_API_KEY, so it cannot call the "
-                    "task app; restart it with the key the task app expects"
-                )
-            if not run.contract_announced:
-                await self._learn_contract(run)
-            if run.eval_pending is not None:  # resumed between a step's training and its evaluation
-                await self._evaluate_step(run, run.step, run.eval_pending)
-            while run.step < plan.total_steps:
-                await self._train_step(run, run.step + 1)
-                if self.infra_events and run.step % 5 == 0:
-                    j.event(job_id, "hatchet.worker.heartbeat",
-                            "Embedded stand-in for the Hatchet worker heartbeat", data={"step": run.step})
-            if self.infra_events:
-                j.event(job_id, "rl.runtime.modal.stopped", "In-process stand-in for the Modal runtime stopped")
-            self._complete(run)
+            await self._run_job(run)
         except asyncio.CancelledError:
-            if run.abort_reason is not None:
-                j.finish(job_id, "failed", "rl.job.failed", run.abort_reason, level="error",
-                         data={"step": run.step, **run.counters()}, error=run.abort_reason)
-                return
-            if not run.cancel_requested:
+            if not self._end_cancelled(run):
                 raise  # server shutdown: see stop_all
-            when = (f"during step {run.step + 1}/{plan.total_steps}" if run.admitted
-                    else "while it waited in the queue")
-            j.finish(job_id, "cancelled", "rl.job.cancelled", f"Job cancelled by request {when}",
-                     data={"step": run.step, **run.counters()})
         except (TaskAppError, PolicyUnavailable) as exc:
             j.finish(job_id, "failed", "rl.job.failed", str(exc), level="error",
                      data={"step": run.step, **run.counters()}, error=str(exc))
@@ -505,6 +472,52 @@ class Trainer:
                     await asyncio.shield(asyncio.to_thread(run.policy.close))
                 except BaseException:  # noqa: BLE001 - a second cancel while closing: the thread is a daemon
                     pass
+
+    async def _run_job(self, run: JobRun) -> None:
+        """The job from its slot to its last step (or the steps a resumed job has left)."""
+        j, job_id, plan = self.journal, run.job_id, run.plan
+        await self._wait_for_slot(run)
+        if run.resumed is None:
+            if not j.set_running(job_id):
+                return
+            await self._load_policy(run)
+            self._announce(run)
+        else:
+            await self._load_policy(run)
+            self._announce_resume(run)
+        if not self.env_api_keys:
+            raise TaskAppError(
+                "The embedded backend holds no ENVIRONMENT_API_KEY, so it cannot call the "
+                "task app; restart it with the key the task app expects"
+            )
+        if not run.contract_announced:
+            await self._learn_contract(run)
+        if run.eval_pending is not None:  # resumed between a step's training and its evaluation
+            await self._evaluate_step(run, run.step, run.eval_pending)
+        while run.step < plan.total_steps:
+            await self._train_step(run, run.step + 1)
+            if self.infra_events and run.step % 5 == 0:
+                j.event(job_id, "hatchet.worker.heartbeat",
+                        "Embedded stand-in for the Hatchet worker heartbeat", data={"step": run.step})
+        if self.infra_events:
+            j.event(job_id, "rl.runtime.modal.stopped", "In-process stand-in for the Modal runtime stopped")
+        self._complete(run)
+
+    def _end_cancelled(self, run: JobRun) -> bool:
+        """End a job whose task was cancelled: aborted (failed) or cancelled by request. False
+        when neither: the server is stopping, and the job stays for the next start."""
+        j, job_id = self.journal, run.job_id
+        if run.abort_reason is not None:
+            j.finish(job_id, "failed", "rl.job.failed", run.abort_reason, level="error",
+                     data={"step": run.step, **run.counters()}, error=run.abort_reason)
+            return True
+        if not run.cancel_requested:
+            return False
+        when = (f"during step {run.step + 1}/{run.plan.total_steps}" if run.admitted
+                else "while it waited in the queue")
+        j.finish(job_id, "cancelled", "rl.job.cancelled", f"Job cancelled by request {when}",
+                 data={"step": run.step, **run.counters()})
+        return True
 
     async def _wait_for_slot(self, run: JobRun) -> None:
         """Wait for one of the backend's job slots (and a device for an `lm` job), saying so
