@@ -128,9 +128,10 @@ def test_every_bound_of_a_section_the_backend_reads_is_a_field_of_its_model():
 
 
 def test_a_job_body_names_every_problem_with_its_path():
-    body = payload("placeholder", small_config(batch_size=0, group_size="4"))
+    body = payload("http://127.0.0.1:9", small_config())  # then broken past the client's own checks
     body["job_type"] = "sft"
-    body["data"].pop("base_model", None)
+    body["data"].update(endpoint_base_url="placeholder", base_model=None, model=None)
+    body["data"]["config"]["training"].update(batch_size=0, group_size="4")
     with pytest.raises(InvalidJobPayload) as refused:
         plan_from_payload(body)
     detail = str(refused.value)
