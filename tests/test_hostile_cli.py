@@ -52,7 +52,7 @@ CLOSED = f"http://127.0.0.1:{_closed_port()}"
 @pytest.fixture(autouse=True, scope="module")
 def no_retry_waits():
     """Refused connections are retried with backoff; the waits would only slow the examples."""
-    with mock.patch("app.core.api.client.backoff_delay", return_value=0.0):
+    with mock.patch("app.core.api.retry.backoff_delay", return_value=0.0):
         yield
 
 

@@ -144,6 +144,10 @@ class _Compiler:
         for keyword in _UNSUPPORTED_KEYWORDS:
             if keyword in schema:
                 raise self.fail(where, f"'{keyword}' is not supported")
+        return self.typed_node(schema, where, depth)
+
+    def typed_node(self, schema: dict[str, Any], where: str, depth: int) -> _Node:
+        """A schema without const or enum, by its type."""
         kind = schema.get("type")
         if isinstance(kind, list):  # ["string", "null"] and the like: take the first we can act in
             kind = next((k for k in kind if k != "null"), "null")

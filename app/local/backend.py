@@ -20,6 +20,12 @@ At most `max_jobs` jobs train at once and `max_rollouts` rollouts are in flight 
 the other jobs wait `queued`, their place in the queue given as `queue_position`
 (app/local/admission.py, docs/architecture.md#admission).
 
+The routes live in module-level APIRouters and reach the backend object of the app serving
+the request through the `Backend` dependency (app.state.backend); the job routes are registered
+once and served under both /api/rl/jobs and /api/learning/jobs. Bodies are the pydantic models of
+app/local/bodies.py, validated by FastAPI; a request it finds invalid is answered by the one
+handler of app/local/errors.py in its route's words (REFUSALS). /openapi.json is FastAPI's own.
+
 Errors are always `{"detail": ...}` JSON. Job events are also served as server-sent events
 when the client asks for `text/event-stream`.
 """
@@ -34,37 +40,36 @@ import random
 import re
 import secrets
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import httpx
-from fastapi import APIRouter, Depends, FastAPI, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, Request, Response
+from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.core.api.urls import http_url_problem, without_credentials
+from app.core.api.urls import without_credentials
 from app.core.api.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
-from app.core.config.trainable import payload_problems, short_repr
+from app.core.config.trainable import short_repr
 from app.core.redact import held_key_prefix, scrub_key_fragments
 from app.local import policies
 from app.local.admission import Admission, default_max_jobs, rollout_pool
 from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
-from app.local.api_schemas import (
-    BODY_ERRORS,
-    CHAT,
-    CID,
-    CID_PATH,
-    IDEMPOTENCY_KEY,
-    JOB_CREATE,
-    ROLLOUT_QUERY,
-    TRIAL_PATH,
-    VERIFY,
-    error_responses,
-    json_body,
+from app.local.api_schemas import BODY_ERRORS, error_responses
+from app.local.bodies import (
+    CHAT_REFUSAL,
+    JOB_REFUSAL,
+    VERIFY_REFUSAL,
+    ChatRequest,
+    Cid,
+    IdempotencyKey,
+    JobCreate,
+    VerifyRequest,
 )
 from app.local.checkpoints import Checkpoints
-from app.local.errors import describe_http_error, install_json_errors, response_detail
+from app.local.errors import Refusal, describe_http_error, install_json_errors, response_detail
 from app.local.guard import RequestGuard
 from app.local.journal import Journal
 from app.local.policies.base import Act, Policy, PolicyCannotAct
@@ -73,9 +78,8 @@ from app.local.retry import client_limits
 from app.local.rollout_contract import parse_correlation_id
 from app.local.rollout_store import BadCursor
 from app.local.store import TERMINAL_STATUSES, IdempotencyConflict, Store, UnknownCursor
-from app.local.trainer import InvalidJobPayload, Trainer, answer_of, plan_from_payload, policy_settings
+from app.local.trainer import InvalidJobPayload, Trainer, answer_of, plan_from_payload, policy_settings, training_plan
 
-MAX_IDEMPOTENCY_KEY_CHARS = 255  # docs/hardening.md; printable ASCII
 MAX_CURSOR = 2**62  # seq and step cursors: SQLite integers are 64-bit
 ROLLOUT_PAGE = 100  # rollouts per page unless `limit` says (docs/wire-contract.md#rollouts)
 ROLLOUT_PAGE_MAX = 500
@@ -215,57 +219,58 @@ def create_backend_app(
     admission = Admission(default_max_jobs() if max_jobs is None else max_jobs, max_rollouts or 0)
     b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume, trainer,
                  admission)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        b.store = Store(b.db_path)
-        b.journal = Journal(b.store)
-        b.admission = b.admission.fresh()  # an app served again starts with an empty queue
-        # The trainer has its own client, sized so that a rollout never waits for a pooled
-        # connection inside its time limit (admission.rollout_pool); verify uses the other.
-        async with httpx.AsyncClient(limits=client_limits()) as http, \
-                httpx.AsyncClient(limits=rollout_pool(b.admission)) as rollout_http:
-            b.http = http
-            b.trainer = Trainer(b.journal, b.env_api_keys, rollout_http, b.checkpoints, other_secrets=[b.api_key],
-                                policy_kind=b.trainer_choice, infra_events=b.infra_events, admission=b.admission)
-            b.resume_interrupted(b.trainer)
-            try:
-                yield
-            finally:
-                tasks = b.trainer.stop_all()
-                b.journal.wake_all()
-                await asyncio.gather(*tasks, return_exceptions=True)
-                b.trainer = None
-                b.store.close()
-
-    app = FastAPI(title="synth-tui embedded backend", lifespan=lifespan)
+    app = FastAPI(title="synth-tui embedded backend", lifespan=_lifespan)
+    app.state.backend = b  # what every route gets through its `Backend` dependency
     app.state.begin_shutdown = b.begin_shutdown
     app.state.hold_env_keys = b.hold_env_keys
     app.state.admission_limits = (b.admission.max_jobs, b.admission.max_rollouts)
-    install_json_errors(app)
+    install_json_errors(app, REFUSALS)
     app.add_middleware(RequestGuard, limits={path: CHAT_BODY_LIMIT for path in CHAT_PATHS},
                        pattern_limits=[(_CHAT_PATH_FORM, CHAT_BODY_LIMIT)])
-
-    def require_key(request: Request) -> None:
-        if not b.bearer_ok(request):
-            raise HTTPException(401, "Missing or invalid API key: send Authorization: Bearer <SYNTH_API_KEY>",
-                                headers={"WWW-Authenticate": "Bearer"})
-
-    @app.get("/api/health")
-    async def health() -> dict[str, Any]:
-        return {"status": "ok", "service": "synth-tui-embedded-backend"}
-
-    api = APIRouter(prefix="/api", dependencies=[Depends(require_key)])
-    _job_routes(api, b)
-    app.include_router(api)
-    chat = _chat_handler(b)
-    chat_errors = error_responses(400, 401, 404, *BODY_ERRORS)
-    for path in CHAT_PATHS:
-        app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, CID), responses=chat_errors)
-    for path in CHAT_PATH_FORMS:
-        app.add_api_route(path, chat, methods=["POST"], openapi_extra=json_body(CHAT, TRIAL_PATH, CID_PATH),
-                          responses=chat_errors)
+    for router in (public, api, chat):
+        app.include_router(router)
     return app
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    b: _Backend = app.state.backend
+    b.store = Store(b.db_path)
+    b.journal = Journal(b.store)
+    b.admission = b.admission.fresh()  # an app served again starts with an empty queue
+    # The trainer has its own client, sized so that a rollout never waits for a pooled
+    # connection inside its time limit (admission.rollout_pool); verify uses the other.
+    async with httpx.AsyncClient(limits=client_limits()) as http, \
+            httpx.AsyncClient(limits=rollout_pool(b.admission)) as rollout_http:
+        b.http = http
+        b.trainer = Trainer(b.journal, b.env_api_keys, rollout_http, b.checkpoints, other_secrets=[b.api_key],
+                            policy_kind=b.trainer_choice, infra_events=b.infra_events, admission=b.admission)
+        b.resume_interrupted(b.trainer)
+        try:
+            yield
+        finally:
+            tasks = b.trainer.stop_all()
+            b.journal.wake_all()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            b.trainer = None
+            b.store.close()
+
+
+def _backend_of(request: Request) -> _Backend:
+    backend: _Backend = request.app.state.backend
+    return backend
+
+
+# The backend object of the app serving the request: a parameter of every route.
+Backend = Annotated[_Backend, Depends(_backend_of)]
+
+
+def require_key(request: Request, b: Backend) -> None:
+    """Everything under /api but /api/health needs the Bearer key; checked before anything of
+    the request is validated, so a stranger learns nothing but 401."""
+    if not b.bearer_ok(request):
+        raise HTTPException(401, "Missing or invalid API key: send Authorization: Bearer <SYNTH_API_KEY>",
+                            headers={"WWW-Authenticate": "Bearer"})
 
 
 EVENT_STREAM = "text/event-stream"
@@ -275,27 +280,6 @@ class EventStreamResponse(StreamingResponse):
     """Server-sent events; as a route's response_class it puts text/event-stream in /openapi.json."""
 
     media_type = EVENT_STREAM
-
-
-async def _json_body(request: Request) -> Any:
-    try:
-        return await request.json()
-    except ValueError:
-        raise HTTPException(422, "The request body must be JSON") from None
-    except RecursionError:  # the guard counts depth first; this is the last line of defence
-        raise HTTPException(422, "The JSON body nests too deeply") from None
-
-
-def idempotency_key_problem(key: str | None) -> str | None:
-    """What is wrong with an Idempotency-Key header (None when it is absent or fine); the key
-    is not quoted back."""
-    if key is None:
-        return None
-    if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY_CHARS:
-        return f"must be 1 to {MAX_IDEMPOTENCY_KEY_CHARS} characters (got {len(key):,}); a UUID is 36"
-    if not all(" " <= ch <= "~" for ch in key):
-        return "must be printable ASCII (letters, digits, punctuation and spaces)"
-    return None
 
 
 def _job_view(job: dict[str, Any]) -> dict[str, Any]:
@@ -315,163 +299,151 @@ def _job_view(job: dict[str, Any]) -> dict[str, Any]:
     return view
 
 
-def _job_routes(api: APIRouter, b: _Backend) -> None:
-    @api.post("/rl/verify_task_app", openapi_extra=json_body(VERIFY), responses=error_responses(401, *BODY_ERRORS))
-    async def verify_task_app(request: Request) -> dict[str, Any]:
-        body = await _json_body(request)
-        url = body.get("endpoint_base_url") if isinstance(body, dict) else None
-        problem = http_url_problem(url)
-        if problem or not isinstance(url, str):  # a URL that is not a string is a problem too
-            raise HTTPException(422, f"endpoint_base_url must be the task app's http(s) URL: {problem}")
-        return await _verify(b, url)
+# -- the routes: registered once in these routers, served by every app create_backend_app makes ------
 
-    @api.post("/rl/jobs", status_code=201, openapi_extra=json_body(JOB_CREATE, IDEMPOTENCY_KEY),
-              responses={200: {"description": "The job this Idempotency-Key created before, for the same body",
-                               "content": {"application/json": {"schema": {"type": "object"}}}},
-                         **error_responses(400, 401, 409, 503, *BODY_ERRORS)})
-    async def create_job(request: Request) -> JSONResponse:
-        key = request.headers.get("idempotency-key")
-        problem = idempotency_key_problem(key)
-        if problem:
-            raise HTTPException(400, f"Idempotency-Key {problem}")
-        body = await _json_body(request)
-        # The whole payload first (strings anywhere, tags, top-level compute), then the job itself.
-        problems = payload_problems(body)
-        if problems:
-            raise HTTPException(422, "Invalid RL job payload: " + "; ".join(f"{p.location}: {p.message}"
-                                                                          for p in problems))
-        try:
-            plan = plan_from_payload(body)
-        except InvalidJobPayload as exc:
-            raise HTTPException(422, str(exc)) from None
-        body_hash = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
-        try:
-            job, created = b.store.create_job(f"job_{secrets.token_hex(12)}", body, body_hash, key)
-        except IdempotencyConflict as exc:
-            raise HTTPException(409, f"Idempotency-Key {exc.key!r} was already used for job {exc.job_id} "
-                                     "with a different request body; send a new key to create another job") from None
-        if not created:
-            return JSONResponse(b.view(job), status_code=200)
-        b.journal.event(job["id"], "rl.job.created", f"Job created: train {plan.model} on {plan.task_url}",
-                        data={"model": plan.model, "task_app_url": plan.task_url, "total_steps": plan.total_steps})
-        base = b.public_base_url or str(request.base_url).rstrip("/")
-        b.live_trainer().start(job["id"], plan, f"{base}/api/v1")
-        return JSONResponse(b.view(job), status_code=201)
+public = APIRouter()  # no key
+api = APIRouter(prefix="/api", dependencies=[Depends(require_key)])
+rl = APIRouter(prefix="/rl")  # under /api
+jobs = APIRouter()  # under /api/rl/jobs and /api/learning/jobs: the same data, the same event seq numbers
+chat = APIRouter()  # the policy, for task apps: its own credentials (chat_access)
 
-    async def list_jobs(response: Response, limit: int = Query(50, ge=1, le=500),
-                        status: str | None = None,
-                        after: str | None = Query(None, min_length=1, max_length=JOB_ID_MAX_CHARS)) -> dict[str, Any]:
-        # Both generations' configs are accepted here, and both event stream paths served.
-        response.headers[RL_CONTRACT_HEADER] = ", ".join(KNOWN_GENERATIONS)
-        try:  # `after`: the id of the last job of the page before (docs/wire-contract.md#job-list)
-            jobs = b.store.list_jobs(limit=limit, status=status, after=after)
-        except UnknownCursor:
-            raise HTTPException(400, "after must be the job_id of a job of this backend (the last job of the "
-                                     "page before); no job has this id") from None
-        return {"jobs": [b.view(j) for j in jobs]}
 
-    async def get_job(job_id: str) -> dict[str, Any]:
-        return b.view(b.job_or_404(job_id))
+@public.get("/api/health")
+async def health() -> dict[str, Any]:
+    return {"status": "ok", "service": "synth-tui-embedded-backend"}
 
-    async def start_job(job_id: str) -> dict[str, Any]:
-        job = b.job_or_404(job_id)
-        return {"job_id": job_id, "status": job["status"], "message": "Jobs start when they are created"}
 
-    async def cancel_job(job_id: str) -> JSONResponse:
-        job = b.job_or_404(job_id)
-        if job["status"] in TERMINAL_STATUSES:
-            return JSONResponse({"detail": f"Job {job_id} already {job['status']}; only queued or running jobs "
-                                           "can be cancelled", "status": job["status"]}, status_code=409)
-        await b.live_trainer().cancel(job_id)
-        job = b.job_or_404(job_id)
-        return JSONResponse({"job_id": job_id, "status": job["status"], "message": "Job cancelled"})
+@rl.post("/verify_task_app", responses=error_responses(401, *BODY_ERRORS))
+async def verify_task_app(body: VerifyRequest, b: Backend) -> dict[str, Any]:
+    return await _verify(b, body.endpoint_base_url)
 
-    async def events(request: Request, job_id: str, since_seq: int = Query(0, ge=-1, le=MAX_CURSOR),
-                     limit: int = Query(200, ge=1, le=1000)) -> Response | dict[str, Any]:
-        b.job_or_404(job_id)
-        if "text/event-stream" in request.headers.get("accept", ""):
-            return _event_stream(b, job_id, _resume_from(request, since_seq))
-        return {"events": b.store.events(job_id, since_seq=since_seq, limit=limit)}
 
-    async def event_stream(request: Request, job_id: str,
-                           since_seq: int = Query(0, ge=-1, le=MAX_CURSOR)) -> EventStreamResponse:
-        b.job_or_404(job_id)
+@rl.post("/jobs", status_code=201,
+         responses={200: {"description": "The job this Idempotency-Key created before, for the same body",
+                          "content": {"application/json": {"schema": {"type": "object"}}}},
+                    **error_responses(400, 401, 409, 503, *BODY_ERRORS)})
+async def create_job(job: JobCreate, request: Request, b: Backend,
+                     idempotency_key: Annotated[IdempotencyKey, Header(
+                         alias="Idempotency-Key",
+                         description="the same key and body answer the same job (200); another body, 409")] = None,
+                     ) -> JSONResponse:
+    body = await request.json()  # as sent, for the store and the key's hash (FastAPI parsed it once)
+    plan = training_plan(job, body["data"]["config"])
+    body_hash = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    try:
+        stored, created = b.store.create_job(f"job_{secrets.token_hex(12)}", body, body_hash, idempotency_key)
+    except IdempotencyConflict as exc:
+        raise HTTPException(409, f"Idempotency-Key {exc.key!r} was already used for job {exc.job_id} "
+                                 "with a different request body; send a new key to create another job") from None
+    if not created:
+        return JSONResponse(b.view(stored), status_code=200)
+    b.journal.event(stored["id"], "rl.job.created", f"Job created: train {plan.model} on {plan.task_url}",
+                    data={"model": plan.model, "task_app_url": plan.task_url, "total_steps": plan.total_steps})
+    base = b.public_base_url or str(request.base_url).rstrip("/")
+    b.live_trainer().start(stored["id"], plan, f"{base}/api/v1")
+    return JSONResponse(b.view(stored), status_code=201)
+
+
+@jobs.get("", responses=error_responses(400, 401, 422))
+async def list_jobs(response: Response, b: Backend, limit: int = Query(50, ge=1, le=500),
+                    status: str | None = None,
+                    after: str | None = Query(None, min_length=1, max_length=JOB_ID_MAX_CHARS)) -> dict[str, Any]:
+    # Both generations' configs are accepted here, and both event stream paths served.
+    response.headers[RL_CONTRACT_HEADER] = ", ".join(KNOWN_GENERATIONS)
+    try:  # `after`: the id of the last job of the page before (docs/wire-contract.md#job-list)
+        listed = b.store.list_jobs(limit=limit, status=status, after=after)
+    except UnknownCursor:
+        raise HTTPException(400, "after must be the job_id of a job of this backend (the last job of the "
+                                 "page before); no job has this id") from None
+    return {"jobs": [b.view(j) for j in listed]}
+
+
+@jobs.get("/{job_id}", responses=error_responses(401, 404))
+async def get_job(job_id: str, b: Backend) -> dict[str, Any]:
+    return b.view(b.job_or_404(job_id))
+
+
+@jobs.post("/{job_id}/start", responses=error_responses(401, 404))
+async def start_job(job_id: str, b: Backend) -> dict[str, Any]:
+    job = b.job_or_404(job_id)
+    return {"job_id": job_id, "status": job["status"], "message": "Jobs start when they are created"}
+
+
+@jobs.post("/{job_id}/cancel", responses=error_responses(401, 404, 409, 503))
+async def cancel_job(job_id: str, b: Backend) -> JSONResponse:
+    job = b.job_or_404(job_id)
+    if job["status"] in TERMINAL_STATUSES:
+        return JSONResponse({"detail": f"Job {job_id} already {job['status']}; only queued or running jobs "
+                                       "can be cancelled", "status": job["status"]}, status_code=409)
+    await b.live_trainer().cancel(job_id)
+    job = b.job_or_404(job_id)
+    return JSONResponse({"job_id": job_id, "status": job["status"], "message": "Job cancelled"})
+
+
+# JSON or an event stream, by the Accept header: no response model.
+@jobs.get("/{job_id}/events", response_model=None,
+          responses={200: {"description": "The events after since_seq: JSON, or an event stream "
+                                          "when the client accepts text/event-stream",
+                           "content": {"application/json": {"schema": {"type": "object"}},
+                                       EVENT_STREAM: {"schema": {"type": "string"}}}},
+                     **error_responses(401, 404, 422)})
+async def events(request: Request, job_id: str, b: Backend, since_seq: int = Query(0, ge=-1, le=MAX_CURSOR),
+                 limit: int = Query(200, ge=1, le=1000)) -> Response | dict[str, Any]:
+    b.job_or_404(job_id)
+    if "text/event-stream" in request.headers.get("accept", ""):
         return _event_stream(b, job_id, _resume_from(request, since_seq))
-
-    async def metrics(job_id: str, after_step: int = Query(-1, ge=-1, le=MAX_CURSOR),
-                      limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
-        b.job_or_404(job_id)
-        return {"job_id": job_id, "points": b.store.metrics(job_id, after_step=after_step, limit=limit)}
-
-    async def rollouts(request: Request, job_id: str) -> dict[str, Any]:
-        b.job_or_404(job_id)
-        step, phase, limit, after = _rollout_query(request)
-        try:
-            items, next_after = b.store.rollouts.list(job_id, step=step, phase=phase, limit=limit, after=after)
-        except BadCursor:
-            raise HTTPException(400, "after must be the next_after of a page before, as the backend sent it "
-                                     "(<step>.<train|eval>.<index>)") from None
-        return {"job_id": job_id, "rollouts": items, "next_after": next_after}
-
-    async def rollout(job_id: str, rollout_id: str) -> dict[str, Any]:
-        b.job_or_404(job_id)
-        found = b.store.rollouts.get(job_id, rollout_id)
-        if found is None:
-            raise HTTPException(404, f"Rollout {short_repr(rollout_id)} of job {job_id} not found: it was never "
-                                     "kept, or was dropped to keep the job's rollouts within their size cap")
-        return {"job_id": job_id, **found}
-
-    # /learning/... mirrors /rl/... with the same data (and the same event seq numbers).
-    for prefix in ("/rl/jobs", "/learning/jobs"):
-        api.add_api_route(prefix, list_jobs, methods=["GET"], responses=error_responses(400, 401, 422))
-        api.add_api_route(f"{prefix}/{{job_id}}", get_job, methods=["GET"], responses=error_responses(401, 404))
-        api.add_api_route(f"{prefix}/{{job_id}}/start", start_job, methods=["POST"],
-                          responses=error_responses(401, 404))
-        api.add_api_route(f"{prefix}/{{job_id}}/cancel", cancel_job, methods=["POST"],
-                          responses=error_responses(401, 404, 409, 503))
-        # JSON or an event stream, by the Accept header: no response model.
-        api.add_api_route(f"{prefix}/{{job_id}}/events", events, methods=["GET"], response_model=None,
-                          responses={200: {"description": "The events after since_seq: JSON, or an event stream "
-                                                          "when the client accepts text/event-stream",
-                                           "content": {"application/json": {"schema": {"type": "object"}},
-                                                       EVENT_STREAM: {"schema": {"type": "string"}}}},
-                                     **error_responses(401, 404, 422)})
-        api.add_api_route(f"{prefix}/{{job_id}}/events/stream", event_stream, methods=["GET"],
-                          response_class=EventStreamResponse, responses=error_responses(401, 404, 422))
-        api.add_api_route(f"{prefix}/{{job_id}}/metrics", metrics, methods=["GET"],
-                          responses=error_responses(401, 404, 422))
-        # The query is read by the route itself, so that a bad one is a 400 naming it.
-        api.add_api_route(f"{prefix}/{{job_id}}/rollouts", rollouts, methods=["GET"],
-                          openapi_extra={"parameters": ROLLOUT_QUERY}, responses=error_responses(400, 401, 404))
-        api.add_api_route(f"{prefix}/{{job_id}}/rollouts/{{rollout_id}}", rollout, methods=["GET"],
-                          responses=error_responses(401, 404))
+    return {"events": b.store.events(job_id, since_seq=since_seq, limit=limit)}
 
 
-def _rollout_query(request: Request) -> tuple[int | None, str | None, int, str | None]:
-    """(step, phase, limit, after) of a rollout list's query; a 400 naming what is wrong."""
-    query = request.query_params
-    problems = []
+@jobs.get("/{job_id}/events/stream", response_class=EventStreamResponse, responses=error_responses(401, 404, 422))
+async def event_stream(request: Request, job_id: str, b: Backend,
+                       since_seq: int = Query(0, ge=-1, le=MAX_CURSOR)) -> EventStreamResponse:
+    b.job_or_404(job_id)
+    return _event_stream(b, job_id, _resume_from(request, since_seq))
 
-    def whole(name: str, low: int, high: int) -> int | None:
-        text = query.get(name)
-        if text is None:
-            return None
-        if not (text.isascii() and text.isdigit() and len(text) <= 19 and low <= int(text) <= high):
-            problems.append(f"{name} must be a whole number from {low} to {high:,} (got {short_repr(text)})")
-            return None
-        return int(text)
 
-    step = whole("step", 0, MAX_CURSOR)
-    limit = whole("limit", 1, ROLLOUT_PAGE_MAX)
-    phase = query.get("phase")
-    if phase is not None and phase not in ("train", "eval"):
-        problems.append(f"phase must be train or eval (got {short_repr(phase)})")
-    after = query.get("after")
-    if after is not None and not after:
-        problems.append("after must be the next_after of a page before, or left out")
-    if problems:
-        raise HTTPException(400, "Invalid rollout query: " + "; ".join(problems))
-    return step, phase, limit or ROLLOUT_PAGE, after
+@jobs.get("/{job_id}/metrics", responses=error_responses(401, 404, 422))
+async def metrics(job_id: str, b: Backend, after_step: int = Query(-1, ge=-1, le=MAX_CURSOR),
+                  limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
+    b.job_or_404(job_id)
+    return {"job_id": job_id, "points": b.store.metrics(job_id, after_step=after_step, limit=limit)}
+
+
+# A bad query is a 400 naming it (ROLLOUTS_REFUSAL), as docs/wire-contract.md#rollouts says.
+@jobs.get("/{job_id}/rollouts", responses=error_responses(400, 401, 404))
+async def rollouts(
+    job_id: str, b: Backend,
+    step: Annotated[int | None, Query(ge=0, le=MAX_CURSOR, description=(
+        "only the rollouts of this training step (and the eval after it)"))] = None,
+    phase: Literal["train", "eval"] | None = None,
+    limit: Annotated[int, Query(ge=1, le=ROLLOUT_PAGE_MAX)] = ROLLOUT_PAGE,
+    after: Annotated[str | None, Query(min_length=1, description="the next_after of the page before")] = None,
+) -> dict[str, Any]:
+    b.job_or_404(job_id)
+    try:
+        items, next_after = b.store.rollouts.list(job_id, step=step, phase=phase, limit=limit, after=after)
+    except BadCursor:
+        raise HTTPException(400, "after must be the next_after of a page before, as the backend sent it "
+                                 "(<step>.<train|eval>.<index>)") from None
+    return {"job_id": job_id, "rollouts": items, "next_after": next_after}
+
+
+@jobs.get("/{job_id}/rollouts/{rollout_id}", responses=error_responses(401, 404))
+async def rollout(job_id: str, rollout_id: str, b: Backend) -> dict[str, Any]:
+    b.job_or_404(job_id)
+    found = b.store.rollouts.get(job_id, rollout_id)
+    if found is None:
+        raise HTTPException(404, f"Rollout {short_repr(rollout_id)} of job {job_id} not found: it was never "
+                                 "kept, or was dropped to keep the job's rollouts within their size cap")
+    return {"job_id": job_id, **found}
+
+
+ROLLOUTS_REFUSAL = Refusal("Invalid rollout query", problem_words={
+    "step": f"must be a whole number from 0 to {MAX_CURSOR:,}",
+    "phase": "must be train or eval",
+    "limit": f"must be a whole number from 1 to {ROLLOUT_PAGE_MAX}",
+    "after": "must be the next_after of a page before, or left out",
+}, parameter_status=400)
 
 
 def _resume_from(request: Request, since_seq: int) -> int:
@@ -543,90 +515,78 @@ async def _verify(b: _Backend, url: str) -> dict[str, Any]:
             "candidates_first15": [held_key_prefix(k) for k in b.env_api_keys], "attempts": attempts}
 
 
-def _chat_handler(b: _Backend) -> Callable[[Request], Awaitable[dict[str, Any]]]:
-    async def chat_completions(request: Request) -> dict[str, Any]:
-        body = await _json_body(request)
-        # The correlation id: in the path (rollout contract 0.4/0.5), else ?cid= (0.2); any of the
-        # prefixes trace_, cid_, eval_, or none.
-        query_cid = request.query_params.get("cid", "")
-        cid = request.path_params.get("cid", query_cid)
-        job_id, rollout_id = parse_correlation_id(cid)
-        run = b.trainer.runs.get(job_id) if b.trainer else None
-        if not (b.bearer_ok(request) or (run is not None and rollout_id in run.open_rollouts)):
-            raise HTTPException(401, "Missing or invalid credentials: send Authorization: Bearer <SYNTH_API_KEY>, "
-                                     "or call the inference URL the trainer gave for a rollout in flight",
-                                headers={"WWW-Authenticate": "Bearer"})
-        if not job_id:
-            raise HTTPException(400, "The inference URL must name the job: ?cid=trace_<job_id>[:<rollout_id>] "
-                                     "or, in the path, /v1/<job_id>/trace_<job_id>[:<rollout_id>]/chat/completions")
-        trial = request.path_params.get("trial")
-        if trial is not None and trial != job_id:
-            raise HTTPException(400, f"The inference URL's path names trial {short_repr(trial)} but its correlation "
-                                     f"id names job {short_repr(job_id)}: /v1/<job_id>/trace_<job_id>:<rollout_id>"
-                                     "/chat/completions; use the inference URL the trainer gave")
-        if query_cid and cid != query_cid:
-            raise HTTPException(400, "The inference URL carries two different correlation ids, one in its path "
-                                     "and one as ?cid=; use the inference URL the trainer gave")
-        problem = chat_body_problem(body)
-        if problem:
-            raise HTTPException(422, f"Invalid chat completion request: {problem}")
-        # The policy answers in a worker thread, whichever it is: a language model generates for
-        # seconds, and /health, events and other rollouts must not wait for it.
-        try:
-            if run is not None:
-                act = await asyncio.to_thread(run.act, rollout_id, body, cid)
-                model = run.plan.model
-            else:
-                job = b.job_or_404(job_id)
-                policy = await asyncio.to_thread(b.saved_policy, job)
-                act = await asyncio.to_thread(policy.act, body["messages"], body.get("tools"),
-                                              body.get("tool_choice"), cid, random.Random())
-                model = _job_view(job)["model"]
-        except PolicyCannotAct as exc:
-            message = f"The task app's request cannot be answered by the embedded policy: {exc}"
-            if run is not None:
-                b.live_trainer().abort(job_id, message)
-            raise HTTPException(422, message) from None
-        return _completion(body.get("model") or model, act, body["messages"])
-
-    return chat_completions
+def _cid_of(request: Request) -> str:
+    """The correlation id, as sent: in the path (rollout contract 0.4/0.5), else ?cid= (0.2)."""
+    return str(request.path_params.get("cid", request.query_params.get("cid", "")))
 
 
-MAX_CHAT_MESSAGES = 10_000
+def chat_access(request: Request, b: Backend) -> None:
+    """The Bearer key, or the inference URL of a rollout in flight (its cid is the credential):
+    checked before anything of the request is validated."""
+    job_id, rollout_id = parse_correlation_id(_cid_of(request))
+    run = b.trainer.runs.get(job_id) if b.trainer else None
+    if not (b.bearer_ok(request) or (run is not None and rollout_id in run.open_rollouts)):
+        raise HTTPException(401, "Missing or invalid credentials: send Authorization: Bearer <SYNTH_API_KEY>, "
+                                 "or call the inference URL the trainer gave for a rollout in flight",
+                            headers={"WWW-Authenticate": "Bearer"})
 
 
-def chat_body_problem(body: Any) -> str | None:
-    """What makes a chat completion request unusable, or None. Only what this endpoint reads
-    is checked; unknown keys are allowed, as OpenAI's API allows them."""
-    if not isinstance(body, dict):
-        return "the body must be a JSON object"
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        return "messages must be a non-empty list of chat messages"
-    if len(messages) > MAX_CHAT_MESSAGES:
-        return f"at most {MAX_CHAT_MESSAGES:,} messages"
-    for index, message in enumerate(messages):
-        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-            return f"messages[{index}] must be an object with a string role"
-        content = message.get("content")
-        if not (content is None or isinstance(content, str) or isinstance(content, list)):
-            return f"messages[{index}].content must be a string, a list of content parts or null"
-    tools = body.get("tools")
-    if tools is None:
-        return None
-    if not isinstance(tools, list):
-        return "tools must be a list of tools"
-    for index, tool in enumerate(tools):
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            return f"tools[{index}] must be {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}"
-        parameters = function.get("parameters")
-        if parameters is not None and not isinstance(parameters, dict):
-            return f"tools[{index}].function.parameters must be a JSON schema object"
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        return "model must be a string"
-    return None
+CHAT_ERRORS = error_responses(400, 401, 404, *BODY_ERRORS)
+CID_WORDS = "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the trainer writes it into the inference URL"
+
+
+@chat.post("/api/v1/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
+@chat.post("/v1/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
+async def chat_completions(body: ChatRequest, request: Request, b: Backend,
+                           cid: Annotated[Cid, Query(description=CID_WORDS)]) -> dict[str, Any]:
+    """Rollout contract 0.2: the correlation id as ?cid=."""
+    return await _answer_chat(b, request, cid)
+
+
+@chat.post("/api/v1/{trial}/{cid}/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
+@chat.post("/v1/{trial}/{cid}/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
+async def chat_completions_in_path(
+    body: ChatRequest, request: Request, b: Backend,
+    trial: Annotated[str, PathParam(description="the job id, as the trainer writes it into the inference URL")],
+    cid: Annotated[Cid, PathParam(description=CID_WORDS)],
+) -> dict[str, Any]:
+    """Rollout contract 0.4/0.5: the trial (our job id) and the correlation id in the path."""
+    job_id, _ = parse_correlation_id(cid)
+    if trial != job_id:
+        raise HTTPException(400, f"The inference URL's path names trial {short_repr(trial)} but its correlation "
+                                 f"id names job {short_repr(job_id)}: /v1/<job_id>/trace_<job_id>:<rollout_id>"
+                                 "/chat/completions; use the inference URL the trainer gave")
+    query_cid = request.query_params.get("cid")
+    if query_cid and query_cid != cid:
+        raise HTTPException(400, "The inference URL carries two different correlation ids, one in its path "
+                                 "and one as ?cid=; use the inference URL the trainer gave")
+    return await _answer_chat(b, request, cid)
+
+
+async def _answer_chat(b: _Backend, request: Request, cid: str) -> dict[str, Any]:
+    """The policy's answer to a checked chat request (ChatRequest): the job's live policy while
+    it trains, else its last recorded one. The policy answers in a worker thread, whichever it
+    is: a language model generates for seconds, and /health, events and other rollouts must not
+    wait for it."""
+    body = await request.json()  # as sent (FastAPI parsed it once): the policy reads it whole
+    job_id, rollout_id = parse_correlation_id(cid)
+    run = b.trainer.runs.get(job_id) if b.trainer else None
+    try:
+        if run is not None:
+            act = await asyncio.to_thread(run.act, rollout_id, body, cid)
+            model = run.plan.model
+        else:
+            job = b.job_or_404(job_id)
+            policy = await asyncio.to_thread(b.saved_policy, job)
+            act = await asyncio.to_thread(policy.act, body["messages"], body.get("tools"),
+                                          body.get("tool_choice"), cid, random.Random())
+            model = _job_view(job)["model"]
+    except PolicyCannotAct as exc:
+        message = f"The task app's request cannot be answered by the embedded policy: {exc}"
+        if run is not None:
+            b.live_trainer().abort(job_id, message)
+        raise HTTPException(422, message) from None
+    return _completion(body.get("model") or model, act, body["messages"])
 
 
 def _completion(model: str, act: Act, messages: list[Any]) -> dict[str, Any]:
@@ -641,3 +601,15 @@ def _completion(model: str, act: Act, messages: list[Any]) -> dict[str, Any]:
                      "finish_reason": "tool_calls" if tool else "stop"}],
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1},
     }
+
+
+# Registered once: every path of /api/rl/jobs is also served under /api/learning/jobs.
+api.include_router(rl)
+for _prefix in ("/rl/jobs", "/learning/jobs"):
+    api.include_router(jobs, prefix=_prefix)
+
+# How each route words a request FastAPI found invalid (app/local/errors.py).
+REFUSALS: dict[Callable[..., Any], Refusal] = {
+    create_job: JOB_REFUSAL, verify_task_app: VERIFY_REFUSAL, chat_completions: CHAT_REFUSAL,
+    chat_completions_in_path: CHAT_REFUSAL, rollouts: ROLLOUTS_REFUSAL,
+}

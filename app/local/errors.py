@@ -9,20 +9,124 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic_core import PydanticCustomError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 _log = logging.getLogger("synth_tui.local")
 
+MAX_PROBLEMS_NAMED = 10  # a body with ten thousand bad items is answered with ten, and a count
+REFUSED = "refused"  # the type of a validation error whose words are ours (`refused`)
+_PARAMETER_SOURCES = frozenset({"query", "header", "path", "cookie"})
 
-def install_json_errors(app: FastAPI) -> None:
-    """Every error answered as `{"detail": "..."}` JSON, and /openapi.json saying so."""
+
+def refused(*problems: tuple[str | None, str]) -> PydanticCustomError:
+    """A validation error in our own words, raised by a validator: each problem is (where below
+    the value checked, or "" for the value itself, or None when the words name the place
+    themselves; what is wrong). Answered as `<location>: <what>` (Refusal.detail)."""
+    summary = "; ".join(text for _, text in problems)
+    return PydanticCustomError(REFUSED, "{summary}", {"summary": summary, "problems": list(problems)})
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """How a route answers a request FastAPI found invalid: `words` open the detail, then every
+    problem is named (at most MAX_PROBLEMS_NAMED). With `problem_words` (a route that worded its
+    body) a problem is `<where> <what>`, its place written from the body's root
+    (`data.config.training.batch_size`, `messages[0].content`) or as the parameter's name, and
+    problem_words[place] (with `[]` for any index) says what a value there must be; without,
+    it is pydantic's `<body|query|…>.<where>: <message>`. A bad header, query or path parameter is answered
+    `parameter_status`, a bad body 422."""
+
+    words: str = "Invalid request"
+    problem_words: Mapping[str, str] | None = None
+    parameter_status: int = 422
+
+    def status(self, errors: Sequence[Mapping[str, Any]]) -> int:
+        sources = {error["loc"][0] for error in errors if error.get("loc")}
+        return self.parameter_status if sources & _PARAMETER_SOURCES else 422
+
+    def detail(self, errors: Sequence[Mapping[str, Any]], *, from_fastapi: bool = True) -> str:
+        """`from_fastapi`: each location starts with its source ("body", "query", …), as in a
+        RequestValidationError; False for the errors of a model validated by hand."""
+        lines: list[str] = []
+        for error in errors:
+            for line in self._lines(error, from_fastapi):
+                if line not in lines:
+                    lines.append(line)
+        if len(lines) > MAX_PROBLEMS_NAMED:
+            lines[MAX_PROBLEMS_NAMED:] = [f"and {len(lines) - MAX_PROBLEMS_NAMED:,} more"]
+        return f"{self.words}: " + "; ".join(lines)
+
+    def _lines(self, error: Mapping[str, Any], from_fastapi: bool) -> list[str]:
+        loc = tuple(error.get("loc") or ())
+        if self.problem_words is not None and from_fastapi:
+            loc = loc[1:]  # "body", "query", …: a route's parameters and body fields have distinct names
+        where = _path(loc)
+        if error.get("type") == REFUSED:
+            return [_at(where, at, text) for at, text in (error.get("ctx") or {}).get("problems", [])]
+        if self.problem_words is not None:
+            if error.get("type") == "json_invalid":
+                return [f"the body is not JSON ({(error.get('ctx') or {}).get('error', 'it does not parse')})"]
+            what = self.problem_words.get(_path(loc, any_index=True)) or _what_is_wrong(error, root=not loc)
+            if what is not None:
+                return [f"{where} {what}".strip()]
+        return [f"{where}: {error.get('msg', 'invalid')}" if where else str(error.get("msg", "invalid"))]
+
+
+def _path(loc: Sequence[Any], any_index: bool = False) -> str:
+    """A location as it is written in our messages: `data.config.tags[0]`."""
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += "[]" if any_index else f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _at(where: str, at: str | None, text: str) -> str:
+    if at is None:
+        return text
+    place = f"{where}.{at}" if where and at else where or at
+    return f"{place}: {text}" if place else text
+
+
+def _what_is_wrong(error: Mapping[str, Any], root: bool) -> str | None:
+    """Pydantic's error in our words, to follow the place it is at (None: pydantic's own)."""
+    kind, ctx = str(error.get("type")), error.get("ctx") or {}
+    if root and kind in ("model_type", "model_attributes_type", "dict_type", "missing"):
+        return "the body must be a JSON object"
+    words = {
+        "model_type": "must be an object",
+        "model_attributes_type": "must be an object",
+        "dict_type": "must be an object",
+        "missing": "is required",
+        "list_type": "must be a list",
+        "string_type": "must be a string",
+        "literal_error": f"must be {ctx.get('expected')}",
+        "too_short": f"must have at least {ctx.get('min_length', 1):,} item(s)",
+        "too_long": f"must have at most {ctx.get('max_length', 0):,} items",
+    }
+    return words.get(kind)
+
+
+GENERIC_REFUSAL = Refusal()
+
+
+def install_json_errors(app: FastAPI, refusals: Mapping[Callable[..., Any], Refusal] | None = None) -> None:
+    """Every error answered as `{"detail": "..."}` JSON, and /openapi.json saying so.
+    `refusals`: how a route (by its endpoint function) words and answers a request FastAPI
+    found invalid; GENERIC_REFUSAL for the others."""
+    known: Mapping[Any, Refusal] = refusals or {}
     _drop_default_validation_answers(app)
 
     @app.exception_handler(StarletteHTTPException)
@@ -41,11 +145,10 @@ def install_json_errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err.get('loc', ()))}: {err.get('msg', 'invalid')}"
-            for err in exc.errors()
-        )
-        return JSONResponse({"detail": f"Invalid request: {problems}"}, status_code=422)
+        # The one answer to a request FastAPI found invalid, worded as its route asks.
+        refusal = known.get(getattr(request.scope.get("route"), "endpoint", None), GENERIC_REFUSAL)
+        errors = exc.errors()
+        return JSONResponse({"detail": refusal.detail(errors)}, status_code=refusal.status(errors))
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:

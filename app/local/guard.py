@@ -6,6 +6,7 @@ A pure ASGI middleware, so it runs before FastAPI parses anything:
   (nothing is read) or as soon as the streamed bytes pass the limit;
 - a body whose Content-Type is not application/json is answered 415 (FastAPI would read it as
   JSON anyway, so a form or text/plain post created jobs);
+- a body that is not UTF-8 is answered 422 (FastAPI would answer a bare 400);
 - a JSON body nested deeper than MAX_JSON_DEPTH is answered 422 — Python's JSON parser
   would raise RecursionError, which used to become a 500 and a closed connection;
 - a number JSON does not have (NaN, Infinity, or one too large for a float) is answered 422
@@ -68,6 +69,10 @@ def body_problem(body: bytes, max_depth: int = MAX_JSON_DEPTH) -> str | None:
     # in which the depth count below would read the wrong bytes as brackets and quotes.
     if json.detect_encoding(body) not in ("utf-8", "utf-8-sig"):
         return "The body must be JSON encoded as UTF-8"
+    try:  # bytes that are not UTF-8: FastAPI could not decode them (and would answer a bare 400)
+        body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return f"The body must be JSON encoded as UTF-8 (byte {exc.start:,} is not)"
     outside = _JSON_STRING.sub(b'""', body)
     if _depth_outside_strings(outside) > max_depth:
         return f"The JSON body nests deeper than {max_depth} levels; send a flatter document"

@@ -15,7 +15,6 @@ from its /openapi.json or from the 4xx with which it refused a body. docs/rollou
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import re
@@ -26,9 +25,10 @@ from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
 
 import httpx
 
+from app.core.api.retry import Backoff, retrying
 from app.core.config.trainable import is_int, short_repr
 from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
-from app.local.retry import Backoff, is_transient
+from app.local.retry import transient_http_error
 
 GEN_02 = "0.2"
 GEN_05 = "0.5"
@@ -305,24 +305,21 @@ async def fetch_openapi(http: httpx.AsyncClient, task_url: str, headers: dict[st
     """The task app's /openapi.json, or None when it has none we can read (not found, not
     JSON, larger than OPENAPI_MAX_BYTES, unreachable): detection then falls back to refusals."""
     url = f"{task_url}/openapi.json"
-    for attempt in range(1, OPENAPI_BACKOFF.attempts + 1):
+
+    async def fetch() -> httpx.Response:
         request = http.build_request("GET", url, headers={**headers, **NOT_COMPRESSED}, timeout=OPENAPI_TIMEOUT)
-        try:
-            resp = await send_capped(http, request, OPENAPI_MAX_BYTES)
-        except AnswerTooLarge:
-            return None
-        except httpx.HTTPError as exc:
-            if attempt == OPENAPI_BACKOFF.attempts or not is_transient(exc):
-                return None
-            await asyncio.sleep(OPENAPI_BACKOFF.delay(attempt))
-            continue
-        if resp.status_code != 200:
-            return None
-        try:
-            return json.loads(resp.content)
-        except (ValueError, RecursionError):
-            return None
-    return None
+        return await send_capped(http, request, OPENAPI_MAX_BYTES)
+
+    try:
+        resp = await retrying(fetch, backoff=OPENAPI_BACKOFF, transient_error=transient_http_error)
+    except (AnswerTooLarge, httpx.HTTPError):
+        return None
+    if resp.status_code != 200:
+        return None
+    try:
+        return json.loads(resp.content)
+    except (ValueError, RecursionError):
+        return None
 
 
 # Field names in a free-text detail: run_id and trace_correlation_id are unambiguous words;

@@ -141,7 +141,7 @@ def within_budget(turn: dict[str, Any], used: int) -> dict[str, Any]:
 
 
 def chat_turn(body: dict[str, Any], tool: str | None, arguments: Any, call_id: str) -> dict[str, Any]:
-    """The record of one chat answer (a checked chat body: backend.chat_body_problem passed):
+    """The record of one chat answer (a checked chat body: bodies.ChatRequest validated it):
     the tool called (None for a text answer) with these arguments."""
     text, images, omitted = observation_of(body["messages"])
     args_text = _strict_json(arguments)

@@ -34,19 +34,21 @@ from functools import partial
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
-from app.core.api.urls import http_url_problem
-from app.core.config.trainable import MAX_ANSWER_BYTES, is_int, short_repr, size_problems
+from app.core.api.retry import Attempts
+from app.core.config.trainable import MAX_ANSWER_BYTES
 from app.core.redact import scrub_key_fragments
 from app.local import policies
 from app.local.admission import JOBS_FLAG, Admission
 from app.local.answers import DEFAULT_MAX_ANSWER_BYTES, NOT_COMPRESSED, AnswerTooLarge, send_capped, show_bytes
+from app.local.bodies import JOB_REFUSAL, JobCreate
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, response_detail
 from app.local.journal import Journal
 from app.local.policies.base import Act, Episode, Policy, PolicyCannotAct, PolicySettings, read_manifest
 from app.local.policies.lm_model import ModelUnavailable
-from app.local.retry import ROLLOUT_BACKOFF, Attempts, send_with_retries
+from app.local.retry import ROLLOUT_BACKOFF, send_with_retries
 from app.local.rollout_contract import (
     GEN_02,
     GENERATION_NAMES,
@@ -61,8 +63,6 @@ from app.local.rollout_contract import (
 from app.local.rollout_record import (
     DEFAULT_MAX_BYTES,
     DEFAULT_PER_STEP,
-    MAX_MAX_BYTES,
-    MAX_PER_STEP,
     PHASES,
     ROLLOUT_MEMORY_CHARS,
     TURNS_MAX,
@@ -139,102 +139,41 @@ class TrainingPlan:
 
 
 def plan_from_payload(body: Any) -> TrainingPlan:
-    """Check a job payload (docs/wire-contract.md#job-creation) and read what training needs from it."""
-    if not isinstance(body, dict):
-        raise InvalidJobPayload("Invalid RL job payload: the body must be a JSON object")
-    problems: list[str] = []
-    if body.get("job_type") != "rl":
-        problems.append(f'job_type must be "rl" (got {short_repr(body.get("job_type"))})')
-    data = body.get("data")
-    if not isinstance(data, dict):
-        problems.append("data must be an object with endpoint_base_url, config and base_model or model")
-        data = {}
-    url = data.get("endpoint_base_url")
-    url_problem = http_url_problem(url)
-    if url_problem or not isinstance(url, str):  # a URL that is not a string is a problem too
-        problems.append(f"data.endpoint_base_url must be the task app's http(s) URL: {url_problem}")
-        url = ""
-    model = data.get("model") or data.get("base_model")
-    if not (isinstance(model, str) and model.strip()):
-        problems.append("data.base_model or data.model is required")
-        model = ""
-    config = data.get("config")
-    if not isinstance(config, dict):
-        problems.append("data.config must be the training config (the TOML as an object)")
-        config = {}
+    """Check a job payload (docs/wire-contract.md#job-creation; app.local.bodies.JobCreate, as
+    POST /api/rl/jobs does) and read what training needs from it: a stored job's, on resume."""
+    try:
+        job = JobCreate.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidJobPayload(JOB_REFUSAL.detail(exc.errors(), from_fastapi=False)) from None
+    return training_plan(job, body["data"]["config"])
 
-    def section(name: str, hint: str) -> dict[str, Any]:
-        value = config.get(name)
-        if not isinstance(value, dict) or not value:
-            problems.append(f"data.config.{name} is required ({hint})")
-            return {}
-        return value
 
-    algorithm = section("algorithm", '[algorithm] type="online", method="policy_gradient", variety="gspo"')
-    if algorithm:
-        triple = tuple(str(algorithm.get(k, "")).lower() for k in ("type", "method", "variety"))
-        if triple != ("online", "policy_gradient", "gspo"):
-            problems.append(
-                "data.config.algorithm must be type=\"online\", method=\"policy_gradient\", "
-                f"variety=\"gspo\" (got {'/'.join(triple)})"
-            )
-    rollout = section("rollout", "[rollout] env_name, policy_name, max_concurrent_rollouts, ...")
-    training = section(
-        "training", "[training] num_epochs, iterations_per_epoch, max_turns, batch_size, group_size, learning_rate"
-    )
-    for key in ("num_epochs", "iterations_per_epoch", "max_turns", "batch_size", "group_size", "learning_rate"):
-        if training and training.get(key) is None:
-            problems.append(f"data.config.training.{key} is required")
-    evaluation = config.get("evaluation") or {}
-    if evaluation and not isinstance(evaluation, dict):
-        problems.append("data.config.evaluation must be a table of instances, every_n_iters and seeds")
-        evaluation = {}
-    seeds = evaluation.get("seeds")
-    if evaluation:
-        for key in ("instances", "every_n_iters"):
-            if evaluation.get(key) is None:
-                problems.append(f"data.config.evaluation.{key} is required")
-        if not (isinstance(seeds, list) and seeds and all(is_int(s) for s in seeds)):
-            problems.append("data.config.evaluation.seeds must be a non-empty list of integers "
-                            f"(got {short_repr(seeds)})")
-    ops = rollout.get("ops")
-    if ops is not None and not (isinstance(ops, list) and all(isinstance(op, str) for op in ops)):
-        problems.append(f"data.config.rollout.ops must be a list of strings (got {short_repr(ops)})")
-    seed = training.get("seed")
-    inspect = {}
-    for key, default, high in (("inspect_per_step", DEFAULT_PER_STEP, MAX_PER_STEP),
-                               ("inspect_max_bytes", DEFAULT_MAX_BYTES, MAX_MAX_BYTES)):
-        value = rollout.get(key, default)
-        if not (is_int(value) and 0 <= value <= high):
-            problems.append(f"data.config.rollout.{key} must be a whole number from 0 to {high:,} "
-                            f"(got {short_repr(value)})")
-            value = default
-        inspect[key] = int(value)
-    # The same bounds as the client's validation (one definition: app.core.config.trainable).
-    problems.extend(f"data.config.{p.location}: {p.message}" for p in size_problems(config))
-    if problems:
-        raise InvalidJobPayload("Invalid RL job payload: " + "; ".join(problems))
+def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
+    """What training needs from a checked job payload; `config` is its data.config as sent."""
+    data = job.data
+    rollout, training, evaluation = data.config.rollout, data.config.training, data.config.evaluation
     return TrainingPlan(
-        task_url=url.rstrip("/"),
-        model=model.strip(),
-        epochs=training["num_epochs"],
-        iterations_per_epoch=training["iterations_per_epoch"],
-        batch_size=training["batch_size"],
-        group_size=training["group_size"],
-        learning_rate=float(training["learning_rate"]),
-        max_turns=training["max_turns"],
-        max_concurrent=rollout.get("max_concurrent_rollouts") or DEFAULT_MAX_CONCURRENT,
-        env_name=str(rollout.get("env_name") or "default"),
-        policy_name=str(rollout.get("policy_name") or "policy"),
-        ops=tuple(str(op) for op in rollout.get("ops") or ("agent", "env")),
-        rollout_timeout_s=float(rollout.get("timeout_s") or ROLLOUT_TIMEOUT_S),
-        max_answer_bytes=int(rollout.get("max_answer_bytes") or DEFAULT_MAX_ANSWER_BYTES),
-        eval_seeds=tuple(seeds or ()),
-        eval_instances=evaluation.get("instances", 0) if evaluation else 0,
-        eval_every=evaluation.get("every_n_iters", 0) if evaluation else 0,
-        seed=seed,
+        task_url=data.endpoint_base_url.rstrip("/"),
+        model=data.model_name,
+        epochs=training.num_epochs,
+        iterations_per_epoch=training.iterations_per_epoch,
+        batch_size=training.batch_size,
+        group_size=training.group_size,
+        learning_rate=float(training.learning_rate),
+        max_turns=training.max_turns,
+        max_concurrent=rollout.max_concurrent_rollouts or DEFAULT_MAX_CONCURRENT,
+        env_name=str(rollout.env_name or "default"),
+        policy_name=str(rollout.policy_name or "policy"),
+        ops=tuple(rollout.ops or ("agent", "env")),
+        rollout_timeout_s=float(rollout.timeout_s or ROLLOUT_TIMEOUT_S),
+        max_answer_bytes=int(rollout.max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES),
+        eval_seeds=tuple(evaluation.seeds) if evaluation else (),
+        eval_instances=evaluation.instances if evaluation else 0,
+        eval_every=evaluation.every_n_iters if evaluation else 0,
+        seed=training.seed,
+        inspect_per_step=rollout.inspect_per_step,
+        inspect_max_bytes=rollout.inspect_max_bytes,
         policy_options=policy_options(config),
-        **inspect,
     )
 
 
@@ -513,45 +452,12 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------
 
     async def _train(self, run: JobRun) -> None:
-        j, job_id, plan = self.journal, run.job_id, run.plan
+        j, job_id = self.journal, run.job_id
         try:
-            await self._wait_for_slot(run)
-            if run.resumed is None:
-                if not j.set_running(job_id):
-                    return
-                await self._load_policy(run)
-                self._announce(run)
-            else:
-                await self._load_policy(run)
-                self._announce_resume(run)
-            if not self.env_api_keys:
-                raise TaskAppError(
-                    "The embedded backend holds no ENVIRONMENT_API_KEY, so it cannot call the "
-                    "task app; restart it with the key the task app expects"
-                )
-            if not run.contract_announced:
-                await self._learn_contract(run)
-            if run.eval_pending is not None:  # resumed between a step's training and its evaluation
-                await self._evaluate_step(run, run.step, run.eval_pending)
-            while run.step < plan.total_steps:
-                await self._train_step(run, run.step + 1)
-                if self.infra_events and run.step % 5 == 0:
-                    j.event(job_id, "hatchet.worker.heartbeat",
-                            "Embedded stand-in for the Hatchet worker heartbeat", data={"step": run.step})
-            if self.infra_events:
-                j.event(job_id, "rl.runtime.modal.stopped", "In-process stand-in for the Modal runtime stopped")
-            self._complete(run)
+            await self._run_job(run)
         except asyncio.CancelledError:
-            if run.abort_reason is not None:
-                j.finish(job_id, "failed", "rl.job.failed", run.abort_reason, level="error",
-                         data={"step": run.step, **run.counters()}, error=run.abort_reason)
-                return
-            if not run.cancel_requested:
+            if not self._end_cancelled(run):
                 raise  # server shutdown: see stop_all
-            when = (f"during step {run.step + 1}/{plan.total_steps}" if run.admitted
-                    else "while it waited in the queue")
-            j.finish(job_id, "cancelled", "rl.job.cancelled", f"Job cancelled by request {when}",
-                     data={"step": run.step, **run.counters()})
         except (TaskAppError, PolicyUnavailable) as exc:
             j.finish(job_id, "failed", "rl.job.failed", str(exc), level="error",
                      data={"step": run.step, **run.counters()}, error=str(exc))
@@ -566,6 +472,52 @@ class Trainer:
                     await asyncio.shield(asyncio.to_thread(run.policy.close))
                 except BaseException:  # noqa: BLE001 - a second cancel while closing: the thread is a daemon
                     pass
+
+    async def _run_job(self, run: JobRun) -> None:
+        """The job from its slot to its last step (or the steps a resumed job has left)."""
+        j, job_id, plan = self.journal, run.job_id, run.plan
+        await self._wait_for_slot(run)
+        if run.resumed is None:
+            if not j.set_running(job_id):
+                return
+            await self._load_policy(run)
+            self._announce(run)
+        else:
+            await self._load_policy(run)
+            self._announce_resume(run)
+        if not self.env_api_keys:
+            raise TaskAppError(
+                "The embedded backend holds no ENVIRONMENT_API_KEY, so it cannot call the "
+                "task app; restart it with the key the task app expects"
+            )
+        if not run.contract_announced:
+            await self._learn_contract(run)
+        if run.eval_pending is not None:  # resumed between a step's training and its evaluation
+            await self._evaluate_step(run, run.step, run.eval_pending)
+        while run.step < plan.total_steps:
+            await self._train_step(run, run.step + 1)
+            if self.infra_events and run.step % 5 == 0:
+                j.event(job_id, "hatchet.worker.heartbeat",
+                        "Embedded stand-in for the Hatchet worker heartbeat", data={"step": run.step})
+        if self.infra_events:
+            j.event(job_id, "rl.runtime.modal.stopped", "In-process stand-in for the Modal runtime stopped")
+        self._complete(run)
+
+    def _end_cancelled(self, run: JobRun) -> bool:
+        """End a job whose task was cancelled: aborted (failed) or cancelled by request. False
+        when neither: the server is stopping, and the job stays for the next start."""
+        j, job_id = self.journal, run.job_id
+        if run.abort_reason is not None:
+            j.finish(job_id, "failed", "rl.job.failed", run.abort_reason, level="error",
+                     data={"step": run.step, **run.counters()}, error=run.abort_reason)
+            return True
+        if not run.cancel_requested:
+            return False
+        when = (f"during step {run.step + 1}/{run.plan.total_steps}" if run.admitted
+                else "while it waited in the queue")
+        j.finish(job_id, "cancelled", "rl.job.cancelled", f"Job cancelled by request {when}",
+                 data={"step": run.step, **run.counters()})
+        return True
 
     async def _wait_for_slot(self, run: JobRun) -> None:
         """Wait for one of the backend's job slots (and a device for an `lm` job), saying so

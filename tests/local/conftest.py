@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import pytest
 
+from app.core.api.retry import Backoff
 from app.demo import demo_payload as job_payload
 from app.demo import load_demo_config
 from app.local import trainer
-from app.local.retry import Backoff
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from pilot_waits import poll_until
 

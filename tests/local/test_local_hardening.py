@@ -100,6 +100,7 @@ def test_the_task_app_refuses_deep_and_huge_bodies_too(taskapp):
     (json.dumps(["\u2253", "[" * 5000]).encode("utf-16-le"), "UTF-8"),  # 0x5B 0x22 would read as ["
     (b'{"messages": [{"role": "user", "content": "\\ud800"}]}', "lone surrogate"),
     (b'{"a": "\\udc00 tail"}', "lone surrogate"),
+    (b'{"messages": "\xff\xfe not UTF-8"}', "UTF-8"),  # FastAPI alone answers a bare 400
 ])
 def test_bodies_that_fool_a_byte_scanner_are_422(backend, body, words):
     for path in ("/api/rl/jobs", "/api/v1/chat/completions", "/api/rl/verify_task_app"):

@@ -112,3 +112,30 @@ def test_any_body_is_either_a_plan_or_a_clear_422(body, data):
             plan_from_payload(candidate)
         except InvalidJobPayload as exc:
             assert str(exc).startswith("Invalid RL job payload")
+
+
+def test_every_bound_of_a_section_the_backend_reads_is_a_field_of_its_model():
+    """The job body's models check every NumberBound of the sections they declare: a bound
+    added to app.core.config.trainable without a field would be checked by the client only."""
+    from app.core.config.trainable import NUMBER_BOUNDS
+    from app.local.bodies import Compute, Evaluation, PolicySection, Rollout, Training
+
+    sections = {"training": Training, "rollout": Rollout, "evaluation": Evaluation, "compute": Compute,
+                "policy": PolicySection}
+    for bound in NUMBER_BOUNDS:
+        section, key = bound.location.split(".")
+        assert key in sections[section].model_fields, bound.location
+
+
+def test_a_job_body_names_every_problem_with_its_path():
+    body = payload("http://127.0.0.1:9", small_config())  # then broken past the client's own checks
+    body["job_type"] = "sft"
+    body["data"].update(endpoint_base_url="placeholder", base_model=None, model=None)
+    body["data"]["config"]["training"].update(batch_size=0, group_size="4")
+    with pytest.raises(InvalidJobPayload) as refused:
+        plan_from_payload(body)
+    detail = str(refused.value)
+    assert detail.startswith("Invalid RL job payload: ")
+    for words in ("job_type", "data.endpoint_base_url", "data.config.training.batch_size: 0 is out of range",
+                  "data.config.training.group_size: must be a whole number", "data.base_model or data.model"):
+        assert words in detail, (words, detail)

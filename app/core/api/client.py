@@ -8,11 +8,9 @@ second job).
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import functools
 import json
-import random
 import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
@@ -25,6 +23,7 @@ import httpx
 from app import __version__
 from app.core.api.backend_url import checked_api_base
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
+from app.core.api.retry import Backoff, retrying
 from app.core.api.wire import (
     KNOWN_GENERATIONS,
     RL_CONTRACT_HEADER,
@@ -45,6 +44,7 @@ DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 # a request is never sent on a connection being closed at that moment (docs/hardening.md).
 CLIENT_KEEPALIVE_S = 2.0
 PAGE_LIMIT = 200
+MAX_RETRY_DELAY_S = 10.0  # a retried request waits at most about this long (±50 %) before its next attempt
 ROLLOUT_PAGE_LIMIT = 200  # rollout summaries per request (the embedded backend sends up to 500)
 
 
@@ -252,16 +252,11 @@ class SynthClient:
                       params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
                       retries: int | None = None, expect_json: bool = True) -> ApiResponse:
         """Send one request, retrying transient failures; raise a typed ApiError otherwise."""
-        attempts = 1 + (self.retries if retries is None else retries)
-        for attempt in range(attempts):
-            try:
-                return await self._request_once(method, path, what=what, json_body=json_body,
-                                                params=params, headers=headers, expect_json=expect_json)
-            except ApiError as exc:
-                if not exc.transient or attempt == attempts - 1:
-                    raise
-                await asyncio.sleep(backoff_delay(attempt, self.backoff))
-        raise AssertionError("unreachable")  # pragma: no cover
+        backoff = Backoff(attempts=1 + (self.retries if retries is None else retries),
+                          first_delay_s=self.backoff, max_delay_s=MAX_RETRY_DELAY_S)
+        return await retrying(lambda: self._request_once(method, path, what=what, json_body=json_body, params=params,
+                                                         headers=headers, expect_json=expect_json),
+                              backoff=backoff, transient_error=_transient_api_error)
 
     async def _request_once(self, method: str, path: str, *, what: str, json_body: Any,
                             params: Mapping[str, Any] | None, headers: Mapping[str, str] | None,
@@ -648,10 +643,9 @@ async def sse_data_lines(lines: AsyncIterator[str]) -> AsyncIterator[str]:
         yield "\n".join(buffer)
 
 
-def backoff_delay(attempt: int, base: float, cap: float = 10.0) -> float:
-    """Exponential backoff with full jitter: uniform in [base/2, min(cap, base * 2**attempt)]."""
-    high = min(cap, base * (2 ** attempt))
-    return random.uniform(min(base / 2, high), high)
+def _transient_api_error(exc: Exception) -> str | None:
+    """Why a failed request is worth another attempt (app.core.api.retry.retrying), or None."""
+    return exc.message if isinstance(exc, ApiError) and exc.transient else None
 
 
 def describe_exception(exc: BaseException) -> str:

@@ -21,12 +21,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from app.core.api.client import (
+    MAX_RETRY_DELAY_S,
     PAGE_LIMIT,
     ApiError,
     StreamUnavailable,
     SynthClient,
-    backoff_delay,
 )
+from app.core.api.retry import backoff_delay
 from app.core.api.wire import (
     SUCCESS_STATUSES,
     JobEvent,
@@ -286,7 +287,7 @@ class JobWatcher:
             ) from None
         self._state.failures += 1
         self._state.reconnecting = True
-        backoff = backoff_delay(self._state.failures, opts.poll_interval)
+        backoff = backoff_delay(self._state.failures, opts.poll_interval, MAX_RETRY_DELAY_S)
         delay = min(opts.max_backoff, max(opts.poll_interval, backoff))
         if opts.give_up_after is not None:  # never sleep past the moment to give up
             delay = max(0.0, min(delay, opts.give_up_after - silent))

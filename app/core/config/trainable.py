@@ -28,8 +28,11 @@ __all__ = [
     "NUMBER_BOUNDS",
     "NumberBound",
     "SizeProblem",
+    "bound_at",
     "is_int",
+    "number_problem",
     "payload_problems",
+    "product_problems",
     "short_repr",
     "size_problems",
     "string_problems",
@@ -114,6 +117,11 @@ NAME_KEYS = frozenset({"label", "model", "base_model", "base", "source", "model_
 MAX_STRING_PROBLEMS = 5  # named at most; a body of ten thousand long strings needs no ten thousand lines
 
 
+def bound_at(location: str) -> NumberBound:
+    """The bound of the key at `location` ("section.key")."""
+    return next(bound for bound in NUMBER_BOUNDS if bound.location == location)
+
+
 def _lookup(config: Mapping[str, Any], location: str) -> tuple[bool, Any]:
     section, _, key = location.partition(".")
     table = config.get(section)
@@ -137,7 +145,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _check_number(bound: NumberBound, value: Any) -> str | None:
+def number_problem(bound: NumberBound, value: Any) -> str | None:
+    """What is wrong with `value` for this bound, or None; None (an unset key) is fine here."""
     if value is None:
         return None  # an unset optional key; required keys are checked by their callers
     if bound.integer and not is_int(value):
@@ -229,6 +238,12 @@ def _product_problems(config: Mapping[str, Any], refused: set[str]) -> Iterator[
                           f"at most {MAX_TOTAL_ITERATIONS:,}")
 
 
+def product_problems(config: Mapping[str, Any]) -> list[SizeProblem]:
+    """The bounds on products of sizes (batch_size × group_size and the like), which no single
+    key's bound catches; sizes that are not positive whole numbers are left to their own bounds."""
+    return list(_product_problems(config, set()))
+
+
 def _list_problems(config: Mapping[str, Any]) -> Iterator[SizeProblem]:
     present, seeds = _lookup(config, "evaluation.seeds")
     if present and isinstance(seeds, list):
@@ -249,7 +264,7 @@ def size_problems(config: Mapping[str, Any]) -> list[SizeProblem]:
     for bound in NUMBER_BOUNDS:
         present, value = _lookup(config, bound.location)
         if present:
-            message = _check_number(bound, value)
+            message = number_problem(bound, value)
             if message:
                 problems.append(SizeProblem(bound.location, message))
                 checked.add(bound.location)

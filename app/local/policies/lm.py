@@ -511,28 +511,12 @@ class LmPolicy:
             importance_sampling_level="sequence", max_completion_length=self.max_tokens,
             scale_rewards="group", mask_truncated_completions=False, log_completions=False,
             shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=settings.learning_rate, weight_decay=0.0)
-        if self._optimizer_state is not None:
-            self.optimizer.load_state_dict(self._optimizer_state)
-            self._optimizer_state = None
+        self.optimizer = self._fresh_optimizer()
         dataset = Dataset.from_dict({"prompt": ["episode"] * settings.batch_size})
         training_ref: list[_Training] = []
 
         def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-            training = training_ref[0]
-            while True:
-                if training.closing.is_set():
-                    raise _Closed
-                try:
-                    batch = training.batches.get(timeout=0.5)
-                except queue.Empty:
-                    continue
-                if batch is None:
-                    raise _Closed
-                self.lock.acquire()  # released when the step's logs arrive (on_log)
-                training.holding = True
-                return batch.samples
+            return self._next_batch(training_ref[0])
 
         def env_reward(prompts: list[Any], completions: list[Any], env_reward: list[float],
                        **kwargs: Any) -> list[float]:
@@ -573,6 +557,31 @@ class LmPolicy:
         training_ref.append(_Training(trainer, thread))
         thread.start()
         return training_ref[0]
+
+    def _fresh_optimizer(self) -> torch.optim.Optimizer:
+        """AdamW over the trainable parameters, with the moments a resumed job saved."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=self.settings.learning_rate, weight_decay=0.0)
+        if self._optimizer_state is not None:
+            optimizer.load_state_dict(self._optimizer_state)
+            self._optimizer_state = None
+        return optimizer
+
+    def _next_batch(self, training: _Training) -> dict[str, list[Any]]:
+        """GRPOTrainer's rollout_func: the samples update() hands over, holding the policy's
+        lock until the step's logs arrive (on_log)."""
+        while True:
+            if training.closing.is_set():
+                raise _Closed
+            try:
+                batch = training.batches.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if batch is None:
+                raise _Closed
+            self.lock.acquire()  # released when the step's logs arrive (on_log)
+            training.holding = True
+            return batch.samples
 
     def close(self) -> None:
         training, self.training = self.training, None
