@@ -458,21 +458,6 @@ class LaunchSession:
             idempotency_key=idempotency_key or self.idempotency_key, rerun_of=rerun_of,
             env_path=os.path.abspath(env_path) if env_path is not None else None))
 
-    async def submit_rerun(self, payload: dict[str, Any], *, rerun_of: str,
-                           config_path: str | None) -> tuple[JobContext, str | None] | None:
-        """Submit a job's payload again with a new Idempotency-Key (the one rerun for the
-        dashboard and the jobs view) and record it in the run history as a rerun of
-        ``rerun_of``. Returns the new job and a history warning, or None when the backend
-        answered without a job id."""
-        key = new_idempotency_key()
-        async with self.client() as client:
-            result = await client.create_job(payload, idempotency_key=key)
-        if not result.job_id:
-            return None
-        job = JobContext.of(result.job_id, payload, config_path)
-        warning = await asyncio.to_thread(self.remember_submission, job, idempotency_key=key, rerun_of=rerun_of)
-        return job, warning
-
     def attach(self, job_id: str) -> JobContext:
         """Set up a watch of an existing job, the same for both front ends: a job of the run
         history as :meth:`use_history_record` says; any other with --backend (or the default),
