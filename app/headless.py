@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.core.api.client import CreateResult, SynthClient
+from app.core.api.client import CreateResult
 from app.core.api.streaming import (
     BackendGaveUp,
     ConnectionState,
@@ -136,7 +136,12 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
     _check_type_flags(run, printer)
     session = LaunchSession(run.options)
     config_path = select_config(run, printer)
-    session.choose_config(config_path, session.validate(config_path))  # problems are reported by prepare()
+    # The one read of the config: a file that cannot be read stops here; problems in it are
+    # reported by prepare(), which builds from this report.
+    report = session.validate(config_path, strict=True)
+    if run.options.config_paths:
+        _check_rl_kind(report, config_path, run.train_type)
+    session.choose_config(config_path, report)
     printer.line(f"Using config: {config_path} (rl)")
 
     choice = session.open_unattended_env()
@@ -166,8 +171,7 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
     if not run.poll:
         printer.line(f"Created job {job_id} (polling disabled)")
         return ExitCode.OK
-    async with session.client() as client:
-        return await stream_job(client, job_id, run.stream_format, printer, session)
+    return await stream_job(job_id, run.stream_format, printer, session)
 
 
 def _check_type_flags(run: TrainRun, printer: Printer) -> None:
@@ -183,11 +187,11 @@ def select_config(run: TrainRun, printer: Printer) -> Path:
     cwd = run.options.cwd
     if run.options.config_paths:
         paths = [Path(p) for p in run.options.config_paths]
+        if len(paths) == 1:
+            return paths[0].resolve()  # read (once) by the validation that follows
         for path in paths:
             read_config_text(path)  # a ConfigError for a missing, unreadable, huge or special file
-        chosen = paths[0].resolve() if len(paths) == 1 else _pick(
-            [cfg.ConfigCandidate(p.resolve(), "rl") for p in paths], printer)
-        _check_rl_kind(chosen, run.train_type)
+        chosen = _pick([cfg.ConfigCandidate(p.resolve(), "rl") for p in paths], printer)
     else:
         candidates = cfg.discover_configs(cwd, last_config=cfg.read_last_config())
         if not candidates:
@@ -197,13 +201,10 @@ def select_config(run: TrainRun, printer: Printer) -> Path:
     return chosen
 
 
-def _check_rl_kind(path: Path, train_type: str) -> None:
-    if train_type == "rl":
-        return
-    try:
-        kind = cfg.infer_config_type(cfg.load_toml(path))
-    except SynthTuiError:
-        return  # the validator reports the syntax error with its line and column
+def _check_rl_kind(report: cfg.ValidationReport, path: Path, train_type: str) -> None:
+    if train_type == "rl" or report.raw is None:
+        return  # the validator reports a syntax error with its line and column
+    kind = cfg.infer_config_type(report.raw)
     if kind != "rl":
         raise UsageError(
             f"Config {path} does not look like an RL config (inferred type: {kind}).",
@@ -397,8 +398,7 @@ class PrinterSink:
             self.ended = update
 
 
-async def stream_job(client: SynthClient, job_id: str, stream_format: str, printer: Printer,
-                     session: LaunchSession) -> int:
+async def stream_job(job_id: str, stream_format: str, printer: Printer, session: LaunchSession) -> int:
     printer.line()
     printer.line("=== Streaming Job Progress ===")
     flags = session.options
@@ -406,7 +406,8 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
     shown = PrinterSink(printer, view)
     files, history = service.run_sinks(job_id)
     try:
-        await service.watch(client, job_id, session.watch_options(), [files, history, shown])
+        async with service.watch_client(session) as client:
+            await service.watch(client, job_id, session.watch_options(), [files, history, shown])
     except BackendGaveUp as exc:  # a backend that stopped answering: the way back in
         exc.hint = f"{exc.hint} {session.attach_hint(job_id)}"
         raise
@@ -462,7 +463,7 @@ async def _attach_flow(session: LaunchSession, args: argparse.Namespace, printer
     printer.line(f"Attaching to job {job.job_id} at {session.backend_base}")
     async with session.client() as client:
         await session.probe_for_attach(client)
-        return await stream_job(client, job.job_id, args.stream_format, printer, session)
+    return await stream_job(job.job_id, args.stream_format, printer, session)
 
 
 def run_history(args: argparse.Namespace | None = None, *, printer: Printer | None = None) -> int:

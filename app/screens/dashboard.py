@@ -188,7 +188,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def _start_feed(self) -> None:
         session = self.session
         options = session.watch_options(since_seq=self.since_seq)
-        self.feed = JobFeed(lambda: session.client(retries=0), self.job.job_id, options,
+        self.feed = JobFeed(lambda: service.watch_client(session), self.job.job_id, options,
                             stream_path=run_dir(self.job.job_id) / "events.jsonl", history=RunHistory(),
                             on_ready=lambda: self.post_message(FeedReady()))
         self.run_worker(self.feed.run, thread=True, exit_on_error=False, name="Job feed", group="feed")

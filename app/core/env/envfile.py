@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from app.core import shell_env
 from app.core.errors import EnvFileError
 from app.core.redact import is_secret_name, looks_like_secret, mask_secret, redact_url, url_secrets
 
@@ -164,7 +165,7 @@ def demo_state_env_path(state_dir: Path | None = None) -> Path | None:
     Like the SDK, an unreadable or malformed state file is ignored rather than reported.
     """
     if state_dir is None:
-        home = os.environ.get("SYNTH_AI_HOME")
+        home = shell_env.variable("SYNTH_AI_HOME")
         state_dir = Path(home).expanduser() if home else Path.home() / ".synth-ai"
     import json
 

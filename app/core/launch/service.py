@@ -71,7 +71,8 @@ class CheckOutcome:
 
     def failure(self) -> SynthTuiError | None:
         """What stops the launch, or None when it may go on: the backend's own error (its
-        exit code: unreachable, 401, no RL jobs…) first, then the verdict's first problem."""
+        exit code: unreachable, 401, no RL jobs, no answer in time…) first, then the verdict's
+        first problem (exit 3)."""
         error = self.backend.error
         if error is not None:
             return error
@@ -79,6 +80,10 @@ class CheckOutcome:
         if verdict.ready:
             return None
         first = verdict.problems[0]
+        if self.backend.timed_out:  # as when httpx's own timeout names the phase: the backend's exit code
+            from app.core.api.client import BackendTimeout
+
+            return BackendTimeout(first.message, first.fix)
         return VerificationFailed(first.message, first.fix)
 
     @property
@@ -262,6 +267,12 @@ class HistoryProgress:
             return
         if warning and warning not in self.warnings:
             self.warnings.append(warning)
+
+
+def watch_client(session: LaunchSession) -> SynthClient:
+    """The client every watch reads with: no retries of its own, the watcher's reconnects
+    (with their ConnectionState updates) are the one policy."""
+    return session.client(retries=0)
 
 
 def run_sinks(job_id: str, since_seq: int = 0) -> tuple[EventsFile, HistoryProgress]:
