@@ -187,8 +187,11 @@ def select_config(run: TrainRun, printer: Printer) -> Path:
     cwd = run.options.cwd
     if run.options.config_paths:
         paths = [Path(p) for p in run.options.config_paths]
-        if len(paths) == 1:
-            return paths[0].resolve()  # read (once) by the validation that follows
+        if len(paths) == 1:  # read (once) by the validation that follows, which names what is wrong
+            try:
+                return paths[0].resolve()
+            except (OSError, RuntimeError):  # a symlink loop: the read says so, with its fix
+                return paths[0]
         for path in paths:
             read_config_text(path)  # a ConfigError for a missing, unreadable, huge or special file
         chosen = _pick([cfg.ConfigCandidate(p.resolve(), "rl") for p in paths], printer)
