@@ -202,7 +202,7 @@ class PayloadPreviewScreen(FlowScreen):
             submitted = await service.submit(session, prepared.payload, config_path=config_path)
         except service.JobCreationFailed as exc:
             self.submitting, self.submit_error = False, exc
-            self.response = getattr(exc, "result", None)
+            self.response = exc.result
             self.flow_app.exit_code = exc.exit_code  # quitting now ends as headless does
             return
         except SynthTuiError as exc:

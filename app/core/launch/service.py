@@ -48,7 +48,10 @@ class VerificationFailed(SynthTuiError):
 
 
 class JobCreationFailed(SynthTuiError):
+    """An answer to POST /rl/jobs that is not a created job (:func:`created`)."""
+
     exit_code = ExitCode.BACKEND
+    result: CreateResult | None = None  # the answer, to show
 
 
 # --------------------------------------------------------------------------- check
@@ -178,7 +181,7 @@ async def submit(session: LaunchSession, payload: dict[str, Any], *, config_path
         answered(result)
     if not created(result):
         error = creation_failure(result)
-        error.result = result  # type: ignore[attr-defined]
+        error.result = result
         raise error
     assert result.job_id is not None
     job = JobContext.of(result.job_id, payload, config_path)
