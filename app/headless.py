@@ -12,16 +12,15 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import AsyncGenerator, Coroutine
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from app.core.api.client import ApiError, SynthClient
+from app.core.api.client import CreateResult
 from app.core.api.streaming import (
     BackendGaveUp,
     ConnectionState,
-    JobWatcher,
     NewEvents,
     NewMetrics,
     StatusChanged,
@@ -34,7 +33,7 @@ from app.core.config.toml_source import read_config_text
 from app.core.env.keys import REQUIRED_KEYS
 from app.core.env.resolve import ResolvedKey
 from app.core.errors import ExitCode, SynthTuiError, UsageError
-from app.core.launch.diagnosis import BackendCheck, TaskAppCheck, overall_verdict
+from app.core.launch import service
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.launch.steps import PreparedJob
 from app.core.redact import mask_secret, printable, redact, redact_url
@@ -42,7 +41,6 @@ from app.core.runs.compare import compare_rows, open_comparison, read_runs
 from app.core.runs.events import event_line, is_noise, metric_line, status_line
 from app.core.runs.history import RunHistory, RunRecord, take_repair_notes
 from app.core.runs.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
-from app.core.runs.jobs import remember
 from app.core.runs.series import shown_number
 from app.core.text import counted
 from app.text_chart import TextChart
@@ -139,7 +137,12 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
     _check_type_flags(run, printer)
     session = LaunchSession(run.options)
     config_path = select_config(run, printer)
-    session.choose_config(config_path, session.validate(config_path))  # problems are reported by prepare()
+    # The one read of the config: a file that cannot be read stops here; problems in it are
+    # reported by prepare(), which builds from this report.
+    report = session.validate(config_path, strict=True)
+    if run.options.config_paths:
+        _check_rl_kind(report, config_path, run.train_type)
+    session.choose_config(config_path, report)
     printer.line(f"Using config: {config_path} (rl)")
 
     choice = session.open_unattended_env()
@@ -157,24 +160,19 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
     printer.line(f"Backend base: {session.backend_base} (key {mask_secret(session.synth_api_key())})")
     session.prepare()  # a config that cannot be sent is reported before any network call
 
-    session.hand_env_keys_to_embedded_backend()
-    async with session.client() as client:
-        support = await session.probe(client)
-        printer.diag(f"Backend offers RL jobs ({support.how}).")
-        prepared = session.prepare()
-        await run_checks(session, client, prepared, printer)
-        if run.dry_run:  # the whole payload: checking it is what a dry run is for
-            printer.line("Payload preview:")
-            printer.line(json.dumps(prepared.payload, indent=2, ensure_ascii=False))
-            printer.line("Dry run: no job was created.")
-            return ExitCode.OK
-        job_id = await create_job(client, prepared, session.idempotency_key, printer)
-        state.job_id = job_id
-        printer.warning(session.remember_submission(session.submitted_job(job_id, prepared)))
-        if not run.poll:
-            printer.line(f"Created job {job_id} (polling disabled)")
-            return ExitCode.OK
-        return await stream_job(client, job_id, run.stream_format, printer, session)
+    await run_checks(session, printer)
+    prepared = session.prepare()  # under the names the probed backend reads
+    if run.dry_run:  # the whole payload: checking it is what a dry run is for
+        printer.line("Payload preview:")
+        printer.line(json.dumps(prepared.payload, indent=2, ensure_ascii=False))
+        printer.line("Dry run: no job was created.")
+        return ExitCode.OK
+    job_id = await create_job(session, prepared, printer)
+    state.job_id = job_id
+    if not run.poll:
+        printer.line(f"Created job {job_id} (polling disabled)")
+        return ExitCode.OK
+    return await stream_job(job_id, run.stream_format, printer, session)
 
 
 def _check_type_flags(run: TrainRun, printer: Printer) -> None:
@@ -190,11 +188,14 @@ def select_config(run: TrainRun, printer: Printer) -> Path:
     cwd = run.options.cwd
     if run.options.config_paths:
         paths = [Path(p) for p in run.options.config_paths]
+        if len(paths) == 1:  # read (once) by the validation that follows, which names what is wrong
+            try:
+                return paths[0].resolve()
+            except (OSError, RuntimeError):  # a symlink loop: the read says so, with its fix
+                return paths[0]
         for path in paths:
             read_config_text(path)  # a ConfigError for a missing, unreadable, huge or special file
-        chosen = paths[0].resolve() if len(paths) == 1 else _pick(
-            [cfg.ConfigCandidate(p.resolve(), "rl") for p in paths], printer)
-        _check_rl_kind(chosen, run.train_type)
+        chosen = _pick([cfg.ConfigCandidate(p.resolve(), "rl") for p in paths], printer)
     else:
         candidates = cfg.discover_configs(cwd, last_config=cfg.read_last_config())
         if not candidates:
@@ -204,13 +205,10 @@ def select_config(run: TrainRun, printer: Printer) -> Path:
     return chosen
 
 
-def _check_rl_kind(path: Path, train_type: str) -> None:
-    if train_type == "rl":
-        return
-    try:
-        kind = cfg.infer_config_type(cfg.load_toml(path))
-    except SynthTuiError:
-        return  # the validator reports the syntax error with its line and column
+def _check_rl_kind(report: cfg.ValidationReport, path: Path, train_type: str) -> None:
+    if train_type == "rl" or report.raw is None:
+        return  # the validator reports a syntax error with its line and column
+    kind = cfg.infer_config_type(report.raw)
     if kind != "rl":
         raise UsageError(
             f"Config {path} does not look like an RL config (inferred type: {kind}).",
@@ -261,22 +259,26 @@ def _source_words(key: ResolvedKey) -> str:
 # --------------------------------------------------------------------------- steps
 
 
-CHECK_TIMEOUT_S = 30.0  # the health check's budget, as the SDK's
-
-
-async def run_checks(session: LaunchSession, client: SynthClient, prepared: PreparedJob, printer: Printer) -> None:
-    """The backend's verification, then the direct health check, each with the SDK's lines;
-    what failed is judged once, by the verdict the TUI's verification screen shows too."""
-    backend = BackendCheck(session.backend_base, mask_secret(session.synth_api_key()), CHECK_TIMEOUT_S)
-    try:
-        backend.result = result = await client.verify_task_app(prepared.task_url)
-    except ApiError as exc:  # unreachable, 401…: the error's own exit code and fix
-        exc.message = f"Task app verification call failed: {exc.message}"
-        raise
+async def run_checks(session: LaunchSession, printer: Printer) -> service.CheckOutcome:
+    """The launch service's checks (probe, the backend's verification, the direct health
+    check: one timeout and retry policy, as the TUI's), shown with the SDK's lines; what failed
+    is judged once, by the verdict the TUI's verification screen shows too."""
+    outcome = await service.check(session)
+    backend, task_app = outcome.backend, outcome.task_app
+    if backend.error is not None:  # unreachable, 401, no RL jobs…: the error's own exit code and fix
+        error = backend.error
+        if session.rl_support is not None and not error.message.startswith("Task app verification call failed"):
+            error.message = f"Task app verification call failed: {error.message}"
+        raise error
+    if session.rl_support is not None:
+        printer.diag(f"Backend offers RL jobs ({session.rl_support.how}).")
+    result = backend.result
     # Each line says what its check covered (docs/wire-contract.md#headless-output): the backend's
     # verify passing proves nothing about this machine's ENVIRONMENT_API_KEY, which only the
-    # health check after it tries.
-    if result.status >= 400 or result.body is None:
+    # health check tries.
+    if result is None:
+        printer.line(f"Backend verify: FAILED (no answer within {backend.timeout_s:g} s)")
+    elif result.status >= 400 or result.body is None:
         printer.line(f"Backend verify: ERROR (HTTP {result.status}: the backend could not check the task app). "
                      "Report:")
         printer.line(result.preview_source.preview(800))
@@ -288,12 +290,12 @@ async def run_checks(session: LaunchSession, client: SynthClient, prepared: Prep
         statuses = [a.get("status") for a in result.attempts]
         printer.line(f"Backend verify: OK (the backend reached the task app with a key it holds; "
                      f"candidates={result.candidates}, statuses={statuses})")
-    env_key = mask_secret(session.env_keys()[0])
-    printer.line(f"Task app health: checking /health and /task_info at {prepared.task_url} from this machine "
-                 f"with ENVIRONMENT_API_KEY {env_key}")
-    task_app = TaskAppCheck(prepared.task_url, env_key, CHECK_TIMEOUT_S)
-    task_app.report = report = await session.health(timeout=CHECK_TIMEOUT_S)
-    if report.ok:
+    printer.line(f"Task app health: checking /health and /task_info at {task_app.task_url} from this machine "
+                 f"with ENVIRONMENT_API_KEY {task_app.key_hint}")
+    report = task_app.report
+    if report is None:
+        printer.line(f"Task app health: FAILED (no answer within {task_app.timeout_s:g} s)")
+    elif report.ok:
         printer.line("Task app health: OK (this machine reached the task app and it accepted ENVIRONMENT_API_KEY)")
     else:
         printer.line(f"Task app health: FAILED ({report.detail})")
@@ -301,25 +303,27 @@ async def run_checks(session: LaunchSession, client: SynthClient, prepared: Prep
             if not attempt.ok:
                 fix = f" Fix: {attempt.fix}" if attempt.fix else ""
                 printer.diag(f"  {attempt.endpoint}: {attempt.reason}.{fix}")
-    verdict = overall_verdict(backend, task_app)
-    if not verdict.ready:
-        for problem in verdict.problems[1:]:
+    failure = outcome.failure()
+    if failure is not None:
+        for problem in outcome.verdict.problems[1:]:
             printer.diag(f"Also: {problem.message}" + (f" Fix: {problem.fix}" if problem.fix else ""))
-        first = verdict.problems[0]
-        raise VerificationFailed(first.message, first.fix)
+        raise failure
+    return outcome
 
 
-async def create_job(client: SynthClient, prepared: PreparedJob, idempotency_key: str, printer: Printer) -> str:
+async def create_job(session: LaunchSession, prepared: PreparedJob, printer: Printer) -> str:
+    """The launch service's submit, with the SDK's lines: the payload, the answer."""
     printer.line("Payload preview:")
     printer.line(json.dumps(prepared.payload, indent=2, ensure_ascii=False)[:800])
-    printer.diag(f"Idempotency-Key: {idempotency_key}")
-    result = await client.create_job(prepared.payload, idempotency_key=idempotency_key)
-    printer.line(f"Response {result.status}: {result.response.preview(400)}")
-    if result.status not in (200, 201):
-        raise JobCreationFailed("Job creation failed", None)
-    if not result.job_id:
-        raise JobCreationFailed("Response missing job id", "The backend answered without job_id or id.")
-    return result.job_id
+    printer.diag(f"Idempotency-Key: {session.idempotency_key}")
+
+    def answered(result: CreateResult) -> None:
+        printer.line(f"Response {result.status}: {result.response.preview(400)}")
+
+    submitted = await service.submit(session, prepared.payload, config_path=str(prepared.config_path),
+                                      answered=answered)
+    printer.warning(submitted.history_warning)
+    return submitted.job.job_id
 
 
 class LineView:
@@ -368,43 +372,57 @@ class ChartView:
         self.chart.draw(force=True)
 
 
-async def stream_job(client: SynthClient, job_id: str, stream_format: str, printer: Printer,
-                     session: LaunchSession) -> int:
+class PrinterSink:
+    """The watch as printed lines: a sink of the launch service's watch, beside the events
+    file and the history every watch keeps."""
+
+    def __init__(self, printer: Printer, view: LineView | ChartView) -> None:
+        self.printer = printer
+        self.view = view
+        self.hidden = 0
+        self.ended: WatchEnded | None = None
+
+    def take(self, update: Update) -> None:
+        if isinstance(update, StatusChanged):
+            self.view.status(update.status)
+        elif isinstance(update, NewEvents):
+            for event in update.events:
+                if is_noise(event):
+                    self.hidden += 1
+                else:
+                    self.view.event(event)
+        elif isinstance(update, NewMetrics):
+            self.view.metrics(update.points)
+        elif isinstance(update, ConnectionState):
+            if update.reconnecting:
+                self.printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
+            else:
+                self.printer.diag("Reconnected.")
+        elif isinstance(update, WatchEnded):
+            self.ended = update
+
+
+async def stream_job(job_id: str, stream_format: str, printer: Printer, session: LaunchSession) -> int:
     printer.line()
     printer.line("=== Streaming Job Progress ===")
     flags = session.options
     view = ChartView(printer, flags.metric) if stream_format == "chart" else LineView(printer)
-    hidden = 0
-    ended: WatchEnded | None = None
-    last_metrics: dict[str, float] = {}
-    # Closed here, not whenever the collector gets to it: a write that failed (stdout's reader
-    # left) stops the watch's event stream before the client closes under it.
-    async with contextlib.aclosing(_watch(client, job_id, session)) as updates:
-        async for update in updates:
-            if isinstance(update, StatusChanged):
-                view.status(update.status)
-            elif isinstance(update, NewEvents):
-                for event in update.events:
-                    if is_noise(event):
-                        hidden += 1
-                    else:
-                        view.event(event)
-            elif isinstance(update, NewMetrics):
-                view.metrics(update.points)
-                last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
-            elif isinstance(update, ConnectionState):
-                if update.reconnecting:
-                    printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
-                else:
-                    printer.diag("Reconnected.")
-            elif isinstance(update, WatchEnded):
-                ended = update
+    shown = PrinterSink(printer, view)
+    files, history = service.run_sinks(job_id)
+    try:
+        async with service.watch_client(session) as client:
+            await service.watch(client, job_id, session.watch_options(), [files, history, shown])
+    except BackendGaveUp as exc:  # a backend that stopped answering: the way back in
+        exc.hint = f"{exc.hint} {session.attach_hint(job_id)}"
+        raise
+    finally:
+        for warning in history.warnings:
+            printer.warning(warning)
+    ended = shown.ended
     assert ended is not None
     view.finish()
-    printer.warning(remember(lambda history: history.record_progress(
-        job_id, status=ended.status, last_metrics=last_metrics, final=ended.reason == "terminal")))
-    if hidden:
-        printer.diag(f"({hidden} hatchet/modal infrastructure events hidden)")
+    if shown.hidden:
+        printer.diag(f"({shown.hidden} hatchet/modal infrastructure events hidden)")
     if ended.reason == "timeout":
         printer.diag(f"Stopped watching after --poll-timeout {flags.poll_timeout:g}s; job {job_id} was still "
                      f"{ended.status}. {session.attach_hint(job_id)}")
@@ -419,23 +437,9 @@ async def stream_job(client: SynthClient, job_id: str, stream_format: str, print
     return ended.exit_code
 
 
-async def _watch(client: SynthClient, job_id: str, session: LaunchSession) -> AsyncGenerator[Update, None]:
-    """The job's updates; a backend that stopped answering ends it with the way back in."""
-    try:
-        async with contextlib.aclosing(JobWatcher(client, job_id, session.watch_options()).watch()) as updates:
-            async for update in updates:
-                yield update
-    except BackendGaveUp as exc:
-        exc.hint = f"{exc.hint} {session.attach_hint(job_id)}"
-        raise
-
-
-class VerificationFailed(SynthTuiError):
-    exit_code = ExitCode.CHECKS_FAILED
-
-
-class JobCreationFailed(SynthTuiError):
-    exit_code = ExitCode.BACKEND
+# The launch service's errors, under the names this module has always given them.
+VerificationFailed = service.VerificationFailed
+JobCreationFailed = service.JobCreationFailed
 
 
 # --------------------------------------------------------------------------- other commands
@@ -463,7 +467,7 @@ async def _attach_flow(session: LaunchSession, args: argparse.Namespace, printer
     printer.line(f"Attaching to job {job.job_id} at {session.backend_base}")
     async with session.client() as client:
         await session.probe_for_attach(client)
-        return await stream_job(client, job.job_id, args.stream_format, printer, session)
+    return await stream_job(job.job_id, args.stream_format, printer, session)
 
 
 def run_history(args: argparse.Namespace | None = None, *, printer: Printer | None = None) -> int:

@@ -3,7 +3,6 @@ place where worker errors become an error modal."""
 
 from __future__ import annotations
 
-import asyncio
 import gc
 import sys
 import time
@@ -293,15 +292,11 @@ class SynthTuiApp(App[int]):
         if index > 0:
             self.switch_screen(self.STEPS[names[index - 1]]())
 
-    def go_to_dashboard(self, job: JobContext) -> None:
-        """After a submit: remember the run, then watch it."""
+    def go_to_dashboard(self, job: JobContext, *, history_warning: str | None = None) -> None:
+        """After a submit (the launch service's, which remembered the run): watch it."""
         self._flow_moved_on()
-        self._remember_submission(job)
+        self.warn_history(history_warning)
         self.push_screen(dashboard_screen(job))
-
-    @work(exit_on_error=False, name="Run history")
-    async def _remember_submission(self, job: JobContext) -> None:
-        self.warn_history(await asyncio.to_thread(self.session.remember_submission, job))
 
     def tell_history_repairs(self) -> None:
         """A damaged run history moved aside by a read just made (jobs.read_history): told once,

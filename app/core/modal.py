@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from importlib.util import find_spec
 from typing import Any, NamedTuple
 
+from app.core import shell_env
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.redact import printable
 from app.core.text import plural
@@ -252,7 +253,7 @@ class ModalCli:
 
     def __init__(self, executable: str | Sequence[str] | None = None, *, env: Mapping[str, str] | None = None,
                  use_module: bool = True) -> None:
-        self.env = dict(os.environ if env is None else env)
+        self.env = dict(shell_env.given_or_shell(env))
         if isinstance(executable, str):
             self.command: list[str] | None = [executable]
         elif executable is not None:

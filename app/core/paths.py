@@ -12,6 +12,8 @@ import stat
 from pathlib import Path
 from typing import IO, Any
 
+from app.core import shell_env
+
 PRIVATE_DIR_MODE = 0o700
 PRIVATE_FILE_MODE = 0o600
 # SQLite's side files; it creates them with the database file's mode.
@@ -20,10 +22,10 @@ SQLITE_SIDE_FILES = ("-wal", "-shm", "-journal")
 
 def state_dir() -> Path:
     """``$SYNTH_TUI_STATE_DIR``, else ``$XDG_STATE_HOME/synth-tui``, else ``~/.local/state/synth-tui``."""
-    explicit = os.environ.get("SYNTH_TUI_STATE_DIR")
+    explicit = shell_env.variable("SYNTH_TUI_STATE_DIR")
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_STATE_HOME")
+    xdg = shell_env.variable("XDG_STATE_HOME")
     base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
     return base / "synth-tui"
 

@@ -27,6 +27,7 @@ from textual.widgets import Footer, Input, Static
 from app.core.api.streaming import WatchEnded
 from app.core.api.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
 from app.core.errors import ExitCode, SynthTuiError
+from app.core.launch import service
 from app.core.paths import run_dir
 from app.core.runs.compare import ComparedRun
 from app.core.runs.events import policy_badge
@@ -187,7 +188,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def _start_feed(self) -> None:
         session = self.session
         options = session.watch_options(since_seq=self.since_seq)
-        self.feed = JobFeed(lambda: session.client(retries=0), self.job.job_id, options,
+        self.feed = JobFeed(lambda: service.watch_client(session), self.job.job_id, options,
                             stream_path=run_dir(self.job.job_id) / "events.jsonl", history=RunHistory(),
                             on_ready=lambda: self.post_message(FeedReady()))
         self.run_worker(self.feed.run, thread=True, exit_on_error=False, name="Job feed", group="feed")
@@ -454,12 +455,13 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     @work(exclusive=True, group="rerun", exit_on_error=False, name="Rerun")
     async def _rerun(self, payload: dict[str, Any]) -> None:
-        submitted = await self.session.submit_rerun(payload, rerun_of=self.job.job_id,
-                                                    config_path=self.job.config_path)
-        if submitted is None:
-            self.notify("The backend answered without a job id.", severity="error")
+        try:
+            submitted = await service.rerun(self.session, payload, rerun_of=self.job.job_id,
+                                            config_path=self.job.config_path)
+        except service.JobCreationFailed as exc:
+            self.notify(f"{exc.message}. {exc.hint}", title="Rerun", severity="error", markup=False)
             return
-        context, warning = submitted
+        context, warning = submitted.job, submitted.history_warning
         self.notify(f"Rerun submitted as {context.job_id}", title="Rerun")
         self.flow_app.warn_history(warning)
         # A dialog opened meanwhile (a quit question) is answered first: switching now would

@@ -14,6 +14,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.errors import SynthTuiError
+from app.core.launch import service
 from app.core.redact import redact
 from app.core.runs.job_list import (
     NO_VALUE,
@@ -328,11 +329,12 @@ class JobsScreen(FlowScreen):
 
     @work(exclusive=True, group="jobs-rerun", exit_on_error=False, name="Rerun")
     async def _rerun(self, job_id: str, payload: dict[str, Any], config_path: str | None) -> None:
-        submitted = await self.session.submit_rerun(payload, rerun_of=job_id, config_path=config_path)
-        if submitted is None:
-            self.notify("The backend answered without a job id.", severity="error")
+        try:
+            submitted = await service.rerun(self.session, payload, rerun_of=job_id, config_path=config_path)
+        except service.JobCreationFailed as exc:
+            self.notify(f"{exc.message}. {exc.hint}", title="Rerun", severity="error", markup=False)
             return
-        job, warning = submitted
+        job, warning = submitted.job, submitted.history_warning
         self.notify(f"Rerun of {job_id} submitted as {job.job_id}", title="Rerun")
         self.flow_app.warn_history(warning)
         self.action_refresh()

@@ -22,6 +22,7 @@ from textual.widgets import Button, Footer, Input, Label, Static, Switch
 
 from app.core.api.client import ApiError, ConflictError, CreateResult
 from app.core.errors import SynthTuiError
+from app.core.launch import service
 from app.core.launch.steps import PreparedJob
 from app.core.redact import redact
 from app.core.runs.jobs import payload_model
@@ -193,17 +194,24 @@ class PayloadPreviewScreen(FlowScreen):
                             exclusive=True, exit_on_error=False)
 
     async def _submit(self, prepared: PreparedJob) -> None:
+        """The launch service's submit: the session's Idempotency-Key, the one rule for what
+        counts as created, the run history; an answer that is not a created job stays here."""
         session = self.session
+        config_path = str(session.config_path) if session.config_path else None
         try:
-            async with session.client() as client:
-                result = await client.create_job(prepared.payload, idempotency_key=session.idempotency_key)
+            submitted = await service.submit(session, prepared.payload, config_path=config_path)
+        except service.JobCreationFailed as exc:
+            self.submitting, self.submit_error = False, exc
+            self.response = exc.result
+            self.flow_app.exit_code = exc.exit_code  # quitting now ends as headless does
+            return
         except SynthTuiError as exc:
             self.submitting, self.submit_error, self.response = False, exc, None
+            self.flow_app.exit_code = exc.exit_code
             self.flow_app.show_error("Submit failed", exc)
             return
-        self.submitting, self.response = False, result
-        if result.job_id:
-            self.flow_app.go_to_dashboard(session.submitted_job(result.job_id, prepared))
+        self.submitting, self.response = False, submitted.result
+        self.flow_app.go_to_dashboard(submitted.job, history_warning=submitted.history_warning)
 
     def action_toggle_response(self) -> None:
         if self._response_text() is None:
@@ -277,12 +285,16 @@ class PayloadPreviewScreen(FlowScreen):
             return [f"Submitting… (Idempotency-Key {self.session.idempotency_key})"]
         if self.rebuilding:
             return [("Rebuilding the payload…", "$text-warning")]
-        if self.response is not None and self.response.job_id:
+        if self.response is not None and service.created(self.response):
             return [("✓ ", "bold $text-success"), f"Job {self.response.job_id} created."]
-        if self.response is not None:
+        if self.response is not None and not self.response.job_id:
             return [("✗ The backend answered without a job id", "bold $text-error"),
                     f" (HTTP {self.response.status}), so there is no job to watch. s retries with the ", key,
                     "."]
+        if self.response is not None:
+            return [("✗ Not created: ", "bold $text-error"),
+                    f"the backend answered HTTP {self.response.status} (job {self.response.job_id}), not 200 or 201. "
+                    "s retries with the ", key, ", which gives back a job the backend did create."]
         if isinstance(self.submit_error, ConflictError):
             # The key already names a job with the payload as it was before an override changed it.
             return [("✗ Submit failed: ", "bold $text-error"),

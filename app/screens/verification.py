@@ -24,6 +24,7 @@ from textual.worker import Worker, WorkerState
 
 from app.core.api.client import ApiError
 from app.core.errors import SynthTuiError
+from app.core.launch import service
 from app.core.launch.diagnosis import (
     BackendCheck,
     OverallVerdict,
@@ -31,7 +32,6 @@ from app.core.launch.diagnosis import (
     backend_rows,
     diagnostics_payload,
     diagnostics_text,
-    overall_verdict,
     pending_backend_row,
     pending_task_app_row,
     task_app_rows,
@@ -47,9 +47,6 @@ WORKER_GROUP = "verification"
 PREPARE_WORKER = "Preparing the payload"
 BACKEND_WORKER = "Backend verification"
 TASK_APP_WORKER = "Task app health check"
-# httpx's own timeout fires first and names the phase; this guard only stops an answer that
-# trickles in forever, so that no check can outlive its budget by more than this.
-GUARD_GRACE_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -65,8 +62,9 @@ class CheckTarget:
 class VerificationScreen(FlowScreen):
     TITLE = "Verification"
     AUTO_FOCUS = "#verify-scroll"
-    # Each check's budget. A class attribute so tests can shorten it for every instance.
-    CHECK_TIMEOUT_S: ClassVar[float] = 30.0
+    # Each check's budget: the launch service's (service.CHECK_TIMEOUT_S), unless a test sets
+    # this class attribute to shorten it for every instance.
+    CHECK_TIMEOUT_S: ClassVar[float | None] = None
     TICK_S: ClassVar[float] = 0.1
 
     BINDINGS = [
@@ -94,7 +92,7 @@ class VerificationScreen(FlowScreen):
 
     def __init__(self, *, check_timeout: float | None = None) -> None:
         super().__init__()
-        self.check_timeout = check_timeout or self.CHECK_TIMEOUT_S
+        self.check_timeout = service.check_timeout(check_timeout or self.CHECK_TIMEOUT_S)
         self._checks_started = 0.0
         self._ticker: Timer | None = None
         # Each retry is a new run; a result from an older run is dropped, never shown as current.
@@ -129,10 +127,15 @@ class VerificationScreen(FlowScreen):
         return self.target is None or self.backend_check is None or self.task_app_check is None
 
     @property
-    def verdict(self) -> OverallVerdict | None:
+    def outcome(self) -> service.CheckOutcome | None:
         if self.backend_check is None or self.task_app_check is None:
             return None
-        return overall_verdict(self.backend_check, self.task_app_check)
+        return service.CheckOutcome(self.backend_check, self.task_app_check)
+
+    @property
+    def verdict(self) -> OverallVerdict | None:
+        outcome = self.outcome
+        return outcome.verdict if outcome is not None else None
 
     # -- workers ------------------------------------------------------------------------
 
@@ -171,28 +174,12 @@ class VerificationScreen(FlowScreen):
                         exit_on_error=False)
 
     async def _verify_with_backend(self, run: int, target: CheckTarget) -> None:
-        check = BackendCheck(target.backend_base, target.synth_key_hint, self.check_timeout)
-        started = self.clock()
-        try:
-            check.result = await asyncio.wait_for(self.session.verify(timeout=self.check_timeout),
-                                                  self.check_timeout + GUARD_GRACE_S)
-        except TimeoutError:
-            check.timed_out = True
-        except ApiError as exc:  # unreachable, 401, a broken answer: each becomes a row with its fix
-            check.error = exc
-        check.elapsed_s = self.clock() - started
+        check = await service.check_backend(self.session, timeout=self.check_timeout, clock=self.clock)
         if run == self._run:
             self.backend_check = check
 
     async def _check_task_app(self, run: int, target: CheckTarget) -> None:
-        check = TaskAppCheck(target.task_url, target.env_key_hint, self.check_timeout)
-        started = self.clock()
-        try:
-            check.report = await asyncio.wait_for(self.session.health(timeout=self.check_timeout),
-                                                  self.check_timeout + GUARD_GRACE_S)
-        except TimeoutError:
-            check.timed_out = True
-        check.elapsed_s = self.clock() - started
+        check = await service.check_task_app(self.session, timeout=self.check_timeout, clock=self.clock)
         if run == self._run:
             self.task_app_check = check
 
@@ -231,6 +218,15 @@ class VerificationScreen(FlowScreen):
         self._show_verdict()
         if not self.running and self._ticker is not None:
             self._ticker.pause()
+        self._set_exit_code()
+
+    def _set_exit_code(self) -> None:
+        """Quitting here ends with the exit code headless gives for the same checks."""
+        outcome = self.outcome
+        if self.setup_problem is not None:
+            self.flow_app.exit_code = self.setup_problem.exit_code
+        elif outcome is not None:
+            self.flow_app.exit_code = outcome.exit_code
 
     def _header(self) -> Content:
         step = ("Step 3 of 4 · ", "$text-muted")

@@ -49,14 +49,14 @@ def job_event(seq: int, message: str = "") -> JobEvent:
 def test_the_feed_tells_the_ui_once_per_batch():
     told = []
     feed = JobFeed(lambda: None, "job_1", WatchOptions(), on_ready=lambda: told.append(1))  # type: ignore[arg-type,return-value]
-    feed._take(NewEvents([job_event(1)]), None)
-    feed._take(NewMetrics([MetricPoint(name="train.mean_score", step=0, value=0.5)]), None)
-    feed._take(StatusChanged(JobStatus(status="running"), None), None)
+    feed.take(NewEvents([job_event(1)]))
+    feed.take(NewMetrics([MetricPoint(name="train.mean_score", step=0, value=0.5)]))
+    feed.take(StatusChanged(JobStatus(status="running"), None))
     assert told == [1], "one wake-up for a batch, however many updates fill it"
     batch = feed.drain()
     assert len(batch.events) == 1 and len(batch.points) == 1 and batch.status is not None
     assert not feed.drain(), "an empty drain"
-    feed._take(NewEvents([job_event(2)]), None)
+    feed.take(NewEvents([job_event(2)]))
     assert told == [1, 1], "news after a drain is told again"
 
 
@@ -65,11 +65,11 @@ def test_a_batch_that_ends_the_job_still_says_it_was_seen_running():
     status only, but says a status before it was not terminal (the end notice and the bell
     depend on it)."""
     feed = JobFeed(lambda: None, "job_1", WatchOptions())  # type: ignore[arg-type,return-value]
-    feed._take(StatusChanged(JobStatus(status="running"), None), None)
-    feed._take(StatusChanged(JobStatus(status="succeeded"), "running"), None)
+    feed.take(StatusChanged(JobStatus(status="running"), None))
+    feed.take(StatusChanged(JobStatus(status="succeeded"), "running"))
     batch = feed.drain()
     assert batch.status is not None and batch.status.status == "succeeded" and batch.active_seen
-    feed._take(StatusChanged(JobStatus(status="succeeded"), None), None)
+    feed.take(StatusChanged(JobStatus(status="succeeded"), None))
     assert not feed.drain().active_seen
 
 
@@ -78,7 +78,7 @@ def test_a_feed_whose_ui_is_gone_keeps_going():
         raise RuntimeError("Event loop is closed")
 
     feed = JobFeed(lambda: None, "job_1", WatchOptions(), on_ready=closed)  # type: ignore[arg-type,return-value]
-    feed._take(NewEvents([job_event(1)]), None)
+    feed.take(NewEvents([job_event(1)]))
     assert len(feed.drain().events) == 1
 
 

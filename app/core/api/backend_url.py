@@ -4,10 +4,10 @@ screen, which needs the URL but sends nothing yet, does not wait for the HTTP li
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 
+from app.core import shell_env
 from app.core.api.urls import CREDENTIALS_PROBLEM, http_url_problem
 from app.core.errors import UsageError
 from app.core.redact import key_prefix
@@ -77,7 +77,7 @@ def backend_from_env(env: Mapping[str, str] | None = None, *,
     ``origins`` names where each variable was set (default: the shell environment), so a
     malformed URL is reported with its variable and its place.
     """
-    env = os.environ if env is None else env
+    env = shell_env.given_or_shell(env)
     variable, url, source = _backend_variable(env)
     where = f"{variable} in {(origins or {}).get(variable, 'the shell environment')}"
     return checked_api_base(url, where), source

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from app.core import shell_env
 from app.core.config.kind import ConfigKind, infer_config_type
 from app.core.errors import ConfigError
 
@@ -202,7 +203,7 @@ LAST_CONFIG_KEY = "LAST_CONFIG"
 
 def train_cli_state_path() -> Path:
     """The SDK's own state file, so both tools agree on the last config."""
-    home = os.environ.get("SYNTH_AI_HOME")
+    home = shell_env.variable("SYNTH_AI_HOME")
     base = Path(home).expanduser() if home else Path.home() / ".synth-ai"
     return base / "train_cli.json"
 

@@ -8,10 +8,10 @@ unless the user opts in. Every failure is a ConfigError with a hint, never a tra
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from app.core import shell_env
 from app.core.errors import ConfigError
 
 # Every Qwen3 base the service knows (SFT and/or RL). An id outside this catalogue is
@@ -163,7 +163,7 @@ def experimental_allowed(flag: bool | None, env: Mapping[str, str] | None = None
     """The --allow-experimental flag wins; without it, SDK_EXPERIMENTAL == "1" decides."""
     if flag is not None:
         return flag
-    environ = os.environ if env is None else env
+    environ = shell_env.given_or_shell(env)
     return environ.get("SDK_EXPERIMENTAL", "").strip() == "1"
 
 
@@ -173,7 +173,7 @@ def experimental_models(env: Mapping[str, str] | None = None) -> frozenset[str]:
     """
     # Differs from the SDK on purpose: the SDK reads SDK_EXPERIMENTAL_MODELS once at import
     # time; we read it per call so a changed environment (or a test) takes effect.
-    environ = os.environ if env is None else env
+    environ = shell_env.given_or_shell(env)
     extra = environ.get("SDK_EXPERIMENTAL_MODELS", "")
     added = {item.strip().lower() for item in extra.split(",") if item.strip()}
     return frozenset({model.lower() for model in DEFAULT_EXPERIMENTAL_MODELS} | added)

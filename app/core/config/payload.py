@@ -7,10 +7,10 @@ with the SDK's defects fixed where noted.
 from __future__ import annotations
 
 import copy
-import os
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from app.core import shell_env
 from app.core.config.models import check_rl_model, experimental_allowed, unsupported_algorithm_message
 from app.core.config.schema import RLConfig
 from app.core.errors import ConfigError
@@ -125,7 +125,7 @@ def build_rl_payload(
     final_url = (task_url or "").strip()
     if not final_url:
         raise ConfigError(TASK_URL_REQUIRED, hint=TASK_URL_HINT)
-    environ = os.environ if env is None else env
+    environ = shell_env.given_or_shell(env)
     allowed = experimental_allowed(allow_experimental, environ)
     config_dict = copy.deepcopy(config.to_dict())
     _check_algorithm(config_dict)

@@ -64,19 +64,15 @@ def disk_stamp(path: Path) -> tuple[int, int] | None:
 def load_config_entry(
     session: LaunchSession, path: Path, *, last_used: bool = False, explicit: bool = False
 ) -> ConfigEntry:
-    """Validate one config and read it for the preview. Blocking: call from a worker."""
-    stamp = disk_stamp(path)  # before reading, so a change during the read is noticed later
-    report = session.validate(path)
-    try:
-        text: str | None = read_config_text(path)  # bounded: never a pipe or a huge file
-    except ConfigError:
-        text = None
+    """Read one config (once), validate it and keep its text for the preview. Blocking: call
+    from a worker."""
+    report = session.validate(path)  # its stamp is taken before the read: a change during it shows later
     return ConfigEntry(
         path=path,
         label=bundled_config_label(path) or display_path(path, session.options.cwd.resolve()),
         report=report,
-        text=text,
-        disk_stamp=stamp,
+        text=report.text,
+        disk_stamp=report.stamp if report.text is not None else disk_stamp(path),
         last_used=last_used,
         explicit=explicit,
     )

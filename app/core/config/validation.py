@@ -26,6 +26,8 @@ __all__ = [
     "ConfigValidationError",
     "Problem",
     "ValidationReport",
+    "config_stamp",
+    "revalidate",
     "validate_rl_file",
     "validate_rl_mapping",
     "validate_rl_text",
@@ -66,6 +68,12 @@ class ValidationReport:
     problems: list[Problem]
     config: RLConfig | None
     raw: dict[str, Any] | None
+    # What was read, once (validate_rl_file): the text, the file's (mtime_ns, size) taken
+    # before the read, and the --allow-experimental it was judged under. The payload is built
+    # from these; the file is read again only when its stamp changed.
+    text: str | None = None
+    stamp: tuple[int, int] | None = None
+    allow_experimental: bool | None = None
 
     @property
     def ok(self) -> bool:
@@ -383,12 +391,36 @@ def validate_rl_file(
     *,
     allow_experimental: bool | None = None,
     env: Mapping[str, str] | None = None,
+    strict: bool = False,
 ) -> ValidationReport:
-    """Validate a config file. Never raises for content problems; a missing file is a Problem."""
+    """Validate a config file, read once; the report keeps the text and the file's stamp.
+    Never raises for content problems; a missing or unreadable file is a Problem, or with
+    ``strict`` the ConfigError itself."""
     path = Path(path)
+    stamp = config_stamp(path)  # before reading, so a change during the read is noticed later
     try:
         text = read_config_text(path)
     except ConfigError as exc:
+        if strict:
+            raise
         problem = Problem(TOML_LOCATION, exc.message, hint=exc.hint)
-        return ValidationReport(path=path, problems=[problem], config=None, raw=None)
-    return validate_rl_text(text, path, allow_experimental=allow_experimental, env=env)
+        return ValidationReport(path=path, problems=[problem], config=None, raw=None,
+                                allow_experimental=allow_experimental)
+    return revalidate(text, path, stamp, allow_experimental=allow_experimental, env=env)
+
+
+def revalidate(text: str, path: Path, stamp: tuple[int, int] | None, *, allow_experimental: bool | None,
+               env: Mapping[str, str] | None) -> ValidationReport:
+    """Validate text already read from ``path`` (nothing is read), as validate_rl_file does."""
+    report = validate_rl_text(text, path, allow_experimental=allow_experimental, env=env)
+    report.text, report.stamp, report.allow_experimental = text, stamp, allow_experimental
+    return report
+
+
+def config_stamp(path: Path) -> tuple[int, int] | None:
+    """(mtime_ns, size), to notice a change on disk; None when the file cannot be stat'ed."""
+    try:
+        info = Path(path).stat()
+    except (OSError, ValueError):
+        return None
+    return info.st_mtime_ns, info.st_size

@@ -8,10 +8,11 @@ import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from app.core import shell_env
+
 _SKIP_DIRS = frozenset({".git", ".venv", "node_modules", "__pycache__"})
 # A scan from a huge cwd (say, $HOME) must not freeze the TUI; the SDK's glob has no bound.
 _MAX_DIRS_SCANNED = 5000
-
 
 
 def user_path(raw: str | os.PathLike[str]) -> Path:
@@ -40,7 +41,7 @@ def demo_state_env_path(state_dir: Path | None = None) -> Path | None:
     Like the SDK, an unreadable or malformed state file is ignored rather than reported.
     """
     if state_dir is None:
-        home = os.environ.get("SYNTH_AI_HOME")
+        home = shell_env.variable("SYNTH_AI_HOME")
         state_dir = Path(home).expanduser() if home else Path.home() / ".synth-ai"
     import json
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.core import shell_env
 from app.core.api.backend_url import checked_api_base
 from app.core.env import envfile
 from app.core.env.discovery import resolved_user_path, user_path
@@ -145,9 +146,23 @@ def attach_command(job_id: str, backend: str, env_path: str | Path | None) -> st
     .env to read SYNTH_API_KEY from (None: the shell's)."""
     import shlex
 
-    serve = "serve " if os.environ.get("SYNTH_TUI_SERVE") else ""  # in a browser tab (docs/browser.md)
+    serve = "serve " if shell_env.variable("SYNTH_TUI_SERVE") else ""  # in a browser tab (docs/browser.md)
     command = f"synth-tui {serve}attach {job_id} --backend {backend}"
     return command if env_path is None else f"{command} --env-file {shlex.quote(str(env_path))}"
+
+
+class _Same:
+    """Equal only to a wrapper of the very same object."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Same) and other.obj is self.obj
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 @dataclass(frozen=True)
@@ -177,7 +192,7 @@ class LaunchSession:
     the headless flow only show what these return (docs/architecture.md)."""
 
     options: LaunchOptions
-    shell: Mapping[str, str] = field(default_factory=lambda: dict(os.environ))
+    shell: Mapping[str, str] = field(default_factory=shell_env.snapshot)
     config_path: Path | None = None
     report: cfg.ValidationReport | None = None
     env_choice: EnvChoice | None = None
@@ -247,10 +262,31 @@ class LaunchSession:
             candidates = [cfg.ConfigCandidate(p, "rl") for p in explicit if p not in known] + candidates
         return candidates
 
-    def validate(self, path: Path) -> cfg.ValidationReport:
-        from app.core.config import rl as cfg
+    def validate(self, path: Path, *, strict: bool = False) -> cfg.ValidationReport:
+        """Read the config once and validate it; the report keeps the text and the file's
+        stamp, so :meth:`prepare` builds from it without reading again. ``strict``: a file
+        that cannot be read raises its ConfigError instead of becoming a problem."""
+        from app.core.config.validation import validate_rl_file
 
-        return cfg.validate_rl_file(path, allow_experimental=self.overrides.allow_experimental, env=self.shell)
+        return validate_rl_file(path, allow_experimental=self.overrides.allow_experimental, env=self.shell,
+                                strict=strict)
+
+    def current_report(self) -> cfg.ValidationReport:
+        """The chosen config's report, as it is now: the one :meth:`choose_config` stored
+        while the file is unchanged (same mtime and size), judged again from its text (not
+        read) when the experimental switch changed, read again only when the file changed."""
+        from app.core.config.validation import config_stamp, revalidate
+
+        assert self.config_path is not None, "choose a config first"
+        report, path = self.report, self.config_path
+        stamp = config_stamp(path)
+        if report is None or report.text is None or report.path != path or stamp is None or report.stamp != stamp:
+            report = self.validate(path)
+        elif report.allow_experimental != self.overrides.allow_experimental:
+            report = revalidate(report.text, path, report.stamp, allow_experimental=self.overrides.allow_experimental,
+                                env=self.shell)
+        self.report = report
+        return report
 
     def choose_config(self, path: Path, report: cfg.ValidationReport) -> None:
         """Use this config; a valid one is remembered (the SDK's LAST_CONFIG), so a later run
@@ -410,34 +446,32 @@ class LaunchSession:
     # -- payload, checks, submit ---------------------------------------------------------
 
     def prepare(self) -> PreparedJob:
-        """The payload to send: built once, and again only when what it is built from changed
-        (the config file on disk, the keys, an override, the backend and its generation)."""
+        """The payload to send: built from the config as :meth:`choose_config` stored it (read
+        once), again only when what it is built from changed (the file on disk, the keys, an
+        override, the backend and its generation); the file is read again only when it changed."""
         assert self.config_path is not None, "choose a config first"
         self._raise_backend_problem()
         secrets = self.secrets()
-        inputs = self._prepare_inputs(secrets)
+        report = self.current_report()
+        inputs = self._prepare_inputs(report, secrets)
         if self.prepared is not None and inputs == self._prepared_from:
             return self.prepared
         self.prepared = None  # until the new one is built: a failed build leaves no stale payload
         task_url_key = next((k for k in self.resolved if k.name == "TASK_APP_URL"), None)
         overrides = self.overrides
         self.prepared = prepare_payload(
-            self.config_path, task_url_flag=overrides.task_url, env_task_url=secrets.get("TASK_APP_URL"),
+            report, task_url_flag=overrides.task_url, env_task_url=secrets.get("TASK_APP_URL"),
             backend_base=self.backend_base, model=overrides.model, allow_experimental=overrides.allow_experimental,
+            env=self.shell,
             env_task_url_where=f"TASK_APP_URL from {task_url_key.where}" if task_url_key else "TASK_APP_URL",
             generations=self.rl_support.generations if self.rl_support else frozenset())
         self._prepared_from = inputs
         return self.prepared
 
-    def _prepare_inputs(self, secrets: Mapping[str, str]) -> tuple[object, ...]:
-        assert self.config_path is not None
-        try:
-            stat = self.config_path.stat()
-            on_disk: tuple[int, int] | None = (stat.st_mtime_ns, stat.st_size)
-        except OSError:
-            on_disk = None  # prepare_payload reports the missing file
+    def _prepare_inputs(self, report: cfg.ValidationReport, secrets: Mapping[str, str]) -> tuple[object, ...]:
         generations = self.rl_support.generations if self.rl_support else frozenset()
-        return (self.config_path, on_disk, secrets.get("TASK_APP_URL"), self.overrides, self.backend_base,
+        # The report by identity: a new one (the file changed, the switch changed) is a new build.
+        return (self.config_path, _Same(report), secrets.get("TASK_APP_URL"), self.overrides, self.backend_base,
                 generations)
 
     def _raise_backend_problem(self) -> None:
@@ -460,21 +494,6 @@ class LaunchSession:
             job_id=job.job_id, backend=self.backend_base, config_path=job.config_path, payload=job.payload,
             idempotency_key=idempotency_key or self.idempotency_key, rerun_of=rerun_of,
             env_path=os.path.abspath(env_path) if env_path is not None else None))
-
-    async def submit_rerun(self, payload: dict[str, Any], *, rerun_of: str,
-                           config_path: str | None) -> tuple[JobContext, str | None] | None:
-        """Submit a job's payload again with a new Idempotency-Key (the one rerun for the
-        dashboard and the jobs view) and record it in the run history as a rerun of
-        ``rerun_of``. Returns the new job and a history warning, or None when the backend
-        answered without a job id."""
-        key = new_idempotency_key()
-        async with self.client() as client:
-            result = await client.create_job(payload, idempotency_key=key)
-        if not result.job_id:
-            return None
-        job = JobContext.of(result.job_id, payload, config_path)
-        warning = await asyncio.to_thread(self.remember_submission, job, idempotency_key=key, rerun_of=rerun_of)
-        return job, warning
 
     def attach(self, job_id: str) -> JobContext:
         """Set up a watch of an existing job, the same for both front ends: a job of the run

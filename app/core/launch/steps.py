@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import errno
-import os
 import stat
 import uuid
 from collections.abc import Mapping, Sequence
@@ -12,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.core import shell_env
 from app.core.api.backend_url import backend_from_env, checked_api_base, request_url_problem, shown_url
 from app.core.api.urls import CREDENTIALS_PROBLEM
 from app.core.env import envfile
@@ -96,7 +96,7 @@ def _check_env_flag_path(path: Path) -> None:
 def resolve_secrets(env: envfile.EnvFile | None, *, shell: Mapping[str, str] | None = None,
                     task_url_flag: str | None = None) -> list[ResolvedKey]:
     flags = {"TASK_APP_URL": task_url_flag} if task_url_flag else {}
-    return resolve_keys(env, shell=os.environ if shell is None else shell, flags=flags)
+    return resolve_keys(env, shell=shell_env.given_or_shell(shell), flags=flags)
 
 
 def require_secrets(resolved: Sequence[ResolvedKey], *, env_path: Path | None,
@@ -144,24 +144,26 @@ class PreparedJob:
     task_url_source: str
 
 
-def prepare_payload(config_path: Path, *, task_url_flag: str | None, env_task_url: str | None,
+def prepare_payload(report: cfg.ValidationReport, *, task_url_flag: str | None, env_task_url: str | None,
                     backend_base: str, model: str | None, allow_experimental: bool | None,
-                    env_task_url_where: str = "TASK_APP_URL",
+                    env: Mapping[str, str], env_task_url_where: str = "TASK_APP_URL",
                     generations: frozenset[str] = frozenset()) -> PreparedJob:
-    """The validated config and its payload, under the names a backend of ``generations``
-    reads (empty: as written)."""
+    """The payload of a config already read and validated (``report``: nothing is read here),
+    under the names a backend of ``generations`` reads (empty: as written). ``env``: the
+    shell's variables (SDK_EXPERIMENTAL…), as the session was given them."""
     from app.core.config import rl as cfg
     from app.core.config.payload import for_backend
 
-    report = cfg.validate_rl_file(config_path, allow_experimental=allow_experimental)
     config = report.raise_if_invalid()
+    assert report.path is not None, "a report of a file"
+    config_path = report.path
     config_task_url = config.services.task_url if config.services else None
     task_url, source = cfg.resolve_task_url(cli_task_url=task_url_flag, env_task_url=env_task_url,
                                             config_task_url=config_task_url)
     where = {"flag": "--task-url", "env": env_task_url_where}.get(source, f"[services] task_url in {config_path}")
     check_task_url(task_url, where)
     payload = cfg.build_rl_payload(config, task_url=task_url, backend_base=backend_base,
-                                   model_override=model, allow_experimental=allow_experimental)
+                                   model_override=model, allow_experimental=allow_experimental, env=env)
     payload = for_backend(payload, generations)
     return PreparedJob(config_path, report, payload, task_url, source)
 

@@ -1,6 +1,7 @@
 """A job's live feed for the dashboard: the watcher on its own thread, drained in batches.
 
-The watcher (network) and the run folder's stream file (disk) run on a background thread
+The launch service's watch (network) and its sinks (the run folder's events file, the run
+history, and this feed's batch) run on a background thread
 with its own event loop, so the UI thread never waits on either. The UI drains what arrived
 since its last look as one coalesced :class:`FeedBatch`. ``on_ready`` tells it when there is
 something to drain (once, until it drains), so a UI with nothing new does no work at all.
@@ -9,7 +10,6 @@ something to drain (once, until it drains), so a UI with nothing new does no wor
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,17 +19,16 @@ from typing import IO
 from app.core.api.client import SynthClient
 from app.core.api.streaming import (
     ConnectionState,
-    JobWatcher,
     NewEvents,
     NewMetrics,
     StatusChanged,
+    Update,
     WatchEnded,
     WatchOptions,
 )
 from app.core.api.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status
-from app.core.paths import open_private
+from app.core.launch.service import EventsFile, HistoryProgress, WatchSink, watch
 from app.core.runs.history import RunHistory
-from app.core.runs.jobs import remember
 
 
 @dataclass
@@ -57,9 +56,9 @@ class JobFeed:
         self.make_client = make_client
         self.job_id = job_id
         self.options = options
-        self.stream_path = stream_path
-        self.history = history
-        self.last_metrics: dict[str, float] = {}
+        # What every watch writes (the launch service's sinks): the events file, the history.
+        self.files = EventsFile(stream_path, options.since_seq) if stream_path is not None else None
+        self.progress = HistoryProgress(job_id, history) if history is not None else None
         self.events_seen = 0
         self._lock = threading.Lock()
         self._batch = FeedBatch()
@@ -104,28 +103,23 @@ class JobFeed:
         self._task = asyncio.current_task()
         if self._stopped.is_set():
             return
-        stream = self._open_stream()
+        sinks: list[WatchSink] = [sink for sink in (self.files, self.progress) if sink is not None]
         try:
             async with self.make_client() as client:
-                async for update in JobWatcher(client, self.job_id, self.options).watch():
-                    self._take(update, stream)
+                await watch(client, self.job_id, self.options, [*sinks, self])
         except asyncio.CancelledError:
             pass
-        finally:
-            if stream is not None:
-                stream.close()
 
     def _open_stream(self) -> IO[str] | None:
-        if self.stream_path is None:
-            return None
-        # From the start, the file is rewritten; resuming from a cursor appends to it.
-        mode = "w" if self.options.since_seq == 0 else "a"
-        return open_private(self.stream_path, mode, encoding="utf-8")
+        """The events file, opened as a watch opens it (None: this feed writes none)."""
+        return self.files.open() if self.files is not None else None
 
-    def _take(self, update: object, stream: IO[str] | None) -> None:
-        if isinstance(update, NewEvents) and stream is not None:
-            stream.writelines(json.dumps(e.model_dump(mode="json")) + "\n" for e in update.events)
-            stream.flush()
+    @property
+    def last_metrics(self) -> dict[str, float]:
+        return self.progress.last_metrics if self.progress is not None else {}
+
+    def take(self, update: Update) -> None:
+        """A sink of the watch: the update joins the batch the UI drains next."""
         with self._lock:
             batch = self._batch
             if isinstance(update, NewEvents):
@@ -142,7 +136,6 @@ class JobFeed:
                 batch.ended = update
             tell = self._should_tell()
         self._tell(tell)
-        self._remember(update)
 
     def _should_tell(self) -> bool:
         """Under the lock: the batch has news the UI was not told of yet."""
@@ -157,20 +150,3 @@ class JobFeed:
                 self.on_ready()
             except RuntimeError:  # the UI's event loop has closed: nobody is left to tell
                 pass
-
-    def _remember(self, update: object) -> None:
-        """Keep the run history current (status, last metrics); never fails the feed."""
-        if self.history is None:
-            return
-        if isinstance(update, NewMetrics):
-            self.last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
-            return
-        # jobs.remember: the history's one policy; a failed write never stops the feed.
-        if isinstance(update, StatusChanged):
-            status = update.status.status
-            remember(lambda h: h.record_progress(self.job_id, status=status, last_metrics=self.last_metrics),
-                     self.history)
-        elif isinstance(update, WatchEnded):
-            ended = update
-            remember(lambda h: h.record_progress(self.job_id, status=ended.status, last_metrics=self.last_metrics,
-                                                 final=ended.reason == "terminal"), self.history)

@@ -1,0 +1,311 @@
+"""The launch sequence, written once for both front ends: check, submit, watch.
+
+The headless command, the verification and preview screens, the dashboard's and the jobs view's
+rerun all call these; they only print or draw what comes back (docs/architecture.md).
+
+- :func:`check`: probe -> verify -> health -> verdict, under ONE timeout and retry policy
+  (:data:`CHECK_TIMEOUT_S` per check, no retries, each check capped).
+- :func:`submit`: create -> status check -> remember. What counts as created is
+  :func:`created` (docs/wire-contract.md#job-creation).
+- :func:`watch`: one watcher; every consumer is a sink fed the same updates, and every watch
+  writes the same files (``events.jsonl`` in the run folder) and the same history rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, Protocol
+
+from app.core.errors import ExitCode, SynthTuiError
+from app.core.launch.diagnosis import BackendCheck, OverallVerdict, TaskAppCheck, overall_verdict
+from app.core.redact import mask_secret
+from app.core.runs.jobs import JobContext
+
+# The client, the watcher and the history are imported when their step comes: the first
+# screen is drawn before httpx is imported (docs/performance.md#first-paint).
+if TYPE_CHECKING:
+    from app.core.api.client import CreateResult, SynthClient
+    from app.core.api.streaming import Update, WatchOptions
+    from app.core.launch.session import LaunchSession
+    from app.core.runs.history import RunHistory
+
+# Each check's budget, for both front ends; read per call, so a test can shorten it.
+CHECK_TIMEOUT_S = 30.0
+# httpx's own timeout fires first and names the phase; this guard only stops an answer that
+# trickles in forever, so that no check outlives its budget by more than this.
+GUARD_GRACE_S = 0.5
+# The answers to POST /rl/jobs that mean "created", with a job id (docs/wire-contract.md#job-creation).
+CREATED_STATUSES = frozenset({200, 201})
+
+
+class VerificationFailed(SynthTuiError):
+    exit_code = ExitCode.CHECKS_FAILED
+
+
+class JobCreationFailed(SynthTuiError):
+    """An answer to POST /rl/jobs that is not a created job (:func:`created`)."""
+
+    exit_code = ExitCode.BACKEND
+    result: CreateResult | None = None  # the answer, to show
+
+
+# --------------------------------------------------------------------------- check
+
+
+def check_timeout(timeout: float | None = None) -> float:
+    return timeout or CHECK_TIMEOUT_S
+
+
+@dataclass
+class CheckOutcome:
+    """Both checks as they ended, and what they mean together."""
+
+    backend: BackendCheck
+    task_app: TaskAppCheck
+
+    @property
+    def verdict(self) -> OverallVerdict:
+        return overall_verdict(self.backend, self.task_app)
+
+    def failure(self) -> SynthTuiError | None:
+        """What stops the launch, or None when it may go on: the backend's own error (its
+        exit code: unreachable, 401, no RL jobs, no answer in time…) first, then the verdict's
+        first problem (exit 3)."""
+        error = self.backend.error
+        if error is not None:
+            return error
+        verdict = self.verdict
+        if verdict.ready:
+            return None
+        first = verdict.problems[0]
+        if self.backend.timed_out:  # as when httpx's own timeout names the phase: the backend's exit code
+            from app.core.api.client import BackendTimeout
+
+            return BackendTimeout(first.message, first.fix)
+        return VerificationFailed(first.message, first.fix)
+
+    @property
+    def exit_code(self) -> int:
+        failure = self.failure()
+        return ExitCode.OK if failure is None else failure.exit_code
+
+
+async def check_backend(session: LaunchSession, *, timeout: float | None = None,
+                        clock: Callable[[], float] = time.monotonic) -> BackendCheck:
+    """The probe, then the backend's verification of the task app, bounded by the budget."""
+    from app.core.api.client import ApiError
+
+    budget = check_timeout(timeout)
+    check = BackendCheck(session.backend_base, mask_secret(session.synth_api_key()), budget)
+    started = clock()
+    try:
+        check.result = await asyncio.wait_for(session.verify(timeout=budget), budget + GUARD_GRACE_S)
+    except TimeoutError:
+        check.timed_out = True
+    except ApiError as exc:  # unreachable, 401, no RL jobs, a broken answer: each becomes a row with its fix
+        check.error = exc
+    check.elapsed_s = clock() - started
+    return check
+
+
+async def check_task_app(session: LaunchSession, *, timeout: float | None = None,
+                         clock: Callable[[], float] = time.monotonic) -> TaskAppCheck:
+    """The direct /health and /task_info check from this machine, bounded by the budget."""
+    budget = check_timeout(timeout)
+    prepared = session.prepare()
+    env_key = session.secrets().get("ENVIRONMENT_API_KEY")
+    check = TaskAppCheck(prepared.task_url, mask_secret(env_key), budget)
+    started = clock()
+    try:
+        check.report = await asyncio.wait_for(session.health(timeout=budget), budget + GUARD_GRACE_S)
+    except TimeoutError:
+        check.timed_out = True
+    check.elapsed_s = clock() - started
+    return check
+
+
+async def check(session: LaunchSession, *, timeout: float | None = None) -> CheckOutcome:
+    """Both checks at once (as the verification screen runs them), judged by one verdict."""
+    backend, task_app = await asyncio.gather(check_backend(session, timeout=timeout),
+                                             check_task_app(session, timeout=timeout))
+    return CheckOutcome(backend, task_app)
+
+
+# --------------------------------------------------------------------------- submit
+
+
+def created(result: CreateResult) -> bool:
+    """The one rule for an answer to POST /rl/jobs: 200 or 201 with a job id. A 202 (or any
+    other status) says the request was taken, not that the job exists: not created."""
+    return result.status in CREATED_STATUSES and bool(result.job_id)
+
+
+def creation_failure(result: CreateResult) -> JobCreationFailed:
+    """Why an answer is not a created job, with the way out: the same Idempotency-Key sent
+    again gives back the job if the backend did create it."""
+    retry = (f"Submit again with the same Idempotency-Key ({result.idempotency_key}): a job the backend did "
+             "create is then returned, never created twice." if result.idempotency_key else
+             "Check the backend's job list before submitting again.")
+    if result.status not in CREATED_STATUSES:
+        named = f" (it named job {result.job_id})" if result.job_id else ""
+        return JobCreationFailed(f"Job creation failed: the backend answered HTTP {result.status}{named}, not "
+                                 "200 or 201, so no job is known to exist.", retry)
+    return JobCreationFailed("Response missing job id", f"The backend answered without job_id or id. {retry}")
+
+
+@dataclass
+class Submitted:
+    job: JobContext
+    result: CreateResult
+    history_warning: str | None = None
+
+
+async def submit(session: LaunchSession, payload: dict[str, Any], *, config_path: str | None,
+                 idempotency_key: str | None = None, rerun_of: str | None = None,
+                 answered: Callable[[CreateResult], None] | None = None) -> Submitted:
+    """Create the job, check the answer (:func:`created`), record it in the run history.
+
+    ``idempotency_key``: the session's (a retry never creates a second job) unless given (a
+    rerun's new one). ``answered`` sees the answer before it is judged (headless prints it).
+    Raises JobCreationFailed (exit 5) for an answer that is not a created job; nothing is
+    remembered then."""
+    key = idempotency_key or session.idempotency_key
+    async with session.client() as client:
+        result = await client.create_job(payload, idempotency_key=key)
+    if answered is not None:
+        answered(result)
+    if not created(result):
+        error = creation_failure(result)
+        error.result = result
+        raise error
+    assert result.job_id is not None
+    job = JobContext.of(result.job_id, payload, config_path)
+    if rerun_of is None:
+        session.job_id = result.job_id
+    warning = await asyncio.to_thread(session.remember_submission, job, idempotency_key=key, rerun_of=rerun_of)
+    return Submitted(job, result, warning)
+
+
+async def rerun(session: LaunchSession, payload: dict[str, Any], *, rerun_of: str,
+                config_path: str | None) -> Submitted:
+    """Submit a job's payload again (the dashboard's and the jobs view's rerun): the same
+    submit, with a new Idempotency-Key, recorded as a rerun of ``rerun_of``."""
+    from app.core.launch.steps import new_idempotency_key
+
+    return await submit(session, payload, config_path=config_path, idempotency_key=new_idempotency_key(),
+                        rerun_of=rerun_of)
+
+
+# --------------------------------------------------------------------------- watch
+
+
+class WatchSink(Protocol):
+    """A consumer of a watch: gets every update, in order."""
+
+    def take(self, update: Update) -> None: ...
+
+
+class EventsFile:
+    """The run folder's ``events.jsonl``: every event, one JSON line each. From the start the
+    file is rewritten; a watch resumed from a cursor appends to it."""
+
+    def __init__(self, path: Path, since_seq: int = 0) -> None:
+        self.path = path
+        self.since_seq = since_seq
+        self._stream: IO[str] | None = None
+
+    def open(self) -> IO[str]:
+        from app.core.paths import open_private
+
+        if self._stream is None:
+            self._stream = open_private(self.path, "w" if self.since_seq == 0 else "a", encoding="utf-8")
+        return self._stream
+
+    def take(self, update: Update) -> None:
+        from app.core.api.streaming import NewEvents
+
+        if isinstance(update, NewEvents) and update.events:
+            stream = self.open()
+            stream.writelines(json.dumps(e.model_dump(mode="json")) + "\n" for e in update.events)
+            stream.flush()
+
+    def close(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None
+
+
+@dataclass
+class HistoryProgress:
+    """The run history kept current: status on every change, the last metrics, the end.
+    A write that fails never stops the watch; its warning is kept (once) for the front end."""
+
+    job_id: str
+    history: RunHistory | None = None
+    last_metrics: dict[str, float] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+    def take(self, update: Update) -> None:
+        from app.core.api.streaming import NewMetrics, StatusChanged, WatchEnded
+        from app.core.runs.jobs import remember
+
+        if isinstance(update, NewMetrics):
+            self.last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
+            return
+        metrics = dict(self.last_metrics)
+        if isinstance(update, StatusChanged):
+            status = update.status.status
+            warning = remember(lambda h: h.record_progress(self.job_id, status=status, last_metrics=metrics),
+                               self.history)
+        elif isinstance(update, WatchEnded):
+            ended = update
+            warning = remember(lambda h: h.record_progress(self.job_id, status=ended.status, last_metrics=metrics,
+                                                           final=ended.reason == "terminal"), self.history)
+        else:
+            return
+        if warning and warning not in self.warnings:
+            self.warnings.append(warning)
+
+
+def watch_client(session: LaunchSession) -> SynthClient:
+    """The client every watch reads with: no retries of its own, the watcher's reconnects
+    (with their ConnectionState updates) are the one policy."""
+    return session.client(retries=0)
+
+
+def run_sinks(job_id: str, since_seq: int = 0) -> tuple[EventsFile, HistoryProgress]:
+    """What every watch writes, whichever front end shows it: the events file and the history."""
+    from app.core.paths import run_dir
+    from app.core.runs.history import RunHistory
+
+    return EventsFile(run_dir(job_id) / "events.jsonl", since_seq), HistoryProgress(job_id, RunHistory())
+
+
+async def watch(client: SynthClient, job_id: str, options: WatchOptions, sinks: Sequence[WatchSink]) -> None:
+    """Watch the job until its watch ends; every update goes to every sink, in order. The
+    events file of the sinks is closed however the watch ends."""
+    from app.core.api.streaming import JobWatcher
+
+    try:
+        for sink in sinks:
+            if isinstance(sink, EventsFile):
+                sink.open()  # at once: a watch from the start replaces an older file even before an event
+        async with _aclosing(JobWatcher(client, job_id, options).watch()) as updates:
+            async for update in updates:
+                for sink in sinks:
+                    sink.take(update)
+    finally:
+        for sink in sinks:
+            if isinstance(sink, EventsFile):
+                sink.close()
+
+
+def _aclosing(generator: Any) -> Any:
+    import contextlib
+
+    return contextlib.aclosing(generator)
