@@ -34,6 +34,7 @@ from app.core.env.keys import REQUIRED_KEYS
 from app.core.env.resolve import ResolvedKey
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.launch import service
+from app.core.launch.diagnosis import BackendCheck, TaskAppCheck
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.launch.steps import PreparedJob
 from app.core.redact import mask_secret, printable, redact, redact_url
@@ -264,7 +265,7 @@ async def run_checks(session: LaunchSession, printer: Printer) -> service.CheckO
     check: one timeout and retry policy, as the TUI's), shown with the SDK's lines; what failed
     is judged once, by the verdict the TUI's verification screen shows too."""
     outcome = await service.check(session)
-    backend, task_app = outcome.backend, outcome.task_app
+    backend = outcome.backend
     if backend.error is not None:  # unreachable, 401, no RL jobs…: the error's own exit code and fix
         error = backend.error
         if session.rl_support is not None and not error.message.startswith("Task app verification call failed"):
@@ -272,10 +273,21 @@ async def run_checks(session: LaunchSession, printer: Printer) -> service.CheckO
         raise error
     if session.rl_support is not None:
         printer.diag(f"Backend offers RL jobs ({session.rl_support.how}).")
-    result = backend.result
+    _print_backend_verify(backend, printer)
+    _print_task_app_health(outcome.task_app, printer)
+    failure = outcome.failure()
+    if failure is not None:
+        for problem in outcome.verdict.problems[1:]:
+            printer.diag(f"Also: {problem.message}" + (f" Fix: {problem.fix}" if problem.fix else ""))
+        raise failure
+    return outcome
+
+
+def _print_backend_verify(backend: BackendCheck, printer: Printer) -> None:
     # Each line says what its check covered (docs/wire-contract.md#headless-output): the backend's
     # verify passing proves nothing about this machine's ENVIRONMENT_API_KEY, which only the
     # health check tries.
+    result = backend.result
     if result is None:
         printer.line(f"Backend verify: FAILED (no answer within {backend.timeout_s:g} s)")
     elif result.status >= 400 or result.body is None:
@@ -290,6 +302,9 @@ async def run_checks(session: LaunchSession, printer: Printer) -> service.CheckO
         statuses = [a.get("status") for a in result.attempts]
         printer.line(f"Backend verify: OK (the backend reached the task app with a key it holds; "
                      f"candidates={result.candidates}, statuses={statuses})")
+
+
+def _print_task_app_health(task_app: TaskAppCheck, printer: Printer) -> None:
     printer.line(f"Task app health: checking /health and /task_info at {task_app.task_url} from this machine "
                  f"with ENVIRONMENT_API_KEY {task_app.key_hint}")
     report = task_app.report
@@ -303,12 +318,6 @@ async def run_checks(session: LaunchSession, printer: Printer) -> service.CheckO
             if not attempt.ok:
                 fix = f" Fix: {attempt.fix}" if attempt.fix else ""
                 printer.diag(f"  {attempt.endpoint}: {attempt.reason}.{fix}")
-    failure = outcome.failure()
-    if failure is not None:
-        for problem in outcome.verdict.problems[1:]:
-            printer.diag(f"Also: {problem.message}" + (f" Fix: {problem.fix}" if problem.fix else ""))
-        raise failure
-    return outcome
 
 
 async def create_job(session: LaunchSession, prepared: PreparedJob, printer: Printer) -> str:
@@ -435,11 +444,6 @@ async def stream_job(job_id: str, stream_format: str, printer: Printer, session:
     printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
     return ended.exit_code
-
-
-# The launch service's errors, under the names this module has always given them.
-VerificationFailed = service.VerificationFailed
-JobCreationFailed = service.JobCreationFailed
 
 
 # --------------------------------------------------------------------------- other commands

@@ -250,40 +250,41 @@ class _Handler(BaseHTTPRequestHandler):
         if not self._authorised():
             return
         segments = [s for s in parts.path.split("/") if s]
-        if segments[:1] != ["api"]:
+        if segments[:1] != ["api"] or (segments[1:2] == ["rl"] and not self.owner.rl_offered):
             self._send(404, {"detail": "Not Found"})
             return
         segments = segments[1:]
-        if segments[:1] == ["rl"] and not self.owner.rl_offered:
-            self._send(404, {"detail": "Not Found"})
-            return
         if method == "POST" and segments == ["rl", "verify_task_app"]:
             if self._fault("verify") != "handled":
                 self._send(*self.owner.verify_answer)
-            return
-        if method == "POST" and segments == ["rl", "jobs"]:
+        elif method == "POST" and segments == ["rl", "jobs"]:
             self._create(body)
+        elif method == "GET" and segments == ["rl", "jobs"]:
+            self._list_jobs(query)
+        elif len(segments) >= 3 and segments[1] == "jobs" and segments[0] in ("rl", "learning"):
+            self._one_job(method, segments, query)
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def _list_jobs(self, query: dict[str, list[str]]) -> None:
+        if self._fault("list") == "handled":
             return
-        if method == "GET" and segments == ["rl", "jobs"]:
-            if self._fault("list") != "handled":
-                said = {"X-Synth-RL-Contract": self.owner.contract_header} if self.owner.contract_header else {}
-                if self.owner.list_paging:
-                    self._send(*self._job_page(query), headers=said)
-                    return
-                self._send(200, {"jobs": [{"job_id": j.job_id, "status": j.status} for j in self.owner.jobs.values()]},
-                           headers=said)
+        said = {"X-Synth-RL-Contract": self.owner.contract_header} if self.owner.contract_header else {}
+        if self.owner.list_paging:
+            self._send(*self._job_page(query), headers=said)
             return
-        if len(segments) >= 3 and segments[1] == "jobs" and segments[0] in ("rl", "learning"):
-            if segments[0] == "rl" and self.owner.rl_paths_missing:
-                self._send(404, {"detail": "Not Found"})
-                return
-            job = self.owner.jobs.get(segments[2])
-            if job is None:
-                self._send(404, {"detail": f"job {segments[2]} not found"})
-                return
-            self._job_route(method, job, segments[3:], query)
+        self._send(200, {"jobs": [{"job_id": j.job_id, "status": j.status} for j in self.owner.jobs.values()]},
+                   headers=said)
+
+    def _one_job(self, method: str, segments: list[str], query: dict[str, list[str]]) -> None:
+        if segments[0] == "rl" and self.owner.rl_paths_missing:
+            self._send(404, {"detail": "Not Found"})
             return
-        self._send(404, {"detail": "Not Found"})
+        job = self.owner.jobs.get(segments[2])
+        if job is None:
+            self._send(404, {"detail": f"job {segments[2]} not found"})
+            return
+        self._job_route(method, job, segments[3:], query)
 
     def _job_page(self, query: dict[str, list[str]]) -> tuple[int, dict]:
         jobs = list(self.owner.jobs.values())
@@ -337,55 +338,60 @@ class _Handler(BaseHTTPRequestHandler):
                          "updated_at": "2026-01-01T00:00:00Z"})
 
     def _job_route(self, method: str, job: ScriptedJob, rest: list[str], query: dict[str, list[str]]) -> None:
+        since = int(query.get("since_seq", ["0"])[0])
         if method == "GET" and not rest:
-            if self._fault("status") == "handled":
-                return
-            job.advance()
-            payload = {"job_id": job.job_id, "status": job.status, "created_at": "2026-01-01T00:00:00Z"}
-            if job.stamp_updates:
-                payload["updated_at"] = f"2026-01-01T00:00:{job.tick:02d}Z"
-            self._send(200, job.with_position(payload))
+            self._job_status(job)
+        elif method == "GET" and rest == ["events"] and "text/event-stream" in (self.headers.get("Accept") or ""):
+            self._sse(job, since)
+        elif method == "GET" and rest == ["events"]:
+            self._job_events(job, since, int(query.get("limit", ["200"])[0]))
+        elif method == "GET" and rest == ["events", "stream"] and self.owner.events_stream:
+            self._sse(job, since)
+        elif method == "GET" and rest == ["metrics"]:
+            self._job_metrics(job, int(query.get("after_step", ["-1"])[0]), int(query.get("limit", ["200"])[0]))
+        elif method == "POST" and rest == ["cancel"]:
+            self._job_cancel(job)
+        else:
+            self._send(404, {"detail": "Not Found"})
+
+    def _job_status(self, job: ScriptedJob) -> None:
+        if self._fault("status") == "handled":
             return
-        if method == "GET" and rest == ["events"]:
-            if "text/event-stream" in (self.headers.get("Accept") or ""):
-                self._sse(job, int(query.get("since_seq", ["0"])[0]))
-                return
-            fault = self._fault("events")
-            if fault == "handled":
-                return
-            since = int(query.get("since_seq", ["0"])[0])
-            limit = int(query.get("limit", ["200"])[0])
-            events = [e for e in job.visible_events() if int(e["seq"]) > since][:limit]
-            if fault == "dup":
-                events = events + events
-            elif fault == "shuffle":
-                events = list(reversed(events))
-            elif fault == "stale":
-                events = job.visible_events()[:limit]  # ignores since_seq: everything again
-            self._send(200, {"events": events})
+        job.advance()
+        payload = {"job_id": job.job_id, "status": job.status, "created_at": "2026-01-01T00:00:00Z"}
+        if job.stamp_updates:
+            payload["updated_at"] = f"2026-01-01T00:00:{job.tick:02d}Z"
+        self._send(200, job.with_position(payload))
+
+    def _job_events(self, job: ScriptedJob, since: int, limit: int) -> None:
+        fault = self._fault("events")
+        if fault == "handled":
             return
-        if method == "GET" and rest == ["events", "stream"] and self.owner.events_stream:
-            self._sse(job, int(query.get("since_seq", ["0"])[0]))
+        events = [e for e in job.visible_events() if int(e["seq"]) > since][:limit]
+        if fault == "dup":
+            events = events + events
+        elif fault == "shuffle":
+            events = list(reversed(events))
+        elif fault == "stale":
+            events = job.visible_events()[:limit]  # ignores since_seq: everything again
+        self._send(200, {"events": events})
+
+    def _job_metrics(self, job: ScriptedJob, after: int, limit: int) -> None:
+        fault = self._fault("metrics")
+        if fault == "handled":
             return
-        if method == "GET" and rest == ["metrics"]:
-            fault = self._fault("metrics")
-            if fault == "handled":
-                return
-            after = int(query.get("after_step", ["-1"])[0])
-            limit = int(query.get("limit", ["200"])[0])
-            points = [m for m in job.visible_metrics() if m["step"] > after][:limit]
-            if fault == "dup":
-                points = points + points
-            self._send(200, {"job_id": job.job_id, "points": points})
+        points = [m for m in job.visible_metrics() if m["step"] > after][:limit]
+        if fault == "dup":
+            points = points + points
+        self._send(200, {"job_id": job.job_id, "points": points})
+
+    def _job_cancel(self, job: ScriptedJob) -> None:
+        if self._fault("cancel") == "handled":
             return
-        if method == "POST" and rest == ["cancel"]:
-            if self._fault("cancel") != "handled":
-                if self.owner.list_paging:  # the job's status moves, as the jobs view would see
-                    job.timeline = [*job.timeline[:job.tick], (self.owner.cancel_status, [], [])]
-                    job.tick = len(job.timeline)
-                self._send(200, {"job_id": job.job_id, "status": "cancelled", "message": "cancel requested"})
-            return
-        self._send(404, {"detail": "Not Found"})
+        if self.owner.list_paging:  # the job's status moves, as the jobs view would see
+            job.timeline = [*job.timeline[:job.tick], (self.owner.cancel_status, [], [])]
+            job.tick = len(job.timeline)
+        self._send(200, {"job_id": job.job_id, "status": "cancelled", "message": "cancel requested"})
 
     def _sse(self, job: ScriptedJob, since: int) -> None:
         if not self.owner.sse_enabled:

@@ -65,9 +65,3 @@ class MissingSecretsError(SynthTuiError):
 class UnusableSecretError(MissingSecretsError):
     """A key is set but cannot be sent (a character an HTTP header cannot carry): as good as
     missing. The message names the key and the character's position, never the value."""
-
-
-class ChecksFailedError(SynthTuiError):
-    """Verification or the task-app health check failed."""
-
-    exit_code = ExitCode.CHECKS_FAILED

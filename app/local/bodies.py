@@ -35,6 +35,7 @@ from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from app.core.api.urls import MAX_URL_CHARS, http_url_problem
+from app.core.api.wire import MAX_IDEMPOTENCY_KEY_CHARS
 from app.core.config.trainable import (
     INT64,
     MAX_EVAL_SEEDS,
@@ -53,7 +54,6 @@ from app.local.errors import Refusal, refused
 from app.local.rollout_contract import CID_PREFIXES, parse_correlation_id
 from app.local.rollout_record import DEFAULT_MAX_BYTES, DEFAULT_PER_STEP, MAX_MAX_BYTES, MAX_PER_STEP
 
-MAX_IDEMPOTENCY_KEY_CHARS = 255  # docs/hardening.md; printable ASCII
 MAX_CHAT_MESSAGES = 10_000
 
 

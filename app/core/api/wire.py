@@ -60,6 +60,9 @@ def terminal_status_of_event(event_type: str) -> str | None:
 # A job id goes into URL paths (/rl/jobs/<id>/events), so only plain characters are accepted:
 # "../x" would otherwise send the key to another path. The client quotes it as well.
 JOB_ID_MAX_CHARS = 128
+# An Idempotency-Key, printable ASCII, at most this long: the client's check and the embedded
+# backend's bound (docs/hardening.md).
+MAX_IDEMPOTENCY_KEY_CHARS = 255
 QUEUE_POSITION_MAX = 1_000_000  # a larger queue_position is not believed (docs/wire-contract.md#queue-position)
 _JOB_ID_CHARACTER = re.compile(r"[A-Za-z0-9._:-]")
 JOB_ID_RULE = f"1 to {JOB_ID_MAX_CHARS} letters, digits, dots, underscores, colons or hyphens"

@@ -128,11 +128,10 @@ def check_seconds(flag: str, value: object, *, allow_zero: bool) -> None:
         raise UsageError(f"{flag} must be a number of seconds, {low} (got {value!r}).", f"For example {example}.")
 
 
-MAX_IDEMPOTENCY_KEY_CHARS = 255
-
-
 def check_idempotency_key(key: str) -> None:
     """A UsageError unless ``key`` can be sent as the Idempotency-Key header."""
+    from app.core.api.wire import MAX_IDEMPOTENCY_KEY_CHARS  # pydantic: not before the first frame
+
     problem = header_value_problem(key)
     if problem is None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
         problem = f"it is {len(key):,} characters long; at most {MAX_IDEMPOTENCY_KEY_CHARS}"
