@@ -60,9 +60,6 @@ def decode_image(source: str, columns: int = MAX_COLUMNS, rows: int = MAX_ROWS) 
 class RolloutImage(Static):
     """One image of an observation: a note while it is decoded, then the picture or why not."""
 
-    DEFAULT_CSS = """
-    RolloutImage { width: auto; height: auto; margin: 0 0 0 2; }
-    """
 
     def __init__(self, source: str) -> None:
         super().__init__(Content.styled("[decoding an image…]", "$text-muted"))

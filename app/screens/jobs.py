@@ -59,10 +59,6 @@ def _cell(value: str, style: str, width: int) -> Text:
 
 class JobsScreen(FlowScreen):
     TITLE = "Backend jobs"
-    DEFAULT_CSS = """
-    JobsScreen #jobs-table { height: 1fr; }
-    JobsScreen #jobs-filter { dock: bottom; }
-    """
     BINDINGS = [
         # A priority key, so the footer shows it over the table's own enter (check_action lets the
         # filter field have it while typing).

@@ -54,13 +54,6 @@ class RolloutReader:
 
 class RolloutsScreen(FlowScreen):
     TITLE = "Rollouts"
-    DEFAULT_CSS = """
-    RolloutsScreen #rollouts-body { height: 1fr; }
-    RolloutsScreen #rollouts-table { width: 68; }
-    RolloutsScreen.-narrow #rollouts-table { width: 1fr; }
-    RolloutsScreen #rollouts-preview { width: 2fr; border: round $primary-darken-2; }
-    RolloutsScreen.-narrow #rollouts-preview { display: none; }
-    """
     BINDINGS = [
         Binding("enter", "open", "Open", id="rollouts.open", priority=True),
         # Pushed over a dashboard: q goes back, as esc does; near the front, so 80 columns show it.
@@ -279,9 +272,6 @@ class RolloutScreen(FlowScreen):
     """One rollout, turn by turn, the whole screen."""
 
     TITLE = "Rollout"
-    DEFAULT_CSS = """
-    RolloutScreen #rollout-view { height: 1fr; border: round $primary-darken-2; }
-    """
     BINDINGS = [
         Binding("q,escape", "back", "Back", id="rollout.back"),
         Binding("c", "compare", "Same seed", id="rollout.compare"),
@@ -314,10 +304,6 @@ class RolloutCompareScreen(FlowScreen):
     """Two rollouts of one seed side by side, the earlier step on the left."""
 
     TITLE = "Same seed, two steps"
-    DEFAULT_CSS = """
-    RolloutCompareScreen #compare-pair { height: 1fr; }
-    RolloutCompareScreen RolloutView { width: 1fr; border: round $primary-darken-2; }
-    """
     BINDINGS = [Binding("q,escape", "back", "Back", id="rollout_compare.back")]
 
     def __init__(self, left: Rollout, right: Rollout) -> None:
