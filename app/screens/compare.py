@@ -69,7 +69,7 @@ class CompareScreen(ChartKeys, FlowScreen):
         grid.live_job_id = first.job_id
         grid.live_label = run_labels([run.job_id for run in runs])[first.job_id]
         await self.mount(grid, after="#compare-header")
-        self.query_one("#compare-waiting").display = False
+        self.query_one("#compare-waiting").add_class("-hidden")
         grid.set_overlays(others)
         grid.data_changed()
         empty = [run.job_id for run in runs if not run.store.names()]

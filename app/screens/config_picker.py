@@ -142,7 +142,7 @@ class ConfigPickerScreen(FlowScreen):
     def _show_message(self, text: str) -> None:
         message = self.query_one("#picker-message", Static)
         message.update(Content(text))
-        message.display = True
+        message.remove_class("-hidden")
 
     def action_reload(self) -> None:
         if self.flow_app.preparing:  # the options the search needs are not known yet
@@ -204,7 +204,7 @@ class ConfigPickerScreen(FlowScreen):
         pane.border_title = f"Configs {len(visible)} of {total}" if query else f"Configs ({total})"
         message = self._list_message(query, visible)
         self.query_one("#picker-message", Static).update(message)
-        self.query_one("#picker-message").display = bool(message)
+        self.query_one("#picker-message").set_class(not message, "-hidden")
         self.set_class(self.searched and not self.entries, "-empty")
         self.query_one(ConfigPreview).show(config_list.highlighted_entry)
 

@@ -150,7 +150,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         warnings = self.session.env.warnings if self.session.env is not None else []
         notes = self.query_one("#env-warnings", Static)
         notes.update(Content("\n").join(Content.styled(f"⚠ {warning}", "$text-warning") for warning in warnings))
-        notes.display = bool(warnings)
+        notes.set_class(not warnings, "-hidden")
 
     def _header(self) -> Content:
         step = ("Step 2 of 4 · ", "$text-muted")

@@ -117,7 +117,6 @@ class JobsScreen(FlowScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#jobs-filter").display = False
         self._show()
         if self.preset is None:
             self.action_refresh()
@@ -247,14 +246,14 @@ class JobsScreen(FlowScreen):
 
     def action_filter(self) -> None:
         field = self.query_one("#jobs-filter", Input)
-        field.display = True
+        self.add_class("-filtering")
         field.value = self.filter_text
         self.set_focus(field)  # at once: keys typed right after the slash go into the field
 
     def action_clear_filter(self) -> None:
         field = self.query_one("#jobs-filter", Input)
         field.value = ""
-        field.display = False
+        self.remove_class("-filtering")
         self.filter_text = ""
         self.query_one(DataTable).focus()
         self._show()
@@ -265,8 +264,8 @@ class JobsScreen(FlowScreen):
         self._show()
 
     @on(Input.Submitted, "#jobs-filter")
-    def _filter_kept(self, event: Input.Submitted) -> None:
-        event.input.display = False
+    def _filter_kept(self) -> None:
+        self.remove_class("-filtering")
         self.query_one(DataTable).focus()
 
     @on(DataTable.RowSelected, "#jobs-table")

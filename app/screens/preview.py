@@ -98,7 +98,7 @@ class PayloadPreviewScreen(FlowScreen):
             with Horizontal(id="payload-submit-row"):
                 yield Button("Submit (s)", variant="primary", compact=True, id="payload-submit")
                 yield Static(id="payload-status")
-            with VerticalScroll(id="payload-response-scroll"):
+            with VerticalScroll(id="payload-response-scroll", classes="-hidden"):
                 yield Static(id="payload-response", markup=False)
         yield Footer()
 
@@ -107,7 +107,6 @@ class PayloadPreviewScreen(FlowScreen):
         self.query_one("#payload-target", Static).update(Content.assemble(
             ("Backend ", "$text-muted"), session.backend_base, ("  ·  Idempotency-Key ", "$text-muted"),
             (session.idempotency_key, "bold")))
-        self.query_one("#payload-response-scroll").display = False
         self._show_experimental_note()
         for name in self.STATE:
             self.watch(self, name, self._show_state, init=False)
@@ -248,7 +247,7 @@ class PayloadPreviewScreen(FlowScreen):
         self.query_one("#payload-status", Static).update(_redacted_content(self._status_parts(), secrets))
         response = self._response_text()
         scroll = self.query_one("#payload-response-scroll")
-        scroll.display = response is not None
+        scroll.set_class(response is None, "-hidden")
         if response is not None:
             code, text = response
             text = redact(text, secrets)
@@ -268,7 +267,7 @@ class PayloadPreviewScreen(FlowScreen):
             parts = [("! ", "bold $text-warning"), f"The task URL changed since verification ({verified}): "
                      "esc goes back to verify the new one."]
         line = self.query_one("#payload-problem", Static)
-        line.display = bool(parts)
+        line.set_class(not parts, "-hidden")
         line.update(_redacted_content(parts, secrets))
 
     def _status_parts(self) -> list[str | tuple[str, str]]:
