@@ -256,6 +256,7 @@ class SynthTuiApp(App[int]):
         screen = self._first_screen()
         # What push_screen gives a screen and switch_screen takes back: Textual 8.2 gives the
         # default screen none, so switching it (Esc to an earlier step, a rerun) would fail.
+        # Private: Textual 8.2 has no public way to give the default screen a result callback.
         screen._push_result_callback(screen, None)
         return screen
 

@@ -104,6 +104,8 @@ class _ValueDialog(ModalScreen[bool], BuildGuard):
 class EditValueModal(_ValueDialog):
     """Edit one key's value in the .env held in memory."""
 
+    AUTO_FOCUS = "#env-value"
+
     def __init__(self, key: ResolvedKey, *, file_value: str | None, file_label: str, apply: ApplyValue) -> None:
         super().__init__(apply)
         self.key = key
@@ -130,7 +132,6 @@ class EditValueModal(_ValueDialog):
             yield from self.buttons()
 
     def on_mount(self) -> None:
-        self.value_input().focus()
         if not self.value_input().password:
             self.query_one("#env-reveal", Button).label = "Hide (ctrl+r)"
 
@@ -183,6 +184,8 @@ class AddKeyModal(_ValueDialog):
 class SaveBeforeContinueModal(ModalScreen[str | None], BuildGuard):
     """Unsaved edits and the user continues: "save", "continue" (without saving) or None."""
 
+    AUTO_FOCUS = "#save"
+
     BINDINGS = [
         Binding("s", "answer('save')", "Save and continue", id="env_continue.save"),
         Binding("c", "answer('continue')", "Continue without saving", id="env_continue.skip"),
@@ -205,9 +208,6 @@ class SaveBeforeContinueModal(ModalScreen[str | None], BuildGuard):
                 yield Button("Continue without saving (c)", id="continue")
                 yield Button("Stay here (esc)", id="stay")
 
-    def on_mount(self) -> None:
-        self.query_one("#save", Button).focus()
-
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
         self.action_answer(event.button.id or "stay")
@@ -218,6 +218,8 @@ class SaveBeforeContinueModal(ModalScreen[str | None], BuildGuard):
 
 class ReloadModal(ModalScreen[str | None], BuildGuard):
     """Reload the .env with unsaved edits: "keep" (applied again on top), "drop", or None."""
+
+    AUTO_FOCUS = "#keep"
 
     BINDINGS = [
         Binding("k", "answer('keep')", "Reload, keep my edits", id="env_reload.keep"),
@@ -242,9 +244,6 @@ class ReloadModal(ModalScreen[str | None], BuildGuard):
                 yield Button("Reload, keep my edits (k)", variant="primary", id="keep")
                 yield Button("Reload, drop my edits (d)", variant="warning", id="drop")
                 yield Button("Cancel (esc)", id="stay")
-
-    def on_mount(self) -> None:
-        self.query_one("#keep", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

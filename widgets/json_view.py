@@ -35,6 +35,8 @@ def text_area_language(language: str) -> str | None:
 class JsonReportModal(ModalScreen[None], BuildGuard):
     """A long JSON report, read-only: arrows/page keys scroll, ``y`` copies, Esc closes."""
 
+    AUTO_FOCUS = "#report-text"
+
     BINDINGS = [
         Binding("y", "copy", "Copy", id="report.copy"),
         # Priority, so ctrl+c copies here instead of asking to quit; a selection is copied
@@ -57,9 +59,6 @@ class JsonReportModal(ModalScreen[None], BuildGuard):
             with Horizontal(id="modal-buttons"):
                 yield Button("Copy (y)", variant="primary", id="report-copy")
                 yield Button("Close (esc)", id="report-close")
-
-    def on_mount(self) -> None:
-        self.query_one("#report-text", TextArea).focus()
 
     @on(Button.Pressed, "#report-copy")
     def action_copy(self) -> None:

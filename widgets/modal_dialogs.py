@@ -44,6 +44,8 @@ class ModalFailureNotice(Static):
 class ModalSecretPicker(ModalScreen[str | None], BuildGuard):
     """Which secret to read the key from (names holding "env" first); returns its name."""
 
+    AUTO_FOCUS = "OptionList"
+
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_secret.cancel")]
 
     def __init__(self, names: list[str], key: str) -> None:
@@ -61,9 +63,6 @@ class ModalSecretPicker(ModalScreen[str | None], BuildGuard):
             with Horizontal(id="modal-buttons"):
                 yield Button("Read (enter)", variant="primary", id="modal-secret-read")
                 yield Button("Cancel (esc)", id="modal-secret-cancel")
-
-    def on_mount(self) -> None:
-        self.query_one(OptionList).focus()
 
     @on(OptionList.OptionSelected, "#modal-secrets")
     @on(Button.Pressed, "#modal-secret-read")
@@ -104,6 +103,8 @@ class ModalWait(ModalScreen[None], BuildGuard):
 class ModalEndpointPicker(ModalScreen[str | None], BuildGuard):
     """A deployed app's web endpoint for TASK_APP_URL; returns its URL (not a secret)."""
 
+    AUTO_FOCUS = "OptionList"
+
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_endpoint.cancel")]
 
     def __init__(self, endpoints: Sequence[tuple[str, str, str]]) -> None:
@@ -120,9 +121,6 @@ class ModalEndpointPicker(ModalScreen[str | None], BuildGuard):
                 yield Button("Use it (enter)", variant="primary", id="modal-endpoint-use")
                 yield Button("Cancel (esc)", id="modal-endpoint-cancel")
 
-    def on_mount(self) -> None:
-        self.query_one(OptionList).focus()
-
     @on(OptionList.OptionSelected, "#modal-endpoints")
     @on(Button.Pressed, "#modal-endpoint-use")
     def action_use(self) -> None:
@@ -138,6 +136,8 @@ class ModalEndpointPicker(ModalScreen[str | None], BuildGuard):
 
 class SendToModalModal(ModalScreen[str | None], BuildGuard):
     """The secret to write ENVIRONMENT_API_KEY into; returns its name."""
+
+    AUTO_FOCUS = "Input"
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_send.cancel")]
 
@@ -156,9 +156,6 @@ class SendToModalModal(ModalScreen[str | None], BuildGuard):
             with Horizontal(id="modal-buttons"):
                 yield Button("Send (enter)", variant="primary", id="modal-send-go")
                 yield Button("Cancel (esc)", id="modal-send-cancel")
-
-    def on_mount(self) -> None:
-        self.query_one(Input).focus()
 
     @on(Input.Submitted, "#modal-send-name")
     @on(Button.Pressed, "#modal-send-go")

@@ -55,6 +55,8 @@ class RunChecklist(SelectionList[str]):
 class OverlayPickerModal(ModalScreen[list[str] | None], BuildGuard):
     """Returns the job ids to overlay (an empty list removes the overlays), or None."""
 
+    AUTO_FOCUS = "#overlay-runs, #overlay-ids"
+
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="overlay.cancel")]
 
     def __init__(self, earlier: list[RunRecord], chosen: list[str]) -> None:
@@ -101,10 +103,6 @@ class OverlayPickerModal(ModalScreen[list[str] | None], BuildGuard):
             with Horizontal(id="modal-buttons"):
                 yield Button("Overlay", variant="primary", id="overlay-apply")
                 yield Button("Cancel (esc)", id="overlay-cancel")
-
-    def on_mount(self) -> None:
-        target = "#overlay-runs" if self.earlier else "#overlay-ids"
-        self.query_one(target).focus()
 
     def _chosen(self) -> list[str]:
         ids: list[str] = []

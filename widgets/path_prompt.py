@@ -30,6 +30,8 @@ class PathPromptModal(ModalScreen[Path | None], BuildGuard):
     are found in a worker too.
     """
 
+    AUTO_FOCUS = "#path-input"
+
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="path_prompt.cancel")]
 
     def __init__(
@@ -67,7 +69,6 @@ class PathPromptModal(ModalScreen[Path | None], BuildGuard):
                 yield Button("Cancel (esc)", id="path-cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#path-input", Input).focus()
         if self.find_candidates is not None:
             self._find(self.find_candidates)
 

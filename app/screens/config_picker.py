@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 
 class ConfigPickerScreen(FlowScreen):
+    AUTO_FOCUS = "ConfigList"
     TITLE = "Choose an RL config"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     CHANGE_CHECK_SECONDS = 2.0
@@ -118,7 +119,6 @@ class ConfigPickerScreen(FlowScreen):
             Content.assemble(("Step 1 of 4 · ", "$text-muted"), ("Choose an RL config", "bold"),
                              (f" · found under {where}", "$text-muted"))
         )
-        self.query_one(ConfigList).focus()
         self.watch(self.flow_app, "preparing", self._preparation_changed, init=False)
         if self.flow_app.preparing:
             self._show_message(self.flow_app.preparing)

@@ -31,6 +31,7 @@ from widgets.path_prompt import PathPromptModal
 
 
 class EnvReviewScreen(ModalActions, DiskWatch):
+    AUTO_FOCUS = "MaskedEnvTable"
     TITLE = "Review the .env secrets"
 
     BINDINGS = [
@@ -91,7 +92,6 @@ class EnvReviewScreen(ModalActions, DiskWatch):
     def on_mount(self) -> None:
         super().on_mount()
         self.cwd = self.session.options.cwd.resolve()
-        self.query_one(MaskedEnvTable).focus()
         if self.session.env is None:
             self.loading = True
             self.run_worker(self._open_initial_env, name="Reading the .env file", group="env-open",

@@ -16,6 +16,8 @@ from widgets.build_guard import BuildGuard
 class ConfirmModal(ModalScreen[bool], BuildGuard):
     """Ask before something that cannot be undone; y/enter confirms, n/escape cancels."""
 
+    AUTO_FOCUS = "#confirm-yes"
+
     BINDINGS = [
         Binding("y", "confirm", "Yes", id="confirm.yes"),
         Binding("n,escape", "cancel", "No", id="confirm.no"),
@@ -36,9 +38,6 @@ class ConfirmModal(ModalScreen[bool], BuildGuard):
                 yield Button(f"{self.confirm_label} (y)", variant="primary", id="confirm-yes")
                 yield Button("No (n)", id="confirm-no")
 
-    def on_mount(self) -> None:
-        self.query_one("#confirm-yes", Button).focus()
-
     @on(Button.Pressed, "#confirm-yes")
     def action_confirm(self) -> None:
         self.dismiss(True)
@@ -51,6 +50,8 @@ class ConfirmModal(ModalScreen[bool], BuildGuard):
 
 class ErrorModal(ModalScreen[None], BuildGuard):
     """What went wrong and what to do about it. Never a traceback."""
+
+    AUTO_FOCUS = "#error-close"
 
     BINDINGS = [Binding("escape,enter,q", "close", "Close", id="error.close")]
 
@@ -70,9 +71,6 @@ class ErrorModal(ModalScreen[None], BuildGuard):
             with Horizontal(id="modal-buttons"):
                 yield Button("Close (esc)", variant="error", id="error-close")
 
-    def on_mount(self) -> None:
-        self.query_one("#error-close", Button).focus()
-
     @on(Button.Pressed, "#error-close")
     def action_close(self) -> None:
         self.dismiss(None)
@@ -85,6 +83,8 @@ HELP_MAX_ROWS = 24
 
 class HelpModal(ModalScreen[None], BuildGuard):
     """Every binding of the screen the user was on, with what it does."""
+
+    AUTO_FOCUS = "#help-table"
 
     BINDINGS = [Binding("escape,q,question_mark,f1", "close", "Close", id="help.close")]
 
@@ -104,7 +104,6 @@ class HelpModal(ModalScreen[None], BuildGuard):
         table.add_columns("Key", "Action")
         for key, description in self.rows:
             table.add_row(key, description)
-        table.focus()
         self._fit_table()
 
     def on_resize(self) -> None:
