@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from textual import events, work
+from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import Notification, Notify
@@ -26,6 +26,7 @@ from app.core.jobs import JobContext
 from app.core.redact import redact
 from app.core.session import LaunchOptions, LaunchSession, Preparation
 from app.screens.base import FlowScreen
+from widgets.worker_errors import WorkerFailed
 
 # Each screen's module is imported when the screen is first shown: the first frame waits only
 # for its own screen, not for the dashboard's charts or the HTTP client (docs/performance.md).
@@ -66,6 +67,15 @@ UNHELD_KEYS = frozenset({"ctrl+c", "ctrl+q"})
 KEY_RELEASE_S = 0.01  # how often a key typed ahead checks whether it can go on
 # A screen that is never quiet (a live feed's bursts) takes the next key after this long anyway.
 KEY_SETTLE_LIMIT_S = 1.0
+
+# How a worker's failure reaches the user (on_worker_failed; docs/architecture.md#threads-and-workers),
+# by the worker's group. A toast where the work was a side matter and the screen goes on; any
+# other group is a dialog (show_error): what the user asked for did not happen, and it says why.
+# The preparation ("prepare") is a dialog too, and the flow stays on its first screen.
+WORKER_FAILURE_TOASTS: dict[str, str] = {
+    "rollout-image": "An image could not be drawn",  # the image says so where it stands
+    "run-history": "The run history was not updated",  # the job goes on
+}
 
 # Whether this process has frozen what existed at its first frame (SynthTuiApp._first_frame_drawn).
 _startup_frozen = False
@@ -154,15 +164,30 @@ class SynthTuiApp(App[int]):
             self._unnotify(notice)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """A preparation that failed: the flow stays on its first screen, which says why; the
-        run ends with the failure's exit code."""
-        if event.worker.group == "prepare" and event.state is WorkerState.ERROR and event.worker.error is not None:
-            error = event.worker.error
+        """The app's own workers (the preparation, the run history): the same path as the
+        screens' and widgets' (WorkerFailed)."""
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            self.worker_failed(event.worker, event.worker.error)
+
+    @on(WorkerFailed)
+    def _worker_failed_below(self, event: WorkerFailed) -> None:
+        self.worker_failed(event.worker, event.error)
+
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        """Every worker's failure: a toast or a dialog (WORKER_FAILURE_TOASTS), never silence."""
+        if worker.group == "prepare":
+            # The flow stays on its first screen, which says why; the run ends with the
+            # failure's exit code.
             self.exit_code = error.exit_code if isinstance(error, SynthTuiError) else ExitCode.BACKEND
             failed = self.preparation.failed if self.preparation is not None else "Could not start"
             self.preparation_running = False
             self.preparing = f"{failed}: see the error. Quit with ctrl+q, fix it and run again."
             self.show_error(failed, error)
+        elif (title := WORKER_FAILURE_TOASTS.get(worker.group)) is not None:
+            message = error.message if isinstance(error, SynthTuiError) else f"{type(error).__name__}: {error}"
+            self.notify(redact(message, self.session.secret_values()), title=title, severity="error", markup=False)
+        else:
+            self.show_error(f"{worker.name or 'A background task'} failed", error)
 
     # -- keys typed ahead --------------------------------------------------------------------
 
@@ -300,7 +325,7 @@ class SynthTuiApp(App[int]):
         self._remember_submission(job)
         self.push_screen(dashboard_screen(job))
 
-    @work(exit_on_error=False, name="Run history")
+    @work(exit_on_error=False, group="run-history", name="Run history")
     async def _remember_submission(self, job: JobContext) -> None:
         self.warn_history(await asyncio.to_thread(self.session.remember_submission, job))
 

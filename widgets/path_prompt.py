@@ -17,12 +17,13 @@ from textual.widgets.option_list import Option
 
 from app.core.display_paths import display_path
 from widgets.build_guard import BuildGuard
+from widgets.worker_errors import ReportsWorkerFailures
 
 # Returns what is wrong with a path (shown under the input), or None when it can be used.
 PathCheck = Callable[[Path], str | None]
 
 
-class PathPromptModal(ModalScreen[Path | None], BuildGuard):
+class PathPromptModal(ReportsWorkerFailures, ModalScreen[Path | None], BuildGuard):
     """Dismisses with the chosen path, resolved, or None on escape.
 
     Checking touches the disk (it may be slow on a network drive), so it runs in a worker; a

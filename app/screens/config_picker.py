@@ -287,8 +287,7 @@ class ConfigPickerScreen(FlowScreen):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "picker-discover" and event.state is WorkerState.ERROR:
-            self._looking = False  # the error is shown; keys typed meanwhile go on
-        super().on_worker_state_changed(event)
+            self._looking = False  # the error is shown (FlowScreen); keys typed meanwhile go on
 
     # -- choose ----------------------------------------------------------------------------------
 
