@@ -26,6 +26,7 @@ from app.core.jobs import JobContext
 from app.core.redact import redact
 from app.core.session import LaunchOptions, LaunchSession, Preparation
 from app.screens.base import FlowScreen
+from app.screens.commands import ScreenCommands
 from widgets.worker_errors import WorkerFailed
 
 # Each screen's module is imported when the screen is first shown: the first frame waits only
@@ -92,6 +93,8 @@ class SynthTuiApp(App[int]):
     TITLE = "synth-tui"
     SUB_TITLE = "RL training jobs"
     ENABLE_COMMAND_PALETTE = True
+    # The screen's own commands come from its bindings (app/screens/commands.py).
+    COMMANDS = App.COMMANDS | {ScreenCommands}
     BINDINGS = [
         Binding("f1,question_mark", "help", "Help", id="app.help", key_display="?"),
         # Not a priority binding: the dashboard hides it behind its own q (which asks first).
@@ -395,9 +398,6 @@ class SynthTuiApp(App[int]):
                 yield SystemCommand("Quit", "Quit synth-tui (asks first while a job is watched)", command.callback)
             elif command.title not in ("Keys", "Screenshot"):
                 yield command
-        actions = getattr(screen, "PALETTE_COMMANDS", ())
-        for title, help_text, action in actions:
-            yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
         yield SystemCommand("Help", "Show every key of this screen", self.action_help)
 
     def confirm(self, question: str, on_yes, *, detail: str = "", label: str = "Yes") -> None:

@@ -24,8 +24,6 @@ class FlowScreen(ReportsWorkerFailures, BuildGuard):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1,question_mark", "app.help", "Help", id="flow.help", key_display="?"),
     ]
-    # (palette title, palette help, action name) for the command palette.
-    PALETTE_COMMANDS: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     @property
     def flow_app(self) -> SynthTuiApp:

@@ -26,6 +26,7 @@ from app.core import discovery
 from app.core.display_paths import home_relative
 from app.core.words import counted
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
@@ -49,15 +50,13 @@ class ConfigPickerScreen(FlowScreen):
         # The first step's q quits, as on the other first screens (ctrl+q is in the footer).
         Binding("q", "quit_picker", "Quit", id="picker.quit", show=False),
         Binding("slash", "focus_filter", "Filter", id="picker.filter", key_display="/"),
-        Binding("o", "open_path", "Open path", id="picker.open"),
-        Binding("r", "reload", "Reload", id="picker.reload"),
+        Binding("o", "open_path", "Open path", id="picker.open",
+                tooltip=palette_tooltip("Open config file…", "Open any TOML config by its path")),
+        Binding("r", "reload", "Reload", id="picker.reload",
+                tooltip=palette_tooltip("Reload configs", "Search for configs again and re-validate every one")),
         Binding("escape", "clear_filter", "Clear filter", id="picker.clear_filter", show=False),
         Binding("down", "focus_list", "Back to the list", id="picker.to_list", show=False),
     ]
-    PALETTE_COMMANDS = (
-        ("Open config file…", "Open any TOML config by its path", "open_path"),
-        ("Reload configs", "Search for configs again and re-validate every one", "reload"),
-    )
 
     class ConfigsFound(Message):
         def __init__(self, entries: list[ConfigEntry]) -> None:

@@ -38,7 +38,8 @@ from app.core.series import MetricStore
 from app.core.streaming import WatchEnded
 from app.core.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
 from app.screens.base import FlowScreen
-from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
+from app.screens.chart_keys import CHART_BINDINGS, ChartKeys
+from app.screens.commands import palette_tooltip
 from app.screens.overlays import OverlayActions
 from widgets.app_header import AppHeader
 from widgets.event_log import EventLog
@@ -74,34 +75,34 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         # list the dashboard was opened from, else quits (check_action shows the one that applies).
         Binding("q", "back", "Back", id="dashboard.back"),
         Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
-        Binding("c", "cancel_job", "Cancel", id="dashboard.cancel"),
-        Binding("r", "rerun", "Rerun", id="dashboard.rerun"),
-        Binding("p", "pause", "Pause", id="dashboard.pause"),
-        Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
+        Binding("c", "cancel_job", "Cancel", id="dashboard.cancel",
+                tooltip=palette_tooltip("Cancel job", "Cancel the job on the backend (asks first)")),
+        Binding("r", "rerun", "Rerun", id="dashboard.rerun",
+                tooltip=palette_tooltip("Rerun job", "Submit the same payload with a new Idempotency-Key")),
+        Binding("p", "pause", "Pause", id="dashboard.pause",
+                tooltip=palette_tooltip("Pause or resume the view", "Freeze the chart and the log; the job goes on")),
+        Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/",
+                tooltip=palette_tooltip("Filter events", "Show only events whose type, level or text match")),
         *CHART_BINDINGS,
-        Binding("o", "overlay", "Overlay", id="dashboard.overlay"),
-        Binding("i", "inspect", "Rollouts", id="dashboard.inspect"),
+        Binding("o", "overlay", "Overlay", id="dashboard.overlay",
+                tooltip=palette_tooltip("Overlay earlier runs",
+                                        "Draw earlier runs of this config, or any job id, as dimmed lines")),
+        Binding("i", "inspect", "Rollouts", id="dashboard.inspect",
+                tooltip=palette_tooltip("Inspect rollouts",
+                                        "The episodes the backend kept: best and worst of a step, turn by turn")),
         # n and e are not in the footer: the log's status line names n, the palette both.
-        Binding("n", "noise", "Noise", id="dashboard.noise", show=False),
-        Binding("e", "export", "Export", id="dashboard.export", show=False),
-        Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
+        Binding("n", "noise", "Noise", id="dashboard.noise", show=False,
+                tooltip=palette_tooltip("Toggle infrastructure noise", "Show or hide hatchet/modal events")),
+        Binding("e", "export", "Export", id="dashboard.export", show=False,
+                tooltip=palette_tooltip("Export run", "Write metrics CSV and events JSONL into the run's folder")),
+        Binding("end", "follow", "Follow log", id="dashboard.follow", show=False,
+                tooltip=palette_tooltip("Follow the log", "Scroll to the newest event and stay there")),
         # The app's quit, which asks this screen (request_quit) even when q goes back.
         Binding("ctrl+q", "app.quit", "Quit", id="dashboard.app_quit", show=False),
-        Binding("escape", "close_filter", "Clear filter / back", id="dashboard.close_filter", show=False),
+        Binding("escape", "close_filter", "Clear filter / back", id="dashboard.close_filter", show=False,
+                tooltip=palette_tooltip("Clear the event filter",
+                                        "Show every event again (with no filter: back to the list it came from)")),
     ]
-    PALETTE_COMMANDS = (
-        ("Cancel job", "Cancel the job on the backend (asks first)", "cancel_job"),
-        ("Rerun job", "Submit the same payload with a new Idempotency-Key", "rerun"),
-        ("Export run", "Write metrics CSV and events JSONL into the run's folder", "export"),
-        ("Pause or resume the view", "Freeze the chart and the log; the job goes on (p)", "pause"),
-        *CHART_PALETTE,
-        ("Overlay earlier runs", "Draw earlier runs of this config, or any job id, as dimmed lines (o)", "overlay"),
-        ("Inspect rollouts", "The episodes the backend kept: best and worst of a step, turn by turn (i)", "inspect"),
-        ("Filter events", "Show only events whose type, level or text match (/)", "filter"),
-        ("Clear the event filter", "Show every event again (esc)", "clear_filter"),
-        ("Follow the log", "Scroll to the newest event and stay there (end)", "follow"),
-        ("Toggle infrastructure noise", "Show or hide hatchet/modal events (n)", "noise"),
-    )
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
                  overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = (),

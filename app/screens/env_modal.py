@@ -16,6 +16,7 @@ from textual.binding import Binding
 
 from app.core.modal import ModalCancelled, ModalCli, SecretSent, deployed_endpoints
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from widgets.env_table import MaskedEnvTable
 from widgets.modal_dialogs import (
     ModalEndpointPicker,
@@ -28,15 +29,14 @@ from widgets.modal_dialogs import (
 T = TypeVar("T")
 
 MODAL_BINDINGS = [
-    Binding("m", "from_modal", "From Modal", id="env.from_modal"),
-    Binding("u", "send_to_modal", "Send to Modal", id="env.send_to_modal", show=False),
+    Binding("m", "from_modal", "From Modal", id="env.from_modal",
+            tooltip=palette_tooltip("ENVIRONMENT_API_KEY or TASK_APP_URL from Modal…",
+                                    "Read the key from a Modal secret (starts a short container), "
+                                    "or pick a deployed app's URL")),
+    Binding("u", "send_to_modal", "Send to Modal", id="env.send_to_modal", show=False,
+            tooltip=palette_tooltip("Send ENVIRONMENT_API_KEY to Modal…",
+                                    "Write the key into a Modal secret for a task app deployed there")),
 ]
-MODAL_PALETTE = (
-    ("ENVIRONMENT_API_KEY or TASK_APP_URL from Modal…",
-     "Read the key from a Modal secret (starts a short container), or pick a deployed app's URL (m)", "from_modal"),
-    ("Send ENVIRONMENT_API_KEY to Modal…", "Write the key into a Modal secret for a task app deployed there (u)",
-     "send_to_modal"),
-)
 DEFAULT_SECRET = "synth-tui-env"
 
 

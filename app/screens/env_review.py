@@ -22,7 +22,8 @@ from app.core import envfile
 from app.core.display_paths import display_path, home_relative
 from app.core.env_paths import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
-from app.screens.env_modal import MODAL_BINDINGS, MODAL_PALETTE, ModalActions
+from app.screens.commands import palette_tooltip
+from app.screens.env_modal import MODAL_BINDINGS, ModalActions
 from app.screens.env_watch import DiskWatch
 from widgets.app_header import AppHeader
 from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
@@ -36,23 +37,24 @@ class EnvReviewScreen(ModalActions, DiskWatch):
 
     BINDINGS = [
         # Continue leads: at 80 columns the footer has room for only the first few keys.
-        Binding("c,ctrl+n", "continue", "Continue", id="env.continue"),
+        Binding("c,ctrl+n", "continue", "Continue", id="env.continue",
+                tooltip=palette_tooltip("Continue to verification",
+                                        "Check the backend and the task app with these keys")),
         Binding("enter,i", "edit", "Edit", id="env.edit", key_display="enter"),
-        Binding("a", "add_key", "Add key", id="env.add"),
-        Binding("ctrl+s", "save", "Save", id="env.save"),
-        Binding("e", "choose_env_file", "Other .env", id="env.choose"),
-        Binding("r,f5", "reload", "Reload", id="env.reload", key_display="r"),
+        Binding("a", "add_key", "Add key", id="env.add",
+                tooltip=palette_tooltip("Add a key to the .env",
+                                        "Add a key and its value (kept in memory until you save)")),
+        Binding("ctrl+s", "save", "Save", id="env.save",
+                tooltip=palette_tooltip("Save the .env",
+                                        "Write your edits to the .env file (atomic; every other line kept)")),
+        Binding("e", "choose_env_file", "Other .env", id="env.choose",
+                tooltip=palette_tooltip("Choose another .env…", "Pick a discovered .env file or type a path")),
+        Binding("r,f5", "reload", "Reload", id="env.reload", key_display="r",
+                tooltip=palette_tooltip("Reload the .env from disk",
+                                        "Read it again; with unsaved edits, asks whether to keep them")),
         *MODAL_BINDINGS,
         Binding("escape", "back", "Back", id="env.back"),
     ]
-    PALETTE_COMMANDS = (
-        ("Save the .env", "Write your edits to the .env file (atomic; every other line kept)", "save"),
-        ("Choose another .env…", "Pick a discovered .env file or type a path", "choose_env_file"),
-        ("Add a key to the .env", "Add a key and its value (kept in memory until you save)", "add_key"),
-        ("Reload the .env from disk", "Read it again; with unsaved edits, asks whether to keep them (r)", "reload"),
-        *MODAL_PALETTE,
-        ("Continue to verification", "Check the backend and the task app with these keys", "continue"),
-    )
 
     class EnvLoaded(Message):
         """A worker finished opening a .env (or failed to: then session.env is None)."""

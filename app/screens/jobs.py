@@ -34,6 +34,7 @@ from app.core.jobs import CANCEL_DETAIL, JobContext, read_history
 from app.core.redact import redact
 from app.core.words import counted
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from app.screens.dashboard import DashboardScreen
 from widgets.app_header import AppHeader
 from widgets.cells import cell
@@ -62,27 +63,26 @@ class JobsScreen(FlowScreen):
     BINDINGS = [
         # A priority key, so the footer shows it over the table's own enter (check_action lets the
         # filter field have it while typing).
-        Binding("enter", "attach", "Attach", id="jobs.attach", priority=True),
-        Binding("c", "cancel_job", "Cancel", id="jobs.cancel"),
-        Binding("r", "rerun", "Rerun", id="jobs.rerun"),
-        Binding("s", "sort", "Sort", id="jobs.sort"),
+        Binding("enter", "attach", "Attach", id="jobs.attach", priority=True,
+                tooltip=palette_tooltip("Attach to the job", "Open the selected job's live dashboard")),
+        Binding("c", "cancel_job", "Cancel", id="jobs.cancel",
+                tooltip=palette_tooltip("Cancel the job", "Cancel the selected job on the backend, after asking")),
+        Binding("r", "rerun", "Rerun", id="jobs.rerun",
+                tooltip=palette_tooltip("Rerun the job",
+                                        "Submit the selected job's payload again, from the run history")),
+        Binding("s", "sort", "Sort", id="jobs.sort",
+                tooltip=palette_tooltip("Sort the jobs", "By created, status, score or model")),
         # Priority too: a key typed right after / goes into the field, not to the table (a
         # non-priority / is handled after the keys behind it have already gone to the table).
-        Binding("slash", "filter", "Filter", id="jobs.filter", key_display="/", priority=True),
-        Binding("f5", "refresh", "Refresh", id="jobs.refresh"),
-        Binding("escape", "clear_filter", "Clear filter", id="jobs.clear_filter", show=False),
+        Binding("slash", "filter", "Filter", id="jobs.filter", key_display="/", priority=True,
+                tooltip=palette_tooltip("Filter the jobs", "Only jobs whose id, status or model holds the text")),
+        Binding("f5", "refresh", "Refresh", id="jobs.refresh",
+                tooltip=palette_tooltip("Refresh the jobs", "Read the backend's job list now")),
+        Binding("escape", "clear_filter", "Clear filter", id="jobs.clear_filter", show=False,
+                tooltip=palette_tooltip("Clear the job filter", "Show every job again")),
         Binding("q", "app.quit", "Quit", id="jobs.quit"),
         Binding("ctrl+q", "app.quit", "Quit", id="jobs.app_quit", show=False),  # q is in the footer
     ]
-    PALETTE_COMMANDS = (
-        ("Attach to the job", "Open the selected job's live dashboard (enter)", "attach"),
-        ("Cancel the job", "Cancel the selected job on the backend, after asking (c)", "cancel_job"),
-        ("Rerun the job", "Submit the selected job's payload again, from the run history (r)", "rerun"),
-        ("Sort the jobs", "By created, status, score or model (s)", "sort"),
-        ("Filter the jobs", "Only jobs whose id, status or model holds the text (/)", "filter"),
-        ("Clear the job filter", "Show every job again (esc)", "clear_filter"),
-        ("Refresh the jobs", "Read the backend's job list now (f5)", "refresh"),
-    )
 
     def __init__(self, *, status: str | None = None, max_jobs: int = MAX_LISTED_JOBS,
                  page_size: int = JOB_PAGE_SIZE, sort: str = "created", refresh_every: float | None = 5.0,

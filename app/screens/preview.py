@@ -26,6 +26,7 @@ from app.core.jobs import payload_model
 from app.core.launch import PreparedJob
 from app.core.redact import redact
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.json_view import json_highlighted
 
@@ -42,15 +43,13 @@ class PayloadPreviewScreen(FlowScreen):
     REBUILD_DELAY_S: ClassVar[float] = 0.3
 
     BINDINGS = [
-        Binding("s,ctrl+s", "submit", "Submit", id="preview.submit", key_display="s"),
-        Binding("x", "toggle_response", "Full response", id="preview.expand"),
-        Binding("escape", "back", "Back", id="preview.back"),
+        Binding("s,ctrl+s", "submit", "Submit", id="preview.submit", key_display="s",
+                tooltip=palette_tooltip("Preview: submit the job", "POST /rl/jobs with the payload shown")),
+        Binding("x", "toggle_response", "Full response", id="preview.expand",
+                tooltip=palette_tooltip("Preview: expand or collapse the response", "Show the backend's whole answer")),
+        Binding("escape", "back", "Back", id="preview.back",
+                tooltip=palette_tooltip("Preview: back to verification", "Leave without sending anything")),
     ]
-    PALETTE_COMMANDS = (
-        ("Preview: submit the job", "POST /rl/jobs with the payload shown", "submit"),
-        ("Preview: expand or collapse the response", "Show the backend's whole answer", "toggle_response"),
-        ("Preview: back to verification", "Leave without sending anything", "back"),
-    )
 
     # The screen's state; any change redraws the status, the problem line and the response.
     prepared: var[PreparedJob | None] = var(None)  # what is shown, and so what a submit sends

@@ -38,6 +38,7 @@ from app.core.diagnosis import (
 from app.core.errors import SynthTuiError
 from app.core.redact import mask_secret, redact
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.diagnostics import DiagnosticsTable
 from widgets.flow_footer import FlowFooter
@@ -70,17 +71,16 @@ class VerificationScreen(FlowScreen):
     TICK_S: ClassVar[float] = 0.1
 
     BINDINGS = [
-        Binding("enter", "continue", "Preview payload", id="verify.continue"),
-        Binding("r", "retry", "Retry", id="verify.retry"),
-        Binding("d", "diagnostics", "Diagnostics", id="verify.diagnostics"),
-        Binding("b,escape", "back", "Back to env", id="verify.back"),
+        Binding("enter", "continue", "Preview payload", id="verify.continue",
+                tooltip=palette_tooltip("Verification: preview the payload", "Continue when both checks passed")),
+        Binding("r", "retry", "Retry", id="verify.retry",
+                tooltip=palette_tooltip("Verification: retry",
+                                        "Run the backend verification and the health check again")),
+        Binding("d", "diagnostics", "Diagnostics", id="verify.diagnostics",
+                tooltip=palette_tooltip("Verification: full diagnostics", "Show and copy everything the checks saw")),
+        Binding("b,escape", "back", "Back to env", id="verify.back",
+                tooltip=palette_tooltip("Verification: back to env review", "Edit the .env values")),
     ]
-    PALETTE_COMMANDS = (
-        ("Verification: retry", "Run the backend verification and the health check again", "retry"),
-        ("Verification: full diagnostics", "Show and copy everything the checks saw", "diagnostics"),
-        ("Verification: back to env review", "Edit the .env values", "back"),
-        ("Verification: preview the payload", "Continue when both checks passed", "continue"),
-    )
 
     # The clock behind elapsed times and latencies; snapshot tests fix it.
     clock = staticmethod(time.monotonic)

@@ -10,6 +10,7 @@ import pytest
 from textual.widgets import Input, Static
 
 from app.core import config as cfg
+from app.screens.commands import palette_commands
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from pilot_waits import wait_for, wait_for_screen, wait_until
@@ -320,8 +321,10 @@ async def test_bindings_have_ids_and_palette_commands_exist(make_app, configs):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await discovered(pilot)
         assert all(binding.id for binding in ConfigPickerScreen.BINDINGS)
-        for _title, _help, action in ConfigPickerScreen.PALETTE_COMMANDS:
-            assert callable(getattr(screen, f"action_{action}"))
+        commands = palette_commands(screen)
+        assert {command.title for command in commands} == {"Open config file…", "Reload configs"}
+        for command in commands:
+            assert callable(getattr(screen, f"action_{command.action}"))
 
 
 # --------------------------------------------------------------------------- snapshots

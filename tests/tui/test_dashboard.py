@@ -6,6 +6,7 @@ import json
 import threading
 
 import pytest
+from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable
 
 from app.core.errors import ExitCode
@@ -15,6 +16,7 @@ from app.core.paths import run_dir
 from app.core.session import LaunchOptions, LaunchSession
 from app.core.streaming import WatchEnded
 from app.core.wire import JobEvent, JobStatus, MetricPoint
+from app.screens.commands import palette_commands
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
 from app.screens.rollouts import RolloutsScreen
@@ -143,13 +145,38 @@ async def test_every_dashboard_action_is_in_the_palette(faulty_backend):
     app = make_dashboard_app(faulty_backend, JobContext("job_a"))
     async with app.run_test(size=(160, 45)):
         screen = dashboard(app)
-        in_palette = {action for _, _, action in screen.PALETTE_COMMANDS}
+        in_palette = {command.action for command in palette_commands(screen)}
         # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
-        leave = ("quit_dashboard", "close_filter", "back", "app.quit", "app.help")
+        leave = ("quit_dashboard", "back", "app.quit", "app.help")
         keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
         assert keyed <= in_palette, keyed - in_palette
         for action in in_palette:
             assert callable(getattr(screen, f"action_{action}"))
+        titles = {command.title: command.help for command in palette_commands(screen)}
+        # The key comes from the binding, after the help: never typed twice.
+        assert titles["Cancel job"] == "Cancel the job on the backend (asks first) (c)"
+        assert titles["Filter events"].endswith("(/)")
+
+
+async def test_a_palette_command_runs_the_binding_it_comes_from(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.status == "running")
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
+        await pilot.press(*"pause or resume")
+        def listed() -> list[str]:
+            commands = app.screen.query_one(CommandList)
+            return [str(commands.get_option_at_index(i).prompt) for i in range(commands.option_count)]
+
+        await wait_for(pilot, lambda: any("Pause or resume the view" in line for line in listed()),
+                       what="the command listed")
+        assert "(p)" in listed()[0]  # its help: the binding's key
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.paused and "-paused" in screen.classes, what="the view paused")
+        assert "paused (p)" in str(screen.query_one("#dash-header").render())
 
 
 async def test_pause_stops_redraws_and_resume_applies_what_arrived(faulty_backend):

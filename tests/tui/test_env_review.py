@@ -11,6 +11,7 @@ import pytest
 from textual.widgets import Input, Static
 
 from app.core import envfile
+from app.screens.commands import palette_commands
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.env_review import EnvReviewScreen
 from app.screens.modals import ConfirmModal, ErrorModal
@@ -684,8 +685,10 @@ async def test_bindings_have_ids_and_palette_commands_exist(make_app, project):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
         assert all(binding.id for binding in EnvReviewScreen.BINDINGS)
-        for _title, _help, action in EnvReviewScreen.PALETTE_COMMANDS:
-            assert callable(getattr(screen, f"action_{action}"))
+        commands = palette_commands(screen)
+        assert len(commands) == 7  # save, other .env, add, reload, from Modal, send to Modal, continue
+        for command in commands:
+            assert callable(getattr(screen, f"action_{command.action}"))
 
 
 # --------------------------------------------------------------------------- snapshots

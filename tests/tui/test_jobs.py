@@ -10,6 +10,7 @@ from textual.widgets import DataTable, Input, LoadingIndicator
 from app.core.history import RunHistory
 from app.core.job_list import JobListing, JobRow
 from app.core.session import LaunchOptions, LaunchSession
+from app.screens.commands import palette_commands
 from app.screens.dashboard import DashboardScreen
 from app.screens.jobs import JobsScreen
 from app.screens.modals import ConfirmModal
@@ -289,7 +290,7 @@ async def test_every_jobs_action_is_in_the_palette(faulty_backend):
     app = make_jobs_app(faulty_backend)
     async with app.run_test(size=(160, 45)):
         screen = jobs(app)
-        in_palette = {action for _, _, action in screen.PALETTE_COMMANDS}
+        in_palette = {command.action for command in palette_commands(screen)}
         keyed = {b.action for b in screen.BINDINGS if not b.action.startswith("app.")}
         assert keyed <= in_palette, keyed - in_palette
         for action in in_palette:
