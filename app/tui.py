@@ -1,5 +1,5 @@
 """The Textual app: the guided flow's screens, app-wide keys, the command palette, and the one
-place where worker errors become an error modal."""
+place where worker errors become an error dialog."""
 
 from __future__ import annotations
 
@@ -348,9 +348,9 @@ class SynthTuiApp(App[int]):
     # -- app-wide actions -------------------------------------------------------------------
 
     def action_help(self) -> None:
-        from app.screens.modals import HelpModal
+        from app.screens.dialogs.common import HelpDialog
 
-        if isinstance(self.screen, HelpModal):
+        if isinstance(self.screen, HelpDialog):
             return
         rows: list[tuple[str, str]] = []
         seen: set[tuple[str, str]] = set()
@@ -365,7 +365,7 @@ class SynthTuiApp(App[int]):
             seen.add((binding.action, label))
             rows.append((self.get_key_display(binding), label))
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
-        self.push_screen(HelpModal(str(title), rows))
+        self.push_screen(HelpDialog(str(title), rows))
 
     def action_help_quit(self) -> None:
         """Ctrl+C with no text selected (with a selection it copies): quit, as Ctrl+Q does,
@@ -402,17 +402,17 @@ class SynthTuiApp(App[int]):
 
     def confirm(self, question: str, on_yes, *, detail: str = "", label: str = "Yes") -> None:
         """Ask, then call ``on_yes()`` only when the user confirms."""
-        from app.screens.modals import ConfirmModal
+        from app.screens.dialogs.common import ConfirmDialog
 
         def answered(yes: bool | None) -> None:
             if yes:
                 on_yes()
 
-        self.push_screen(ConfirmModal(question, confirm_label=label, detail=detail), answered)
+        self.push_screen(ConfirmDialog(question, confirm_label=label, detail=detail), answered)
 
     def show_error(self, title: str, error: BaseException) -> None:
         """The one place a failure reaches the user: a message and a fix, never a traceback."""
-        from app.screens.modals import ErrorModal
+        from app.screens.dialogs.common import ErrorDialog
 
         secrets = self.session.secret_values()
         if isinstance(error, SynthTuiError):
@@ -420,7 +420,7 @@ class SynthTuiApp(App[int]):
         else:
             message = f"{type(error).__name__}: {error}"
             hint = "This is a bug in synth-tui; please report it with the steps that led here."
-        self.push_screen(ErrorModal(title, redact(message, secrets), redact(hint, secrets) if hint else None))
+        self.push_screen(ErrorDialog(title, redact(message, secrets), redact(hint, secrets) if hint else None))
 
 
 def initial_step(session: LaunchSession) -> str:

@@ -252,11 +252,11 @@ class ConfigPickerScreen(FlowScreen):
 
     def action_open_path(self) -> None:
         from app.core.picker import config_path_problem
-        from widgets.path_prompt import PathPromptModal
+        from app.screens.dialogs.path_prompt import PathPromptDialog
 
         cwd = self.session.options.cwd
         self.app.push_screen(
-            PathPromptModal(
+            PathPromptDialog(
                 "Open a config file",
                 cwd=cwd,
                 check=lambda path: config_path_problem(path, cwd),

@@ -40,12 +40,12 @@ from app.core.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, i
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, ChartKeys
 from app.screens.commands import palette_tooltip
+from app.screens.dialogs.overlay_picker import MAX_OVERLAYS
 from app.screens.overlays import OverlayActions
 from widgets.app_header import AppHeader
 from widgets.event_log import EventLog
 from widgets.job_header import JobHeader, shown_text
 from widgets.metrics_grid import MetricsGrid
-from widgets.overlay_picker import MAX_OVERLAYS
 
 # At 80 columns the charts sit above the log and take at most this share of the height.
 NARROW_CHART_SHARE = 0.6

@@ -17,14 +17,14 @@ from textual.binding import Binding
 from app.core.modal import ModalCancelled, ModalCli, SecretSent, deployed_endpoints
 from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
-from widgets.env_table import MaskedEnvTable
-from widgets.modal_dialogs import (
+from app.screens.dialogs.modal_service import (
     ModalEndpointPicker,
     ModalFailureNotice,
     ModalSecretPicker,
     ModalWait,
-    SendToModalModal,
+    SendToModalDialog,
 )
+from widgets.env_table import MaskedEnvTable
 
 T = TypeVar("T")
 
@@ -135,7 +135,7 @@ class ModalActions(FlowScreen):
 
     @work(exclusive=True, group="modal", exit_on_error=False, name="Send to Modal")
     async def _send_to_modal(self, value: str) -> None:
-        name = await self.app.push_screen_wait(SendToModalModal(self.modal_secret or DEFAULT_SECRET))
+        name = await self.app.push_screen_wait(SendToModalDialog(self.modal_secret or DEFAULT_SECRET))
         if name is None:
             return
         cli = ModalCli()

@@ -2,7 +2,7 @@
 
 Edits change the .env held in memory (``session.env``) and take effect for this session at
 once; the file on disk changes only on ctrl+s, in a worker. Reading and saving files runs in
-thread workers; a failure there becomes an error modal (FlowScreen). Full secret values are
+thread workers; a failure there becomes an error dialog (FlowScreen). Full secret values are
 never put in the table, a notification or a message: only ``ResolvedKey.display``. A change
 of the file on disk is watched for while the screen is open (``DiskWatch``, env_watch.py).
 """
@@ -23,12 +23,12 @@ from app.core.display_paths import display_path, home_relative
 from app.core.env_paths import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
 from app.screens.commands import palette_tooltip
+from app.screens.dialogs.env import AddKeyDialog, EditValueDialog, ReloadDialog, SaveBeforeContinueDialog
+from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_modal import MODAL_BINDINGS, ModalActions
 from app.screens.env_watch import DiskWatch
 from widgets.app_header import AppHeader
-from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable, describe
-from widgets.path_prompt import PathPromptModal
 
 
 class EnvReviewScreen(ModalActions, DiskWatch):
@@ -226,7 +226,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         key = next((k for k in self.session.resolved if k.name == name), None)
         if key is None:
             return
-        self.app.push_screen(EditValueModal(key, file_value=env.get(name), file_label=self.file_label(),
+        self.app.push_screen(EditValueDialog(key, file_value=env.get(name), file_label=self.file_label(),
                                             apply=self.apply_value))
 
     def action_add_key(self) -> None:
@@ -235,7 +235,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         missing = self.session.missing_keys()
         selected = self.query_one(MaskedEnvTable).selected_key
         suggested = selected if selected in missing else (missing[0] if missing else "")
-        self.app.push_screen(AddKeyModal(suggested_name=suggested, file_label=self.file_label(),
+        self.app.push_screen(AddKeyDialog(suggested_name=suggested, file_label=self.file_label(),
                                          apply=self.apply_value))
 
     # -- saving ---------------------------------------------------------------------------------
@@ -276,7 +276,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         if env is None:
             return
         if self.edited and env.dirty:  # never drop unsaved edits without asking
-            self.app.push_screen(ReloadModal(self.file_label(), sorted(self.edited)), self._after_reload_question)
+            self.app.push_screen(ReloadDialog(self.file_label(), sorted(self.edited)), self._after_reload_question)
         else:
             self._reload()
 
@@ -335,7 +335,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         cwd = self.cwd
         current = self.session.env.path if self.session.env is not None else None
         self.app.push_screen(
-            PathPromptModal(
+            PathPromptDialog(
                 "Choose a .env file",
                 cwd=cwd,
                 check=lambda path: env_path_problem(path, cwd),
@@ -348,7 +348,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         )
 
     def _env_candidates(self) -> list[Path]:
-        """The first choice's candidates, then a fresh search. Blocking: runs in the modal's worker."""
+        """The first choice's candidates, then a fresh search. Blocking: runs in the dialog's worker."""
         choice = self.session.env_choice
         known = list(choice.candidates) if choice else []
         found = envfile.discover_env_files(self.session.options.cwd, config_path=self.session.config_path)
@@ -398,7 +398,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
             return
         env = self.session.env
         if env is not None and env.dirty:
-            self.app.push_screen(SaveBeforeContinueModal(self.file_label()), self._after_save_question)
+            self.app.push_screen(SaveBeforeContinueDialog(self.file_label()), self._after_save_question)
         else:
             self.flow_app.go_to_verification()
 

@@ -163,7 +163,7 @@ class JobsScreen(FlowScreen):
                 await self.scores.update(client, self.scores.wanted(self._shown()))
             self.error = None
         except SynthTuiError as exc:
-            # Said once, in the header: a refresh every few seconds must not stack modals.
+            # Said once, in the header: a refresh every few seconds must not stack dialogs.
             first = self.error is None
             self.error = redact(exc.message, self.session.secret_values())
             if first:

@@ -39,10 +39,10 @@ from app.core.errors import SynthTuiError
 from app.core.redact import mask_secret, redact
 from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
+from app.screens.dialogs.json_report import JsonReportDialog
 from widgets.app_header import AppHeader
 from widgets.diagnostics import DiagnosticsTable
 from widgets.flow_footer import FlowFooter
-from widgets.json_view import JsonReportModal
 
 WORKER_GROUP = "verification"
 PREPARE_WORKER = "Preparing the payload"
@@ -297,7 +297,7 @@ class VerificationScreen(FlowScreen):
         if self.running:
             payload["note"] = "checks still running"
         text = diagnostics_text(payload, self.session.secret_values())
-        self.app.push_screen(JsonReportModal("Verification diagnostics (secrets masked)", text,
+        self.app.push_screen(JsonReportDialog("Verification diagnostics (secrets masked)", text,
                                              copied_message="Diagnostics copied"))
 
 

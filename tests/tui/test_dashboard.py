@@ -18,7 +18,7 @@ from app.core.streaming import WatchEnded
 from app.core.wire import JobEvent, JobStatus, MetricPoint
 from app.screens.commands import palette_commands
 from app.screens.dashboard import DashboardScreen, JobContext
-from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
+from app.screens.dialogs.common import ConfirmDialog, ErrorDialog, HelpDialog
 from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
@@ -204,12 +204,12 @@ async def test_cancel_asks_then_cancels(faulty_backend):
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.status == "running")
         await pilot.press("c")
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         await pilot.press("y")
         await wait_for(pilot, lambda: faulty_backend.count("/cancel") == 1)
         # the scripted job does not stop, so the feed keeps running; quitting asks first
         await pilot.press("q")
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         await pilot.press("y")
     assert app.return_code == 0
 
@@ -244,7 +244,7 @@ async def test_a_backend_that_dies_mid_watch_ends_the_dashboard_with_exit_5(faul
         await wait_for(pilot, lambda: screen.ended, what="the watch to give up")
         text = str(screen.query_one("#dash-final-text").render())
         assert "has not answered for" in text and "synth-tui attach job_a" in text
-        assert isinstance(app.screen, ErrorModal)
+        assert isinstance(app.screen, ErrorDialog)
         await pilot.press("escape")
         await pilot.press("q")
     assert app.return_value == ExitCode.BACKEND
@@ -394,11 +394,11 @@ async def test_a_quit_question_asked_during_a_rerun_is_not_swept_away(faulty_bac
         await pilot.press("r", "y")
         await wait_for(pilot, lambda: faulty_backend.count("/rl/jobs", "POST") == 1, what="the held create")
         await pilot.press("q")
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         faulty_backend.release.set()
         await wait_for(pilot, lambda: len(RunHistory().list()) == 2, what="the rerun recorded")
         await pilot.pause(0.3)  # one more turn of the rerun worker: it must keep waiting
-        assert isinstance(app.screen, ConfirmModal), "the quit question is still there"
+        assert isinstance(app.screen, ConfirmDialog), "the quit question is still there"
         await pilot.press("n")
         await wait_for_screen(pilot, DashboardScreen, where=lambda screen: screen.job.job_id != "job_old")
 
@@ -440,7 +440,7 @@ async def test_ctrl_c_asks_to_quit_like_ctrl_q(faulty_backend):
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("ctrl+c")
-        await wait_for_screen(pilot, ConfirmModal, "the quit question")
+        await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
 
@@ -476,11 +476,11 @@ async def test_help_lists_end_and_its_last_row_scrolls_into_view_at_80x24():
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         await pilot.press("question_mark")
-        help_screen = await wait_for_screen(pilot, HelpModal)
+        help_screen = await wait_for_screen(pilot, HelpDialog)
         table = help_screen.query_one(DataTable)
         rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
         assert ("end", "Follow log") in rows
-        body = help_screen.query_one("#modal-body")
+        body = help_screen.query_one("#dialog-body")
         assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
         last = table.row_count - 1
         table.move_cursor(row=last)  # as the down arrow held would
@@ -497,7 +497,7 @@ async def test_q_on_a_dashboard_that_is_the_first_screen_asks_then_quits(faulty_
         await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit in the footer")
         assert "q Back" not in footer_text(app)
         await pilot.press("q")
-        await wait_for_screen(pilot, ConfirmModal, "the quit question")
+        await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
 
@@ -510,7 +510,7 @@ async def test_ctrl_q_over_the_inspector_asks_while_the_job_runs(faulty_backend)
         await pilot.press("i")
         await wait_for_screen(pilot, RolloutsScreen, "the inspector")
         await pilot.press("ctrl+q")
-        await wait_for_screen(pilot, ConfirmModal, "the quit question")
+        await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
 

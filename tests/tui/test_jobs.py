@@ -12,8 +12,8 @@ from app.core.job_list import JobListing, JobRow
 from app.core.session import LaunchOptions, LaunchSession
 from app.screens.commands import palette_commands
 from app.screens.dashboard import DashboardScreen
+from app.screens.dialogs.common import ConfirmDialog
 from app.screens.jobs import JobsScreen
-from app.screens.modals import ConfirmModal
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, metric, training_timeline
 from pilot_waits import wait_for, wait_for_screen
@@ -162,7 +162,7 @@ async def test_c_asks_then_cancels_and_the_new_status_shows(faulty_backend):
         screen = jobs(app)
         await loaded(pilot, screen)
         await pilot.press("c")  # job_00, running
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         await pilot.press("n")
         assert faulty_backend.count("/cancel") == 0
         await pilot.press("c", "y")
@@ -182,7 +182,7 @@ async def test_r_reruns_from_the_run_history_payload(faulty_backend):
         screen = jobs(app)
         await loaded(pilot, screen)
         await pilot.press("r")
-        await wait_for_screen(pilot, ConfirmModal, "the question")
+        await wait_for_screen(pilot, ConfirmDialog, "the question")
         await pilot.press("y")
         await wait_for_screen(pilot, DashboardScreen, "the new job's dashboard")
         new_id = app.screen.job.job_id
@@ -228,7 +228,7 @@ async def test_statuses_refresh_live_and_errors_are_said_once(faulty_backend):
         # said once (the first failure may say the connection broke, the later ones that the
         # backend cannot be reached: the server stopped while a kept-alive connection was open)
         assert sum(n.title == "Job list" for n in app._notifications) == 1
-        assert app.screen is screen  # no error modal
+        assert app.screen is screen  # no error dialog
         assert table_column(screen, 1) == ["succeeded"]  # the last list stays
 
 

@@ -1,4 +1,4 @@
-"""A modal that asks for a file: pick one of the listed candidates or type a path."""
+"""A dialog that asks for a file: pick one of the listed candidates or type a path."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ from widgets.worker_errors import ReportsWorkerFailures
 PathCheck = Callable[[Path], str | None]
 
 
-class PathPromptModal(ReportsWorkerFailures, ModalScreen[Path | None], BuildGuard):
+class PathPromptDialog(ReportsWorkerFailures, ModalScreen[Path | None], BuildGuard):
     """Dismisses with the chosen path, resolved, or None on escape.
 
     Checking touches the disk (it may be slow on a network drive), so it runs in a worker; a
-    problem shows inline and the modal stays open for another try. Candidates, when given,
+    problem shows inline and the dialog stays open for another try. Candidates, when given,
     are found in a worker too.
     """
 
@@ -46,7 +46,7 @@ class PathPromptModal(ReportsWorkerFailures, ModalScreen[Path | None], BuildGuar
         find_candidates: Callable[[], list[Path]] | None = None,
         current: Path | None = None,
     ) -> None:
-        super().__init__(classes="modal path-prompt")
+        super().__init__(classes="dialog path-prompt")
         self.title_text = title
         self.cwd = cwd
         self.check = check
@@ -57,15 +57,15 @@ class PathPromptModal(ReportsWorkerFailures, ModalScreen[Path | None], BuildGuar
         self.candidates: list[Path] = []
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(self.title_text, id="modal-title")
+        with Vertical(id="dialog-body"):
+            yield Static(self.title_text, id="dialog-title")
             if self.detail:
-                yield Static(self.detail, id="modal-detail", markup=False)
+                yield Static(self.detail, id="dialog-detail", markup=False)
             if self.find_candidates is not None:
                 yield OptionList(Option("Searching…", disabled=True), id="path-candidates")
             yield Input(placeholder=self.placeholder, id="path-input")
             yield Static("", id="path-error", markup=False)
-            with Horizontal(id="modal-buttons"):
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Open (enter)", variant="primary", id="path-open")
                 yield Button("Cancel (esc)", id="path-cancel")
 
