@@ -138,6 +138,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self._header_held = 0  # > 0 inside _one_header: the header is redrawn once, at its end
         self._header_dirty = False
         self._resumed = asyncio.Event()  # set while this screen is the active one (_until_active)
+        self._asking_rerun = False  # r reads the payload from the run history before it asks
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -489,12 +490,20 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def action_rerun(self) -> None:
         if not self._needs_backend("Rerun"):
             return
+        self._asking_rerun = True
         self._ask_rerun()
+
+    def holds_key(self, key: str) -> bool:
+        """Keys typed after r (its question's y) wait until the question is asked."""
+        return self._asking_rerun
 
     @work(exclusive=True, group="rerun-ask", exit_on_error=False, name="Rerun")
     async def _ask_rerun(self) -> None:
-        # The run history is a SQLite file: read off the UI thread.
-        payload = self.job.payload or await asyncio.to_thread(_payload_from_history, self.job.job_id)
+        try:
+            # The run history is a SQLite file: read off the UI thread.
+            payload = self.job.payload or await asyncio.to_thread(_payload_from_history, self.job.job_id)
+        finally:
+            self._asking_rerun = False
         self.flow_app.tell_history_repairs()
         if payload is None:
             self.notify("No payload is known for this job (it was not launched from this machine).",

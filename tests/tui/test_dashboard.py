@@ -276,6 +276,36 @@ async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
     assert RunHistory().get("job_old") is not None
 
 
+async def test_keys_typed_after_rerun_wait_for_its_question(faulty_backend, monkeypatch):
+    """r reads the payload from the run history in a worker: a y typed before the question is
+    shown answers it, and does not go to the dashboard."""
+    import app.screens.dashboard as dashboard_module
+
+    faulty_backend.create_job_template = training_timeline(steps=2)
+    faulty_backend.add_job(ScriptedJob("job_old", training_timeline(steps=2)))
+    payload = {"job_type": "rl", "data": {"model": "x"}}
+    RunHistory().record_submission(job_id="job_old", backend=faulty_backend.url + "/api", config_path=None,
+                                   payload=payload, idempotency_key="old-key")
+    read_may_finish, read_started = threading.Event(), threading.Event()
+    original = dashboard_module._payload_from_history
+
+    def slow_read(job_id: str):
+        read_started.set()
+        read_may_finish.wait(timeout=30)
+        return original(job_id)
+
+    monkeypatch.setattr(dashboard_module, "_payload_from_history", slow_read)
+    app = make_dashboard_app(faulty_backend, JobContext("job_old"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("r", "y")
+        await wait_for(pilot, read_started.is_set, what="the history read")
+        assert app.screen is screen  # still reading: no question yet, and y waits
+        read_may_finish.set()
+        await wait_for_screen(pilot, DashboardScreen, where=lambda screen: screen.job.job_id != "job_old")
+
+
 async def test_export_holds_exactly_the_events_seen(faulty_backend):
     timeline = training_timeline(steps=3)
     faulty_backend.add_job(ScriptedJob("job_a", timeline))
