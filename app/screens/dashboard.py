@@ -494,8 +494,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self._ask_rerun()
 
     def holds_key(self, key: str) -> bool:
-        """Keys typed after r (its question's y) wait until the question is asked."""
-        return self._asking_rerun
+        """Keys typed after r (its question's y) wait until the question is asked; the overlay
+        dialog's keys wait as well (OverlayActions)."""
+        return self._asking_rerun or super().holds_key(key)
 
     @work(exclusive=True, group="rerun-ask", exit_on_error=False, name="Rerun")
     async def _ask_rerun(self) -> None:
