@@ -1,5 +1,5 @@
 """The Textual app: the guided flow's screens, app-wide keys, the command palette, and the one
-place where worker errors become an error modal."""
+place where worker errors become an error dialog."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from textual import events, work
+from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.notifications import Notification, Notify
@@ -25,6 +25,8 @@ from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
 from app.core.redact import redact
 from app.core.runs.jobs import JobContext
 from app.screens.base import FlowScreen
+from app.screens.commands import ScreenCommands
+from widgets.worker_errors import WorkerFailed
 
 # Each screen's module is imported when the screen is first shown: the first frame waits only
 # for its own screen, not for the dashboard's charts or the HTTP client (docs/performance.md).
@@ -66,6 +68,14 @@ KEY_RELEASE_S = 0.01  # how often a key typed ahead checks whether it can go on
 # A screen that is never quiet (a live feed's bursts) takes the next key after this long anyway.
 KEY_SETTLE_LIMIT_S = 1.0
 
+# How a worker's failure reaches the user (on_worker_failed; docs/architecture.md#threads-and-workers),
+# by the worker's group. A toast where the work was a side matter and the screen goes on; any
+# other group is a dialog (show_error): what the user asked for did not happen, and it says why.
+# The preparation ("prepare") is a dialog too, and the flow stays on its first screen.
+WORKER_FAILURE_TOASTS: dict[str, str] = {
+    "rollout-image": "An image could not be drawn",  # the image says so where it stands
+}
+
 # Whether this process has frozen what existed at its first frame (SynthTuiApp._first_frame_drawn).
 _startup_frozen = False
 
@@ -81,6 +91,8 @@ class SynthTuiApp(App[int]):
     TITLE = "synth-tui"
     SUB_TITLE = "RL training jobs"
     ENABLE_COMMAND_PALETTE = True
+    # The screen's own commands come from its bindings (app/screens/commands.py).
+    COMMANDS = App.COMMANDS | {ScreenCommands}
     BINDINGS = [
         Binding("f1,question_mark", "help", "Help", id="app.help", key_display="?"),
         # Not a priority binding: the dashboard hides it behind its own q (which asks first).
@@ -153,15 +165,30 @@ class SynthTuiApp(App[int]):
             self._unnotify(notice)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        """A preparation that failed: the flow stays on its first screen, which says why; the
-        run ends with the failure's exit code."""
-        if event.worker.group == "prepare" and event.state is WorkerState.ERROR and event.worker.error is not None:
-            error = event.worker.error
+        """The app's own workers (the preparation, the run history): the same path as the
+        screens' and widgets' (WorkerFailed)."""
+        if event.state is WorkerState.ERROR and event.worker.error is not None:
+            self.worker_failed(event.worker, event.worker.error)
+
+    @on(WorkerFailed)
+    def _worker_failed_below(self, event: WorkerFailed) -> None:
+        self.worker_failed(event.worker, event.error)
+
+    def worker_failed(self, worker: Worker, error: BaseException) -> None:
+        """Every worker's failure: a toast or a dialog (WORKER_FAILURE_TOASTS), never silence."""
+        if worker.group == "prepare":
+            # The flow stays on its first screen, which says why; the run ends with the
+            # failure's exit code.
             self.exit_code = error.exit_code if isinstance(error, SynthTuiError) else ExitCode.BACKEND
             failed = self.preparation.failed if self.preparation is not None else "Could not start"
             self.preparation_running = False
             self.preparing = f"{failed}: see the error. Quit with ctrl+q, fix it and run again."
             self.show_error(failed, error)
+        elif (title := WORKER_FAILURE_TOASTS.get(worker.group)) is not None:
+            message = error.message if isinstance(error, SynthTuiError) else f"{type(error).__name__}: {error}"
+            self.notify(redact(message, self.session.secret_values()), title=title, severity="error", markup=False)
+        else:
+            self.show_error(f"{worker.name or 'A background task'} failed", error)
 
     # -- keys typed ahead --------------------------------------------------------------------
 
@@ -255,6 +282,7 @@ class SynthTuiApp(App[int]):
         screen = self._first_screen()
         # What push_screen gives a screen and switch_screen takes back: Textual 8.2 gives the
         # default screen none, so switching it (Esc to an earlier step, a rerun) would fail.
+        # Private: Textual 8.2 has no public way to give the default screen a result callback.
         screen._push_result_callback(screen, None)
         return screen
 
@@ -314,9 +342,9 @@ class SynthTuiApp(App[int]):
     # -- app-wide actions -------------------------------------------------------------------
 
     def action_help(self) -> None:
-        from app.screens.modals import HelpModal
+        from app.screens.dialogs.common import HelpDialog
 
-        if isinstance(self.screen, HelpModal):
+        if isinstance(self.screen, HelpDialog):
             return
         rows: list[tuple[str, str]] = []
         seen: set[tuple[str, str]] = set()
@@ -331,7 +359,7 @@ class SynthTuiApp(App[int]):
             seen.add((binding.action, label))
             rows.append((self.get_key_display(binding), label))
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
-        self.push_screen(HelpModal(str(title), rows))
+        self.push_screen(HelpDialog(str(title), rows))
 
     def action_help_quit(self) -> None:
         """Ctrl+C with no text selected (with a selection it copies): quit, as Ctrl+Q does,
@@ -364,24 +392,21 @@ class SynthTuiApp(App[int]):
                 yield SystemCommand("Quit", "Quit synth-tui (asks first while a job is watched)", command.callback)
             elif command.title not in ("Keys", "Screenshot"):
                 yield command
-        actions = getattr(screen, "PALETTE_COMMANDS", ())
-        for title, help_text, action in actions:
-            yield SystemCommand(title, help_text, getattr(screen, f"action_{action}"))
         yield SystemCommand("Help", "Show every key of this screen", self.action_help)
 
     def confirm(self, question: str, on_yes, *, detail: str = "", label: str = "Yes") -> None:
         """Ask, then call ``on_yes()`` only when the user confirms."""
-        from app.screens.modals import ConfirmModal
+        from app.screens.dialogs.common import ConfirmDialog
 
         def answered(yes: bool | None) -> None:
             if yes:
                 on_yes()
 
-        self.push_screen(ConfirmModal(question, confirm_label=label, detail=detail), answered)
+        self.push_screen(ConfirmDialog(question, confirm_label=label, detail=detail), answered)
 
     def show_error(self, title: str, error: BaseException) -> None:
         """The one place a failure reaches the user: a message and a fix, never a traceback."""
-        from app.screens.modals import ErrorModal
+        from app.screens.dialogs.common import ErrorDialog
 
         secrets = self.session.secret_values()
         if isinstance(error, SynthTuiError):
@@ -389,7 +414,7 @@ class SynthTuiApp(App[int]):
         else:
             message = f"{type(error).__name__}: {error}"
             hint = "This is a bug in synth-tui; please report it with the steps that led here."
-        self.push_screen(ErrorModal(title, redact(message, secrets), redact(hint, secrets) if hint else None))
+        self.push_screen(ErrorDialog(title, redact(message, secrets), redact(hint, secrets) if hint else None))
 
 
 def initial_step(session: LaunchSession) -> str:

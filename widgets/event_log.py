@@ -19,6 +19,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
 from textual.geometry import Region, Size
+from textual.message import Message
 from textual.reactive import Reactive
 from textual.strip import Strip
 from textual.widgets import Log, Static
@@ -113,6 +114,9 @@ class LogLines(Log):
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
+    class Resized(Message):
+        """The lines' own box changed size: the event log wraps them again."""
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._repaint_style: Style | None = None
@@ -123,8 +127,12 @@ class LogLines(Log):
                 (styles.height is not None and styles.height.is_auto):
             self.refresh(layout=True)  # not laid out yet, or sized by its lines
             return
+        # Private: Textual 8.2 has no public call that updates the scroll range and the
+        # scrollbars without laying out the screen (refresh(layout=True), what this avoids).
         self._scroll_update(size)
 
+    # Private, overridden: in Textual 8.2 Log measures new lines only in this thread worker,
+    # with no public hook to measure them in place.
     def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
         if lines:
             self._update_maximum_width(updates, max(map(self._width_of, lines)))
@@ -142,8 +150,7 @@ class LogLines(Log):
     def on_resize(self) -> None:
         # The lines are wrapped to this widget's width, so its own resize (not its
         # container's, which can come before this one is laid out again) re-wraps them.
-        if isinstance(self.parent, EventLog):
-            self.parent.log_resized()
+        self.post_message(self.Resized())
 
     def render_lines(self, crop: Region) -> list[Strip]:
         self._repaint_style = super().rich_style
@@ -204,7 +211,8 @@ class EventLog(Vertical):
                 self.new_while_away = 0
             self._update_status()
 
-    def log_resized(self) -> None:
+    def on_log_lines_resized(self, event: LogLines.Resized) -> None:
+        event.stop()
         if self._wrapped_at != self._wrap_width and self.kept:
             self.rebuild()  # the messages are wrapped to the width: wrap them again
         elif self.tailing:

@@ -31,7 +31,7 @@ class FlowFooter(Footer):
             self.call_after_refresh(self.recompose)
         else:
             for key in self.query(FooterKey):
-                key.display = True
+                key.remove_class("-cut")
             self.call_after_refresh(self._hide_cut_keys)
 
     def _hide_cut_keys(self) -> None:
@@ -43,4 +43,4 @@ class FlowFooter(Footer):
         for key in keys:
             cut = cut or key.region.right > edge
             if cut and key.display:
-                key.display = False
+                key.add_class("-cut")

@@ -16,8 +16,10 @@ from typing import Any
 from textual import work
 from textual.content import Content
 from textual.widgets import Static
+from textual.worker import Worker, WorkerState
 
 from app.core.redact import printable
+from widgets.worker_errors import ReportsWorkerFailures
 
 # Images are drawn at most this many cells wide and tall (two pixels a cell, one above the other).
 MAX_COLUMNS = 48
@@ -57,12 +59,8 @@ def decode_image(source: str, columns: int = MAX_COLUMNS, rows: int = MAX_ROWS) 
     return Pixels.from_image(picture, resize=size), f"{width}×{height} image"
 
 
-class RolloutImage(Static):
+class RolloutImage(ReportsWorkerFailures, Static):
     """One image of an observation: a note while it is decoded, then the picture or why not."""
-
-    DEFAULT_CSS = """
-    RolloutImage { width: auto; height: auto; margin: 0 0 0 2; }
-    """
 
     def __init__(self, source: str) -> None:
         super().__init__(Content.styled("[decoding an image…]", "$text-muted"))
@@ -77,10 +75,15 @@ class RolloutImage(Static):
             return
         self._decode()
 
-    @work(thread=True, exit_on_error=False, name="Image")
+    @work(thread=True, exit_on_error=False, group="rollout-image", name="Image")
     def _decode(self) -> None:
         picture, caption = decode_image(self.source)
         self.app.call_from_thread(self._show, picture, caption)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """A decode that crashed says so in place (the app tells why: ReportsWorkerFailures)."""
+        if event.state is WorkerState.ERROR:
+            self._show(None, "an image that could not be drawn (an error: see the notice)")
 
     def _show(self, picture: Any, caption: str) -> None:
         self.update(picture if picture is not None else Content.styled(f"[{caption}]", "$text-muted"))

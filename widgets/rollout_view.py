@@ -86,11 +86,6 @@ def turn_body(turn: RolloutTurn, previous: RolloutTurn | None) -> Content:
 class RolloutView(VerticalScroll):
     """A rollout's turns, one block each; ``show(None)`` says what to do instead."""
 
-    DEFAULT_CSS = """
-    RolloutView { padding: 0 1; }
-    RolloutView .turn-heading { margin-top: 1; }
-    RolloutView .turn-body { padding-left: 2; }
-    """
 
     def __init__(self, *, placeholder: str = "", id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)

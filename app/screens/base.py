@@ -5,18 +5,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.binding import Binding, BindingType
-from textual.worker import Worker, WorkerState
 
 from widgets.build_guard import BuildGuard
+from widgets.worker_errors import ReportsWorkerFailures
 
 if TYPE_CHECKING:
     from app.core.launch.session import LaunchSession
     from app.tui import SynthTuiApp
 
 
-class FlowScreen(BuildGuard):
-    """Workers on these screens use ``exit_on_error=False``; their failures land here and
-    become an error modal (``SynthTuiApp.show_error``) instead of ending the app."""
+class FlowScreen(ReportsWorkerFailures, BuildGuard):
+    """Workers on these screens use ``exit_on_error=False``; their failures go to the app
+    (``SynthTuiApp.on_worker_failed``) instead of ending it."""
 
     TITLE: ClassVar[str] = ""
     # The help key first in every flow screen's footer: a footer too narrow for all its keys
@@ -24,8 +24,6 @@ class FlowScreen(BuildGuard):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1,question_mark", "app.help", "Help", id="flow.help", key_display="?"),
     ]
-    # (palette title, palette help, action name) for the command palette.
-    PALETTE_COMMANDS: ClassVar[tuple[tuple[str, str, str], ...]] = ()
 
     @property
     def flow_app(self) -> SynthTuiApp:
@@ -64,7 +62,3 @@ class FlowScreen(BuildGuard):
             screen.request_quit()
         else:
             self.flow_app.quit_flow()
-
-    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR and event.worker.error is not None:
-            self.flow_app.show_error(f"{event.worker.name or 'A background task'} failed", event.worker.error)

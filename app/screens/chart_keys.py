@@ -6,22 +6,21 @@ from __future__ import annotations
 from textual.binding import Binding
 from textual.screen import Screen
 
+from app.screens.commands import palette_tooltip
 from widgets.metrics_grid import MetricsGrid
 
 CHART_BINDINGS = [
-    Binding("m", "metric", "Chart", id="chart.next"),
-    Binding("M", "metric_back", "Previous chart", id="chart.previous", show=False),
-    Binding("f", "full", "Full size", id="chart.full"),
-    Binding("s", "smoothing", "Smooth", id="chart.smoothing"),
-    Binding("z", "zoom", "Zoom", id="chart.zoom"),
+    Binding("m", "metric", "Chart", id="chart.next",
+            tooltip=palette_tooltip("Next chart", "Focus the next chart of the grid")),
+    Binding("M", "metric_back", "Previous chart", id="chart.previous", show=False,
+            tooltip=palette_tooltip("Previous chart", "Focus the chart before")),
+    Binding("f", "full", "Full size", id="chart.full",
+            tooltip=palette_tooltip("Full size chart", "Show the focused chart alone, or the whole grid again")),
+    Binding("s", "smoothing", "Smooth", id="chart.smoothing",
+            tooltip=palette_tooltip("Smoothing", "None, EMA or moving average")),
+    Binding("z", "zoom", "Zoom", id="chart.zoom",
+            tooltip=palette_tooltip("Zoom", "The last 50 steps or all of them")),
 ]
-CHART_PALETTE = (
-    ("Next chart", "Focus the next chart of the grid (m)", "metric"),
-    ("Previous chart", "Focus the chart before (M)", "metric_back"),
-    ("Full size chart", "Show the focused chart alone, or the whole grid again (f)", "full"),
-    ("Smoothing", "None, EMA or moving average (s)", "smoothing"),
-    ("Zoom", "The last 50 steps or all of them (z)", "zoom"),
-)
 
 
 class ChartKeys(Screen):

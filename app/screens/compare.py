@@ -10,7 +10,8 @@ from textual.widgets import Footer, Static
 
 from app.core.runs.compare import ComparedRun, read_runs, run_labels
 from app.screens.base import FlowScreen
-from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
+from app.screens.chart_keys import CHART_BINDINGS, ChartKeys
+from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.job_header import shown_text
 from widgets.metrics_grid import MetricsGrid
@@ -21,13 +22,10 @@ class CompareScreen(ChartKeys, FlowScreen):
     BINDINGS = [
         Binding("q", "app.quit", "Quit", id="compare.quit"),
         *CHART_BINDINGS,
-        Binding("f5", "reload", "Reload", id="compare.reload"),
+        Binding("f5", "reload", "Reload", id="compare.reload",
+                tooltip=palette_tooltip("Reload the runs", "Read every run's metrics again")),
         Binding("ctrl+q", "app.quit", "Quit", id="compare.app_quit", show=False),  # q is in the footer
     ]
-    PALETTE_COMMANDS = (
-        *CHART_PALETTE,
-        ("Reload the runs", "Read every run's metrics again (f5)", "reload"),
-    )
 
     def __init__(self, job_ids: list[str], *, runs: list[ComparedRun] | None = None) -> None:
         """``runs``: already read (snapshots, README pictures); f5 reads them again."""
@@ -69,7 +67,7 @@ class CompareScreen(ChartKeys, FlowScreen):
         grid.live_job_id = first.job_id
         grid.live_label = run_labels([run.job_id for run in runs])[first.job_id]
         await self.mount(grid, after="#compare-header")
-        self.query_one("#compare-waiting").display = False
+        self.query_one("#compare-waiting").add_class("-hidden")
         grid.set_overlays(others)
         grid.data_changed()
         empty = [run.job_id for run in runs if not run.store.names()]

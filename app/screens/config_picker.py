@@ -25,6 +25,7 @@ from textual.worker import Worker, WorkerState, get_current_worker
 from app.core.config import discovery
 from app.core.text import counted, home_relative
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 
 
 class ConfigPickerScreen(FlowScreen):
+    AUTO_FOCUS = "ConfigList"
     TITLE = "Choose an RL config"
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
     CHANGE_CHECK_SECONDS = 2.0
@@ -47,15 +49,13 @@ class ConfigPickerScreen(FlowScreen):
         # The first step's q quits, as on the other first screens (ctrl+q is in the footer).
         Binding("q", "quit_picker", "Quit", id="picker.quit", show=False),
         Binding("slash", "focus_filter", "Filter", id="picker.filter", key_display="/"),
-        Binding("o", "open_path", "Open path", id="picker.open"),
-        Binding("r", "reload", "Reload", id="picker.reload"),
+        Binding("o", "open_path", "Open path", id="picker.open",
+                tooltip=palette_tooltip("Open config file…", "Open any TOML config by its path")),
+        Binding("r", "reload", "Reload", id="picker.reload",
+                tooltip=palette_tooltip("Reload configs", "Search for configs again and re-validate every one")),
         Binding("escape", "clear_filter", "Clear filter", id="picker.clear_filter", show=False),
         Binding("down", "focus_list", "Back to the list", id="picker.to_list", show=False),
     ]
-    PALETTE_COMMANDS = (
-        ("Open config file…", "Open any TOML config by its path", "open_path"),
-        ("Reload configs", "Search for configs again and re-validate every one", "reload"),
-    )
 
     class ConfigsFound(Message):
         def __init__(self, entries: list[ConfigEntry]) -> None:
@@ -117,7 +117,6 @@ class ConfigPickerScreen(FlowScreen):
             Content.assemble(("Step 1 of 4 · ", "$text-muted"), ("Choose an RL config", "bold"),
                              (f" · found under {where}", "$text-muted"))
         )
-        self.query_one(ConfigList).focus()
         self.watch(self.flow_app, "preparing", self._preparation_changed, init=False)
         if self.flow_app.preparing:
             self._show_message(self.flow_app.preparing)
@@ -141,7 +140,7 @@ class ConfigPickerScreen(FlowScreen):
     def _show_message(self, text: str) -> None:
         message = self.query_one("#picker-message", Static)
         message.update(Content(text))
-        message.display = True
+        message.remove_class("-hidden")
 
     def action_reload(self) -> None:
         if self.flow_app.preparing:  # the options the search needs are not known yet
@@ -203,7 +202,7 @@ class ConfigPickerScreen(FlowScreen):
         pane.border_title = f"Configs {len(visible)} of {total}" if query else f"Configs ({total})"
         message = self._list_message(query, visible)
         self.query_one("#picker-message", Static).update(message)
-        self.query_one("#picker-message").display = bool(message)
+        self.query_one("#picker-message").set_class(not message, "-hidden")
         self.set_class(self.searched and not self.entries, "-empty")
         self.query_one(ConfigPreview).show(config_list.highlighted_entry)
 
@@ -252,11 +251,11 @@ class ConfigPickerScreen(FlowScreen):
 
     def action_open_path(self) -> None:
         from app.core.config.picker import config_path_problem
-        from widgets.path_prompt import PathPromptModal
+        from app.screens.dialogs.path_prompt import PathPromptDialog
 
         cwd = self.session.options.cwd
         self.app.push_screen(
-            PathPromptModal(
+            PathPromptDialog(
                 "Open a config file",
                 cwd=cwd,
                 check=lambda path: config_path_problem(path, cwd),
@@ -286,8 +285,7 @@ class ConfigPickerScreen(FlowScreen):
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         if event.worker.group == "picker-discover" and event.state is WorkerState.ERROR:
-            self._looking = False  # the error is shown; keys typed meanwhile go on
-        super().on_worker_state_changed(event)
+            self._looking = False  # the error is shown (FlowScreen); keys typed meanwhile go on
 
     # -- choose ----------------------------------------------------------------------------------
 

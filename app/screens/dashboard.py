@@ -11,16 +11,18 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from textual import on, work
+from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.notifications import SeverityLevel
+from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Static
 
@@ -37,13 +39,14 @@ from app.core.runs.jobs import CANCEL_DETAIL, JobContext, export_run, read_histo
 from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore
 from app.screens.base import FlowScreen
-from app.screens.chart_keys import CHART_BINDINGS, CHART_PALETTE, ChartKeys
+from app.screens.chart_keys import CHART_BINDINGS, ChartKeys
+from app.screens.commands import palette_tooltip
+from app.screens.dialogs.overlay_picker import MAX_OVERLAYS
 from app.screens.overlays import OverlayActions
 from widgets.app_header import AppHeader
 from widgets.event_log import EventLog
 from widgets.job_header import JobHeader, shown_text
 from widgets.metrics_grid import MetricsGrid
-from widgets.overlay_picker import MAX_OVERLAYS
 
 # At 80 columns the charts sit above the log and take at most this share of the height.
 NARROW_CHART_SHARE = 0.6
@@ -57,40 +60,50 @@ class FeedReady(Message, bubble=False):
 
 class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     TITLE = "Live dashboard"
+    # The job's state as the header and the stylesheet show it: each change redraws the header
+    # (once per drained batch: _one_header) and sets the screen's class (styles.tcss: -ended
+    # shows the end panel).
+    status: var[str] = var("unknown", init=False)
+    reconnecting: var[str] = var("", init=False, toggle_class="-reconnecting")
+    ended: var[bool] = var(False, init=False, toggle_class="-ended")
+    paused: var[bool] = var(False, init=False, toggle_class="-paused")
+    watch_stopped: var[bool] = var(False, init=False, toggle_class="-watch-stopped")  # the feed failed
+    end_message: var[str | None] = var(None, init=False)  # why the watch stopped, when it did not see the job end
+    filtering: var[bool] = var(False, init=False, toggle_class="-filtering")  # the filter field is open
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (110, "-wide")]
     BINDINGS = [
         # In order of need: at 80 columns the footer shows the first few. q goes back to the
         # list the dashboard was opened from, else quits (check_action shows the one that applies).
         Binding("q", "back", "Back", id="dashboard.back"),
         Binding("q", "quit_dashboard", "Quit", id="dashboard.quit"),
-        Binding("c", "cancel_job", "Cancel", id="dashboard.cancel"),
-        Binding("r", "rerun", "Rerun", id="dashboard.rerun"),
-        Binding("p", "pause", "Pause", id="dashboard.pause"),
-        Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/"),
+        Binding("c", "cancel_job", "Cancel", id="dashboard.cancel",
+                tooltip=palette_tooltip("Cancel job", "Cancel the job on the backend (asks first)")),
+        Binding("r", "rerun", "Rerun", id="dashboard.rerun",
+                tooltip=palette_tooltip("Rerun job", "Submit the same payload with a new Idempotency-Key")),
+        Binding("p", "pause", "Pause", id="dashboard.pause",
+                tooltip=palette_tooltip("Pause or resume the view", "Freeze the chart and the log; the job goes on")),
+        Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/",
+                tooltip=palette_tooltip("Filter events", "Show only events whose type, level or text match")),
         *CHART_BINDINGS,
-        Binding("o", "overlay", "Overlay", id="dashboard.overlay"),
-        Binding("i", "inspect", "Rollouts", id="dashboard.inspect"),
+        Binding("o", "overlay", "Overlay", id="dashboard.overlay",
+                tooltip=palette_tooltip("Overlay earlier runs",
+                                        "Draw earlier runs of this config, or any job id, as dimmed lines")),
+        Binding("i", "inspect", "Rollouts", id="dashboard.inspect",
+                tooltip=palette_tooltip("Inspect rollouts",
+                                        "The episodes the backend kept: best and worst of a step, turn by turn")),
         # n and e are not in the footer: the log's status line names n, the palette both.
-        Binding("n", "noise", "Noise", id="dashboard.noise", show=False),
-        Binding("e", "export", "Export", id="dashboard.export", show=False),
-        Binding("end", "follow", "Follow log", id="dashboard.follow", show=False),
+        Binding("n", "noise", "Noise", id="dashboard.noise", show=False,
+                tooltip=palette_tooltip("Toggle infrastructure noise", "Show or hide hatchet/modal events")),
+        Binding("e", "export", "Export", id="dashboard.export", show=False,
+                tooltip=palette_tooltip("Export run", "Write metrics CSV and events JSONL into the run's folder")),
+        Binding("end", "follow", "Follow log", id="dashboard.follow", show=False,
+                tooltip=palette_tooltip("Follow the log", "Scroll to the newest event and stay there")),
         # The app's quit, which asks this screen (request_quit) even when q goes back.
         Binding("ctrl+q", "app.quit", "Quit", id="dashboard.app_quit", show=False),
-        Binding("escape", "close_filter", "Clear filter / back", id="dashboard.close_filter", show=False),
+        Binding("escape", "close_filter", "Clear filter / back", id="dashboard.close_filter", show=False,
+                tooltip=palette_tooltip("Clear the event filter",
+                                        "Show every event again (with no filter: back to the list it came from)")),
     ]
-    PALETTE_COMMANDS = (
-        ("Cancel job", "Cancel the job on the backend (asks first)", "cancel_job"),
-        ("Rerun job", "Submit the same payload with a new Idempotency-Key", "rerun"),
-        ("Export run", "Write metrics CSV and events JSONL into the run's folder", "export"),
-        ("Pause or resume the view", "Freeze the chart and the log; the job goes on (p)", "pause"),
-        *CHART_PALETTE,
-        ("Overlay earlier runs", "Draw earlier runs of this config, or any job id, as dimmed lines (o)", "overlay"),
-        ("Inspect rollouts", "The episodes the backend kept: best and worst of a step, turn by turn (i)", "inspect"),
-        ("Filter events", "Show only events whose type, level or text match (/)", "filter"),
-        ("Clear the event filter", "Show every event again (esc)", "clear_filter"),
-        ("Follow the log", "Scroll to the newest event and stay there (end)", "follow"),
-        ("Toggle infrastructure noise", "Show or hide hatchet/modal events (n)", "noise"),
-    )
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
                  overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = (),
@@ -108,19 +121,13 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.overlays = list(overlays)
         self.overlay_ids = list(overlay_ids)
         self.store = MetricStore()
-        self.status = "unknown"
         self.queue_position: int | None = None  # its place in an embedded backend's queue, while queued
-        self.reconnecting = ""
         self.policy: tuple[str, bool] | None = None  # what trains it (events.policy_badge)
-        self.ended = False
         # The job was seen not yet ended by this dashboard: only then does its end notify and
         # ring the bell (attaching to a job that had already ended says so in the panel only).
         self.seen_running = False
         self.completion_warning: str | None = None  # a warning-level completion event's message
         self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
-        self.end_message: str | None = None  # why the watch stopped, when it did not see the job end
-        self.paused = False
-        self.watch_stopped = False  # the feed failed: what the header shows is the last known
         self.started = time.monotonic()
         self.created_at: datetime | None = None
         self.finished_after: int | None = None  # seconds from creation to the end, once known
@@ -129,6 +136,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.since_seq = since_seq
         self._drained_at = 0.0  # monotonic time of the last drain
         self._drain_timer: Timer | None = None  # a drain held back by DRAIN_GAP
+        self._header_held = 0  # > 0 inside _one_header: the header is redrawn once, at its end
+        self._header_dirty = False
+        self._resumed = asyncio.Event()  # set while this screen is the active one (_until_active)
+        self._asking_rerun = False  # r reads the payload from the run history before it asks
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -149,8 +160,6 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#dash-filter").display = False
-        self.query_one("#dash-final").display = False
         if self.overlays:
             self.query_one(MetricsGrid).set_overlays(self.overlays)
         if self.overlay_ids:
@@ -170,8 +179,6 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         # The clock: how long the saved run lasted, first event to last (its own times).
         replay = self.job.replay
         self.finished_after = (run_span(replay.events) if replay is not None else None) or 0
-        final = self.query_one("#dash-final")
-        final.display = True
         self.query_one("#dash-final-text", Static).update(why)
         self._render_header()
 
@@ -227,6 +234,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self._apply(batch)
 
     def _apply(self, batch: FeedBatch) -> None:
+        with self._one_header():
+            self._apply_batch(batch)
+
+    def _apply_batch(self, batch: FeedBatch) -> None:
         if batch.error is not None:
             self._feed_stopped(batch.error)
         if batch.points:
@@ -237,14 +248,16 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self._planned_steps_from(batch.events)
             if (badge := policy_badge(batch.events)) is not None and badge != self.policy:
                 self.policy = badge
-                self._render_header()
+                self._header_changed()
             # A success the backend qualifies (it learned nothing, it got worse): the end says so.
             self.completion_warning = next(
                 (e.message for e in reversed(batch.events) if e.type in TERMINAL_SUCCESS_EVENTS
                  and (e.level or "").lower() == "warning"), self.completion_warning)
         if batch.status is not None:
             self.status = batch.status.status
-            self.queue_position = batch.status.queue_position
+            if batch.status.queue_position != self.queue_position:
+                self.queue_position = batch.status.queue_position
+                self._header_changed()
             self.seen_running = self.seen_running or batch.active_seen or not is_terminal_status(self.status)
             self.created_at = self.created_at or parse_iso(batch.status.created_at)
         if batch.connection is not None and not self.watch_stopped:
@@ -252,8 +265,6 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if batch.ended is not None:
             self._ended(batch.ended)
             self.query_one(MetricsGrid).flush()  # the final picture now, not at the next due redraw
-        if batch.status is not None or batch.connection is not None or batch.ended is not None:
-            self._render_header()  # otherwise the 1 s clock keeps it current
 
     def _planned_steps_from(self, events: Sequence[JobEvent]) -> None:
         """A step event that says the job's total steps (the embedded trainer's do) sets the
@@ -267,17 +278,16 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def _feed_stopped(self, error: BaseException) -> None:
         """The watch failed (the backend stopped answering, a 404…): the run ends with the
         error's exit code, as headless does, and says how to attach again."""
-        if isinstance(error, SynthTuiError):
-            self.ended, self.ended_code = True, error.exit_code
-            # The attach command first: at 80x24 the panel shows two lines.
-            self.end_message = f"{self.session.attach_hint(self.job.job_id)}\nStopped watching: {error.message}"
-            self.query_one("#dash-final").display = True
-            self.query_one("#dash-final-text", Static).update(self.end_message)
-        # What the header said is no longer known: the clock stops, the status is the last seen.
-        self.watch_stopped, self.reconnecting = True, ""
-        self.finished_after = self.finished_after if self.finished_after is not None else self._elapsed()
+        with self._one_header():
+            # What the header said is no longer known: the clock stops, the status is the last seen.
+            self.finished_after = self.finished_after if self.finished_after is not None else self._elapsed()
+            self.watch_stopped, self.reconnecting = True, ""
+            if isinstance(error, SynthTuiError):
+                self.ended_code = error.exit_code
+                # The attach command first: at 80x24 the panel shows two lines.
+                self.end_message = f"{self.session.attach_hint(self.job.job_id)}\nStopped watching: {error.message}"
+                self.ended = True
         self.flow_app.show_error("The job feed stopped", error)
-        self._render_header()
 
     def _hold(self, batch: FeedBatch) -> None:
         self._held = self._merge(self._held, batch)
@@ -291,14 +301,12 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def _ended(self, ended: WatchEnded) -> None:
         status, payload, reason = ended.status, ended.payload, ended.reason
-        self.ended = True
         self.ended_code = ended.exit_code
         self.status, self.queue_position = status, None
         created, updated = parse_iso(payload.get("created_at")), parse_iso(payload.get("updated_at"))
         if created is not None and updated is not None and reason == "terminal":
             self.finished_after = max(0, int((updated - created).total_seconds()))
-        final = self.query_one("#dash-final")
-        final.display = True
+        self.ended = True
         if reason == "timeout":
             text = (f"Stopped watching after --poll-timeout; the job was still {status}.\n"
                     f"{self.session.attach_hint(self.job.job_id)}")
@@ -336,6 +344,49 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.call_after_refresh(grid.arrange_charts)
         self.call_after_refresh(self._render_header)
 
+    # -- the header: drawn from the reactives above -----------------------------------------
+
+    def watch_status(self) -> None:
+        self._header_changed()
+
+    def watch_reconnecting(self) -> None:
+        self._header_changed()
+
+    def watch_ended(self) -> None:
+        self._header_changed()
+
+    def watch_watch_stopped(self) -> None:
+        self._header_changed()
+
+    def watch_paused(self, paused: bool) -> None:
+        if self.is_mounted:
+            self.query_one(MetricsGrid).paused = paused
+        self._header_changed()
+
+    def watch_end_message(self, message: str | None) -> None:
+        if message is not None and self.is_mounted:
+            self.query_one("#dash-final-text", Static).update(message)
+        self._header_changed()
+
+    @contextmanager
+    def _one_header(self) -> Iterator[None]:
+        """The changes made inside redraw the header once, at the end (a drained batch)."""
+        self._header_held += 1
+        try:
+            yield
+        finally:
+            self._header_held -= 1
+            if not self._header_held and self._header_dirty:
+                self._header_dirty = False
+                if self.is_mounted:
+                    self._render_header()
+
+    def _header_changed(self) -> None:
+        if self._header_held:
+            self._header_dirty = True
+        elif self.is_mounted:
+            self._render_header()
+
     def _render_header(self) -> None:
         states = []
         if self.read_only is not None:
@@ -357,10 +408,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def action_pause(self) -> None:
         self.paused = not self.paused
-        self.query_one(MetricsGrid).paused = self.paused
         if not self.paused:
             self.apply_feed()
-        self._render_header()
 
     def action_noise(self) -> None:
         self.query_one(EventLog).toggle_noise()
@@ -370,15 +419,14 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def action_filter(self) -> None:
         field = self.query_one("#dash-filter", Input)
-        field.display = True
+        self.filtering = True
         field.value = self.query_one(EventLog).filter_text
         self.set_focus(field)  # at once: keys typed right after the slash go into the field
 
     def action_close_filter(self) -> None:
         """Esc: clear the filter (and close its field); with no filter, on a dashboard opened
         from the history, go back to it."""
-        field = self.query_one("#dash-filter", Input)
-        if field.display or self.query_one(EventLog).filter_text:
+        if self.filtering or self.query_one(EventLog).filter_text:
             self.action_clear_filter()
         elif self.back_to_history:
             self.action_back()
@@ -403,7 +451,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def action_clear_filter(self) -> None:
         field = self.query_one("#dash-filter", Input)
         field.value = ""
-        field.display = False
+        self.filtering = False
         self.query_one(EventLog).set_filter("")
         self._render_header()
 
@@ -413,8 +461,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self._render_header()
 
     @on(Input.Submitted, "#dash-filter")
-    def _filter_kept(self, event: Input.Submitted) -> None:
-        event.input.display = False
+    def _filter_kept(self) -> None:
+        self.filtering = False
         self.query_one(EventLog).focus()
 
     def action_cancel_job(self) -> None:
@@ -443,7 +491,21 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def action_rerun(self) -> None:
         if not self._needs_backend("Rerun"):
             return
-        payload = self.job.payload or _payload_from_history(self.job.job_id)
+        self._asking_rerun = True
+        self._ask_rerun()
+
+    def holds_key(self, key: str) -> bool:
+        """Keys typed after r (its question's y) wait until the question is asked; the overlay
+        dialog's keys wait as well (OverlayActions)."""
+        return self._asking_rerun or super().holds_key(key)
+
+    @work(exclusive=True, group="rerun-ask", exit_on_error=False, name="Rerun")
+    async def _ask_rerun(self) -> None:
+        try:
+            # The run history is a SQLite file: read off the UI thread.
+            payload = self.job.payload or await asyncio.to_thread(_payload_from_history, self.job.job_id)
+        finally:
+            self._asking_rerun = False
         self.flow_app.tell_history_repairs()
         if payload is None:
             self.notify("No payload is known for this job (it was not launched from this machine).",
@@ -466,8 +528,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.flow_app.warn_history(warning)
         # A dialog opened meanwhile (a quit question) is answered first: switching now would
         # replace the dialog, not this dashboard.
-        while not self.is_active:
-            await asyncio.sleep(0.1)
+        await self._until_active()
         # The run it repeats stays on the charts, dimmed, beside the new one.
         overlays = [ComparedRun(self.job.job_id, self.store), *self.query_one(MetricsGrid).overlays][:MAX_OVERLAYS]
         self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays))
@@ -477,6 +538,20 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         points = self.store.points()  # read here, on the UI thread that adds to the store
         folder = await asyncio.to_thread(export_run, self.job.job_id, points, datetime.now())
         self.notify(f"Exported to {folder}", title="Export")
+
+    async def _until_active(self) -> None:
+        """Return once this screen is the app's active screen (now, or when it is resumed)."""
+        while not self.is_active:
+            self._resumed.clear()
+            await self._resumed.wait()
+
+    @on(events.ScreenResume)
+    def _screen_resumed(self) -> None:
+        self._resumed.set()
+
+    @on(events.ScreenSuspend)
+    def _screen_suspended(self) -> None:
+        self._resumed.clear()
 
     def request_quit(self) -> None:
         self.action_quit_dashboard()

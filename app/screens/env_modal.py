@@ -16,27 +16,27 @@ from textual.binding import Binding
 
 from app.core.modal import ModalCancelled, ModalCli, SecretSent, deployed_endpoints
 from app.screens.base import FlowScreen
-from widgets.env_table import MaskedEnvTable
-from widgets.modal_dialogs import (
+from app.screens.commands import palette_tooltip
+from app.screens.dialogs.modal_service import (
     ModalEndpointPicker,
     ModalFailureNotice,
     ModalSecretPicker,
     ModalWait,
-    SendToModalModal,
+    SendToModalDialog,
 )
+from widgets.env_table import MaskedEnvTable
 
 T = TypeVar("T")
 
 MODAL_BINDINGS = [
-    Binding("m", "from_modal", "From Modal", id="env.from_modal"),
-    Binding("u", "send_to_modal", "Send to Modal", id="env.send_to_modal", show=False),
+    Binding("m", "from_modal", "From Modal", id="env.from_modal",
+            tooltip=palette_tooltip("ENVIRONMENT_API_KEY or TASK_APP_URL from Modal…",
+                                    "Read the key from a Modal secret (starts a short container), "
+                                    "or pick a deployed app's URL")),
+    Binding("u", "send_to_modal", "Send to Modal", id="env.send_to_modal", show=False,
+            tooltip=palette_tooltip("Send ENVIRONMENT_API_KEY to Modal…",
+                                    "Write the key into a Modal secret for a task app deployed there")),
 ]
-MODAL_PALETTE = (
-    ("ENVIRONMENT_API_KEY or TASK_APP_URL from Modal…",
-     "Read the key from a Modal secret (starts a short container), or pick a deployed app's URL (m)", "from_modal"),
-    ("Send ENVIRONMENT_API_KEY to Modal…", "Write the key into a Modal secret for a task app deployed there (u)",
-     "send_to_modal"),
-)
 DEFAULT_SECRET = "synth-tui-env"
 
 
@@ -135,7 +135,7 @@ class ModalActions(FlowScreen):
 
     @work(exclusive=True, group="modal", exit_on_error=False, name="Send to Modal")
     async def _send_to_modal(self, value: str) -> None:
-        name = await self.app.push_screen_wait(SendToModalModal(self.modal_secret or DEFAULT_SECRET))
+        name = await self.app.push_screen_wait(SendToModalDialog(self.modal_secret or DEFAULT_SECRET))
         if name is None:
             return
         cli = ModalCli()

@@ -2,7 +2,7 @@
 
 Edits change the .env held in memory (``session.env``) and take effect for this session at
 once; the file on disk changes only on ctrl+s, in a worker. Reading and saving files runs in
-thread workers; a failure there becomes an error modal (FlowScreen). Full secret values are
+thread workers; a failure there becomes an error dialog (FlowScreen). Full secret values are
 never put in the table, a notification or a message: only ``ResolvedKey.display``. A change
 of the file on disk is watched for while the screen is open (``DiskWatch``, env_watch.py).
 """
@@ -23,36 +23,39 @@ from app.core.env.discovery import discover_env_files
 from app.core.env.wording import env_path_problem, how_chosen
 from app.core.errors import EnvFileError
 from app.core.text import display_path, home_relative
-from app.screens.env_modal import MODAL_BINDINGS, MODAL_PALETTE, ModalActions
+from app.screens.commands import palette_tooltip
+from app.screens.dialogs.env import AddKeyDialog, EditValueDialog, ReloadDialog, SaveBeforeContinueDialog
+from app.screens.dialogs.path_prompt import PathPromptDialog
+from app.screens.env_modal import MODAL_BINDINGS, ModalActions
 from app.screens.env_watch import DiskWatch
 from widgets.app_header import AppHeader
-from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable, describe
-from widgets.path_prompt import PathPromptModal
 
 
 class EnvReviewScreen(ModalActions, DiskWatch):
+    AUTO_FOCUS = "MaskedEnvTable"
     TITLE = "Review the .env secrets"
 
     BINDINGS = [
         # Continue leads: at 80 columns the footer has room for only the first few keys.
-        Binding("c,ctrl+n", "continue", "Continue", id="env.continue"),
+        Binding("c,ctrl+n", "continue", "Continue", id="env.continue",
+                tooltip=palette_tooltip("Continue to verification",
+                                        "Check the backend and the task app with these keys")),
         Binding("enter,i", "edit", "Edit", id="env.edit", key_display="enter"),
-        Binding("a", "add_key", "Add key", id="env.add"),
-        Binding("ctrl+s", "save", "Save", id="env.save"),
-        Binding("e", "choose_env_file", "Other .env", id="env.choose"),
-        Binding("r,f5", "reload", "Reload", id="env.reload", key_display="r"),
+        Binding("a", "add_key", "Add key", id="env.add",
+                tooltip=palette_tooltip("Add a key to the .env",
+                                        "Add a key and its value (kept in memory until you save)")),
+        Binding("ctrl+s", "save", "Save", id="env.save",
+                tooltip=palette_tooltip("Save the .env",
+                                        "Write your edits to the .env file (atomic; every other line kept)")),
+        Binding("e", "choose_env_file", "Other .env", id="env.choose",
+                tooltip=palette_tooltip("Choose another .env…", "Pick a discovered .env file or type a path")),
+        Binding("r,f5", "reload", "Reload", id="env.reload", key_display="r",
+                tooltip=palette_tooltip("Reload the .env from disk",
+                                        "Read it again; with unsaved edits, asks whether to keep them")),
         *MODAL_BINDINGS,
         Binding("escape", "back", "Back", id="env.back"),
     ]
-    PALETTE_COMMANDS = (
-        ("Save the .env", "Write your edits to the .env file (atomic; every other line kept)", "save"),
-        ("Choose another .env…", "Pick a discovered .env file or type a path", "choose_env_file"),
-        ("Add a key to the .env", "Add a key and its value (kept in memory until you save)", "add_key"),
-        ("Reload the .env from disk", "Read it again; with unsaved edits, asks whether to keep them (r)", "reload"),
-        *MODAL_PALETTE,
-        ("Continue to verification", "Check the backend and the task app with these keys", "continue"),
-    )
 
     class EnvLoaded(Message):
         """A worker finished opening a .env (or failed to: then session.env is None)."""
@@ -92,7 +95,6 @@ class EnvReviewScreen(ModalActions, DiskWatch):
     def on_mount(self) -> None:
         super().on_mount()
         self.cwd = self.session.options.cwd.resolve()
-        self.query_one(MaskedEnvTable).focus()
         if self.session.env is None:
             self.loading = True
             self.run_worker(self._open_initial_env, name="Reading the .env file", group="env-open",
@@ -151,7 +153,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         warnings = self.session.env.warnings if self.session.env is not None else []
         notes = self.query_one("#env-warnings", Static)
         notes.update(Content("\n").join(Content.styled(f"⚠ {warning}", "$text-warning") for warning in warnings))
-        notes.display = bool(warnings)
+        notes.set_class(not warnings, "-hidden")
 
     def _header(self) -> Content:
         step = ("Step 2 of 4 · ", "$text-muted")
@@ -225,7 +227,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         key = next((k for k in self.session.resolved if k.name == name), None)
         if key is None:
             return
-        self.app.push_screen(EditValueModal(key, file_value=env.get(name), file_label=self.file_label(),
+        self.app.push_screen(EditValueDialog(key, file_value=env.get(name), file_label=self.file_label(),
                                             apply=self.apply_value))
 
     def action_add_key(self) -> None:
@@ -234,7 +236,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         missing = self.session.missing_keys()
         selected = self.query_one(MaskedEnvTable).selected_key
         suggested = selected if selected in missing else (missing[0] if missing else "")
-        self.app.push_screen(AddKeyModal(suggested_name=suggested, file_label=self.file_label(),
+        self.app.push_screen(AddKeyDialog(suggested_name=suggested, file_label=self.file_label(),
                                          apply=self.apply_value))
 
     # -- saving ---------------------------------------------------------------------------------
@@ -275,7 +277,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         if env is None:
             return
         if self.edited and env.dirty:  # never drop unsaved edits without asking
-            self.app.push_screen(ReloadModal(self.file_label(), sorted(self.edited)), self._after_reload_question)
+            self.app.push_screen(ReloadDialog(self.file_label(), sorted(self.edited)), self._after_reload_question)
         else:
             self._reload()
 
@@ -334,7 +336,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         cwd = self.cwd
         current = self.session.env.path if self.session.env is not None else None
         self.app.push_screen(
-            PathPromptModal(
+            PathPromptDialog(
                 "Choose a .env file",
                 cwd=cwd,
                 check=lambda path: env_path_problem(path, cwd),
@@ -347,7 +349,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         )
 
     def _env_candidates(self) -> list[Path]:
-        """The first choice's candidates, then a fresh search. Blocking: runs in the modal's worker."""
+        """The first choice's candidates, then a fresh search. Blocking: runs in the dialog's worker."""
         choice = self.session.env_choice
         known = list(choice.candidates) if choice else []
         found = discover_env_files(self.session.options.cwd, config_path=self.session.config_path)
@@ -397,7 +399,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
             return
         env = self.session.env
         if env is not None and env.dirty:
-            self.app.push_screen(SaveBeforeContinueModal(self.file_label()), self._after_save_question)
+            self.app.push_screen(SaveBeforeContinueDialog(self.file_label()), self._after_save_question)
         else:
             self.flow_app.go_to_verification()
 

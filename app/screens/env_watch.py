@@ -63,7 +63,7 @@ class DiskWatch(FlowScreen):
 
     def watch_disk_changed(self, changed: bool) -> None:
         notice = self.query_one("#env-disk", Static)
-        notice.display = changed
+        notice.set_class(changed, "-visible")
         self.disk_state_shown()
         if not changed:
             return

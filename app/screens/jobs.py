@@ -35,6 +35,7 @@ from app.core.runs.job_list import (
 from app.core.runs.jobs import CANCEL_DETAIL, JobContext, read_history
 from app.core.text import counted
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from app.screens.dashboard import DashboardScreen
 from widgets.app_header import AppHeader
 from widgets.cells import cell
@@ -60,34 +61,29 @@ def _cell(value: str, style: str, width: int) -> Text:
 
 class JobsScreen(FlowScreen):
     TITLE = "Backend jobs"
-    DEFAULT_CSS = """
-    JobsScreen #jobs-table { height: 1fr; }
-    JobsScreen #jobs-filter { dock: bottom; }
-    """
     BINDINGS = [
         # A priority key, so the footer shows it over the table's own enter (check_action lets the
         # filter field have it while typing).
-        Binding("enter", "attach", "Attach", id="jobs.attach", priority=True),
-        Binding("c", "cancel_job", "Cancel", id="jobs.cancel"),
-        Binding("r", "rerun", "Rerun", id="jobs.rerun"),
-        Binding("s", "sort", "Sort", id="jobs.sort"),
+        Binding("enter", "attach", "Attach", id="jobs.attach", priority=True,
+                tooltip=palette_tooltip("Attach to the job", "Open the selected job's live dashboard")),
+        Binding("c", "cancel_job", "Cancel", id="jobs.cancel",
+                tooltip=palette_tooltip("Cancel the job", "Cancel the selected job on the backend, after asking")),
+        Binding("r", "rerun", "Rerun", id="jobs.rerun",
+                tooltip=palette_tooltip("Rerun the job",
+                                        "Submit the selected job's payload again, from the run history")),
+        Binding("s", "sort", "Sort", id="jobs.sort",
+                tooltip=palette_tooltip("Sort the jobs", "By created, status, score or model")),
         # Priority too: a key typed right after / goes into the field, not to the table (a
         # non-priority / is handled after the keys behind it have already gone to the table).
-        Binding("slash", "filter", "Filter", id="jobs.filter", key_display="/", priority=True),
-        Binding("f5", "refresh", "Refresh", id="jobs.refresh"),
-        Binding("escape", "clear_filter", "Clear filter", id="jobs.clear_filter", show=False),
+        Binding("slash", "filter", "Filter", id="jobs.filter", key_display="/", priority=True,
+                tooltip=palette_tooltip("Filter the jobs", "Only jobs whose id, status or model holds the text")),
+        Binding("f5", "refresh", "Refresh", id="jobs.refresh",
+                tooltip=palette_tooltip("Refresh the jobs", "Read the backend's job list now")),
+        Binding("escape", "clear_filter", "Clear filter", id="jobs.clear_filter", show=False,
+                tooltip=palette_tooltip("Clear the job filter", "Show every job again")),
         Binding("q", "app.quit", "Quit", id="jobs.quit"),
         Binding("ctrl+q", "app.quit", "Quit", id="jobs.app_quit", show=False),  # q is in the footer
     ]
-    PALETTE_COMMANDS = (
-        ("Attach to the job", "Open the selected job's live dashboard (enter)", "attach"),
-        ("Cancel the job", "Cancel the selected job on the backend, after asking (c)", "cancel_job"),
-        ("Rerun the job", "Submit the selected job's payload again, from the run history (r)", "rerun"),
-        ("Sort the jobs", "By created, status, score or model (s)", "sort"),
-        ("Filter the jobs", "Only jobs whose id, status or model holds the text (/)", "filter"),
-        ("Clear the job filter", "Show every job again (esc)", "clear_filter"),
-        ("Refresh the jobs", "Read the backend's job list now (f5)", "refresh"),
-    )
 
     def __init__(self, *, status: str | None = None, max_jobs: int = MAX_LISTED_JOBS,
                  page_size: int = JOB_PAGE_SIZE, sort: str = "created", refresh_every: float | None = 5.0,
@@ -122,7 +118,6 @@ class JobsScreen(FlowScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
-        self.query_one("#jobs-filter").display = False
         self._show()
         if self.preset is None:
             self.action_refresh()
@@ -169,7 +164,7 @@ class JobsScreen(FlowScreen):
                 await self.scores.update(client, self.scores.wanted(self._shown()))
             self.error = None
         except SynthTuiError as exc:
-            # Said once, in the header: a refresh every few seconds must not stack modals.
+            # Said once, in the header: a refresh every few seconds must not stack dialogs.
             first = self.error is None
             self.error = redact(exc.message, self.session.secret_values())
             if first:
@@ -252,14 +247,14 @@ class JobsScreen(FlowScreen):
 
     def action_filter(self) -> None:
         field = self.query_one("#jobs-filter", Input)
-        field.display = True
+        self.add_class("-filtering")
         field.value = self.filter_text
         self.set_focus(field)  # at once: keys typed right after the slash go into the field
 
     def action_clear_filter(self) -> None:
         field = self.query_one("#jobs-filter", Input)
         field.value = ""
-        field.display = False
+        self.remove_class("-filtering")
         self.filter_text = ""
         self.query_one(DataTable).focus()
         self._show()
@@ -270,8 +265,8 @@ class JobsScreen(FlowScreen):
         self._show()
 
     @on(Input.Submitted, "#jobs-filter")
-    def _filter_kept(self, event: Input.Submitted) -> None:
-        event.input.display = False
+    def _filter_kept(self) -> None:
+        self.remove_class("-filtering")
         self.query_one(DataTable).focus()
 
     @on(DataTable.RowSelected, "#jobs-table")

@@ -13,8 +13,8 @@ from app.core.runs.history import RunRecord
 from app.core.runs.history_refresh import needs_refresh, refresh_statuses
 from app.core.runs.jobs import JobContext
 from app.screens.base import FlowScreen
+from app.screens.dialogs.overlay_picker import OverlayPickerDialog
 from widgets.metrics_grid import MetricsGrid
-from widgets.overlay_picker import OverlayPickerModal
 
 
 class OverlayActions(FlowScreen):
@@ -45,7 +45,7 @@ class OverlayActions(FlowScreen):
         finally:
             # The dialog is on the stack as soon as it is pushed: the keys wait for it to mount.
             self._opening_overlay_dialog = False
-        dialog = OverlayPickerModal(earlier, [run.job_id for run in grid.overlays])
+        dialog = OverlayPickerDialog(earlier, [run.job_id for run in grid.overlays])
         if any(map(needs_refresh, earlier)):
             self._refresh_statuses(dialog, earlier)
         chosen = await self.app.push_screen_wait(dialog)
@@ -57,7 +57,7 @@ class OverlayActions(FlowScreen):
         await self._read_overlays(chosen)
 
     @work(exclusive=True, group="overlay-statuses", exit_on_error=False, name="Overlay statuses")
-    async def _refresh_statuses(self, dialog: OverlayPickerModal, earlier: list[RunRecord]) -> None:
+    async def _refresh_statuses(self, dialog: OverlayPickerDialog, earlier: list[RunRecord]) -> None:
         """The dialog lists the statuses the history last recorded; a job not seen to end is asked
         about (as `synth-tui history` does, which also records the answer), and its row shows
         what the backend says. A backend that does not answer leaves the row as it was."""

@@ -27,6 +27,7 @@ from app.core.launch.steps import PreparedJob
 from app.core.redact import redact
 from app.core.runs.jobs import payload_model
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.json_view import json_highlighted
 
@@ -43,15 +44,13 @@ class PayloadPreviewScreen(FlowScreen):
     REBUILD_DELAY_S: ClassVar[float] = 0.3
 
     BINDINGS = [
-        Binding("s,ctrl+s", "submit", "Submit", id="preview.submit", key_display="s"),
-        Binding("x", "toggle_response", "Full response", id="preview.expand"),
-        Binding("escape", "back", "Back", id="preview.back"),
+        Binding("s,ctrl+s", "submit", "Submit", id="preview.submit", key_display="s",
+                tooltip=palette_tooltip("Preview: submit the job", "POST /rl/jobs with the payload shown")),
+        Binding("x", "toggle_response", "Full response", id="preview.expand",
+                tooltip=palette_tooltip("Preview: expand or collapse the response", "Show the backend's whole answer")),
+        Binding("escape", "back", "Back", id="preview.back",
+                tooltip=palette_tooltip("Preview: back to verification", "Leave without sending anything")),
     ]
-    PALETTE_COMMANDS = (
-        ("Preview: submit the job", "POST /rl/jobs with the payload shown", "submit"),
-        ("Preview: expand or collapse the response", "Show the backend's whole answer", "toggle_response"),
-        ("Preview: back to verification", "Leave without sending anything", "back"),
-    )
 
     # The screen's state; any change redraws the status, the problem line and the response.
     prepared: var[PreparedJob | None] = var(None)  # what is shown, and so what a submit sends
@@ -99,7 +98,7 @@ class PayloadPreviewScreen(FlowScreen):
             with Horizontal(id="payload-submit-row"):
                 yield Button("Submit (s)", variant="primary", compact=True, id="payload-submit")
                 yield Static(id="payload-status")
-            with VerticalScroll(id="payload-response-scroll"):
+            with VerticalScroll(id="payload-response-scroll", classes="-hidden"):
                 yield Static(id="payload-response", markup=False)
         yield Footer()
 
@@ -108,7 +107,6 @@ class PayloadPreviewScreen(FlowScreen):
         self.query_one("#payload-target", Static).update(Content.assemble(
             ("Backend ", "$text-muted"), session.backend_base, ("  ·  Idempotency-Key ", "$text-muted"),
             (session.idempotency_key, "bold")))
-        self.query_one("#payload-response-scroll").display = False
         self._show_experimental_note()
         for name in self.STATE:
             self.watch(self, name, self._show_state, init=False)
@@ -256,7 +254,7 @@ class PayloadPreviewScreen(FlowScreen):
         self.query_one("#payload-status", Static).update(_redacted_content(self._status_parts(), secrets))
         response = self._response_text()
         scroll = self.query_one("#payload-response-scroll")
-        scroll.display = response is not None
+        scroll.set_class(response is None, "-hidden")
         if response is not None:
             code, text = response
             text = redact(text, secrets)
@@ -276,7 +274,7 @@ class PayloadPreviewScreen(FlowScreen):
             parts = [("! ", "bold $text-warning"), f"The task URL changed since verification ({verified}): "
                      "esc goes back to verify the new one."]
         line = self.query_one("#payload-problem", Static)
-        line.display = bool(parts)
+        line.set_class(not parts, "-hidden")
         line.update(_redacted_content(parts, secrets))
 
     def _status_parts(self) -> list[str | tuple[str, str]]:

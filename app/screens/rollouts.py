@@ -20,6 +20,7 @@ from app.core.redact import redact
 from app.core.runs.rollout_pick import compare_partner, nearest_step, next_phase, shifted_step, step_rollouts, steps_of
 from app.core.runs.rollouts import Rollout, RolloutsNotServed, RolloutSummary, get_rollout, list_rollouts
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.cells import cell
 from widgets.rollout_view import RolloutView, summary_line
@@ -54,34 +55,26 @@ class RolloutReader:
 
 class RolloutsScreen(FlowScreen):
     TITLE = "Rollouts"
-    DEFAULT_CSS = """
-    RolloutsScreen #rollouts-body { height: 1fr; }
-    RolloutsScreen #rollouts-table { width: 68; }
-    RolloutsScreen.-narrow #rollouts-table { width: 1fr; }
-    RolloutsScreen #rollouts-preview { width: 2fr; border: round $primary-darken-2; }
-    RolloutsScreen.-narrow #rollouts-preview { display: none; }
-    """
     BINDINGS = [
-        Binding("enter", "open", "Open", id="rollouts.open", priority=True),
+        Binding("enter", "open", "Open", id="rollouts.open", priority=True,
+                tooltip=palette_tooltip("Open the rollout", "Show the selected rollout turn by turn")),
         # Pushed over a dashboard: q goes back, as esc does; near the front, so 80 columns show it.
         Binding("q,escape", "back", "Back", id="rollouts.back"),
-        Binding("left_square_bracket", "step(-1)", "Earlier", id="rollouts.earlier", key_display="["),
-        Binding("right_square_bracket", "step(1)", "Later", id="rollouts.later", key_display="]"),
-        Binding("t", "phase", "Phase", id="rollouts.phase"),
-        Binding("w", "worst_first", "Order", id="rollouts.order"),
-        Binding("c", "compare", "Same seed", id="rollouts.compare"),
-        Binding("f5", "reload", "Reload", id="rollouts.reload"),
+        Binding("left_square_bracket", "step(-1)", "Earlier", id="rollouts.earlier", key_display="[",
+                tooltip=palette_tooltip("Earlier step", "The rollouts of the step before")),
+        Binding("right_square_bracket", "step(1)", "Later", id="rollouts.later", key_display="]",
+                tooltip=palette_tooltip("Later step", "The rollouts of the step after")),
+        Binding("t", "phase", "Phase", id="rollouts.phase",
+                tooltip=palette_tooltip("Train or eval rollouts",
+                                        "Show all, only training or only evaluation rollouts")),
+        Binding("w", "worst_first", "Order", id="rollouts.order",
+                tooltip=palette_tooltip("Worst first", "Sort by reward, lowest first, or back to highest first")),
+        Binding("c", "compare", "Same seed", id="rollouts.compare",
+                tooltip=palette_tooltip("Compare with the same seed",
+                                        "The selected rollout beside one of the same seed at another step")),
+        Binding("f5", "reload", "Reload", id="rollouts.reload",
+                tooltip=palette_tooltip("Reload the rollouts", "Ask the backend again")),
     ]
-    PALETTE_COMMANDS = (
-        ("Open the rollout", "Show the selected rollout turn by turn (enter)", "open"),
-        ("Compare with the same seed", "The selected rollout beside one of the same seed at another step (c)",
-         "compare"),
-        ("Earlier step", "The rollouts of the step before ([)", "step_earlier"),
-        ("Later step", "The rollouts of the step after (])", "step_later"),
-        ("Train or eval rollouts", "Show all, only training or only evaluation rollouts (t)", "phase"),
-        ("Worst first", "Sort by reward, lowest first, or back to highest first (w)", "worst_first"),
-        ("Reload the rollouts", "Ask the backend again (f5)", "reload"),
-    )
 
     def __init__(self, job: JobContext, *, step: int | None = None, reader: RolloutReader | None = None) -> None:
         """``step``: the step shown first (None: the latest); ``reader``: one with a preset."""
@@ -217,12 +210,6 @@ class RolloutsScreen(FlowScreen):
         self.step = shifted_step(steps_of(self.reader.summaries, self.phase), self.step, by)
         self._show(keep_selection=False)
 
-    def action_step_earlier(self) -> None:
-        self.action_step(-1)
-
-    def action_step_later(self) -> None:
-        self.action_step(1)
-
     def action_phase(self) -> None:
         self.phase = next_phase(self.phase)
         self.step = nearest_step(steps_of(self.reader.summaries, self.phase), self.step)
@@ -279,9 +266,6 @@ class RolloutScreen(FlowScreen):
     """One rollout, turn by turn, the whole screen."""
 
     TITLE = "Rollout"
-    DEFAULT_CSS = """
-    RolloutScreen #rollout-view { height: 1fr; border: round $primary-darken-2; }
-    """
     BINDINGS = [
         Binding("q,escape", "back", "Back", id="rollout.back"),
         Binding("c", "compare", "Same seed", id="rollout.compare"),
@@ -314,10 +298,6 @@ class RolloutCompareScreen(FlowScreen):
     """Two rollouts of one seed side by side, the earlier step on the left."""
 
     TITLE = "Same seed, two steps"
-    DEFAULT_CSS = """
-    RolloutCompareScreen #compare-pair { height: 1fr; }
-    RolloutCompareScreen RolloutView { width: 1fr; border: round $primary-darken-2; }
-    """
     BINDINGS = [Binding("q,escape", "back", "Back", id="rollout_compare.back")]
 
     def __init__(self, left: Rollout, right: Rollout) -> None:

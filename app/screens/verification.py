@@ -38,10 +38,11 @@ from app.core.launch.diagnosis import (
 )
 from app.core.redact import mask_secret, redact
 from app.screens.base import FlowScreen
+from app.screens.commands import palette_tooltip
+from app.screens.dialogs.json_report import JsonReportDialog
 from widgets.app_header import AppHeader
 from widgets.diagnostics import DiagnosticsTable
 from widgets.flow_footer import FlowFooter
-from widgets.json_view import JsonReportModal
 
 WORKER_GROUP = "verification"
 PREPARE_WORKER = "Preparing the payload"
@@ -68,17 +69,16 @@ class VerificationScreen(FlowScreen):
     TICK_S: ClassVar[float] = 0.1
 
     BINDINGS = [
-        Binding("enter", "continue", "Preview payload", id="verify.continue"),
-        Binding("r", "retry", "Retry", id="verify.retry"),
-        Binding("d", "diagnostics", "Diagnostics", id="verify.diagnostics"),
-        Binding("b,escape", "back", "Back to env", id="verify.back"),
+        Binding("enter", "continue", "Preview payload", id="verify.continue",
+                tooltip=palette_tooltip("Verification: preview the payload", "Continue when both checks passed")),
+        Binding("r", "retry", "Retry", id="verify.retry",
+                tooltip=palette_tooltip("Verification: retry",
+                                        "Run the backend verification and the health check again")),
+        Binding("d", "diagnostics", "Diagnostics", id="verify.diagnostics",
+                tooltip=palette_tooltip("Verification: full diagnostics", "Show and copy everything the checks saw")),
+        Binding("b,escape", "back", "Back to env", id="verify.back",
+                tooltip=palette_tooltip("Verification: back to env review", "Edit the .env values")),
     ]
-    PALETTE_COMMANDS = (
-        ("Verification: retry", "Run the backend verification and the health check again", "retry"),
-        ("Verification: full diagnostics", "Show and copy everything the checks saw", "diagnostics"),
-        ("Verification: back to env review", "Edit the .env values", "back"),
-        ("Verification: preview the payload", "Continue when both checks passed", "continue"),
-    )
 
     # The clock behind elapsed times and latencies; snapshot tests fix it.
     clock = staticmethod(time.monotonic)
@@ -293,7 +293,7 @@ class VerificationScreen(FlowScreen):
         if self.running:
             payload["note"] = "checks still running"
         text = diagnostics_text(payload, self.session.secret_values())
-        self.app.push_screen(JsonReportModal("Verification diagnostics (secrets masked)", text,
+        self.app.push_screen(JsonReportDialog("Verification diagnostics (secrets masked)", text,
                                              copied_message="Diagnostics copied"))
 
 

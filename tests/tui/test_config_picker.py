@@ -10,13 +10,14 @@ import pytest
 from textual.widgets import Input, Static
 
 from app.core.config import rl as cfg
+from app.screens.commands import palette_commands
 from app.screens.config_picker import ConfigPickerScreen
+from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
 from pilot_waits import wait_for, wait_for_screen, wait_until
 from screen_text import footer_text
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
-from widgets.path_prompt import PathPromptModal
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "rl"
@@ -238,12 +239,12 @@ async def test_open_path_with_a_missing_file_shows_an_inline_error(make_app, con
     async with app.run_test(size=(120, 36)) as pilot:
         await discovered(pilot)
         await pilot.press("o")
-        assert isinstance(app.screen, PathPromptModal)
+        assert isinstance(app.screen, PathPromptDialog)
         await pilot.press(*"configs/nope.toml", "enter")
         error = app.screen.query_one("#path-error", Static)
         await wait_until(pilot, lambda: error.has_class("-visible"), "the inline error")
         assert str(error.render()) == "No file at configs/nope.toml"
-        assert isinstance(app.screen, PathPromptModal)
+        assert isinstance(app.screen, PathPromptDialog)
         await pilot.press("escape")
         assert isinstance(app.screen, ConfigPickerScreen)
 
@@ -320,8 +321,10 @@ async def test_bindings_have_ids_and_palette_commands_exist(make_app, configs):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await discovered(pilot)
         assert all(binding.id for binding in ConfigPickerScreen.BINDINGS)
-        for _title, _help, action in ConfigPickerScreen.PALETTE_COMMANDS:
-            assert callable(getattr(screen, f"action_{action}"))
+        commands = palette_commands(screen)
+        assert {command.title for command in commands} == {"Open config file…", "Reload configs"}
+        for command in commands:
+            assert callable(getattr(screen, f"action_{command.action}"))
 
 
 # --------------------------------------------------------------------------- snapshots

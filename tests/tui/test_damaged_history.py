@@ -12,8 +12,8 @@ from textual.widgets import Static
 
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.runs.history import RunHistory, take_repair_notes
+from app.screens.dialogs.common import ErrorDialog
 from app.screens.history import HistoryScreen, HistoryTable
-from app.screens.modals import ErrorModal
 from app.tui import SynthTuiApp
 from pilot_waits import wait_for, wait_for_screen
 
@@ -49,7 +49,7 @@ async def test_a_damaged_history_is_a_note_on_the_history_screen_not_a_bug(proje
         assert f"⚠ The run history {history} was damaged (SQLite says: file is not a database)" in text
         assert kept[0].name in text
         assert any("was damaged" in n.message for n in app._notifications), "told in a notification too"
-        assert not any(isinstance(s, ErrorModal) for s in app.screen_stack)
+        assert not any(isinstance(s, ErrorDialog) for s in app.screen_stack)
         assert app.screen.query_one(HistoryTable).row_count == 0
         # F5 lists again from the fresh history: the note stays, nothing is moved again.
         await pilot.press("f5")
@@ -69,7 +69,7 @@ async def test_a_history_that_cannot_be_moved_shows_the_path_and_the_fix(project
     monkeypatch.setattr("app.core.state_files.os.rename", refused)
     app = history_app(project)
     async with app.run_test(size=(160, 40)) as pilot:
-        modal = await wait_for_screen(pilot, ErrorModal, "the error")
+        modal = await wait_for_screen(pilot, ErrorDialog, "the error")
         assert modal.message == (f"The run history {history} is damaged (SQLite says: file is not a database) "
                                  f"and could not be moved aside: Permission denied.")
         assert modal.hint.startswith(f"Move it away yourself (mv {history} ")
@@ -95,6 +95,6 @@ async def test_the_jobs_view_tells_a_history_moved_aside_by_its_rerun_lookup(fau
         await pilot.press("r")  # rerun reads the payload from the (damaged) history
         await wait_for(pilot, lambda: any("was damaged" in n.message for n in app._notifications),
                        what="the note")
-        assert not any(isinstance(s, ErrorModal) for s in app.screen_stack)
+        assert not any(isinstance(s, ErrorDialog) for s in app.screen_stack)
     assert [p.read_bytes() for p in state().iterdir() if p.name.startswith("history.corrupt-")] == [NOISE]
     assert take_repair_notes() == []

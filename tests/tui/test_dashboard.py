@@ -6,6 +6,7 @@ import json
 import threading
 
 import pytest
+from textual.command import CommandList, CommandPalette
 from textual.widgets import DataTable
 
 from app.core.api.streaming import WatchEnded
@@ -15,8 +16,9 @@ from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.paths import run_dir
 from app.core.runs.feed import FeedBatch
 from app.core.runs.history import RunHistory
+from app.screens.commands import palette_commands
 from app.screens.dashboard import DashboardScreen, JobContext
-from app.screens.modals import ConfirmModal, ErrorModal, HelpModal
+from app.screens.dialogs.common import ConfirmDialog, ErrorDialog, HelpDialog
 from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
@@ -155,13 +157,38 @@ async def test_every_dashboard_action_is_in_the_palette(faulty_backend):
     app = make_dashboard_app(faulty_backend, JobContext("job_a"))
     async with app.run_test(size=(160, 45)):
         screen = dashboard(app)
-        in_palette = {action for _, _, action in screen.PALETTE_COMMANDS}
+        in_palette = {command.action for command in palette_commands(screen)}
         # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
-        leave = ("quit_dashboard", "close_filter", "back", "app.quit", "app.help")
+        leave = ("quit_dashboard", "back", "app.quit", "app.help")
         keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
         assert keyed <= in_palette, keyed - in_palette
         for action in in_palette:
             assert callable(getattr(screen, f"action_{action}"))
+        titles = {command.title: command.help for command in palette_commands(screen)}
+        # The key comes from the binding, after the help: never typed twice.
+        assert titles["Cancel job"] == "Cancel the job on the backend (asks first) (c)"
+        assert titles["Filter events"].endswith("(/)")
+
+
+async def test_a_palette_command_runs_the_binding_it_comes_from(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.status == "running")
+        await pilot.press("ctrl+p")
+        await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
+        await pilot.press(*"pause or resume")
+        def listed() -> list[str]:
+            commands = app.screen.query_one(CommandList)
+            return [str(commands.get_option_at_index(i).prompt) for i in range(commands.option_count)]
+
+        await wait_for(pilot, lambda: any("Pause or resume the view" in line for line in listed()),
+                       what="the command listed")
+        assert "(p)" in listed()[0]  # its help: the binding's key
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: screen.paused and "-paused" in screen.classes, what="the view paused")
+        assert "paused (p)" in str(screen.query_one("#dash-header").render())
 
 
 async def test_pause_stops_redraws_and_resume_applies_what_arrived(faulty_backend):
@@ -189,12 +216,12 @@ async def test_cancel_asks_then_cancels(faulty_backend):
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.status == "running")
         await pilot.press("c")
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         await pilot.press("y")
         await wait_for(pilot, lambda: faulty_backend.count("/cancel") == 1)
         # the scripted job does not stop, so the feed keeps running; quitting asks first
         await pilot.press("q")
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         await pilot.press("y")
     assert app.return_code == 0
 
@@ -229,7 +256,7 @@ async def test_a_backend_that_dies_mid_watch_ends_the_dashboard_with_exit_5(faul
         await wait_for(pilot, lambda: screen.ended, what="the watch to give up")
         text = str(screen.query_one("#dash-final-text").render())
         assert "has not answered for" in text and "synth-tui attach job_a" in text
-        assert isinstance(app.screen, ErrorModal)
+        assert isinstance(app.screen, ErrorDialog)
         await pilot.press("escape")
         await pilot.press("q")
     assert app.return_value == ExitCode.BACKEND
@@ -259,6 +286,36 @@ async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
     record = RunHistory().get(new_id)
     assert record.rerun_of == "job_old" and record.idempotency_key == creates[0][2]["Idempotency-Key"]
     assert RunHistory().get("job_old") is not None
+
+
+async def test_keys_typed_after_rerun_wait_for_its_question(faulty_backend, monkeypatch):
+    """r reads the payload from the run history in a worker: a y typed before the question is
+    shown answers it, and does not go to the dashboard."""
+    import app.screens.dashboard as dashboard_module
+
+    faulty_backend.create_job_template = training_timeline(steps=2)
+    faulty_backend.add_job(ScriptedJob("job_old", training_timeline(steps=2)))
+    payload = {"job_type": "rl", "data": {"model": "x"}}
+    RunHistory().record_submission(job_id="job_old", backend=faulty_backend.url + "/api", config_path=None,
+                                   payload=payload, idempotency_key="old-key")
+    read_may_finish, read_started = threading.Event(), threading.Event()
+    original = dashboard_module._payload_from_history
+
+    def slow_read(job_id: str):
+        read_started.set()
+        read_may_finish.wait(timeout=30)
+        return original(job_id)
+
+    monkeypatch.setattr(dashboard_module, "_payload_from_history", slow_read)
+    app = make_dashboard_app(faulty_backend, JobContext("job_old"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await pilot.press("r", "y")
+        await wait_for(pilot, read_started.is_set, what="the history read")
+        assert app.screen is screen  # still reading: no question yet, and y waits
+        read_may_finish.set()
+        await wait_for_screen(pilot, DashboardScreen, where=lambda screen: screen.job.job_id != "job_old")
 
 
 async def test_export_holds_exactly_the_events_seen(faulty_backend):
@@ -379,11 +436,11 @@ async def test_a_quit_question_asked_during_a_rerun_is_not_swept_away(faulty_bac
         await pilot.press("r", "y")
         await wait_for(pilot, lambda: faulty_backend.count("/rl/jobs", "POST") == 1, what="the held create")
         await pilot.press("q")
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         faulty_backend.release.set()
         await wait_for(pilot, lambda: len(RunHistory().list()) == 2, what="the rerun recorded")
         await pilot.pause(0.3)  # one more turn of the rerun worker: it must keep waiting
-        assert isinstance(app.screen, ConfirmModal), "the quit question is still there"
+        assert isinstance(app.screen, ConfirmDialog), "the quit question is still there"
         await pilot.press("n")
         await wait_for_screen(pilot, DashboardScreen, where=lambda screen: screen.job.job_id != "job_old")
 
@@ -425,7 +482,7 @@ async def test_ctrl_c_asks_to_quit_like_ctrl_q(faulty_backend):
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("ctrl+c")
-        await wait_for_screen(pilot, ConfirmModal, "the quit question")
+        await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
 
@@ -461,11 +518,11 @@ async def test_help_lists_end_and_its_last_row_scrolls_into_view_at_80x24():
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         await pilot.press("question_mark")
-        help_screen = await wait_for_screen(pilot, HelpModal)
+        help_screen = await wait_for_screen(pilot, HelpDialog)
         table = help_screen.query_one(DataTable)
         rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
         assert ("end", "Follow log") in rows
-        body = help_screen.query_one("#modal-body")
+        body = help_screen.query_one("#dialog-body")
         assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
         last = table.row_count - 1
         table.move_cursor(row=last)  # as the down arrow held would
@@ -482,7 +539,7 @@ async def test_q_on_a_dashboard_that_is_the_first_screen_asks_then_quits(faulty_
         await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit in the footer")
         assert "q Back" not in footer_text(app)
         await pilot.press("q")
-        await wait_for_screen(pilot, ConfirmModal, "the quit question")
+        await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
 
@@ -495,7 +552,7 @@ async def test_ctrl_q_over_the_inspector_asks_while_the_job_runs(faulty_backend)
         await pilot.press("i")
         await wait_for_screen(pilot, RolloutsScreen, "the inspector")
         await pilot.press("ctrl+q")
-        await wait_for_screen(pilot, ConfirmModal, "the quit question")
+        await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("y")
     assert app.return_value == 0
 

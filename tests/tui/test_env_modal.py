@@ -14,11 +14,11 @@ import pytest
 from test_env_review import SYNTH_KEY, env_screen, row, select_row
 
 from app.core.launch.session import LaunchOptions, LaunchSession
+from app.screens.dialogs.common import ErrorDialog
+from app.screens.dialogs.modal_service import ModalEndpointPicker, ModalSecretPicker, ModalWait, SendToModalDialog
 from app.screens.env_review import EnvReviewScreen
-from app.screens.modals import ErrorModal
 from app.tui import SynthTuiApp, guided_app
 from pilot_waits import wait_for_process, wait_for_screen
-from widgets.modal_dialogs import ModalEndpointPicker, ModalSecretPicker, ModalWait, SendToModalModal
 
 MODAL_KEY = "envk_MODAL_FAKE_5f4e3d2c1b0a99887766554433"
 TASK_URL = "https://ws--task-app-fastapi-app.modal.run"
@@ -90,7 +90,7 @@ async def test_send_to_modal_writes_the_key_into_the_named_secret(make_app, proj
     async with app.run_test(size=(120, 36)) as pilot:
         await env_screen(pilot)
         await pilot.press("u")
-        await wait_for_screen(pilot, SendToModalModal, "the secret name")
+        await wait_for_screen(pilot, SendToModalDialog, "the secret name")
         assert "REPLACED" in screen_text(app)
         app.screen.query_one("#modal-send-name").value = "fresh-secret"
         await pilot.press("enter")
@@ -130,7 +130,7 @@ async def test_without_modal_the_error_says_how_to_install_it(make_app, project,
         screen = await env_screen(pilot)
         await select_row(pilot, screen, "ENVIRONMENT_API_KEY")
         await pilot.press("m")
-        await wait_for_screen(pilot, ErrorModal, "the error")
+        await wait_for_screen(pilot, ErrorDialog, "the error")
         assert "pip install 'synth-tui[modal]'" in (app.screen.hint or "")
 
 
@@ -201,7 +201,7 @@ async def test_a_send_that_did_not_land_is_said_so(make_app, project, standin):
     async with app.run_test(size=(120, 36)) as pilot:
         await env_screen(pilot)
         await pilot.press("u")
-        await wait_for_screen(pilot, SendToModalModal, "the secret name")
+        await wait_for_screen(pilot, SendToModalDialog, "the secret name")
         app.screen.query_one("#modal-send-name").value = "fresh-secret"
         await pilot.press("enter")
         await wait_for_process(pilot, lambda: any("could not be confirmed" in str(n.message)

@@ -12,14 +12,15 @@ from textual.widgets import Input, Static
 
 from app.core.env import envfile
 from app.core.env.resolve import ResolvedKey
+from app.screens.commands import palette_commands
 from app.screens.config_picker import ConfigPickerScreen
+from app.screens.dialogs.common import ConfirmDialog, ErrorDialog
+from app.screens.dialogs.env import AddKeyDialog, EditValueDialog, ReloadDialog, SaveBeforeContinueDialog
+from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
-from app.screens.modals import ConfirmModal, ErrorModal
 from pilot_waits import wait_for, wait_for_screen, wait_until
 from screen_text import footer_text
-from widgets.env_dialogs import AddKeyModal, EditValueModal, ReloadModal, SaveBeforeContinueModal
 from widgets.env_table import MaskedEnvTable, describe
-from widgets.path_prompt import PathPromptModal
 
 # Long fake secrets: any of them in full on screen is a leak.
 SYNTH_KEY = "sk_live_FAKE_0123456789abcdefghijklmnopqrstuv"
@@ -203,7 +204,7 @@ async def test_no_env_file_says_how_to_create_one(make_app, project, fixed_home)
 async def test_a_missing_env_file_flag_is_explained_not_a_traceback(make_app, project):
     app = make_app(start="env", env_files=["missing.env"])
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_for_screen(pilot, ErrorModal, "the error")
+        await wait_for_screen(pilot, ErrorDialog, "the error")
         assert app.screen.title_text == "Reading the .env file failed"
         assert app.screen.message == "Env file not found: missing.env"
         assert app.screen.hint == "Pass an existing file with --env-file."
@@ -225,7 +226,7 @@ async def test_edit_a_value_with_reveal_stays_in_memory(make_app, project):
         screen = await env_screen(pilot)
         await select_row(pilot, screen, "SYNTH_API_KEY")
         await pilot.press("enter")
-        assert isinstance(app.screen, EditValueModal)
+        assert isinstance(app.screen, EditValueDialog)
         value = app.screen.query_one("#env-value", Input)
         assert value.password and value.value == SYNTH_KEY
         assert_no_secret(app.export_screenshot())  # dots, not the key
@@ -251,7 +252,7 @@ async def test_a_key_added_and_not_saved_says_so(make_app, project):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
         await pilot.press("a")
-        await wait_for_screen(pilot, AddKeyModal)
+        await wait_for_screen(pilot, AddKeyDialog)
         app.screen.query_one("#env-name", Input).value = "EXTRA_TOKEN"
         app.screen.query_one("#env-value", Input).value = OTHER_TOKEN
         await pilot.press("enter")
@@ -282,7 +283,7 @@ async def test_a_click_selects_a_row_and_a_second_click_edits_it(make_app, proje
         assert table.selected_key == "TASK_APP_URL"
         assert app.screen is screen
         await pilot.click("#env-table", offset=(3, 3))
-        assert isinstance(app.screen, EditValueModal)
+        assert isinstance(app.screen, EditValueDialog)
         assert app.screen.key.name == "TASK_APP_URL"
 
 
@@ -320,7 +321,7 @@ async def test_add_a_missing_key_and_reject_a_bad_name(make_app, project):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
         await pilot.press("a")
-        assert isinstance(app.screen, AddKeyModal)
+        assert isinstance(app.screen, AddKeyDialog)
         name = app.screen.query_one("#env-name", Input)
         assert name.value == "TASK_APP_URL"  # the missing key is suggested
 
@@ -392,7 +393,7 @@ async def test_an_unwritable_env_shows_an_error_and_keeps_the_edits(make_app, pr
         screen = await env_screen(pilot)
         await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("ctrl+s")
-        await wait_for_screen(pilot, ErrorModal, "the error")
+        await wait_for_screen(pilot, ErrorDialog, "the error")
         modal = app.screen
         assert modal.title_text == "Saving .env failed"
         assert modal.message == f"Cannot save {path}: Permission denied"
@@ -420,7 +421,7 @@ async def test_a_file_changed_on_disk_is_reloaded_with_the_edits_on_top(make_app
         screen.apply_value("SYNTH_API_KEY", NEW_KEY)
         env_path.write_text(FULL_ENV.replace(OTHER_TOKEN, "tok_FAKE_changed_elsewhere_0987654321"))
         await pilot.press("ctrl+s")
-        await wait_for_screen(pilot, ConfirmModal, "the reload question")
+        await wait_for_screen(pilot, ConfirmDialog, "the reload question")
         assert "changed on disk since it was read" in app.screen.question
         await pilot.press("y")
         await wait_until(pilot, lambda: app.session.env.get("OTHER_TOKEN") == "tok_FAKE_changed_elsewhere_0987654321",
@@ -442,9 +443,9 @@ async def test_a_reload_asks_about_a_key_changed_on_both_sides(make_app, project
         screen.apply_value("SYNTH_API_KEY", NEW_KEY)
         env_path.write_text(FULL_ENV.replace(SYNTH_KEY, SHELL_KEY))
         await pilot.press("f5")
-        assert isinstance(app.screen, ReloadModal)  # unsaved edits: keep them, on top
+        assert isinstance(app.screen, ReloadDialog)  # unsaved edits: keep them, on top
         await pilot.press("k")
-        await wait_for_screen(pilot, ConfirmModal, "the conflict question")
+        await wait_for_screen(pilot, ConfirmDialog, "the conflict question")
         assert "SYNTH_API_KEY changed on disk too" in app.screen.question
         await pilot.press("y")
         await wait_until(pilot, lambda: app.session.env.get("SYNTH_API_KEY") == NEW_KEY, "my value back")
@@ -459,7 +460,7 @@ async def test_choose_another_env_from_the_list(make_app, project):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
         await pilot.press("e")
-        assert isinstance(app.screen, PathPromptModal)
+        assert isinstance(app.screen, PathPromptDialog)
         await wait_until(pilot, lambda: len(app.screen.candidates) == 2, "the candidates")
         await pilot.press("down", "enter")
         await wait_until(pilot, lambda: app.screen is screen and not screen.loading, "the switch")
@@ -488,7 +489,7 @@ async def test_choose_another_env_asks_before_dropping_edits(make_app, project):
 
         app.screen.query_one("#path-input", Input).value = "other.env"
         await pilot.press("enter")
-        await wait_for_screen(pilot, ConfirmModal, "the confirmation")
+        await wait_for_screen(pilot, ConfirmDialog, "the confirmation")
         assert "drop the unsaved changes to .env" in app.screen.question
         await pilot.press("y")
         await wait_until(pilot, lambda: app.session.env.path == other.resolve(), "the switch")
@@ -568,7 +569,7 @@ async def test_continue_without_saving_checks_the_file_again(make_app, project, 
         screen = await env_screen(pilot)
         await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("c")
-        assert isinstance(app.screen, SaveBeforeContinueModal)
+        assert isinstance(app.screen, SaveBeforeContinueDialog)
         env_path.write_text(FULL_ENV.replace(TASK_URL, NEW_URL))  # while the question is open
         await pilot.press("c")
         await wait_until(pilot, lambda: app.screen is screen, "the question to close")
@@ -585,8 +586,8 @@ async def test_reload_with_unsaved_edits_asks_first(make_app, project):
         await edit_selected(pilot, screen, NEW_KEY)  # SYNTH_API_KEY, the first row
         change_on_disk(env_path, FULL_ENV.replace(TASK_URL, NEW_URL))
         await pilot.press("r")
-        assert isinstance(app.screen, ReloadModal)
-        assert "unsaved edits to SYNTH_API_KEY" in text_of(app.screen, "#modal-detail")
+        assert isinstance(app.screen, ReloadDialog)
+        assert "unsaved edits to SYNTH_API_KEY" in text_of(app.screen, "#dialog-detail")
         assert_no_secret(app.export_screenshot())
         await pilot.press("escape")  # stay: nothing read, nothing dropped
         assert app.screen is screen and app.session.env.get("SYNTH_API_KEY") == NEW_KEY
@@ -646,8 +647,8 @@ async def test_continue_with_unsaved_edits_asks_and_can_skip_saving(make_app, pr
         screen = await env_screen(pilot)
         await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("c")
-        assert isinstance(app.screen, SaveBeforeContinueModal)
-        assert "This session uses the values shown either way" in text_of(app.screen, "#modal-detail")
+        assert isinstance(app.screen, SaveBeforeContinueDialog)
+        assert "This session uses the values shown either way" in text_of(app.screen, "#dialog-detail")
         await pilot.press("c")
         assert verification_calls == ["verify"]
         assert (project / ".env").read_text() == FULL_ENV
@@ -672,7 +673,7 @@ async def test_escape_goes_back_and_asks_when_there_are_unsaved_edits(make_app, 
         screen = await env_screen(pilot)
         await edit_selected(pilot, screen, NEW_KEY)
         await pilot.press("escape")
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         await pilot.press("n")
         assert app.screen is screen
         await pilot.press("escape", "y")
@@ -685,8 +686,10 @@ async def test_bindings_have_ids_and_palette_commands_exist(make_app, project):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
         assert all(binding.id for binding in EnvReviewScreen.BINDINGS)
-        for _title, _help, action in EnvReviewScreen.PALETTE_COMMANDS:
-            assert callable(getattr(screen, f"action_{action}"))
+        commands = palette_commands(screen)
+        assert len(commands) == 7  # save, other .env, add, reload, from Modal, send to Modal, continue
+        for command in commands:
+            assert callable(getattr(screen, f"action_{command.action}"))
 
 
 # --------------------------------------------------------------------------- snapshots

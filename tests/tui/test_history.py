@@ -15,8 +15,8 @@ from app.core.paths import run_dir
 from app.core.runs import history as history_module
 from app.core.runs.history import RunHistory
 from app.screens.dashboard import DashboardScreen
+from app.screens.dialogs.common import ConfirmDialog, ErrorDialog
 from app.screens.history import HistoryScreen, HistoryTable
-from app.screens.modals import ConfirmModal, ErrorModal
 from app.tui import SynthTuiApp
 from fakes import ScriptedJob, event, training_timeline
 from pilot_waits import wait_for, wait_for_screen
@@ -164,7 +164,7 @@ async def test_a_missing_remembered_env_gives_an_error_naming_the_file_and_the_f
         detail = str(screen.query_one("#history-detail", Static).render())
         assert f".env {gone} (missing: pass --env-file PATH)" in detail
         await pilot.press("enter")
-        await wait_for_screen(pilot, ErrorModal, "the error")
+        await wait_for_screen(pilot, ErrorDialog, "the error")
         modal = app.screen
         assert modal.title_text == "Cannot open job job_a"
         assert modal.message == f"Job job_a was launched with {gone}, which no longer exists."
@@ -182,7 +182,7 @@ async def test_a_remembered_env_without_the_key_says_which_file(project, faulty_
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot, 1)
         await pilot.press("enter")
-        await wait_for_screen(pilot, ErrorModal, "the error")
+        await wait_for_screen(pilot, ErrorDialog, "the error")
         assert app.screen.message == f"{env}, the .env job job_a was launched with, has no SYNTH_API_KEY."
         assert app.screen.hint.startswith("Add SYNTH_API_KEY to it, or pass --env-file PATH")
 
@@ -241,7 +241,7 @@ async def test_a_dead_backend_leaves_its_rows_and_says_so(project, faulty_backen
         header = header_text(app)
         assert f"{DEAD_BACKEND} did not answer" in header
         assert "2 jobs marked ? show the status last seen" in header
-        assert not any(isinstance(s, ErrorModal) for s in app.screen_stack), "never a modal per row"
+        assert not any(isinstance(s, ErrorDialog) for s in app.screen_stack), "never a dialog per row"
     for job_id, status in (("job_dead_1", "running"), ("job_dead_2", "queued")):
         saved = RunHistory().get(job_id)
         assert saved.last_status == status and saved.final_status is None
@@ -312,7 +312,7 @@ async def test_rerun_from_the_history_uses_the_remembered_env_and_remembers_it_a
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot, 1)
         await pilot.press("r")
-        await wait_for_screen(pilot, ConfirmModal, "the rerun question")
+        await wait_for_screen(pilot, ConfirmDialog, "the rerun question")
         await pilot.press("enter")
         await wait_for_screen(pilot, DashboardScreen, "the new job's dashboard",
                               where=lambda screen: screen.job.job_id != "job_old")
@@ -331,7 +331,7 @@ async def test_a_job_whose_backend_is_gone_says_so_before_a_dashboard_opens(proj
     async with app.run_test(size=(160, 45)) as pilot:
         await loaded(pilot, 1)
         await pilot.press("enter")
-        await wait_for_screen(pilot, ErrorModal, "the error")
+        await wait_for_screen(pilot, ErrorDialog, "the error")
         assert app.screen.title_text == "Cannot open job job_demo"
         assert "127.0.0.1:1" in app.screen.message
         assert not any(isinstance(s, DashboardScreen) for s in app.screen_stack)

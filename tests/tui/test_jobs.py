@@ -10,9 +10,10 @@ from textual.widgets import DataTable, Input, LoadingIndicator
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.runs.history import RunHistory
 from app.core.runs.job_list import JobListing, JobRow
+from app.screens.commands import palette_commands
 from app.screens.dashboard import DashboardScreen
+from app.screens.dialogs.common import ConfirmDialog
 from app.screens.jobs import JobsScreen
-from app.screens.modals import ConfirmModal
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, metric, training_timeline
 from pilot_waits import wait_for, wait_for_screen
@@ -161,7 +162,7 @@ async def test_c_asks_then_cancels_and_the_new_status_shows(faulty_backend):
         screen = jobs(app)
         await loaded(pilot, screen)
         await pilot.press("c")  # job_00, running
-        assert isinstance(app.screen, ConfirmModal)
+        assert isinstance(app.screen, ConfirmDialog)
         await pilot.press("n")
         assert faulty_backend.count("/cancel") == 0
         await pilot.press("c", "y")
@@ -181,7 +182,7 @@ async def test_r_reruns_from_the_run_history_payload(faulty_backend):
         screen = jobs(app)
         await loaded(pilot, screen)
         await pilot.press("r")
-        await wait_for_screen(pilot, ConfirmModal, "the question")
+        await wait_for_screen(pilot, ConfirmDialog, "the question")
         await pilot.press("y")
         await wait_for_screen(pilot, DashboardScreen, "the new job's dashboard")
         new_id = app.screen.job.job_id
@@ -227,7 +228,7 @@ async def test_statuses_refresh_live_and_errors_are_said_once(faulty_backend):
         # said once (the first failure may say the connection broke, the later ones that the
         # backend cannot be reached: the server stopped while a kept-alive connection was open)
         assert sum(n.title == "Job list" for n in app._notifications) == 1
-        assert app.screen is screen  # no error modal
+        assert app.screen is screen  # no error dialog
         assert table_column(screen, 1) == ["succeeded"]  # the last list stays
 
 
@@ -289,7 +290,7 @@ async def test_every_jobs_action_is_in_the_palette(faulty_backend):
     app = make_jobs_app(faulty_backend)
     async with app.run_test(size=(160, 45)):
         screen = jobs(app)
-        in_palette = {action for _, _, action in screen.PALETTE_COMMANDS}
+        in_palette = {command.action for command in palette_commands(screen)}
         keyed = {b.action for b in screen.BINDINGS if not b.action.startswith("app.")}
         assert keyed <= in_palette, keyed - in_palette
         for action in in_palette:

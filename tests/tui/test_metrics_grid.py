@@ -18,11 +18,11 @@ from app.core.runs.compare import ComparedRun
 from app.core.runs.history import RunHistory, RunRecord
 from app.core.runs.jobs import JobContext
 from app.core.runs.series import MetricStore
-from app.screens.modals import ErrorModal
+from app.screens.dialogs.common import ErrorDialog
+from app.screens.dialogs.overlay_picker import OverlayPickerDialog, RunChecklist
 from fakes import ScriptedJob, event, metric
 from pilot_waits import type_ahead, wait_for, wait_for_screen
 from widgets.metrics_grid import MetricChart, MetricsGrid
-from widgets.overlay_picker import OverlayPickerModal, RunChecklist
 from widgets.plot_canvas import PlotCanvas
 
 
@@ -79,7 +79,7 @@ async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_ba
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("o")
-        await wait_for_screen(pilot, OverlayPickerModal)
+        await wait_for_screen(pilot, OverlayPickerDialog)
         assert [r.job_id for r in app.screen.earlier] == ["job_old"]
         await pilot.press("space")
         await pilot.click("#overlay-apply")
@@ -94,7 +94,7 @@ async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_ba
         assert legend_plain(chart).endswith("━ train ┅ eval") and len(legend_plain(chart)) <= chart.size.width - 4
 
 
-def overlay_rows(modal: OverlayPickerModal) -> list[str]:
+def overlay_rows(modal: OverlayPickerDialog) -> list[str]:
     runs = modal.query_one("#overlay-runs", RunChecklist)
     return [runs.render_line(y).text for y in range(runs.option_count)]
 
@@ -114,7 +114,7 @@ async def test_the_overlay_dialog_shows_the_status_the_backend_gives_not_a_stale
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("o")
-        modal = await wait_for_screen(pilot, OverlayPickerModal)
+        modal = await wait_for_screen(pilot, OverlayPickerDialog)
         await wait_for(pilot, lambda: "succeeded" in overlay_rows(modal)[0], what="the backend's status")
         assert "queued" not in overlay_rows(modal)[0]
     assert RunHistory().get("job_old").final_status == "succeeded"
@@ -123,7 +123,7 @@ async def test_the_overlay_dialog_shows_the_status_the_backend_gives_not_a_stale
 def test_a_stale_or_missing_status_is_not_shown_as_current():
     records = [run_record("job_a", last="queued"), run_record("job_b", last="running", final="failed"),
                run_record("job_c", last=None)]
-    modal = OverlayPickerModal(records, [])
+    modal = OverlayPickerDialog(records, [])
     assert [modal.status_of(r) for r in records] == ["queued?", "failed", ""]
     modal.answered["job_a"] = "succeeded"
     assert modal.status_of(records[0]) == "succeeded"
@@ -135,7 +135,7 @@ class PickerApp(App[None]):
         self.records, self.chosen = records, chosen
 
     def on_mount(self) -> None:
-        self.push_screen(OverlayPickerModal(self.records, self.chosen))
+        self.push_screen(OverlayPickerDialog(self.records, self.chosen))
 
 
 async def test_without_colour_the_overlay_dialog_marks_the_chosen_rows(monkeypatch):
@@ -144,7 +144,7 @@ async def test_without_colour_the_overlay_dialog_marks_the_chosen_rows(monkeypat
     app = PickerApp([run_record("job_a", final="succeeded"), run_record("job_b", final="failed")], ["job_b"])
     async with app.run_test(size=(80, 24)) as pilot:
         assert app.no_color
-        modal = await wait_for_screen(pilot, OverlayPickerModal)
+        modal = await wait_for_screen(pilot, OverlayPickerDialog)
         rows = overlay_rows(modal)
         assert rows[0].startswith("[ ] job_a") and rows[1].startswith("[x] job_b"), rows
         await pilot.press("space")  # the highlighted first row
@@ -165,9 +165,9 @@ async def test_an_unknown_job_id_to_overlay_says_so_and_changes_nothing(faulty_b
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("o")
-        await wait_for_screen(pilot, OverlayPickerModal)
+        await wait_for_screen(pilot, OverlayPickerDialog)
         await pilot.press(*"job_missing", "enter")
-        await wait_for_screen(pilot, ErrorModal)
+        await wait_for_screen(pilot, ErrorDialog)
         assert "job_missing" in app.screen.message
         assert screen.query_one(MetricsGrid).overlays == []
 
@@ -189,7 +189,7 @@ async def test_a_job_id_typed_right_after_o_lands_in_the_overlay_dialog(faulty_b
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         type_ahead(app, "o", *"job_missing")
-        modal = await wait_for_screen(pilot, OverlayPickerModal)
+        modal = await wait_for_screen(pilot, OverlayPickerDialog)
         await wait_for(pilot, lambda: modal.query_one("#overlay-ids", Input).value == "job_missing",
                        what="every letter typed in the dialog")
         type_ahead(app, "escape")

@@ -13,7 +13,7 @@ from textual.widgets import Static
 from app.core.errors import ExitCode, UsageError
 from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
 from app.screens.config_picker import ConfigPickerScreen
-from app.screens.modals import ErrorModal
+from app.screens.dialogs.common import ErrorDialog
 from app.tui import SynthTuiApp
 from pilot_waits import wait_for_screen, wait_until
 
@@ -70,7 +70,7 @@ async def test_a_failed_preparation_is_shown_and_ends_with_its_exit_code(project
     session = LaunchSession(LaunchOptions(cwd=project, backend="http://127.0.0.1"), shell={})
     app = SynthTuiApp(session, preparation=Preparation(WAITING, run, failed="The test could not start"))
     async with app.run_test(size=(120, 30)) as pilot:
-        await wait_for_screen(pilot, ErrorModal, "the error")
+        await wait_for_screen(pilot, ErrorDialog, "the error")
         modal_text = " ".join(str(w.render()) for w in app.screen.query(Static))
         assert "Port 1 is taken." in modal_text and "Free it." in modal_text
         await pilot.press("escape")

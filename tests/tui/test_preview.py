@@ -17,7 +17,7 @@ from textual.widgets import Button, Input, Switch
 from app.core.api.client import ApiResponse, AuthError, CreateResult, VerifyResult
 from app.core.api.health import HealthAttempt, HealthReport
 from app.screens.dashboard import DashboardScreen
-from app.screens.modals import ErrorModal
+from app.screens.dialogs.common import ErrorDialog
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from pilot_waits import wait_for, wait_for_screen
@@ -107,12 +107,12 @@ async def test_retry_after_dropped_answers_reuses_the_key_and_makes_one_job(live
     async with live.run_test(size=SIZE) as pilot:
         screen = await preview_ready(pilot)
         await pilot.press("s")
-        await wait_for(pilot, lambda: isinstance(live.screen, ErrorModal), what="the error modal")
+        await wait_for(pilot, lambda: isinstance(live.screen, ErrorDialog), what="the error dialog")
         modal = live.screen
         assert modal.title_text == "Submit failed"
         assert "broke during job creation" in modal.message and modal.hint
         await pilot.press("escape")
-        await wait_for(pilot, lambda: live.screen is screen, what="the modal to close")
+        await wait_for(pilot, lambda: live.screen is screen, what="the dialog to close")
         status = text_of(screen, "#payload-status")
         assert "Submit failed" in status and "same Idempotency-Key" in status
         assert not screen.query_one("#payload-submit", Button).disabled
@@ -169,7 +169,7 @@ async def test_wrong_synth_key_on_submit_shows_the_fix(preview_app, faulty_backe
     async with app.run_test(size=SIZE) as pilot:
         await preview_ready(pilot)
         await pilot.press("s")
-        await wait_for_screen(pilot, ErrorModal, "the error modal")
+        await wait_for_screen(pilot, ErrorDialog, "the error dialog")
         modal = app.screen
         assert "rejected the SYNTH_API_KEY" in modal.message and "HTTP 401" in modal.message
         assert "SYNTH_API_KEY" in modal.hint
@@ -321,9 +321,9 @@ def test_snapshot_preview_after_a_failed_submit(snap_compare, preview_app, monke
     async def run_before(pilot) -> None:
         screen = await preview_ready(pilot)
         await pilot.press("s")
-        await wait_for_screen(pilot, ErrorModal, "the error modal")
+        await wait_for_screen(pilot, ErrorDialog, "the error dialog")
         await pilot.press("escape")
-        await wait_for(pilot, lambda: pilot.app.screen is screen, what="the modal to close")
+        await wait_for(pilot, lambda: pilot.app.screen is screen, what="the dialog to close")
         await pilot.pause()
         assert_no_secrets(pilot.app.export_screenshot())
 

@@ -18,7 +18,7 @@ from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import stylesheet_path
 from fakes import ScriptedJob, event
 from pilot_waits import wait_for
-from widgets.event_log import EventLog
+from widgets.event_log import EventLog, LogLines
 from widgets.job_header import JobHeader
 from widgets.metrics_grid import MetricsGrid
 
@@ -147,7 +147,7 @@ async def test_a_user_who_scrolled_up_is_not_pulled_back_down():
         log.add_events([job_event(seq) for seq in range(1, 120)])
         view = log.log_view
         await wait_for(pilot, lambda: view.is_vertical_scroll_end and view.max_scroll_y > 0, what="the tail")
-        log.log_resized()  # while tailing: a scroll to the end, deferred until after the refresh
+        log.on_log_lines_resized(LogLines.Resized())  # while tailing: a scroll to the end, after the refresh
         view.scroll_home(animate=False)  # the user scrolls up before that refresh
         for _ in range(3):  # a few refreshes: a deferred scroll may defer itself once more
             await pilot.pause()

@@ -34,15 +34,15 @@ def jobs() -> Screen:
 
 
 def error() -> Screen:
-    from app.screens.modals import ErrorModal
+    from app.screens.dialogs.common import ErrorDialog
 
-    return ErrorModal("Submit failed", "The backend said no.", "Try again.")
+    return ErrorDialog("Submit failed", "The backend said no.", "Try again.")
 
 
 def confirm() -> Screen:
-    from app.screens.modals import ConfirmModal
+    from app.screens.dialogs.common import ConfirmDialog
 
-    return ConfirmModal("Quit?", confirm_label="Quit", detail="The job keeps running.")
+    return ConfirmDialog("Quit?", confirm_label="Quit", detail="The job keeps running.")
 
 
 SCREENS: dict[str, Callable[[], Screen]] = {**SynthTuiApp.STEPS, "dashboard": dashboard, "history": history,

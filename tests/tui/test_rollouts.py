@@ -280,6 +280,24 @@ async def test_images_are_drawn_in_cells_or_say_why_not():
         assert "could not be decoded" in str(broken.render())
 
 
+async def test_an_image_whose_decode_fails_says_so_instead_of_decoding_for_ever(monkeypatch):
+    def crash(source: str) -> None:
+        raise RuntimeError("the decoder broke")
+
+    monkeypatch.setattr("widgets.rollout_image.decode_image", crash)
+    app = image_app()
+    async with app.run_test(size=(100, 40)) as pilot:
+        images = list(app.screen.query(RolloutImage))
+        await wait_for(pilot, lambda: all(image.drawn for image in images), what="the images to give up")
+        for image in images:
+            text = str(image.render())
+            assert "could not be drawn" in text and "decoding" not in text
+        # The one error path for workers: a toast says what failed (an image is a side matter).
+        await wait_for(pilot, lambda: any("the decoder broke" in n.message for n in app._notifications),
+                       what="the error notice")
+        assert all(n.title == "An image could not be drawn" for n in app._notifications)
+
+
 def test_an_image_claiming_a_huge_size_is_not_decoded():
     from PIL import Image
 

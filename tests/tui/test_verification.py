@@ -25,13 +25,13 @@ from app.core.launch.diagnosis import (
     key_prefix_hint,
     overall_verdict,
 )
+from app.screens.dialogs.json_report import JsonReportDialog
 from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text
 from widgets.diagnostics import DiagnosticsTable
-from widgets.json_view import JsonReportModal
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 WRONG_ENV_KEY = "env_wrong_fedcba9876543210fedcba9876543210"
@@ -290,7 +290,7 @@ async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(verify_
     async with app.run_test(size=SIZE) as pilot:
         await checks_done(pilot)
         await pilot.press("d")
-        await wait_for_screen(pilot, JsonReportModal, "the diagnostics")
+        await wait_for_screen(pilot, JsonReportDialog, "the diagnostics")
         text = app.screen.query_one(TextArea).text
         report = json.loads(text)
         assert report["backend_verify"]["body"]["any_ok"] is True
@@ -306,9 +306,9 @@ async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(verify_
         app.copy_to_clipboard("")
         await pilot.press("ctrl+c")  # copies here; it does not ask to quit
         await pilot.pause()
-        assert app.clipboard == text and isinstance(app.screen, JsonReportModal)
+        assert app.clipboard == text and isinstance(app.screen, JsonReportDialog)
         await pilot.press("escape")
-        await wait_for_screen(pilot, VerificationScreen, "the modal to close")
+        await wait_for_screen(pilot, VerificationScreen, "the dialog to close")
 
 
 async def test_backend_answering_html_is_explained(verify_app, faulty_backend, tiny_task_app):
@@ -457,7 +457,7 @@ def test_snapshot_diagnostics_modal(snap_compare, verify_app, monkeypatch):
     async def run_before(pilot) -> None:
         await settle(pilot)
         await pilot.press("d")
-        await wait_for_screen(pilot, JsonReportModal, "the diagnostics")
+        await wait_for_screen(pilot, JsonReportDialog, "the diagnostics")
         await pilot.pause()
         assert_snapshot_has_no_secrets(pilot.app)
 

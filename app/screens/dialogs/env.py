@@ -44,14 +44,14 @@ class _ValueDialog(ModalScreen[bool], BuildGuard):
     ]
 
     def __init__(self, apply: ApplyValue) -> None:
-        super().__init__(classes="modal env-value-dialog")
+        super().__init__(classes="dialog env-value-dialog")
         self.apply = apply
 
     def value_input(self) -> Input:
         return self.query_one("#env-value", Input)
 
     def buttons(self) -> ComposeResult:
-        with Horizontal(id="modal-buttons"):
+        with Horizontal(id="dialog-buttons"):
             yield Button("Show (ctrl+r)", id="env-reveal")
             yield Button("Apply (enter)", variant="primary", id="env-apply")
             yield Button("Cancel (esc)", id="env-cancel")
@@ -102,8 +102,10 @@ class _ValueDialog(ModalScreen[bool], BuildGuard):
         raise NotImplementedError
 
 
-class EditValueModal(_ValueDialog):
+class EditValueDialog(_ValueDialog):
     """Edit one key's value in the .env held in memory."""
+
+    AUTO_FOCUS = "#env-value"
 
     def __init__(self, key: ResolvedKey, *, file_value: str | None, file_label: str, apply: ApplyValue) -> None:
         super().__init__(apply)
@@ -113,8 +115,8 @@ class EditValueModal(_ValueDialog):
 
     def compose(self) -> ComposeResult:
         key = self.key
-        with Vertical(id="modal-body"):
-            yield Static(f"Edit {key.name}", id="modal-title", markup=False)
+        with Vertical(id="dialog-body"):
+            yield Static(f"Edit {key.name}", id="dialog-title", markup=False)
             in_use = f"In use now: {key.display}  (source: {source_label(key)})" if key.value else "Not set yet."
             yield Static(in_use, id="env-in-use", markup=False)
             if key.source in ("shell", "flag"):
@@ -127,11 +129,10 @@ class EditValueModal(_ValueDialog):
             hidden = is_secret_key(key.name) or bool(secret_parts(key.name, self.file_value))
             yield Input(value=self.file_value, password=hidden, id="env-value", placeholder=f"value for {key.name}")
             yield Static("", id="env-error", markup=False)
-            yield Static(EDIT_HELP, id="modal-detail")
+            yield Static(EDIT_HELP, id="dialog-detail")
             yield from self.buttons()
 
     def on_mount(self) -> None:
-        self.value_input().focus()
         if not self.value_input().password:
             self.query_one("#env-reveal", Button).label = "Hide (ctrl+r)"
 
@@ -143,7 +144,7 @@ class EditValueModal(_ValueDialog):
         self.try_apply(self.key.name, self.value_input().value)
 
 
-class AddKeyModal(_ValueDialog):
+class AddKeyDialog(_ValueDialog):
     """Add a key (or set one the file does not have yet): a name and a value."""
 
     def __init__(self, *, suggested_name: str = "", file_label: str, apply: ApplyValue) -> None:
@@ -152,12 +153,12 @@ class AddKeyModal(_ValueDialog):
         self.file_label = file_label
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(f"Add a key to {self.file_label}", id="modal-title", markup=False)
+        with Vertical(id="dialog-body"):
+            yield Static(f"Add a key to {self.file_label}", id="dialog-title", markup=False)
             yield Input(value=self.suggested_name, placeholder="KEY_NAME", id="env-name")
             yield Input(password=True, placeholder="value", id="env-value")
             yield Static("", id="env-error", markup=False)
-            yield Static(EDIT_HELP, id="modal-detail")
+            yield Static(EDIT_HELP, id="dialog-detail")
             yield from self.buttons()
 
     def on_mount(self) -> None:
@@ -181,8 +182,10 @@ class AddKeyModal(_ValueDialog):
         self.try_apply(name, self.value_input().value)
 
 
-class SaveBeforeContinueModal(ModalScreen[str | None], BuildGuard):
+class SaveBeforeContinueDialog(ModalScreen[str | None], BuildGuard):
     """Unsaved edits and the user continues: "save", "continue" (without saving) or None."""
+
+    AUTO_FOCUS = "#save"
 
     BINDINGS = [
         Binding("s", "answer('save')", "Save and continue", id="env_continue.save"),
@@ -191,23 +194,20 @@ class SaveBeforeContinueModal(ModalScreen[str | None], BuildGuard):
     ]
 
     def __init__(self, file_label: str) -> None:
-        super().__init__(classes="modal")
+        super().__init__(classes="dialog")
         self.file_label = file_label
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(f"Save your changes to {self.file_label} first?", id="modal-title", markup=False)
+        with Vertical(id="dialog-body"):
+            yield Static(f"Save your changes to {self.file_label} first?", id="dialog-title", markup=False)
             yield Static(
                 "This session uses the values shown either way. Saving also keeps them for next time.",
-                id="modal-detail",
+                id="dialog-detail",
             )
-            with Horizontal(id="modal-buttons"):
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Save and continue (s)", variant="primary", id="save")
                 yield Button("Continue without saving (c)", id="continue")
                 yield Button("Stay here (esc)", id="stay")
-
-    def on_mount(self) -> None:
-        self.query_one("#save", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
@@ -217,8 +217,10 @@ class SaveBeforeContinueModal(ModalScreen[str | None], BuildGuard):
         self.dismiss(answer if answer in ("save", "continue") else None)
 
 
-class ReloadModal(ModalScreen[str | None], BuildGuard):
+class ReloadDialog(ModalScreen[str | None], BuildGuard):
     """Reload the .env with unsaved edits: "keep" (applied again on top), "drop", or None."""
+
+    AUTO_FOCUS = "#keep"
 
     BINDINGS = [
         Binding("k", "answer('keep')", "Reload, keep my edits", id="env_reload.keep"),
@@ -227,25 +229,22 @@ class ReloadModal(ModalScreen[str | None], BuildGuard):
     ]
 
     def __init__(self, file_label: str, edited: list[str]) -> None:
-        super().__init__(classes="modal")
+        super().__init__(classes="dialog")
         self.file_label = file_label
         self.edited = edited
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(f"Reload {self.file_label} from disk?", id="modal-title", markup=False)
+        with Vertical(id="dialog-body"):
+            yield Static(f"Reload {self.file_label} from disk?", id="dialog-title", markup=False)
             yield Static(
                 f"You have unsaved edits to {', '.join(self.edited)}. Keep: they are applied again on top of "
                 "what the file holds now (a key changed on disk too is asked about). Drop: the file as it is.",
-                id="modal-detail", markup=False,
+                id="dialog-detail", markup=False,
             )
-            with Horizontal(id="modal-buttons"):
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Reload, keep my edits (k)", variant="primary", id="keep")
                 yield Button("Reload, drop my edits (d)", variant="warning", id="drop")
                 yield Button("Cancel (esc)", id="stay")
-
-    def on_mount(self) -> None:
-        self.query_one("#keep", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()

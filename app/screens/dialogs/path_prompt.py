@@ -1,4 +1,4 @@
-"""A modal that asks for a file: pick one of the listed candidates or type a path."""
+"""A dialog that asks for a file: pick one of the listed candidates or type a path."""
 
 from __future__ import annotations
 
@@ -17,18 +17,21 @@ from textual.widgets.option_list import Option
 
 from app.core.text import display_path
 from widgets.build_guard import BuildGuard
+from widgets.worker_errors import ReportsWorkerFailures
 
 # Returns what is wrong with a path (shown under the input), or None when it can be used.
 PathCheck = Callable[[Path], str | None]
 
 
-class PathPromptModal(ModalScreen[Path | None], BuildGuard):
+class PathPromptDialog(ReportsWorkerFailures, ModalScreen[Path | None], BuildGuard):
     """Dismisses with the chosen path, resolved, or None on escape.
 
     Checking touches the disk (it may be slow on a network drive), so it runs in a worker; a
-    problem shows inline and the modal stays open for another try. Candidates, when given,
+    problem shows inline and the dialog stays open for another try. Candidates, when given,
     are found in a worker too.
     """
+
+    AUTO_FOCUS = "#path-input"
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="path_prompt.cancel")]
 
@@ -43,7 +46,7 @@ class PathPromptModal(ModalScreen[Path | None], BuildGuard):
         find_candidates: Callable[[], list[Path]] | None = None,
         current: Path | None = None,
     ) -> None:
-        super().__init__(classes="modal path-prompt")
+        super().__init__(classes="dialog path-prompt")
         self.title_text = title
         self.cwd = cwd
         self.check = check
@@ -54,20 +57,19 @@ class PathPromptModal(ModalScreen[Path | None], BuildGuard):
         self.candidates: list[Path] = []
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(self.title_text, id="modal-title")
+        with Vertical(id="dialog-body"):
+            yield Static(self.title_text, id="dialog-title")
             if self.detail:
-                yield Static(self.detail, id="modal-detail", markup=False)
+                yield Static(self.detail, id="dialog-detail", markup=False)
             if self.find_candidates is not None:
                 yield OptionList(Option("Searching…", disabled=True), id="path-candidates")
             yield Input(placeholder=self.placeholder, id="path-input")
             yield Static("", id="path-error", markup=False)
-            with Horizontal(id="modal-buttons"):
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Open (enter)", variant="primary", id="path-open")
                 yield Button("Cancel (esc)", id="path-cancel")
 
     def on_mount(self) -> None:
-        self.query_one("#path-input", Input).focus()
         if self.find_candidates is not None:
             self._find(self.find_candidates)
 

@@ -1,4 +1,4 @@
-"""Modal screens shared by every step: confirm, error, help."""
+"""Dialogs shared by every step: confirm, error, help."""
 
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ from app.core.redact import printable
 from widgets.build_guard import BuildGuard
 
 
-class ConfirmModal(ModalScreen[bool], BuildGuard):
+class ConfirmDialog(ModalScreen[bool], BuildGuard):
     """Ask before something that cannot be undone; y/enter confirms, n/escape cancels."""
+
+    AUTO_FOCUS = "#confirm-yes"
 
     BINDINGS = [
         Binding("y", "confirm", "Yes", id="confirm.yes"),
@@ -22,22 +24,19 @@ class ConfirmModal(ModalScreen[bool], BuildGuard):
     ]
 
     def __init__(self, question: str, *, confirm_label: str = "Yes", detail: str = "") -> None:
-        super().__init__(classes="modal")
+        super().__init__(classes="dialog")
         self.question = question
         self.confirm_label = confirm_label
         self.detail = detail
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(self.question, id="modal-title")
+        with Vertical(id="dialog-body"):
+            yield Static(self.question, id="dialog-title")
             if self.detail:
-                yield Static(self.detail, id="modal-detail")
-            with Horizontal(id="modal-buttons"):
+                yield Static(self.detail, id="dialog-detail")
+            with Horizontal(id="dialog-buttons"):
                 yield Button(f"{self.confirm_label} (y)", variant="primary", id="confirm-yes")
                 yield Button("No (n)", id="confirm-no")
-
-    def on_mount(self) -> None:
-        self.query_one("#confirm-yes", Button).focus()
 
     @on(Button.Pressed, "#confirm-yes")
     def action_confirm(self) -> None:
@@ -49,29 +48,28 @@ class ConfirmModal(ModalScreen[bool], BuildGuard):
 
 
 
-class ErrorModal(ModalScreen[None], BuildGuard):
+class ErrorDialog(ModalScreen[None], BuildGuard):
     """What went wrong and what to do about it. Never a traceback."""
+
+    AUTO_FOCUS = "#error-close"
 
     BINDINGS = [Binding("escape,enter,q", "close", "Close", id="error.close")]
 
     def __init__(self, title: str, message: str, hint: str | None = None) -> None:
-        super().__init__(classes="modal error-modal")
+        super().__init__(classes="dialog error-dialog")
         self.title_text = title
         self.message = message
         self.hint = hint
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(self.title_text, id="modal-title")
-            with VerticalScroll(id="modal-scroll"):
-                yield Static(printable(self.message), id="modal-message", markup=False)
+        with Vertical(id="dialog-body"):
+            yield Static(self.title_text, id="dialog-title")
+            with VerticalScroll(id="dialog-scroll"):
+                yield Static(printable(self.message), id="dialog-message", markup=False)
                 if self.hint:
-                    yield Static(printable(f"What to do: {self.hint}"), id="modal-hint", markup=False)
-            with Horizontal(id="modal-buttons"):
+                    yield Static(printable(f"What to do: {self.hint}"), id="dialog-hint", markup=False)
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Close (esc)", variant="error", id="error-close")
-
-    def on_mount(self) -> None:
-        self.query_one("#error-close", Button).focus()
 
     @on(Button.Pressed, "#error-close")
     def action_close(self) -> None:
@@ -83,28 +81,29 @@ HELP_CHROME_ROWS = 8
 HELP_MAX_ROWS = 24
 
 
-class HelpModal(ModalScreen[None], BuildGuard):
+class HelpDialog(ModalScreen[None], BuildGuard):
     """Every binding of the screen the user was on, with what it does."""
+
+    AUTO_FOCUS = "#help-table"
 
     BINDINGS = [Binding("escape,q,question_mark,f1", "close", "Close", id="help.close")]
 
     def __init__(self, screen_title: str, rows: list[tuple[str, str]]) -> None:
-        super().__init__(classes="modal help-modal")
+        super().__init__(classes="dialog help-dialog")
         self.screen_title = screen_title
         self.rows = rows
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(f"Keys: {self.screen_title}", id="modal-title")
+        with Vertical(id="dialog-body"):
+            yield Static(f"Keys: {self.screen_title}", id="dialog-title")
             yield DataTable(id="help-table", cursor_type="row", zebra_stripes=True)
-            yield Static("Ctrl+P opens the command palette. Esc closes this help.", id="modal-detail")
+            yield Static("Ctrl+P opens the command palette. Esc closes this help.", id="dialog-detail")
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
         table.add_columns("Key", "Action")
         for key, description in self.rows:
             table.add_row(key, description)
-        table.focus()
         self._fit_table()
 
     def on_resize(self) -> None:

@@ -44,26 +44,25 @@ class ModalFailureNotice(Static):
 class ModalSecretPicker(ModalScreen[str | None], BuildGuard):
     """Which secret to read the key from (names holding "env" first); returns its name."""
 
+    AUTO_FOCUS = "OptionList"
+
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_secret.cancel")]
 
     def __init__(self, names: list[str], key: str) -> None:
-        super().__init__(classes="modal")
+        super().__init__(classes="dialog")
         self.names = names
         self.key = key
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(f"Read {self.key} from a Modal secret", id="modal-title")
-            yield Static(READ_COST, id="modal-detail")
+        with Vertical(id="dialog-body"):
+            yield Static(f"Read {self.key} from a Modal secret", id="dialog-title")
+            yield Static(READ_COST, id="dialog-detail")
             yield OptionList(*(Option(printable(name), id=name) for name in self.names), id="modal-secrets")
             yield Static("enter reads the highlighted secret · esc cancels · the value arrives masked and "
-                         "unsaved (ctrl+s saves it)", classes="modal-note")
-            with Horizontal(id="modal-buttons"):
+                         "unsaved (ctrl+s saves it)", classes="dialog-note")
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Read (enter)", variant="primary", id="modal-secret-read")
                 yield Button("Cancel (esc)", id="modal-secret-cancel")
-
-    def on_mount(self) -> None:
-        self.query_one(OptionList).focus()
 
     @on(OptionList.OptionSelected, "#modal-secrets")
     @on(Button.Pressed, "#modal-secret-read")
@@ -84,15 +83,15 @@ class ModalWait(ModalScreen[None], BuildGuard):
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_wait.cancel")]
 
     def __init__(self, what: str, cancel: threading.Event) -> None:
-        super().__init__(classes="modal")
+        super().__init__(classes="dialog")
         self.what = what
         self.cancel = cancel
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static(self.what, id="modal-title")
+        with Vertical(id="dialog-body"):
+            yield Static(self.what, id="dialog-title")
             yield LoadingIndicator(id="modal-wait-indicator")
-            with Horizontal(id="modal-buttons"):
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Cancel (esc)", id="modal-wait-cancel")
 
     @on(Button.Pressed, "#modal-wait-cancel")
@@ -104,24 +103,23 @@ class ModalWait(ModalScreen[None], BuildGuard):
 class ModalEndpointPicker(ModalScreen[str | None], BuildGuard):
     """A deployed app's web endpoint for TASK_APP_URL; returns its URL (not a secret)."""
 
+    AUTO_FOCUS = "OptionList"
+
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_endpoint.cancel")]
 
     def __init__(self, endpoints: Sequence[tuple[str, str, str]]) -> None:
         """``endpoints``: (app, function, url), in the order to show."""
-        super().__init__(classes="modal")
+        super().__init__(classes="dialog")
         self.endpoints = endpoints
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static("TASK_APP_URL from a deployed Modal app", id="modal-title")
+        with Vertical(id="dialog-body"):
+            yield Static("TASK_APP_URL from a deployed Modal app", id="dialog-title")
             yield OptionList(*(Option(f"{printable(app)} · {printable(function)}\n  {printable(url)}", id=url)
                                for app, function, url in self.endpoints), id="modal-endpoints")
-            with Horizontal(id="modal-buttons"):
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Use it (enter)", variant="primary", id="modal-endpoint-use")
                 yield Button("Cancel (esc)", id="modal-endpoint-cancel")
-
-    def on_mount(self) -> None:
-        self.query_one(OptionList).focus()
 
     @on(OptionList.OptionSelected, "#modal-endpoints")
     @on(Button.Pressed, "#modal-endpoint-use")
@@ -136,29 +134,28 @@ class ModalEndpointPicker(ModalScreen[str | None], BuildGuard):
         self.dismiss(None)
 
 
-class SendToModalModal(ModalScreen[str | None], BuildGuard):
+class SendToModalDialog(ModalScreen[str | None], BuildGuard):
     """The secret to write ENVIRONMENT_API_KEY into; returns its name."""
+
+    AUTO_FOCUS = "Input"
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="modal_send.cancel")]
 
     def __init__(self, default_name: str) -> None:
-        super().__init__(classes="modal")
+        super().__init__(classes="dialog")
         self.default_name = default_name
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="modal-body"):
-            yield Static("Send ENVIRONMENT_API_KEY to a Modal secret", id="modal-title")
+        with Vertical(id="dialog-body"):
+            yield Static("Send ENVIRONMENT_API_KEY to a Modal secret", id="dialog-title")
             yield Static("A task app deployed on Modal with this secret then accepts the key the backend "
                          "sends. The secret is created, or REPLACED with this one key: any other key it "
                          "holds is removed. The value goes through a private temporary file, never a "
-                         "command line.", id="modal-detail")
+                         "command line.", id="dialog-detail")
             yield Input(self.default_name, placeholder="secret name", id="modal-send-name")
-            with Horizontal(id="modal-buttons"):
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Send (enter)", variant="primary", id="modal-send-go")
                 yield Button("Cancel (esc)", id="modal-send-cancel")
-
-    def on_mount(self) -> None:
-        self.query_one(Input).focus()
 
     @on(Input.Submitted, "#modal-send-name")
     @on(Button.Pressed, "#modal-send-go")

@@ -52,13 +52,15 @@ class RunChecklist(SelectionList[str]):
         return Strip([Segment(mark, style), *segments[3:]])
 
 
-class OverlayPickerModal(ModalScreen[list[str] | None], BuildGuard):
+class OverlayPickerDialog(ModalScreen[list[str] | None], BuildGuard):
     """Returns the job ids to overlay (an empty list removes the overlays), or None."""
+
+    AUTO_FOCUS = "#overlay-runs, #overlay-ids"
 
     BINDINGS = [Binding("escape", "cancel", "Cancel", id="overlay.cancel")]
 
     def __init__(self, earlier: list[RunRecord], chosen: list[str]) -> None:
-        super().__init__(classes="modal")
+        super().__init__(classes="dialog")
         self.earlier = earlier
         self.chosen = chosen
         # The statuses the backend gave since the dialog opened (show_status), by job id.
@@ -88,23 +90,19 @@ class OverlayPickerModal(ModalScreen[list[str] | None], BuildGuard):
 
     def compose(self) -> ComposeResult:
         known = {record.job_id for record in self.earlier}
-        with Vertical(id="modal-body"):
-            yield Static(f"Overlay earlier runs (at most {MAX_OVERLAYS})", id="modal-title")
+        with Vertical(id="dialog-body"):
+            yield Static(f"Overlay earlier runs (at most {MAX_OVERLAYS})", id="dialog-title")
             if self.earlier:
-                yield Static("Runs of this config from the history (space toggles):", classes="modal-note")
+                yield Static("Runs of this config from the history (space toggles):", classes="dialog-note")
                 yield RunChecklist(*(Selection(self._prompt(r), r.job_id, r.job_id in self.chosen, id=r.job_id)
                                      for r in self.earlier), id="overlay-runs")
             else:
-                yield Static("No earlier run of this config is in the history.", classes="modal-note")
+                yield Static("No earlier run of this config is in the history.", classes="dialog-note")
             yield Input(" ".join(j for j in self.chosen if j not in known),
                         placeholder="other job ids on this backend, separated by spaces", id="overlay-ids")
-            with Horizontal(id="modal-buttons"):
+            with Horizontal(id="dialog-buttons"):
                 yield Button("Overlay", variant="primary", id="overlay-apply")
                 yield Button("Cancel (esc)", id="overlay-cancel")
-
-    def on_mount(self) -> None:
-        target = "#overlay-runs" if self.earlier else "#overlay-ids"
-        self.query_one(target).focus()
 
     def _chosen(self) -> list[str]:
         ids: list[str] = []
