@@ -144,6 +144,7 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
     if run.options.config_paths:
         _check_rl_kind(report, config_path, run.train_type)
     session.choose_config(config_path, report)
+    session.remember_config(config_path, report)
     printer.line(f"Using config: {config_path} (rl)")
 
     choice = session.open_unattended_env()

@@ -428,6 +428,7 @@ def initial_step(session: LaunchSession) -> str:
     if not report.ok:
         return "picker"
     session.choose_config(path, report)
+    session.remember_config(path, report)
     if not options.env_files:
         return "env"
     session.open_unattended_env()  # --env-file: what the user named, nothing to confirm

@@ -71,7 +71,11 @@ class ConfigPickerScreen(FlowScreen):
             self.select = select
 
     class ConfigChosen(Message):
-        pass
+        """A config read again, valid and remembered: the UI thread makes it the session's."""
+
+        def __init__(self, entry: ConfigEntry) -> None:
+            super().__init__()
+            self.entry = entry
 
     class ChoiceRefused(Message):
         """The config changed since it was listed and is no longer usable (entry), or the check
@@ -326,14 +330,15 @@ class ConfigPickerScreen(FlowScreen):
     @work(thread=True, exclusive=True, group="picker-choose", exit_on_error=False, name="Choosing the config")
     def _confirm_choice(self, entry: ConfigEntry) -> None:
         # Validate again: the file may have changed since it was listed. Remembering the
-        # choice writes ~/.synth-ai/train_cli.json, so this stays off the UI thread too.
+        # choice writes ~/.synth-ai/train_cli.json, so this stays off the UI thread too; the
+        # session itself changes only on the UI thread (on_config_picker_screen_config_chosen).
         from app.core.config.picker import load_config_entry
 
         try:
             fresh = load_config_entry(self.session, entry.path, last_used=entry.last_used, explicit=entry.explicit)
             if fresh.ok:
-                self.session.choose_config(fresh.path, fresh.report)
-                self.post_message(self.ConfigChosen())  # _choosing stays set until we are back
+                self.session.remember_config(fresh.path, fresh.report)
+                self.post_message(self.ConfigChosen(fresh))  # _choosing stays set until we are back
                 return
         except BaseException:
             self.post_message(self.ChoiceRefused(None))
@@ -342,6 +347,7 @@ class ConfigPickerScreen(FlowScreen):
         self.post_message(self.ChoiceRefused(fresh))
 
     def on_config_picker_screen_config_chosen(self, message: ConfigChosen) -> None:
+        self.session.choose_config(message.entry.path, message.entry.report)
         self.flow_app.go_to_env()
 
     def on_config_picker_screen_choice_refused(self, message: ChoiceRefused) -> None:

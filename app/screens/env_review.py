@@ -21,7 +21,7 @@ from textual.widgets import DataTable, Footer, Static
 from app.core.env import envfile
 from app.core.env.discovery import discover_env_files
 from app.core.env.wording import env_path_problem, how_chosen
-from app.core.errors import EnvFileError
+from app.core.errors import EnvFileError, SynthTuiError
 from app.core.text import display_path, home_relative
 from app.screens.commands import palette_tooltip
 from app.screens.dialogs.env import AddKeyDialog, EditValueDialog, ReloadDialog, SaveBeforeContinueDialog
@@ -58,7 +58,13 @@ class EnvReviewScreen(ModalActions, DiskWatch):
     ]
 
     class EnvLoaded(Message):
-        """A worker finished opening a .env (or failed to: then session.env is None)."""
+        """A worker finished reading a .env (``path`` None: it failed, and its error reaches
+        the worker failure path). The UI thread then makes it the session's (use_env)."""
+
+        def __init__(self, path: Path | None = None, env: envfile.EnvFile | None = None, how: str = "chosen",
+                     candidates: list[Path] | None = None) -> None:
+            super().__init__()
+            self.path, self.env, self.how, self.candidates = path, env, how, candidates
 
     class EnvSaved(Message):
         def __init__(self, env: envfile.EnvFile, then_continue: bool) -> None:
@@ -107,19 +113,21 @@ class EnvReviewScreen(ModalActions, DiskWatch):
     # -- reading -------------------------------------------------------------------------------
 
     def _open_initial_env(self) -> None:
+        loaded = self.EnvLoaded()
         try:
             choice = self.session.initial_env_choice()
             # No .env anywhere: review an empty one at <cwd>/.env; ctrl+s creates it (0600).
             path = choice.path or (self.session.options.cwd / ".env").resolve()
-            self.session.open_env(path, choice.how, choice.candidates)
+            loaded = self.EnvLoaded(path, self.session.read_env(path), choice.how, list(choice.candidates))
         finally:
-            self.post_message(self.EnvLoaded())
+            self.post_message(loaded)
 
     def _open_env(self, path: Path) -> None:
+        loaded = self.EnvLoaded()
         try:
-            self.session.open_env(path, "chosen")
+            loaded = self.EnvLoaded(path, self.session.read_env(path))
         finally:
-            self.post_message(self.EnvLoaded())
+            self.post_message(loaded)
 
     def on_screen_resume(self) -> None:
         # Back from a later step: show the keys as they are now.
@@ -129,6 +137,11 @@ class EnvReviewScreen(ModalActions, DiskWatch):
 
     def on_env_review_screen_env_loaded(self, message: EnvLoaded) -> None:
         self.loading = False
+        if message.path is not None:
+            try:
+                self.session.use_env(message.env, message.path, message.how, message.candidates)
+            except SynthTuiError as exc:  # the backend the .env names cannot be used
+                self.flow_app.show_error("Reading the .env file failed", exc)
         self.edited.clear()
         self.disk_read_again()
         self._refresh()

@@ -367,3 +367,29 @@ async def test_the_help_key_is_in_the_footer_at_80x24(make_app, configs):
         await discovered(pilot)
         # The footer is filled after the screen is: wait for what it reads.
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+
+
+async def test_the_session_changes_only_on_the_ui_thread(make_app, configs, monkeypatch):
+    # Workers read and remember on threads; the session they share with every screen is changed
+    # by the UI thread alone (a choice, an .env read, the keys resolved from them).
+    import threading
+
+    from app.core.launch.session import LaunchSession
+
+    threads: list[str] = []
+    for name in ("choose_config", "use_env", "resolve", "replace_env"):
+        original = getattr(LaunchSession, name)
+
+        def recording(self, *args, __original=original, __name=name, **kwargs):
+            threads.append(f"{__name} on {threading.current_thread().name}")
+            return __original(self, *args, **kwargs)
+
+        monkeypatch.setattr(LaunchSession, name, recording)
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        await discovered(pilot)
+        await pilot.press("enter")
+        screen = await wait_for_screen(pilot, EnvReviewScreen, "the env review")
+        await wait_until(pilot, lambda: not screen.loading, "the .env read")
+    assert any(t.startswith("choose_config") for t in threads) and any(t.startswith("use_env") for t in threads)
+    assert all(t.endswith(f"on {threading.main_thread().name}") for t in threads), threads

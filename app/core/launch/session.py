@@ -288,15 +288,21 @@ class LaunchSession:
         return report
 
     def choose_config(self, path: Path, report: cfg.ValidationReport) -> None:
-        """Use this config; a valid one is remembered (the SDK's LAST_CONFIG), so a later run
-        without --config never proposes one that cannot be sent."""
-        from app.core.config import rl as cfg
-
+        """Use this config. Changes the session: the TUI calls it on its UI thread only (its
+        workers read and remember, then post a message; see :meth:`remember_config`)."""
         self.config_path = path
         self.report = report
+        self.resolve()  # the config's [services].task_url may make TASK_APP_URL optional
+
+    @staticmethod
+    def remember_config(path: Path, report: cfg.ValidationReport) -> None:
+        """Remember a valid config as the last chosen (the SDK's LAST_CONFIG), so a later run
+        without --config never proposes one that cannot be sent. A file write, no session
+        state: safe on a worker thread."""
+        from app.core.config import rl as cfg
+
         if report.ok:
             cfg.write_last_config(path)
-        self.resolve()  # the config's [services].task_url may make TASK_APP_URL optional
 
     # -- env -------------------------------------------------------------------------
 
@@ -317,7 +323,18 @@ class LaunchSession:
 
     def open_env(self, path: Path | None, how: str = "chosen",
                  candidates: Sequence[Path] | None = None) -> envfile.EnvFile | None:
-        env = envfile.EnvFile.load(path) if path else None
+        """Read the .env at ``path`` and use it (:meth:`read_env`, then :meth:`use_env`)."""
+        return self.use_env(self.read_env(path), path, how, candidates)
+
+    @staticmethod
+    def read_env(path: Path | None) -> envfile.EnvFile | None:
+        """The .env at ``path`` as read now (None for no path). File reads, no session state:
+        the TUI's workers call this, then hand the file to :meth:`use_env` on the UI thread."""
+        return envfile.EnvFile.load(path) if path else None
+
+    def use_env(self, env: envfile.EnvFile | None, path: Path | None, how: str = "chosen",
+                candidates: Sequence[Path] | None = None) -> envfile.EnvFile | None:
+        """Use a .env already read; raises when the backend it names cannot be used."""
         if candidates is None:
             candidates = self.env_choice.candidates if self.env_choice else []
         self.env_choice = EnvChoice(path, how, list(candidates))
