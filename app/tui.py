@@ -174,6 +174,19 @@ class SynthTuiApp(App[int]):
     def _worker_failed_below(self, event: WorkerFailed) -> None:
         self.worker_failed(event.worker, event.error)
 
+    def watch_app_focus(self, focus: bool) -> None:
+        """Textual gives a screen its AUTO_FOCUS only while the app has focus, and a served
+        tab's app starts blurred (docs/browser.md): the screen gets it when focus comes, so the
+        picker's list takes the arrow keys in a browser as in a terminal."""
+        if not focus or not self.screen_stack:
+            return
+        screen = self.screen
+        selector = self.AUTO_FOCUS if screen.AUTO_FOCUS is None else screen.AUTO_FOCUS
+        if selector and screen.focused is None:
+            widget = next((w for w in screen.query(selector) if w.focusable), None)
+            if widget is not None:
+                widget.focus(scroll_visible=False)
+
     def worker_failed(self, worker: Worker, error: BaseException) -> None:
         """Every worker's failure: a toast or a dialog (WORKER_FAILURE_TOASTS), never silence."""
         if worker.group == "prepare":
