@@ -14,6 +14,7 @@ rerun all call these; they only print or draw what comes back (docs/architecture
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable, Sequence
@@ -295,7 +296,7 @@ async def watch(client: SynthClient, job_id: str, options: WatchOptions, sinks: 
         for sink in sinks:
             if isinstance(sink, EventsFile):
                 sink.open()  # at once: a watch from the start replaces an older file even before an event
-        async with _aclosing(JobWatcher(client, job_id, options).watch()) as updates:
+        async with contextlib.aclosing(JobWatcher(client, job_id, options).watch()) as updates:
             async for update in updates:
                 for sink in sinks:
                     sink.take(update)
@@ -303,9 +304,3 @@ async def watch(client: SynthClient, job_id: str, options: WatchOptions, sinks: 
         for sink in sinks:
             if isinstance(sink, EventsFile):
                 sink.close()
-
-
-def _aclosing(generator: Any) -> Any:
-    import contextlib
-
-    return contextlib.aclosing(generator)
