@@ -89,9 +89,14 @@ class AllreduceClock:
         def on_train_begin(callback: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             from torch.nn.parallel import DistributedDataParallel
 
+            def hook(state: Any, bucket: Any) -> Any:
+                return clock.hook(state, bucket)
+
+            # DDP checks a hook's annotations against its own types: these (strings) would fail.
+            hook.__annotations__ = {}
             wrapped = trainer.model_wrapped
             if isinstance(wrapped, DistributedDataParallel):
-                wrapped.register_comm_hook(None, clock.hook)
+                wrapped.register_comm_hook(None, hook)
 
         trainer.add_callback(type("AllreduceTiming", (TrainerCallback,), {"on_train_begin": on_train_begin})())
 
