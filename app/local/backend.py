@@ -72,7 +72,7 @@ from app.local.checkpoints import Checkpoints
 from app.local.errors import Refusal, describe_http_error, install_json_errors, response_detail
 from app.local.guard import RequestGuard
 from app.local.journal import Journal
-from app.local.policies.base import Act, Parallel, Policy, PolicyCannotAct
+from app.local.policies.base import Act, Parallel, Policy, PolicyCannotAct, PolicyFailed
 from app.local.policies.tabular import TabularPolicy
 from app.local.retry import client_limits
 from app.local.rollout_contract import parse_correlation_id
@@ -537,7 +537,7 @@ def chat_access(request: Request, b: Backend) -> None:
                             headers={"WWW-Authenticate": "Bearer"})
 
 
-CHAT_ERRORS = error_responses(400, 401, 404, *BODY_ERRORS)
+CHAT_ERRORS = error_responses(400, 401, 404, 503, *BODY_ERRORS)
 CID_WORDS = "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the trainer writes it into the inference URL"
 
 
@@ -587,6 +587,10 @@ async def _answer_chat(b: _Backend, request: Request, cid: str) -> dict[str, Any
             act = await asyncio.to_thread(policy.act, body["messages"], body.get("tools"),
                                           body.get("tool_choice"), cid, random.Random())
             model = _job_view(job)["model"]
+    except PolicyFailed as exc:  # a rank of a data-parallel policy died: the job fails naming it
+        if run is not None:
+            b.live_trainer().policy_broke(job_id, str(exc), exc.data)
+        raise HTTPException(503, f"The job's policy stopped: {exc}") from None
     except PolicyCannotAct as exc:
         message = f"The task app's request cannot be answered by the embedded policy: {exc}"
         if run is not None:

@@ -18,6 +18,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -193,6 +194,7 @@ class RankGroup:
     proc: subprocess.Popen[bytes] | None = None
     ranks: list[RankInfo] = field(default_factory=list)
     failure: tuple[str, dict[str, Any]] | None = None
+    checking: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def log_path(self) -> Path:
@@ -235,6 +237,10 @@ class RankGroup:
     def check(self) -> tuple[str, dict[str, Any]] | None:
         """Why the group cannot go on (a rank or the launcher died), or None. The first answer
         is kept: what the job fails with."""
+        with self.checking:  # the watcher and the calls that failed ask at once: one answer
+            return self._check()
+
+    def _check(self) -> tuple[str, dict[str, Any]] | None:
         if self.failure is not None or self.proc is None:
             return self.failure
         dead = next((r for r in self.ranks if not _alive(r.pid)), None)

@@ -613,17 +613,18 @@ class Trainer:
             loop = asyncio.get_running_loop()
 
             def broke(message: str, data: dict[str, Any]) -> None:
-                loop.call_soon_threadsafe(self._policy_broke, run, message, data)
+                loop.call_soon_threadsafe(self.policy_broke, run.job_id, message, data)
 
             policy.watch(broke)
         if run.policy_warning:
             self.journal.event(run.job_id, "rl.train.policy.fallback", run.policy_warning, level="warning",
                                data={"policy": policy.kind, "requested": self.policy_kind})
 
-    def _policy_broke(self, run: JobRun, message: str, data: dict[str, Any]) -> None:
-        """The policy broke on its own (a rank of a data-parallel policy died): an event, and
-        the job fails with the message."""
-        if self.runs.get(run.job_id) is not run or run.task is None or run.task.done() or run.abort_reason:
+    def policy_broke(self, job_id: str, message: str, data: dict[str, Any]) -> None:
+        """The job's policy broke (a rank of a data-parallel policy died): an event, and the
+        job fails with the message (once, whoever noticed first)."""
+        run = self.runs.get(job_id)
+        if run is None or run.task is None or run.task.done() or run.abort_reason:
             return
         self.journal.event(run.job_id, "rl.train.worker.failed", message, level="error", data=data)
         self.abort(run.job_id, message)

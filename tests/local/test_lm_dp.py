@@ -249,7 +249,9 @@ def test_a_killed_rank_fails_its_job_by_name_and_cancel_stops_every_rank(tiny: P
         os.kill(pids[1], signal.SIGKILL)
         job = wait_terminal(api, job_id, timeout=60)
         assert job["status"] == "failed"
-        assert f"rank 1 (pid {pids[1]}) died: SIGKILL" in job["error"], job["error"]
+        died = f"rank 1 (pid {pids[1]}) died: SIGKILL"
+        assert died in job["error"], job["error"]
+        assert any(died in e["message"] and e["level"] == "error" for e in events_of(api, job_id))
         poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=30, what="the other rank to exit")
         # the backend goes on: it answers, and trains a new job
         assert api.get("/health").status_code == 200
