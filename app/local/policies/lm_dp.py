@@ -51,8 +51,8 @@ from app.local.policies.lm_model import ModelUnavailable, resolve
 
 ACT_TIMEOUT_S = 900.0  # one turn, waiting for the rank's model (its training step may hold it)
 STEP_TIMEOUT_S = 3600.0
-HUNG_GRACE_S = 15.0
-OWNERS_KEPT = 65536  # correlation ids remembered (a forgotten one still finds its rank by its place)  # after one rank failed a step, the others still silent this long are hung
+HUNG_GRACE_S = 15.0  # after one rank failed a step, the others still silent this long are hung
+OWNERS_KEPT = 65536  # correlation ids remembered (a forgotten training one still finds its rank by its place)
 _TRAIN_ROLLOUT = re.compile(r":rl-\d+-(\d+)-[0-9a-f]+$")
 
 
