@@ -170,18 +170,26 @@ def root_cause(log: str) -> tuple[int, int, int] | None:
     return (int(match.group(1)), int(match.group(2)), int(match.group(3))) if match else None
 
 
-def _alive(pid: int) -> bool:
+def _state(pid: int) -> str | None:
+    """The process's state letter (R, S, T stopped, Z zombie...), None if unknown."""
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-            return handle.read().rpartition(")")[2].split()[0] != "Z"
+            return handle.read().rpartition(")")[2].split()[0]
     except (OSError, IndexError):
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+        return None
+
+
+def _alive(pid: int) -> bool:
+    state = _state(pid)
+    if state is not None:
+        return state != "Z"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
         return True
+    return True
 
 
 @dataclass
@@ -195,6 +203,7 @@ class RankGroup:
     ranks: list[RankInfo] = field(default_factory=list)
     failure: tuple[str, dict[str, Any]] | None = None
     checking: threading.Lock = field(default_factory=threading.Lock)
+    stopped_since: dict[int, float] = field(default_factory=dict)  # rank -> when it was first seen stopped
 
     @property
     def log_path(self) -> Path:
@@ -245,7 +254,8 @@ class RankGroup:
             return self.failure
         dead = next((r for r in self.ranks if not _alive(r.pid)), None)
         if dead is None and self.proc.poll() is None:
-            return None
+            self.failure = self._stopped_too_long()
+            return self.failure
         # torchrun's agent (watching every 0.2 s) stops the other ranks and names the first failure.
         try:
             self.proc.wait(timeout=10.0)
@@ -262,6 +272,20 @@ class RankGroup:
             self.failure = (f"the launcher of the ranks (pid {self.proc.pid}) exited with {self.proc.returncode}",
                             {"launcher_exitcode": self.proc.returncode})
         return self.failure
+
+    def _stopped_too_long(self) -> tuple[str, dict[str, Any]] | None:
+        """A rank stopped (SIGSTOP) longer than the collectives' timeout is hung: whatever it
+        was doing (a collective, or a chat turn, which no timeout of torch's covers)."""
+        now, limit = time.monotonic(), collective_timeout_s()
+        for r in self.ranks:
+            if _state(r.pid) != "T":
+                self.stopped_since.pop(r.rank, None)
+                continue
+            since = self.stopped_since.setdefault(r.rank, now)
+            if now - since >= limit:
+                return (f"rank {r.rank} (pid {r.pid}) hung: stopped for more than {limit} s",
+                        {"rank": r.rank, "pid": r.pid, "hung": True})
+        return None
 
     def pids(self) -> list[int]:
         return [r.pid for r in self.ranks]

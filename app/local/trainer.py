@@ -362,6 +362,29 @@ def _load_saved(folder: Any, settings: PolicySettings, parallel: Parallel) -> tu
     return policies.load(folder, settings, parallel), None
 
 
+async def _in_own_thread(fn: Callable[[], None]) -> None:
+    """Run `fn` in a thread of its own, not the default executor: chat turns blocked on a
+    broken policy (a stopped rank) can fill that pool, and closing is what unblocks them."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            try:
+                loop.call_soon_threadsafe(finished)
+            except RuntimeError:  # the loop closed meanwhile (the backend stopped): nobody waits
+                pass
+
+    threading.Thread(target=run, name="close-policy", daemon=True).start()
+    await done
+
+
 def _close_when_loaded(loading: asyncio.Future[tuple[Policy, str | None]]) -> None:
     if not loading.cancelled() and loading.exception() is None:
         threading.Thread(target=loading.result()[0].close, name="close-late-policy", daemon=True).start()
@@ -487,7 +510,7 @@ class Trainer:
             self.runs.pop(job_id, None)
             if run.policy is not None:
                 try:  # the lm policy's training thread ends here, whatever ended the job
-                    await asyncio.shield(asyncio.to_thread(run.policy.close))
+                    await asyncio.shield(_in_own_thread(run.policy.close))
                 except BaseException:  # noqa: BLE001 - a second cancel while closing: the thread is a daemon
                     pass
 

@@ -137,7 +137,11 @@ class DistributedLmPolicy:
 
     def _answer(self, rank: int, path: str, call: Callable[[], httpx.Response]) -> dict[str, Any]:
         try:
+            if self.closed.is_set():
+                raise RuntimeError("closed")
             resp = call()
+        except RuntimeError:  # closed (the job ended): a late chat turn of its task app
+            raise PolicyFailed(f"the job's {self.world} rank processes are stopped", {}) from None
         except httpx.HTTPError as exc:
             raise self._failure(f"rank {rank} did not answer {path} ({type(exc).__name__})") from None
         body = resp.json()
@@ -162,7 +166,8 @@ class DistributedLmPolicy:
         return PolicyFailed(fallback, {})
 
     def watch(self, failed: Callable[[str, dict[str, Any]], None]) -> None:
-        """Call `failed(message, data)` once if a rank dies while the job runs."""
+        """Call `failed(message, data)` once if a rank dies (or hangs) while the job runs;
+        then stop every rank at once: calls waiting on them end now, not at their timeouts."""
 
         def run() -> None:
             while not self.closed.wait(0.5):
@@ -170,6 +175,7 @@ class DistributedLmPolicy:
                 if found is not None:
                     if not self.closed.is_set():
                         failed(*found)
+                    self.group.stop()
                     return
 
         self.watcher = threading.Thread(target=run, name="dp-watch", daemon=True)
