@@ -17,7 +17,15 @@ import pytest
 
 from app.cli import main
 from app.core.runs.events import policy_badge
-from app.local.dp_launch import build_launch, check_flags, cores, death_of, per_device_batch, root_cause
+from app.local.dp_launch import (
+    TIMEOUT_ENV,
+    build_launch,
+    check_flags,
+    cores,
+    death_of,
+    per_device_batch,
+    root_cause,
+)
 from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, Parallel
 from app.local.policies.lm_dp import RankMemo, owner_by_position, shares
@@ -260,3 +268,28 @@ def test_a_killed_rank_fails_its_job_by_name_and_cancel_stops_every_rank(tiny: P
         assert api.post(f"/rl/jobs/{again}/cancel").status_code == 200
         assert wait_terminal(api, again, timeout=30)["status"] == "cancelled"
         poll_until(lambda: not any(_alive(pid) for pid in new_pids), timeout=30, what="both ranks to exit")
+
+
+@NEEDS_TRAINER
+@NEEDS_TWO_CORES
+@pytest.mark.slow
+def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny: Path, press: ServerHandle,
+                                                                   dp_backend: ServerHandle,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TIMEOUT_ENV, "15")  # read by the ranks (launched now) and the backend
+    with api_client(dp_backend) as api:
+        job_id = create_job(api, _payload(press.url, tiny, 40))
+        pids = [r["pid"] for r in _ranks(api, job_id)]
+        poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=240,
+                   what="the first step")
+        os.kill(pids[1], signal.SIGSTOP)
+        try:
+            job = wait_terminal(api, job_id, timeout=120)
+            assert job["status"] == "failed"
+            assert f"rank 1 (pid {pids[1]}) hung" in job["error"], job["error"]
+            assert api.get("/health").status_code == 200
+            # both ranks are stopped, the stopped one too (SIGKILL after the grace)
+            poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=60, what="both ranks to exit")
+        finally:
+            if _alive(pids[1]):
+                os.kill(pids[1], signal.SIGKILL)
