@@ -594,8 +594,8 @@ class LaunchSession:
     def attach_hint(self, job_id: str) -> str:
         """How to watch this job again after leaving: the command with every flag it needs."""
         if self.options.embedded_backend:
-            return (f"The embedded backend stops with this process, and job {job_id} with it "
-                    f"(marked failed when that backend starts again).")
+            return (f"The embedded backend stops with this process, and job {job_id} with it: "
+                    "the run history records it as failed.")
         env_path = self.env_choice.path if self.env_choice is not None else None
         return f"Attach again with:\n  {attach_command(job_id, self.backend_base, env_path)}"
 
