@@ -309,6 +309,14 @@ def _consistency(setup: AccelerateSetup, processes: int | None) -> list[Problem]
     return problems
 
 
+def own_optimizer_allowed(setup: AccelerateSetup | None) -> bool:
+    """Whether the lm policy may hand GRPOTrainer its own AdamW (`optimizers=(opt, None)`, whose
+    state it saves as optimizer.pt). Not under FSDP: transformers 5's Trainer refuses a passed
+    optimizer then ("Passing `optimizers` is not allowed if PyTorch FSDP is enabled"). Not under
+    DeepSpeed: its deepspeed_init drops the passed one and builds its own from the GRPOConfig."""
+    return setup is None or setup.distributed_type not in ("DEEPSPEED", "FSDP")
+
+
 # -- GPUs -----------------------------------------------------------------------------------------
 
 def cuda_available() -> bool:

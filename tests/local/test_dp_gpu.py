@@ -27,6 +27,7 @@ from app.local.dp_gpu import (
     cuda_available,
     launch_env,
     needs_gpu,
+    own_optimizer_allowed,
     read_accelerate_config,
     refuse_without_gpu,
 )
@@ -120,6 +121,13 @@ def test_a_bad_field_is_named_with_its_value_and_fix(tmp_path: Path, text: str, 
     assert field in error.message and str(tmp_path) in error.message
     assert fix in error.fix and error.fix == error.hint
     assert any(field.startswith(p.field) for p in error.problems)
+
+
+def test_only_ddp_takes_the_policys_own_optimizer() -> None:
+    assert own_optimizer_allowed(None) and own_optimizer_allowed(read_accelerate_config(EXAMPLES / "cpu-gloo.yaml"))
+    assert own_optimizer_allowed(read_accelerate_config(EXAMPLES / "one-node-gpus.yaml"))
+    for name in ("deepspeed-zero2.yaml", "deepspeed-zero3.yaml", "fsdp.yaml"):
+        assert not own_optimizer_allowed(read_accelerate_config(EXAMPLES / name))
 
 
 def test_every_problem_is_named_at_once(tmp_path: Path) -> None:
