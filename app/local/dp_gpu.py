@@ -108,7 +108,9 @@ class AccelerateSetup:
 
     @property
     def backend(self) -> str:
-        """The process group's backend: gloo on CPU, NCCL on GPUs."""
+        """The process group's backend: gloo on CPU, NCCL on GPUs, none for one process (NO)."""
+        if self.distributed_type == "NO":
+            return "none"
         return "gloo" if self.on_cpu else "nccl"
 
     @property
@@ -174,8 +176,8 @@ def _distributed_type(data: Mapping[str, Any], problems: list[Problem]) -> str:
 
 def _count(data: Mapping[str, Any], key: str, problems: list[Problem], default: int | None) -> int | None:
     value = data.get(key, default)
-    if value is None or value == default:
-        return default
+    if value is None or value == default or (key == "num_processes" and value == -1):
+        return default  # -1: accelerate's "given on the command line", which we always do
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         problems.append(Problem(key, value, "must be a whole number of at least 1", f"set {key} to 1 or more"))
         return default
@@ -382,8 +384,6 @@ def accelerate_yaml(setup: AccelerateSetup | None, processes: int) -> dict[str, 
         "main_training_function": "main", "mixed_precision": "no" if setup.on_cpu else setup.mixed_precision,
         "rdzv_backend": "static", "same_network": not setup.multi_node, "use_cpu": False,
         "gpu_ids": setup.gpu_ids or "all"}
-    if setup.distributed_type == "NO" and not setup.on_cpu:
-        out["distributed_type"] = "NO"
     if setup.multi_node:
         out["main_process_ip"] = setup.main_process_ip
     if setup.main_process_port is not None:

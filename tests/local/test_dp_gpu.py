@@ -131,11 +131,18 @@ def test_only_ddp_takes_the_policys_own_optimizer() -> None:
 
 
 def test_every_problem_is_named_at_once(tmp_path: Path) -> None:
-    text = "distributed_type: DEEPSPEED\nnum_processes: -1\ndeepspeed_config:\n  zero_stage: 4\nmixed_precision: x\n"
+    text = "distributed_type: DEEPSPEED\nnum_processes: -2\ndeepspeed_config:\n  zero_stage: 4\nmixed_precision: x\n"
     with pytest.raises(AccelerateConfigError) as caught:
         read_accelerate_config(write(tmp_path, text))
     assert {p.field for p in caught.value.problems} == {"num_processes", "deepspeed_config.zero_stage",
                                                          "mixed_precision"}
+
+
+def test_one_process_and_accelerates_unset_count(tmp_path: Path) -> None:
+    one = read_accelerate_config(write(tmp_path, "distributed_type: 'NO'\nnum_processes: 1\n"), processes=1)
+    assert accelerate_yaml(one, 1)["distributed_type"] == "NO" and one.backend == "none"
+    unset = read_accelerate_config(write(tmp_path, "distributed_type: MULTI_GPU\nnum_processes: -1\n"), processes=4)
+    assert unset.num_processes is None and accelerate_yaml(unset, 4)["num_processes"] == 4
 
 
 def test_processes_must_agree_with_the_file() -> None:
