@@ -149,8 +149,11 @@ def read_accelerate_config(path: str | Path, processes: int | None = None) -> Ac
 def _load_yaml(path: Path) -> dict[str, Any]:
     # PyYAML: accelerate's own dependency, so present wherever the trainer extra is. Imported by name:
     # it ships no type information, and mypy checks this module with or without it installed.
-    yaml = importlib.import_module("yaml")
-
+    try:
+        yaml = importlib.import_module("yaml")
+    except ImportError:
+        raise AccelerateConfigError(str(path), [Problem("file", str(path), "cannot be read without PyYAML",
+                                                        "pip install 'synth-tui[trainer]'")]) from None
     fix = "give the path of an accelerate config YAML (`accelerate config` writes one; examples: configs/accelerate/)"
     if not path.is_file():
         raise AccelerateConfigError(str(path), [Problem("file", str(path), "no such file", fix)])
