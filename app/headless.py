@@ -382,7 +382,7 @@ class ChartView:
         self.chart.draw(force=True)
 
 
-class PrinterSink:
+class PrinterSink(service.WatchSink):
     """The watch as printed lines: a sink of the launch service's watch, beside the events
     file and the history every watch keeps."""
 

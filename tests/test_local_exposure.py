@@ -165,11 +165,13 @@ def test_sqlite_side_files_take_the_private_mode_of_the_database(wide_umask):
 
 def test_the_feed_stream_file_is_private(wide_umask):
     stream = run_dir("job/with:odd chars") / "events.jsonl"
-    feed = JobFeed(lambda: None, "job_1", WatchOptions(since_seq=0), stream_path=stream)
-    feed._open_stream().close()
-    resumed = JobFeed(lambda: None, "job_1", WatchOptions(since_seq=5), stream_path=stream)
-    os.chmod(stream, 0o644)
-    resumed._open_stream().close()
+    for since_seq in (0, 5):  # a watch from the start writes the file, a resumed one appends to it
+        sink = JobFeed(lambda: None, "job_1", WatchOptions(since_seq=since_seq), stream_path=stream).files
+        assert sink is not None
+        sink.start()
+        sink.finish()
+        if since_seq == 0:
+            os.chmod(stream, 0o644)  # made readable by others: the resumed watch makes it private again
     assert_all_private(state_dir())
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from textual import events
 from textual.app import ComposeResult
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+from textual.widgets._footer import FooterKey  # private: Textual 8.2 exports no FooterKey
 
 PALETTE_FROM = 100
 

@@ -535,7 +535,7 @@ class MetricsGrid(Vertical):
         if self.paused:
             return
         now = time.monotonic()
-        waits = [wait for chart in self.charts if chart.display
+        waits = [wait for chart in self.charts if not chart.has_class("-hidden")
                  and (wait := chart.redraw_if_changed(now=now, force=force)) is not None]
         if waits and (self._due is None or self._due > now + min(waits)):
             if self._due_timer is not None:
@@ -614,7 +614,7 @@ class MetricsGrid(Vertical):
             height = max(cells.size.height or self.size.height - 1, 1)
         shown = [c for c in charts if not self.full or c.panel.key == self.focused_panel] or charts[:1]
         for chart in charts:
-            chart.display = chart in shown
+            chart.set_class(chart not in shown, "-hidden")
         columns = 2 if width >= 90 and len(shown) > 1 else 1
         rows = math.ceil(len(shown) / columns)
         # Each line of a chart has a readouts row under its plot: more lines, more rows needed.

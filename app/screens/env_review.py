@@ -197,6 +197,11 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         if missing:
             return Content.assemble(("✗ Missing: ", "bold $text-error"), (", ".join(missing), "bold"),
                                     " — select its row: enter sets it, m takes it from Modal (a adds any key).")
+        with_credentials = self.session.urls_with_credentials()
+        if with_credentials:
+            return Content.assemble(("✗ A user name or password in ", "bold $text-error"),
+                                    (", ".join(with_credentials), "bold"),
+                                    " — verification refuses it: enter on its row sets the URL without user:pass@.")
         if self.disk_changed:  # c waits for the reload (the notice above says so)
             return Content.assemble(("✓ Every required key has a value", "$text-success"),
                                     " as read — r reloads the changed file first.")
@@ -322,7 +327,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         conflicts = message.conflicts
         if not conflicts:
             kept = f"; your edits to {', '.join(sorted(message.applied))} are applied" if message.applied else ""
-            self.notify(f"Reloaded {self.file_label()} from disk{kept}.", title="Reloaded", markup=False)
+            self.notify(f"Read {self.file_label()} again from disk{kept}.", title="Reloaded", markup=False)
             return
         names = ", ".join(sorted(conflicts))
         self.flow_app.confirm(

@@ -40,6 +40,9 @@ FRAME_BYTES = 1024
 
 
 class TabSession(AppService):
+    """One browser tab's app process. textual-serve 1.x offers no public hook for a tab's
+    environment or its process: the two private methods overridden below are its seams."""
+
     def __init__(self, command: Sequence[str], **kwargs: Any) -> None:
         self.argv = child_argv(command)
         self.ended_by = "itself"  # or what close() needed: quit, SIGTERM, SIGKILL

@@ -190,6 +190,9 @@ def test_auto_falls_back_to_the_stand_in_saying_why_and_lm_fails_at_once(tmp_pat
         make_policy("lm", missing)
     with pytest.raises(ModelUnavailable, match="without a model"):
         make_policy("lm", PolicySettings(model=str(tmp_path), learning_rate=1e-5, seed=0))
+    (tmp_path / "config.json").write_text("{}")  # a folder copied in part: said, not transformers' error
+    with pytest.raises(ModelUnavailable, match=r"has config.json but lacks weights .* and tokenizer files"):
+        make_policy("lm", PolicySettings(model=str(tmp_path), learning_rate=1e-5, seed=0))
 
 
 def test_auto_trains_the_model_when_it_is_here(tiny_model: Path) -> None:

@@ -117,6 +117,20 @@ async def test_values_are_masked_and_sources_shown(make_app, project):
         assert_no_secret(app.export_screenshot())
 
 
+async def test_a_url_with_credentials_is_named_before_verification(make_app, project):
+    """Verification refuses a TASK_APP_URL with user:pass@; the review says so first, and
+    shows the URL with its credentials hidden."""
+    url = f"https://someone:{OTHER_TOKEN}@example--task-app.modal.run"
+    (project / ".env").write_text(FULL_ENV.replace(f"TASK_APP_URL='{TASK_URL}'", f"TASK_APP_URL='{url}'"))
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        status = text_of(screen, "#env-status")
+        assert "✗ A user name or password in TASK_APP_URL" in status and "✓" not in status
+        assert row(screen, "TASK_APP_URL")[1] == "https://****@example--task-app.modal.run"
+        assert_no_secret(app.export_screenshot())
+
+
 async def test_home_and_end_move_the_cursor_to_the_first_and_last_key(make_app, project):
     (project / ".env").write_text(FULL_ENV)
     app = make_app(start="env")

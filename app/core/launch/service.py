@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any
 
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.launch.diagnosis import BackendCheck, OverallVerdict, TaskAppCheck, overall_verdict
@@ -205,13 +205,21 @@ async def rerun(session: LaunchSession, payload: dict[str, Any], *, rerun_of: st
 # --------------------------------------------------------------------------- watch
 
 
-class WatchSink(Protocol):
-    """A consumer of a watch: gets every update, in order."""
+class WatchSink:
+    """A consumer of a watch: ``start`` before the first update, every update in order, then
+    ``finish`` however the watch ends (an error, a cancel). Both default to nothing."""
 
-    def take(self, update: Update) -> None: ...
+    def start(self) -> None:
+        """Called once, before the watch reads anything."""
+
+    def take(self, update: Update) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> None:
+        """Called once, however the watch ended."""
 
 
-class EventsFile:
+class EventsFile(WatchSink):
     """The run folder's ``events.jsonl``: every event, one JSON line each. From the start the
     file is rewritten; a watch resumed from a cursor appends to it."""
 
@@ -227,6 +235,9 @@ class EventsFile:
             self._stream = open_private(self.path, "w" if self.since_seq == 0 else "a", encoding="utf-8")
         return self._stream
 
+    def start(self) -> None:
+        self.open()  # at once: a watch from the start replaces an older file even before an event
+
     def take(self, update: Update) -> None:
         from app.core.api.streaming import NewEvents
 
@@ -235,14 +246,14 @@ class EventsFile:
             stream.writelines(json.dumps(e.model_dump(mode="json")) + "\n" for e in update.events)
             stream.flush()
 
-    def close(self) -> None:
+    def finish(self) -> None:
         if self._stream is not None:
             self._stream.close()
             self._stream = None
 
 
 @dataclass
-class HistoryProgress:
+class HistoryProgress(WatchSink):
     """The run history kept current: status on every change, the last metrics, the end.
     A write that fails never stops the watch; its warning is kept (once) for the front end."""
 
@@ -288,19 +299,19 @@ def run_sinks(job_id: str, since_seq: int = 0) -> tuple[EventsFile, HistoryProgr
 
 
 async def watch(client: SynthClient, job_id: str, options: WatchOptions, sinks: Sequence[WatchSink]) -> None:
-    """Watch the job until its watch ends; every update goes to every sink, in order. The
-    events file of the sinks is closed however the watch ends."""
+    """Watch the job until its watch ends; every update goes to every sink, in order, and
+    every sink started is finished however the watch ends."""
     from app.core.api.streaming import JobWatcher
 
+    started: list[WatchSink] = []
     try:
         for sink in sinks:
-            if isinstance(sink, EventsFile):
-                sink.open()  # at once: a watch from the start replaces an older file even before an event
+            sink.start()
+            started.append(sink)
         async with contextlib.aclosing(JobWatcher(client, job_id, options).watch()) as updates:
             async for update in updates:
                 for sink in sinks:
                     sink.take(update)
     finally:
-        for sink in sinks:
-            if isinstance(sink, EventsFile):
-                sink.close()
+        for sink in started:
+            sink.finish()

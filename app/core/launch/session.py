@@ -447,6 +447,14 @@ class LaunchSession:
     def missing_keys(self) -> list[str]:
         return missing_required(self.resolved, optional=self.optional_keys())
 
+    def urls_with_credentials(self) -> list[str]:
+        """The URL keys in play whose value has ``user:pass@``: verification refuses them
+        (docs/product.md#secrets), so the env review says so before it is reached."""
+        from app.core.api.urls import credentials_problem
+
+        return [k.name for k in self.resolved
+                if k.name.endswith("_URL") and k.value and credentials_problem(k.value)]
+
     def secrets(self) -> dict[str, str]:
         path = self.env_choice.path if self.env_choice else None
         return require_secrets(self.resolved, env_path=path, task_url_flag=self.overrides.task_url,
@@ -586,8 +594,8 @@ class LaunchSession:
     def attach_hint(self, job_id: str) -> str:
         """How to watch this job again after leaving: the command with every flag it needs."""
         if self.options.embedded_backend:
-            return (f"The embedded backend stops with this process, and job {job_id} with it "
-                    f"(marked failed when that backend starts again).")
+            return (f"The embedded backend stops with this process, and job {job_id} with it: "
+                    "the run history records it as failed.")
         env_path = self.env_choice.path if self.env_choice is not None else None
         return f"Attach again with:\n  {attach_command(job_id, self.backend_base, env_path)}"
 

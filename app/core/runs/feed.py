@@ -14,7 +14,6 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
 
 from app.core.api.client import SynthClient
 from app.core.api.streaming import (
@@ -47,7 +46,7 @@ class FeedBatch:
         return bool(self.events or self.points or self.status or self.connection or self.ended or self.error)
 
 
-class JobFeed:
+class JobFeed(WatchSink):
     def __init__(self, make_client: Callable[[], SynthClient], job_id: str, options: WatchOptions,
                  stream_path: Path | None = None, history: RunHistory | None = None,
                  on_ready: Callable[[], object] | None = None) -> None:
@@ -109,10 +108,6 @@ class JobFeed:
                 await watch(client, self.job_id, self.options, [*sinks, self])
         except asyncio.CancelledError:
             pass
-
-    def _open_stream(self) -> IO[str] | None:
-        """The events file, opened as a watch opens it (None: this feed writes none)."""
-        return self.files.open() if self.files is not None else None
 
     @property
     def last_metrics(self) -> dict[str, float]:

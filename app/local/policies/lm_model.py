@@ -35,11 +35,32 @@ def _is_model_folder(folder: Path) -> bool:
     return (folder / "config.json").is_file() or any(folder.glob("*.gguf"))
 
 
+# What a Hugging Face folder needs beside config.json (any one name of each kind).
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin", "*.safetensors.index.json", "*.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "tokenizer_config.json")
+
+
+def _missing_parts(folder: Path) -> list[str]:
+    """What a folder with config.json lacks to load (weights, a tokenizer), in words; a
+    GGUF folder holds both in its file."""
+    if not (folder / "config.json").is_file():
+        return []
+    missing = []
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
+        missing.append("weights (*.safetensors or *.bin)")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        missing.append("tokenizer files (tokenizer.json, or vocab.json with tokenizer_config.json)")
+    return missing
+
+
 def resolve(base: str) -> Path:
     """The folder that holds `base`, or ModelUnavailable. Never downloads unless allowed."""
     text = base.strip()
     path = Path(text).expanduser()
     if path.is_dir():
+        if missing := _missing_parts(path):
+            raise ModelUnavailable(f"[model] base {text!r} has config.json but lacks {' and '.join(missing)}: "
+                                   "copy the model's whole folder (as `hf download` saves it)")
         if _is_model_folder(path):
             return path
         raise ModelUnavailable(f"[model] base {text!r} is a folder without a model: it needs config.json with "
