@@ -174,6 +174,13 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
                               "'synth-tui[trainer]'), tabular (a fast stand-in) or auto (lm when the trainer extra "
                               "is installed and the model is on this machine, else the stand-in with a warning; "
                               "default). docs/embedded-policy.md")
+    backend.add_argument("--processes", type=_count(1, 4096), default=1, metavar="N",
+                         help="with --trainer lm: train each job data-parallel in N processes launched through "
+                              "`accelerate launch` (gloo on CPU; at most this machine's cores; default 1: in the "
+                              "backend's own process). docs/design/data-parallel.md")
+    backend.add_argument("--accelerate-config", metavar="FILE",
+                         help="with --processes: the accelerate config file (YAML) to launch them with, instead of "
+                              "the backend's own (one machine, CPU)")
     # Bounds and defaults: app/local/admission.py (not imported here: the parser must not load the backend).
     backend.add_argument("--max-jobs", type=_count(1, 256), metavar="N",
                          help="jobs trained at once; the others wait, queued in order (default: this machine's "

@@ -18,8 +18,17 @@ from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageE
 
 
 def run_backend_server(args: argparse.Namespace) -> int:
+    from app.local.dp_launch import check_flags
+    from app.local.policies.base import Parallel
     from app.local.servers import default_db_path, serve_backend
 
+    trainer, processes = getattr(args, "trainer", "auto"), getattr(args, "processes", 1)
+    config = getattr(args, "accelerate_config", None)
+    refused = check_flags(trainer, processes, config)
+    if refused:
+        raise UsageError(f"{refused}.", "synth-tui backend --trainer lm --processes N [--accelerate-config FILE]; "
+                                        "docs/design/data-parallel.md")
+    parallel = Parallel(processes, str(user_path(config)) if config else None)
     _warn_keys_in_argv(args)
     sources = _key_sources(args.env_file)
     api_key = args.api_key or sources.get("SYNTH_API_KEY")
@@ -31,8 +40,9 @@ def run_backend_server(args: argparse.Namespace) -> int:
             "(chmod 600) and pass --env-file PATH.")
     serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
                   user_path(args.db) if args.db else default_db_path(),
-                  infra_events=getattr(args, "infra_events", False), trainer=getattr(args, "trainer", "auto"),
-                  max_jobs=getattr(args, "max_jobs", None), max_rollouts=getattr(args, "max_rollouts", None))
+                  infra_events=getattr(args, "infra_events", False), trainer=trainer,
+                  max_jobs=getattr(args, "max_jobs", None), max_rollouts=getattr(args, "max_rollouts", None),
+                  parallel=parallel)
     return ExitCode.OK
 
 

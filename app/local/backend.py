@@ -72,7 +72,7 @@ from app.local.checkpoints import Checkpoints
 from app.local.errors import Refusal, describe_http_error, install_json_errors, response_detail
 from app.local.guard import RequestGuard
 from app.local.journal import Journal
-from app.local.policies.base import Act, Policy, PolicyCannotAct
+from app.local.policies.base import Act, Parallel, Policy, PolicyCannotAct, PolicyFailed
 from app.local.policies.tabular import TabularPolicy
 from app.local.retry import client_limits
 from app.local.rollout_contract import parse_correlation_id
@@ -103,7 +103,8 @@ class _Backend:
 
     def __init__(self, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None,
                  listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
-                 trainer: str = policies.DEFAULT_POLICY, admission: Admission | None = None):
+                 trainer: str = policies.DEFAULT_POLICY, admission: Admission | None = None,
+                 parallel: Parallel = policies.ONE_PROCESS):
         self.api_key = api_key
         self.db_path = Path(db_path)
         self.env_api_keys = [k for k in env_api_keys if k]
@@ -113,6 +114,7 @@ class _Backend:
         self.infra_events = infra_events
         self.resume = resume
         self.trainer_choice = trainer  # auto | lm | tabular (policies.make_policy)
+        self.parallel = parallel  # the lm trainer's processes (docs/design/data-parallel.md)
         self.admission = admission or Admission()  # jobs at once, rollouts in flight (admission.py)
         # Beside the state file: every job's policy, one folder per recorded step.
         self.checkpoints = Checkpoints(self.db_path.parent / "checkpoints")
@@ -205,6 +207,7 @@ def create_backend_app(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None = None,
     listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
     trainer: str = policies.DEFAULT_POLICY, max_jobs: int | None = None, max_rollouts: int | None = None,
+    parallel: Parallel = policies.ONE_PROCESS,
 ) -> FastAPI:
     """`infra_events`: imitate the hosted service's hatchet.* and rl.runtime.modal.* events
     (off unless asked: docs/embedded-policy.md#events). `resume`: go on with the jobs a previous
@@ -216,9 +219,11 @@ def create_backend_app(
         raise ValueError("the embedded backend needs an API key")
     if trainer not in policies.TRAINER_CHOICES:
         raise ValueError(f"trainer must be one of {', '.join(policies.TRAINER_CHOICES)} (got {trainer!r})")
+    if parallel.processes > 1 and trainer != "lm":
+        raise ValueError(f"{parallel.processes} processes train the lm trainer only (got trainer {trainer!r})")
     admission = Admission(default_max_jobs() if max_jobs is None else max_jobs, max_rollouts or 0)
     b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume, trainer,
-                 admission)
+                 admission, parallel)
     app = FastAPI(title="synth-tui embedded backend", lifespan=_lifespan)
     app.state.backend = b  # what every route gets through its `Backend` dependency
     app.state.begin_shutdown = b.begin_shutdown
@@ -244,7 +249,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             httpx.AsyncClient(limits=rollout_pool(b.admission)) as rollout_http:
         b.http = http
         b.trainer = Trainer(b.journal, b.env_api_keys, rollout_http, b.checkpoints, other_secrets=[b.api_key],
-                            policy_kind=b.trainer_choice, infra_events=b.infra_events, admission=b.admission)
+                            policy_kind=b.trainer_choice, infra_events=b.infra_events, admission=b.admission,
+                            parallel=b.parallel)
         b.resume_interrupted(b.trainer)
         try:
             yield
@@ -531,7 +537,7 @@ def chat_access(request: Request, b: Backend) -> None:
                             headers={"WWW-Authenticate": "Bearer"})
 
 
-CHAT_ERRORS = error_responses(400, 401, 404, *BODY_ERRORS)
+CHAT_ERRORS = error_responses(400, 401, 404, 503, *BODY_ERRORS)
 CID_WORDS = "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the trainer writes it into the inference URL"
 
 
@@ -581,6 +587,10 @@ async def _answer_chat(b: _Backend, request: Request, cid: str) -> dict[str, Any
             act = await asyncio.to_thread(policy.act, body["messages"], body.get("tools"),
                                           body.get("tool_choice"), cid, random.Random())
             model = _job_view(job)["model"]
+    except PolicyFailed as exc:  # a rank of a data-parallel policy died: the job fails naming it
+        if run is not None:
+            b.live_trainer().policy_broke(job_id, str(exc), exc.data)
+        raise HTTPException(503, f"The job's policy stopped: {exc}") from None
     except PolicyCannotAct as exc:
         message = f"The task app's request cannot be answered by the embedded policy: {exc}"
         if run is not None:

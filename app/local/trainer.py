@@ -27,6 +27,7 @@ import math
 import random
 import secrets
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,7 +47,17 @@ from app.local.bodies import JOB_REFUSAL, JobCreate
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, response_detail
 from app.local.journal import Journal
-from app.local.policies.base import Act, Episode, Policy, PolicyCannotAct, PolicySettings, read_manifest
+from app.local.policies.base import (
+    Act,
+    Episode,
+    Parallel,
+    Policy,
+    PolicyCannotAct,
+    PolicyFailed,
+    PolicySettings,
+    Watched,
+    read_manifest,
+)
 from app.local.policies.lm_model import ModelUnavailable
 from app.local.retry import ROLLOUT_BACKOFF, send_with_retries
 from app.local.rollout_contract import (
@@ -93,7 +104,8 @@ class InvalidJobPayload(ValueError):
 
 # A policy's own numbers that are also metrics (a chart each on the dashboard, a column in the
 # export): what a GRPO practitioner reads beside the score, loss and entropy (docs/embedded-policy.md#metrics).
-GRID_STATS = ("reward_std", "kl", "clip_ratio", "completion_tokens", "generation_tokens_per_s", "step_seconds")
+GRID_STATS = ("reward_std", "kl", "clip_ratio", "completion_tokens", "generation_tokens_per_s", "step_seconds",
+              "allreduce_s")  # allreduce_s: data-parallel jobs only (lm_dp.py)
 
 
 def _point(name: str, value: float, phase: str, n: int) -> dict[str, Any]:
@@ -346,15 +358,43 @@ class PolicyUnavailable(Exception):
     """The job's policy cannot be loaded (say, the model is missing); the message says how to fix it."""
 
 
-def _load_saved(folder: Any, settings: PolicySettings) -> tuple[Policy, str | None]:
-    return policies.load(folder, settings), None
+def _load_saved(folder: Any, settings: PolicySettings, parallel: Parallel) -> tuple[Policy, str | None]:
+    return policies.load(folder, settings, parallel), None
+
+
+async def _in_own_thread(fn: Callable[[], None]) -> None:
+    """Run `fn` in a thread of its own, not the default executor: chat turns blocked on a
+    broken policy (a stopped rank) can fill that pool, and closing is what unblocks them."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+
+    def finished() -> None:
+        if not done.done():
+            done.set_result(None)
+
+    def run() -> None:
+        try:
+            fn()
+        finally:
+            try:
+                loop.call_soon_threadsafe(finished)
+            except RuntimeError:  # the loop closed meanwhile (the backend stopped): nobody waits
+                pass
+
+    threading.Thread(target=run, name="close-policy", daemon=True).start()
+    await done
+
+
+def _close_when_loaded(loading: asyncio.Future[tuple[Policy, str | None]]) -> None:
+    if not loading.cancelled() and loading.exception() is None:
+        threading.Thread(target=loading.result()[0].close, name="close-late-policy", daemon=True).start()
 
 
 class Trainer:
     def __init__(self, journal: Journal, env_api_keys: Sequence[str], http: httpx.AsyncClient,
                  checkpoints: Checkpoints, other_secrets: Sequence[str] = (), *,
                  policy_kind: str = policies.DEFAULT_POLICY, infra_events: bool = False,
-                 admission: Admission | None = None) -> None:
+                 admission: Admission | None = None, parallel: Parallel = policies.ONE_PROCESS) -> None:
         self.journal = journal
         # How many jobs train at once and how many rollouts are in flight across them.
         self.admission = admission or Admission()
@@ -362,6 +402,7 @@ class Trainer:
         self.http = http
         self.checkpoints = checkpoints
         self.policy_kind = policy_kind
+        self.parallel = parallel  # the lm policy's processes (`--processes N`): docs/design/data-parallel.md
         # The hosted service's hatchet.* and rl.runtime.modal.* chatter, imitated only when asked
         # (`synth-tui backend --infra-events`): here it would describe nothing real.
         self.infra_events = infra_events
@@ -371,7 +412,7 @@ class Trainer:
 
     def start(self, job_id: str, plan: TrainingPlan, api_base: str) -> None:
         """Train a job; `api_base` is the backend's `{base}/api/v1`, which the task app reaches."""
-        loader = partial(policies.make_policy, self.policy_kind, policy_settings(job_id, plan))
+        loader = partial(policies.make_policy, self.policy_kind, policy_settings(job_id, plan), self.parallel)
         self._launch(JobRun(job_id, plan, api_base.rstrip("/"), None, loader))
 
     def resume(self, job_id: str, plan: TrainingPlan, api_base: str) -> None:
@@ -385,14 +426,14 @@ class Trainer:
         loader: Callable[[], tuple[Policy, str | None]] | None = None
         try:
             if state is None:
-                loader = partial(policies.make_policy, self.policy_kind, settings)
+                loader = partial(policies.make_policy, self.policy_kind, settings, self.parallel)
             else:
                 folder = self.checkpoints.step_dir(job_id, int(state["step"]))
                 kind = read_manifest(folder)["kind"]
                 if kind == "tabular":
                     policy = policies.load(folder, settings)
                 else:  # a model: loaded in a thread as the job starts (_load_policy)
-                    loader = partial(_load_saved, folder, settings)
+                    loader = partial(_load_saved, folder, settings, self.parallel)
         except (OSError, ValueError, KeyError, TypeError) as exc:
             store.fail_interrupted(job_id, f"its checkpoint could not be read ({type(exc).__name__}: {exc})")
             return
@@ -458,9 +499,9 @@ class Trainer:
         except asyncio.CancelledError:
             if not self._end_cancelled(run):
                 raise  # server shutdown: see stop_all
-        except (TaskAppError, PolicyUnavailable) as exc:
+        except (TaskAppError, PolicyUnavailable, PolicyFailed) as exc:
             j.finish(job_id, "failed", "rl.job.failed", str(exc), level="error",
-                     data={"step": run.step, **run.counters()}, error=str(exc))
+                     data={"step": run.step, **run.counters(), **getattr(exc, "data", {})}, error=str(exc))
         except Exception as exc:  # a bug here must still end the job, not leave it running
             message = f"Internal error in the embedded trainer at step {run.step + 1}: {type(exc).__name__}: {exc}"
             j.finish(job_id, "failed", "rl.job.failed", message, level="error",
@@ -469,7 +510,7 @@ class Trainer:
             self.runs.pop(job_id, None)
             if run.policy is not None:
                 try:  # the lm policy's training thread ends here, whatever ended the job
-                    await asyncio.shield(asyncio.to_thread(run.policy.close))
+                    await asyncio.shield(_in_own_thread(run.policy.close))
                 except BaseException:  # noqa: BLE001 - a second cancel while closing: the thread is a daemon
                     pass
 
@@ -578,16 +619,38 @@ class Trainer:
         stand-in says why in a warning event."""
         if run.policy is not None or run.loader is None:
             return
+        loading = asyncio.ensure_future(asyncio.to_thread(run.loader))
         try:
-            policy, run.policy_warning = await asyncio.to_thread(run.loader)
+            policy, run.policy_warning = await asyncio.shield(loading)
+        except asyncio.CancelledError:
+            # The thread goes on loading: whatever it makes is closed (the ranks of a
+            # data-parallel policy would otherwise outlive the job).
+            loading.add_done_callback(_close_when_loaded)
+            raise
         except ModelUnavailable as exc:
             raise PolicyUnavailable(f"The policy cannot be loaded: {exc}") from None
         except (OSError, ValueError, KeyError, TypeError, RuntimeError, ImportError) as exc:
             raise PolicyUnavailable(f"The policy cannot be loaded ({type(exc).__name__}: {str(exc)[:300]})") from None
         run.policy = policy
+        if isinstance(policy, Watched):  # a rank that dies mid-job fails it at once, naming the rank
+            loop = asyncio.get_running_loop()
+
+            def broke(message: str, data: dict[str, Any]) -> None:
+                loop.call_soon_threadsafe(self.policy_broke, run.job_id, message, data)
+
+            policy.watch(broke)
         if run.policy_warning:
             self.journal.event(run.job_id, "rl.train.policy.fallback", run.policy_warning, level="warning",
                                data={"policy": policy.kind, "requested": self.policy_kind})
+
+    def policy_broke(self, job_id: str, message: str, data: dict[str, Any]) -> None:
+        """The job's policy broke (a rank of a data-parallel policy died): an event, and the
+        job fails with the message (once, whoever noticed first)."""
+        run = self.runs.get(job_id)
+        if run is None or run.task is None or run.task.done() or run.abort_reason:
+            return
+        self.journal.event(run.job_id, "rl.train.worker.failed", message, level="error", data=data)
+        self.abort(run.job_id, message)
 
     def _complete(self, run: JobRun) -> None:
         """The job succeeded; its completion event says so at warning level when it learned

@@ -58,7 +58,8 @@ POLICY_EVENT = "rl.train.policy"  # the embedded backend's: which policy trains 
 
 def policy_badge(events: list[JobEvent]) -> tuple[str, bool] | None:
     """What trains the job, from the embedded backend's policy event: ("lm", False) when the
-    model the config names is trained, ("tabular stand-in", True) when a stand-in trains in its
+    model the config names is trained (("lm × 2", False) in 2 data-parallel processes);
+    ("tabular stand-in", True) when a stand-in trains in its
     place; None when no event says (the hosted service sends none)."""
     for event in reversed(events):
         if event.type != POLICY_EVENT:
@@ -66,6 +67,9 @@ def policy_badge(events: list[JobEvent]) -> tuple[str, bool] | None:
         stand_in = event.data.get("stand_in") is True
         kind, label = event.data.get("policy"), event.data.get("label")
         text = label if stand_in and isinstance(label, str) and label else kind
+        world = event.data.get("world_size")
+        if not stand_in and isinstance(text, str) and isinstance(world, int) and world > 1:
+            text = f"{text} × {world}"  # data-parallel: "lm × 2"
         if isinstance(text, str) and text:
             return text[:40], stand_in
     return None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from app.local.policies.base import Policy, PolicySettings, read_manifest
+from app.local.policies.base import Parallel, Policy, PolicySettings, read_manifest
 from app.local.policies.lm_model import TRAINER_EXTRA_HINT, ModelUnavailable, resolve
 from app.local.policies.tabular import TabularPolicy
 
@@ -41,23 +41,31 @@ def lm_unavailable(settings: PolicySettings) -> str | None:
     return None
 
 
-def _lm(settings: PolicySettings) -> Policy:
+ONE_PROCESS = Parallel()
+
+
+def _lm(settings: PolicySettings, parallel: Parallel = ONE_PROCESS) -> Policy:
     missing = trainer_extra_missing()
     if missing:
         raise ModelUnavailable(f"the lm policy cannot train {settings.model}: {missing}")
+    if parallel.processes > 1:  # N rank processes (lm_dp.py); this process imports no torch for it
+        from app.local.policies.lm_dp import DistributedLmPolicy
+
+        return DistributedLmPolicy(settings, parallel)
     from app.local.policies.lm import LmPolicy  # torch and friends: only now
 
     return LmPolicy(settings)
 
 
-def make_policy(choice: str, settings: PolicySettings) -> tuple[Policy, str | None]:
+def make_policy(choice: str, settings: PolicySettings,
+                parallel: Parallel = ONE_PROCESS) -> tuple[Policy, str | None]:
     """The policy a job trains (blocking: `lm` loads the model) and, for `auto` falling back
     to the stand-in, a warning that says why and how to train the real model. `lm` that
     cannot load raises ModelUnavailable with a sentence: never a silent fallback."""
     if choice == "tabular":
         return TabularPolicy(settings=settings), None
     if choice == "lm":
-        return _lm(settings), None
+        return _lm(settings, parallel), None
     if choice != "auto":
         raise ValueError(f"unknown trainer {choice!r}; choose one of {', '.join(TRAINER_CHOICES)}")
     why = lm_unavailable(settings)
@@ -69,16 +77,16 @@ def make_policy(choice: str, settings: PolicySettings) -> tuple[Policy, str | No
         "(or an id in the Hugging Face cache); then start the backend with --trainer lm")
 
 
-def create(kind: str, settings: PolicySettings) -> Policy:
+def create(kind: str, settings: PolicySettings, parallel: Parallel = ONE_PROCESS) -> Policy:
     if kind == "lm":
-        return _lm(settings)
+        return _lm(settings, parallel)
     if kind == "tabular":
         return TabularPolicy(settings=settings)
     raise ValueError(f"unknown policy {kind!r}; known: {', '.join(KINDS)}")
 
 
-def load(folder: Path, settings: PolicySettings) -> Policy:
+def load(folder: Path, settings: PolicySettings, parallel: Parallel = ONE_PROCESS) -> Policy:
     """The policy saved in `folder` (its manifest names the kind)."""
-    policy = create(read_manifest(folder)["kind"], settings)
+    policy = create(read_manifest(folder)["kind"], settings, parallel)
     policy.load(folder)
     return policy

@@ -13,10 +13,10 @@ import json
 import math
 import os
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from app.core.paths import open_private
 
@@ -26,6 +26,24 @@ MANIFEST = "policy.json"  # every saved policy's folder holds one: {"kind": ...,
 class PolicyCannotAct(ValueError):
     """The request asks for what this policy cannot answer (say, a tool schema it cannot fill).
     The message is a sentence for the task app's author; the job fails with it."""
+
+
+class PolicyFailed(RuntimeError):
+    """The policy broke while the job ran (say, a rank of a data-parallel policy died); the
+    message names what and why, and the job fails with it. `data` goes into the event."""
+
+    def __init__(self, message: str, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.data = data or {}
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """How many processes train an `lm` job (`synth-tui backend --processes N`), and the
+    accelerate config file they are launched with (None: ours). docs/design/data-parallel.md."""
+
+    processes: int = 1
+    accelerate_config: str | None = None
 
 
 @dataclass(frozen=True)
@@ -105,6 +123,14 @@ class Policy(Protocol):
         """The job ended (succeeded, failed, cancelled or stopped): free what the policy holds
         (the `lm` policy's training thread). Idempotent; blocking."""
         ...
+
+
+@runtime_checkable
+class Watched(Protocol):
+    """A policy that can break on its own while the job runs (lm_dp: a rank that dies): the
+    trainer hands it a callback, called once, from any thread, with (message, data)."""
+
+    def watch(self, failed: Callable[[str, dict[str, Any]], None]) -> None: ...
 
 
 def group_advantages(episodes: list[Episode], eps: float = 1e-6) -> None:

@@ -161,6 +161,10 @@ class LmPolicy:
         self.training: _Training | None = None
         self.optimizer: torch.optim.Optimizer | None = None
         self._optimizer_state: dict[str, Any] | None = None
+        # What a data-parallel rank changes (app/local/dp_worker.py): GRPOConfig arguments (its
+        # share of the batch, the collectives' timeout), and calls made with the built trainer.
+        self.grpo_overrides: dict[str, Any] = {}
+        self.trainer_hooks: list[Any] = []
 
     # -- setup --------------------------------------------------------------------------
 
@@ -502,7 +506,7 @@ class LmPolicy:
         cuda = self.loaded.device == "cuda"
         per_step = settings.batch_size * settings.group_size
         output = Path(os.environ.get("TMPDIR", "/tmp")) / f"synth-tui-grpo-{secrets.token_hex(4)}"
-        config = GRPOConfig(
+        arguments: dict[str, Any] = dict(
             output_dir=str(output), max_steps=remaining, per_device_train_batch_size=per_step,
             num_generations=settings.group_size, gradient_accumulation_steps=1, steps_per_generation=1,
             num_iterations=1, learning_rate=settings.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
@@ -511,6 +515,7 @@ class LmPolicy:
             importance_sampling_level="sequence", max_completion_length=self.max_tokens,
             scale_rewards="group", mask_truncated_completions=False, log_completions=False,
             shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
+        config = GRPOConfig(**{**arguments, **self.grpo_overrides})
         self.optimizer = self._fresh_optimizer()
         dataset = Dataset.from_dict({"prompt": ["episode"] * settings.batch_size})
         training_ref: list[_Training] = []
@@ -541,6 +546,8 @@ class LmPolicy:
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # its logs go to the job's events, not to stdout
+        for hook in self.trainer_hooks:
+            hook(trainer)
 
         def run() -> None:
             training = training_ref[0]

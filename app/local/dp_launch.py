@@ -1,0 +1,320 @@
+"""Start, watch and stop the rank processes of a data-parallel `lm` job (`--processes N`).
+
+The ranks are `python -m app.local.dp_worker` launched by `accelerate launch` (torchrun
+underneath): gloo on CPU. Each rank writes `rank-<r>.json` into the job's private rendezvous
+folder once it serves its loopback port (dp_worker.py). The backend process keeps the HTTP
+server, the job store and the events; lm_dp.DistributedLmPolicy talks to the ranks.
+
+`build_launch` is the ONE place where the accelerate config and the launch command are made
+(a GPU layout plugs in there). docs/design/data-parallel.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+TOKEN_ENV = "SYNTH_TUI_DP_TOKEN"  # the per-job secret every call to a rank carries (header TOKEN_HEADER)
+TOKEN_HEADER = "X-Synth-Tui-Rank-Token"
+BACKEND_PID_ENV = "SYNTH_TUI_DP_BACKEND_PID"  # the ranks' orphan guard watches it
+TIMEOUT_ENV = "SYNTH_TUI_DP_TIMEOUT_S"  # the collectives' timeout (a hung rank is found after it)
+DEFAULT_TIMEOUT_S = 300
+READY_TIMEOUT_S = 600.0  # imports, the model and grammar compilers, N times on shared cores
+STOP_GRACE_S = 10.0
+SETTINGS_FILE = "settings.json"
+LOG_FILE = "launcher.log"
+CONFIG_FILE = "accelerate.yaml"
+
+
+class LaunchError(RuntimeError):
+    """The ranks could not be started (the message says why, with the launcher's last words)."""
+
+
+def cores() -> int:
+    """The cores this process may use (its affinity), which the ranks share."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def per_device_batch(batch_size: int, group_size: int, processes: int) -> int:
+    """Each rank's share of a step's B*G episodes; refused unless it divides evenly."""
+    total = batch_size * group_size
+    if processes < 1 or total % processes:
+        raise ValueError(f"a step's {batch_size} group(s) x {group_size} rollouts = {total} episodes cannot be split "
+                         f"evenly over {processes} processes: choose batch_size * group_size divisible by "
+                         f"{processes}, or another --processes")
+    return total // processes
+
+
+def check_flags(trainer: str, processes: int, accelerate_config: str | None) -> str | None:
+    """Why `synth-tui backend`'s --processes / --accelerate-config cannot be used, or None."""
+    if processes < 1:
+        return f"--processes must be 1 or more (got {processes})"
+    if processes > 1 and trainer != "lm":
+        return (f"--processes {processes} trains the language model in several processes: it needs --trainer lm "
+                f"(got --trainer {trainer})")
+    if processes > cores():
+        return (f"--processes {processes} is more than the {cores()} cores this backend may use; each process "
+                f"needs a core of its own (choose at most {cores()})")
+    if accelerate_config is None:
+        return None
+    if processes == 1:
+        return "--accelerate-config is used with --processes N (N > 1) only"
+    path = Path(accelerate_config).expanduser()
+    if not path.is_file():
+        return f"--accelerate-config {accelerate_config} does not exist (or is not a file)"
+    try:
+        import yaml
+    except ImportError:
+        return "--accelerate-config needs PyYAML, which the trainer extra installs: pip install 'synth-tui[trainer]'"
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        return (f"--accelerate-config {accelerate_config} cannot be read as YAML "
+                f"({type(exc).__name__}: {str(exc)[:200]})")
+    if not isinstance(loaded, dict):
+        return (f"--accelerate-config {accelerate_config} is not an accelerate config: a YAML mapping such as "
+                "`accelerate config` writes")
+    return None
+
+
+def collective_timeout_s() -> int:
+    try:
+        return max(10, int(os.environ.get(TIMEOUT_ENV, DEFAULT_TIMEOUT_S)))
+    except ValueError:
+        return DEFAULT_TIMEOUT_S
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass(frozen=True)
+class Launch:
+    command: list[str]
+    env: dict[str, str]
+    config: dict[str, Any] | None  # what was written to CONFIG_FILE (None: the user's file is used)
+
+
+def build_launch(processes: int, rendezvous: Path, *, accelerate_config: Path | None = None,
+                 port: int | None = None, python: str = sys.executable) -> Launch:
+    """The accelerate config and the `accelerate launch` command of N ranks on this machine.
+
+    Ours (CPU): `distributed_type: MULTI_GPU` with `use_cpu: false` makes accelerate take its
+    torchrun launcher (with `use_cpu: true` it starts ONE process); ACCELERATE_USE_CPU=true in
+    the ranks' env and GRPOConfig(use_cpu=True) then select MULTI_CPU with gloo. A user's
+    `--accelerate-config FILE` is passed as it is; N and a free rendezvous port are added."""
+    config: dict[str, Any] | None = None
+    if accelerate_config is None:
+        config = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_machines": 1,
+                  "machine_rank": 0, "num_processes": processes, "gpu_ids": "all", "mixed_precision": "no",
+                  "rdzv_backend": "static", "same_network": True, "use_cpu": False}
+        config_path = rendezvous / CONFIG_FILE
+        config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")  # JSON is YAML
+    else:
+        config_path = accelerate_config
+    command = [python, "-m", "accelerate.commands.launch", "--config_file", str(config_path),
+               "--num_processes", str(processes), "--main_process_port", str(port or free_port()),
+               "--monitor_interval", "0.2", "-m", "app.local.dp_worker", "--rendezvous", str(rendezvous)]
+    threads = max(1, cores() // processes)
+    env = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
+           "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    return Launch(command, env, config)
+
+
+@dataclass(frozen=True)
+class RankInfo:
+    rank: int
+    pid: int
+    port: int
+    device: str
+    threads: int
+    backend: str
+
+
+_ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)", re.DOTALL)
+
+
+def death_of(rank: int, pid: int, exitcode: int | None) -> str:
+    """ "rank 1 (pid 1234) died: SIGKILL" (a negative exit code is the signal's number)."""
+    if exitcode is None:
+        return f"rank {rank} (pid {pid}) died"
+    if exitcode < 0:
+        try:
+            how = signal.Signals(-exitcode).name
+        except ValueError:
+            how = f"signal {-exitcode}"
+    else:
+        how = f"exit code {exitcode}"
+    return f"rank {rank} (pid {pid}) died: {how}"
+
+
+def root_cause(log: str) -> tuple[int, int, int] | None:
+    """(rank, exit code, pid) of the first failure torchrun's agent reports, if it did."""
+    at = log.rfind("Root Cause")
+    match = _ROOT_CAUSE.search(log, at if at >= 0 else 0)
+    return (int(match.group(1)), int(match.group(2)), int(match.group(3))) if match else None
+
+
+def _state(pid: int) -> str | None:
+    """The process's state letter (R, S, T stopped, Z zombie...), None if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rpartition(")")[2].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    state = _state(pid)
+    if state is not None:
+        return state != "Z"
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclass
+class RankGroup:
+    """The launcher of one job's ranks and what they reported."""
+
+    processes: int
+    rendezvous: Path
+    launch: Launch
+    proc: subprocess.Popen[bytes] | None = None
+    ranks: list[RankInfo] = field(default_factory=list)
+    failure: tuple[str, dict[str, Any]] | None = None
+    checking: threading.Lock = field(default_factory=threading.Lock)
+    stopped_since: dict[int, float] = field(default_factory=dict)  # rank -> when it was first seen stopped
+
+    @property
+    def log_path(self) -> Path:
+        return self.rendezvous / LOG_FILE
+
+    def start(self, token: str) -> None:
+        env = {**os.environ, **self.launch.env, TOKEN_ENV: token, BACKEND_PID_ENV: str(os.getpid())}
+        with open(self.log_path, "ab") as log:
+            # A session of its own: the launcher and whatever it starts are signalled as one.
+            self.proc = subprocess.Popen(self.launch.command, stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+    def log_tail(self, chars: int = 600) -> str:
+        try:
+            text = self.log_path.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return ""
+        return " ".join(text[-chars:].split())
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> list[RankInfo]:
+        """Every rank's rendezvous file, in rank order; LaunchError if the launcher ends first."""
+        assert self.proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            found = sorted(self.rendezvous.glob("rank-*.json"))
+            if len(found) >= self.processes:
+                infos = [json.loads(p.read_text(encoding="utf-8")) for p in found]
+                self.ranks = sorted((RankInfo(int(i["rank"]), int(i["pid"]), int(i["port"]), str(i["device"]),
+                                              int(i["threads"]), str(i["backend"])) for i in infos),
+                                    key=lambda r: r.rank)
+                return self.ranks
+            if self.proc.poll() is not None:
+                raise LaunchError(f"the {self.processes} rank processes did not start (the launcher exited with "
+                                  f"{self.proc.returncode}): {self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise LaunchError(f"the {self.processes} rank processes were not ready after {timeout:.0f} s: "
+                                  f"{self.log_tail()}")
+            time.sleep(0.2)
+
+    def check(self) -> tuple[str, dict[str, Any]] | None:
+        """Why the group cannot go on (a rank or the launcher died), or None. The first answer
+        is kept: what the job fails with."""
+        with self.checking:  # the watcher and the calls that failed ask at once: one answer
+            return self._check()
+
+    def _check(self) -> tuple[str, dict[str, Any]] | None:
+        if self.failure is not None or self.proc is None:
+            return self.failure
+        dead = next((r for r in self.ranks if not _alive(r.pid)), None)
+        if dead is None and self.proc.poll() is None:
+            self.failure = self._stopped_too_long()
+            return self.failure
+        # torchrun's agent (watching every 0.2 s) stops the other ranks and names the first failure.
+        try:
+            self.proc.wait(timeout=10.0)
+        except subprocess.TimeoutExpired:
+            pass
+        cause = root_cause(self.log_path.read_text(encoding="utf-8", errors="replace")) \
+            if self.log_path.exists() else None
+        if cause is not None:
+            rank, code, pid = cause
+            self.failure = (death_of(rank, pid, code), {"rank": rank, "pid": pid, "exitcode": code})
+        elif dead is not None:
+            self.failure = (death_of(dead.rank, dead.pid, None), {"rank": dead.rank, "pid": dead.pid})
+        else:
+            self.failure = (f"the launcher of the ranks (pid {self.proc.pid}) exited with {self.proc.returncode}",
+                            {"launcher_exitcode": self.proc.returncode})
+        return self.failure
+
+    def _stopped_too_long(self) -> tuple[str, dict[str, Any]] | None:
+        """A rank stopped (SIGSTOP) longer than the collectives' timeout is hung: whatever it
+        was doing (a collective, or a chat turn, which no timeout of torch's covers)."""
+        now, limit = time.monotonic(), collective_timeout_s()
+        for r in self.ranks:
+            if _state(r.pid) != "T":
+                self.stopped_since.pop(r.rank, None)
+                continue
+            since = self.stopped_since.setdefault(r.rank, now)
+            if now - since >= limit:
+                return (f"rank {r.rank} (pid {r.pid}) hung: stopped for more than {limit} s",
+                        {"rank": r.rank, "pid": r.pid, "hung": True})
+        return None
+
+    def pids(self) -> list[int]:
+        return [r.pid for r in self.ranks]
+
+    def stop(self, grace: float = STOP_GRACE_S) -> None:
+        """SIGTERM to the launcher's session (torchrun forwards it to the ranks), SIGKILL to the
+        session and every rank after `grace`. Idempotent; blocking."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and (self.proc.poll() is None or any(_alive(p) for p in self.pids())):
+            time.sleep(0.1)
+        _signal_group(self.proc.pid, signal.SIGKILL)
+        for pid in self.pids():  # torchrun starts each rank in a session of its own
+            if _alive(pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        try:
+            self.proc.wait(timeout=5.0)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except OSError:
+        pass

@@ -1,0 +1,295 @@
+"""The `lm` trainer data-parallel (`synth-tui backend --trainer lm --processes N`): the pure
+parts (the launch command, who owns a correlation id, the batch split, the flags), and, with
+the tiny model and the press task app in 2 rank processes, training, a killed rank and a
+cancel. docs/design/data-parallel.md."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.cli import main
+from app.core.runs.events import policy_badge
+from app.local.dp_launch import (
+    TIMEOUT_ENV,
+    build_launch,
+    check_flags,
+    cores,
+    death_of,
+    per_device_batch,
+    root_cause,
+)
+from app.local.policies import trainer_extra_missing
+from app.local.policies.base import Episode, Parallel
+from app.local.policies.lm_dp import RankMemo, owner_by_position, shares
+from app.local.servers import ServerHandle, _bind, start_backend
+from pilot_waits import poll_until
+
+from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
+from .press_taskapp import create_press_taskapp
+
+NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
+NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
+
+
+# -- units ----------------------------------------------------------------------------------
+
+
+def test_the_launch_command_and_our_accelerate_config(tmp_path: Path) -> None:
+    launch = build_launch(2, tmp_path, port=29611, python="/py")
+    cmd = launch.command
+    assert cmd[:3] == ["/py", "-m", "accelerate.commands.launch"]
+    assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[cmd.index("--main_process_port") + 1] == "29611"
+    assert cmd[cmd.index("-m", 3):] == ["-m", "app.local.dp_worker", "--rendezvous", str(tmp_path)]
+    config = Path(cmd[cmd.index("--config_file") + 1])
+    assert config.parent == tmp_path
+    written = json.loads(config.read_text())  # JSON is YAML: accelerate reads it as such
+    assert written == launch.config
+    # torchrun's launcher (MULTI_GPU, use_cpu false); the ranks then pick MULTI_CPU and gloo
+    assert written["distributed_type"] == "MULTI_GPU" and written["use_cpu"] is False
+    assert launch.env["ACCELERATE_USE_CPU"] == "true" and launch.env["OMP_NUM_THREADS"] == str(max(1, cores() // 2))
+    user = tmp_path / "mine.yaml"
+    user.write_text("distributed_type: MULTI_GPU\n")
+    theirs = build_launch(2, tmp_path / "x", accelerate_config=user, port=1)
+    assert theirs.config is None and theirs.command[theirs.command.index("--config_file") + 1] == str(user)
+
+
+def test_a_training_rollout_is_served_by_the_rank_that_trains_its_place() -> None:
+    # 2 groups x 8 over 2 ranks: places 0-7 on rank 0, 8-15 on rank 1
+    assert owner_by_position("trace_job_ab12:rl-3-0-0a1b2c3d4e5f", 8, 2) == 0
+    assert owner_by_position("trace_job_ab12:rl-3-7-0a1b2c3d4e5f", 8, 2) == 0
+    assert owner_by_position("trace_job_ab12:rl-3-8-0a1b2c3d4e5f", 8, 2) == 1
+    assert owner_by_position("trace_job_ab12:rl-12-15-0a1b2c3d4e5f", 8, 2) == 1
+    # evaluations and callers outside the job: no place (the least-loaded rank takes them)
+    assert owner_by_position("trace_job_ab12:eval-3-1-0a1b2c3d4e5f", 8, 2) is None
+    assert owner_by_position("someone", 8, 2) is None
+    episodes = [Episode([RankMemo(i // 4, f"c{i}", f"k{i}")], float(i)) for i in range(8)]
+    split = shares([episodes[:4], episodes[4:]], 2)
+    assert [[p for p, _ in s] for s in split] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_a_batch_that_does_not_split_evenly_is_refused() -> None:
+    assert per_device_batch(2, 8, 2) == 8
+    assert per_device_batch(1, 4, 4) == 1
+    with pytest.raises(ValueError, match=r"3 group\(s\) x 3 rollouts = 9 episodes cannot be split evenly over 2"):
+        per_device_batch(3, 3, 2)
+
+
+def test_the_flags_are_checked(tmp_path: Path) -> None:
+    assert check_flags("lm", 1, None) is None and check_flags("tabular", 1, None) is None
+    assert "needs --trainer lm" in (check_flags("tabular", 2, None) or "")
+    assert "needs --trainer lm" in (check_flags("auto", 2, None) or "")
+    assert f"more than the {cores()} cores" in (check_flags("lm", cores() + 1, None) or "")
+    if cores() >= 2:
+        assert "does not exist" in (check_flags("lm", 2, str(tmp_path / "none.yaml")) or "")
+        listed = tmp_path / "list.yaml"
+        listed.write_text("- a\n- b\n")
+        assert "not an accelerate config" in (check_flags("lm", 2, str(listed)) or "")
+        if trainer_extra_missing() is None:  # PyYAML comes with accelerate
+            broken = tmp_path / "broken.yaml"
+            broken.write_text("a: [b\n")
+            assert "cannot be read as YAML" in (check_flags("lm", 2, str(broken)) or "")
+            good = tmp_path / "good.yaml"
+            good.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
+            assert check_flags("lm", 2, str(good)) is None
+
+
+def test_the_backend_command_refuses_bad_flags_with_exit_2(capsys: pytest.CaptureFixture[str],
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SYNTH_API_KEY", "sk_test_x")
+    assert main(["backend", "--trainer", "tabular", "--processes", "2"]) == 2
+    assert "needs --trainer lm" in capsys.readouterr().err
+    assert main(["backend", "--trainer", "lm", "--processes", str(cores() + 1)]) == 2
+    assert "cores this backend may use" in capsys.readouterr().err
+    assert main(["backend", "--trainer", "lm", "--processes", "0"]) == 2  # argparse: not from 1
+
+
+def test_a_rank_death_is_named_from_torchruns_root_cause() -> None:
+    log = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+app.local.dp_worker FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-05_14:01:02
+  host      : box
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 4242)
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-05_14:01:02
+  host      : box
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4343)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4343
+============================================================"""
+    assert root_cause(log) == (1, -9, 4343)
+    assert death_of(1, 4343, -9) == "rank 1 (pid 4343) died: SIGKILL"
+    assert death_of(0, 7, 1) == "rank 0 (pid 7) died: exit code 1"
+    assert root_cause("no failure here") is None
+
+
+def test_the_dashboard_badge_says_lm_times_n() -> None:
+    from app.core.api.wire import JobEvent
+
+    def badge(data: dict[str, Any]) -> tuple[str, bool] | None:
+        return policy_badge([JobEvent(seq=1, type="rl.train.policy", message="", data=data)])
+
+    assert badge({"policy": "lm", "stand_in": False, "world_size": 2}) == ("lm × 2", False)
+    assert badge({"policy": "lm", "stand_in": False}) == ("lm", False)  # one process: as before
+    assert badge({"policy": "lm", "stand_in": False, "world_size": 1}) == ("lm", False)
+
+
+# -- two rank processes ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if trainer_extra_missing() is not None:
+        pytest.skip(str(trainer_extra_missing()))
+    from lm_fixtures import build_tiny_qwen3
+
+    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3-dp") / "model")
+
+
+@pytest.fixture(scope="module")
+def press() -> Iterator[ServerHandle]:
+    app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))
+    with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def dp_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    """One backend for the module's multi-process tests: its jobs run one after another."""
+    db = tmp_path_factory.mktemp("dp-backend") / "state.sqlite3"
+    with start_backend(api_key=API_KEY, db_path=db, env_api_keys=[ENV_KEY], trainer="lm",
+                       parallel=Parallel(2)) as backend:
+        yield backend
+
+
+def _payload(task_url: str, model: Path, steps: int) -> dict[str, Any]:
+    from .test_lm_policy import press_payload
+
+    return press_payload(task_url, model, "full", steps=steps, lr=1e-2)
+
+
+def _ranks(api: Any, job_id: str, timeout: float = 240) -> list[dict[str, Any]]:
+    event = poll_until(lambda: next((e for e in events_of(api, job_id) if e["type"] == "rl.train.policy"), None)
+                       or (api.get(f"/rl/jobs/{job_id}").json()["status"] in ("failed", "cancelled") and
+                           pytest.fail(str([e["message"] for e in events_of(api, job_id)][-3:]))),
+                       timeout=timeout, what=f"the ranks of {job_id} to be ready")
+    ranks: list[dict[str, Any]] = event["data"]["ranks"]
+    return ranks
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _holds_torch(pid: int) -> bool:
+    try:
+        return "/torch/lib/libtorch" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+@NEEDS_TRAINER
+@NEEDS_TWO_CORES
+@pytest.mark.slow
+def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny: Path, press: ServerHandle,
+                                                                dp_backend: ServerHandle) -> None:
+    steps = 8
+    with api_client(dp_backend) as api:
+        job_id = create_job(api, _payload(press.url, tiny, steps))
+        ranks = _ranks(api, job_id)
+        pids = [r["pid"] for r in ranks]
+        # two rank processes, neither the backend, hold torch at the same time
+        assert len(set(pids)) == 2 and os.getpid() not in pids
+        assert all(_holds_torch(pid) for pid in pids), pids
+        job = wait_terminal(api, job_id, timeout=600)
+        events = events_of(api, job_id)
+        assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
+        policy = next(e for e in events if e["type"] == "rl.train.policy")["data"]
+        assert policy["world_size"] == 2 and policy["backend"] == "gloo" and policy["stand_in"] is False
+        assert [r["rank"] for r in policy["ranks"]] == [0, 1]
+        assert all(r["device"] == "cpu" and r["threads"] >= 1 for r in policy["ranks"])
+        assert job["metadata"]["policy"]["kind"] == "lm"
+        points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
+    train = [p["value"] for p in points if p["name"] == "train.mean_score"]
+    assert len(train) == steps
+    first, last = sum(train[:3]) / 3, sum(train[-3:]) / 3
+    assert last - first >= 0.3, train
+    step_data = [e["data"] for e in events if e["type"] == "rl.train.step"]
+    assert all(d["world_size"] == 2 and d["allreduce_s"] > 0 for d in step_data), step_data[-1]
+    assert all(d["rank0_generation_tokens_per_s"] > 0 and d["rank1_generation_tokens_per_s"] > 0 for d in step_data)
+    assert "train.allreduce_s" in {p["name"] for p in points}
+    # the job ended: its ranks are gone
+    poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=30, what="the ranks to exit")
+    print(f"\n2 processes: GRPO step (update) median of steps 2+: "
+          f"{statistics.median(d['step_seconds'] for d in step_data[1:]):.3f} s; all: "
+          f"{[d['step_seconds'] for d in step_data]}; allreduce_s: {[d['allreduce_s'] for d in step_data]}")
+
+
+@NEEDS_TRAINER
+@NEEDS_TWO_CORES
+@pytest.mark.slow
+def test_a_killed_rank_fails_its_job_by_name_and_cancel_stops_every_rank(tiny: Path, press: ServerHandle,
+                                                                         dp_backend: ServerHandle) -> None:
+    with api_client(dp_backend) as api:
+        job_id = create_job(api, _payload(press.url, tiny, 40))
+        pids = [r["pid"] for r in _ranks(api, job_id)]
+        poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=240,
+                   what="the first step")
+        os.kill(pids[1], signal.SIGKILL)
+        job = wait_terminal(api, job_id, timeout=60)
+        assert job["status"] == "failed"
+        died = f"rank 1 (pid {pids[1]}) died: SIGKILL"
+        assert died in job["error"], job["error"]
+        assert any(died in e["message"] and e["level"] == "error" for e in events_of(api, job_id))
+        poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=30, what="the other rank to exit")
+        # the backend goes on: it answers, and trains a new job
+        assert api.get("/health").status_code == 200
+        again = create_job(api, _payload(press.url, tiny, 40))
+        new_pids = [r["pid"] for r in _ranks(api, again)]
+        assert api.post(f"/rl/jobs/{again}/cancel").status_code == 200
+        assert wait_terminal(api, again, timeout=30)["status"] == "cancelled"
+        poll_until(lambda: not any(_alive(pid) for pid in new_pids), timeout=30, what="both ranks to exit")
+
+
+@NEEDS_TRAINER
+@NEEDS_TWO_CORES
+@pytest.mark.slow
+def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny: Path, press: ServerHandle,
+                                                                   dp_backend: ServerHandle,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(TIMEOUT_ENV, "15")  # read by the ranks (launched now) and the backend
+    with api_client(dp_backend) as api:
+        job_id = create_job(api, _payload(press.url, tiny, 40))
+        pids = [r["pid"] for r in _ranks(api, job_id)]
+        poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=240,
+                   what="the first step")
+        os.kill(pids[1], signal.SIGSTOP)
+        try:
+            job = wait_terminal(api, job_id, timeout=120)
+            assert job["status"] == "failed"
+            assert f"rank 1 (pid {pids[1]}) hung" in job["error"], job["error"]
+            assert api.get("/health").status_code == 200
+            # both ranks are stopped, the stopped one too (SIGKILL after the grace)
+            poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=60, what="both ranks to exit")
+        finally:
+            if _alive(pids[1]):
+                os.kill(pids[1], signal.SIGKILL)
