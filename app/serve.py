@@ -18,7 +18,7 @@ from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageE
 
 
 def run_backend_server(args: argparse.Namespace) -> int:
-    from app.local.dp_launch import check_flags
+    from app.local.dp_launch import check_flags, launch_setup
     from app.local.policies.base import Parallel
     from app.local.servers import default_db_path, serve_backend
 
@@ -29,6 +29,7 @@ def run_backend_server(args: argparse.Namespace) -> int:
         raise UsageError(f"{refused}.", "synth-tui backend --trainer lm --processes N [--accelerate-config FILE]; "
                                         "docs/design/data-parallel.md")
     parallel = Parallel(processes, str(user_path(config)) if config else None)
+    launch_setup(parallel.accelerate_config, processes)  # the file's content, at start (exit 2 with its fix)
     _warn_keys_in_argv(args)
     sources = _key_sources(args.env_file)
     api_key = args.api_key or sources.get("SYNTH_API_KEY")

@@ -57,17 +57,19 @@ def bound_problem(name: str, value: object, high: int) -> str | None:
     return None
 
 
-def lm_devices() -> int:
-    """How many `lm` jobs can train at once: one per CUDA device, else one (the CPU).
-    Blocking (imports torch): called in a thread, once, when the first `lm` job asks."""
+def lm_devices(processes: int = 1) -> int:
+    """How many `lm` jobs can train at once: one per CUDA device, else one (the CPU); a job of
+    N processes (docs/design/data-parallel.md) takes N devices. Blocking (imports torch):
+    called in a thread, once, when the first `lm` job asks."""
     try:
         import torch
     except ImportError:
         return 1
     try:
-        return max(1, int(torch.cuda.device_count())) if torch.cuda.is_available() else 1
+        gpus = int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
     except (RuntimeError, AssertionError):  # a CUDA build without a usable driver
-        return 1
+        gpus = 0
+    return max(1, gpus // max(processes, 1))
 
 
 def rollout_pool(admission: Admission) -> httpx.Limits:

@@ -33,6 +33,7 @@ when the client asks for `text/event-stream`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
@@ -55,7 +56,7 @@ from app.core.api.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_H
 from app.core.config.trainable import short_repr
 from app.core.redact import held_key_prefix, scrub_key_fragments
 from app.local import policies
-from app.local.admission import Admission, default_max_jobs, rollout_pool
+from app.local.admission import Admission, default_max_jobs, lm_devices, rollout_pool
 from app.local.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
 from app.local.api_schemas import BODY_ERRORS, error_responses
 from app.local.bodies import (
@@ -221,7 +222,8 @@ def create_backend_app(
         raise ValueError(f"trainer must be one of {', '.join(policies.TRAINER_CHOICES)} (got {trainer!r})")
     if parallel.processes > 1 and trainer != "lm":
         raise ValueError(f"{parallel.processes} processes train the lm trainer only (got trainer {trainer!r})")
-    admission = Admission(default_max_jobs() if max_jobs is None else max_jobs, max_rollouts or 0)
+    admission = Admission(default_max_jobs() if max_jobs is None else max_jobs, max_rollouts or 0,
+                          functools.partial(lm_devices, parallel.processes))
     b = _Backend(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume, trainer,
                  admission, parallel)
     app = FastAPI(title="synth-tui embedded backend", lifespan=_lifespan)

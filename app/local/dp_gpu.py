@@ -432,7 +432,7 @@ def launch_env(setup: AccelerateSetup | None, processes: int = 1, cores: int | N
 
 
 def accelerate_launch_command(python: str, yaml_path: str | Path, processes: int, port: int | None,
-                              module_args: Sequence[str]) -> list[str]:
+                              module_args: Sequence[str], *, launcher_args: Sequence[str] = ()) -> list[str]:
     """`python -m accelerate.commands.launch … --module <module> <args>`: what the backend starts.
     `port`: the rendezvous port (one machine: a free one per job; several machines: None, the YAML's
     main_process_port, the same on every machine). `processes` counts every rank of every machine.
@@ -448,4 +448,4 @@ def accelerate_launch_command(python: str, yaml_path: str | Path, processes: int
         raise ValueError(f"processes must be at least 1 and port a TCP port (got {processes}, {port})")
     rendezvous = [] if port is None else ["--main_process_port", str(port)]
     return [python, "-m", "accelerate.commands.launch", "--config_file", str(yaml_path),
-            "--num_processes", str(processes), *rendezvous, "--module", *module_args]
+            "--num_processes", str(processes), *rendezvous, *launcher_args, "--module", *module_args]

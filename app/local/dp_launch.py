@@ -24,6 +24,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.errors import UsageError
+from app.local.dp_gpu import (
+    AccelerateSetup,
+    accelerate_launch_command,
+    accelerate_yaml,
+    launch_env,
+    own_optimizer_allowed,
+    read_accelerate_config,
+    refuse_without_gpu,
+)
+
 TOKEN_ENV = "SYNTH_TUI_DP_TOKEN"  # the per-job secret every call to a rank carries (header TOKEN_HEADER)
 TOKEN_HEADER = "X-Synth-Tui-Rank-Token"
 BACKEND_PID_ENV = "SYNTH_TUI_DP_BACKEND_PID"  # the ranks' orphan guard watches it
@@ -59,7 +70,8 @@ def per_device_batch(batch_size: int, group_size: int, processes: int) -> int:
 
 
 def check_flags(trainer: str, processes: int, accelerate_config: str | None) -> str | None:
-    """Why `synth-tui backend`'s --processes / --accelerate-config cannot be used, or None."""
+    """Why `synth-tui backend`'s --processes / --accelerate-config cannot be used, or None.
+    The config file's content is read by `launch_setup`."""
     if processes < 1:
         return f"--processes must be 1 or more (got {processes})"
     if processes > 1 and trainer != "lm":
@@ -68,26 +80,27 @@ def check_flags(trainer: str, processes: int, accelerate_config: str | None) -> 
     if processes > cores():
         return (f"--processes {processes} is more than the {cores()} cores this backend may use; each process "
                 f"needs a core of its own (choose at most {cores()})")
+    if accelerate_config is not None and processes == 1:
+        return "--accelerate-config is used with --processes N (N > 1) only"
+    return None
+
+
+def launch_setup(accelerate_config: str | Path | None, processes: int) -> AccelerateSetup | None:
+    """The user's accelerate config read strictly (None: none given, this machine's CPU layout).
+    Raises AccelerateConfigError (each field named) or NoGpuError (a GPU layout, no GPU here);
+    both are usage errors with their fixes."""
     if accelerate_config is None:
         return None
-    if processes == 1:
-        return "--accelerate-config is used with --processes N (N > 1) only"
-    path = Path(accelerate_config).expanduser()
-    if not path.is_file():
-        return f"--accelerate-config {accelerate_config} does not exist (or is not a file)"
-    try:
-        import yaml
-    except ImportError:
-        return "--accelerate-config needs PyYAML, which the trainer extra installs: pip install 'synth-tui[trainer]'"
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        return (f"--accelerate-config {accelerate_config} cannot be read as YAML "
-                f"({type(exc).__name__}: {str(exc)[:200]})")
-    if not isinstance(loaded, dict):
-        return (f"--accelerate-config {accelerate_config} is not an accelerate config: a YAML mapping such as "
-                "`accelerate config` writes")
-    return None
+    setup = read_accelerate_config(accelerate_config, processes)
+    refuse_without_gpu(setup)
+    if not own_optimizer_allowed(setup):
+        # The lm policy hands GRPOTrainer its own AdamW and saves its state: DeepSpeed would drop
+        # it silently and FSDP refuses it (docs/scaling.md). Said, not run wrong.
+        raise UsageError(f"{setup.distributed_type} is not wired into the lm trainer yet (its optimizer must be "
+                         f"the engine's own); {accelerate_config} asks for it",
+                         hint="use a DDP layout (configs/accelerate/one-node-gpus.yaml on GPUs, or no "
+                              "--accelerate-config on CPU)")
+    return setup
 
 
 def collective_timeout_s() -> int:
@@ -107,32 +120,31 @@ def free_port() -> int:
 class Launch:
     command: list[str]
     env: dict[str, str]
-    config: dict[str, Any] | None  # what was written to CONFIG_FILE (None: the user's file is used)
+    config: dict[str, Any]  # what was written to CONFIG_FILE
 
 
-def build_launch(processes: int, rendezvous: Path, *, accelerate_config: Path | None = None,
+WORKER_MODULE = "app.local.dp_worker"
+
+
+def build_launch(processes: int, rendezvous: Path, *, accelerate_config: str | Path | None = None,
                  port: int | None = None, python: str = sys.executable) -> Launch:
-    """The accelerate config and the `accelerate launch` command of N ranks on this machine.
+    """The accelerate config and the `accelerate launch` command of N ranks: the one place
+    they are made (app/local/dp_gpu.py writes each layout).
 
-    Ours (CPU): `distributed_type: MULTI_GPU` with `use_cpu: false` makes accelerate take its
-    torchrun launcher (with `use_cpu: true` it starts ONE process); ACCELERATE_USE_CPU=true in
-    the ranks' env and GRPOConfig(use_cpu=True) then select MULTI_CPU with gloo. A user's
-    `--accelerate-config FILE` is passed as it is; N and a free rendezvous port are added."""
-    config: dict[str, Any] | None = None
-    if accelerate_config is None:
-        config = {"compute_environment": "LOCAL_MACHINE", "distributed_type": "MULTI_GPU", "num_machines": 1,
-                  "machine_rank": 0, "num_processes": processes, "gpu_ids": "all", "mixed_precision": "no",
-                  "rdzv_backend": "static", "same_network": True, "use_cpu": False}
-        config_path = rendezvous / CONFIG_FILE
-        config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")  # JSON is YAML
-    else:
-        config_path = accelerate_config
-    command = [python, "-m", "accelerate.commands.launch", "--config_file", str(config_path),
-               "--num_processes", str(processes), "--main_process_port", str(port or free_port()),
-               "--monitor_interval", "0.2", "-m", "app.local.dp_worker", "--rendezvous", str(rendezvous)]
-    threads = max(1, cores() // processes)
-    env = {"ACCELERATE_USE_CPU": "true", "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-           "TRL_EXPERIMENTAL_SILENCE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    We always write the config we launch with, from the user's (read strictly) or from this
+    machine's CPU layout: on CPU that is `distributed_type: MULTI_GPU` with `use_cpu: false`
+    (accelerate's torchrun launcher; `use_cpu: true` would start ONE process) and
+    ACCELERATE_USE_CPU=true in the ranks' environment, with which they pick gloo."""
+    setup = launch_setup(accelerate_config, processes)
+    config = accelerate_yaml(setup, processes)
+    config_path = rendezvous / CONFIG_FILE
+    config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")  # JSON is YAML
+    # Several machines meet at the config's main_process_port; one machine takes a free port.
+    rendezvous_port = None if setup is not None and setup.multi_node else (port or free_port())
+    command = accelerate_launch_command(python, config_path, processes, rendezvous_port,
+                                        [WORKER_MODULE, "--rendezvous", str(rendezvous)],
+                                        launcher_args=["--monitor_interval", "0.2"])
+    env = {**launch_env(setup, processes, cores()), "TOKENIZERS_PARALLELISM": "false"}
     return Launch(command, env, config)
 
 

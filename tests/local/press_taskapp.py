@@ -13,13 +13,16 @@ label from the observation, which it did not in 40 steps (docs/embedded-policy.m
 
 from __future__ import annotations
 
+import copy
 import json
 import random
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
+from app.demo import demo_payload, load_demo_config
 from app.local.rollout_contract import GEN_02
 from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 
@@ -83,3 +86,18 @@ def create_press_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_02,
 
     add_rollout_route(app, authed, contract, play)
     return app
+
+
+def press_payload(task_url: str, model: Path, mode: str, *, steps: int, lr: float, seed: int = 3) -> dict[str, Any]:
+    """A job on the press app training the tiny model. The client's validation knows only the
+    hosted service's model ids, so the payload is built for one and then pointed at the folder
+    (the backend takes any [model] base: docs/embedded-policy.md#the-lm-policy)."""
+    config = copy.deepcopy(load_demo_config())
+    config["model"].update(trainer_mode=mode)
+    config["rollout"].update(env_name="press-button", max_turns=2, max_concurrent_rollouts=8)
+    config["training"].update(num_epochs=1, iterations_per_epoch=steps, batch_size=2, group_size=8, max_turns=2,
+                              learning_rate=lr, seed=seed)
+    del config["evaluation"]
+    payload = demo_payload(config, task_url)
+    payload["data"]["base_model"] = payload["data"]["config"]["model"]["base"] = str(model)
+    return payload

@@ -33,7 +33,7 @@ from app.local.servers import ServerHandle, _bind, start_backend
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import create_press_taskapp
+from .press_taskapp import create_press_taskapp, press_payload
 
 NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
 NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
@@ -47,7 +47,8 @@ def test_the_launch_command_and_our_accelerate_config(tmp_path: Path) -> None:
     cmd = launch.command
     assert cmd[:3] == ["/py", "-m", "accelerate.commands.launch"]
     assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[cmd.index("--main_process_port") + 1] == "29611"
-    assert cmd[cmd.index("-m", 3):] == ["-m", "app.local.dp_worker", "--rendezvous", str(tmp_path)]
+    assert cmd[cmd.index("--module"):] == ["--module", "app.local.dp_worker", "--rendezvous", str(tmp_path)]
+    assert cmd[cmd.index("--monitor_interval") + 1] == "0.2"  # torchrun sees a dead rank within 0.2 s
     config = Path(cmd[cmd.index("--config_file") + 1])
     assert config.parent == tmp_path
     written = json.loads(config.read_text())  # JSON is YAML: accelerate reads it as such
@@ -55,10 +56,6 @@ def test_the_launch_command_and_our_accelerate_config(tmp_path: Path) -> None:
     # torchrun's launcher (MULTI_GPU, use_cpu false); the ranks then pick MULTI_CPU and gloo
     assert written["distributed_type"] == "MULTI_GPU" and written["use_cpu"] is False
     assert launch.env["ACCELERATE_USE_CPU"] == "true" and launch.env["OMP_NUM_THREADS"] == str(max(1, cores() // 2))
-    user = tmp_path / "mine.yaml"
-    user.write_text("distributed_type: MULTI_GPU\n")
-    theirs = build_launch(2, tmp_path / "x", accelerate_config=user, port=1)
-    assert theirs.config is None and theirs.command[theirs.command.index("--config_file") + 1] == str(user)
 
 
 def test_a_training_rollout_is_served_by_the_rank_that_trains_its_place() -> None:
@@ -87,18 +84,39 @@ def test_the_flags_are_checked(tmp_path: Path) -> None:
     assert "needs --trainer lm" in (check_flags("tabular", 2, None) or "")
     assert "needs --trainer lm" in (check_flags("auto", 2, None) or "")
     assert f"more than the {cores()} cores" in (check_flags("lm", cores() + 1, None) or "")
-    if cores() >= 2:
-        assert "does not exist" in (check_flags("lm", 2, str(tmp_path / "none.yaml")) or "")
-        listed = tmp_path / "list.yaml"
-        listed.write_text("- a\n- b\n")
-        assert "not an accelerate config" in (check_flags("lm", 2, str(listed)) or "")
-        if trainer_extra_missing() is None:  # PyYAML comes with accelerate
-            broken = tmp_path / "broken.yaml"
-            broken.write_text("a: [b\n")
-            assert "cannot be read as YAML" in (check_flags("lm", 2, str(broken)) or "")
-            good = tmp_path / "good.yaml"
-            good.write_text("distributed_type: MULTI_GPU\nnum_processes: 2\n")
-            assert check_flags("lm", 2, str(good)) is None
+    assert "with --processes N (N > 1) only" in (check_flags("lm", 1, "x.yaml") or "")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    (None, "no such file"),
+    ("- a\n- b\n", "mapping"),
+    ("a: [b\n", "YAML"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n", "no CUDA GPU was found"),
+    ("distributed_type: MULTI_GPU\nnum_processes: 2\n", "no CUDA GPU was found"),
+    ("distributed_type: MULTI_CPU\nnum_processes: 4\n", "num_processes"),
+])
+def test_an_accelerate_config_that_cannot_run_here_is_refused_at_start(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        text: str | None, said: str) -> None:
+    monkeypatch.setenv("SYNTH_API_KEY", "sk_test_x")
+    config = tmp_path / "accelerate.yaml"
+    if text is not None:
+        config.write_text(text)
+    assert main(["backend", "--trainer", "lm", "--processes", "2", "--accelerate-config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err
+
+
+def test_a_cpu_config_of_the_users_is_launched_as_ours(tmp_path: Path) -> None:
+    """A MULTI_CPU file given to accelerate itself would start one process: the config we
+    launch with is always written from the user's, read strictly."""
+    user = tmp_path / "cpu.yaml"
+    user.write_text("distributed_type: MULTI_CPU\nnum_processes: 2\n")
+    (tmp_path / "r").mkdir()
+    launch = build_launch(2, tmp_path / "r", accelerate_config=user, port=29612, python="/py")
+    assert launch.config["distributed_type"] == "MULTI_GPU" and launch.config["use_cpu"] is False
+    assert launch.env["ACCELERATE_USE_CPU"] == "true"
+    assert launch.command[launch.command.index("--config_file") + 1] == str(tmp_path / "r" / "accelerate.yaml")
 
 
 def test_the_backend_command_refuses_bad_flags_with_exit_2(capsys: pytest.CaptureFixture[str],
@@ -178,8 +196,6 @@ def dp_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandl
 
 
 def _payload(task_url: str, model: Path, steps: int) -> dict[str, Any]:
-    from .test_lm_policy import press_payload
-
     return press_payload(task_url, model, "full", steps=steps, lr=1e-2)
 
 

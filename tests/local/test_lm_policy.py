@@ -4,7 +4,6 @@ docs/embedded-policy.md#the-lm-policy."""
 
 from __future__ import annotations
 
-import copy
 import json
 import os
 import random
@@ -19,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from app.demo import demo_payload, load_demo_config
 from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, PolicySettings
 from app.local.servers import ServerHandle, _bind, start_backend
@@ -27,7 +25,7 @@ from lm_fixtures import build_tiny_qwen3
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE, create_press_taskapp
+from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE, create_press_taskapp, press_payload
 from .test_local_resume import backend_process
 
 pytestmark = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
@@ -50,21 +48,6 @@ def press_app() -> Iterator[ServerHandle]:
 def settings(model: Path, **options: Any) -> PolicySettings:
     return PolicySettings(model=str(model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1, group_size=2,
                           options={"trainer_mode": "full", **options})
-
-
-def press_payload(task_url: str, model: Path, mode: str, *, steps: int, lr: float, seed: int = 3) -> dict[str, Any]:
-    """A job on the press app training the tiny model. The client's validation knows only the
-    hosted service's model ids, so the payload is built for one and then pointed at the folder
-    (the backend takes any [model] base: docs/embedded-policy.md#the-lm-policy)."""
-    config = copy.deepcopy(load_demo_config())
-    config["model"].update(trainer_mode=mode)
-    config["rollout"].update(env_name="press-button", max_turns=2, max_concurrent_rollouts=8)
-    config["training"].update(num_epochs=1, iterations_per_epoch=steps, batch_size=2, group_size=8, max_turns=2,
-                              learning_rate=lr, seed=seed)
-    del config["evaluation"]
-    payload = demo_payload(config, task_url)
-    payload["data"]["base_model"] = payload["data"]["config"]["model"]["base"] = str(model)
-    return payload
 
 
 def press_messages(label: str) -> list[dict[str, Any]]:

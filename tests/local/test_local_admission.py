@@ -292,3 +292,14 @@ async def test_a_wait_cancelled_leaves_the_queue_and_a_released_slot_goes_first_
     limits.release("b")
     await asyncio.wait_for(waiters["d"], 5)
     assert limits.running == 1
+
+
+def test_a_job_of_n_processes_takes_n_devices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """lm jobs at once: one per GPU, a data-parallel job's N ranks taking N of them; one on a CPU."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    assert [admission_module.lm_devices(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert admission_module.lm_devices(2) == 1
