@@ -144,7 +144,12 @@ class DistributedLmPolicy:
             raise PolicyFailed(f"the job's {self.world} rank processes are stopped", {}) from None
         except httpx.HTTPError as exc:
             raise self._failure(f"rank {rank} did not answer {path} ({type(exc).__name__})") from None
-        body = resp.json()
+        try:
+            body = resp.json()
+        except ValueError:  # a rank that broke mid-answer
+            body = None
+        if not isinstance(body, dict):
+            raise self._failure(f"rank {rank} answered {path} with HTTP {resp.status_code} and no JSON object")
         if resp.status_code == 422 and "cannot_act" in body:
             raise PolicyCannotAct(body["cannot_act"])
         if resp.status_code != 200:
