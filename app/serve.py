@@ -23,6 +23,8 @@ def run_backend_server(args: argparse.Namespace) -> int:
     from app.local.servers import default_db_path, serve_backend
 
     trainer, processes = getattr(args, "trainer", "auto"), getattr(args, "processes", 1)
+    if processes > 1 and trainer == "auto":
+        trainer = "lm"  # several processes train the language model only: auto has nothing to choose
     config = getattr(args, "accelerate_config", None)
     refused = check_flags(trainer, processes, config)
     if refused:

@@ -74,7 +74,7 @@ def check_flags(trainer: str, processes: int, accelerate_config: str | None) -> 
     The config file's content is read by `launch_setup`."""
     if processes < 1:
         return f"--processes must be 1 or more (got {processes})"
-    if processes > 1 and trainer != "lm":
+    if processes > 1 and trainer not in ("lm", "auto"):  # auto with N processes is lm (serve.py)
         return (f"--processes {processes} trains the language model in several processes: it needs --trainer lm "
                 f"(got --trainer {trainer})")
     if processes > cores():
@@ -91,16 +91,17 @@ def launch_setup(accelerate_config: str | Path | None, processes: int) -> Accele
     both are usage errors with their fixes."""
     if accelerate_config is None:
         return None
-    setup = read_accelerate_config(accelerate_config, processes)
-    refuse_without_gpu(setup)
-    if not own_optimizer_allowed(setup):
+    # What cannot run anywhere yet is said first, before fixes that would only lead to it.
+    layout = read_accelerate_config(accelerate_config)
+    if not own_optimizer_allowed(layout):
         # The lm policy hands GRPOTrainer its own AdamW and saves its state: DeepSpeed would drop
         # it silently and FSDP refuses it (docs/scaling.md). Said, not run wrong.
-        raise UsageError(f"{setup.distributed_type} is not wired into the lm trainer yet (its optimizer must be "
+        raise UsageError(f"{layout.distributed_type} is not wired into the lm trainer yet (its optimizer must be "
                          f"the engine's own); {accelerate_config} asks for it",
                          hint="use a DDP layout (configs/accelerate/one-node-gpus.yaml on GPUs, or no "
                               "--accelerate-config on CPU)")
-    return setup
+    refuse_without_gpu(layout)
+    return read_accelerate_config(accelerate_config, processes)  # and num_processes agrees with N
 
 
 def collective_timeout_s() -> int:

@@ -82,7 +82,7 @@ def test_a_batch_that_does_not_split_evenly_is_refused() -> None:
 def test_the_flags_are_checked(tmp_path: Path) -> None:
     assert check_flags("lm", 1, None) is None and check_flags("tabular", 1, None) is None
     assert "needs --trainer lm" in (check_flags("tabular", 2, None) or "")
-    assert "needs --trainer lm" in (check_flags("auto", 2, None) or "")
+    assert check_flags("auto", 2, None) is None  # auto with several processes means lm
     assert f"more than the {cores()} cores" in (check_flags("lm", cores() + 1, None) or "")
     assert "with --processes N (N > 1) only" in (check_flags("lm", 1, "x.yaml") or "")
 
@@ -91,9 +91,11 @@ def test_the_flags_are_checked(tmp_path: Path) -> None:
     (None, "no such file"),
     ("- a\n- b\n", "mapping"),
     ("a: [b\n", "YAML"),
-    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n", "no CUDA GPU was found"),
     ("distributed_type: MULTI_GPU\nnum_processes: 2\n", "no CUDA GPU was found"),
     ("distributed_type: MULTI_CPU\nnum_processes: 4\n", "num_processes"),
+    # not wired yet: said first, before fixes (num_processes, a GPU) that would only lead to it
+    ("distributed_type: DEEPSPEED\nnum_processes: 4\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 2\n",
+     "DEEPSPEED is not wired into the lm trainer yet"),
 ])
 def test_an_accelerate_config_that_cannot_run_here_is_refused_at_start(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
