@@ -197,7 +197,8 @@ def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str
     limits = app.state.admission_limits
     print(f"synth-tui embedded backend on {_url(host, bound)}/api (state: {db_path}; trainer: {trainer}"
           f"{f' × {parallel.processes} processes' if parallel.processes > 1 else ''}; "
-          f"at most {counted(limits[0], 'job')} at once, {counted(limits[1], 'rollout')} in flight)",
+          f"at most {counted(limits[0], 'job')} at once{'' if trainer == 'tabular' else ' (lm jobs: one per device)'}, "
+          f"{counted(limits[1], 'rollout')} in flight)",
           file=sys.stderr, flush=True)
     _Server(_config(app, host, bound), app.state.begin_shutdown).run(sockets=[sock])
 
