@@ -210,6 +210,15 @@ def _ranks(api: Any, job_id: str, timeout: float = 240) -> list[dict[str, Any]]:
     return ranks
 
 
+def _a_job_past_its_first_step(api: Any, press: ServerHandle, tiny: Path) -> tuple[str, list[int]]:
+    """A long job, once its first step is done: its id and its ranks' pids."""
+    job_id = create_job(api, _payload(press.url, tiny, 40))
+    pids = [r["pid"] for r in _ranks(api, job_id)]
+    poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=240,
+               what="the first step")
+    return job_id, pids
+
+
 def _alive(pid: int) -> bool:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -268,10 +277,7 @@ def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny: Path, pres
 def test_a_killed_rank_fails_its_job_by_name_and_cancel_stops_every_rank(tiny: Path, press: ServerHandle,
                                                                          dp_backend: ServerHandle) -> None:
     with api_client(dp_backend) as api:
-        job_id = create_job(api, _payload(press.url, tiny, 40))
-        pids = [r["pid"] for r in _ranks(api, job_id)]
-        poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=240,
-                   what="the first step")
+        job_id, pids = _a_job_past_its_first_step(api, press, tiny)
         os.kill(pids[1], signal.SIGKILL)
         job = wait_terminal(api, job_id, timeout=60)
         assert job["status"] == "failed"
@@ -296,10 +302,7 @@ def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny: Path, p
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TIMEOUT_ENV, "15")  # read by the ranks (launched now) and the backend
     with api_client(dp_backend) as api:
-        job_id = create_job(api, _payload(press.url, tiny, 40))
-        pids = [r["pid"] for r in _ranks(api, job_id)]
-        poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=240,
-                   what="the first step")
+        job_id, pids = _a_job_past_its_first_step(api, press, tiny)
         os.kill(pids[1], signal.SIGSTOP)
         try:
             job = wait_terminal(api, job_id, timeout=120)
