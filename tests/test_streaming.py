@@ -219,8 +219,12 @@ def event_polls(backend: FaultyBackend, job_id: str) -> int:
 async def test_at_most_three_requests_per_tick(faulty_backend):
     faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=10)))
     await collect(faulty_backend, "job_a")
-    # plus one try of each stream path (/events/stream, then /events) before polling
-    assert len(faulty_backend.requests) <= 3 * event_polls(faulty_backend, "job_a") + 2
+    # Besides at most three requests a tick: the stream's tries (one; a second, after its retry
+    # wait, when the first failed for a moment, as on a loaded machine) and one of slack for the
+    # watch's start, as before.
+    stream_tries = faulty_backend.count("/events/stream")
+    assert 1 <= stream_tries <= 2
+    assert len(faulty_backend.requests) - stream_tries <= 3 * event_polls(faulty_backend, "job_a") + 1
 
 
 async def test_a_quiet_job_reads_its_status_every_third_tick_and_a_silent_change_still_shows(faulty_backend):
