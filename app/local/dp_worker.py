@@ -34,6 +34,7 @@ from app.local.dp_launch import (
     SETTINGS_FILE,
     TOKEN_ENV,
     TOKEN_HEADER,
+    alive,
     collective_timeout_s,
     per_device_batch,
 )
@@ -226,12 +227,7 @@ def _orphan_guard(rank: int) -> None:
             time.sleep(0.5)
             gone = os.getppid() != parent
             if backend and not gone:
-                try:
-                    os.kill(backend, 0)
-                except ProcessLookupError:
-                    gone = True
-                except PermissionError:
-                    pass
+                gone = not alive(backend)  # a killed backend its parent has not reaped is gone
             if gone:
                 print(f"rank {rank}: the launcher or the backend is gone; exiting", file=sys.stderr, flush=True)
                 os._exit(3)
