@@ -7,7 +7,8 @@ and serves the backend on a loopback port of its own (every call carries the job
   POST /act     one chat turn of a correlation id this rank owns -> {message, call_id}
   POST /export  the token sequences of episodes another rank trains on (they leave this rank)
   POST /update  this rank's share of the step (its global positions) -> the step's logs
-  POST /save, POST /load   a checkpoint folder (save: rank 0 only; weights are identical)
+  POST /save, POST /load   a checkpoint folder (save: rank 0 only; weights are identical;
+                           load answers the steps its checkpoint had done)
   GET  /describe           rank 0's PolicyInfo
 Then it writes `rank-<r>.json` {rank, pid, port, device, threads, backend}. An orphan guard ends
 the rank when its launcher or the backend is gone. docs/design/data-parallel.md.
@@ -161,7 +162,7 @@ class Rank:
 
     def load(self, body: dict[str, Any]) -> dict[str, Any]:
         self.policy.load(Path(body["folder"]))
-        return {}
+        return {"steps_done": self.policy.steps_done}  # the backend shows what each rank loaded
 
     def describe(self) -> dict[str, Any]:
         info = self.policy.describe()
