@@ -192,7 +192,8 @@ def _state(pid: int) -> str | None:
         return None
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether `pid` runs: a zombie (killed, not yet reaped by its parent) does not."""
     state = _state(pid)
     if state is not None:
         return state != "Z"
@@ -265,7 +266,7 @@ class RankGroup:
     def _check(self) -> tuple[str, dict[str, Any]] | None:
         if self.failure is not None or self.proc is None:
             return self.failure
-        dead = next((r for r in self.ranks if not _alive(r.pid)), None)
+        dead = next((r for r in self.ranks if not alive(r.pid)), None)
         if dead is None and self.proc.poll() is None:
             self.failure = self._stopped_too_long()
             return self.failure
@@ -311,11 +312,11 @@ class RankGroup:
         if self.proc.poll() is None:
             _signal_group(self.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (self.proc.poll() is None or any(_alive(p) for p in self.pids())):
+        while time.monotonic() < deadline and (self.proc.poll() is None or any(alive(p) for p in self.pids())):
             time.sleep(0.1)
         _signal_group(self.proc.pid, signal.SIGKILL)
         for pid in self.pids():  # torchrun starts each rank in a session of its own
-            if _alive(pid):
+            if alive(pid):
                 try:
                     os.kill(pid, signal.SIGKILL)
                 except OSError:

@@ -7,7 +7,8 @@ and serves the backend on a loopback port of its own (every call carries the job
   POST /act     one chat turn of a correlation id this rank owns -> {message, call_id}
   POST /export  the token sequences of episodes another rank trains on (they leave this rank)
   POST /update  this rank's share of the step (its global positions) -> the step's logs
-  POST /save, POST /load   a checkpoint folder (save: rank 0 only; weights are identical)
+  POST /save, POST /load   a checkpoint folder (save: rank 0 only; weights are identical;
+                           load answers the steps its checkpoint had done)
   GET  /describe           rank 0's PolicyInfo
 Then it writes `rank-<r>.json` {rank, pid, port, device, threads, backend}. An orphan guard ends
 the rank when its launcher or the backend is gone. docs/design/data-parallel.md.
@@ -34,6 +35,7 @@ from app.local.dp_launch import (
     SETTINGS_FILE,
     TOKEN_ENV,
     TOKEN_HEADER,
+    alive,
     collective_timeout_s,
     per_device_batch,
 )
@@ -160,7 +162,7 @@ class Rank:
 
     def load(self, body: dict[str, Any]) -> dict[str, Any]:
         self.policy.load(Path(body["folder"]))
-        return {}
+        return {"steps_done": self.policy.steps_done}  # the backend shows what each rank loaded
 
     def describe(self) -> dict[str, Any]:
         info = self.policy.describe()
@@ -226,12 +228,7 @@ def _orphan_guard(rank: int) -> None:
             time.sleep(0.5)
             gone = os.getppid() != parent
             if backend and not gone:
-                try:
-                    os.kill(backend, 0)
-                except ProcessLookupError:
-                    gone = True
-                except PermissionError:
-                    pass
+                gone = not alive(backend)  # a killed backend its parent has not reaped is gone
             if gone:
                 print(f"rank {rank}: the launcher or the backend is gone; exiting", file=sys.stderr, flush=True)
                 os._exit(3)

@@ -681,18 +681,23 @@ class Trainer:
                 data={"model": plan.model, "epochs": plan.epochs, "iters_per_epoch": plan.iterations_per_epoch,
                       "batch_size": plan.batch_size, "group_size": plan.group_size,
                       "total_steps": plan.total_steps, "task_app_url": plan.task_url})
-        assert run.policy is not None  # _load_policy ran
-        info = run.policy.describe()
-        j.event(job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
-                data={**info.data, "seed": run.seed})
-        badge = {"kind": info.kind, "label": info.label, "stand_in": info.stand_in}
-        if run.policy_warning:
-            badge["why"] = run.policy_warning
-        self._progress(run, 0, policy=badge)
+        self._announce_policy(run)
         if self.infra_events:
             j.event(job_id, "hatchet.submission.attempt",
                     "Embedded backend: no Hatchet queue, the job runs in this process", data={"attempt": 1})
             j.event(job_id, "rl.runtime.modal.started", "In-process stand-in for the Modal runtime started")
+
+    def _announce_policy(self, run: JobRun) -> None:
+        """The `rl.train.policy` event and the job's badge: at the start, and again when a
+        resumed job loaded its policy (a data-parallel one runs in new rank processes)."""
+        assert run.policy is not None  # _load_policy ran
+        info = run.policy.describe()
+        self.journal.event(run.job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
+                           data={**info.data, "seed": run.seed})
+        badge = {"kind": info.kind, "label": info.label, "stand_in": info.stand_in}
+        if run.policy_warning:
+            badge["why"] = run.policy_warning
+        self._progress(run, run.step, policy=badge)
 
     def _announce_resume(self, run: JobRun) -> None:
         j, job_id, total = self.journal, run.job_id, run.plan.total_steps
@@ -707,6 +712,7 @@ class Trainer:
             where = f"after step {run.step}/{total}, from its checkpoint"
         j.event(job_id, "rl.train.resumed", f"The embedded backend restarted; the job resumes {where}",
                 data={"step": run.step, "total_steps": total, "eval_pending": run.eval_pending is not None})
+        self._announce_policy(run)
 
     async def _train_step(self, run: JobRun, step: int) -> None:
         """Play a step's rollouts, update the policy, save it, and record the step (its events,

@@ -96,6 +96,7 @@ class DistributedLmPolicy:
         config = Path(parallel.accelerate_config) if parallel.accelerate_config else None
         self.group = RankGroup(self.world, self.rendezvous, build_launch(self.world, self.rendezvous,
                                                                          accelerate_config=config))
+        self.loaded_steps: list[int] | None = None  # each rank's loaded checkpoint's steps (a resumed job)
         self.owners: dict[str, int] = {}
         self.load_by_rank: Counter[int] = Counter()
         self.lock = threading.Lock()
@@ -192,7 +193,8 @@ class DistributedLmPolicy:
         data = dict(self.info["data"])
         backend = self.ranks[0].backend
         data.update(world_size=self.world, backend=backend, per_device_batch=self.per_device,
-                    ranks=[{"rank": r.rank, "pid": r.pid, "device": r.device, "threads": r.threads}
+                    ranks=[{"rank": r.rank, "pid": r.pid, "device": r.device, "threads": r.threads,
+                            **({} if self.loaded_steps is None else {"loaded_step": self.loaded_steps[r.rank]})}
                            for r in self.ranks])
         label = f"{self.info['label']} × {self.world}"
         return PolicyInfo(kind=self.kind, label=label, stand_in=False, data={**data, "label": label}, message=(
@@ -290,7 +292,7 @@ class DistributedLmPolicy:
 
     def load(self, folder: Path) -> None:
         futures = [self.pool.submit(self._post, r, "/load", {"folder": str(folder)}) for r in range(self.world)]
-        self._gather(futures)
+        self.loaded_steps = [int(a["steps_done"]) for a in self._gather(futures)]
 
     def close(self) -> None:
         """Stop every rank (SIGTERM to the launcher's session, SIGKILL after a grace) and

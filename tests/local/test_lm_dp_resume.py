@@ -1,0 +1,114 @@
+"""A data-parallel `lm` job (`synth-tui backend --trainer lm --processes 2`) survives a
+backend killed with SIGKILL: its ranks exit by their orphan guard, and the backend started
+again on the same state file resumes the job from its last checkpoint, loaded by both ranks;
+it succeeds with every step recorded once. docs/design/data-parallel.md."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.local.dp_launch import cores
+from app.local.policies import trainer_extra_missing
+from app.local.servers import ServerHandle, _bind
+from pilot_waits import poll_until
+
+from .conftest import ENV_KEY, api_client, create_job, events_of, wait_terminal
+from .press_taskapp import create_press_taskapp, press_payload
+from .test_local_resume import backend_process
+
+NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
+NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
+
+STEPS = 6
+DP = ("--trainer", "lm", "--processes", "2")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if trainer_extra_missing() is not None:
+        pytest.skip(str(trainer_extra_missing()))
+    from lm_fixtures import build_tiny_qwen3
+
+    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3-dp-resume") / "model")
+
+
+@pytest.fixture(scope="module")
+def press() -> Iterator[ServerHandle]:
+    app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))
+    with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:
+        yield server
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[0] != "Z"
+
+
+def _policy_events(api: Any, job_id: str) -> list[dict[str, Any]]:
+    return [e for e in events_of(api, job_id) if e["type"] == "rl.train.policy"]
+
+
+def _failed(api: Any, job_id: str) -> bool:
+    job = api.get(f"/rl/jobs/{job_id}").json()
+    if job["status"] in ("failed", "cancelled"):
+        pytest.fail(f"{job['status']}: {job.get('error')}; {[e['message'] for e in events_of(api, job_id)][-4:]}")
+    return False
+
+
+@NEEDS_TRAINER
+@NEEDS_TWO_CORES
+@pytest.mark.slow
+def test_a_data_parallel_job_survives_a_backend_kill_and_resumes_on_both_ranks(tiny: Path, press: ServerHandle,
+                                                                              tmp_path: Path) -> None:
+    db = tmp_path / "state.sqlite3"
+    body = press_payload(press.url, tiny, "full", steps=STEPS, lr=1e-2)
+    with backend_process(db, tmp_path, *DP) as (proc, server), api_client(server) as first:
+        job_id = create_job(first, body)
+        policy = poll_until(lambda: next(iter(_policy_events(first, job_id)), None) or _failed(first, job_id),
+                            timeout=300, what="the ranks to be ready")
+        pids = [r["pid"] for r in policy["data"]["ranks"]]
+        assert len(set(pids)) == 2 and all(_alive(pid) for pid in pids), pids
+        # step 2 committed: its event is written with its checkpoint, in one transaction
+        poll_until(lambda: any(e["type"] == "rl.train.step" and e["data"]["step"] >= 2
+                               for e in events_of(first, job_id)) or _failed(first, job_id),
+                   timeout=300, what="step 2")
+        proc.send_signal(signal.SIGKILL)
+        # torchrun starts each rank in a session of its own: only their orphan guard ends them,
+        # and before the killed backend is reaped (a zombie still answers kill(pid, 0))
+        poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=10, what=f"the ranks {pids} to exit")
+        proc.wait(10)
+
+    with backend_process(db, tmp_path, *DP) as (proc, server), api_client(server) as second:
+        job = wait_terminal(second, job_id, timeout=300)
+        events = events_of(second, job_id)
+        assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])
+        points = second.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
+
+    resumed = [e for e in events if e["type"] == "rl.train.resumed"]
+    assert len(resumed) == 1, resumed
+    after = resumed[0]["data"]["step"]
+    assert 2 <= after < STEPS and f"resumes after step {after}/{STEPS}" in resumed[0]["message"]
+    # every step once: none lost, none played twice
+    assert [e["data"]["step"] for e in events if e["type"] == "rl.train.step"] == list(range(1, STEPS + 1))
+    per_step = Counter((p["step"], p["name"]) for p in points)
+    assert set(per_step.values()) == {1} and sorted({s for s, _ in per_step}) == list(range(1, STEPS + 1))
+    assert [e["data"]["world_size"] for e in events if e["type"] == "rl.train.step"] == [2] * STEPS
+    # the resumed run's policy: 2 new ranks, each of which loaded the checkpoint of step `after`
+    new = [e for e in events if e["type"] == "rl.train.policy" and e["seq"] > resumed[0]["seq"]]
+    assert len(new) == 1, [e["seq"] for e in events if e["type"] == "rl.train.policy"]
+    data = new[0]["data"]
+    assert data["world_size"] == 2 and data["stand_in"] is False
+    ranks = data["ranks"]
+    assert [r["rank"] for r in ranks] == [0, 1] and not {r["pid"] for r in ranks} & set(pids)
+    assert [r.get("loaded_step") for r in ranks] == [after, after], ranks
+    assert job["metadata"]["policy"]["kind"] == "lm"
+    poll_until(lambda: not any(_alive(r["pid"]) for r in ranks), timeout=30, what="the new ranks to exit")
