@@ -22,6 +22,7 @@ import hmac
 import json
 import os
 import random
+import shutil
 import sys
 import threading
 import time
@@ -217,9 +218,10 @@ class RankHandler(BaseHTTPRequestHandler):
             self._reply(500, {"error": f"{type(exc).__name__}: {str(exc)[:500]}"})
 
 
-def _orphan_guard(rank: int) -> None:
+def _orphan_guard(rank: int, rendezvous: Path) -> None:
     """torchrun starts each rank in a session of its own: a launcher (or backend) killed with
-    SIGKILL would leave the ranks running. A rank whose launcher or backend is gone exits."""
+    SIGKILL would leave the ranks running. A rank whose launcher or backend is gone exits; rank 0
+    first removes the job's rendezvous folder, which the backend that made it can no longer do."""
     parent = os.getppid()
     backend = int(os.environ.get(BACKEND_PID_ENV, "0") or 0)
 
@@ -231,6 +233,8 @@ def _orphan_guard(rank: int) -> None:
                 gone = not alive(backend)  # a killed backend its parent has not reaped is gone
             if gone:
                 print(f"rank {rank}: the launcher or the backend is gone; exiting", file=sys.stderr, flush=True)
+                if rank == 0:
+                    shutil.rmtree(rendezvous, ignore_errors=True)
                 os._exit(3)
 
     threading.Thread(target=watch, name="orphan-guard", daemon=True).start()
@@ -247,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
         raise SystemExit(f"{TOKEN_ENV} is not set: a rank serves only the backend that started it")
-    _orphan_guard(rank)
+    _orphan_guard(rank, args.rendezvous)
     mine = pin_to_share(local_rank, local_world)
 
     from accelerate import PartialState

@@ -81,10 +81,14 @@ def test_a_data_parallel_job_survives_a_backend_kill_and_resumes_on_both_ranks(t
         poll_until(lambda: any(e["type"] == "rl.train.step" and e["data"]["step"] >= 2
                                for e in events_of(first, job_id)) or _failed(first, job_id),
                    timeout=300, what="step 2")
+        argv = Path(f"/proc/{pids[0]}/cmdline").read_bytes().split(b"\0")
+        rendezvous = Path(argv[argv.index(b"--rendezvous") + 1].decode())
+        assert rendezvous.is_dir()
         proc.send_signal(signal.SIGKILL)
         # torchrun starts each rank in a session of its own: only their orphan guard ends them,
         # and before the killed backend is reaped (a zombie still answers kill(pid, 0))
         poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=10, what=f"the ranks {pids} to exit")
+        assert not rendezvous.exists()  # rank 0 removed what the dead backend could not
         proc.wait(10)
 
     with backend_process(db, tmp_path, *DP) as (proc, server), api_client(server) as second:
