@@ -17,6 +17,7 @@ import secrets
 import shutil
 from pathlib import Path
 
+from app.core.paths import fsync_dir
 from app.local.policies.base import Policy
 
 
@@ -43,7 +44,7 @@ class Checkpoints:
         if target.exists():  # written before a kill, never committed: this replay replaces it
             shutil.rmtree(target)
         os.replace(tmp, target)
-        _fsync_dir(job_dir)
+        fsync_dir(job_dir)
         return target
 
     def prune(self, job_id: str, keep: int) -> None:
@@ -65,17 +66,3 @@ def _make_private(folder: Path) -> None:
             os.chmod(os.path.join(parent, name), 0o600)
         for name in dirs:
             os.chmod(os.path.join(parent, name), 0o700)
-
-
-def _fsync_dir(folder: Path) -> None:
-    # The rename itself must survive a crash of the machine, not only of the process.
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -10,6 +10,7 @@ import stat
 from pathlib import Path
 
 from app.core.errors import EnvFileError
+from app.core.paths import fsync_dir
 
 BOM = "\ufeff"
 # A .env holds a handful of lines; a bigger file is the wrong file, and parsing it would stall.
@@ -150,7 +151,7 @@ def atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) -> 
             f"Cannot save {display}: {_reason(exc)}",
             hint=f"Check that {directory} exists and is writable and the disk is not full.",
         ) from None
-    _fsync_dir(directory)
+    fsync_dir(directory)
     return stamp
 
 
@@ -196,20 +197,3 @@ def _remove_quietly(path: Path) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-def _fsync_dir(directory: Path) -> None:
-    # Makes the rename durable. Best effort: the new file is already in place, and some
-    # filesystems refuse to fsync a directory.
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
