@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
@@ -182,10 +183,24 @@ class AddKeyDialog(_ValueDialog):
         self.try_apply(name, self.value_input().value)
 
 
-class SaveBeforeContinueDialog(ModalScreen[str | None], BuildGuard):
+class _ChoiceDialog(ModalScreen[str | None], BuildGuard):
+    """Buttons and keys that answer with their id: one of ANSWERS, or None (esc, "stay")."""
+
+    ANSWERS: ClassVar[tuple[str, ...]] = ()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        event.stop()
+        self.action_answer(event.button.id or "stay")
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(answer if answer in self.ANSWERS else None)
+
+
+class SaveBeforeContinueDialog(_ChoiceDialog):
     """Unsaved edits and the user continues: "save", "continue" (without saving) or None."""
 
     AUTO_FOCUS = "#save"
+    ANSWERS = ("save", "continue")
 
     BINDINGS = [
         Binding("s", "answer('save')", "Save and continue", id="env_continue.save"),
@@ -209,18 +224,13 @@ class SaveBeforeContinueDialog(ModalScreen[str | None], BuildGuard):
                 yield Button("Continue without saving (c)", id="continue")
                 yield Button("Stay here (esc)", id="stay")
 
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        self.action_answer(event.button.id or "stay")
-
-    def action_answer(self, answer: str) -> None:
-        self.dismiss(answer if answer in ("save", "continue") else None)
 
 
-class ReloadDialog(ModalScreen[str | None], BuildGuard):
+class ReloadDialog(_ChoiceDialog):
     """Reload the .env with unsaved edits: "keep" (applied again on top), "drop", or None."""
 
     AUTO_FOCUS = "#keep"
+    ANSWERS = ("keep", "drop")
 
     BINDINGS = [
         Binding("k", "answer('keep')", "Reload, keep my edits", id="env_reload.keep"),
@@ -245,10 +255,3 @@ class ReloadDialog(ModalScreen[str | None], BuildGuard):
                 yield Button("Reload, keep my edits (k)", variant="primary", id="keep")
                 yield Button("Reload, drop my edits (d)", variant="warning", id="drop")
                 yield Button("Cancel (esc)", id="stay")
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        event.stop()
-        self.action_answer(event.button.id or "stay")
-
-    def action_answer(self, answer: str) -> None:
-        self.dismiss(answer if answer in ("keep", "drop") else None)
