@@ -19,6 +19,7 @@ from app.cli import main
 from app.core.runs.events import policy_badge
 from app.local.dp_launch import (
     TIMEOUT_ENV,
+    alive,
     build_launch,
     check_flags,
     cores,
@@ -29,11 +30,11 @@ from app.local.dp_launch import (
 from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, Parallel
 from app.local.policies.lm_dp import RankMemo, owner_by_position, shares
-from app.local.servers import ServerHandle, _bind, start_backend
+from app.local.servers import ServerHandle, start_backend
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import create_press_taskapp, press_payload
+from .press_taskapp import press_payload
 
 NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
 NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
@@ -173,22 +174,6 @@ def test_the_dashboard_badge_says_lm_times_n() -> None:
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if trainer_extra_missing() is not None:
-        pytest.skip(str(trainer_extra_missing()))
-    from lm_fixtures import build_tiny_qwen3
-
-    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3-dp") / "model")
-
-
-@pytest.fixture(scope="module")
-def press() -> Iterator[ServerHandle]:
-    app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))
-    with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:
-        yield server
-
-
-@pytest.fixture(scope="module")
 def dp_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     """One backend for the module's multi-process tests: its jobs run one after another."""
     db = tmp_path_factory.mktemp("dp-backend") / "state.sqlite3"
@@ -210,21 +195,14 @@ def _ranks(api: Any, job_id: str, timeout: float = 240) -> list[dict[str, Any]]:
     return ranks
 
 
-def _a_job_past_its_first_step(api: Any, press: ServerHandle, tiny: Path) -> tuple[str, list[int]]:
+def _a_job_past_its_first_step(api: Any, press_app: ServerHandle, tiny_model: Path) -> tuple[str, list[int]]:
     """A long job, once its first step is done: its id and its ranks' pids."""
-    job_id = create_job(api, _payload(press.url, tiny, 40))
+    job_id = create_job(api, _payload(press_app.url, tiny_model, 40))
     pids = [r["pid"] for r in _ranks(api, job_id)]
     poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=240,
                what="the first step")
     return job_id, pids
 
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _holds_torch(pid: int) -> bool:
@@ -237,11 +215,11 @@ def _holds_torch(pid: int) -> bool:
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
 @pytest.mark.slow
-def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny: Path, press: ServerHandle,
+def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny_model: Path, press_app: ServerHandle,
                                                                 dp_backend: ServerHandle) -> None:
     steps = 8
     with api_client(dp_backend) as api:
-        job_id = create_job(api, _payload(press.url, tiny, steps))
+        job_id = create_job(api, _payload(press_app.url, tiny_model, steps))
         ranks = _ranks(api, job_id)
         pids = [r["pid"] for r in ranks]
         # two rank processes, neither the backend, hold torch at the same time
@@ -265,7 +243,7 @@ def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny: Path, pres
     assert all(d["rank0_generation_tokens_per_s"] > 0 and d["rank1_generation_tokens_per_s"] > 0 for d in step_data)
     assert "train.allreduce_s" in {p["name"] for p in points}
     # the job ended: its ranks are gone
-    poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=30, what="the ranks to exit")
+    poll_until(lambda: not any(alive(pid) for pid in pids), timeout=30, what="the ranks to exit")
     print(f"\n2 processes: GRPO step (update) median of steps 2+: "
           f"{statistics.median(d['step_seconds'] for d in step_data[1:]):.3f} s; all: "
           f"{[d['step_seconds'] for d in step_data]}; allreduce_s: {[d['allreduce_s'] for d in step_data]}")
@@ -274,35 +252,35 @@ def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny: Path, pres
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
 @pytest.mark.slow
-def test_a_killed_rank_fails_its_job_by_name_and_cancel_stops_every_rank(tiny: Path, press: ServerHandle,
+def test_a_killed_rank_fails_its_job_by_name_and_cancel_stops_every_rank(tiny_model: Path, press_app: ServerHandle,
                                                                          dp_backend: ServerHandle) -> None:
     with api_client(dp_backend) as api:
-        job_id, pids = _a_job_past_its_first_step(api, press, tiny)
+        job_id, pids = _a_job_past_its_first_step(api, press_app, tiny_model)
         os.kill(pids[1], signal.SIGKILL)
         job = wait_terminal(api, job_id, timeout=60)
         assert job["status"] == "failed"
         died = f"rank 1 (pid {pids[1]}) died: SIGKILL"
         assert died in job["error"], job["error"]
         assert any(died in e["message"] and e["level"] == "error" for e in events_of(api, job_id))
-        poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=30, what="the other rank to exit")
+        poll_until(lambda: not any(alive(pid) for pid in pids), timeout=30, what="the other rank to exit")
         # the backend goes on: it answers, and trains a new job
         assert api.get("/health").status_code == 200
-        again = create_job(api, _payload(press.url, tiny, 40))
+        again = create_job(api, _payload(press_app.url, tiny_model, 40))
         new_pids = [r["pid"] for r in _ranks(api, again)]
         assert api.post(f"/rl/jobs/{again}/cancel").status_code == 200
         assert wait_terminal(api, again, timeout=30)["status"] == "cancelled"
-        poll_until(lambda: not any(_alive(pid) for pid in new_pids), timeout=30, what="both ranks to exit")
+        poll_until(lambda: not any(alive(pid) for pid in new_pids), timeout=30, what="both ranks to exit")
 
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
 @pytest.mark.slow
-def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny: Path, press: ServerHandle,
+def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny_model: Path, press_app: ServerHandle,
                                                                    dp_backend: ServerHandle,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TIMEOUT_ENV, "15")  # read by the ranks (launched now) and the backend
     with api_client(dp_backend) as api:
-        job_id, pids = _a_job_past_its_first_step(api, press, tiny)
+        job_id, pids = _a_job_past_its_first_step(api, press_app, tiny_model)
         os.kill(pids[1], signal.SIGSTOP)
         try:
             job = wait_terminal(api, job_id, timeout=120)
@@ -310,7 +288,7 @@ def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny: Path, p
             assert f"rank 1 (pid {pids[1]}) hung" in job["error"], job["error"]
             assert api.get("/health").status_code == 200
             # both ranks are stopped, the stopped one too (SIGKILL after the grace)
-            poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=60, what="both ranks to exit")
+            poll_until(lambda: not any(alive(pid) for pid in pids), timeout=60, what="both ranks to exit")
         finally:
-            if _alive(pids[1]):
+            if alive(pids[1]):
                 os.kill(pids[1], signal.SIGKILL)

@@ -7,50 +7,23 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from app.local.dp_launch import cores
-from app.local.policies import trainer_extra_missing
-from app.local.servers import ServerHandle, _bind
+from app.local.dp_launch import alive
+from app.local.servers import ServerHandle
 from pilot_waits import poll_until
 
-from .conftest import ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import create_press_taskapp, press_payload
+from .conftest import api_client, create_job, events_of, wait_terminal
+from .press_taskapp import press_payload
+from .test_lm_dp import NEEDS_TRAINER, NEEDS_TWO_CORES
 from .test_local_resume import backend_process
-
-NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
-NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
 
 STEPS = 6
 DP = ("--trainer", "lm", "--processes", "2")
 
-
-@pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if trainer_extra_missing() is not None:
-        pytest.skip(str(trainer_extra_missing()))
-    from lm_fixtures import build_tiny_qwen3
-
-    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3-dp-resume") / "model")
-
-
-@pytest.fixture(scope="module")
-def press() -> Iterator[ServerHandle]:
-    app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))
-    with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:
-        yield server
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
 
 
 def _policy_events(api: Any, job_id: str) -> list[dict[str, Any]]:
@@ -67,16 +40,16 @@ def _failed(api: Any, job_id: str) -> bool:
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
 @pytest.mark.slow
-def test_a_data_parallel_job_survives_a_backend_kill_and_resumes_on_both_ranks(tiny: Path, press: ServerHandle,
-                                                                              tmp_path: Path) -> None:
+def test_a_data_parallel_job_survives_a_backend_kill_and_resumes_on_both_ranks(
+        tiny_model: Path, press_app: ServerHandle, tmp_path: Path) -> None:
     db = tmp_path / "state.sqlite3"
-    body = press_payload(press.url, tiny, "full", steps=STEPS, lr=1e-2)
+    body = press_payload(press_app.url, tiny_model, "full", steps=STEPS, lr=1e-2)
     with backend_process(db, tmp_path, *DP) as (proc, server), api_client(server) as first:
         job_id = create_job(first, body)
         policy = poll_until(lambda: next(iter(_policy_events(first, job_id)), None) or _failed(first, job_id),
                             timeout=300, what="the ranks to be ready")
         pids = [r["pid"] for r in policy["data"]["ranks"]]
-        assert len(set(pids)) == 2 and all(_alive(pid) for pid in pids), pids
+        assert len(set(pids)) == 2 and all(alive(pid) for pid in pids), pids
         # step 2 committed: its event is written with its checkpoint, in one transaction
         poll_until(lambda: any(e["type"] == "rl.train.step" and e["data"]["step"] >= 2
                                for e in events_of(first, job_id)) or _failed(first, job_id),
@@ -87,7 +60,7 @@ def test_a_data_parallel_job_survives_a_backend_kill_and_resumes_on_both_ranks(t
         proc.send_signal(signal.SIGKILL)
         # torchrun starts each rank in a session of its own: only their orphan guard ends them,
         # and before the killed backend is reaped (a zombie still answers kill(pid, 0))
-        poll_until(lambda: not any(_alive(pid) for pid in pids), timeout=10, what=f"the ranks {pids} to exit")
+        poll_until(lambda: not any(alive(pid) for pid in pids), timeout=10, what=f"the ranks {pids} to exit")
         assert not rendezvous.exists()  # rank 0 removed what the dead backend could not
         proc.wait(10)
 
@@ -115,4 +88,4 @@ def test_a_data_parallel_job_survives_a_backend_kill_and_resumes_on_both_ranks(t
     assert [r["rank"] for r in ranks] == [0, 1] and not {r["pid"] for r in ranks} & set(pids)
     assert [r.get("loaded_step") for r in ranks] == [after, after], ranks
     assert job["metadata"]["policy"]["kind"] == "lm"
-    poll_until(lambda: not any(_alive(r["pid"]) for r in ranks), timeout=30, what="the new ranks to exit")
+    poll_until(lambda: not any(alive(r["pid"]) for r in ranks), timeout=30, what="the new ranks to exit")

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,29 +19,14 @@ import pytest
 
 from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, PolicySettings
-from app.local.servers import ServerHandle, _bind, start_backend
-from lm_fixtures import build_tiny_qwen3
+from app.local.servers import ServerHandle, start_backend
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE, create_press_taskapp, press_payload
+from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE, press_payload
 from .test_local_resume import backend_process
 
 pytestmark = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
-
-
-@pytest.fixture(scope="module")
-def press_app() -> Iterator[ServerHandle]:
-    """Asks for A only (the button the untrained fixture model presses least, about 1 in 16):
-    the model must learn which of the four buttons the app wants."""
-    app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))
-    with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:
-        yield server
 
 
 def settings(model: Path, **options: Any) -> PolicySettings:
