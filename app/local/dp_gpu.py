@@ -314,6 +314,14 @@ def _consistency(setup: AccelerateSetup, processes: int | None) -> list[Problem]
     return problems
 
 
+def check_processes(setup: AccelerateSetup, processes: int) -> None:
+    """Raise AccelerateConfigError when a config already read cannot run `processes` ranks
+    (what `read_accelerate_config(path, processes)` checks, without reading the file again)."""
+    problems = _consistency(setup, processes)
+    if problems:
+        raise AccelerateConfigError(setup.source or "given", problems)
+
+
 def own_optimizer_allowed(setup: AccelerateSetup | None) -> bool:
     """Whether the lm policy may hand GRPOTrainer its own AdamW (`optimizers=(opt, None)`, whose
     state it saves as optimizer.pt). Not under FSDP: transformers 5's Trainer refuses a passed

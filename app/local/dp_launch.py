@@ -29,6 +29,7 @@ from app.local.dp_gpu import (
     AccelerateSetup,
     accelerate_launch_command,
     accelerate_yaml,
+    check_processes,
     launch_env,
     own_optimizer_allowed,
     read_accelerate_config,
@@ -101,7 +102,8 @@ def launch_setup(accelerate_config: str | Path | None, processes: int) -> Accele
                          hint="use a DDP layout (configs/accelerate/one-node-gpus.yaml on GPUs, or no "
                               "--accelerate-config on CPU)")
     refuse_without_gpu(layout)
-    return read_accelerate_config(accelerate_config, processes)  # and num_processes agrees with N
+    check_processes(layout, processes)
+    return layout
 
 
 def collective_timeout_s() -> int:

@@ -117,9 +117,8 @@ class DistributedLmPolicy:
 
     @staticmethod
     def _checked(settings: PolicySettings, parallel: Parallel) -> int:
-        if parallel.processes > dp_launch.cores():
-            raise ModelUnavailable(f"--processes {parallel.processes} is more than the {dp_launch.cores()} cores "
-                                   "this backend may use")
+        if refused := dp_launch.check_flags("lm", parallel.processes, None):  # the backend's own flags' check
+            raise ModelUnavailable(refused)
         try:
             return per_device_batch(settings.batch_size, settings.group_size, parallel.processes)
         except ValueError as exc:
