@@ -220,20 +220,19 @@ class RankHandler(BaseHTTPRequestHandler):
 
 def _orphan_guard(rank: int, rendezvous: Path) -> None:
     """torchrun starts each rank in a session of its own: a launcher (or backend) killed with
-    SIGKILL would leave the ranks running. A rank whose launcher or backend is gone exits; rank 0
-    first removes the job's rendezvous folder, which the backend that made it can no longer do."""
+    SIGKILL would leave the ranks running. A rank whose launcher or backend is gone exits. When
+    the backend is gone, the first rank to see it removes the job's rendezvous folder, which the
+    backend that made it can no longer do (the launcher may stop the other ranks first)."""
     parent = os.getppid()
     backend = int(os.environ.get(BACKEND_PID_ENV, "0") or 0)
 
     def watch() -> None:
         while True:
             time.sleep(0.5)
-            gone = os.getppid() != parent
-            if backend and not gone:
-                gone = not alive(backend)  # a killed backend its parent has not reaped is gone
-            if gone:
+            backend_gone = bool(backend) and not alive(backend)  # a killed, unreaped backend is gone
+            if backend_gone or os.getppid() != parent:
                 print(f"rank {rank}: the launcher or the backend is gone; exiting", file=sys.stderr, flush=True)
-                if rank == 0:
+                if backend_gone:
                     shutil.rmtree(rendezvous, ignore_errors=True)
                 os._exit(3)
 
