@@ -181,6 +181,10 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
     backend.add_argument("--accelerate-config", metavar="FILE",
                          help="with --processes: the accelerate config file (YAML) to launch them with, instead of "
                               "the backend's own (one machine, CPU)")
+    backend.add_argument("--vllm-server", metavar="URL",
+                         help="with --trainer lm, on GPUs: generate through the `trl vllm-serve` at URL (the "
+                              "weights are pushed to it after each step) instead of the model's own forward "
+                              "passes. docs/scaling.md")
     # Bounds and defaults: app/local/admission.py (not imported here: the parser must not load the backend).
     backend.add_argument("--max-jobs", type=_count(1, 256), metavar="N",
                          help="jobs trained at once; the others wait, queued in order (default: this machine's "

@@ -23,15 +23,15 @@ def run_backend_server(args: argparse.Namespace) -> int:
     from app.local.servers import default_db_path, serve_backend
 
     trainer, processes = getattr(args, "trainer", "auto"), getattr(args, "processes", 1)
-    if processes > 1 and trainer == "auto":
-        trainer = "lm"  # several processes train the language model only: auto has nothing to choose
-    config = getattr(args, "accelerate_config", None)
-    refused = check_flags(trainer, processes, config)
+    config, vllm_server = getattr(args, "accelerate_config", None), getattr(args, "vllm_server", None)
+    if (processes > 1 or vllm_server) and trainer == "auto":
+        trainer = "lm"  # several processes or vLLM train the language model only: auto has nothing to choose
+    refused = check_flags(trainer, processes, config, vllm_server)
     if refused:
-        raise UsageError(f"{refused}.", "synth-tui backend --trainer lm --processes N [--accelerate-config FILE]; "
-                                        "docs/design/data-parallel.md")
-    parallel = Parallel(processes, str(user_path(config)) if config else None)
-    launch_setup(parallel.accelerate_config, processes)  # the file's content, at start (exit 2 with its fix)
+        raise UsageError(f"{refused}.", "synth-tui backend --trainer lm --processes N [--accelerate-config FILE] "
+                                        "[--vllm-server URL]; docs/scaling.md")
+    parallel = Parallel(processes, str(user_path(config)) if config else None, vllm_server)
+    launch_setup(parallel)  # the config file's content and the GPU checks, at start (exit 2 with the fix)
     _warn_keys_in_argv(args)
     sources = _key_sources(args.env_file)
     api_key = args.api_key or sources.get("SYNTH_API_KEY")

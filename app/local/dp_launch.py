@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from app.core.errors import UsageError
+from app.core.errors import ConfigError, UsageError
 from app.local.dp_gpu import (
     AccelerateSetup,
     accelerate_launch_command,
@@ -35,6 +35,8 @@ from app.local.dp_gpu import (
     read_accelerate_config,
     refuse_without_gpu,
 )
+from app.local.dp_vllm import VllmPlan
+from app.local.policies.base import Parallel
 
 TOKEN_ENV = "SYNTH_TUI_DP_TOKEN"  # the per-job secret every call to a rank carries (header TOKEN_HEADER)
 TOKEN_HEADER = "X-Synth-Tui-Rank-Token"
@@ -70,14 +72,17 @@ def per_device_batch(batch_size: int, group_size: int, processes: int) -> int:
     return total // processes
 
 
-def check_flags(trainer: str, processes: int, accelerate_config: str | None) -> str | None:
-    """Why `synth-tui backend`'s --processes / --accelerate-config cannot be used, or None.
-    The config file's content is read by `launch_setup`."""
+def check_flags(trainer: str, processes: int, accelerate_config: str | None,
+                vllm_server: str | None = None) -> str | None:
+    """Why `synth-tui backend`'s --processes / --accelerate-config / --vllm-server cannot be
+    used, or None. The config file's content and the GPU are checked by `launch_setup`."""
     if processes < 1:
         return f"--processes must be 1 or more (got {processes})"
     if processes > 1 and trainer not in ("lm", "auto"):  # auto with N processes is lm (serve.py)
         return (f"--processes {processes} trains the language model in several processes: it needs --trainer lm "
                 f"(got --trainer {trainer})")
+    if vllm_server is not None and trainer not in ("lm", "auto"):
+        return f"--vllm-server generates for the language model: it needs --trainer lm (got --trainer {trainer})"
     if processes > cores():
         return (f"--processes {processes} is more than the {cores()} cores this backend may use; each process "
                 f"needs a core of its own (choose at most {cores()})")
@@ -86,23 +91,37 @@ def check_flags(trainer: str, processes: int, accelerate_config: str | None) -> 
     return None
 
 
-def launch_setup(accelerate_config: str | Path | None, processes: int) -> AccelerateSetup | None:
-    """The user's accelerate config read strictly (None: none given, this machine's CPU layout).
-    Raises AccelerateConfigError (each field named) or NoGpuError (a GPU layout, no GPU here);
-    both are usage errors with their fixes."""
-    if accelerate_config is None:
-        return None
-    # What cannot run anywhere yet is said first, before fixes that would only lead to it.
-    layout = read_accelerate_config(accelerate_config)
-    if not own_optimizer_allowed(layout):
-        # The lm policy hands GRPOTrainer its own AdamW and saves its state: DeepSpeed would drop
-        # it silently and FSDP refuses it (docs/scaling.md). Said, not run wrong.
-        raise UsageError(f"{layout.distributed_type} is not wired into the lm trainer yet (its optimizer must be "
-                         f"the engine's own); {accelerate_config} asks for it",
-                         hint="use a DDP layout (configs/accelerate/one-node-gpus.yaml on GPUs, or no "
-                              "--accelerate-config on CPU)")
-    refuse_without_gpu(layout)
-    check_processes(layout, processes)
+def vllm_plan(vllm_server: str | None) -> VllmPlan:
+    """The generation plan of `--vllm-server URL` (None: the model's own forward passes)."""
+    if vllm_server is None:
+        return VllmPlan()
+    try:
+        return VllmPlan("server", vllm_server)
+    except ConfigError as exc:
+        raise UsageError(f"--vllm-server {vllm_server!r} is not a vLLM server's http(s) URL.",
+                         "e.g. --vllm-server http://127.0.0.1:8000 (where `trl vllm-serve` listens)") from exc
+
+
+def launch_setup(parallel: Parallel) -> AccelerateSetup | None:
+    """The user's accelerate config read strictly (None: none given, this machine's CPU layout),
+    with the generation plan checked against this machine. Raises AccelerateConfigError (each
+    field named) or NoGpuError (a GPU layout or vLLM, no GPU here); both are usage errors with
+    their fixes."""
+    plan = vllm_plan(parallel.vllm_server)
+    layout = None
+    if parallel.accelerate_config is not None:
+        # What cannot run anywhere yet is said first, before fixes that would only lead to it.
+        layout = read_accelerate_config(parallel.accelerate_config)
+        if not own_optimizer_allowed(layout):
+            # The lm policy hands GRPOTrainer its own AdamW and saves its state: DeepSpeed would drop
+            # it silently and FSDP refuses it (docs/scaling.md). Said, not run wrong.
+            raise UsageError(f"{layout.distributed_type} is not wired into the lm trainer yet (its optimizer must be "
+                             f"the engine's own); {parallel.accelerate_config} asks for it",
+                             hint="use a DDP layout (configs/accelerate/one-node-gpus.yaml on GPUs, or no "
+                                  "--accelerate-config on CPU)")
+    refuse_without_gpu(layout, plan)
+    if layout is not None:
+        check_processes(layout, parallel.processes)
     return layout
 
 
@@ -138,7 +157,7 @@ def build_launch(processes: int, rendezvous: Path, *, accelerate_config: str | P
     machine's CPU layout: on CPU that is `distributed_type: MULTI_GPU` with `use_cpu: false`
     (accelerate's torchrun launcher; `use_cpu: true` would start ONE process) and
     ACCELERATE_USE_CPU=true in the ranks' environment, with which they pick gloo."""
-    setup = launch_setup(accelerate_config, processes)
+    setup = launch_setup(Parallel(processes, str(accelerate_config) if accelerate_config else None))
     config = accelerate_yaml(setup, processes)
     config_path = rendezvous / CONFIG_FILE
     config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")  # JSON is YAML

@@ -118,12 +118,36 @@ class VllmGenerator:
     joined sequence) → one VLLMClient.generate call; the weights pushed after each GRPO step."""
 
     def __init__(self, client: VllmClientLike, *, temperature: float = 1.0, top_p: float = 1.0,
-                 max_tokens: int = 256) -> None:
+                 max_tokens: int = 256, plan: VllmPlan | None = None) -> None:
         self.client = client
         self.temperature = temperature
         self.top_p = top_p
         self.max_tokens = max_tokens
+        self.plan = plan  # None: a client made by hand (the trainer then owns no vLLM connection)
         self.weight_syncs = 0
+
+    def describe(self) -> str:
+        """Where generation runs, for the policy's first event (no user:password of the URL)."""
+        raw = self.plan.server_url if self.plan is not None else getattr(self.client, "base_url", None)
+        url = urlparse(str(raw or ""))
+        if not url.hostname:
+            return "vLLM server"
+        return f"vLLM server at {url.scheme}://{url.hostname}" + (f":{url.port}" if url.port else "")
+
+    def trainer_kwargs(self) -> dict[str, Any]:
+        """GRPOConfig's vLLM fields for this generator's plan: the trainer then holds the weight
+        push's NCCL connection to the server (on the main process) and gathers ZeRO-3/FSDP shards
+        and merges LoRA for it (sync_through_trainer)."""
+        if self.plan is None:
+            return {}
+        kwargs = grpo_vllm_kwargs(self.plan, None)
+        return {key: kwargs[key] for key in kwargs if key.startswith("vllm_") or key == "use_vllm"}
+
+    def after_step(self, trainer: Any) -> None:
+        """Called by the policy in the training thread after each optimizer step, before the
+        step's logs release the next rollouts: every rank at the same point (the sync is a
+        collective under ZeRO-3/FSDP)."""
+        self.sync_through_trainer(trainer)
 
     @classmethod
     def connect(cls, plan: VllmPlan, *, has_cuda: Callable[[], bool] = cuda_available,
@@ -136,7 +160,8 @@ class VllmGenerator:
         refuse_without_gpu(None, plan, has_cuda=has_cuda)
         from trl.generation.vllm_client import VLLMClient
 
-        return cls(VLLMClient(base_url=plan.server_url, connection_timeout=plan.server_timeout), **sampling)
+        return cls(VLLMClient(base_url=plan.server_url, connection_timeout=plan.server_timeout), plan=plan,
+                   **sampling)
 
     def turn(self, prompt_ids: Sequence[int], *, seed: int | None = None, grammar: str | None = None,
              max_tokens: int | None = None) -> GeneratedTurn:

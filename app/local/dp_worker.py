@@ -39,6 +39,7 @@ from app.local.dp_launch import (
     alive,
     collective_timeout_s,
     per_device_batch,
+    vllm_plan,
 )
 from app.local.policies.base import Episode, PolicyCannotAct, PolicySettings, write_json_atomically
 
@@ -265,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
                          timeout=datetime.timedelta(seconds=timeout))
     data = json.loads((args.rendezvous / SETTINGS_FILE).read_text(encoding="utf-8"))
     settings = PolicySettings(**data["settings"])
-    policy = LmPolicy(settings)
+    policy = LmPolicy(settings, vllm=vllm_plan(data.get("vllm_server")))
     policy.grpo_overrides = {"per_device_train_batch_size": per_device_batch(settings.batch_size,
                                                                              settings.group_size, world),
                              "ddp_timeout": timeout}

@@ -7,10 +7,7 @@ TRL's real VLLMClient against a fake vLLM server on loopback. docs/scaling.md.""
 from __future__ import annotations
 
 import dataclasses
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +30,8 @@ from app.local.dp_gpu import (
 )
 from app.local.dp_vllm import VllmGenerator, VllmPlan, grpo_vllm_kwargs, vllm_serve_command
 from app.local.policies import trainer_extra_missing
+
+from .fake_vllm import FakeVllm, serving, trls_client
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "configs" / "accelerate"
@@ -353,49 +352,10 @@ def test_connect_is_refused_without_a_gpu() -> None:
         VllmGenerator.connect(VllmPlan("colocate"), has_cuda=no_cuda)
 
 
-class FakeVllm(BaseHTTPRequestHandler):
-    """vLLM's server as TRL 1.16's VLLMClient speaks to it: /health, /v1/models, /v1/completions
-    (token ids back, `token_id:<id>` logprob keys), /reset_prefix_cache."""
-
-    seen: list[tuple[str, dict[str, Any]]] = []
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
-
-    def _answer(self, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        self.seen.append((self.path, {}))
-        self._answer({"data": [{"id": "tiny"}]} if self.path == "/v1/models" else {})
-
-    def do_POST(self) -> None:  # noqa: N802
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-        self.seen.append((self.path, body))
-        if self.path != "/v1/completions":
-            return self._answer({"success": True})
-        completion = [7, 8, 2]
-        return self._answer({"choices": [{
-            "prompt_token_ids": body["prompt"][0], "token_ids": completion,
-            "logprobs": {"tokens": [f"token_id:{t}" for t in completion], "token_logprobs": [-0.5, -0.25, -0.125],
-                         "top_logprobs": [{f"token_id:{t}": lp} for t, lp in zip(completion, [-0.5, -0.25, -0.125],
-                                                                                    strict=True)]}}]})
-
-
 @pytest.fixture
 def fake_vllm() -> Iterator[str]:
-    FakeVllm.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeVllm)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    with serving() as url:
+        yield url
 
 
 @trainer_only
@@ -403,10 +363,7 @@ def test_the_generator_drives_trls_client_against_a_fake_server(fake_vllm: str,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     """TRL's real VLLMClient (its vLLM-installed check lifted) on loopback: our turn's request and
     the parsing of its answer; the weight push itself is NCCL and needs GPUs."""
-    from trl.generation import vllm_client
-
-    monkeypatch.setattr(vllm_client, "is_vllm_available", lambda *a, **k: True)
-    client = vllm_client.VLLMClient(base_url=fake_vllm, connection_timeout=5)
+    client = trls_client(fake_vllm, monkeypatch)
     generator = VllmGenerator(client, temperature=0.7, top_p=0.9, max_tokens=32)
     turn = generator.turn([1, 2, 3], seed=11, grammar='root ::= "a"')
     assert (turn.prompt_ids, turn.completion_ids, turn.logprobs) == ([1, 2, 3], [7, 8, 2], [-0.5, -0.25, -0.125])

@@ -52,9 +52,10 @@ def _lm(settings: PolicySettings, parallel: Parallel = ONE_PROCESS) -> Policy:
         from app.local.policies.lm_dp import DistributedLmPolicy
 
         return DistributedLmPolicy(settings, parallel)
+    from app.local.dp_launch import vllm_plan
     from app.local.policies.lm import LmPolicy  # torch and friends: only now
 
-    return LmPolicy(settings)
+    return LmPolicy(settings, vllm=vllm_plan(parallel.vllm_server))
 
 
 def make_policy(choice: str, settings: PolicySettings,
@@ -70,7 +71,7 @@ def make_policy(choice: str, settings: PolicySettings,
         raise ValueError(f"unknown trainer {choice!r}; choose one of {', '.join(TRAINER_CHOICES)}")
     why = lm_unavailable(settings)
     if why is None:
-        return _lm(settings), None
+        return _lm(settings, parallel), None
     return TabularPolicy(settings=settings), (
         f"The language model is not trained: {why}. The tabular stand-in trains in its place. To train "
         f"{settings.model} itself: {TRAINER_EXTRA_HINT}, and point [model] base at a local model folder "

@@ -39,11 +39,14 @@ class PolicyFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class Parallel:
-    """How many processes train an `lm` job (`synth-tui backend --processes N`), and the
-    accelerate config file they are launched with (None: ours). docs/design/data-parallel.md."""
+    """How the `lm` policy runs a job: how many processes train it (`synth-tui backend
+    --processes N`), the accelerate config file they are launched with (None: ours), and the
+    vLLM server it generates through (`--vllm-server URL`; None: the model's own forward
+    passes). docs/design/data-parallel.md, docs/scaling.md."""
 
     processes: int = 1
     accelerate_config: str | None = None
+    vllm_server: str | None = None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,7 @@ import torch
 import xgrammar as xgr
 from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
+from app.local.dp_vllm import VllmGenerator, VllmPlan
 from app.local.policies.base import (
     MANIFEST,
     Act,
@@ -95,6 +96,17 @@ class TurnMemo:
     seconds: float
 
 
+@dataclass(frozen=True)
+class _Turn:
+    """One generated completion: its ids, each one's logprob, whether the model chose it (1) or
+    the grammar forced it (0), and the generation's seconds."""
+
+    ids: list[int]
+    logprobs: list[float]
+    chosen: list[int]
+    seconds: float
+
+
 @dataclass
 class _Batch:
     samples: dict[str, list[Any]]
@@ -129,7 +141,8 @@ class LmPolicy:
 
     kind: ClassVar[str] = "lm"
 
-    def __init__(self, settings: PolicySettings, loaded: LoadedModel | None = None) -> None:
+    def __init__(self, settings: PolicySettings, loaded: LoadedModel | None = None, *,
+                 vllm: VllmPlan | None = None, connect: Any = VllmGenerator.connect) -> None:
         self.settings = settings
         options = settings.options
         self.trainer_mode = str(_option(options, "trainer_mode", "lora")).lower()
@@ -154,7 +167,7 @@ class LmPolicy:
         self._info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self._vocab_size(),
                                                         stop_token_ids=self.eos_ids)
         self._compiler = xgr.GrammarCompiler(self._info)
-        self._grammars: dict[str, Any] = {}
+        self._grammars: dict[str, tuple[Any, str]] = {}  # tool set -> (compiled grammar, its EBNF)
         self.episodes: OrderedDict[str, _Sequence] = OrderedDict()
         self.restarts = 0
         self.unfinished_calls = 0
@@ -165,6 +178,11 @@ class LmPolicy:
         # share of the batch, the collectives' timeout), and calls made with the built trainer.
         self.grpo_overrides: dict[str, Any] = {}
         self.trainer_hooks: list[Any] = []
+        # Generation through a vLLM server (`--vllm-server`; docs/scaling.md), else our own forward passes.
+        self.generator: VllmGenerator | None = None
+        if vllm is not None and vllm.mode != "off":
+            self.generator = connect(vllm, temperature=self.temperature, top_p=self.top_p,
+                                     max_tokens=self.max_tokens)
 
     # -- setup --------------------------------------------------------------------------
 
@@ -220,7 +238,8 @@ class LmPolicy:
                 "device": self.loaded.device, "dtype": self.loaded.dtype, "trainer_mode": self.trainer_mode,
                 "learning_rate": self.settings.learning_rate, "kl_coef": self.kl_coef,
                 "temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
-                "chat_template": self.template_kind, "versions": versions}
+                "chat_template": self.template_kind, "versions": versions,
+                "generation": self.generator.describe() if self.generator else "own forward passes (xgrammar)"}
         if self.trainer_mode == "lora":
             data["lora"] = self.lora
         if self.loaded.gguf_file:
@@ -238,19 +257,21 @@ class LmPolicy:
         required = _required_tools(tool_list, tool_choice)
         offered = tool_list if tool_choice != "none" else []
         text = self._render(messages, offered)
-        generator = torch.Generator().manual_seed(rng.getrandbits(63))
+        seed = rng.getrandbits(63)
         with self.lock:  # one generation at a time on the model (and one compile per tool set)
             grammar = self._grammar(required) if required else None
             sequence = self._sequence_for(correlation_id, text)
-            started = time.perf_counter()
-            completion, logprobs, chosen = self._generate(sequence.ids, grammar, generator)
-            seconds = time.perf_counter() - started
-            sequence.ids += completion
-            sequence.mask += chosen
-            sequence.logprobs += logprobs
-            answer = self.tokenizer.decode(completion, skip_special_tokens=False)
+            prompt = list(sequence.ids)
+            turn = self._own_turn(prompt, grammar, seed) if self.generator is None else None
+        if turn is None:  # a vLLM server serves turns side by side: not under the model's lock
+            turn = self._vllm_turn(prompt, grammar, seed)
+        with self.lock:
+            sequence.ids += turn.ids
+            sequence.mask += turn.chosen
+            sequence.logprobs += turn.logprobs
+            answer = self.tokenizer.decode(turn.ids, skip_special_tokens=False)
             sequence.text += answer
-            memo = TurnMemo(sequence, len(sequence.ids), len(completion), seconds)
+            memo = TurnMemo(sequence, len(sequence.ids), len(turn.ids), turn.seconds)
         call_id = f"call_{secrets.token_hex(8)}"
         message = self._message(answer, call_id, bool(offered))
         if required and not message.get("tool_calls"):
@@ -292,9 +313,10 @@ class LmPolicy:
     def _encode(self, text: str) -> list[int]:
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def _grammar(self, tools: list[dict[str, Any]]) -> Any:
-        """The compiled grammar of one call of any of `tools`: the template's scaffold around
-        {"name": NAME, "arguments": <the tool's schema>} (cached per tool set)."""
+    def _grammar(self, tools: list[dict[str, Any]]) -> tuple[Any, str]:
+        """The grammar of one call of any of `tools`, compiled and as EBNF (what a vLLM server
+        takes): the template's scaffold around {"name": NAME, "arguments": <the tool's schema>}
+        (cached per tool set)."""
         key = json.dumps(tools, sort_keys=True)
         if key not in self._grammars:
             alternatives = []
@@ -310,8 +332,46 @@ class LmPolicy:
                                           f"compiled to a grammar ({str(exc)[:200]})") from None
                 alternatives.append(xgr.Grammar.concat(_literal(head), arguments, _literal("}\n</tool_call>")))
             grammar = alternatives[0] if len(alternatives) == 1 else xgr.Grammar.union(*alternatives)
-            self._grammars[key] = self._compiler.compile_grammar(grammar)
+            self._grammars[key] = (self._compiler.compile_grammar(grammar), str(grammar))
         return self._grammars[key]
+
+    def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int) -> _Turn:
+        started = time.perf_counter()
+        ids, logprobs, chosen = self._generate(prompt, grammar[0] if grammar else None,
+                                               torch.Generator().manual_seed(seed))
+        return _Turn(ids, logprobs, chosen, time.perf_counter() - started)
+
+    def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int) -> _Turn:
+        """One turn from the vLLM server: its sampled ids and their logprobs, the tool-call grammar
+        sent as EBNF. vLLM does not say which tokens the grammar forced: a token is taken as
+        forced where the grammar allowed it alone (replayed here with xgrammar)."""
+        assert self.generator is not None
+        try:
+            turn = self.generator.turn(prompt, seed=seed, grammar=grammar[1] if grammar else None,
+                                       max_tokens=self.max_tokens)
+        except Exception as exc:  # noqa: BLE001 - the server's failure, as the turn's problem
+            raise PolicyCannotAct(f"the vLLM server did not generate this turn ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]})") from None
+        chosen = self._chosen(grammar[0], turn.completion_ids) if grammar else [1] * len(turn.completion_ids)
+        return _Turn(turn.completion_ids, turn.logprobs, chosen, turn.seconds)
+
+    def _chosen(self, grammar: Any, ids: list[int]) -> list[int]:
+        """1 where the grammar allowed more than one token, 0 where it allowed only the one taken."""
+        matcher = xgr.GrammarMatcher(grammar)
+        bitmask = xgr.allocate_token_bitmask(1, self._info.vocab_size)
+        chosen = []
+        for token in ids:
+            if matcher.is_terminated():
+                chosen.append(1)
+                continue
+            matcher.fill_next_token_bitmask(bitmask)
+            allowed = torch.zeros(1, self._info.vocab_size)
+            xgr.apply_token_bitmask_inplace(allowed, bitmask)
+            chosen.append(int(torch.isfinite(allowed).sum() > 1))
+            if not matcher.accept_token(token):  # not the grammar's (cannot be, from a server that applied it)
+                chosen[-1] = 1
+                break
+        return chosen + [1] * (len(ids) - len(chosen))
 
     def _generate(self, prompt: list[int], grammar: Any,
                   generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
@@ -515,7 +575,8 @@ class LmPolicy:
             importance_sampling_level="sequence", max_completion_length=self.max_tokens,
             scale_rewards="group", mask_truncated_completions=False, log_completions=False,
             shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
-        config = GRPOConfig(**{**arguments, **self.grpo_overrides})
+        vllm = self.generator.trainer_kwargs() if self.generator is not None else {}
+        config = GRPOConfig(**{**arguments, **vllm, **self.grpo_overrides})
         self.optimizer = self._fresh_optimizer()
         dataset = Dataset.from_dict({"prompt": ["episode"] * settings.batch_size})
         training_ref: list[_Training] = []
@@ -532,6 +593,8 @@ class LmPolicy:
         def on_log(callback: Any, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                    **kwargs: Any) -> None:
             if logs and "loss" in logs:
+                if policy.generator is not None:  # the new weights to the server before the next rollouts
+                    policy.generator.after_step(training_ref[0].trainer)
                 training_ref[0].release(policy.lock)
                 training_ref[0].logs.put(dict(logs))
 

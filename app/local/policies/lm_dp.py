@@ -92,7 +92,7 @@ class DistributedLmPolicy:
         self.rendezvous = Path(tempfile.mkdtemp(prefix="synth-tui-dp-"))
         self.token = secrets.token_urlsafe(32)
         (self.rendezvous / dp_launch.SETTINGS_FILE).write_text(
-            json.dumps({"settings": asdict(settings)}), encoding="utf-8")
+            json.dumps({"settings": asdict(settings), "vllm_server": parallel.vllm_server}), encoding="utf-8")
         config = Path(parallel.accelerate_config) if parallel.accelerate_config else None
         self.group = RankGroup(self.world, self.rendezvous, build_launch(self.world, self.rendezvous,
                                                                          accelerate_config=config))
