@@ -292,3 +292,41 @@ def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny_model: P
         finally:
             if alive(pids[1]):
                 os.kill(pids[1], signal.SIGKILL)
+
+
+@NEEDS_TRAINER
+@NEEDS_TWO_CORES
+@pytest.mark.slow
+def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: Path) -> None:
+    """3 groups of 2 over 2 ranks: rank 0 trains episodes 0-2, rank 1 episodes 3-5, so the middle
+    group straddles them. TRL gathers the rewards in rank order before it groups them: with each
+    episode in its place, the two groups of equal scores are the zero-std ones (4 of 6 samples);
+    any episode out of place across a group's edge breaks one. Step 1's episodes were played on
+    the ranks that train them (training ids); step 2's by whichever rank was least loaded, so
+    half of them are shipped to the other rank for the update."""
+    import random
+
+    from app.local.policies.base import PolicySettings
+    from app.local.policies.lm_dp import DistributedLmPolicy
+
+    from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
+
+    settings = PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=3,
+                              group_size=2, options={"trainer_mode": "full", "max_tokens": 48})
+    policy = DistributedLmPolicy(settings, Parallel(2))
+    scores = [1.0, 0.0, 0.5, 0.5, 0.25, 0.25]  # the straddling group and the last: zero std
+    rng = random.Random(0)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press A."}]
+    try:
+        for step, ids in enumerate(([f"j:rl-0-{i}-ab{i}" for i in range(6)], [f"j:eval-{i}" for i in range(6)])):
+            acts = [policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, cid, rng) for cid in ids]
+            ranks = [a.memo.rank for a in acts]
+            assert ranks == ([0, 0, 0, 1, 1, 1] if step == 0 else [0, 1, 0, 1, 0, 1]), ranks
+            groups = [[Episode([acts[i].memo], scores[i]), Episode([acts[i + 1].memo], scores[i + 1])]
+                      for i in (0, 2, 4)]
+            stats = policy.update(groups)
+            assert stats.extra["reward_mean"] == pytest.approx(statistics.fmean(scores))
+            assert stats.extra["reward_std"] == pytest.approx(statistics.stdev(scores), abs=1e-4)
+            assert stats.extra["frac_reward_zero_std"] == pytest.approx(4 / 6), stats.extra
+    finally:
+        policy.close()

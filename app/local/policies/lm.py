@@ -502,7 +502,7 @@ class LmPolicy:
         extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3)}
         for ours, theirs in (("reward_mean", "reward"), ("reward_std", "reward_std"), ("kl", "kl"),
                              ("clip_ratio", "clip_ratio/region_mean"), ("grad_norm", "grad_norm"),
-                             ("learning_rate", "learning_rate")):
+                             ("learning_rate", "learning_rate"), ("frac_reward_zero_std", "frac_reward_zero_std")):
             if theirs in logs and (ours != "kl" or self.kl_coef > 0):
                 extra[ours] = float(logs[theirs])
         return UpdateStats(loss=float(logs.get("loss", math.nan)), entropy=float(logs.get("entropy", math.nan)),
