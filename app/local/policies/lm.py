@@ -29,6 +29,7 @@ import re
 import secrets
 import threading
 import time
+import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -54,6 +55,10 @@ from app.local.policies.base import (
     write_json_atomically,
 )
 from app.local.policies.lm_model import LoadedModel, ModelUnavailable, load, resolve
+
+# The libraries' notices of their own renamings (transformers 5 -> 6, TRL's internals) are not the
+# user's to act on: in a backend's log they bury the lines that are.
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|trl)(\.|$)")
 
 # Sampling when [policy] does not say: the model's own distribution (temperature 1.0) is what
 # on-policy RL samples from; max_tokens bounds a turn (a runaway answer costs CPU minutes).
