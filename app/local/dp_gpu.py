@@ -33,6 +33,7 @@ ACCELERATE_KEYS = frozenset({
     "dynamo_config"})
 # Flags whose values are secrets: never on a command line (any user on the machine can read argv).
 SECRET_FLAGS = ("--token", "--api-key", "--api_key", "--secret", "--password", "--key")
+VLLM_CPU_HINT = "leave --vllm-server out (each process then generates with the model itself)"
 CPU_HINT = ("run `--processes N` on CPU with gloo (no --accelerate-config, or "
             "--accelerate-config configs/accelerate/cpu-gloo.yaml)")
 
@@ -374,8 +375,11 @@ def refuse_without_gpu(setup: AccelerateSetup | None, generation: Any = None, *,
         return
     what = ", ".join(asked[:-1]) + (" and " if len(asked) > 1 else "") + asked[-1]
     where = f" by {setup.source}" if setup is not None and setup.source else ""
+    instead = [CPU_HINT] if gpu_requests(setup) else []
+    if getattr(generation, "mode", "off") != "off":
+        instead.append(VLLM_CPU_HINT)
     raise NoGpuError(f"{what} {'was' if len(asked) == 1 else 'were'} asked{where}, but no CUDA GPU was found "
-                     f"(torch.cuda.is_available() is false); here, {CPU_HINT}.",
+                     f"(torch.cuda.is_available() is false); here, {' and '.join(instead)}.",
                      hint="on a machine with GPUs, install the CUDA build of torch and `pip install '.[gpu]'`")
 
 

@@ -98,7 +98,8 @@ def vllm_plan(vllm_server: str | None) -> VllmPlan:
     try:
         return VllmPlan("server", vllm_server)
     except ConfigError as exc:
-        raise UsageError(f"--vllm-server {vllm_server!r} is not a vLLM server's http(s) URL.",
+        shown = f" {vllm_server!r}" if "@" not in vllm_server else ""  # user:password@ is never echoed
+        raise UsageError(f"--vllm-server{shown} is not a vLLM server's http(s) URL.",
                          "e.g. --vllm-server http://127.0.0.1:8000 (where `trl vllm-serve` listens)") from exc
 
 

@@ -153,7 +153,8 @@ def test_a_server_plans_trainer_fields_are_grpoconfigs() -> None:
     (["--trainer", "lm", "--vllm-server", "http://127.0.0.1:8000"],
      "vLLM generation (server) was asked, but no CUDA GPU was found"),
     (["--vllm-server", "http://127.0.0.1:8000"], "vLLM generation (server) was asked"),  # auto means lm
-    (["--trainer", "lm", "--vllm-server", "ftp://host"], "is not a vLLM server's http(s) URL"),
+    (["--trainer", "lm", "--vllm-server", "ftp://host"], "--vllm-server 'ftp://host' is not a vLLM server's http"),
+    (["--trainer", "lm", "--vllm-server", "u:hunter2@host"], "--vllm-server is not a vLLM server's http(s) URL"),
     (["--trainer", "tabular", "--vllm-server", "http://127.0.0.1:8000"], "it needs --trainer lm"),
 ])
 def test_the_backend_refuses_vllm_without_a_gpu_at_start(flags: list[str], said: str,
@@ -163,4 +164,6 @@ def test_the_backend_refuses_vllm_without_a_gpu_at_start(flags: list[str], said:
     monkeypatch.setattr("app.local.dp_gpu.cuda_available", lambda: False)
     assert main(["backend", *flags]) == 2
     err = capsys.readouterr().err
-    assert said in err and "Traceback" not in err
+    assert said in err and "Traceback" not in err and "hunter2" not in err
+    if "CUDA" in said:
+        assert "leave --vllm-server out" in err and "--processes N` on CPU" not in err
