@@ -20,9 +20,10 @@ from app.core.launch.session import LaunchOptions, LaunchSession
 # parser must not load the backend).
 TRAINER_CHOICES = ("auto", "lm", "tabular")
 
-COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp", "serve")
+COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp", "serve",
+            "ranks-host")
 # The commands that never open the TUI, whatever the terminal.
-NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "serve")
+NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "serve", "ranks-host")
 # What textual-serve sets in a tab's environment: Textual draws for a browser (docs/browser.md).
 WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
 GIVE_UP_HELP = ("stop watching when a backend that answered before has not answered for S seconds: exit 5 "
@@ -101,7 +102,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     adders = {"train": _add_train_parser, "demo": _add_demo_parser, "attach": _add_attach_parser,
               "history": _add_history_parser, "jobs": _add_jobs_parser, "compare": _add_compare_parser,
               "rollouts": _add_rollouts_parser, "serve": _add_serve_parser, "backend": _add_backend_parser,
-              "taskapp": _add_taskapp_parser}
+              "taskapp": _add_taskapp_parser, "ranks-host": _add_ranks_host_parser}
     for command, add in adders.items():
         if only is None or only == command:
             add(sub)
@@ -185,6 +186,10 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
                          help="with --trainer lm, on GPUs: generate through the `trl vllm-serve` at URL (the "
                               "weights are pushed to it after each step) instead of the model's own forward "
                               "passes. docs/scaling.md")
+    backend.add_argument("--shared-dir", metavar="DIR",
+                         help="with an --accelerate-config of several machines (num_machines > 1): a folder on a "
+                              "file system every machine mounts at the same path, where each job's folder goes for "
+                              "the other machines' `synth-tui ranks-host`. docs/scaling.md#several-machines")
     # Bounds and defaults: app/local/admission.py (not imported here: the parser must not load the backend).
     backend.add_argument("--max-jobs", type=_count(1, 256), metavar="N",
                          help="jobs trained at once; the others wait, queued in order (default: this machine's "
@@ -195,6 +200,23 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
     backend.add_argument("--infra-events", action="store_true",
                          help="also emit stand-ins for the hosted service's hatchet.* and rl.runtime.modal.* events "
                               "(off by default: here they describe nothing real)")
+
+
+def _add_ranks_host_parser(sub: argparse._SubParsersAction) -> None:
+    host = sub.add_parser("ranks-host", help="on each other machine of a multi-machine backend: start and stop "
+                                             "that machine's ranks of every lm job",
+                          description="Watches the backend's --shared-dir for jobs' folders and runs this machine's "
+                                      "ranks of each (`accelerate launch` with this machine's machine_rank) until "
+                                      "the job ends. Ctrl+C or SIGTERM stops it and its ranks. "
+                                      "docs/scaling.md#several-machines")
+    host.add_argument("--shared-dir", required=True, metavar="DIR",
+                      help="the backend's --shared-dir, mounted at the same path on this machine")
+    host.add_argument("--machine-rank", required=True, type=_count(1, 4095), metavar="K",
+                      help="this machine's machine_rank in the accelerate config (1 to num_machines - 1)")
+    host.add_argument("--host", metavar="ADDR",
+                      help="the address this machine's ranks serve the backend on (default: this machine's address "
+                           "on the route to the config's main_process_ip); a trusted network only: the calls are "
+                           "plain HTTP, each carrying the job's token")
 
 
 def _add_taskapp_parser(sub: argparse._SubParsersAction) -> None:
@@ -417,7 +439,9 @@ def _demo(args: argparse.Namespace, interactive: bool) -> int:
 def _server(args: argparse.Namespace, interactive: bool) -> int:
     from app import serve
 
-    return serve.run_backend_server(args) if args.command == "backend" else serve.run_taskapp_server(args)
+    runner = {"backend": serve.run_backend_server, "ranks-host": serve.run_ranks_host}.get(args.command,
+                                                                                         serve.run_taskapp_server)
+    return runner(args)
 
 
 def _attach(args: argparse.Namespace, interactive: bool) -> int:
@@ -485,7 +509,7 @@ def _jobs(args: argparse.Namespace, interactive: bool) -> int:
 
 
 _RUNNERS: dict[str, Callable[[argparse.Namespace, bool], int]] = {
-    "train": _train, "demo": _demo, "backend": _server, "taskapp": _server, "attach": _attach,
+    "train": _train, "demo": _demo, "backend": _server, "taskapp": _server, "ranks-host": _server, "attach": _attach,
     "history": _history, "compare": _compare, "serve": _serve, "rollouts": _rollouts, "jobs": _jobs,
 }
 

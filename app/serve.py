@@ -30,7 +30,9 @@ def run_backend_server(args: argparse.Namespace) -> int:
     if refused:
         raise UsageError(f"{refused}.", "synth-tui backend --trainer lm --processes N [--accelerate-config FILE] "
                                         "[--vllm-server URL]; docs/scaling.md")
-    parallel = Parallel(processes, str(user_path(config)) if config else None, vllm_server)
+    shared = getattr(args, "shared_dir", None)
+    parallel = Parallel(processes, str(user_path(config)) if config else None, vllm_server,
+                        str(user_path(shared)) if shared else None)
     launch_setup(parallel)  # the config file's content and the GPU checks, at start (exit 2 with the fix)
     _warn_keys_in_argv(args)
     sources = _key_sources(args.env_file)
@@ -109,6 +111,19 @@ def _env_keys(args: argparse.Namespace, sources: Mapping[str, str]) -> list[str]
         return list(args.env_key)
     candidates = [sources.get("ENVIRONMENT_API_KEY", ""), *sources.get("ENVIRONMENT_API_KEY_ALIASES", "").split(",")]
     return list(dict.fromkeys(key.strip() for key in candidates if key.strip()))
+
+
+def run_ranks_host(args: argparse.Namespace) -> int:
+    """``synth-tui ranks-host``: this machine's ranks of a multi-machine backend's lm jobs."""
+    from app.local.dp_hosts import RanksHost, wait_forever_until_signalled
+
+    shared = user_path(args.shared_dir)
+    if not shared.is_dir():
+        raise UsageError(f"--shared-dir {shared} is not a folder here.",
+                         "Mount the backend's --shared-dir at the same path on this machine, then start again.")
+    wait_forever_until_signalled(RanksHost(shared, args.machine_rank, args.host,
+                                           say=lambda line: print(line, flush=True)))
+    return ExitCode.OK
 
 
 def run_taskapp_server(args: argparse.Namespace) -> int:

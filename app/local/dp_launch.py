@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.errors import ConfigError, UsageError
+from app.core.paths import open_private
 from app.local.dp_gpu import (
     AccelerateSetup,
     accelerate_launch_command,
@@ -48,6 +49,28 @@ STOP_GRACE_S = 10.0
 SETTINGS_FILE = "settings.json"
 LOG_FILE = "launcher.log"
 CONFIG_FILE = "accelerate.yaml"
+# Several machines (docs/scaling.md#several-machines): the job's folder is on a file system every
+# machine shares; each other machine's `synth-tui ranks-host` starts that machine's ranks from it.
+TOKEN_FILE = "token"  # the job's token (0600) for the other machines' ranks: never on a command line
+LAUNCH_FILE = "launch.json"  # the launcher's environment (no secret in it)
+HOST_ENV = "SYNTH_TUI_DP_HOST"  # the address a rank serves on, and the backend reaches it at
+MACHINE_ENV = "SYNTH_TUI_DP_MACHINE"  # the machine_rank of the machine a rank runs on (0: the backend's)
+LOOPBACK = "127.0.0.1"
+
+
+FOLDER_PREFIX = "synth-tui-dp-"
+
+
+def write_for_other_machines(rendezvous: Path, launch: Launch, token: str) -> None:
+    """The token (0600) and the launcher's environment, for the other machines' ranks hosts."""
+    with open_private(rendezvous / TOKEN_FILE, "w", encoding="utf-8") as handle:
+        handle.write(token)
+    (rendezvous / LAUNCH_FILE).write_text(json.dumps({"env": launch.env}), encoding="utf-8")
+
+
+def machine_exit_file(machine: int) -> str:
+    """What another machine's ranks host writes when its launcher ends: {machine, exitcode, cause}."""
+    return f"machine-{machine}.exit.json"
 
 
 class LaunchError(RuntimeError):
@@ -75,7 +98,8 @@ def per_device_batch(batch_size: int, group_size: int, processes: int) -> int:
 def check_flags(trainer: str, processes: int, accelerate_config: str | None,
                 vllm_server: str | None = None) -> str | None:
     """Why `synth-tui backend`'s --processes / --accelerate-config / --vllm-server cannot be
-    used, or None. The config file's content and the GPU are checked by `launch_setup`."""
+    used, or None. The config file's content (and --shared-dir with it), this machine's share of
+    the ranks and the GPU are checked by `launch_setup`."""
     if processes < 1:
         return f"--processes must be 1 or more (got {processes})"
     if processes > 1 and trainer not in ("lm", "auto"):  # auto with N processes is lm (serve.py)
@@ -83,7 +107,7 @@ def check_flags(trainer: str, processes: int, accelerate_config: str | None,
                 f"(got --trainer {trainer})")
     if vllm_server is not None and trainer not in ("lm", "auto"):
         return f"--vllm-server generates for the language model: it needs --trainer lm (got --trainer {trainer})"
-    if processes > cores():
+    if processes > cores() and accelerate_config is None:
         return (f"--processes {processes} is more than the {cores()} cores this backend may use; each process "
                 f"needs a core of its own (choose at most {cores()})")
     if accelerate_config is not None and processes == 1:
@@ -123,7 +147,33 @@ def launch_setup(parallel: Parallel) -> AccelerateSetup | None:
     refuse_without_gpu(layout, plan)
     if layout is not None:
         check_processes(layout, parallel.processes)
+        here = -(-parallel.processes // layout.num_machines)  # this machine's share of the ranks
+        if layout.on_cpu and here > cores():
+            raise UsageError(f"{here} of the {parallel.processes} processes would run on this machine, which has "
+                             f"{cores()} cores for them; each process needs a core of its own",
+                             hint=f"choose at most {cores() * layout.num_machines} processes")
+    check_shared_dir(parallel, layout)
     return layout
+
+
+def check_shared_dir(parallel: Parallel, layout: AccelerateSetup | None) -> None:
+    """Several machines need --shared-dir (the jobs' folders, on a file system they all share);
+    one machine has no use for it."""
+    several = layout is not None and layout.multi_node
+    shared = parallel.shared_dir
+    if layout is not None and several and not shared:
+        raise UsageError(f"{parallel.accelerate_config} spreads the ranks over {layout.num_machines} machines "
+                         "(num_machines): the backend needs --shared-dir DIR, a folder on a file system every "
+                         "machine mounts at the same path",
+                         hint="e.g. --shared-dir /nfs/synth-tui; then on each other machine: synth-tui ranks-host "
+                              "--shared-dir /nfs/synth-tui --machine-rank K")
+    if shared and not several:
+        raise UsageError("--shared-dir is for ranks on several machines (an accelerate config with "
+                         "num_machines > 1); one machine keeps its jobs' folders private in /tmp",
+                         hint="leave --shared-dir out, or give --accelerate-config a multi-machine file")
+    if shared and not (Path(shared).is_dir() and os.access(shared, os.W_OK | os.X_OK)):
+        raise UsageError(f"--shared-dir {shared} is not a folder this user can write in",
+                         hint="create it on the shared file system (mkdir -p), with the same path on every machine")
 
 
 def collective_timeout_s() -> int:
@@ -149,8 +199,8 @@ class Launch:
 WORKER_MODULE = "app.local.dp_worker"
 
 
-def build_launch(processes: int, rendezvous: Path, *, accelerate_config: str | Path | None = None,
-                 port: int | None = None, python: str = sys.executable) -> Launch:
+def build_launch(parallel: Parallel, rendezvous: Path, *, port: int | None = None,
+                 python: str = sys.executable) -> Launch:
     """The accelerate config and the `accelerate launch` command of N ranks: the one place
     they are made (app/local/dp_gpu.py writes each layout).
 
@@ -158,7 +208,8 @@ def build_launch(processes: int, rendezvous: Path, *, accelerate_config: str | P
     machine's CPU layout: on CPU that is `distributed_type: MULTI_GPU` with `use_cpu: false`
     (accelerate's torchrun launcher; `use_cpu: true` would start ONE process) and
     ACCELERATE_USE_CPU=true in the ranks' environment, with which they pick gloo."""
-    setup = launch_setup(Parallel(processes, str(accelerate_config) if accelerate_config else None))
+    setup = launch_setup(parallel)  # read again: the file may have changed since the backend started
+    processes = parallel.processes
     config = accelerate_yaml(setup, processes)
     config_path = rendezvous / CONFIG_FILE
     config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")  # JSON is YAML
@@ -174,11 +225,23 @@ def build_launch(processes: int, rendezvous: Path, *, accelerate_config: str | P
 @dataclass(frozen=True)
 class RankInfo:
     rank: int
-    pid: int
+    pid: int  # on its machine
     port: int
     device: str
     threads: int
     backend: str
+    host: str = LOOPBACK  # where the backend reaches it
+    machine: int = 0  # its machine_rank: 0 is the backend's machine
+
+
+def read_ranks(rendezvous: Path) -> list[RankInfo]:
+    """The ranks that wrote their rendezvous files so far, in rank order."""
+    infos = []
+    for path in sorted(rendezvous.glob("rank-*.json")):
+        i = json.loads(path.read_text(encoding="utf-8"))
+        infos.append(RankInfo(int(i["rank"]), int(i["pid"]), int(i["port"]), str(i["device"]), int(i["threads"]),
+                              str(i["backend"]), str(i.get("host", LOOPBACK)), int(i.get("machine", 0))))
+    return sorted(infos, key=lambda r: r.rank)
 
 
 _ROOT_CAUSE = re.compile(r"rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)\s*\(pid:\s*(\d+)\)", re.DOTALL)
@@ -240,10 +303,20 @@ class RankGroup:
     failure: tuple[str, dict[str, Any]] | None = None
     checking: threading.Lock = field(default_factory=threading.Lock)
     stopped_since: dict[int, float] = field(default_factory=dict)  # rank -> when it was first seen stopped
+    log_name: str = LOG_FILE  # another machine's ranks host logs beside the backend's launcher
+    machine: int = 0  # the machine this group's launcher runs on (the backend's: 0)
 
     @property
     def log_path(self) -> Path:
-        return self.rendezvous / LOG_FILE
+        return self.rendezvous / self.log_name
+
+    @property
+    def machines(self) -> int:
+        return int(self.launch.config.get("num_machines", 1) or 1)
+
+    def local_ranks(self) -> list[RankInfo]:
+        """The ranks on this machine: the only pids this process may look at or signal."""
+        return [r for r in self.ranks if r.machine == self.machine]
 
     def start(self, token: str) -> None:
         env = {**os.environ, **self.launch.env, TOKEN_ENV: token, BACKEND_PID_ENV: str(os.getpid())}
@@ -264,20 +337,23 @@ class RankGroup:
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         while True:
-            found = sorted(self.rendezvous.glob("rank-*.json"))
+            found = read_ranks(self.rendezvous)
             if len(found) >= self.processes:
-                infos = [json.loads(p.read_text(encoding="utf-8")) for p in found]
-                self.ranks = sorted((RankInfo(int(i["rank"]), int(i["pid"]), int(i["port"]), str(i["device"]),
-                                              int(i["threads"]), str(i["backend"])) for i in infos),
-                                    key=lambda r: r.rank)
+                self.ranks = found
                 return self.ranks
             if self.proc.poll() is not None:
                 raise LaunchError(f"the {self.processes} rank processes did not start (the launcher exited with "
                                   f"{self.proc.returncode}): {self.log_tail()}")
             if time.monotonic() > deadline:
-                raise LaunchError(f"the {self.processes} rank processes were not ready after {timeout:.0f} s: "
-                                  f"{self.log_tail()}")
+                raise LaunchError(f"the {self.processes} rank processes were not ready after {timeout:.0f} s "
+                                  f"({len(found)} were){self._others_hint()}: {self.log_tail()}")
             time.sleep(0.2)
+
+    def _others_hint(self) -> str:
+        if self.machines < 2:
+            return ""
+        return (f"; the ranks of machines 1 to {self.machines - 1} are started there by `synth-tui ranks-host "
+                f"--shared-dir {self.rendezvous.parent} --machine-rank K`: is it running on each")
 
     def check(self) -> tuple[str, dict[str, Any]] | None:
         """Why the group cannot go on (a rank or the launcher died), or None. The first answer
@@ -288,17 +364,25 @@ class RankGroup:
     def _check(self) -> tuple[str, dict[str, Any]] | None:
         if self.failure is not None or self.proc is None:
             return self.failure
-        dead = next((r for r in self.ranks if not alive(r.pid)), None)
-        if dead is None and self.proc.poll() is None:
+        dead = next((r for r in self.local_ranks() if not alive(r.pid)), None)
+        remote = self._remote_exit()
+        if dead is None and self.proc.poll() is None and remote is None:
             self.failure = self._stopped_too_long()
             return self.failure
         # torchrun's agent (watching every 0.2 s) stops the other ranks and names the first failure.
         try:
-            self.proc.wait(timeout=10.0)
+            self.proc.wait(timeout=10.0 if remote is None else 0.0)
         except subprocess.TimeoutExpired:
             pass
         cause = root_cause(self.log_path.read_text(encoding="utf-8", errors="replace")) \
             if self.log_path.exists() else None
+        if self.machines > 1 and (cause is None or cause[1] >= 0):
+            # A rank killed on another machine breaks this machine's collectives too: the killed one
+            # is the cause, once its machine's ranks host has said so (it looks every half second).
+            remote = remote or self._remote_exit(wait_s=3.0)
+            if remote is not None:
+                self.failure = remote
+                return self.failure
         if cause is not None:
             rank, code, pid = cause
             self.failure = (death_of(rank, pid, code), {"rank": rank, "pid": pid, "exitcode": code})
@@ -309,11 +393,31 @@ class RankGroup:
                             {"launcher_exitcode": self.proc.returncode})
         return self.failure
 
+    def _remote_exit(self, wait_s: float = 0.0) -> tuple[str, dict[str, Any]] | None:
+        """Another machine's ranks ended (its ranks host wrote why), or None."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            for machine in range(1, self.machines):
+                try:
+                    said = json.loads((self.rendezvous / machine_exit_file(machine)).read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    continue
+                cause = said.get("cause")
+                if isinstance(cause, list) and len(cause) == 3:
+                    rank, code, pid = (int(x) for x in cause)
+                    return (f"{death_of(rank, pid, code)} on machine {machine}",
+                            {"rank": rank, "pid": pid, "exitcode": code, "machine": machine})
+                return (f"the ranks of machine {machine} ended (their launcher exited with {said.get('exitcode')})",
+                        {"machine": machine, "launcher_exitcode": said.get("exitcode")})
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.2)
+
     def _stopped_too_long(self) -> tuple[str, dict[str, Any]] | None:
         """A rank stopped (SIGSTOP) longer than the collectives' timeout is hung: whatever it
         was doing (a collective, or a chat turn, which no timeout of torch's covers)."""
         now, limit = time.monotonic(), collective_timeout_s()
-        for r in self.ranks:
+        for r in self.local_ranks():
             if _state(r.pid) != "T":
                 self.stopped_since.pop(r.rank, None)
                 continue
@@ -324,7 +428,8 @@ class RankGroup:
         return None
 
     def pids(self) -> list[int]:
-        return [r.pid for r in self.ranks]
+        """This machine's ranks' pids (another machine's are its ranks host's to stop)."""
+        return [r.pid for r in self.local_ranks()]
 
     def stop(self, grace: float = STOP_GRACE_S) -> None:
         """SIGTERM to the launcher's session (torchrun forwards it to the ranks), SIGKILL to the

@@ -33,6 +33,9 @@ from typing import Any
 
 from app.local.dp_launch import (
     BACKEND_PID_ENV,
+    HOST_ENV,
+    LOOPBACK,
+    MACHINE_ENV,
     SETTINGS_FILE,
     TOKEN_ENV,
     TOKEN_HEADER,
@@ -219,11 +222,12 @@ class RankHandler(BaseHTTPRequestHandler):
             self._reply(500, {"error": f"{type(exc).__name__}: {str(exc)[:500]}"})
 
 
-def _orphan_guard(rank: int, rendezvous: Path) -> None:
+def _orphan_guard(rank: int, rendezvous: Path, machine: int) -> None:
     """torchrun starts each rank in a session of its own: a launcher (or backend) killed with
-    SIGKILL would leave the ranks running. A rank whose launcher or backend is gone exits. When
-    the backend is gone, the first rank to see it removes the job's rendezvous folder, which the
-    backend that made it can no longer do (the launcher may stop the other ranks first)."""
+    SIGKILL would leave the ranks running. A rank whose launcher, backend (on another machine:
+    its ranks host) or job folder is gone exits. When the backend is gone, the first rank of its
+    machine to see it removes the job's rendezvous folder, which the backend that made it can no
+    longer do (the launcher may stop the other ranks first); another machine's ranks leave it."""
     parent = os.getppid()
     backend = int(os.environ.get(BACKEND_PID_ENV, "0") or 0)
 
@@ -231,9 +235,10 @@ def _orphan_guard(rank: int, rendezvous: Path) -> None:
         while True:
             time.sleep(0.5)
             backend_gone = bool(backend) and not alive(backend)  # a killed, unreaped backend is gone
-            if backend_gone or os.getppid() != parent:
-                print(f"rank {rank}: the launcher or the backend is gone; exiting", file=sys.stderr, flush=True)
-                if backend_gone:
+            if backend_gone or os.getppid() != parent or not rendezvous.is_dir():
+                print(f"rank {rank}: the launcher, the backend or the job's folder is gone; exiting",
+                      file=sys.stderr, flush=True)
+                if backend_gone and machine == 0:
                     shutil.rmtree(rendezvous, ignore_errors=True)
                 os._exit(3)
 
@@ -251,7 +256,9 @@ def main(argv: list[str] | None = None) -> None:
     token = os.environ.pop(TOKEN_ENV, "")
     if not token:
         raise SystemExit(f"{TOKEN_ENV} is not set: a rank serves only the backend that started it")
-    _orphan_guard(rank, args.rendezvous)
+    machine = int(os.environ.get(MACHINE_ENV, "0") or 0)
+    host = os.environ.get(HOST_ENV) or LOOPBACK  # another machine's rank serves where the backend reaches it
+    _orphan_guard(rank, args.rendezvous, machine)
     mine = pin_to_share(local_rank, local_world)
 
     from accelerate import PartialState
@@ -275,8 +282,9 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     handler = type("Handler", (RankHandler,), {"rank": Rank(rank, policy, clock), "token": token})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = ThreadingHTTPServer((host, 0), handler)
     info = {"rank": rank, "world_size": world, "pid": os.getpid(), "port": server.server_address[1],
+            "host": host, "machine": machine,
             "device": str(policy.loaded.device), "threads": torch.get_num_threads(), "cores": mine,
             "backend": str(state.backend)}
     write_json_atomically(args.rendezvous / f"rank-{rank}.json", info)

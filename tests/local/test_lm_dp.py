@@ -44,7 +44,7 @@ NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes nee
 
 
 def test_the_launch_command_and_our_accelerate_config(tmp_path: Path) -> None:
-    launch = build_launch(2, tmp_path, port=29611, python="/py")
+    launch = build_launch(Parallel(2), tmp_path, port=29611, python="/py")
     cmd = launch.command
     assert cmd[:3] == ["/py", "-m", "accelerate.commands.launch"]
     assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[cmd.index("--main_process_port") + 1] == "29611"
@@ -116,7 +116,7 @@ def test_a_cpu_config_of_the_users_is_launched_as_ours(tmp_path: Path) -> None:
     user = tmp_path / "cpu.yaml"
     user.write_text("distributed_type: MULTI_CPU\nnum_processes: 2\n")
     (tmp_path / "r").mkdir()
-    launch = build_launch(2, tmp_path / "r", accelerate_config=user, port=29612, python="/py")
+    launch = build_launch(Parallel(2, str(user)), tmp_path / "r", port=29612, python="/py")
     assert launch.config["distributed_type"] == "MULTI_GPU" and launch.config["use_cpu"] is False
     assert launch.env["ACCELERATE_USE_CPU"] == "true"
     assert launch.command[launch.command.index("--config_file") + 1] == str(tmp_path / "r" / "accelerate.yaml")

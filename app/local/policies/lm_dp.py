@@ -89,13 +89,15 @@ class DistributedLmPolicy:
         self.world = parallel.processes
         self.per_device = self._checked(settings, parallel)
         resolve(settings.model)  # a missing model fails here, at once, not in N ranks
-        self.rendezvous = Path(tempfile.mkdtemp(prefix="synth-tui-dp-"))
+        # 0700; on several machines inside the shared folder, where their ranks hosts find it
+        self.rendezvous = Path(tempfile.mkdtemp(prefix=dp_launch.FOLDER_PREFIX, dir=parallel.shared_dir))
         self.token = secrets.token_urlsafe(32)
-        (self.rendezvous / dp_launch.SETTINGS_FILE).write_text(
+        launch = build_launch(parallel, self.rendezvous)
+        self.group = RankGroup(self.world, self.rendezvous, launch)
+        if self.group.machines > 1:  # what the other machines' ranks hosts start their ranks from
+            dp_launch.write_for_other_machines(self.rendezvous, launch, self.token)
+        (self.rendezvous / dp_launch.SETTINGS_FILE).write_text(  # last: a ranks host starts once it is there
             json.dumps({"settings": asdict(settings), "vllm_server": parallel.vllm_server}), encoding="utf-8")
-        config = Path(parallel.accelerate_config) if parallel.accelerate_config else None
-        self.group = RankGroup(self.world, self.rendezvous, build_launch(self.world, self.rendezvous,
-                                                                         accelerate_config=config))
         self.loaded_steps: list[int] | None = None  # each rank's loaded checkpoint's steps (a resumed job)
         self.owners: dict[str, int] = {}
         self.load_by_rank: Counter[int] = Counter()
@@ -127,7 +129,7 @@ class DistributedLmPolicy:
     # -- talking to ranks ---------------------------------------------------------------
 
     def _url(self, rank: int, path: str) -> str:
-        return f"http://127.0.0.1:{self.ranks[rank].port}{path}"
+        return f"http://{self.ranks[rank].host}:{self.ranks[rank].port}{path}"
 
     def _get(self, rank: int, path: str) -> dict[str, Any]:
         return self._answer(rank, path, lambda: self.http.get(self._url(rank, path)))
@@ -193,6 +195,7 @@ class DistributedLmPolicy:
         backend = self.ranks[0].backend
         data.update(world_size=self.world, backend=backend, per_device_batch=self.per_device,
                     ranks=[{"rank": r.rank, "pid": r.pid, "device": r.device, "threads": r.threads,
+                            **({} if self.group.machines == 1 else {"machine": r.machine, "host": r.host}),
                             **({} if self.loaded_steps is None else {"loaded_step": self.loaded_steps[r.rank]})}
                            for r in self.ranks])
         label = f"{self.info['label']} × {self.world}"
