@@ -115,7 +115,8 @@ class RanksHost:
         for folder in ready_jobs(self.shared):
             if folder not in self.seen:
                 self.seen.add(folder)
-                self._start(folder)
+                if not (folder / machine_exit_file(self.machine)).exists():  # ended under an earlier host
+                    self._start(folder)
         for job in list(self.running.values()):
             if not job.folder.is_dir():
                 self._stop(job, "the job ended")
