@@ -7,6 +7,7 @@ the refusals of the flags at start."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -159,3 +160,37 @@ def test_a_ranks_host_refuses_a_folder_it_cannot_see(tmp_path: Path, capsys: pyt
     assert main(["ranks-host", "--shared-dir", str(tmp_path / "nope"), "--machine-rank", "1"]) == 2
     assert "is not a folder here" in capsys.readouterr().err
     assert main(["ranks-host", "--shared-dir", str(tmp_path), "--machine-rank", "0"]) == 2  # 0 is the backend's
+
+
+def test_another_machines_launch_is_the_backends_with_its_machine_rank(tmp_path: Path) -> None:
+    from app.local.dp_hosts import address_towards, machine_launch, ready_jobs
+    from app.local.dp_launch import (
+        CONFIG_FILE,
+        HOST_ENV,
+        LAUNCH_FILE,
+        MACHINE_ENV,
+        SETTINGS_FILE,
+        TOKEN_ENV,
+        build_launch,
+        write_for_other_machines,
+    )
+
+    config = two_machines_config(tmp_path, 29556)
+    folder = tmp_path / "synth-tui-dp-x"
+    folder.mkdir()
+    launch = build_launch(Parallel(2, str(config), shared_dir=str(tmp_path)), folder, python="/py")
+    assert launch.config["machine_rank"] == 0 and launch.config["num_machines"] == 2
+    assert "--main_process_port" not in launch.command  # the config's port: the same on every machine
+    write_for_other_machines(folder, launch, "tok-" + "x" * 40)
+    assert ready_jobs(tmp_path) == []  # the settings come last: not ready before
+    (folder / SETTINGS_FILE).write_text("{}")
+    assert ready_jobs(tmp_path) == [folder]
+    theirs = machine_launch(folder, 1, None, python="/py")
+    written = json.loads((folder / "accelerate-machine-1.yaml").read_text())
+    assert written == {**json.loads((folder / CONFIG_FILE).read_text()), "machine_rank": 1} == theirs.config
+    assert theirs.env[MACHINE_ENV] == "1" and theirs.env[HOST_ENV] == "127.0.0.1" == address_towards("127.0.0.1")
+    assert TOKEN_ENV not in theirs.env and not any("tok-" in part for part in theirs.command)
+    assert "tok-" not in (folder / LAUNCH_FILE).read_text()
+    for machine in (0, 2):
+        with pytest.raises(ValueError, match="not one of its others"):
+            machine_launch(folder, machine, None)
