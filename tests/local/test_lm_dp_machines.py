@@ -79,7 +79,8 @@ def _children(pid: int) -> set[int]:
                 parents[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
             except (OSError, IndexError, ValueError):
                 continue
-    found, frontier = set(), {pid}
+    found: set[int] = set()
+    frontier = {pid}
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
         found |= frontier
