@@ -268,6 +268,10 @@ def _deepspeed(data: Mapping[str, Any], problems: list[Problem]) -> DeepSpeedSet
         problems.append(Problem("deepspeed_config.offload_param_device", offloads[1],
                                 "parameters are offloaded by ZeRO stage 3 only",
                                 "set zero_stage to 3, or offload_param_device to none"))
+    if stage == 3 and section.get("zero3_save_16bit_model") is False:
+        problems.append(Problem("deepspeed_config.zero3_save_16bit_model", False,
+                                "each checkpoint must hold the model's weights (loadable with from_pretrained)",
+                                "set deepspeed_config.zero3_save_16bit_model to true, or remove it"))
     return DeepSpeedSetup(int(stage), offloads[0], offloads[1], section)
 
 
@@ -323,12 +327,17 @@ def check_processes(setup: AccelerateSetup, processes: int) -> None:
         raise AccelerateConfigError(setup.source or "given", problems)
 
 
-def own_optimizer_allowed(setup: AccelerateSetup | None) -> bool:
-    """Whether the lm policy may hand GRPOTrainer its own AdamW (`optimizers=(opt, None)`, whose
-    state it saves as optimizer.pt). Not under FSDP: transformers 5's Trainer refuses a passed
-    optimizer then ("Passing `optimizers` is not allowed if PyTorch FSDP is enabled"). Not under
-    DeepSpeed: its deepspeed_init drops the passed one and builds its own from the GRPOConfig."""
-    return setup is None or setup.distributed_type not in ("DEEPSPEED", "FSDP")
+def sharded_parameters(setup: AccelerateSetup | None) -> str | None:
+    """The engine that shards the model's parameters across the ranks (DeepSpeed ZeRO-3, FSDP),
+    in words, or None (DDP, ZeRO-2: every rank holds the whole model). With sharded parameters
+    a rank cannot generate its episodes alone: each forward pass would be a collective."""
+    if setup is None:
+        return None
+    if setup.distributed_type == "DEEPSPEED" and setup.deepspeed is not None and setup.deepspeed.zero_stage == 3:
+        return "DeepSpeed ZeRO-3"
+    if setup.distributed_type == "FSDP":
+        return f"FSDP {setup.fsdp.version}" if setup.fsdp is not None else "FSDP"
+    return None
 
 
 # -- GPUs -----------------------------------------------------------------------------------------

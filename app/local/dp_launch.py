@@ -32,9 +32,9 @@ from app.local.dp_gpu import (
     accelerate_yaml,
     check_processes,
     launch_env,
-    own_optimizer_allowed,
     read_accelerate_config,
     refuse_without_gpu,
+    sharded_parameters,
 )
 from app.local.dp_vllm import VllmPlan
 from app.local.policies.base import Parallel
@@ -130,20 +130,21 @@ def vllm_plan(vllm_server: str | None) -> VllmPlan:
 def launch_setup(parallel: Parallel) -> AccelerateSetup | None:
     """The user's accelerate config read strictly (None: none given, this machine's CPU layout),
     with the generation plan checked against this machine. Raises AccelerateConfigError (each
-    field named) or NoGpuError (a GPU layout or vLLM, no GPU here); both are usage errors with
-    their fixes."""
+    field named), UsageError (ZeRO-3 or FSDP without --vllm-server) or NoGpuError (a GPU layout or
+    vLLM, no GPU here); all are usage errors with their fixes."""
     plan = vllm_plan(parallel.vllm_server)
     layout = None
     if parallel.accelerate_config is not None:
-        # What cannot run anywhere yet is said first, before fixes that would only lead to it.
         layout = read_accelerate_config(parallel.accelerate_config)
-        if not own_optimizer_allowed(layout):
-            # The lm policy hands GRPOTrainer its own AdamW and saves its state: DeepSpeed would drop
-            # it silently and FSDP refuses it (docs/scaling.md). Said, not run wrong.
-            raise UsageError(f"{layout.distributed_type} is not wired into the lm trainer yet (its optimizer must be "
-                             f"the engine's own); {parallel.accelerate_config} asks for it",
-                             hint="use a DDP layout (configs/accelerate/one-node-gpus.yaml on GPUs, or no "
-                                  "--accelerate-config on CPU)")
+        sharded = sharded_parameters(layout)
+        if sharded is not None and parallel.vllm_server is None:
+            # Said first, before the GPU check: a GPU would not make this layout run without vLLM.
+            raise UsageError(f"{sharded} ({parallel.accelerate_config}) shards the model's parameters across the "
+                             "ranks, so a rank cannot generate its episodes from its shard (each forward pass would "
+                             "be a collective): it needs a vLLM server to generate",
+                             hint="add --vllm-server URL (a `trl vllm-serve` on GPUs of its own; docs/scaling.md), "
+                                  "or use DeepSpeed ZeRO-2 (configs/accelerate/deepspeed-zero2.yaml), which keeps the "
+                                  "whole model on every GPU")
     refuse_without_gpu(layout, plan)
     if layout is not None:
         check_processes(layout, parallel.processes)

@@ -7,8 +7,9 @@ and serves the backend on a loopback port of its own (every call carries the job
   POST /act     one chat turn of a correlation id this rank owns -> {message, call_id}
   POST /export  the token sequences of episodes another rank trains on (they leave this rank)
   POST /update  this rank's share of the step (its global positions) -> the step's logs
-  POST /save, POST /load   a checkpoint folder (save: rank 0 only; weights are identical;
-                           load answers the steps its checkpoint had done)
+  POST /save, POST /load   a checkpoint folder, on every rank at once (save: a collective under
+                           ZeRO-3/FSDP, rank 0 writes the weights; load answers the steps its
+                           checkpoint had done)
   GET  /describe           rank 0's PolicyInfo
 Then it writes `rank-<r>.json` {rank, pid, port, device, threads, backend}. An orphan guard ends
 the rank when its launcher or the backend is gone. docs/design/data-parallel.md.
@@ -274,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
     data = json.loads((args.rendezvous / SETTINGS_FILE).read_text(encoding="utf-8"))
     settings = PolicySettings(**data["settings"])
     policy = LmPolicy(settings, vllm=vllm_plan(data.get("vllm_server")))
+    policy.main_process = rank == 0  # writes the checkpoint's files; the others join its collectives
     policy.grpo_overrides = {"per_device_train_batch_size": per_device_batch(settings.batch_size,
                                                                              settings.group_size, world),
                              "ddp_timeout": timeout}

@@ -24,9 +24,9 @@ from app.local.dp_gpu import (
     cuda_available,
     launch_env,
     needs_gpu,
-    own_optimizer_allowed,
     read_accelerate_config,
     refuse_without_gpu,
+    sharded_parameters,
 )
 from app.local.dp_vllm import VllmGenerator, VllmPlan, grpo_vllm_kwargs, vllm_serve_command
 from app.local.policies import trainer_extra_missing
@@ -100,6 +100,8 @@ def test_trls_zero1_is_refused_with_the_fix() -> None:
      "set deepspeed_config.zero_stage to 2"),
     ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\n  offload_param_device: cpu\n",
      "deepspeed_config.offload_param_device = 'cpu'", "set zero_stage to 3"),
+    ("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\n  zero3_save_16bit_model: false\n",
+     "deepspeed_config.zero3_save_16bit_model = False", "set deepspeed_config.zero3_save_16bit_model to true"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 3\n", "fsdp_config.fsdp_version = 3", "fsdp_version to 2"),
     ("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_reshard_after_forward: HALF\n",
      "fsdp_config.fsdp_reshard_after_forward = 'HALF'", "FULL_SHARD"),
@@ -122,11 +124,13 @@ def test_a_bad_field_is_named_with_its_value_and_fix(tmp_path: Path, text: str, 
     assert any(field.startswith(p.field) for p in error.problems)
 
 
-def test_only_ddp_takes_the_policys_own_optimizer() -> None:
-    assert own_optimizer_allowed(None) and own_optimizer_allowed(read_accelerate_config(EXAMPLES / "cpu-gloo.yaml"))
-    assert own_optimizer_allowed(read_accelerate_config(EXAMPLES / "one-node-gpus.yaml"))
-    for name in ("deepspeed-zero2.yaml", "deepspeed-zero3.yaml", "fsdp.yaml"):
-        assert not own_optimizer_allowed(read_accelerate_config(EXAMPLES / name))
+def test_zero3_and_fsdp_shard_the_parameters() -> None:
+    """What needs a vLLM server to generate (dp_launch.launch_setup refuses it without one)."""
+    assert sharded_parameters(None) is None
+    for name in ("cpu-gloo.yaml", "one-node-gpus.yaml", "deepspeed-zero2.yaml", "multi-node.yaml"):
+        assert sharded_parameters(read_accelerate_config(EXAMPLES / name)) is None, name
+    assert sharded_parameters(read_accelerate_config(EXAMPLES / "deepspeed-zero3.yaml")) == "DeepSpeed ZeRO-3"
+    assert sharded_parameters(read_accelerate_config(EXAMPLES / "fsdp.yaml")) == "FSDP 2"
 
 
 def test_every_problem_is_named_at_once(tmp_path: Path) -> None:

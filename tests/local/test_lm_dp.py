@@ -88,26 +88,41 @@ def test_the_flags_are_checked(tmp_path: Path) -> None:
     assert "with --processes N (N > 1) only" in (check_flags("lm", 1, "x.yaml") or "")
 
 
-@pytest.mark.parametrize(("text", "said"), [
-    (None, "no such file"),
-    ("- a\n- b\n", "mapping"),
-    ("a: [b\n", "YAML"),
-    ("distributed_type: MULTI_GPU\nnum_processes: 2\n", "no CUDA GPU was found"),
-    ("distributed_type: MULTI_CPU\nnum_processes: 4\n", "num_processes"),
-    # not wired yet: said first, before fixes (num_processes, a GPU) that would only lead to it
-    ("distributed_type: DEEPSPEED\nnum_processes: 4\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 2\n",
-     "DEEPSPEED is not wired into the lm trainer yet"),
+ZERO2 = "distributed_type: DEEPSPEED\nnum_processes: 2\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 2\n"
+ZERO3 = "distributed_type: DEEPSPEED\nnum_processes: 4\nmixed_precision: bf16\ndeepspeed_config:\n  zero_stage: 3\n"
+FSDP = "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 2\n"
+SHARDED = "shards the model's parameters across the ranks"
+
+
+@pytest.mark.parametrize(("text", "vllm", "said"), [
+    (None, False, "no such file"),
+    ("- a\n- b\n", False, "mapping"),
+    ("a: [b\n", False, "YAML"),
+    ("distributed_type: MULTI_GPU\nnum_processes: 2\n", False, "no CUDA GPU was found"),
+    ("distributed_type: MULTI_CPU\nnum_processes: 4\n", False, "num_processes"),
+    # ZeRO-2 is accepted: only this machine's lack of a GPU stops it
+    (ZERO2, False, "DeepSpeed ZeRO-2 and bf16 mixed precision were asked"),
+    # sharded parameters need a vLLM server: said first, before fixes (num_processes, a GPU)
+    # that would only lead to it, with the fix
+    (ZERO3, False, f"DeepSpeed ZeRO-3 ({{config}}) {SHARDED}"),
+    (FSDP, False, f"FSDP 2 ({{config}}) {SHARDED}"),
+    # with one, only this machine's lack of a GPU stops them
+    (ZERO3, True, "DeepSpeed ZeRO-3, bf16 mixed precision and vLLM generation (server) were asked"),
+    (FSDP, True, "FSDP 2 and vLLM generation (server) were asked"),
 ])
 def test_an_accelerate_config_that_cannot_run_here_is_refused_at_start(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        text: str | None, said: str) -> None:
+        text: str | None, vllm: bool, said: str) -> None:
     monkeypatch.setenv("SYNTH_API_KEY", "sk_test_x")
     config = tmp_path / "accelerate.yaml"
     if text is not None:
         config.write_text(text)
-    assert main(["backend", "--trainer", "lm", "--processes", "2", "--accelerate-config", str(config)]) == 2
+    server = ["--vllm-server", "http://127.0.0.1:8000"] if vllm else []
+    assert main(["backend", "--trainer", "lm", "--processes", "2", "--accelerate-config", str(config), *server]) == 2
     err = capsys.readouterr().err
-    assert said in err and "Traceback" not in err
+    assert said.format(config=config) in err and "Traceback" not in err
+    if SHARDED in said:
+        assert "add --vllm-server URL" in err and "or use DeepSpeed ZeRO-2" in err
 
 
 def test_a_cpu_config_of_the_users_is_launched_as_ours(tmp_path: Path) -> None:

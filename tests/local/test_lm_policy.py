@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +211,109 @@ def test_an_update_runs_a_grpo_step_with_the_practitioners_numbers(tiny_model: P
     assert policy.training is None
 
 
+def _step(policy: Any, rng: random.Random, label: str) -> None:
+    group = []
+    for i, score in enumerate((0.0, 1.0)):
+        act = policy.act(press_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"{label}-{i}", rng)
+        group.append(Episode([act.memo], score))
+    policy.update([group])
+
+
+def _adam_steps(state: dict[str, Any]) -> set[float]:
+    return {float(s["step"]) for s in state["state"].values()}
+
+
+def test_the_trainer_makes_its_own_adamw_as_the_policy_did(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No optimizer is handed to GRPOTrainer (DeepSpeed and FSDP take the trainer's own): the
+    trainer makes torch's AdamW with the numbers the policy's own had, and a constant schedule."""
+    import torch
+    import trl
+
+    from app.local.policies.lm import LmPolicy
+
+    built: list[dict[str, Any]] = []
+
+    class Spied(trl.GRPOTrainer):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            built.append(kwargs)
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(trl, "GRPOTrainer", Spied)
+    policy = LmPolicy(settings(tiny_model, trainer_mode="lora"))
+    config = policy.grpo_config()
+    assert (config.optim, config.adam_beta1, config.adam_beta2, config.adam_epsilon, config.weight_decay) == (
+        "adamw_torch", 0.9, 0.999, 1e-8, 0.0)
+    assert config.lr_scheduler_type == "constant" and config.learning_rate == 1e-2
+    try:
+        _step(policy, random.Random(3), "o")
+        _step(policy, random.Random(4), "p")
+        assert policy.training is not None
+        trainer = policy.training.trainer
+    finally:
+        policy.close()
+    assert len(built) == 1 and "optimizers" not in built[0]
+    inner = trainer.optimizer.optimizer  # accelerate's wrapper around the trainer's own
+    assert type(inner) is torch.optim.AdamW
+    for group in inner.param_groups:
+        assert (group["lr"], group["betas"], group["eps"], group["weight_decay"]) == (1e-2, (0.9, 0.999), 1e-8, 0.0)
+        assert not group["fused"] and not group["amsgrad"]
+    trained = {id(p) for p in policy.model.parameters() if p.requires_grad}
+    assert {id(p) for g in inner.param_groups for p in g["params"]} == trained  # the adapter only
+    assert trainer.lr_scheduler.get_last_lr() == [1e-2, 1e-2]
+
+
+def test_a_resumed_policy_goes_on_with_the_saved_adam_moments(tiny_model: Path, tmp_path: Path) -> None:
+    import torch
+
+    from app.local.policies.lm import OPTIMIZER, LmPolicy
+
+    rng = random.Random(5)
+    first = LmPolicy(settings(tiny_model))
+    try:
+        _step(first, rng, "a")
+        _step(first, rng, "b")
+        first.save(tmp_path)
+    finally:
+        first.close()
+    saved = torch.load(tmp_path / OPTIMIZER, weights_only=True)
+    assert _adam_steps(saved) == {2.0} and not (tmp_path / "training_args.bin").exists()
+    second = LmPolicy(replace(settings(tiny_model), total_steps=3))
+    second.load(tmp_path)
+    try:
+        _step(second, rng, "c")
+        assert second.training is not None
+        now = second.training.trainer.optimizer.state_dict()
+    finally:
+        second.close()
+    assert _adam_steps(now) == {3.0}  # the moments went on: a fresh AdamW would be at step 1
+
+
+def test_an_optimizer_state_saved_in_one_group_follows_its_parameters() -> None:
+    """optimizer.pt written by the policy's own AdamW (one group, the model's order) loads into
+    the trainer's (two groups: with and without weight decay): each parameter keeps its moments."""
+    import torch
+
+    from app.local.policies.lm import regrouped
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))
+    params = list(model.parameters())
+    old = torch.optim.AdamW(params, lr=0.1, weight_decay=0.0)
+    model(torch.randn(5, 3)).sum().backward()
+    old.step()
+    decay = [p for p in params if p.dim() > 1]
+    new = torch.optim.AdamW([{"params": decay, "weight_decay": 0.0},
+                             {"params": [p for p in params if p.dim() == 1], "weight_decay": 0.0}], lr=0.1)
+    new.load_state_dict(regrouped(old.state_dict(), new, params))
+    for p in params:
+        assert torch.equal(new.state[p]["exp_avg"], old.state[p]["exp_avg"])
+        assert torch.equal(new.state[p]["exp_avg_sq"], old.state[p]["exp_avg_sq"])
+    same = new.state_dict()
+    assert regrouped(same, new, params) is same  # the same groups: as it is
+    with pytest.raises(ValueError, match="covers 6 parameters, the model trains 5"):
+        regrouped(old.state_dict(), new, params[:5])
+
+
 # -- end to end -----------------------------------------------------------------------------
 
 
@@ -280,6 +384,10 @@ def test_an_lm_job_killed_mid_run_resumes_from_its_last_step(tiny_model: Path, p
     manifest = json.loads((folder / "policy.json").read_text())
     assert manifest["kind"] == "lm" and manifest["steps_done"] == total
     assert (folder / "model.safetensors").is_file() and (folder / "optimizer.pt").is_file()
+    import torch
+
+    # the Adam moments went on across the kill: every step counted, not only those after it
+    assert _adam_steps(torch.load(folder / "optimizer.pt", weights_only=True)) == {float(total)}
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ here at module level: only `policies.make_policy` imports this module, when `lm`
 from __future__ import annotations
 
 import json
+import logging
 import math
 import queue
 import random
@@ -70,9 +71,13 @@ LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.05, "target_
 MAX_EPISODES_KEPT = 4096  # sequences of episodes in flight (an abandoned one is dropped oldest first)
 STEP_TIMEOUT_S = 3600.0  # one GRPO step, once its episodes are handed over
 ADAPTER = "adapter"  # the saved folder's subfolder for a LoRA adapter
-OPTIMIZER = "optimizer.pt"
+OPTIMIZER = "optimizer.pt"  # the trainer's AdamW state (one process, DDP)
+ENGINE_STATE = "engine-state"  # accelerate's save_state folder (DeepSpeed, FSDP: sharded optimizer state)
+ENGINES = ("DEEPSPEED", "FSDP")  # accelerate distributed types whose optimizer state is saved by save_state
+TRAINING_ARGS = "training_args.bin"  # what Trainer.save_model adds (a pickle): not part of a checkpoint
 CHAT_KWARGS = {"enable_thinking": False}  # templates that know it open no thinking block (Qwen3)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+log = logging.getLogger(__name__)
 
 
 class _Closed(Exception):
@@ -112,6 +117,15 @@ class _Turn:
     seconds: float
 
 
+@dataclass(frozen=True)
+class _Resume:
+    """A loaded checkpoint's optimizer state, for the trainer once it exists: optimizer.pt's
+    content (one process, DDP), or the folder whose ENGINE_STATE accelerate loads."""
+
+    folder: Path
+    optimizer: dict[str, Any] | None
+
+
 @dataclass
 class _Batch:
     samples: dict[str, list[Any]]
@@ -128,6 +142,9 @@ class _Training:
     logs: queue.Queue[dict[str, float]] = field(default_factory=queue.Queue)
     error: BaseException | None = None
     closing: threading.Event = field(default_factory=threading.Event)
+    # The training thread waits in rollout_func for the next step's batch: between two steps, in
+    # no collective, so a save's collectives (ZeRO-3/FSDP) may run in the rank's other thread.
+    parked: threading.Event = field(default_factory=threading.Event)
     holding: bool = False  # the training thread holds the model's lock (a step between rollout_func and on_log)
 
     def release(self, lock: threading.Lock) -> None:
@@ -177,10 +194,13 @@ class LmPolicy:
         self.restarts = 0
         self.unfinished_calls = 0
         self.training: _Training | None = None
-        self.optimizer: torch.optim.Optimizer | None = None
-        self._optimizer_state: dict[str, Any] | None = None
+        # A resumed job's checkpoint: its optimizer state goes into the trainer's optimizer once the
+        # trainer has prepared it (on_train_begin): optimizer.pt's content, or the engine's folder.
+        self._resume: _Resume | None = None
+        self.main_process = True  # a data-parallel rank other than 0 writes its engine shards only
         # What a data-parallel rank changes (app/local/dp_worker.py): GRPOConfig arguments (its
-        # share of the batch, the collectives' timeout), and calls made with the built trainer.
+        # share of the batch, the collectives' timeout), calls made with the built trainer, and
+        # main_process.
         self.grpo_overrides: dict[str, Any] = {}
         self.trainer_hooks: list[Any] = []
         # Generation through a vLLM server (`--vllm-server`; docs/scaling.md), else our own forward passes.
@@ -557,15 +577,15 @@ class LmPolicy:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"a GRPO step took more than {STEP_TIMEOUT_S:.0f} s")
 
-    def _start_training(self) -> _Training:
-        """The job's GRPOTrainer (docs/embedded-policy.md#grpotrainer-wiring), training in a thread."""
+    def grpo_config(self) -> Any:
+        """The job's GRPOConfig (docs/embedded-policy.md#grpotrainer-wiring). The trainer makes its
+        optimizer from it in every layout (one process, DDP, DeepSpeed, FSDP): torch's AdamW
+        (`adamw_torch`: torch.optim.AdamW with its default implementation), the job's learning
+        rate, betas 0.9/0.999, eps 1e-8, no weight decay, a constant schedule."""
         import os
 
-        from datasets import Dataset
-        from transformers import TrainerCallback
-        from trl import GRPOConfig, GRPOTrainer
+        from trl import GRPOConfig
 
-        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
         settings = self.settings
         remaining = max(settings.total_steps - self.steps_done, 1)
         cuda = self.loaded.device == "cuda"
@@ -575,15 +595,28 @@ class LmPolicy:
             output_dir=str(output), max_steps=remaining, per_device_train_batch_size=per_step,
             num_generations=settings.group_size, gradient_accumulation_steps=1, steps_per_generation=1,
             num_iterations=1, learning_rate=settings.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
+            optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0,
             beta=self.kl_coef, seed=settings.seed, save_strategy="no", report_to="none", logging_steps=1,
             use_cpu=not cuda, bf16=cuda, temperature=max(self.temperature, 1e-6), loss_type="grpo",
             importance_sampling_level="sequence", max_completion_length=self.max_tokens,
             scale_rewards="group", mask_truncated_completions=False, log_completions=False,
             shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
         vllm = self.generator.trainer_kwargs() if self.generator is not None else {}
-        config = GRPOConfig(**{**arguments, **vllm, **self.grpo_overrides})
-        self.optimizer = self._fresh_optimizer()
-        dataset = Dataset.from_dict({"prompt": ["episode"] * settings.batch_size})
+        return GRPOConfig(**{**arguments, **vllm, **self.grpo_overrides})
+
+    def _start_training(self) -> _Training:
+        """The job's GRPOTrainer (docs/embedded-policy.md#grpotrainer-wiring), training in a thread.
+        No optimizer is handed to it: the trainer's own (grpo_config) is the one DeepSpeed and FSDP
+        take over, and a resumed job's state goes into it once prepared (on_train_begin)."""
+        import os
+
+        from datasets import Dataset
+        from transformers import TrainerCallback
+        from trl import GRPOTrainer
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        config = self.grpo_config()
+        dataset = Dataset.from_dict({"prompt": ["episode"] * self.settings.batch_size})
         training_ref: list[_Training] = []
 
         def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
@@ -595,6 +628,9 @@ class LmPolicy:
 
         policy = self
 
+        def on_train_begin(callback: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            policy._restore(training_ref[0].trainer)  # the model and the optimizer are prepared by now
+
         def on_log(callback: Any, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                    **kwargs: Any) -> None:
             if logs and "loss" in logs:
@@ -604,12 +640,11 @@ class LmPolicy:
                 training_ref[0].logs.put(dict(logs))
 
         # Made with type(): mypy then checks this module the same with or without transformers.
-        logs_callback = type("StepLogs", (TrainerCallback,), {"on_log": on_log})
+        callback = type("StepLogs", (TrainerCallback,), {"on_log": on_log, "on_train_begin": on_train_begin})
 
         rewards: list[Any] = [env_reward]
         trainer = GRPOTrainer(model=self.model, reward_funcs=rewards, args=config, train_dataset=dataset,
-                              processing_class=self.tokenizer, rollout_func=rollout_func, callbacks=[logs_callback()],
-                              optimizers=(self.optimizer, None))
+                              processing_class=self.tokenizer, rollout_func=rollout_func, callbacks=[callback()])
 
         from transformers.trainer_callback import PrinterCallback
 
@@ -633,18 +668,32 @@ class LmPolicy:
         thread.start()
         return training_ref[0]
 
-    def _fresh_optimizer(self) -> torch.optim.Optimizer:
-        """AdamW over the trainable parameters, with the moments a resumed job saved."""
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        optimizer = torch.optim.AdamW(params, lr=self.settings.learning_rate, weight_decay=0.0)
-        if self._optimizer_state is not None:
-            optimizer.load_state_dict(self._optimizer_state)
-            self._optimizer_state = None
-        return optimizer
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _restore(self, trainer: Any) -> None:
+        """A resumed job's optimizer state into the trainer's prepared optimizer: optimizer.pt
+        (one process, DDP: the same on every rank), or accelerate's load_state under DeepSpeed/FSDP
+        (every rank loads its shards: a collective, as every rank's trainer begins)."""
+        resume, self._resume = self._resume, None
+        if resume is None:
+            return
+        if uses_engine(trainer):
+            state = resume.folder / ENGINE_STATE
+            if state.is_dir():
+                trainer.accelerator.load_state(str(state))
+                return
+        elif resume.optimizer is not None:
+            trainer.optimizer.load_state_dict(regrouped(resume.optimizer, trainer.optimizer, self._trainable()))
+            return
+        log.warning("the checkpoint %s holds no optimizer state this layout can load (it was written by another: "
+                    "one process or DDP write %s, DeepSpeed/FSDP %s/); the Adam moments start again",
+                    resume.folder, OPTIMIZER, ENGINE_STATE)
 
     def _next_batch(self, training: _Training) -> dict[str, list[Any]]:
         """GRPOTrainer's rollout_func: the samples update() hands over, holding the policy's
         lock until the step's logs arrive (on_log)."""
+        training.parked.set()
         while True:
             if training.closing.is_set():
                 raise _Closed
@@ -656,6 +705,7 @@ class LmPolicy:
                 raise _Closed
             self.lock.acquire()  # released when the step's logs arrive (on_log)
             training.holding = True
+            training.parked.clear()
             return batch.samples
 
     def close(self) -> None:
@@ -671,25 +721,57 @@ class LmPolicy:
     def save(self, folder: Path) -> None:
         """lora: the adapter (peft) and the tokenizer, the base named in the manifest; full: the
         model (transformers) and the tokenizer. Plus the optimizer's state, so a resumed job goes
-        on with the same Adam moments."""
+        on with the same Adam moments: optimizer.pt (one process, DDP), or accelerate's save_state
+        in ENGINE_STATE (DeepSpeed, FSDP: each rank its shards).
+
+        In a data-parallel job every rank is called at once, into the same folder: once the
+        trainer exists, `Trainer.save_model` on every rank (it gathers ZeRO-3's 16-bit weights or
+        FSDP's full state dict; the main process writes) and save_state on every rank under an
+        engine; the main process writes the rest. Before the trainer exists, the main process
+        writes the model as loaded."""
         with self.lock:
-            if self.trainer_mode == "lora":
-                self.model.save_pretrained(folder)
+            training = self.training
+            if training is None:
+                if self.main_process:
+                    self.model.save_pretrained(folder)
             else:
-                self.model.save_pretrained(folder)
-            self.tokenizer.save_pretrained(folder)
-            if self.optimizer is not None:
-                torch.save(self.optimizer.state_dict(), folder / OPTIMIZER)
-        write_json_atomically(folder / MANIFEST, {
-            "kind": self.kind, "base": self.base, "base_folder": str(self.loaded.folder),
-            "trainer_mode": self.trainer_mode, "steps_done": self.steps_done,
-            "lora": self.lora if self.trainer_mode == "lora" else None})
+                self._wait_parked(training)
+                trainer = training.trainer
+                trainer.save_model(str(folder))
+                if uses_engine(trainer):
+                    trainer.accelerator.save_state(str(folder / ENGINE_STATE))
+                elif self.main_process:
+                    torch.save(trainer.optimizer.state_dict(), folder / OPTIMIZER)
+                if self.main_process:
+                    (folder / TRAINING_ARGS).unlink(missing_ok=True)
+            if self.main_process:
+                self.tokenizer.save_pretrained(folder)
+        if self.main_process:
+            write_json_atomically(folder / MANIFEST, {
+                "kind": self.kind, "base": self.base, "base_folder": str(self.loaded.folder),
+                "trainer_mode": self.trainer_mode, "steps_done": self.steps_done,
+                "lora": self.lora if self.trainer_mode == "lora" else None})
+
+    @staticmethod
+    def _wait_parked(training: _Training) -> None:
+        """Until the training thread waits for its next batch (between two steps, in no collective)."""
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while not training.parked.wait(0.5):
+            if not training.thread.is_alive():
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the GRPO step did not end within {STEP_TIMEOUT_S:.0f} s; nothing was saved")
 
     def load(self, folder: Path) -> None:
+        """A checkpoint's weights into the model now; its optimizer state into the trainer's
+        optimizer when the trainer has prepared it (_restore). Before the training starts only
+        (a resumed job loads first)."""
         manifest = read_manifest(folder)
         if manifest.get("trainer_mode") != self.trainer_mode:
             raise ValueError(f"{folder} holds a {manifest.get('trainer_mode')} checkpoint, not {self.trainer_mode}")
         with self.lock:
+            if self.training is not None:
+                raise RuntimeError("a checkpoint is loaded before the policy trains, not into a running trainer")
             if self.trainer_mode == "lora":
                 from peft import set_peft_model_state_dict
                 from safetensors.torch import load_file
@@ -701,8 +783,32 @@ class LmPolicy:
                 saved = AutoModelForCausalLM.from_pretrained(folder, dtype=self.model.dtype)
                 self.model.load_state_dict(saved.state_dict())
             state = folder / OPTIMIZER
-            self._optimizer_state = torch.load(state, weights_only=True) if state.is_file() else None
+            self._resume = _Resume(folder, torch.load(state, weights_only=True) if state.is_file() else None)
         self.steps_done = int(manifest.get("steps_done", 0))
+
+
+def uses_engine(trainer: Any) -> bool:
+    """Whether the trainer runs under DeepSpeed or FSDP (accelerate's distributed type), whose
+    optimizer state is sharded and saved and loaded through accelerate."""
+    kind = trainer.accelerator.distributed_type
+    return str(getattr(kind, "value", kind)) in ENGINES
+
+
+def regrouped(saved: dict[str, Any], optimizer: Any, trainable: Sequence[torch.nn.Parameter]) -> dict[str, Any]:
+    """An optimizer state saved with other parameter groups, in `optimizer`'s groups: each
+    parameter's moments follow it. Checkpoints written before the trainer made its own AdamW hold
+    one group over the trainable parameters in the model's order; the trainer's has two (with and
+    without weight decay). A state with the same groups is returned as it is."""
+    current = optimizer.state_dict()["param_groups"]
+    if [len(g["params"]) for g in saved["param_groups"]] == [len(g["params"]) for g in current]:
+        return saved
+    old = [i for group in saved["param_groups"] for i in group["params"]]
+    if len(old) != len(trainable):
+        raise ValueError(f"the saved optimizer state covers {len(old)} parameters, the model trains {len(trainable)}")
+    index_of = {id(p): i for i, p in zip(old, trainable, strict=True)}
+    order = [index_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    state = {new: saved["state"][i] for new, i in enumerate(order) if i in saved["state"]}
+    return {"state": state, "param_groups": current}
 
 
 def _literal(text: str) -> Any:

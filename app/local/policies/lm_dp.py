@@ -11,7 +11,8 @@ do not change.
   which is how TRL splits the batch); an episode another rank played is shipped (its token
   lists). TRL gathers every rank's rewards for the group advantages; DDP averages the
   gradients. The logs are gathered: rank 0's are the step's.
-- save: rank 0 (weights and Adam state are the same on every rank); load: every rank.
+- save and load: every rank at once (a save is a collective under ZeRO-3/FSDP: the weights are
+  gathered, each rank writes its optimizer shards; rank 0 writes the rest).
 - a rank that dies (or hangs in a collective) fails the job naming it; close stops every rank.
 docs/design/data-parallel.md.
 """
@@ -290,7 +291,9 @@ class DistributedLmPolicy:
         return UpdateStats(loss=float(first["loss"]), entropy=float(first["entropy"]), extra=extra)
 
     def save(self, folder: Path) -> None:
-        self._post(0, "/save", {"folder": str(folder)})
+        """Every rank into the same folder (the checkpoint store's temporary one), at once."""
+        futures = [self.pool.submit(self._post, r, "/save", {"folder": str(folder)}) for r in range(self.world)]
+        self._gather(futures)
 
     def load(self, folder: Path) -> None:
         futures = [self.pool.submit(self._post, r, "/load", {"folder": str(folder)}) for r in range(self.world)]
