@@ -28,13 +28,13 @@ from app.local.dp_launch import (
     root_cause,
 )
 from app.local.policies import trainer_extra_missing
-from app.local.policies.base import Episode, Parallel
+from app.local.policies.base import Episode, Parallel, PolicySettings
 from app.local.policies.lm_dp import RankMemo, owner_by_position, shares
 from app.local.servers import ServerHandle, start_backend
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import press_payload
+from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE, press_payload
 
 NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
 NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
@@ -345,3 +345,65 @@ def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: 
             assert stats.extra["frac_reward_zero_std"] == pytest.approx(4 / 6), stats.extra
     finally:
         policy.close()
+
+
+@NEEDS_TRAINER
+@NEEDS_TWO_CORES
+@pytest.mark.slow
+def test_every_rank_saves_at_once_into_the_store_folder_and_one_process_resumes(
+        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A save is a collective (under ZeRO-3/FSDP the weights are gathered and each rank writes
+    its optimizer shards): every rank is called at once with the checkpoint store's temporary
+    folder; rank 0 writes the checkpoint, private, which a one-process policy resumes from."""
+    import random
+    import stat
+
+    import torch
+
+    from app.local.checkpoints import Checkpoints
+    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm_dp import DistributedLmPolicy
+
+    settings = PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1,
+                              group_size=2, options={"trainer_mode": "full"})
+    policy = DistributedLmPolicy(settings, Parallel(2))
+    calls: list[tuple[int, str, Any]] = []
+    real = policy._post
+
+    def spied(rank: int, path: str, body: dict[str, Any], timeout: float = 3600.0) -> dict[str, Any]:
+        calls.append((rank, path, body.get("folder")))
+        return real(rank, path, body, timeout)  # the real call: the rank saves
+
+    monkeypatch.setattr(policy, "_post", spied)
+    rng = random.Random(7)
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press B."}]
+    try:
+        group = [Episode([policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, f"trace_j:rl-1-{i}-0a1b", rng).memo],
+                         float(i)) for i in range(2)]
+        assert [m.rank for e in group for m in e.memos] == [0, 1]  # one episode on each rank
+        policy.update([group])
+        target = Checkpoints(tmp_path / "checkpoints").save("job_dp", 1, policy)
+    finally:
+        policy.close()
+    saves = [(rank, folder) for rank, path, folder in calls if path == "/save"]
+    assert sorted(rank for rank, _ in saves) == [0, 1]
+    folders = {folder for _, folder in saves}
+    assert len(folders) == 1 and Path(folders.pop()).name.startswith(".tmp-000001-")  # the store's, renamed after
+    names = {p.name for p in target.iterdir()}
+    assert {"policy.json", "model.safetensors", "optimizer.pt", "tokenizer_config.json"} <= names, names
+    assert "training_args.bin" not in names and "engine-state" not in names  # DDP: optimizer.pt
+    assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in target.iterdir())
+    saved = torch.load(target / "optimizer.pt", weights_only=True)
+    assert {float(s["step"]) for s in saved["state"].values()} == {1.0}
+    # the same checkpoint in one process: the moments go on
+    one = LmPolicy(settings)
+    one.load(target)
+    assert one.steps_done == 1
+    try:
+        one.update([[Episode([one.act(messages, [PRESS_TOOL], TOOL_CHOICE, f"c{i}", rng).memo], float(i))
+                     for i in range(2)]])
+        assert one.training is not None
+        steps = {float(s["step"]) for s in one.training.trainer.optimizer.state_dict()["state"].values()}
+    finally:
+        one.close()
+    assert steps == {2.0}
