@@ -288,6 +288,38 @@ def test_a_resumed_policy_goes_on_with_the_saved_adam_moments(tiny_model: Path, 
     assert _adam_steps(now) == {3.0}  # the moments went on: a fresh AdamW would be at step 1
 
 
+def test_the_engines_save_and_load_through_accelerate_on_the_real_trainer(
+        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """DeepSpeed and FSDP do not run without CUDA; their branch does: chosen here for this
+    one-process trainer (accelerate's distributed type NO counted as an engine), the save goes
+    through accelerate's save_state into engine-state/ (no optimizer.pt) and the resume through
+    load_state on the real, prepared trainer, with the Adam moments going on."""
+    from app.local.policies import lm
+
+    monkeypatch.setattr(lm, "ENGINES", (*lm.ENGINES, "NO"))
+    rng = random.Random(6)
+    first = lm.LmPolicy(settings(tiny_model, trainer_mode="lora"))
+    try:
+        _step(first, rng, "e")
+        _step(first, rng, "f")
+        assert first.training is not None and lm.uses_engine(first.training.trainer)
+        first.save(tmp_path)
+    finally:
+        first.close()
+    names = {p.name for p in tmp_path.iterdir()}
+    assert {"adapter_model.safetensors", "policy.json", lm.ENGINE_STATE} <= names and lm.OPTIMIZER not in names
+    assert (tmp_path / lm.ENGINE_STATE / "optimizer.bin").is_file()
+    second = lm.LmPolicy(replace(settings(tiny_model, trainer_mode="lora"), total_steps=3))
+    second.load(tmp_path)
+    try:
+        _step(second, rng, "g")
+        assert second.training is not None
+        now = second.training.trainer.optimizer.state_dict()
+    finally:
+        second.close()
+    assert _adam_steps(now) == {3.0}
+
+
 def test_an_optimizer_state_saved_in_one_group_follows_its_parameters() -> None:
     """optimizer.pt written by the policy's own AdamW (one group, the model's order) loads into
     the trainer's (two groups: with and without weight decay): each parameter keeps its moments."""
