@@ -116,7 +116,7 @@ def test_a_server_that_fails_a_turn_is_the_turns_problem_in_a_sentence(
 
 
 def test_grpo_trains_on_vllms_samples_and_pushes_the_weights_after_each_step(
-        tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tiny_model: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     ids = {label: encoded(tiny_model, PRESS_C.replace('"C"', f'"{label}"')) for label in "AC"}
     answers = iter([ids["A"], ids["C"], ids["C"], ids["A"]])
     with serving(lambda prompt: (ids_ := next(answers), [-1.0] * len(ids_))) as url:
@@ -134,8 +134,16 @@ def test_grpo_trains_on_vllms_samples_and_pushes_the_weights_after_each_step(
                 # pushed in the training thread before update returned: the next turns see the new weights
                 assert policy.generator.steps == list(range(1, step + 1))
             assert not policy.training.trainer.args.use_vllm  # a client made by hand: no NCCL push here
+            policy.save(tmp_path)
         finally:
             policy.close()
+        # a resumed job: the loaded weights go to the server before its first rollouts, not after a step
+        resumed = policy_on(url, tiny_model, monkeypatch)
+        try:
+            resumed.load(tmp_path)
+            assert resumed.generator.steps == [0] and resumed.steps_done == 2
+        finally:
+            resumed.close()
 
 
 def test_a_server_plans_trainer_fields_are_grpoconfigs() -> None:

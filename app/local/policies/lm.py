@@ -629,7 +629,10 @@ class LmPolicy:
         policy = self
 
         def on_train_begin(callback: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            resumed = policy._resume is not None
             policy._restore(training_ref[0].trainer)  # the model and the optimizer are prepared by now
+            if resumed and policy.generator is not None:  # the server still has the base weights
+                policy.generator.after_step(training_ref[0].trainer)
 
         def on_log(callback: Any, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                    **kwargs: Any) -> None:
@@ -785,6 +788,14 @@ class LmPolicy:
             state = folder / OPTIMIZER
             self._resume = _Resume(folder, torch.load(state, weights_only=True) if state.is_file() else None)
         self.steps_done = int(manifest.get("steps_done", 0))
+        if self.generator is not None:
+            # The vLLM server holds the base weights: the trainer starts now and pushes the loaded
+            # ones (on_train_begin) before this job's first rollouts, not after its first step.
+            self.training = self._start_training()
+            self._wait_parked(self.training)
+            if self.training.error is not None:
+                raise RuntimeError(f"the trainer could not push the loaded weights to the vLLM server: "
+                                   f"{type(self.training.error).__name__}: {self.training.error}")
 
 
 def uses_engine(trainer: Any) -> bool:
