@@ -31,10 +31,10 @@ from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, Parallel
 from app.local.policies.lm_dp import RankMemo, owner_by_position, shares
 from app.local.servers import ServerHandle, start_backend
+from lm_fixtures import press_payload
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import press_payload
 
 NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
 NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
