@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from textual.command import CommandList, CommandPalette
+from textual.content import Content
 from textual.widgets import DataTable
 
 from app.core.api.streaming import WatchEnded
@@ -14,6 +15,7 @@ from app.core.api.wire import JobEvent, JobStatus, MetricPoint
 from app.core.errors import ExitCode
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.paths import run_dir
+from app.core.runs.compare import ComparedRun
 from app.core.runs.feed import FeedBatch
 from app.core.runs.history import RunHistory
 from app.screens.commands import palette_commands
@@ -428,6 +430,40 @@ def test_snapshot_finished_data_parallel_dashboard_wide(snap_compare):
 
 def test_snapshot_finished_data_parallel_dashboard_narrow(snap_compare):
     assert snap_compare(replay_app(world=2), terminal_size=(80, 24))
+
+
+def earlier_runs() -> list[ComparedRun]:
+    """Two earlier runs of the snapshot's job, with hosted-length ids (a rerun of a rerun)."""
+    runs = []
+    for job_id, offset in (("job_c9d75d0a1b2c3d4e5f60718a", -0.08), ("job_a0c79c5e1d2f3a4b5c6d7e8f", -0.16)):
+        run = ComparedRun(job_id)
+        run.store.add([p.model_copy(update={"value": round(p.value + offset, 4)}) for p in finished_run().points])
+        runs.append(run)
+    return runs
+
+
+async def overlay_earlier_runs(pilot) -> None:
+    """As a rerun opens: the dashboard drawn, then the runs it repeats overlaid."""
+    await wait_for(pilot, lambda: len(pilot.app.screen.query(MetricsGrid)) == 1
+                   and len(pilot.app.screen.query_one(MetricsGrid).charts) == 3, what="the charts")
+    pilot.app.screen.query_one(MetricsGrid).set_overlays(earlier_runs())
+    await pilot.pause()
+
+
+def test_snapshot_rerun_with_two_earlier_runs_narrow(snap_compare):
+    """At 80x24 each chart's legend names both earlier runs by their ids (c9d75d…, a0c79c…)."""
+    assert snap_compare(replay_app(), terminal_size=(80, 24), run_before=overlay_earlier_runs)
+
+
+async def test_at_80x24_a_rerun_of_a_rerun_names_both_earlier_runs_in_every_legend():
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await overlay_earlier_runs(pilot)
+        grid = app.screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: all("c9d75d…" in str(c.border_title) for c in grid.charts), what="legends")
+        for chart in grid.charts:
+            legend = Content.from_markup(str(chart.border_title)).plain
+            assert "c9d75d…" in legend and "a0c79c…" in legend and len(legend) <= chart.size.width - 4, legend
 
 
 @pytest.mark.parametrize("size", [(160, 45), (80, 24)])
