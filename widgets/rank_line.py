@@ -22,7 +22,7 @@ class RankLine(Static):
     def show(self, figures: RankFigures | None) -> None:
         """The ranks of the latest step; None hides the line (one process, or not known)."""
         self.figures = figures
-        self.display = figures is not None
+        self.set_class(figures is not None, "-shown")  # styles.tcss: hidden without it
         self._fit()
 
     def on_resize(self) -> None:
