@@ -16,7 +16,6 @@ four it must learn to copy the label from the observation, which it did not in 4
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -24,7 +23,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.local.rollout_contract import GEN_02
-from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapp_kit import (
+    add_rollout_route,
+    ask_policy,
+    base_taskapp,
+    chat_url,
+    first_call_argument,
+    rollout_response,
+)
 
 APP_ID = "press-button"
 LABELS = ("A", "B", "C", "D")
@@ -38,12 +44,8 @@ TOOL_CHOICE = {"type": "function", "function": {"name": "press"}}
 
 
 def _label(tool_calls: list[Any]) -> str | None:
-    try:
-        args = tool_calls[0]["function"]["arguments"]
-        label = (json.loads(args) if isinstance(args, str) else args)["label"]
-    except (IndexError, KeyError, TypeError, ValueError):
-        return None
-    return label if label in LABELS else None
+    label = first_call_argument(tool_calls, "label")
+    return label if isinstance(label, str) and label in LABELS else None
 
 
 async def _play(client: Any, req: Any, asks: Sequence[str]) -> dict[str, Any]:

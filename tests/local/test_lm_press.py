@@ -23,6 +23,7 @@ from lm_fixtures import press_payload
 from pilot_waits import poll_until
 
 from .conftest import ENV_KEY, create_job, events_of, wait_terminal
+from .test_local_resume import answering
 
 REPO = Path(__file__).resolve().parents[2]
 LM_PRESS = REPO / "configs" / "rl" / "lm_press.toml"
@@ -43,18 +44,11 @@ def press_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         url = poll_until(lambda: proc.poll() is None and (m := _LISTENING.search(log.read_text())) and m.group(1),
                          timeout=60, what=f"the press task app to listen (its log: {log})")
-        poll_until(lambda: _answers(url), timeout=30, what="the press task app to answer")
+        poll_until(lambda: answering(url + "/"), timeout=30, what="the press task app to answer")
         yield url
     finally:
         proc.terminate()
         proc.wait(10)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url + "/", timeout=2.0).status_code == 200
-    except httpx.TransportError:
-        return False
 
 
 def test_the_taskapp_command_serves_the_press_game_asking_for_the_buttons_given(press_cli):
