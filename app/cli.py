@@ -20,10 +20,13 @@ from app.core.launch.session import LaunchOptions, LaunchSession
 # parser must not load the backend).
 TRAINER_CHOICES = ("auto", "lm", "tabular")
 
-COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp", "serve",
-            "ranks-host")
+COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp", "tiny-model",
+            "serve", "ranks-host")
 # The commands that never open the TUI, whatever the terminal.
-NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "serve", "ranks-host")
+NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "tiny-model", "serve", "ranks-host")
+# The press task app's buttons (app.local.press_taskapp.LABELS; not imported here: the parser
+# must not load the backend).
+PRESS_LABELS = ("A", "B", "C", "D")
 # What textual-serve sets in a tab's environment: Textual draws for a browser (docs/browser.md).
 WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
 GIVE_UP_HELP = ("stop watching when a backend that answered before has not answered for S seconds: exit 5 "
@@ -102,7 +105,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     adders = {"train": _add_train_parser, "demo": _add_demo_parser, "attach": _add_attach_parser,
               "history": _add_history_parser, "jobs": _add_jobs_parser, "compare": _add_compare_parser,
               "rollouts": _add_rollouts_parser, "serve": _add_serve_parser, "backend": _add_backend_parser,
-              "taskapp": _add_taskapp_parser, "ranks-host": _add_ranks_host_parser}
+              "taskapp": _add_taskapp_parser, "tiny-model": _add_tiny_model_parser,
+              "ranks-host": _add_ranks_host_parser}
     for command, add in adders.items():
         if only is None or only == command:
             add(sub)
@@ -224,9 +228,14 @@ def _add_taskapp_parser(sub: argparse._SubParsersAction) -> None:
         "ENVIRONMENT_API_KEY and the comma-separated ENVIRONMENT_API_KEY_ALIASES (the keys callers must send)"))
     taskapp.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
     taskapp.add_argument("--port", type=int, default=8102, help="port to listen on (default: %(default)s)")
-    taskapp.add_argument("--game", choices=["gridworld", "crafter-lite"], default="gridworld",
-                         help="gridworld (a move tool) or crafter-lite (an SDK-style app: an array-of-enum tool, "
-                              "tool_choice, trace_ correlation ids)")
+    taskapp.add_argument("--game", choices=["gridworld", "crafter-lite", "press"], default="gridworld",
+                         help="gridworld (a move tool), crafter-lite (an SDK-style app: an array-of-enum tool, "
+                              "tool_choice, trace_ correlation ids) or press (\"Press C.\" → press(label=\"C\"): "
+                              "for the lm trainer, configs/rl/lm_press.toml)")
+    taskapp.add_argument("--asks", type=_labels, metavar="LABELS",
+                         help="with --game press: the buttons it asks for, e.g. A or A,C (default: all four, "
+                              "A,B,C,D; the tool offers all four either way). The tiny model of `synth-tui "
+                              "tiny-model` learns one button in a few steps, not to read the label")
     taskapp.add_argument("--contract", choices=["0.2", "0.5"], default="0.2",
                          help="rollout contract generation: 0.2 (synth-ai 0.2: run_id) or 0.5 (synth-ai 0.4/0.5: "
                               "trace_correlation_id, reward_info); docs/rollout-contracts.md")
@@ -234,6 +243,29 @@ def _add_taskapp_parser(sub: argparse._SubParsersAction) -> None:
     taskapp.add_argument("--env-key", action="append", default=[], metavar="KEY",
                          help="accepted ENVIRONMENT_API_KEY (visible to every user via ps: prefer the environment "
                               "or --env-file)")
+
+
+def _add_tiny_model_parser(sub: argparse._SubParsersAction) -> None:
+    tiny = sub.add_parser(
+        "tiny-model", help="write a tiny Qwen3-architecture model (random weights) for trying the lm trainer offline",
+        description="Write a tiny model in Hugging Face format into DIR, built here in seconds without the hub: "
+                    "2 layers, about 140k parameters, random weights, a tokenizer for the press task app's chats "
+                    "and a chat template. It is for trying the lm trainer (configs/rl/lm_press.toml with "
+                    "`synth-tui taskapp --game press --asks A`), not a model to use; a real one is any local "
+                    "Hugging Face folder with a chat template (e.g. `hf download Qwen/Qwen3-0.6B --local-dir DIR`). "
+                    "Needs pip install 'synth-tui[trainer]'.")
+    tiny.add_argument("folder", metavar="DIR", help="a new or empty folder")
+    tiny.add_argument("--seed", type=_count(0, 2**32 - 1), default=0, help="the weights' seed (default 0)")
+
+
+def _labels(text: str) -> tuple[str, ...]:
+    """``--asks``: comma-separated buttons of the press task app, each once."""
+    labels = tuple(part.strip().upper() for part in text.split(","))
+    wrong = [label for label in labels if label not in PRESS_LABELS]
+    if wrong or not labels:
+        raise argparse.ArgumentTypeError(f"{text[:20]!r} is not a comma-separated list of buttons from "
+                                         f"{', '.join(PRESS_LABELS)} (e.g. A or A,C)")
+    return tuple(dict.fromkeys(labels))
 
 
 def _add_jobs_parser(sub: argparse._SubParsersAction) -> None:
@@ -439,8 +471,8 @@ def _demo(args: argparse.Namespace, interactive: bool) -> int:
 def _server(args: argparse.Namespace, interactive: bool) -> int:
     from app import serve
 
-    runner = {"backend": serve.run_backend_server, "ranks-host": serve.run_ranks_host}.get(args.command,
-                                                                                         serve.run_taskapp_server)
+    runner = {"backend": serve.run_backend_server, "ranks-host": serve.run_ranks_host,
+              "tiny-model": serve.run_tiny_model}.get(args.command, serve.run_taskapp_server)
     return runner(args)
 
 
@@ -509,7 +541,8 @@ def _jobs(args: argparse.Namespace, interactive: bool) -> int:
 
 
 _RUNNERS: dict[str, Callable[[argparse.Namespace, bool], int]] = {
-    "train": _train, "demo": _demo, "backend": _server, "taskapp": _server, "ranks-host": _server, "attach": _attach,
+    "train": _train, "demo": _demo, "backend": _server, "taskapp": _server, "tiny-model": _server,
+    "ranks-host": _server, "attach": _attach,
     "history": _history, "compare": _compare, "serve": _serve, "rollouts": _rollouts, "jobs": _jobs,
 }
 

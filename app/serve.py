@@ -1,6 +1,7 @@
 """``synth-tui backend`` and ``synth-tui taskapp``: the embedded servers as commands, with
 their keys from the shell or an --env-file (never from a flag's value if it can be helped:
-a command line is readable by every user of the machine)."""
+a command line is readable by every user of the machine); and ``synth-tui tiny-model``, a
+model for trying the backend's `lm` trainer without the Hugging Face hub."""
 
 from __future__ import annotations
 
@@ -129,6 +130,9 @@ def run_ranks_host(args: argparse.Namespace) -> int:
 def run_taskapp_server(args: argparse.Namespace) -> int:
     from app.local.servers import serve_taskapp
 
+    if args.asks and args.game != "press":
+        raise UsageError(f"--asks chooses the press task app's buttons; --game {args.game} has none.",
+                         "Pass --game press with it, or leave --asks out.")
     _warn_keys_in_argv(args)
     sources = _key_sources(args.env_file)
     env_keys = _env_keys(args, sources)
@@ -136,5 +140,31 @@ def run_taskapp_server(args: argparse.Namespace) -> int:
         # A task app without a key answers 503 to every authenticated call (docs/wire-contract.md#task-app-auth).
         print(f"Warning: no ENVIRONMENT_API_KEY found in {_where_keys_were_sought(args.env_file)}; "
               "every authenticated call will answer 503.", file=sys.stderr, flush=True)
-    serve_taskapp(args.host, args.port, env_keys, args.game, contract=args.contract)
+    serve_taskapp(args.host, args.port, env_keys, args.game, contract=args.contract, asks=args.asks)
+    return ExitCode.OK
+
+
+def run_tiny_model(args: argparse.Namespace) -> int:
+    """Write the tiny model into a new or empty folder; says where and what it is for."""
+    from app.core.config.models import LOCAL_PATH_PREFIXES
+    from app.local.policies import trainer_extra_missing
+
+    folder = user_path(args.folder)
+    missing = trainer_extra_missing()
+    if missing is not None:
+        raise UsageError(f"Cannot build the tiny model: {missing}.", "Install it, then run this again.")
+    if folder.exists() and (not folder.is_dir() or any(folder.iterdir())):
+        raise UsageError(f"{folder} is {'not empty' if folder.is_dir() else 'not a folder'}; the tiny model is "
+                         "written only into a new or empty folder.", "Pass another DIR.")
+    from transformers.utils import logging as transformers_logging
+
+    from app.local.tiny_model import build_tiny_qwen3
+
+    transformers_logging.disable_progress_bar()  # "Writing model shards" for a file of half a megabyte
+    build_tiny_qwen3(folder, seed=args.seed)
+    base = args.folder if args.folder.startswith(LOCAL_PATH_PREFIXES) else f"./{args.folder}"
+    print(f"Wrote a tiny Qwen3-architecture model (random weights, about 140k parameters) to {folder}.\n"
+          "It is for trying the lm trainer, not a model to use: served by `synth-tui taskapp --game press --asks A`, "
+          "it learns to press A within a few steps (configs/rl/lm_press.toml; README: Train a language model).\n"
+          f'A config trains it with [model] base = "{base}" (a path from where the backend runs).')
     return ExitCode.OK

@@ -28,8 +28,8 @@ from typing import Any
 
 from benchmarks.common import REPO, Figure, child_main, say
 
-# One copy of the fixtures: the tests' tiny model and press task app.
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "local")]
+# One copy of the tests' press job payload (tests/lm_fixtures.py).
+sys.path[:0] = [str(REPO / "tests")]
 
 API_KEY, ENV_KEY = "sk_bench_dp_0123456789", "e" * 32
 
@@ -41,10 +41,10 @@ def _stamp(event: dict[str, Any]) -> float:
 def one_layout(model: Path, task_url: str, processes: int, steps: int) -> dict[str, float]:
     """Run one job with `processes` ranks; its step figures (seconds) and scores."""
     import httpx
-    from press_taskapp import press_payload
 
     from app.local.policies.base import Parallel
     from app.local.servers import start_backend
+    from lm_fixtures import press_payload
 
     with tempfile.TemporaryDirectory() as tmp, \
             start_backend(api_key=API_KEY, db_path=Path(tmp) / "s.sqlite3", env_api_keys=[ENV_KEY], trainer="lm",
@@ -86,10 +86,9 @@ def run(quick: bool) -> list[Figure]:
     missing = trainer_extra_missing()
     if missing or cores() < 2:
         return [Figure("lm data-parallel", None, note=missing or "needs 2 cores")]
-    from press_taskapp import create_press_taskapp
-
+    from app.local.press_taskapp import create_press_taskapp
     from app.local.servers import ServerHandle, _bind
-    from lm_fixtures import build_tiny_qwen3
+    from app.local.tiny_model import build_tiny_qwen3
 
     steps = 4 if quick else 8
     app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))

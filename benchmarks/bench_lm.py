@@ -31,13 +31,13 @@ from typing import Any
 
 from benchmarks.common import REPO, Figure, child_main, say
 
-# The test fixtures build the models, and the press task app is the one the tests train on
-# (one copy of each).
-sys.path[:0] = [str(REPO / "tests"), str(REPO / "tests" / "local")]
+# The tests' SmolLM2 fixture (tests/smollm2.py) converts the pretrained model (one copy).
+sys.path[:0] = [str(REPO / "tests")]
 
-from press_taskapp import PRESS_TOOL as TOOL  # noqa: E402
-from press_taskapp import SYSTEM_PROMPT  # noqa: E402
-from press_taskapp import TOOL_CHOICE as CHOICE  # noqa: E402
+from app.local import press_taskapp  # noqa: E402
+from app.local.press_taskapp import PRESS_TOOL as TOOL  # noqa: E402
+from app.local.press_taskapp import SYSTEM_PROMPT  # noqa: E402
+from app.local.press_taskapp import TOOL_CHOICE as CHOICE  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press C."}]
 
@@ -113,7 +113,6 @@ def endpoint_overhead(folder: Path, steps: int) -> tuple[float, float, int]:
     import copy
 
     import httpx
-    import press_taskapp  # tests/local/press_taskapp.py
 
     from app.demo import demo_payload, load_demo_config
     from app.local.policies.lm import LmPolicy
@@ -176,7 +175,7 @@ def run(quick: bool) -> list[Figure]:
     import torch
 
     from app.local.policies.lm_model import cpu_threads
-    from lm_fixtures import build_tiny_qwen3
+    from app.local.tiny_model import build_tiny_qwen3
 
     torch.set_num_threads(cpu_threads())
     figures: list[Figure] = []

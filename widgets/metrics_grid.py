@@ -92,20 +92,30 @@ class Line:
     def label(self) -> str:
         return f"{self.run} {self.split}" if self.run else self.split
 
+    def short_run(self, run_chars: int | None) -> str:
+        """The run's label cut to ``run_chars`` characters (None: whole; 0: left out)."""
+        if run_chars is None or not self.run:
+            return self.run
+        bare = self.run.removesuffix("…")
+        return "" if run_chars <= 0 else self.run if len(bare) <= run_chars else bare[:run_chars] + "…"
+
     def short_label(self, run_chars: int | None) -> str:
         """The label with the run's id cut to ``run_chars`` characters (0: left out), never
         the split: a legend that must shrink loses the ids' tails first."""
-        if run_chars is None or not self.run:
-            return self.label
-        bare = self.run.removesuffix("…")
-        run = "" if run_chars <= 0 else self.run if len(bare) <= run_chars else bare[:run_chars] + "…"
+        run = self.short_run(run_chars)
         return f"{run} {self.split}" if run else self.split
 
 
 # A legend too long for its chart's top border tries these in turn, rather than let the border
-# cut it at its end: the runs' ids cut to so many characters (0: the glyph and the split
-# alone; the readouts rows below name every run), and one space between entries, not two.
-LEGEND_FITS = (*((chars, "  ") for chars in (None, 6, 4)), *((chars, " ") for chars in (None, 6, 4, 2, 0)))
+# cut it at its end: an entry per line ("lines": the live run's splits, each earlier run's
+# id and split) or, for the earlier runs, one per run ("runs": its lines' marks, then its id
+# once: ━┅ c9d75d…, the dotted one its eval); the runs' ids cut to so many characters (None:
+# as run_labels made them; 0: the glyph and the split alone, the readouts rows below name
+# every run); two spaces between entries, then one. Every run keeps its whole short id
+# before any id is cut (two or three earlier runs at 80 columns: the "runs" form).
+LEGEND_FITS = (("lines", None, "  "), ("lines", 6, "  "), ("lines", None, " "), ("lines", 6, " "),
+               ("runs", None, "  "), ("runs", None, " "), ("lines", 4, " "), ("runs", 4, " "), ("lines", 2, " "),
+               ("lines", 0, " "))
 LEGEND_LAST_RUN_CHARS = 2  # the ids in a legend that names only its first lines
 LEGEND_BORDER_CELLS = 4  # the border's corners and the rule either side of the title
 
@@ -248,11 +258,21 @@ class MetricChart(Vertical):
                 f"{legend_mark(line.color, line.glyph)} [dim]{line.short_label(run_chars)}[/]" if line.overlay
                 else f"{legend_mark(line.color, line.glyph)} {line.short_label(run_chars)}" for line in lines]
 
+        def run_entries(run_chars: int | None) -> list[str]:
+            """The live run's lines as in `entries`; each earlier run once, its lines' marks first."""
+            runs: dict[str, list[Line]] = {}
+            for line in lines:
+                if line.overlay:
+                    runs.setdefault(line.run, []).append(line)
+            head = entries(run_chars)[:1 + sum(not line.overlay for line in lines)]
+            return head + ["".join(legend_mark(line.color, line.glyph) for line in group)
+                           + f" [dim]{group[0].short_run(run_chars)}[/]" for group in runs.values()]
+
         def fits(legend: str) -> bool:
             return cell_len(Content.from_markup(legend).plain) <= room
 
-        for run_chars, gap in LEGEND_FITS:
-            legend = gap.join(entries(run_chars) + step)
+        for form, run_chars, gap in LEGEND_FITS:
+            legend = gap.join((entries if form == "lines" else run_entries)(run_chars) + step)
             if not self.size.width or fits(legend):
                 return legend
         # Still too long: whole entries from the end give way to "+N" (the readouts rows name

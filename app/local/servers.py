@@ -27,6 +27,7 @@ from app.local.backend import create_backend_app
 from app.local.crafter_taskapp import create_crafter_taskapp
 from app.local.policies import ONE_PROCESS
 from app.local.policies.base import Parallel
+from app.local.press_taskapp import create_press_taskapp
 from app.local.retry import SERVER_KEEPALIVE_S
 from app.local.rollout_contract import GEN_02
 from app.local.store import check_store_file
@@ -152,14 +153,21 @@ def start_backend(
     return handle
 
 
-TASK_APPS = {"gridworld": create_taskapp, "crafter-lite": create_crafter_taskapp}
+TASK_APPS: dict[str, Callable[..., FastAPI]] = {"gridworld": create_taskapp, "crafter-lite": create_crafter_taskapp,
+                                                "press": create_press_taskapp}
+
+
+def _taskapp(game: str, env_api_keys: Sequence[str], contract: str, asks: Sequence[str] | None) -> FastAPI:
+    """``asks``: the press app's buttons to ask for (None: all); the other games take none."""
+    extra = {} if asks is None else {"asks": tuple(asks)}
+    return TASK_APPS[game](env_api_keys=env_api_keys, contract=contract, **extra)
 
 
 def start_taskapp(*, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0,
-                  game: str = "gridworld", contract: str = GEN_02) -> ServerHandle:
+                  game: str = "gridworld", contract: str = GEN_02, asks: Sequence[str] | None = None) -> ServerHandle:
     """A reference task app; `contract` is the rollout contract generation it speaks
     ("0.2" or "0.5", docs/rollout-contracts.md)."""
-    app = TASK_APPS[game](env_api_keys=env_api_keys, contract=contract)
+    app = _taskapp(game, env_api_keys, contract, asks)
     return ServerHandle("task app", app, _bind(host, port)).start("/")
 
 
@@ -204,11 +212,12 @@ def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str
 
 
 def serve_taskapp(host: str, port: int, env_api_keys: Sequence[str], game: str = "gridworld",
-                  contract: str = GEN_02) -> None:
+                  contract: str = GEN_02, asks: Sequence[str] | None = None) -> None:
     """Serve until Ctrl-C (blocking)."""
-    app = TASK_APPS[game](env_api_keys=env_api_keys, contract=contract)  # an unknown contract fails here
+    app = _taskapp(game, env_api_keys, contract, asks)  # an unknown contract fails here
     sock = _bind_for_serving(host, port, "task app")
     bound = sock.getsockname()[1]
-    print(f"synth-tui {game} task app (rollout contract {contract}) on {_url(host, bound)}", file=sys.stderr,
+    asking = f", asking for {','.join(asks)}" if asks else ""
+    print(f"synth-tui {game} task app (rollout contract {contract}{asking}) on {_url(host, bound)}", file=sys.stderr,
           flush=True)
     _Server(_config(app, host, bound), None).run(sockets=[sock])

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import json
 import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -239,6 +240,16 @@ async def ask_policy(client: httpx.AsyncClient, url: str, body: dict[str, Any], 
         return resp.json()["choices"][0]["message"].get("tool_calls") or []
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         raise inference_failed(url, "the answer is not an OpenAI chat completion", where) from None
+
+
+def first_call_argument(tool_calls: list[Any], name: str) -> Any:
+    """The argument `name` of the policy's first tool call (its arguments a JSON string or an
+    object), or None when the answer has no such call or argument."""
+    try:
+        args = tool_calls[0]["function"]["arguments"]
+        return (json.loads(args) if isinstance(args, str) else args)[name]
+    except (IndexError, KeyError, TypeError, ValueError):
+        return None
 
 
 def inference_failed(url: str, why: str, where: str) -> HTTPException:

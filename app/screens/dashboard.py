@@ -36,6 +36,7 @@ from app.core.runs.events import policy_badge
 from app.core.runs.feed import FeedBatch, JobFeed
 from app.core.runs.history import RunHistory
 from app.core.runs.jobs import CANCEL_DETAIL, JobContext, export_run, read_history, remember, stop_backend_jobs
+from app.core.runs.ranks import rank_figures
 from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore
 from app.screens.base import FlowScreen
@@ -47,6 +48,7 @@ from widgets.app_header import AppHeader
 from widgets.event_log import EventLog
 from widgets.job_header import JobHeader, shown_text
 from widgets.metrics_grid import MetricsGrid
+from widgets.rank_line import RankLine
 
 # At 80 columns the charts sit above the log and take at most this share of the height.
 NARROW_CHART_SHARE = 0.6
@@ -146,6 +148,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def compose(self) -> ComposeResult:
         yield AppHeader()
         yield JobHeader("", id="dash-header", classes="flow-header", markup=True)
+        yield RankLine(id="dash-ranks")
         with Horizontal(id="dash-body"):
             grid = MetricsGrid(self.store, preferred_metric=self.session.options.metric, id="dash-chart")
             grid.live_job_id = self.job.job_id
@@ -249,6 +252,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             if (badge := policy_badge(batch.events)) is not None and badge != self.policy:
                 self.policy = badge
                 self._header_changed()
+            if (ranks := rank_figures(batch.events)) is not None:  # a data-parallel job's latest step
+                self.query_one(RankLine).show(ranks)
             # A success the backend qualifies (it learned nothing, it got worse): the end says so.
             self.completion_warning = next(
                 (e.message for e in reversed(batch.events) if e.type in TERMINAL_SUCCESS_EVENTS

@@ -132,12 +132,12 @@ def quick_rollout_retries(monkeypatch: pytest.MonkeyPatch) -> Backoff:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Qwen3-architecture model, built offline once a worker (tests/lm_fixtures.py)."""
+    """The tiny Qwen3-architecture model, built offline once a worker (app/local/tiny_model.py)."""
     from app.local.policies import trainer_extra_missing
 
     if trainer_extra_missing() is not None:
         pytest.skip(str(trainer_extra_missing()))
-    from lm_fixtures import build_tiny_qwen3
+    from app.local.tiny_model import build_tiny_qwen3
 
     return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
 
@@ -146,7 +146,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def press_app() -> Iterator[ServerHandle]:
     """Asks for A only (the button the untrained fixture model presses least, about 1 in 16):
     the model must learn which of the four buttons the app wants."""
-    from .press_taskapp import create_press_taskapp
+    from app.local.press_taskapp import create_press_taskapp
 
     app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))
     with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:

@@ -8,7 +8,6 @@ score about 0.28. Built on app/local/taskapp_kit.py like the gridworld and craft
 
 from __future__ import annotations
 
-import json
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -16,7 +15,14 @@ from typing import Any
 from fastapi import FastAPI
 
 from app.local.rollout_contract import GEN_02
-from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapp_kit import (
+    add_rollout_route,
+    ask_policy,
+    base_taskapp,
+    chat_url,
+    first_call_argument,
+    rollout_response,
+)
 
 from .sdk_taskapps.guess_rules import (
     APP_ID,
@@ -33,11 +39,7 @@ from .sdk_taskapps.guess_rules import (
 
 
 def _number(tool_calls: list[Any]) -> int | None:
-    try:
-        args = tool_calls[0]["function"]["arguments"]
-        number = (json.loads(args) if isinstance(args, str) else args)["number"]
-    except (IndexError, KeyError, TypeError, ValueError):
-        return None
+    number = first_call_argument(tool_calls, "number")
     return number if isinstance(number, int) and LOW <= number <= HIGH else None
 
 

@@ -30,11 +30,12 @@ from app.local.dp_launch import (
 from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, Parallel, PolicySettings
 from app.local.policies.lm_dp import RankMemo, owner_by_position, shares
+from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from app.local.servers import ServerHandle, start_backend
+from lm_fixtures import press_payload
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE, press_payload
 
 NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
 NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
@@ -323,8 +324,6 @@ def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: 
 
     from app.local.policies.base import PolicySettings
     from app.local.policies.lm_dp import DistributedLmPolicy
-
-    from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 
     settings = PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=3,
                               group_size=2, options={"trainer_mode": "full", "max_tokens": 48})

@@ -22,10 +22,10 @@ from app.cli import main
 from app.local.dp_launch import TOKEN_FILE, alive, free_port
 from app.local.policies.base import Parallel
 from app.local.servers import ServerHandle, start_backend
+from lm_fixtures import press_payload
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import press_payload
 from .test_lm_dp import NEEDS_TRAINER, NEEDS_TWO_CORES
 
 

@@ -16,10 +16,10 @@ import pytest
 
 from app.local.dp_launch import alive
 from app.local.servers import ServerHandle
+from lm_fixtures import press_payload
 from pilot_waits import poll_until
 
 from .conftest import api_client, create_job, events_of, wait_terminal
-from .press_taskapp import press_payload
 from .test_lm_dp import NEEDS_TRAINER, NEEDS_TWO_CORES
 from .test_local_resume import backend_process
 

@@ -20,11 +20,12 @@ import pytest
 
 from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, PolicySettings
+from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from app.local.servers import ServerHandle, start_backend
+from lm_fixtures import press_payload
 from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from .press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE, press_payload
 from .test_local_resume import backend_process
 
 pytestmark = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))

@@ -15,9 +15,9 @@ import pytest
 from app.cli import main
 from app.local.dp_vllm import VllmGenerator, VllmPlan
 from app.local.policies.base import Episode, PolicyCannotAct
+from app.local.press_taskapp import PRESS_TOOL, TOOL_CHOICE
 
 from .fake_vllm import FakeVllm, serving, trls_client
-from .press_taskapp import PRESS_TOOL, TOOL_CHOICE
 from .test_lm_policy import press_messages, settings
 
 PRESS_C = '<tool_call>\n{"name": "press", "arguments": {"label": "C"}}\n</tool_call><|im_end|>'

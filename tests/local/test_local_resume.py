@@ -42,7 +42,7 @@ def backend_process(db: Path, home: Path, *args: str) -> Iterator[tuple[subproce
         url = poll_until(lambda: (m := _LISTENING.search(log.read_text())) and m.group(1),
                          timeout=60, what=f"the backend to listen (its log: {log})")
         # It says its address before it listens: wait until it answers.
-        poll_until(lambda: _answers(url), timeout=60, what="the backend to answer")
+        poll_until(lambda: answering(url + "/api/health"), timeout=60, what="the backend to answer")
         handle = ServerHandle.__new__(ServerHandle)  # only its url is used
         handle.url = url
         yield proc, handle
@@ -52,9 +52,10 @@ def backend_process(db: Path, home: Path, *args: str) -> Iterator[tuple[subproce
         proc.wait(10)
 
 
-def _answers(url: str) -> bool:
+def answering(url: str) -> bool:
+    """Whether a server just started answers `url` with a 200 yet."""
     try:
-        return httpx.get(url + "/api/health", timeout=2).status_code == 200
+        return httpx.get(url, timeout=2).status_code == 200
     except httpx.TransportError:
         return False
 

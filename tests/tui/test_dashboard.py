@@ -7,6 +7,7 @@ import threading
 
 import pytest
 from textual.command import CommandList, CommandPalette
+from textual.content import Content
 from textual.widgets import DataTable
 
 from app.core.api.streaming import WatchEnded
@@ -14,6 +15,7 @@ from app.core.api.wire import JobEvent, JobStatus, MetricPoint
 from app.core.errors import ExitCode
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.paths import run_dir
+from app.core.runs.compare import ComparedRun
 from app.core.runs.feed import FeedBatch
 from app.core.runs.history import RunHistory
 from app.screens.commands import palette_commands
@@ -26,6 +28,7 @@ from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
+from widgets.rank_line import RankLine
 
 
 def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02,
@@ -359,17 +362,34 @@ async def test_backend_restart_shows_reconnecting_and_loses_nothing():
     assert shown == [e["seq"] for _, events, _ in timeline for e in events]
 
 
-def finished_run() -> FeedBatch:
-    """A fixed, finished run: 30 steps whose score climbs, with noise and an error event."""
+def rank_data(step: int, world: int) -> dict:
+    """A data-parallel step's figures (app/local/policies/lm_dp.py), fixed: rank 1 the slowest,
+    so it waits least in the all-reduce."""
+    data: dict = {"step": step, "world_size": float(world), "allreduce_s": 0.0121}
+    for rank in range(world):
+        data[f"rank{rank}_generation_tokens_per_s"] = round(498.7 - 120.4 * (rank % 2) + 3.1 * rank, 2)
+        data[f"rank{rank}_allreduce_s"] = 0.0014 if rank % 2 else 0.0228
+    return data
+
+
+def finished_run(world: int = 1) -> FeedBatch:
+    """A fixed, finished run: 30 steps whose score climbs, with noise and an error event;
+    ``world`` > 1: trained by the lm policy in that many processes (the step events say each
+    rank's figures)."""
     events = [JobEvent(seq=1, type="rl.job.created", level="info", message="Job created",
                        created_at="2026-01-01T12:00:00Z"),
               JobEvent(seq=2, type="hatchet.submission.attempt", level="info", message="submitting",
                        created_at="2026-01-01T12:00:01Z")]
+    if world > 1:
+        events[1] = JobEvent(seq=2, type="rl.train.policy", level="info", message=f"lm in {world} processes",
+                             data={"policy": "lm", "stand_in": False, "world_size": world},
+                             created_at="2026-01-01T12:00:01Z")
     points = []
     for step in range(1, 31):
         score = round(0.15 + 0.8 * (1 - 0.9 ** step) + (0.03 if step % 3 else -0.02), 4)
         events.append(JobEvent(seq=step + 2, type="rl.train.step", level="info",
                                message=f"Step {step}/30: mean score {score:.3f}",
+                               data=rank_data(step, world) if world > 1 else {},
                                created_at=f"2026-01-01T12:00:{step + 1:02d}Z"))
         at = f"2026-01-01T12:00:{step + 1:02d}Z"
         points += [MetricPoint(name="train.mean_score", step=step, value=score, created_at=at),
@@ -387,10 +407,12 @@ def finished_run() -> FeedBatch:
                      ended=WatchEnded("succeeded", payload, "terminal"))
 
 
-def replay_app() -> SynthTuiApp:
+def replay_app(world: int = 1) -> SynthTuiApp:
     session = LaunchSession(LaunchOptions(backend="http://127.0.0.1:8000"), shell={"SYNTH_API_KEY": "sk_fixed_000000"})
     session.resolve()
-    job = JobContext("job_snapshot", None, "configs/rl/demo.toml", "Qwen/Qwen3-0.6B", replay=finished_run())
+    config, model = ("configs/rl/lm_press.toml", "./tiny-qwen3") if world > 1 else (
+        "configs/rl/demo.toml", "Qwen/Qwen3-0.6B")
+    job = JobContext("job_snapshot", None, config, model, replay=finished_run(world))
     return SynthTuiApp(session, attach=job)
 
 
@@ -400,6 +422,84 @@ def test_snapshot_finished_dashboard_wide(snap_compare):
 
 def test_snapshot_finished_dashboard_narrow(snap_compare):
     assert snap_compare(replay_app(), terminal_size=(80, 24))
+
+
+def test_snapshot_finished_data_parallel_dashboard_wide(snap_compare):
+    assert snap_compare(replay_app(world=2), terminal_size=(160, 45))
+
+
+def test_snapshot_finished_data_parallel_dashboard_narrow(snap_compare):
+    assert snap_compare(replay_app(world=2), terminal_size=(80, 24))
+
+
+def earlier_runs() -> list[ComparedRun]:
+    """Two earlier runs of the snapshot's job, with hosted-length ids (a rerun of a rerun)."""
+    runs = []
+    for job_id, offset in (("job_c9d75d0a1b2c3d4e5f60718a", -0.08), ("job_a0c79c5e1d2f3a4b5c6d7e8f", -0.16)):
+        run = ComparedRun(job_id)
+        run.store.add([p.model_copy(update={"value": round(p.value + offset, 4)}) for p in finished_run().points])
+        runs.append(run)
+    return runs
+
+
+async def overlay_earlier_runs(pilot) -> None:
+    """As a rerun opens: the dashboard drawn, then the runs it repeats overlaid."""
+    await wait_for(pilot, lambda: len(pilot.app.screen.query(MetricsGrid)) == 1
+                   and len(pilot.app.screen.query_one(MetricsGrid).charts) == 3, what="the charts")
+    pilot.app.screen.query_one(MetricsGrid).set_overlays(earlier_runs())
+    await pilot.pause()
+
+
+def test_snapshot_rerun_with_two_earlier_runs_narrow(snap_compare):
+    """At 80x24 each chart's legend names both earlier runs by their ids (c9d75d…, a0c79c…)."""
+    assert snap_compare(replay_app(), terminal_size=(80, 24), run_before=overlay_earlier_runs)
+
+
+async def test_at_80x24_a_rerun_of_a_rerun_names_both_earlier_runs_in_every_legend():
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await overlay_earlier_runs(pilot)
+        grid = app.screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: all("c9d75d…" in str(c.border_title) for c in grid.charts), what="legends")
+        for chart in grid.charts:
+            legend = Content.from_markup(str(chart.border_title)).plain
+            assert "c9d75d…" in legend and "a0c79c…" in legend and len(legend) <= chart.size.width - 4, legend
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_a_data_parallel_job_shows_each_ranks_figures_under_the_header(size):
+    """The line under the header follows the latest step: every rank's generation tokens/s
+    and all-reduce time, named by rank; at 80 columns in a shorter wording, still one line."""
+    app = replay_app(world=2)
+    async with app.run_test(size=size) as pilot:
+        line = app.screen.query_one("#dash-ranks", RankLine)
+        await wait_for(pilot, lambda: line.display and line.size.width > 0, what="the ranks line")
+        await pilot.pause()
+        text = str(line.render())
+        assert "step 30" in text and "r0 499" in text and "r1 381" in text, text
+        assert "r0 22.8" in text and "r1 1.4" in text, text
+        assert len(text) <= size[0] - 2 and line.size.height == 1
+        if size[0] == 160:
+            assert "generation tokens/s" in text and "mean 12.1 ms" in text, text
+        header = str(app.screen.query_one("#dash-header").render())
+        assert "lm × 2" in header, header
+        # The next step's figures replace them: four ranks now, rank 3 the slowest.
+        data = rank_data(31, 4) | {"rank3_generation_tokens_per_s": 12.5, "rank3_allreduce_s": 0.0005}
+        app.screen._apply(FeedBatch(events=[JobEvent(seq=40, type="rl.train.step", message="Step 31", data=data)]))
+        await pilot.pause()
+        text = str(line.render())
+        assert "step 31" in text and ("r3 12.5" in text or "(slowest r3)" in text), text
+        assert len(text) <= size[0] - 2
+
+
+async def test_a_job_in_one_process_has_no_ranks_line():
+    app = replay_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: app.screen.query_one(MetricsGrid).charts, what="the charts")
+        app.screen._apply(FeedBatch(events=[JobEvent(seq=40, type="rl.train.step", message="Step 31",
+                                                     data={"step": 31, "world_size": 1.0})]))
+        await pilot.pause()
+        assert not app.screen.query_one("#dash-ranks", RankLine).display
 
 
 async def test_log_follows_the_tail_until_the_user_scrolls_up():

@@ -90,8 +90,10 @@ async def test_the_overlay_key_draws_an_earlier_run_of_the_same_config(faulty_ba
         chart = grid.chart("mean_score")
         await wait_for(pilot, lambda: "[dim]" in str(chart.border_title), what="the overlay in the legend")
         assert [label for _, _, label in chart.overlay_series()] == ["old train", "old eval"]
-        # A 46-column chart: the legend fits its border by leaving the id out, never the split.
-        assert legend_plain(chart).endswith("━ train ┅ eval") and len(legend_plain(chart)) <= chart.size.width - 4
+        # A 46-column chart: the legend fits its border by naming the earlier run once, after its
+        # lines' marks (train solid, eval dotted), never by leaving its id or a split out.
+        legend = legend_plain(chart)
+        assert legend.endswith("━ train  ━ eval  ━┅ old") and len(legend) <= chart.size.width - 4, legend
 
 
 def overlay_rows(modal: OverlayPickerDialog) -> list[str]:
@@ -405,11 +407,13 @@ async def test_without_colour_a_series_keeps_its_glyph_on_every_chart(monkeypatc
         assert len({next(iter(g)) for g in marks.values()}) == len(marks) == 4, marks
 
 
-@pytest.mark.parametrize("size", [(160, 45), (100, 30), (60, 30)])
+@pytest.mark.parametrize("size", [(160, 45), (100, 30), (80, 24), (60, 30)])
 async def test_a_legend_fits_its_border_cutting_ids_never_splits(size):
     """Two earlier runs with long ids, train and eval each: the legend is shortened to fit the
-    chart's top border (ids cut, one "…" each), so the border never cuts it (`c9d75d……`,
-    `4807d5… …`); every overlay's readouts row keeps last, best and step."""
+    chart's top border, so the border never cuts it (`c9d75d……`, `4807d5… …`): an entry per
+    line, or each earlier run named once after its lines' marks (`━┅ c9d75d…`), its id whole
+    down to 80 columns (a rerun of a rerun at 80x24 lost both ids: `━ train ┅ eval ━ train
+    ┅ eval`); every overlay's readouts row keeps last, best and step."""
     store = MetricStore()
     store.add(points("train.mean_score", range(0, 20)) + points("eval.mean_score", range(0, 20, 4))
               + points("train.loss", range(0, 20)))
@@ -426,14 +430,28 @@ async def test_a_legend_fits_its_border_cutting_ids_never_splits(size):
         for chart in grid.charts:
             legend = legend_plain(chart)
             assert len(legend) <= chart.size.width - 4, (legend, chart.size)
-            assert "……" not in legend and "… " not in legend.replace("… t", "").replace("… e", ""), legend
+            # An id's "…" is followed by its split, or (an earlier run named once) by the next entry.
+            assert "……" not in legend and not re.search(r"… (?![ ━┅+]|train|eval|step)", legend), legend
+            entries = re.split(r"\s+(?=[━┅]|\+\d|step)", legend)
             splits = [part for part in ("train", "eval") if chart.panel.key == "mean_score" or part == "train"]
             named = sum(legend.count(split) for split in splits)
-            if size[0] == 160:  # room for every line: the live run's and each earlier run's
+            by_run = [e for e in entries if e.split(" ", 1)[0] in ("━┅", "━") and e.endswith("…")]
+            if not by_run and size[0] == 160:  # room for an entry per line, each run's id in full
                 assert named == 3 * len(splits), legend
+            elif by_run:  # each earlier run once, after its lines' marks, the live run's lines named
+                assert [e.split(" ", 1)[0] for e in by_run] == ["━" + "┅" * (len(splits) - 1)] * 2, legend
+                assert named == len(splits), legend
             elif named < 3 * len(splits):  # the lines not named are counted, never cut mid-word
                 assert legend.endswith(f"+{3 * len(splits) - named}"), legend
-        readouts = str(grid.chart("mean_score").query_one(".chart-readouts").render())
+            if size in ((160, 45), (80, 24)):  # a chart as wide as the grid: each earlier run's id stays whole
+                assert "c9d75d…" in legend and "4807d5…" in legend, legend
+        chart = grid.chart("mean_score")
+        if chart.has_class("-compact"):  # a text row per line: its mark, its run and split, last and best
+            rows = str(chart.query_one(".chart-lines").render()).splitlines()
+            assert [row.split()[1] for row in rows[2:]] == ["c9d75d…", "c9d75d…", "4807d5…", "4807d5…"], rows
+            assert all("best" in row for row in rows), rows
+            return
+        readouts = str(chart.query_one(".chart-readouts").render())
         overlay_rows = [row for row in readouts.splitlines() if "c9d75d" in row or "4807d5" in row]
         assert len(overlay_rows) == 4 and all("last" in row and "step 19" in row for row in overlay_rows[::2]), \
             readouts

@@ -229,9 +229,13 @@ def check_rl_model(
         # this machine (docs/embedded-policy.md#the-lm-policy); the hosted service refuses it.
         return cleaned
     if cleaned.startswith(LOCAL_PATH_PREFIXES):
-        raise ConfigError(f"Model folder '{cleaned}' {_why_not_a_model_folder(cleaned)}.",
+        why = _why_not_a_model_folder(cleaned)
+        # A folder not made yet: say how to make one (a relative path is read from where this runs).
+        make = ("; to try the trainer without the hub, `synth-tui tiny-model DIR` writes a tiny one, or "
+                "`hf download Qwen/Qwen3-0.6B --local-dir DIR` fetches a real one" if why == "does not exist" else "")
+        raise ConfigError(f"Model folder '{cleaned}' {why}.",
                           hint="point [model] base at a folder in Hugging Face format (config.json, "
-                               "the weights and the tokenizer files) or a .gguf file's folder")
+                               f"the weights and the tokenizer files) or a .gguf file's folder{make}")
     base = base_model_of(cleaned, allow_fine_tuned=allow_fine_tuned)
     if base is None:
         raise ConfigError(

@@ -1,30 +1,36 @@
-"""A context-free task app for the `lm` policy's tests: "Press C." → press(label="C").
+"""The press task app: "Press C." → press(label="C"), context-free, for trying the `lm` policy.
 
-The right call depends only on the latest observation (the label named in it), so a tiny model
-trained from random weights can learn it in a minute of CPU (docs/embedded-policy.md). Each
+`synth-tui taskapp --game press` serves it (configs/rl/lm_press.toml trains on it); the `lm`
+policy's tests and benchmarks train on it too. The right call depends only on the latest
+observation (the label named in it), so a tiny model trained from random weights
+(app/local/tiny_model.py) can learn it in a minute of CPU (docs/embedded-policy.md). Each
 episode has TURNS turns, each naming a label drawn from the episode's seed; the score is the
 fraction pressed right (random play scores 0.25). The feedback and the next label come back as
-the tool result. Built on app/local/taskapp_kit.py like guess_taskapp.py.
+the tool result. Built on app/local/taskapp_kit.py like tests/local/guess_taskapp.py.
 
-`asks` narrows the labels the app asks for (the tool still offers all four). With one label
-the tiny random-init model learns it in a few steps; with all four it must learn to copy the
-label from the observation, which it did not in 40 steps (docs/embedded-policy.md#what-is-not-done).
+`asks` narrows the labels the app asks for (the tool still offers all four; `--asks` on the
+command line). With one label the tiny random-init model learns it in a few steps; with all
+four it must learn to copy the label from the observation, which it did not in 40 steps
+(docs/embedded-policy.md#what-is-not-done).
 """
 
 from __future__ import annotations
 
-import copy
-import json
 import random
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
 
-from app.demo import demo_payload, load_demo_config
 from app.local.rollout_contract import GEN_02
-from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapp_kit import (
+    add_rollout_route,
+    ask_policy,
+    base_taskapp,
+    chat_url,
+    first_call_argument,
+    rollout_response,
+)
 
 APP_ID = "press-button"
 LABELS = ("A", "B", "C", "D")
@@ -38,12 +44,8 @@ TOOL_CHOICE = {"type": "function", "function": {"name": "press"}}
 
 
 def _label(tool_calls: list[Any]) -> str | None:
-    try:
-        args = tool_calls[0]["function"]["arguments"]
-        label = (json.loads(args) if isinstance(args, str) else args)["label"]
-    except (IndexError, KeyError, TypeError, ValueError):
-        return None
-    return label if label in LABELS else None
+    label = first_call_argument(tool_calls, "label")
+    return label if isinstance(label, str) and label in LABELS else None
 
 
 async def _play(client: Any, req: Any, asks: Sequence[str]) -> dict[str, Any]:
@@ -86,18 +88,3 @@ def create_press_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_02,
 
     add_rollout_route(app, authed, contract, play)
     return app
-
-
-def press_payload(task_url: str, model: Path, mode: str, *, steps: int, lr: float, seed: int = 3) -> dict[str, Any]:
-    """A job on the press app training the tiny model. The client's validation knows only the
-    hosted service's model ids, so the payload is built for one and then pointed at the folder
-    (the backend takes any [model] base: docs/embedded-policy.md#the-lm-policy)."""
-    config = copy.deepcopy(load_demo_config())
-    config["model"].update(trainer_mode=mode)
-    config["rollout"].update(env_name="press-button", max_turns=2, max_concurrent_rollouts=8)
-    config["training"].update(num_epochs=1, iterations_per_epoch=steps, batch_size=2, group_size=8, max_turns=2,
-                              learning_rate=lr, seed=seed)
-    del config["evaluation"]
-    payload = demo_payload(config, task_url)
-    payload["data"]["base_model"] = payload["data"]["config"]["model"]["base"] = str(model)
-    return payload

@@ -1,0 +1,46 @@
+"""A data-parallel job's per-rank figures from its step events (app/core/runs/ranks.py)."""
+
+from __future__ import annotations
+
+from app.core.api.wire import JobEvent
+from app.core.runs.ranks import rank_figures, rank_texts
+
+
+def step(seq: int, **data: object) -> JobEvent:
+    return JobEvent(seq=seq, type="rl.train.step", data=data)
+
+
+def test_the_latest_step_of_two_or_more_processes_gives_the_figures():
+    events = [step(1, step=1, world_size=2.0, rank0_generation_tokens_per_s=400.0, rank1_generation_tokens_per_s=10,
+                   rank0_allreduce_s=0.2, rank1_allreduce_s=0.001, allreduce_s=0.1005),
+              JobEvent(seq=2, type="rl.eval.summary", data={"world_size": 1}),
+              step(3, step=2, world_size=2.0, rank0_generation_tokens_per_s=498.7, rank1_generation_tokens_per_s=123.45,
+                   rank0_allreduce_s=0.0228, rank1_allreduce_s=0.0014, allreduce_s=0.0121)]
+    figures = rank_figures(events)
+    assert figures is not None and figures.step == 2 and figures.world == 2
+    assert figures.tokens_per_s == (498.7, 123.45) and figures.allreduce_s == (0.0228, 0.0014)
+    full, medium, short, shortest = rank_texts(figures)
+    assert full == ("2 ranks, step 2:  generation tokens/s r0 499 · r1 123  ·  all-reduce ms r0 22.8 · r1 1.4 "
+                    "(mean 12.1 ms)")
+    assert medium == "× 2 step 2: tok/s r0 499 r1 123  all-reduce ms r0 22.8 r1 1.4"
+    assert short == "× 2 step 2: tok/s 123-499 (slowest r1) · all-reduce 12.1 ms, max 22.8 (r0)"
+    assert shortest == "× 2 step 2: tok/s 123-499 (slowest r1)"
+
+
+def test_one_process_or_no_step_gives_none():
+    assert rank_figures([]) is None
+    assert rank_figures([step(1, step=1, world_size=1.0, generation_tokens_per_s=50.0)]) is None
+    assert rank_figures([step(1, step=1)]) is None  # the stand-in, the hosted service
+    assert rank_figures([step(1, step=1, world_size="2")]) is None
+    assert rank_figures([step(1, step=1, world_size=float("nan"))]) is None
+
+
+def test_a_figure_missing_or_not_a_number_is_a_dash_never_a_crash():
+    figures = rank_figures([step(1, world_size=2, rank0_generation_tokens_per_s=float("inf"),
+                                 rank1_generation_tokens_per_s=7.25, rank1_allreduce_s=True)])
+    assert figures is not None and figures.step is None
+    assert figures.tokens_per_s == (None, 7.25) and figures.allreduce_s == (None, None)
+    full, _, short, _ = rank_texts(figures)
+    assert full == ("2 ranks, latest step:  generation tokens/s r0 — · r1 7.2  ·  all-reduce ms r0 — · r1 — "
+                    "(mean — ms)")
+    assert short == "× 2 latest step: tok/s 7.2-7.2 (slowest r1) · all-reduce — ms"
