@@ -808,11 +808,16 @@ class Trainer:
         run.flat_steps += 1
         if run.flat_steps != 1:
             return None
+        score = scores.pop()
+        if run.first_score is not None and score > run.first_score:  # it rose to here: likely solved
+            why = ("If every rollout now solves the task, the run has little left to learn from it: a harder task "
+                   "(or more of its variants) gives the policy something to compare")
+        else:
+            why = ("If this goes on, the task app may be rejecting the policy's actions, or its reward does not "
+                   "depend on them: check the task app's log and its tool schema")
         return {"type": "rl.train.warning", "level": "warning", "data": {"step": step, "rollouts": len(episodes)},
-                "message": f"Step {step}: every one of {len(episodes)} rollouts scored exactly {scores.pop():g}, so "
-                           "nothing was learned from it. If this goes on, the task app may be rejecting the "
-                           "policy's actions, or its reward does not depend on them: check the task app's log "
-                           "and its tool schema."}
+                "message": f"Step {step}: every one of {len(episodes)} rollouts scored exactly {score:g}, so "
+                           f"nothing was learned from it. {why}."}
 
     def _progress(self, run: JobRun, step: int, **scores: Any) -> None:
         job = self.journal.store.get_job(run.job_id)

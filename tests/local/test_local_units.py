@@ -139,3 +139,21 @@ def test_a_job_body_names_every_problem_with_its_path():
     for words in ("job_type", "data.endpoint_base_url", "data.config.training.batch_size: 0 is out of range",
                   "data.config.training.group_size: must be a whole number", "data.base_model or data.model"):
         assert words in detail, (words, detail)
+
+
+def test_a_flat_step_is_called_solved_only_when_the_score_rose_to_it() -> None:
+    """All rollouts scoring alike teach nothing: after a rise that is a solved task (a harder one
+    helps), at the start or after a fall it points at the task app."""
+    from types import SimpleNamespace
+
+    from app.local.trainer import Trainer
+
+    def warning(first: float | None, score: float) -> str:
+        run = SimpleNamespace(flat_steps=0, first_score=first)
+        said = Trainer._flat_warning(None, run, 4, [Episode([], score) for _ in range(4)])  # type: ignore[arg-type]
+        assert said is not None and "nothing was learned" in said["message"]
+        return str(said["message"])
+
+    assert "solves the task" in warning(0.1, 1.0)
+    assert "rejecting the policy's actions" in warning(0.1, 0.0)
+    assert "rejecting the policy's actions" in warning(None, 1.0)

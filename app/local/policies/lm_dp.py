@@ -201,7 +201,8 @@ class DistributedLmPolicy:
                            for r in self.ranks])
         label = f"{self.info['label']} × {self.world}"
         return PolicyInfo(kind=self.kind, label=label, stand_in=False, data={**data, "label": label}, message=(
-            f"{self.info['message']}; data-parallel in {self.world} processes ({backend}, "
+            f"{self.info['message']}; data-parallel in {self.world} processes"
+            f"{f' on {self.group.machines} machines' if self.group.machines > 1 else ''} ({backend}, "
             f"{self.per_device} episodes per process per step)"))
 
     def _owner(self, correlation_id: str) -> int:
