@@ -333,8 +333,9 @@ class RankGroup:
             return ""
         return " ".join(text[-chars:].split())
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> list[RankInfo]:
-        """Every rank's rendezvous file, in rank order; LaunchError if the launcher ends first."""
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S, stop: threading.Event | None = None) -> list[RankInfo]:
+        """Every rank's rendezvous file, in rank order; LaunchError if the launcher ends first,
+        or `stop` is set (the job ended while its ranks were starting)."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         while True:
@@ -342,6 +343,8 @@ class RankGroup:
             if len(found) >= self.processes:
                 self.ranks = found
                 return self.ranks
+            if stop is not None and stop.is_set():
+                raise LaunchError(f"the job ended while its {self.processes} rank processes were starting")
             if self.proc.poll() is not None:
                 raise LaunchError(f"the {self.processes} rank processes did not start (the launcher exited with "
                                   f"{self.proc.returncode}): {self.log_tail()}")

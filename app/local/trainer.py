@@ -236,7 +236,9 @@ class JobRun:
     plan: TrainingPlan
     api_base: str  # the backend's `{base}/api/v1`: rollout_contract.inference_url builds on it
     policy: Policy | None  # None until `loader` ran (the lm policy loads a model: in a thread)
-    loader: Callable[[], tuple[Policy, str | None]] | None = None
+    # Called with `stop`, an Event set when the job ends first (a data-parallel policy then stops
+    # waiting for its ranks).
+    loader: Callable[..., tuple[Policy, str | None]] | None = None
     policy_warning: str | None = None  # why `auto` trains the stand-in
     open_rollouts: dict[str, OpenRollout] = field(default_factory=dict)
     chat_completions: int = 0
@@ -358,8 +360,9 @@ class PolicyUnavailable(Exception):
     """The job's policy cannot be loaded (say, the model is missing); the message says how to fix it."""
 
 
-def _load_saved(folder: Any, settings: PolicySettings, parallel: Parallel) -> tuple[Policy, str | None]:
-    return policies.load(folder, settings, parallel), None
+def _load_saved(folder: Any, settings: PolicySettings, parallel: Parallel,
+                stop: threading.Event | None = None) -> tuple[Policy, str | None]:
+    return policies.load(folder, settings, parallel, stop), None
 
 
 async def _in_own_thread(fn: Callable[[], None]) -> None:
@@ -423,7 +426,7 @@ class Trainer:
         state = store.get_checkpoint(job_id)
         settings = policy_settings(job_id, plan)
         policy: Policy | None = None
-        loader: Callable[[], tuple[Policy, str | None]] | None = None
+        loader: Callable[..., tuple[Policy, str | None]] | None = None
         try:
             if state is None:
                 loader = partial(policies.make_policy, self.policy_kind, settings, self.parallel)
@@ -619,12 +622,17 @@ class Trainer:
         stand-in says why in a warning event."""
         if run.policy is not None or run.loader is None:
             return
-        loading = asyncio.ensure_future(asyncio.to_thread(run.loader))
+        if self.parallel.processes > 1:  # ranks take a while to start: the log says what it waits for
+            self.journal.event(run.job_id, "rl.train.policy.starting", self._starting_ranks(), data={
+                "processes": self.parallel.processes, "several_machines": bool(self.parallel.shared_dir)})
+        stop = threading.Event()
+        loading = asyncio.ensure_future(asyncio.to_thread(run.loader, stop=stop))
         try:
             policy, run.policy_warning = await asyncio.shield(loading)
         except asyncio.CancelledError:
             # The thread goes on loading: whatever it makes is closed (the ranks of a
-            # data-parallel policy would otherwise outlive the job).
+            # data-parallel policy would otherwise outlive the job); ranks still starting stop now.
+            stop.set()
             loading.add_done_callback(_close_when_loaded)
             raise
         except ModelUnavailable as exc:
@@ -642,6 +650,14 @@ class Trainer:
         if run.policy_warning:
             self.journal.event(run.job_id, "rl.train.policy.fallback", run.policy_warning, level="warning",
                                data={"policy": policy.kind, "requested": self.policy_kind})
+
+    def _starting_ranks(self) -> str:
+        words = (f"Starting the {self.parallel.processes} rank processes (each imports torch and loads the model; "
+                 "the first step waits for all of them)")
+        if self.parallel.shared_dir:
+            words += (f"; the other machines' ranks are started there by `synth-tui ranks-host --shared-dir "
+                      f"{self.parallel.shared_dir} --machine-rank K`, which must be running on each")
+        return words
 
     def policy_broke(self, job_id: str, message: str, data: dict[str, Any]) -> None:
         """The job's policy broke (a rank of a data-parallel policy died): an event, and the

@@ -25,7 +25,7 @@ from app.local.servers import ServerHandle, start_backend
 from lm_fixtures import press_payload
 from pilot_waits import poll_until
 
-from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
+from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_event, wait_terminal
 from .test_lm_dp import NEEDS_TRAINER, NEEDS_TWO_CORES
 
 
@@ -136,6 +136,42 @@ def test_a_rank_killed_on_the_other_machine_fails_its_job_by_name_and_cancel_rea
         assert wait_terminal(api, again, timeout=60)["status"] == "cancelled"
     poll_until(lambda: not alive(remote["pid"]), timeout=30, what="machine 1's rank to exit")
     assert host.poll() is None
+
+
+def _launchers_of(folder: Path) -> list[int]:
+    """The pids whose command line names `folder` (a job's launcher and ranks name their folder)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if str(folder).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@NEEDS_TRAINER
+@pytest.mark.slow
+def test_a_job_cancelled_while_waiting_for_the_other_machine_leaves_nothing(
+        tiny_model: Path, press_app: ServerHandle, tmp_path: Path) -> None:
+    """No ranks host runs: machine 0's launcher waits at the rendezvous, and the log says what
+    for. A cancel then stops it at once (not when the ranks' start times out) and the job's folder,
+    token and all, goes."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    config = two_machines_config(tmp_path, free_port())
+    with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY], trainer="lm",
+                       parallel=Parallel(2, str(config), shared_dir=str(shared))) as backend, \
+            api_client(backend) as api:
+        job_id = create_job(api, press_payload(press_app.url, tiny_model, "full", steps=3, lr=1e-2))
+        starting = wait_event(api, job_id, "rl.train.policy.starting", timeout=60)
+        assert f"synth-tui ranks-host --shared-dir {shared} --machine-rank K" in starting["message"]
+        poll_until(lambda: _launchers_of(shared), timeout=60, what="machine 0's launcher")
+        assert api.post(f"/rl/jobs/{job_id}/cancel").status_code == 200
+        assert wait_terminal(api, job_id, timeout=30)["status"] == "cancelled"
+        poll_until(lambda: not _launchers_of(shared) and not any(shared.iterdir()), timeout=30,
+                   what="the launcher and the job's folder to go")
 
 
 @pytest.mark.parametrize(("flags", "said"), [

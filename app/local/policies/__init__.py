@@ -9,6 +9,7 @@ docs/embedded-policy.md.
 from __future__ import annotations
 
 import importlib.util
+import threading
 from pathlib import Path
 
 from app.local.policies.base import Parallel, Policy, PolicySettings, read_manifest
@@ -44,50 +45,53 @@ def lm_unavailable(settings: PolicySettings) -> str | None:
 ONE_PROCESS = Parallel()
 
 
-def _lm(settings: PolicySettings, parallel: Parallel = ONE_PROCESS) -> Policy:
+def _lm(settings: PolicySettings, parallel: Parallel = ONE_PROCESS, stop: threading.Event | None = None) -> Policy:
     missing = trainer_extra_missing()
     if missing:
         raise ModelUnavailable(f"the lm policy cannot train {settings.model}: {missing}")
     if parallel.processes > 1:  # N rank processes (lm_dp.py); this process imports no torch for it
         from app.local.policies.lm_dp import DistributedLmPolicy
 
-        return DistributedLmPolicy(settings, parallel)
+        return DistributedLmPolicy(settings, parallel, stop)
     from app.local.dp_launch import vllm_plan
     from app.local.policies.lm import LmPolicy  # torch and friends: only now
 
     return LmPolicy(settings, vllm=vllm_plan(parallel.vllm_server))
 
 
-def make_policy(choice: str, settings: PolicySettings,
-                parallel: Parallel = ONE_PROCESS) -> tuple[Policy, str | None]:
+def make_policy(choice: str, settings: PolicySettings, parallel: Parallel = ONE_PROCESS,
+                stop: threading.Event | None = None) -> tuple[Policy, str | None]:
     """The policy a job trains (blocking: `lm` loads the model) and, for `auto` falling back
     to the stand-in, a warning that says why and how to train the real model. `lm` that
-    cannot load raises ModelUnavailable with a sentence: never a silent fallback."""
+    cannot load raises ModelUnavailable with a sentence: never a silent fallback. `stop` set
+    (the job ended first) ends a data-parallel policy's wait for its ranks."""
     if choice == "tabular":
         return TabularPolicy(settings=settings), None
     if choice == "lm":
-        return _lm(settings, parallel), None
+        return _lm(settings, parallel, stop), None
     if choice != "auto":
         raise ValueError(f"unknown trainer {choice!r}; choose one of {', '.join(TRAINER_CHOICES)}")
     why = lm_unavailable(settings)
     if why is None:
-        return _lm(settings, parallel), None
+        return _lm(settings, parallel, stop), None
     return TabularPolicy(settings=settings), (
         f"The language model is not trained: {why}. The tabular stand-in trains in its place. To train "
         f"{settings.model} itself: {TRAINER_EXTRA_HINT}, and point [model] base at a local model folder "
         "(or an id in the Hugging Face cache); then start the backend with --trainer lm")
 
 
-def create(kind: str, settings: PolicySettings, parallel: Parallel = ONE_PROCESS) -> Policy:
+def create(kind: str, settings: PolicySettings, parallel: Parallel = ONE_PROCESS,
+           stop: threading.Event | None = None) -> Policy:
     if kind == "lm":
-        return _lm(settings, parallel)
+        return _lm(settings, parallel, stop)
     if kind == "tabular":
         return TabularPolicy(settings=settings)
     raise ValueError(f"unknown policy {kind!r}; known: {', '.join(KINDS)}")
 
 
-def load(folder: Path, settings: PolicySettings, parallel: Parallel = ONE_PROCESS) -> Policy:
+def load(folder: Path, settings: PolicySettings, parallel: Parallel = ONE_PROCESS,
+         stop: threading.Event | None = None) -> Policy:
     """The policy saved in `folder` (its manifest names the kind)."""
-    policy = create(read_manifest(folder)["kind"], settings, parallel)
+    policy = create(read_manifest(folder)["kind"], settings, parallel, stop)
     policy.load(folder)
     return policy

@@ -85,7 +85,7 @@ class DistributedLmPolicy:
 
     kind: ClassVar[str] = "lm"
 
-    def __init__(self, settings: PolicySettings, parallel: Parallel) -> None:
+    def __init__(self, settings: PolicySettings, parallel: Parallel, stop: threading.Event | None = None) -> None:
         self.settings = settings
         self.world = parallel.processes
         self.per_device = self._checked(settings, parallel)
@@ -110,7 +110,7 @@ class DistributedLmPolicy:
         self.pool = ThreadPoolExecutor(max_workers=max(self.world, 2), thread_name_prefix="dp-rank")
         try:
             self.group.start(self.token)
-            self.ranks: list[RankInfo] = self.group.wait_ready()
+            self.ranks: list[RankInfo] = self.group.wait_ready(stop=stop)
             self.info = self._get(0, "/describe")
         except BaseException as exc:
             self.close()
