@@ -25,8 +25,10 @@ FIRST_INTERVAL_S = 0.02
 MAX_INTERVAL_S = 0.2
 
 
-async def wait_for(pilot, condition: Callable[[], bool], *, what: str = "condition", limit: int = 400,
+async def wait_for(pilot, condition: Callable[[], bool], *, what: str = "condition", limit: int = 1500,
                    step: float = 0.02) -> None:
+    """Until `condition()` holds; at most `limit` pauses of `step` (30 s by default, as
+    wait_for_screen: a passing test never waits longer for it, a loaded machine may need it)."""
     for _ in range(limit):
         if condition():
             return

@@ -353,7 +353,7 @@ async def test_backend_restart_shows_reconnecting_and_loses_nothing():
             await wait_for(pilot, lambda: bool(screen.reconnecting))
             seen_reconnecting = "reconnecting" in str(screen.query_one("#dash-header").render())
             threading.Timer(0.1, backend.start_on, args=(port,)).start()
-            await wait_for(pilot, lambda: screen.ended, limit=1000)
+            await wait_for(pilot, lambda: screen.ended)
             log = screen.query_one(EventLog)
             shown = [e.seq for e in log.kept]
     finally:

@@ -155,7 +155,7 @@ async def test_the_dashboard_key_opens_it_and_a_backend_without_rollouts_is_said
         assert any("does not serve the rollouts" in n.message for n in app._notifications)
         assert app.screen.query_one(DataTable).row_count == 0
         await pilot.press("escape")
-        assert app.screen is dashboard
+        await wait_for(pilot, lambda: app.screen is dashboard, what="the dashboard again")
 
 
 async def test_q_goes_back_from_each_inspector_screen_to_the_dashboard(served):
