@@ -134,7 +134,11 @@ class RanksHost:
         local = int(launch.config["num_processes"]) // int(launch.config["num_machines"])
         group = RankGroup(local, folder, launch, log_name=f"launcher-machine-{self.machine}.log",
                           machine=self.machine)
-        group.start(token)
+        try:
+            group.start(token)
+        except OSError as exc:  # the job's folder went meanwhile, or the launcher cannot start
+            self.say(f"{folder.name}: not started: {exc}")
+            return
         assert group.proc is not None
         self.running[folder] = HostedJob(folder, group)
         self.say(f"{folder.name}: started {local} rank(s) of machine {self.machine} on {launch.env[HOST_ENV]} "
