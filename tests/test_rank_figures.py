@@ -44,3 +44,12 @@ def test_a_figure_missing_or_not_a_number_is_a_dash_never_a_crash():
     assert full == ("2 ranks, latest step:  generation tokens/s r0 — · r1 7.2  ·  all-reduce ms r0 — · r1 — "
                     "(mean — ms)")
     assert short == "× 2 latest step: tok/s 7.2-7.2 (slowest r1) · all-reduce — ms"
+
+
+def test_a_number_too_large_for_a_float_is_unknown_not_a_crash() -> None:
+    from app.core.api.wire import JobEvent
+    from app.core.runs.ranks import rank_figures
+
+    figures = rank_figures([JobEvent(seq=1, type="rl.train.step", message="",
+                                     data={"world_size": 2, "rank0_generation_tokens_per_s": 10**400})])
+    assert figures is not None and figures.tokens_per_s == (None, None)

@@ -10,11 +10,11 @@ in the all-reduce: its own all-reduce is the short one.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from app.core.api.wire import JobEvent
+from app.core.runs.rollouts import finite_number
 
 STEP_EVENT = "rl.train.step"
 
@@ -31,12 +31,6 @@ class RankFigures:
         return len(self.tokens_per_s)
 
 
-def _number(value: object) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
 def rank_figures(events: Sequence[JobEvent]) -> RankFigures | None:
     """The figures of the latest step event of a job trained in 2 or more processes; None
     when the latest step says 1 process or nothing of the kind (the hosted service, the stand-in)."""
@@ -44,15 +38,16 @@ def rank_figures(events: Sequence[JobEvent]) -> RankFigures | None:
         if event.type != STEP_EVENT:
             continue
         data = event.data
-        world = _number(data.get("world_size"))
+        world = finite_number(data.get("world_size"))
         if world is None or world < 2 or world != int(world) or world > 4096:
             return None
         ranks = range(int(world))
         step = data.get("step")
+        rates = tuple(finite_number(data.get(f"rank{r}_generation_tokens_per_s")) for r in ranks)
         return RankFigures(step=step if isinstance(step, int) and not isinstance(step, bool) else None,
-                           tokens_per_s=tuple(_number(data.get(f"rank{r}_generation_tokens_per_s")) for r in ranks),
-                           allreduce_s=tuple(_number(data.get(f"rank{r}_allreduce_s")) for r in ranks),
-                           mean_allreduce_s=_number(data.get("allreduce_s")))
+                           tokens_per_s=rates,
+                           allreduce_s=tuple(finite_number(data.get(f"rank{r}_allreduce_s")) for r in ranks),
+                           mean_allreduce_s=finite_number(data.get("allreduce_s")))
     return None
 
 
