@@ -1,7 +1,7 @@
 """Benchmark of the `lm` policy on this machine's CPU (docs/embedded-policy.md).
 
 For the tiny Qwen3-architecture test model (built here, random weights) and SmolLM2-135M-Instruct
-(tests/smollm2.py: the registry's GGUF, converted once), each against a baseline measured in the
+(tests/support/smollm2.py: the registry's GGUF, converted once), each against a baseline measured in the
 same run:
 
 - generation: completion tokens/s of the policy's `act` (a tool call constrained by xgrammar,
@@ -31,7 +31,7 @@ from typing import Any
 
 from benchmarks.common import REPO, Figure, child_main, say
 
-# The tests' SmolLM2 fixture (tests/smollm2.py) converts the pretrained model (one copy).
+# The tests' SmolLM2 fixture (tests/support/smollm2.py) converts the pretrained model (one copy).
 sys.path[:0] = [str(REPO / "tests")]
 
 from app.local import press_taskapp  # noqa: E402
@@ -183,7 +183,7 @@ def run(quick: bool) -> list[Figure]:
     with tempfile.TemporaryDirectory() as tmp:
         models = [("tiny Qwen3 (140k params)", build_tiny_qwen3(Path(tmp) / "tiny"))]
         if not quick:
-            from smollm2 import smollm2_folder
+            from support.smollm2 import smollm2_folder
 
             models.append(("SmolLM2-135M", smollm2_folder()))
         for label, folder in models:

@@ -10,6 +10,7 @@ import socket
 import pytest
 
 from fakes import FaultyBackend, TinyTaskApp
+from support.tiers import QuickTierGuard, choose_hypothesis_profile, slow_fixture, slow_reasons
 
 # Variables that would make tests depend on the developer's shell or terminal.
 _LEAKY_VARS = (
@@ -32,6 +33,18 @@ def clean_environment(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("SYNTH_AI_HOME", str(home / ".synth-ai"))
     monkeypatch.setenv("SYNTH_TUI_STATE_DIR", str(home / "state"))
     yield home
+
+
+@slow_fixture("starts real processes: synth-tui or a fresh Python (about a second each)", scope="session")
+def cli_process():
+    """``cli_process(*args, cwd=, env=, timeout=)``: the installed ``synth-tui`` as a real process
+    (support.cli.run_process), for what only a process shows (a signal, a closed pipe, a fresh
+    interpreter's imports, ps); exit codes and messages are checked in-process with
+    support.cli.run_cli. A test that starts its own processes uses it too
+    (``pytest.mark.usefixtures("cli_process")``): that puts it in the slow tier."""
+    from support.cli import run_process
+
+    return run_process
 
 
 @pytest.fixture
@@ -57,6 +70,50 @@ def tiny_task_app():
 def pytest_configure(config):
     os.environ.pop("NO_COLOR", None)
     os.environ.pop("TEXTUAL_THEME", None)
+    config.stash[_GUARD] = QuickTierGuard()
+    choose_hypothesis_profile(config.getoption("markexpr") or "", config.getoption("hypothesis_profile", None))
+
+
+# -- the two tiers (support/tiers.py, docs/testing.md#two-tiers) ------------------------------
+
+_GUARD = pytest.StashKey[QuickTierGuard]()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """`slow` from the fixtures a test uses, before `-m "not slow"` deselects by it."""
+    for item in items:
+        if slow_reasons(item.fixturenames):
+            item.add_marker(pytest.mark.slow)
+
+
+def _guarded_phase(item):
+    """One phase of a test; a quick test's under the guard, failed when it did a slow test's work."""
+    guard = item.config.stash[_GUARD] if item.get_closest_marker("slow") is None else None
+    if guard is not None:
+        guard.start()
+    try:
+        result = yield
+    finally:
+        problem = guard.stop() if guard is not None else None
+    if problem is not None:
+        pytest.fail(problem, pytrace=False)
+    return result
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item):
+    return (yield from _guarded_phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    return (yield from _guarded_phase(item))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    return (yield from _guarded_phase(item))
 
 
 @pytest.fixture
@@ -128,7 +185,7 @@ class ModalStandin:
         return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-@pytest.fixture
+@slow_fixture("runs the stand-in `modal` CLI: a Python process per call")
 def modal_standin(tmp_path, monkeypatch):
     """The stand-in `modal` first on PATH, its state in a fresh file ($MODAL_STANDIN_STATE)."""
     from pathlib import Path

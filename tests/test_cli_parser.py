@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.cli import COMMANDS, build_parser, normalise_argv
+from support.tiers import examples
 
 VALID = [
     [],
@@ -63,7 +64,7 @@ def test_a_usage_error_or_help_is_the_same(argv):
     assert one == whole
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.lists(st.sampled_from(WORDS), max_size=6))
 def test_any_words_give_the_same_outcome(argv):
     whole, one = both(argv)

@@ -10,13 +10,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from seeded_backend import API_KEY, start_seeded_backend
 
 from app.core.runs.history import RunHistory
 from app.core.runs.history_refresh import needs_refresh
 from fakes import training_timeline
+from seeded_backend import API_KEY, start_seeded_backend
 
-pytestmark = pytest.mark.slow  # a real process per test: seconds each
+pytestmark = pytest.mark.usefixtures("cli_process")  # a real process per test: seconds each
 
 EXE = str(Path(sys.executable).with_name("synth-tui"))
 REPO = Path(__file__).resolve().parents[1]

@@ -20,6 +20,7 @@ from app.core.config.trainable import NUMBER_BOUNDS, size_problems
 from app.demo import demo_config_path, demo_payload, load_demo_config
 from app.headless import Printer, run_train
 from app.local.trainer import InvalidJobPayload, plan_from_payload
+from support.tiers import examples
 
 DEMO_TEXT = demo_config_path().read_text()
 
@@ -93,7 +94,7 @@ _VALUES = st.one_of(st.integers(min_value=-(2**70), max_value=2**70), st.floats(
                     st.booleans(), st.text(max_size=5), st.none())
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(st.sampled_from([b for b in NUMBER_BOUNDS if b.location.split(".")[0] in ("training", "rollout",
                                                                                      "evaluation")]), _VALUES)
 def test_the_client_and_the_backend_agree_on_every_value(bound, value):

@@ -2,7 +2,8 @@
 kept byte for byte, and a fresh one used; the backend's database stops the backend from
 starting and is never touched; other state read at start never ends in a traceback or a hang.
 
-The commands run as real subprocesses, as a user runs them."""
+The commands run as a process would run them (support.cli.run_cli); the one that needs the
+kernel's own refusal of a rename runs a real process."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ import os
 import shutil
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -24,14 +24,10 @@ from app.core.runs.history import RunHistory, take_repair_notes
 from app.core.runs.jobs import remember
 from app.core.state_files import StateFileError
 from app.local.store import SCHEMA_VERSION, Store, UnusableStore, check_store_file
+from support.cli import run_cli
 
-EXE = str(Path(sys.executable).with_name("synth-tui"))
 REPO = Path(__file__).resolve().parents[1]
-
-
-def run(*words: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([EXE, *words], capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+run = run_cli
 
 
 def state() -> Path:
@@ -202,12 +198,12 @@ def read_only(folder: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
     yield {"PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))}
 
 
-def test_a_damaged_history_that_cannot_be_moved_says_what_to_do_without_a_traceback(tmp_path: Path):
+def test_a_damaged_history_that_cannot_be_moved_says_what_to_do_without_a_traceback(tmp_path: Path, cli_process):
     history = state() / "history.sqlite"
     random_bytes(history)
     before = digest(history)
     with read_only(state(), tmp_path) as env:
-        results = [run("history", "--no-tui", env=env) for _ in range(2)]
+        results = [cli_process("history", "--no-tui", env=env) for _ in range(2)]
     for result in results:  # the same clear answer every time: no loop, no half-done move
         assert result.returncode == 2, result.stderr
         assert "Traceback" not in result.stdout + result.stderr
@@ -328,7 +324,7 @@ def test_the_backend_refuses_a_damaged_database_and_leaves_it_untouched(tmp_path
     before = snapshot(db)
     listing = sorted(p.name for p in tmp_path.iterdir())
 
-    result = run("backend", "--db", str(db), "--port", "0", env={"SYNTH_API_KEY": "sk_test_damaged"}, timeout=60)
+    result = run("backend", "--db", str(db), "--port", "0", env={"SYNTH_API_KEY": "sk_test_damaged"})
 
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
@@ -345,7 +341,7 @@ def test_the_demo_refuses_a_damaged_database_in_its_folder(tmp_path):
     db = workdir / "backend.sqlite3"
     random_bytes(db)
     before = digest(db)
-    result = run("demo", "--no-tui", "--workdir", str(workdir), timeout=120)
+    result = run("demo", "--no-tui", "--workdir", str(workdir))
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert f"The backend's database {db} cannot be used" in result.stderr and "--workdir DIR" in result.stderr
@@ -357,8 +353,7 @@ def test_train_backend_local_refuses_a_damaged_database(tmp_path):
     db.parent.mkdir(mode=0o700)
     db_truncated(db)
     before = digest(db)
-    result = run("train", "--backend", "local", "--no-tui", "--config", str(REPO / "configs" / "rl" / "demo.toml"),
-                 timeout=120)
+    result = run("train", "--backend", "local", "--no-tui", "--config", str(REPO / "configs" / "rl" / "demo.toml"))
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert f"The backend's database {db} cannot be used" in result.stderr
@@ -421,7 +416,7 @@ def test_a_demo_folder_whose_lock_is_not_a_file_is_a_clear_error(tmp_path, lock_
     workdir.mkdir(mode=0o700)
     lock = workdir / ".lock"
     lock.mkdir() if lock_is == "a folder" else os.symlink(".lock", lock)
-    result = run("demo", "--no-tui", "--workdir", str(workdir), timeout=60)
+    result = run("demo", "--no-tui", "--workdir", str(workdir))
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and f"Cannot use {workdir} as the run's folder" in result.stderr
 
@@ -429,6 +424,6 @@ def test_a_demo_folder_whose_lock_is_not_a_file_is_a_clear_error(tmp_path, lock_
 def test_a_demo_workdir_that_is_a_file_is_a_clear_error(tmp_path):
     workdir = tmp_path / "demo"
     workdir.write_text("not a folder")
-    result = run("demo", "--no-tui", "--workdir", str(workdir), timeout=60)
+    result = run("demo", "--no-tui", "--workdir", str(workdir))
     assert result.returncode == 2 and "is not a folder" in result.stderr and "Traceback" not in result.stderr
     assert workdir.read_text() == "not a folder"

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import re
 import stat
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
 
-
-def test_demo_headless_succeeds_and_the_score_rises(tmp_path):
-    exe = Path(sys.executable).with_name("synth-tui")
+def test_demo_headless_succeeds_and_the_score_rises(tmp_path, cli_process):
     workdir = tmp_path / "demo"
-    result = subprocess.run([str(exe), "demo", "--no-tui", "--workdir", str(workdir)],
-                            capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = cli_process("demo", "--no-tui", "--workdir", str(workdir), timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
     out = result.stdout
     assert "Backend verify: OK" in out and "Task app health: OK" in out
@@ -35,12 +28,11 @@ def test_demo_headless_succeeds_and_the_score_rises(tmp_path):
         assert secret not in out and secret not in result.stderr
 
 
-def test_demo_reuses_its_folder(tmp_path):
-    exe = Path(sys.executable).with_name("synth-tui")
+def test_demo_reuses_its_folder(tmp_path, cli_process):
     workdir = tmp_path / "demo"
     for _ in range(2):
-        result = subprocess.run([str(exe), "demo", "--no-tui", "--workdir", str(workdir), "--poll-timeout", "0.5"],
-                                capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        result = cli_process("demo", "--no-tui", "--workdir", str(workdir), "--poll-timeout", "0.5", timeout=300,
+                             cwd=tmp_path)
         assert result.returncode in (0, 4), result.stderr[-2000:]
         assert "Traceback" not in result.stderr
 

@@ -22,6 +22,7 @@ from app.core.env.envfile import EnvFile, write_demo_env
 from app.core.env.keys import KEY_ALIASES, REQUIRED_KEYS, display_value, is_secret_key, mask_value, secret_parts
 from app.core.env.resolve import ResolvedKey, missing_required, resolve_keys
 from app.core.errors import EnvFileError
+from support.tiers import examples
 
 SECRET = "sk_live_TOPSECRET_0123456789"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -106,7 +107,7 @@ def test_secret_parts_are_what_messages_redact():
     assert secret_parts("DATABASE_URL", "postgres://bob:hunter2pass@db/x") == ["bob:hunter2pass"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(
     prefix=st.from_regex(r"[A-Za-z0-9_]{0,8}", fullmatch=True),
     word=st.sampled_from(SECRET_WORDS).flatmap(lambda w: st.sampled_from([w, w.lower(), w.title()])),
@@ -121,7 +122,7 @@ def test_property_a_secret_named_value_never_shows_more_than_its_mask(prefix, wo
     assert secret_parts(name, value) == [value]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(value=st.from_regex(r"(sk|pk|rk)[-_][A-Za-z0-9]{4,40}|ghp_[A-Za-z0-9]{20,36}|[A-Za-z0-9]{24,64}",
                            fullmatch=True))
 def test_property_a_value_like_a_key_is_masked_under_any_name(value):
@@ -302,7 +303,7 @@ def _blocked_by_unclosed_quote(env: EnvFile, before: str) -> bool:
     return bool(env.warnings) and env.render() == before
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=env_text(), data=st.data(), value=new_values)
 def test_property_set_changes_only_that_line(text, data, value):
     with tempfile.TemporaryDirectory() as tmp:
@@ -345,7 +346,7 @@ def test_property_set_changes_only_that_line(text, data, value):
             assert not env.dirty and EnvFile.load(path).values == expected
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(200), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     text=env_text(),
     key=st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,8}", fullmatch=True),

@@ -37,6 +37,7 @@ print(json.dumps(sorted(name for name in {later} if name in sys.modules)))
 """
 
 
+@pytest.mark.usefixtures("cli_process")  # a fresh interpreter: what it has imported is the point
 @pytest.mark.parametrize("command", [[], ["demo"]], ids=["synth-tui", "synth-tui demo"])
 def test_the_first_screen_imports_nothing_a_later_step_needs(command, tmp_path):
     script = FIRST_SCREEN.replace("{later}", repr(LATER))

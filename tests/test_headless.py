@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -232,14 +229,10 @@ def test_shell_value_wins_over_the_file(world, monkeypatch):
     assert "TASK_APP_URL from the shell overrides the value in the .env file" in err
 
 
-def test_console_script_end_to_end(world):
+def test_console_script_end_to_end(world, cli_process):
     """The installed command, as a user runs it: real process, real exit code."""
-    exe = Path(sys.executable).with_name("synth-tui")
-    env = {k: v for k, v in os.environ.items()}
-    result = subprocess.run(
-        [str(exe), "train", "--type", "rl", "--no-tui", "--config", str(EXAMPLE), "--env-file", str(world["env"]),
-         "--backend", world["backend"].url, "--poll-interval", "0.05"],
-        capture_output=True, text=True, cwd=world["cwd"], env=env, timeout=120)
+    result = cli_process("train", "--type", "rl", "--no-tui", "--config", str(EXAMPLE), "--env-file", str(world["env"]),
+                         "--backend", world["backend"].url, "--poll-interval", "0.05", cwd=world["cwd"])
     assert result.returncode == 0, result.stderr
     assert "Final status: succeeded" in result.stdout
     assert_no_secrets(world, result.stdout, result.stderr)

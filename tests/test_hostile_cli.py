@@ -27,6 +27,7 @@ from app.core.api.wire import job_id_problem
 from app.core.env.keys import header_value_problem
 from app.embedded import LOCAL
 from hostile_inputs import MALFORMED_BACKEND_URLS
+from support.tiers import examples
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO_TOML = (REPO / "configs" / "rl" / "demo.toml").read_text(encoding="utf-8")
@@ -37,7 +38,8 @@ SYNTH_KEY = "sk_test_hostile_0123456789"
 ENV_KEY = "env_hostile_abcdef0123456789"
 
 # The conftest's clean environment is shared by every example of a test, which is what we want.
-HOSTILE = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+HOSTILE = settings(max_examples=examples(60), deadline=None,
+                   suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def _closed_port() -> int:

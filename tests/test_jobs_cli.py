@@ -5,10 +5,10 @@ from __future__ import annotations
 import socket
 
 import pytest
-from seeded_backend import API_KEY, start_seeded_backend
 
 from app.cli import main
 from app.core.errors import ExitCode
+from seeded_backend import API_KEY, start_seeded_backend
 
 
 @pytest.fixture(scope="module")

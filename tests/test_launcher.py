@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from app import launcher
 from app.core.errors import ExitCode
 
@@ -25,6 +27,7 @@ INTERRUPTED_IMPORT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.usefixtures("cli_process")  # a fresh interpreter, interrupted in its imports
 def test_ctrl_c_during_the_imports_exits_130_without_a_traceback():
     done = subprocess.run([sys.executable, "-c", INTERRUPTED_IMPORT], capture_output=True, text=True, timeout=60)
     assert done.returncode == ExitCode.INTERRUPTED

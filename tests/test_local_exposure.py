@@ -35,6 +35,9 @@ SYNTH_KEY = "sk_file_only_5d1c0f9a3b7e42d1"
 ENV_KEY = "envkey_file_only_8e2b47c1d9a0"
 ALIAS_KEY = "envkey_alias_only_3f6a91d2c4b8"
 
+# ps and umask are what is tested: real processes throughout (the slow tier).
+pytestmark = pytest.mark.usefixtures("cli_process")
+
 
 # --------------------------------------------------------------------------- helpers
 
@@ -346,7 +349,6 @@ def env_keys_of(env_path: Path) -> dict[str, str]:
     return {k: v for k, v in lines if k in ("SYNTH_API_KEY", "ENVIRONMENT_API_KEY")}
 
 
-@pytest.mark.slow
 def test_the_demo_reuses_one_private_folder_with_the_same_keys(tmp_path):
     runs = []
     for number in range(2):
@@ -369,7 +371,6 @@ def test_the_demo_reuses_one_private_folder_with_the_same_keys(tmp_path):
     assert not list(state_dir().glob("demo-*"))
 
 
-@pytest.mark.slow
 def test_a_second_demo_at_the_same_time_gets_its_own_folder_removed_at_exit(tmp_path):
     first_err = tmp_path / "first.err"
     with (tmp_path / "first.out").open("w") as out, first_err.open("w") as err:

@@ -8,13 +8,13 @@ import json
 import socket
 
 import pytest
-from seeded_backend import API_KEY, seed_jobs
 
 from app.cli import main
 from app.core.errors import ExitCode
 from app.local.servers import start_backend
 from app.local.store import Store
 from fakes import FaultyBackend, finished_job
+from seeded_backend import API_KEY, seed_jobs
 
 JOB = "job_seed000"
 PNG = "data:image/png;base64,iVBORw0KGgo="

@@ -30,9 +30,10 @@ from app.core.runs.rollouts import (
     summary_from,
     turn_from,
 )
+from support.tiers import examples
 
 KEY = "sk_test_rollouts_core_0123456789"
-BOUNDED = settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+BOUNDED = settings(max_examples=examples(60), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=20),

@@ -1,5 +1,5 @@
-"""The client's flags, URLs and files tell the truth: real ``synth-tui``
-processes, their exit codes and output.
+"""The client's flags, URLs and files tell the truth: ``synth-tui`` run as a process would be
+(in this one: support.cli.run_cli), its exit codes and output.
 
 - A URL with ``user:pass@`` is refused wherever a backend or task app URL can come from (a flag,
   the shell, the .env, the TOML), exit 2, saying to drop it; the password is never printed and
@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from app.core.api.client import SynthClient, UnsendableRequest
 from app.core.errors import ExitCode
+from support.cli import CliResult, run_cli
 
-EXE = Path(sys.executable).with_name("synth-tui")
 REPO = Path(__file__).resolve().parents[1]
 DEMO_TOML = REPO / "configs" / "rl" / "demo.toml"
 SYNTH_KEY = "sk_test_backend_key_0123456789"  # FaultyBackend's key
@@ -32,12 +30,10 @@ ENV_KEY = "envkey_truthful_5d1c0f9a3b7e"
 PASSWORD = "hunter2-Pa55word-xyzzy"
 
 
-def synth_tui(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([str(EXE), *args], capture_output=True, text=True, timeout=120, cwd=cwd,
-                          env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL)
+synth_tui = run_cli
 
 
-def assert_refused_without_the_password(result: subprocess.CompletedProcess, *, use: str) -> None:
+def assert_refused_without_the_password(result: CliResult, *, use: str) -> None:
     shown = result.stdout + result.stderr
     assert result.returncode == ExitCode.USAGE, shown
     assert "Traceback" not in shown

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.core.api.urls import http_url_problem
+from support.tiers import examples
 
 HOST_CHARS = "abcxyzABZ0189-._~%@[]:xn"
 hosts = st.one_of(
@@ -24,7 +25,7 @@ def httpx_takes(url: str) -> bool:
     return True
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(host=hosts, port=st.one_of(st.none(), st.integers(1, 65535)), scheme=st.sampled_from(["http", "https"]))
 def test_a_url_passed_by_the_check_is_one_the_http_library_takes(host: str, port: int | None, scheme: str) -> None:
     url = f"{scheme}://{host}" + (f":{port}" if port is not None else "") + "/api"

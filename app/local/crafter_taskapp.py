@@ -26,7 +26,15 @@ from typing import Any
 from fastapi import FastAPI, HTTPException
 
 from app.local.rollout_contract import GEN_02, cid_in_url
-from app.local.taskapp_kit import AUTH_ERRORS, add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapp_kit import (
+    AUTH_ERRORS,
+    PolicyLink,
+    add_rollout_route,
+    ask_policy,
+    base_taskapp,
+    chat_url,
+    rollout_response,
+)
 
 VERSION = "0.1.0"
 APP_ID = "crafter-lite"
@@ -157,7 +165,7 @@ def _actions(tool_calls: list[Any]) -> list[str]:
     return [a for a in actions if isinstance(a, str)]
 
 
-async def _play(client: Any, req: Any) -> dict[str, Any]:
+async def _play(policy: PolicyLink, req: Any) -> dict[str, Any]:
     url = chat_url(req.policy.config.inference_url)
     turns = req.env.config.max_turns or req.policy.config.max_turns or DEFAULT_MAX_TURNS
     game = Game(req.env.seed, min(turns, 50))
@@ -167,7 +175,7 @@ async def _play(client: Any, req: Any) -> dict[str, Any]:
         body = {"model": req.policy.config.model or "policy",
                 "messages": [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": obs["text"]}],
                 "tools": [INTERACT_MANY], "tool_choice": TOOL_CHOICE}
-        tool_calls = await ask_policy(client, url, body, f"turn {game.turns + 1}, seed {req.env.seed}")
+        tool_calls = await ask_policy(policy, url, body, f"turn {game.turns + 1}, seed {req.env.seed}")
         actions = _actions(tool_calls)
         rejected = game.play(actions)
         if not actions:  # the whole answer was unusable: a wasted turn, counted as rejected

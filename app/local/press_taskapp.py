@@ -24,6 +24,7 @@ from fastapi import FastAPI
 
 from app.local.rollout_contract import GEN_02
 from app.local.taskapp_kit import (
+    PolicyLink,
     add_rollout_route,
     ask_policy,
     base_taskapp,
@@ -48,7 +49,7 @@ def _label(tool_calls: list[Any]) -> str | None:
     return label if isinstance(label, str) and label in LABELS else None
 
 
-async def _play(client: Any, req: Any, asks: Sequence[str]) -> dict[str, Any]:
+async def _play(policy: PolicyLink, req: Any, asks: Sequence[str]) -> dict[str, Any]:
     url = chat_url(req.policy.config.inference_url)
     rng = random.Random(req.env.seed)
     targets = [rng.choice(list(asks)) for _ in range(TURNS)]
@@ -59,7 +60,7 @@ async def _play(client: Any, req: Any, asks: Sequence[str]) -> dict[str, Any]:
         body = {"model": req.policy.config.model or "policy", "messages": messages, "tools": [PRESS_TOOL],
                 "tool_choice": TOOL_CHOICE}
         obs = {"text": messages[-1]["content"]}
-        tool_calls = await ask_policy(client, url, body, f"turn {turn}, seed {req.env.seed}")
+        tool_calls = await ask_policy(policy, url, body, f"turn {turn}, seed {req.env.seed}")
         pressed = _label(tool_calls)
         right += pressed == target
         said = ("Right." if pressed == target else "Wrong.") + (
@@ -83,8 +84,8 @@ def create_press_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_02,
     async def task_info() -> dict[str, Any]:
         return {"taskset": {"id": APP_ID, "labels": list(LABELS), "asks": list(asks), "max_turns": TURNS}}
 
-    async def play(client: Any, req: Any) -> dict[str, Any]:
-        return await _play(client, req, asks)
+    async def play(policy: PolicyLink, req: Any) -> dict[str, Any]:
+        return await _play(policy, req, asks)
 
     add_rollout_route(app, authed, contract, play)
     return app

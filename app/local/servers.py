@@ -20,6 +20,7 @@ import httpx
 import uvicorn
 from fastapi import FastAPI
 
+from app.core.api.retry import Backoff
 from app.core.errors import UsageError
 from app.core.paths import state_dir
 from app.core.text import counted
@@ -164,10 +165,14 @@ def _taskapp(game: str, env_api_keys: Sequence[str], contract: str, asks: Sequen
 
 
 def start_taskapp(*, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0,
-                  game: str = "gridworld", contract: str = GEN_02, asks: Sequence[str] | None = None) -> ServerHandle:
+                  game: str = "gridworld", contract: str = GEN_02, asks: Sequence[str] | None = None,
+                  chat_backoff: Backoff | None = None) -> ServerHandle:
     """A reference task app; `contract` is the rollout contract generation it speaks
-    ("0.2" or "0.5", docs/rollout-contracts.md)."""
+    ("0.2" or "0.5", docs/rollout-contracts.md); `chat_backoff` replaces how it retries the
+    policy's chat endpoint (app.local.retry.DEFAULT_BACKOFF)."""
     app = _taskapp(game, env_api_keys, contract, asks)
+    if chat_backoff is not None:
+        app.state.chat_backoff = chat_backoff
     return ServerHandle("task app", app, _bind(host, port)).start("/")
 
 

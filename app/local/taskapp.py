@@ -15,14 +15,21 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, HTTPException, Request
 
 from app.core.config.trainable import short_repr
 from app.local import gridworld
 from app.local.api_schemas import TaskAppErrorAnswer, error_responses
 from app.local.rollout_contract import GEN_02
-from app.local.taskapp_kit import AUTH_ERRORS, add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapp_kit import (
+    AUTH_ERRORS,
+    PolicyLink,
+    add_rollout_route,
+    ask_policy,
+    base_taskapp,
+    chat_url,
+    rollout_response,
+)
 
 VERSION = "1.0.0"
 DEFAULT_MAX_TURNS = 12
@@ -145,7 +152,7 @@ def _max_turns(req: Any) -> int:
     return max(1, min(int(turns), 100))
 
 
-async def _play(client: httpx.AsyncClient, req: Any) -> dict[str, Any]:
+async def _play(policy: PolicyLink, req: Any) -> dict[str, Any]:
     inference_url = req.policy.config.inference_url
     url = chat_url(inference_url)
     episode = gridworld.Episode(req.env.seed, _max_turns(req))
@@ -164,7 +171,7 @@ async def _play(client: httpx.AsyncClient, req: Any) -> dict[str, Any]:
             "tool_choice": "required",
             **sampling,
         }
-        tool_calls = await ask_policy(client, url, body, where)
+        tool_calls = await ask_policy(policy, url, body, where)
         direction = _direction(tool_calls)
         moved, reward = episode.step(direction)
         steps.append({

@@ -19,6 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Annotated, Any, ClassVar
 
 import httpx
@@ -26,12 +27,13 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.api.retry import Backoff
 from app.core.api.urls import MAX_URL_CHARS, http_url_problem
 from app.core.redact import held_key_prefix
 from app.local.api_schemas import BODY_ERRORS, TaskAppErrorAnswer, error_responses
 from app.local.errors import describe_http_error, install_json_errors, response_detail, without_query
 from app.local.guard import RequestGuard
-from app.local.retry import client_limits, send_with_retries
+from app.local.retry import DEFAULT_BACKOFF, client_limits, send_with_retries
 from app.local.rollout_contract import GEN_05, GENERATIONS, chat_completions_url, cid_in_url
 
 MAX_TURNS_ALLOWED = 1_000  # as training.max_turns (app.core.config.trainable)
@@ -120,6 +122,16 @@ class _Gen05:
 RolloutRequestV05 = _Gen05.RolloutRequest
 
 
+@dataclass(frozen=True)
+class PolicyLink:
+    """How an episode reaches the policy's chat endpoint: one HTTP client for the app's life,
+    and how patiently a transient failure is retried (``app.state.chat_backoff``, set before the
+    app starts: tests shorten the waits, never skip the retries)."""
+
+    client: httpx.AsyncClient
+    backoff: Backoff = DEFAULT_BACKOFF
+
+
 def base_taskapp(*, app_id: str, title: str, version: str,
                  env_api_keys: Sequence[str]) -> tuple[FastAPI, list[DependsParam]]:
     """The app with `/`, `/health` and `/done`, and the dependency that checks the key."""
@@ -128,10 +140,11 @@ def base_taskapp(*, app_id: str, title: str, version: str,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), limits=client_limits()) as client:
-            app.state.inference = client
+            app.state.inference = PolicyLink(client, app.state.chat_backoff)
             yield
 
     app = FastAPI(title=title, version=version, lifespan=lifespan)
+    app.state.chat_backoff = DEFAULT_BACKOFF
     install_json_errors(app)
     app.add_middleware(RequestGuard)
 
@@ -180,10 +193,10 @@ def base_taskapp(*, app_id: str, title: str, version: str,
 
 
 def add_rollout_route(app: FastAPI, authed: list[DependsParam], contract: str,
-                      play: Callable[[httpx.AsyncClient, Any], Awaitable[dict[str, Any]]],
+                      play: Callable[[PolicyLink, Any], Awaitable[dict[str, Any]]],
                       check: Callable[[Any], None] | None = None) -> None:
     """`POST /rollout` in a contract generation: the request model of that generation, its
-    checks, then `play(client, request)` once per rollout (a retried request joins or repeats
+    checks, then `play(policy, request)` once per rollout (a retried request joins or repeats
     the first run's answer)."""
     if contract not in GENERATIONS:
         raise ValueError(f"contract must be one of {', '.join(GENERATIONS)} (got {contract!r})")
@@ -227,11 +240,11 @@ def chat_url(inference_url: str) -> str:
     return chat_completions_url(inference_url)
 
 
-async def ask_policy(client: httpx.AsyncClient, url: str, body: dict[str, Any], where: str) -> list[Any]:
+async def ask_policy(policy: PolicyLink, url: str, body: dict[str, Any], where: str) -> list[Any]:
     """The tool calls of the policy's answer to one chat request; transient failures are
     retried, and a failure that stays is a 502 naming the call and the reason."""
     try:
-        resp = await send_with_retries(lambda: client.post(url, json=body))
+        resp = await send_with_retries(lambda: policy.client.post(url, json=body), backoff=policy.backoff)
     except httpx.HTTPError as exc:
         raise inference_failed(url, describe_http_error(exc), where) from exc
     if resp.status_code >= 400:

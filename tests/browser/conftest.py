@@ -13,9 +13,10 @@ import threading
 import pytest
 
 from serve_harness import CHROMIUM_ARGS, Served, Tab, find_or_install_chromium
+from support.tiers import slow_fixture
 
 
-@pytest.fixture
+@slow_fixture("runs `synth-tui serve` as a process, and a process per tab")
 def serve(tmp_path):
     """Start `synth-tui serve --port 0 COMMAND...` in tmp_path; stopped (SIGTERM) after the test,
     which also checks that every tab's process and its process group are gone."""
@@ -57,7 +58,7 @@ def serve(tmp_path):
         assert "Traceback" not in served.output() + served.stderr.read_text()
 
 
-@pytest.fixture(scope="session")
+@slow_fixture("drives Chromium", scope="session")
 def chromium_path():
     """Debian's Chromium, or one found or installed now (serve_harness.find_or_install_chromium):
     none is a failure that says what to install, never a skip."""

@@ -12,8 +12,6 @@ import pytest
 
 from fakes import ScriptedJob, event, metric
 
-pytestmark = pytest.mark.slow
-
 
 def test_the_page_needs_the_token(serve, chromium, tab):
     served = serve()

@@ -8,11 +8,8 @@ import json
 import socket
 
 import aiohttp
-import pytest
 
 from pilot_waits import poll_until
-
-pytestmark = pytest.mark.slow
 
 UPGRADE = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}

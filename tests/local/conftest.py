@@ -16,8 +16,10 @@ from app.core.api.retry import Backoff
 from app.demo import demo_payload as job_payload
 from app.demo import load_demo_config
 from app.local import trainer
+from app.local.retry import DEFAULT_BACKOFF
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from pilot_waits import poll_until
+from support.tiers import slow_fixture
 
 from .sdk_taskapps.harness import SdkTaskApp, ensure_sdk_python
 
@@ -120,6 +122,27 @@ def api(backend: ServerHandle) -> Iterator[httpx.Client]:
         yield client
 
 
+WholeJob = Callable[[httpx.Client, dict[str, Any], float], tuple[str, dict[str, Any]]]
+
+
+@slow_fixture("runs whole training jobs to their end: seconds to a minute of real RL each", scope="session")
+def whole_job() -> WholeJob:
+    """``whole_job(api, body, timeout)``: create the job, wait for its end; (job id, final job).
+    Tests of what a job learns, or of a job through faults, run many steps; a test of one
+    behaviour runs a job of a fraction of a second (small_config) and stays quick."""
+
+    def run(api: httpx.Client, body: dict[str, Any], timeout: float = 120.0) -> tuple[str, dict[str, Any]]:
+        job_id = create_job(api, body)
+        return job_id, wait_terminal(api, job_id, timeout=timeout)
+
+    return run
+
+
+# The task app's retries of the chat endpoint as they are, with waits of milliseconds (about
+# 1.4 s in all otherwise): for tests that send many failing or faulty turns.
+QUICK_CHAT_RETRIES = replace(DEFAULT_BACKOFF, first_delay_s=0.001, max_delay_s=0.005)
+
+
 @pytest.fixture
 def quick_rollout_retries(monkeypatch: pytest.MonkeyPatch) -> Backoff:
     """The trainer's rollout retries as they are (the same attempts, the same messages), with
@@ -130,13 +153,19 @@ def quick_rollout_retries(monkeypatch: pytest.MonkeyPatch) -> Backoff:
     return quick
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Qwen3-architecture model, built offline once a worker (app/local/tiny_model.py)."""
+@slow_fixture("imports torch and the trainer extra (transformers, TRL, peft, accelerate)", scope="session")
+def trainer_extra() -> None:
+    """For a test that imports the trainer extra: torch takes seconds to import in each worker.
+    Without the extra installed the test fails saying what to install; it is never skipped."""
     from app.local.policies import trainer_extra_missing
 
-    if trainer_extra_missing() is not None:
-        pytest.skip(str(trainer_extra_missing()))
+    if (missing := trainer_extra_missing()) is not None:
+        pytest.fail(f"{missing} The lm trainer's tests need it: pip install -e '.[test,trainer]'", pytrace=False)
+
+
+@slow_fixture("loads torch and a model", scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory, trainer_extra: None) -> Path:
+    """The tiny Qwen3-architecture model, built offline once a worker (app/local/tiny_model.py)."""
     from app.local.tiny_model import build_tiny_qwen3
 
     return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
@@ -160,17 +189,23 @@ def closed_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-@pytest.fixture(scope="session")
-def sdk_taskapps(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[[str], SdkTaskApp]]:
+@slow_fixture("a Python with synth-ai 0.5.0 (the SDK's venv), made when missing", scope="session")
+def sdk_python() -> str:
+    """The Python of the SDK's venv (support/provision.py makes it once per machine); fails,
+    never skips, when it cannot be made."""
+    try:
+        return ensure_sdk_python()
+    except RuntimeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+
+
+@slow_fixture("runs task apps in the SDK's venv: a process each that imports synth-ai", scope="session")
+def sdk_taskapps(tmp_path_factory: pytest.TempPathFactory, sdk_python: str) -> Iterator[Callable[[str], SdkTaskApp]]:
     """The task apps written on synth-ai 0.5.0's framework (tests/local/sdk_taskapps): `sdk_taskapps(name)`
     starts one ("context_free" or "guess_number") as a uvicorn server in a child process on a
     free loopback port, with ENVIRONMENT_API_KEY=ENV_KEY in its environment, once per session;
-    all are stopped at the end. Makes `.sdkvenv` with synth-ai 0.5.0 when no Python has it (the
-    harness says why); fails, never skips, when that cannot be done."""
-    try:
-        python = ensure_sdk_python()
-    except RuntimeError as exc:
-        pytest.fail(str(exc), pytrace=False)
+    all are stopped at the end."""
+    python = sdk_python
     running: dict[str, SdkTaskApp] = {}
 
     def start(name: str) -> SdkTaskApp:

@@ -43,7 +43,7 @@ def _number(tool_calls: list[Any]) -> int | None:
     return number if isinstance(number, int) and LOW <= number <= HIGH else None
 
 
-async def _play(client: Any, req: Any) -> dict[str, Any]:
+async def _play(policy: Any, req: Any) -> dict[str, Any]:
     url = chat_url(req.policy.config.inference_url)
     secret = random.Random(req.env.seed).randint(LOW, HIGH)
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT},
@@ -53,7 +53,7 @@ async def _play(client: Any, req: Any) -> dict[str, Any]:
         obs = {"text": messages[-1]["content"]}
         body = {"model": req.policy.config.model or "policy", "messages": messages, "tools": [GUESS_TOOL],
                 "tool_choice": TOOL_CHOICE}
-        tool_calls = await ask_policy(client, url, body, f"turn {turn}, seed {req.env.seed}")
+        tool_calls = await ask_policy(policy, url, body, f"turn {turn}, seed {req.env.seed}")
         guess = _number(tool_calls)
         said = feedback(guess, secret)
         messages = [*messages, {"role": "assistant", "content": None, "tool_calls": tool_calls},

@@ -103,13 +103,13 @@ def policy_shy_taskapp(env_api_keys: Sequence[str], *, call_every: int = 0, scor
     async def task_info() -> dict[str, Any]:
         return {"taskset": {"id": "policy-shy"}}
 
-    async def play(client: Any, req: Any) -> dict[str, Any]:
+    async def play(policy: Any, req: Any) -> dict[str, Any]:
         played[0] += 1
         tool_calls: list[Any] = []
         if call_every and played[0] % call_every == 0:
             body = {"model": "policy", "messages": [{"role": "user", "content": "Pick one."}],
                     "tools": [PICK_TOOL], "tool_choice": "required"}
-            tool_calls = await ask_policy(client, chat_url(req.policy.config.inference_url), body, "turn 1")
+            tool_calls = await ask_policy(policy, chat_url(req.policy.config.inference_url), body, "turn 1")
         steps = [{"obs": {"text": "pick"}, "tool_calls": tool_calls, "reward": score, "done": True,
                   "truncated": False, "info": {}}]
         return rollout_response(req, env_id=f"policy-shy:{req.env.seed}", steps=steps, score=score,

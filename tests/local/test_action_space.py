@@ -15,6 +15,7 @@ from app.local.action_space import MAX_ARRAY_ITEMS, UnsupportedSchema, choose_to
 from app.local.crafter_taskapp import INTERACT_MANY
 from app.local.policies.tabular import TabularPolicy, choose, observation_features, state_key
 from app.local.taskapp import MOVE_TOOL
+from support.tiers import examples
 
 
 def tool(parameters: dict, name: str = "act") -> dict:
@@ -129,7 +130,7 @@ SCHEMAS = st.recursive(LEAF, _schemas, max_leaves=8).map(
     lambda inner: {"type": "object", "properties": {"root": inner}, "required": ["root"]})
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(SCHEMAS, st.integers(0, 2**32))
 def test_every_argument_the_policy_builds_validates_against_its_schema(schema, seed):
     try:

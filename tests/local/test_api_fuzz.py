@@ -22,15 +22,14 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from app.local.servers import ServerHandle
+from app.local.servers import ServerHandle, start_taskapp
+from support.tiers import examples
 
-from .conftest import API_KEY, ENV_KEY
-
-pytestmark = pytest.mark.slow
+from .conftest import API_KEY, ENV_KEY, QUICK_CHAT_RETRIES
 
 # Valid and invalid requests both ("negative" breaks the schema on purpose).
 BOTH_MODES = SchemathesisConfig.from_str('[generation]\nmode = "all"\n')
-EXAMPLES = settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+EXAMPLES = settings(max_examples=examples(30), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 
 
 @pytest.fixture(scope="module")
@@ -47,19 +46,21 @@ def backend_schema(backend: ServerHandle) -> Any:
     return schemathesis.openapi.from_url(backend.url + "/openapi.json", config=BOTH_MODES)
 
 
-@pytest.fixture
-def taskapp_schema(taskapp: ServerHandle) -> Any:
-    return schemathesis.openapi.from_url(taskapp.url + "/openapi.json", config=BOTH_MODES)
+@pytest.fixture(scope="module", params=["0.2", "0.5"])
+def fuzzed_taskapp(request: pytest.FixtureRequest) -> Iterator[ServerHandle]:
+    """Every generated rollout calls the closed port as its policy: each call is retried as
+    always, with waits of milliseconds (a few dozen rollouts per test)."""
+    with start_taskapp(env_api_keys=[ENV_KEY], contract=request.param, chat_backoff=QUICK_CHAT_RETRIES) as server:
+        yield server
 
 
 @pytest.fixture
-def taskapp_05_schema(taskapp_05: ServerHandle) -> Any:
-    return schemathesis.openapi.from_url(taskapp_05.url + "/openapi.json", config=BOTH_MODES)
+def taskapp_schema(fuzzed_taskapp: ServerHandle) -> Any:
+    return schemathesis.openapi.from_url(fuzzed_taskapp.url + "/openapi.json", config=BOTH_MODES)
 
 
 backend_api = schemathesis.pytest.from_fixture("backend_schema")
 taskapp_api = schemathesis.pytest.from_fixture("taskapp_schema")
-taskapp_05_api = schemathesis.pytest.from_fixture("taskapp_05_schema")
 
 
 def keep_on_loopback(value: Any, closed: str) -> Any:
@@ -149,7 +150,7 @@ def test_the_backend_answers_any_request_as_its_document_says(case, closed_url, 
 
 
 @backend_api.parametrize()
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_the_backend_answers_strangers_as_its_document_says(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)
@@ -166,17 +167,12 @@ def check_task_app_answer(case: Any, closed_url: str, http: requests.Session) ->
 @taskapp_api.parametrize()
 @EXAMPLES
 def test_the_task_app_answers_any_request_as_its_document_says(case, closed_url, http):
-    check_task_app_answer(case, closed_url, http)
-
-
-@taskapp_05_api.parametrize()
-@EXAMPLES
-def test_the_0_5_task_app_answers_any_request_as_its_document_says(case, closed_url, http):
+    """Both contract generations (the fixture's params: 0.2 and 0.5)."""
     check_task_app_answer(case, closed_url, http)
 
 
 @taskapp_api.parametrize()
-@settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@settings(max_examples=examples(10), deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 def test_the_task_app_tells_strangers_nothing_of_its_key(case, closed_url, http):
     if case.body is not None and not isinstance(case.body, (bytes, str)):
         case.body = keep_on_loopback(case.body, closed_url)

@@ -29,13 +29,12 @@ from app.local.dp_gpu import (
     sharded_parameters,
 )
 from app.local.dp_vllm import VllmGenerator, VllmPlan, grpo_vllm_kwargs, vllm_serve_command
-from app.local.policies import trainer_extra_missing
 
 from .fake_vllm import FakeVllm, serving, trls_client
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "configs" / "accelerate"
-trainer_only = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
+trainer_only = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier; fails, never skips, without it
 
 
 def no_cuda() -> bool:

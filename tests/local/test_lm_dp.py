@@ -27,7 +27,6 @@ from app.local.dp_launch import (
     per_device_batch,
     root_cause,
 )
-from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, Parallel, PolicySettings
 from app.local.policies.lm_dp import RankMemo, owner_by_position, shares
 from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
@@ -37,7 +36,7 @@ from pilot_waits import poll_until
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 
-NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
+NEEDS_TRAINER = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier; fails, never skips, without it
 NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes need two cores")
 
 
@@ -230,7 +229,6 @@ def _holds_torch(pid: int) -> bool:
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-@pytest.mark.slow
 def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny_model: Path, press_app: ServerHandle,
                                                                 dp_backend: ServerHandle) -> None:
     steps = 8
@@ -267,7 +265,6 @@ def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny_model: Path
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-@pytest.mark.slow
 def test_a_killed_rank_fails_its_job_by_name_and_cancel_stops_every_rank(tiny_model: Path, press_app: ServerHandle,
                                                                          dp_backend: ServerHandle) -> None:
     with api_client(dp_backend) as api:
@@ -290,7 +287,6 @@ def test_a_killed_rank_fails_its_job_by_name_and_cancel_stops_every_rank(tiny_mo
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-@pytest.mark.slow
 def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny_model: Path, press_app: ServerHandle,
                                                                    dp_backend: ServerHandle,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
@@ -312,7 +308,6 @@ def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny_model: P
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-@pytest.mark.slow
 def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: Path) -> None:
     """3 groups of 2 over 2 ranks: rank 0 trains episodes 0-2, rank 1 episodes 3-5, so the middle
     group straddles them. TRL gathers the rewards in rank order before it groups them: with each
@@ -348,7 +343,6 @@ def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: 
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-@pytest.mark.slow
 def test_every_rank_saves_at_once_into_the_store_folder_and_one_process_resumes(
         tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A save is a collective (under ZeRO-3/FSDP the weights are gathered and each rank writes

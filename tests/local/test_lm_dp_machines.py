@@ -89,7 +89,6 @@ def _children(pid: int) -> set[int]:
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-@pytest.mark.slow
 def test_a_job_trains_across_two_machines_and_each_machines_ranks_are_its_own(
         tiny_model: Path, press_app: ServerHandle, two_machines: tuple[ServerHandle, Path, Any]) -> None:
     backend, shared, host = two_machines
@@ -115,7 +114,6 @@ def test_a_job_trains_across_two_machines_and_each_machines_ranks_are_its_own(
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-@pytest.mark.slow
 def test_a_rank_killed_on_the_other_machine_fails_its_job_by_name_and_cancel_reaches_it(
         tiny_model: Path, press_app: ServerHandle, two_machines: tuple[ServerHandle, Path, Any]) -> None:
     backend, shared, host = two_machines
@@ -152,7 +150,6 @@ def _launchers_of(folder: Path) -> list[int]:
 
 
 @NEEDS_TRAINER
-@pytest.mark.slow
 def test_a_job_cancelled_while_waiting_for_the_other_machine_leaves_nothing(
         tiny_model: Path, press_app: ServerHandle, tmp_path: Path) -> None:
     """No ranks host runs: machine 0's launcher waits at the rendezvous, and the log says what

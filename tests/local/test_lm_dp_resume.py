@@ -43,7 +43,6 @@ def _failed(api: Any, job_id: str) -> bool:
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-@pytest.mark.slow
 @pytest.mark.parametrize(("before", "after_kill"), [(2, 2), (1, 2), (2, 1)])
 def test_a_data_parallel_job_survives_a_backend_kill_and_resumes_on_every_rank(
         tiny_model: Path, press_app: ServerHandle, tmp_path: Path, before: int, after_kill: int) -> None:

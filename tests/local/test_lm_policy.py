@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from app.local.policies import trainer_extra_missing
 from app.local.policies.base import Episode, PolicySettings
 from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from app.local.servers import ServerHandle, start_backend
@@ -28,7 +27,7 @@ from pilot_waits import poll_until
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 from .test_local_resume import backend_process
 
-pytestmark = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
+pytestmark = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier; fails, never skips, without it
 
 
 def settings(model: Path, **options: Any) -> PolicySettings:
@@ -362,7 +361,6 @@ def _train(model: Path, app: ServerHandle, tmp_path: Path, mode: str, steps: int
                 "names": {p["name"] for p in points}}
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize(("mode", "steps", "lr"), [("full", 8, 1e-2), ("lora", 8, 1e-2)])
 def test_the_backend_trains_the_tiny_model_and_its_score_rises(tiny_model: Path, press_app: ServerHandle,
                                                               tmp_path: Path, mode: str, steps: int, lr: float) -> None:
@@ -393,7 +391,6 @@ def test_the_backend_trains_the_tiny_model_and_its_score_rises(tiny_model: Path,
     assert changed
 
 
-@pytest.mark.slow
 def test_an_lm_job_killed_mid_run_resumes_from_its_last_step(tiny_model: Path, press_app: ServerHandle,
                                                              tmp_path: Path) -> None:
     total = 5
@@ -423,7 +420,6 @@ def test_an_lm_job_killed_mid_run_resumes_from_its_last_step(tiny_model: Path, p
     assert _adam_steps(torch.load(folder / "optimizer.pt", weights_only=True)) == {float(total)}
 
 
-@pytest.mark.slow
 def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_app: ServerHandle,
                                                        tmp_path: Path) -> None:
     """`synth-tui train --backend local --trainer lm` with [model] base = the model's folder."""
@@ -455,7 +451,6 @@ def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_a
     assert any(not torch.equal(w, base[name]) for name, w in trained.items())
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["full", "lora"])
 def test_the_tiny_model_learns_on_a_task_app_built_with_synth_ai_050(tiny_model: Path, tmp_path: Path,
                                                                       mode: str) -> None:
@@ -501,16 +496,15 @@ def test_the_tiny_model_learns_on_a_task_app_built_with_synth_ai_050(tiny_model:
     assert any(not torch.equal(w, base[name]) for name, w in model.state_dict().items())
 
 
-@pytest.mark.slow
 def test_a_real_pretrained_model_calls_tools_that_parse_and_takes_a_grpo_step() -> None:
-    """SmolLM2-135M-Instruct, pretrained, offline (tests/smollm2.py: the registry's GGUF,
+    """SmolLM2-135M-Instruct, pretrained, offline (tests/support/smollm2.py: the registry's GGUF,
     dequantized and saved once as a Hugging Face folder, with a tool-calling template): its
     required calls parse and match the tool's schema, an `auto` answer comes back as a message,
     and one GRPO step runs with LoRA."""
     import jsonschema
-    from smollm2 import smollm2_folder
 
     from app.local.policies.lm import LmPolicy
+    from support.smollm2 import smollm2_folder
 
     settings_ = PolicySettings(model=str(smollm2_folder()), learning_rate=1e-5, seed=0, total_steps=2, batch_size=1,
                                group_size=2, options={"trainer_mode": "lora", "max_tokens": 48})

@@ -18,20 +18,20 @@ import pytest
 from app import cli
 from app.core.config.payload import build_rl_payload
 from app.core.config.validation import validate_rl_file
-from app.local.policies import trainer_extra_missing
 from lm_fixtures import press_payload
 from pilot_waits import poll_until
+from support.tiers import slow_fixture
 
 from .conftest import ENV_KEY, create_job, events_of, wait_terminal
 from .test_local_resume import answering
 
 REPO = Path(__file__).resolve().parents[2]
 LM_PRESS = REPO / "configs" / "rl" / "lm_press.toml"
-NEEDS_TRAINER = pytest.mark.skipif(trainer_extra_missing() is not None, reason=str(trainer_extra_missing()))
+NEEDS_TRAINER = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier; fails, never skips, without it
 _LISTENING = re.compile(r"press task app \(rollout contract 0\.2, asking for A\) on (http://\S+)")
 
 
-@pytest.fixture(scope="module")
+@slow_fixture("runs `synth-tui taskapp` as a process", scope="module")
 def press_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """`synth-tui taskapp --game press --asks a,A` in a process of its own on a free loopback
     port, its key from the environment; yields its URL."""
@@ -114,7 +114,6 @@ def test_the_tiny_model_command_writes_a_model_the_lm_policy_loads(tmp_path, cap
 
 
 @NEEDS_TRAINER
-@pytest.mark.slow
 def test_the_shipped_config_trains_the_tiny_model_on_the_commands_press_game(press_cli, tiny_model, tmp_path,
                                                                               monkeypatch, capsys):
     """The README's walk in one process: configs/rl/lm_press.toml as shipped (its model

@@ -16,7 +16,6 @@ from app.local.servers import ServerHandle, _bind, start_taskapp
 
 from .conftest import ENV_KEY, create_job, events_of, payload, small_config, wait_terminal
 
-pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -26,13 +25,12 @@ def crafter() -> Iterator[ServerHandle]:
         yield server
 
 
-def test_an_sdk_shaped_task_app_is_learned(api, crafter):
+def test_an_sdk_shaped_task_app_is_learned(api, crafter, whole_job):
     config = cfg.load_toml(REPO / "configs" / "rl" / "crafter_lite.toml")  # seeded: [training] seed
     # Its first 12 of 16 steps: with its seed (11) the eval is 0.50 after step 8 and 0.92 after
     # step 12 (0.93 after 16), every run the same; the evals stay after 8 and at the end.
     config["training"]["iterations_per_epoch"] = 12
-    job_id = create_job(api, payload(crafter.url, config))
-    job = wait_terminal(api, job_id, timeout=180)
+    job_id, job = whole_job(api, payload(crafter.url, config), 180)
     assert job["status"] == "succeeded", job.get("error")
     events = events_of(api, job_id)
     steps = [e["data"] for e in events if e["type"] == "rl.train.step"]

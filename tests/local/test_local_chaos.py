@@ -21,6 +21,7 @@ from pilot_waits import poll_until
 from .conftest import (
     API_KEY,
     ENV_KEY,
+    QUICK_CHAT_RETRIES,
     api_client,
     create_job,
     events_of,
@@ -29,16 +30,15 @@ from .conftest import (
     wait_terminal,
 )
 
-pytestmark = pytest.mark.slow
-
 
 @pytest.fixture
-def chaotic_pair(tmp_path, request) -> Iterator[tuple[ServerHandle, ChaosProxy, ChaosProxy]]:
+def chaotic_pair(tmp_path, request, quick_rollout_retries) -> Iterator[tuple[ServerHandle, ChaosProxy, ChaosProxy]]:
     """(backend, proxy in front of the task app, proxy in front of the chat endpoint); the
-    param is the proxies' mode, or (mode, rollout contract of the task app)."""
+    param is the proxies' mode, or (mode, rollout contract of the task app). Both hops retry as
+    always, with waits of milliseconds: what is tested is that nothing is lost or counted twice."""
     mode: Mode
     mode, contract = request.param if isinstance(request.param, tuple) else (request.param, "0.2")
-    with start_taskapp(env_api_keys=[ENV_KEY], contract=contract) as taskapp, \
+    with start_taskapp(env_api_keys=[ENV_KEY], contract=contract, chat_backoff=QUICK_CHAT_RETRIES) as taskapp, \
             ChaosProxy(every=7, mode=mode) as to_taskapp, ChaosProxy(every=11, mode=mode) as to_chat:
         to_taskapp.target = (taskapp.host, taskapp.port)
         app = create_backend_app(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
@@ -71,9 +71,11 @@ def test_lost_requests_on_both_hops_are_retried_and_nothing_is_counted_twice(cha
     assert summary["retries"] >= 1
 
 
+@pytest.mark.usefixtures("whole_job")  # 30 steps, across a restart: the whole job, with the real waits
 def test_a_task_app_restarted_mid_run_does_not_fail_the_job(api):
     """Killed and started again on the same port within a second or two, as a user who fixes
-    their task app does: the rollouts in flight are retried and the job goes on."""
+    their task app does: the rollouts in flight are retried and the job goes on. The real retry
+    waits: the restart must fit in them."""
     first = start_taskapp(env_api_keys=[ENV_KEY])
     host, port = first.host, first.port
     config = small_config(iterations_per_epoch=30, batch_size=2, group_size=2, max_turns=6, seed=3)

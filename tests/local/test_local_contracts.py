@@ -500,7 +500,6 @@ def test_synth_tui_taskapp_contract_0_5_serves_the_0_5_app(monkeypatch):
     assert "0.5" in seen["a"] or seen["k"].get("contract") == "0.5", json.dumps(seen, default=str)
 
 
-@pytest.mark.slow
 def test_train_backend_local_trains_a_0_5_task_app_with_a_verifier_config(taskapp_05, tmp_path, capsys):
     """`--backend local` end to end (docs/compatibility.md): the embedded backend started in
     this process with its own key (no SYNTH_API_KEY in the .env), handed the .env's

@@ -11,7 +11,7 @@ import pytest
 from app.demo import demo_payload, load_demo_config
 from app.local.servers import ServerHandle, _bind
 
-from .conftest import ENV_KEY, create_job, events_of, wait_terminal
+from .conftest import ENV_KEY, events_of
 from .guess_taskapp import create_guess_taskapp
 
 
@@ -31,9 +31,8 @@ def guess_config(seed: int, steps: int = 12) -> dict:
     return config
 
 
-def _run(api, url: str, config: dict) -> tuple[list[float], float, dict]:
-    job_id = create_job(api, demo_payload(config, url))
-    job = wait_terminal(api, job_id, timeout=180)
+def _run(api, whole_job, url: str, config: dict) -> tuple[list[float], float, dict]:
+    job_id, job = whole_job(api, demo_payload(config, url), 180)
     assert job["status"] == "succeeded", job
     points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
     train = [p["value"] for p in points if p["name"] == "train.mean_score"]
@@ -47,13 +46,12 @@ def _run(api, url: str, config: dict) -> tuple[list[float], float, dict]:
     return train, final, done
 
 
-@pytest.mark.slow
-def test_a_feedback_driven_task_is_learned_or_said_to_have_got_worse(api, guess_app):
+def test_a_feedback_driven_task_is_learned_or_said_to_have_got_worse(api, guess_app, whole_job):
     # Seed 1 (measured, reproducible): the stand-in keys on the tool result ("3 is too low:
     # ..."), but 12 steps of a memoryless table over 8 numbers collapse onto a few guesses and
     # the final eval (about 0.11) ends below the first step (about 0.27). The job still
     # succeeds, and its completion event says, at warning level, that it got worse.
-    train, final, done = _run(api, guess_app.url, guess_config(seed=1))
+    train, final, done = _run(api, whole_job, guess_app.url, guess_config(seed=1))
     assert final < train[0], (train, final)
     assert done["level"] == "warning" and "GOT WORSE" in done["message"]
     assert f"{train[0]:.3f}" in done["message"] and f"{final:.3f}" in done["message"]

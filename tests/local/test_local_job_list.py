@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+
 from seeded_backend import API_KEY, start_seeded_backend
 
 

@@ -6,28 +6,24 @@ so each run below scores the same every time (seed 1: eval 0.83 after step 4, 0.
 
 from __future__ import annotations
 
-import pytest
-
 from app.demo import demo_payload as job_payload
 from app.demo import load_demo_config
 
-from .conftest import create_job, events_of, wait_terminal
+from .conftest import events_of
 
 
-@pytest.mark.slow
-def test_the_demo_config_learns(api, taskapp):
+def test_the_demo_config_learns(api, taskapp, whole_job):
     config = load_demo_config()
     config["training"]["seed"] = 1
-    _assert_learns(api, taskapp.url, config, steps=16, evals=4)
+    _assert_learns(api, whole_job, taskapp.url, config, steps=16, evals=4)
 
 
-@pytest.mark.slow
-def test_the_demo_config_learns_on_a_0_5_task_app(api, taskapp_05):
+def test_the_demo_config_learns_on_a_0_5_task_app(api, taskapp_05, whole_job):
     # Its first 8 of 16 steps (2 evals) are enough to go from chance to >= 0.8 with this seed;
     # the whole config is trained above, in the other generation.
     config = load_demo_config()
     config["training"].update(seed=1, num_epochs=1, iterations_per_epoch=8)
-    job_id = _assert_learns(api, taskapp_05.url, config, steps=8, evals=2)
+    job_id = _assert_learns(api, whole_job, taskapp_05.url, config, steps=8, evals=2)
     contract = [e for e in events_of(api, job_id) if e["type"] == "rl.taskapp.contract"]
     assert len(contract) == 1 and "contract 0.5" in contract[0]["message"], contract
     assert contract[0]["message"].endswith("from /openapi.json")
@@ -36,9 +32,8 @@ def test_the_demo_config_learns_on_a_0_5_task_app(api, taskapp_05):
     assert all(s["decisions"] == s["turns"] > 0 for s in steps)
 
 
-def _assert_learns(api, task_url: str, config: dict, *, steps: int, evals: int) -> str:
-    job_id = create_job(api, job_payload(config, task_url))
-    job = wait_terminal(api, job_id, timeout=120)
+def _assert_learns(api, whole_job, task_url: str, config: dict, *, steps: int, evals: int) -> str:
+    job_id, job = whole_job(api, job_payload(config, task_url), 120)
     assert job["status"] == "succeeded", job
     points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
     train = [p["value"] for p in points if p["name"] == "train.mean_score"]

@@ -71,7 +71,7 @@ def _points(api, job_id: str) -> list[tuple[int, str, float]]:
     return [(p["step"], p["name"], p["value"]) for p in points]
 
 
-@pytest.mark.slow
+@pytest.mark.usefixtures("cli_process")  # the backend as a process, killed
 def test_a_job_killed_mid_run_resumes_and_records_every_step_once(tmp_path, taskapp, api):
     config = _seeded_demo()
     total = config["training"]["num_epochs"] * config["training"]["iterations_per_epoch"]

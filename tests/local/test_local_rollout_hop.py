@@ -39,8 +39,6 @@ from .conftest import (
 )
 from .misbehaving_taskapps import hanging_up_taskapp, huge_answer_taskapp, policy_shy_taskapp
 
-pytestmark = pytest.mark.slow
-
 # What no message may quote: anyio's cancel scopes, object reprs and addresses, hex ids.
 INTERNALS = re.compile(r"cancel scope|object at 0x|<\w+[.\w]* |[0-9a-f]{8,}|Error\(", re.IGNORECASE)
 WHERE = r"\(seed \d+, iteration 1\)"

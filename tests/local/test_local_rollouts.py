@@ -35,10 +35,21 @@ from app.local.rollout_store import ROW_OVERHEAD
 from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.store import Store
 from app.local.taskapp import MOVE_TOOL
-from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapp_kit import PolicyLink, add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 from app.local.trainer import JobRun, OpenRollout, plan_from_payload
+from support.tiers import examples
 
-from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, payload, small_config, wait_terminal
+from .conftest import (
+    API_KEY,
+    ENV_KEY,
+    WholeJob,
+    api_client,
+    create_job,
+    events_of,
+    payload,
+    small_config,
+    wait_terminal,
+)
 
 
 def all_rollouts(api: httpx.Client, job_id: str, **params: Any) -> list[dict[str, Any]]:
@@ -58,19 +69,17 @@ def all_rollouts(api: httpx.Client, job_id: str, **params: Any) -> list[dict[str
 
 
 @pytest.fixture(scope="module")
-def demo_job(backend: ServerHandle, taskapp: ServerHandle) -> Iterator[tuple[httpx.Client, str]]:
+def demo_job(backend: ServerHandle, taskapp: ServerHandle, whole_job: WholeJob) -> Iterator[tuple[httpx.Client, str]]:
     """The demo config's first 8 steps with seed 1: chance at step 1, eval 0.93 after step 8."""
     config = load_demo_config()
     config["training"].update(seed=1, num_epochs=1, iterations_per_epoch=8)
     with httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
                       timeout=15.0) as api:
-        job_id = create_job(api, payload(taskapp.url, config))
-        job = wait_terminal(api, job_id, timeout=120)
+        job_id, job = whole_job(api, payload(taskapp.url, config), 120)
         assert job["status"] == "succeeded", job
         yield api, job_id
 
 
-@pytest.mark.slow
 def test_a_demo_job_keeps_a_sample_of_each_step_and_every_eval_episode(demo_job):
     api, job_id = demo_job
     rollouts = all_rollouts(api, job_id, limit=7)  # several pages
@@ -88,7 +97,6 @@ def test_a_demo_job_keeps_a_sample_of_each_step_and_every_eval_episode(demo_job)
     assert all_rollouts(api, job_id, step=4, phase="eval") == [r for r in evals if r["step"] == 4]
 
 
-@pytest.mark.slow
 def test_an_early_rollout_wanders_and_a_late_one_walks_to_the_goal(demo_job):
     api, job_id = demo_job
     early = min((r for r in all_rollouts(api, job_id, step=1, phase="train")), key=lambda r: r["reward"])
@@ -113,7 +121,6 @@ def test_an_early_rollout_wanders_and_a_late_one_walks_to_the_goal(demo_job):
     assert api.get(f"/learning/jobs/{job_id}/rollouts/{late['rollout_id']}").json() == walk
 
 
-@pytest.mark.slow
 def test_a_0_5_task_app_reports_rewards_and_done_in_its_trace(api, taskapp_05):
     config = small_config(seed=3)
     job_id = create_job(api, payload(taskapp_05.url, config))
@@ -220,14 +227,14 @@ def echoing_taskapp() -> FastAPI:
     tool = json.loads(json.dumps(MOVE_TOOL))
     tool["function"]["parameters"]["properties"]["direction"]["description"] = f"key {ENV_KEY}"
 
-    async def play(client: httpx.AsyncClient, req: Any) -> dict[str, Any]:
+    async def play(policy: PolicyLink, req: Any) -> dict[str, Any]:
         steps = []
         for turn in range(2):
             content = [{"type": "text", "text": f"turn {turn}: env key {ENV_KEY}, backend key {API_KEY}"},
                        {"type": "image_url", "image_url": {"url": PNG}},
                        {"type": "image_url", "image_url": {"url": f"https://example.invalid/i.png?k={ENV_KEY}"}}]
             body = {"messages": [{"role": "user", "content": content}], "tools": [tool], "tool_choice": "required"}
-            calls = await ask_policy(client, chat_url(req.policy.config.inference_url), body, f"turn {turn}")
+            calls = await ask_policy(policy, chat_url(req.policy.config.inference_url), body, f"turn {turn}")
             steps.append({"obs": {"text": "x"}, "tool_calls": calls, "reward": float(turn), "done": turn == 1,
                           "truncated": False, "info": {"echo": ENV_KEY[3:40], "also": API_KEY}})
         return rollout_response(req, env_id="echo", steps=steps, score=1.0, final={}, details={},
@@ -356,7 +363,7 @@ answers = st.recursive(
 
 
 @given(answer=answers)
-@settings(max_examples=200, deadline=None, derandomize=True)
+@settings(max_examples=examples(200), deadline=None, derandomize=True)
 def test_any_task_app_answer_is_read_without_an_error(answer):
     reports = read_step_reports(answer)
     turns = [{"call_id": f"c{n}", "observation": "o", "images": [], "images_omitted": 0} for n in range(3)]

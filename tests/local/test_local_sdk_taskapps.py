@@ -20,9 +20,7 @@ from app.local.rollout_contract import GEN_05, RolloutAsk, generation_from_opena
 from app.local.servers import ServerHandle, _bind
 
 from .conftest import ENV_KEY, create_job, events_of, wait_terminal
-from .sdk_taskapps.harness import SdkTaskApp, ensure_sdk_python
-
-pytestmark = pytest.mark.slow  # each app is a child process that imports synth-ai (seconds)
+from .sdk_taskapps.harness import SdkTaskApp
 
 
 class FakePolicy:
@@ -145,9 +143,8 @@ def test_the_sdk_apps_speak_contract_05_with_the_sdks_key_rules(sdk_taskapps):
     assert taskset["buttons"] == [1, 2, 3, 4] and taskset["random_play_score"] == 0.25
 
 
-def test_an_sdk_app_starts_on_a_free_port_and_stops_cleanly(tmp_path):
-    python = ensure_sdk_python()
-    with SdkTaskApp("guess_number", python=python, env_api_key=ENV_KEY, workdir=tmp_path).start() as app:
+def test_an_sdk_app_starts_on_a_free_port_and_stops_cleanly(tmp_path, sdk_python):
+    with SdkTaskApp("guess_number", python=sdk_python, env_api_key=ENV_KEY, workdir=tmp_path).start() as app:
         assert app.running
         assert httpx.get(app.url + "/", timeout=5.0).json()["service"] == "guess-number"
         assert app.stop() == 0  # SIGTERM: uvicorn's graceful shutdown, exit status 0

@@ -14,6 +14,7 @@ from app.local.policies.base import Episode, group_advantages, latest_observatio
 from app.local.policies.tabular import Decision, TabularPolicy, state_key
 from app.local.store import IdempotencyConflict, Store
 from app.local.trainer import InvalidJobPayload, plan_from_payload
+from support.tiers import examples
 
 from .conftest import payload, small_config
 
@@ -103,7 +104,7 @@ _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow
                      max_leaves=12)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(body=_json, data=st.dictionaries(st.sampled_from(["endpoint_base_url", "config", "base_model", "model"]),
                                         _json, max_size=4))
 def test_any_body_is_either_a_plan_or_a_clear_422(body, data):

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from support.tiers import examples
 from widgets import plotext_speedups
 from widgets.plotext_speedups import faster_plotext, get_lines, hd_group
 
@@ -18,7 +19,7 @@ coordinates = st.lists(st.tuples(st.integers(-300, 300), st.integers(-300, 300))
 factors = st.sampled_from([(2, 4), (2, 3), (2, 2), (1, 1)])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(coordinates)
 def test_get_lines_draws_the_dots_plotext_draws(points):
     x = [px for px, _ in points]
@@ -34,7 +35,7 @@ def test_get_lines_leaves_what_it_was_not_written_for_to_plotext():
     assert get_lines([], [], [], [], []) == plotext_speedups._original_get_lines([], [], [], [], [])
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(coordinates, factors)
 def test_hd_group_groups_the_dots_as_plotext_does(points, factor):
     if not points:

@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from seeded_backend import API_KEY, seed_jobs
 from textual.widgets import DataTable, Static
 
 from app.core.launch.session import LaunchOptions, LaunchSession
@@ -29,6 +28,7 @@ from app.tui import SynthTuiApp
 from fakes import FaultyBackend, finished_job
 from pilot_waits import wait_for, wait_for_screen
 from screen_text import footer_text, screen_lines
+from seeded_backend import API_KEY, seed_jobs
 from widgets.rollout_image import RolloutImage, decode_image
 from widgets.rollout_view import RolloutView, changed_words
 

@@ -2,12 +2,13 @@
 
 Imported by the test process, so it never imports synth_ai: the child is
 `python -m sdk_taskapps.serve NAME`, run by a Python that has synth-ai 0.5.0, found in this
-order: $SYNTH_AI_SDK_PYTHON; the test's own Python when synth-ai 0.5.0 is installed in it;
-the repository's `.sdkvenv/bin/python`. Without one, the first test that needs an app makes
-`.sdkvenv` (a venv of its own, out of the project's: synth-ai 0.5.0 brings about 160 packages,
-some pinned below ours; pip is upgraded first, as the machine's pip 23 resolves them for tens of
-minutes), one process at a time, as the browser tests install their Chromium. A failed install
-fails those tests with pip's last lines; they are never skipped.
+order: $SYNTH_AI_SDK_PYTHON; the test's own Python when synth-ai 0.5.0 is installed in it; the
+SDK venv in the machine's test cache (support/machine_cache.py). Without one, the SDK venv is
+made (a venv of its own, out of the project's: synth-ai 0.5.0 brings about 160 packages, some
+pinned below ours; pip is upgraded first, as the machine's pip 23 resolves them for tens of
+minutes), once per machine, by support/provision.py (which .ci/run calls before the tests), or
+else by the first test that needs it, one process at a time. A failed install fails those tests
+with pip's last lines; they are never skipped.
 
 The key is handled as the SDK does it: the child reads ENVIRONMENT_API_KEY from its
 environment (never from its command line). The child gets a HOME of its own, no other Synth or
@@ -27,10 +28,11 @@ from pathlib import Path
 import httpx
 
 from pilot_waits import poll_until
+from support.machine_cache import CACHE
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
 SDK_VERSION = "0.5.0"
+SDK_VENV = CACHE / f"sdkvenv-{SDK_VERSION}"
 SDK_PYTHON_ENV = "SYNTH_AI_SDK_PYTHON"
 APPS = ("context_free", "guess_number")
 START_TIMEOUT_S = 90.0  # importing synth_ai takes 3-10 s on a busy 2-core machine
@@ -51,7 +53,7 @@ def _version_of(python: str) -> str:
 def find_sdk_python() -> tuple[str | None, str]:
     """(a Python with synth-ai 0.5.0, '') or (None, why there is none and how to get one)."""
     explicit = os.environ.get(SDK_PYTHON_ENV, "").strip()
-    candidates = [explicit] if explicit else [sys.executable, str(REPO / ".sdkvenv" / "bin" / "python")]
+    candidates = [explicit] if explicit else [sys.executable, str(SDK_VENV / "bin" / "python")]
     seen = []
     for python in candidates:
         if not explicit and not Path(python).exists():
@@ -60,9 +62,9 @@ def find_sdk_python() -> tuple[str | None, str]:
         if version == SDK_VERSION:
             return python, ""
         seen.append(f"{python}: {f'synth-ai {version}' if version else 'no synth-ai'}")
-    where = f"${SDK_PYTHON_ENV}" if explicit else "this Python or .sdkvenv"
+    where = f"${SDK_PYTHON_ENV}" if explicit else f"this Python or {SDK_VENV}"
     return None, (f"no Python with synth-ai {SDK_VERSION} ({where}: {'; '.join(seen) or 'none'}); make one with "
-                  f"`python3 -m venv .sdkvenv && .sdkvenv/bin/pip install synth-ai=={SDK_VERSION}` "
+                  "`python tests/support/provision.py --only sdk` "
                   f"or point ${SDK_PYTHON_ENV} at one")
 
 
@@ -153,15 +155,16 @@ INSTALL_TIMEOUT_S = 1800.0
 
 
 def ensure_sdk_python() -> str:
-    """A Python with synth-ai 0.5.0: one found by find_sdk_python, else `.sdkvenv`, made now.
+    """A Python with synth-ai 0.5.0: one found by find_sdk_python, else the SDK venv, made now.
     Raises RuntimeError (with pip's last lines) when it cannot be made."""
     python, why = find_sdk_python()
     if python is not None:
         return python
     if os.environ.get(SDK_PYTHON_ENV, "").strip():
         raise RuntimeError(why)  # the one named was asked for: do not make another
-    venv = REPO / ".sdkvenv"
-    with open(REPO / ".sdkvenv.lock", "w") as lock:
+    venv = SDK_VENV
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".sdkvenv-{SDK_VERSION}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # pytest-xdist workers: one installs, the others wait
         python, why = find_sdk_python()
         if python is not None:
@@ -172,7 +175,7 @@ def ensure_sdk_python() -> str:
             done = subprocess.run(step, capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S)
             if done.returncode != 0:
                 tail = "\n".join((done.stdout + done.stderr).strip().splitlines()[-15:])
-                raise RuntimeError(f"could not make .sdkvenv with synth-ai {SDK_VERSION} "
+                raise RuntimeError(f"could not make {venv} with synth-ai {SDK_VERSION} "
                                    f"({' '.join(step[-2:])} exited {done.returncode}):\n{tail}")
     python, why = find_sdk_python()
     if python is None:

