@@ -6,6 +6,7 @@ import builtins
 import io
 import os
 import socket
+import sys
 
 import pytest
 
@@ -47,6 +48,16 @@ def cli_process():
     return run_process
 
 
+@pytest.fixture(scope="session", autouse=True)
+def parsed_css_shared():
+    """Every app in this process shares the stylesheets parsed once (support/textual_compat.py)."""
+    from support.textual_compat import share_parsed_css
+
+    undo = share_parsed_css()
+    yield
+    undo()
+
+
 @pytest.fixture
 def faulty_backend():
     with FaultyBackend() as backend:
@@ -70,8 +81,25 @@ def tiny_task_app():
 def pytest_configure(config):
     os.environ.pop("NO_COLOR", None)
     os.environ.pop("TEXTUAL_THEME", None)
+    keep_compiled_code()
     config.stash[_GUARD] = QuickTierGuard()
     choose_hypothesis_profile(config.getoption("markexpr") or "", config.getoption("hypothesis_profile", None))
+
+
+def keep_compiled_code() -> None:
+    """Compiled modules are kept between runs (in __pycache__, as anywhere without the variable):
+    where PYTHONDONTWRITEBYTECODE is set (it is on our CI machines), every pytest worker would
+    otherwise rewrite every test module's asserts and compile the app again at each start (about
+    6 s of CPU each), and so would every process a test starts (docs/testing.md#compiled-code)."""
+    sys.dont_write_bytecode = False
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)  # the processes the tests start
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker more than the CPUs this process may use. A quarter of the suite's
+    time is spent waiting (on loopback servers, on timers a test must see fire), and a worker
+    that waits leaves its core idle; the extra worker fills it (docs/testing.md#workers)."""
+    return len(os.sched_getaffinity(0)) + 1
 
 
 # -- the two tiers (support/tiers.py, docs/testing.md#two-tiers) ------------------------------

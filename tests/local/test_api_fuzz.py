@@ -22,8 +22,8 @@ from schemathesis.checks import not_a_server_error
 from schemathesis.config import SchemathesisConfig
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from app.local.servers import ServerHandle, start_taskapp
-from support.tiers import examples
+from app.local.servers import ServerHandle, start_backend, start_taskapp
+from support.tiers import examples, slow_fixture
 
 from .conftest import API_KEY, ENV_KEY, QUICK_CHAT_RETRIES
 
@@ -41,9 +41,18 @@ def http() -> Iterator[requests.Session]:
         yield session
 
 
-@pytest.fixture
-def backend_schema(backend: ServerHandle) -> Any:
-    return schemathesis.openapi.from_url(backend.url + "/openapi.json", config=BOTH_MODES)
+@slow_fixture("the fuzzer's valid job bodies start real training jobs", scope="module")
+def fuzzed_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
+    """A backend of its own: the jobs the fuzzer creates run (and fail on the closed port) here,
+    not beside other tests' jobs."""
+    db = tmp_path_factory.mktemp("fuzzed-backend") / "state.sqlite3"
+    with start_backend(api_key=API_KEY, db_path=db, env_api_keys=[ENV_KEY]) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def backend_schema(fuzzed_backend: ServerHandle) -> Any:
+    return schemathesis.openapi.from_url(fuzzed_backend.url + "/openapi.json", config=BOTH_MODES)
 
 
 @pytest.fixture(scope="module", params=["0.2", "0.5"])

@@ -209,6 +209,7 @@ def test_the_cpu_layout_needs_no_gpu() -> None:
         refuse_without_gpu(setup, VllmPlan(), has_cuda=no_cuda)
 
 
+@trainer_only
 def test_cuda_is_asked_without_crashing(monkeypatch: pytest.MonkeyPatch) -> None:
     import builtins
 

@@ -94,6 +94,7 @@ FSDP = "distributed_type: FSDP\nnum_processes: 2\nfsdp_config:\n  fsdp_version: 
 SHARDED = "shards the model's parameters across the ranks"
 
 
+@pytest.mark.usefixtures("trainer_extra")  # the refusal asks torch whether there is a GPU
 @pytest.mark.parametrize(("text", "vllm", "said"), [
     (None, False, "no such file"),
     ("- a\n- b\n", False, "mapping"),

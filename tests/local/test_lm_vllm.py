@@ -146,6 +146,7 @@ def test_grpo_trains_on_vllms_samples_and_pushes_the_weights_after_each_step(
             resumed.close()
 
 
+@pytest.mark.usefixtures("trainer_extra")
 def test_a_server_plans_trainer_fields_are_grpoconfigs() -> None:
     from trl import GRPOConfig
 
@@ -157,6 +158,7 @@ def test_a_server_plans_trainer_fields_are_grpoconfigs() -> None:
     assert generator.describe() == "vLLM server at http://10.0.0.5:8000"  # no user:password in an event
 
 
+@pytest.mark.usefixtures("trainer_extra")  # the refusal asks torch whether there is a GPU
 @pytest.mark.parametrize(("flags", "said"), [
     (["--trainer", "lm", "--vllm-server", "http://127.0.0.1:8000"],
      "vLLM generation (server) was asked, but no CUDA GPU was found"),

@@ -294,6 +294,7 @@ async def test_a_wait_cancelled_leaves_the_queue_and_a_released_slot_goes_first_
     assert limits.running == 1
 
 
+@pytest.mark.usefixtures("trainer_extra")  # torch.cuda, as the backend asks it
 def test_a_job_of_n_processes_takes_n_devices(monkeypatch: pytest.MonkeyPatch) -> None:
     """lm jobs at once: one per GPU, a data-parallel job's N ranks taking N of them; one on a CPU."""
     import torch
