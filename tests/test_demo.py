@@ -7,6 +7,8 @@ import stat
 
 import pytest
 
+from support.cli import run_cli
+
 
 def test_demo_headless_succeeds_and_the_score_rises(tmp_path, cli_process):
     workdir = tmp_path / "demo"
@@ -28,11 +30,10 @@ def test_demo_headless_succeeds_and_the_score_rises(tmp_path, cli_process):
         assert secret not in out and secret not in result.stderr
 
 
-def test_demo_reuses_its_folder(tmp_path, cli_process):
+def test_demo_reuses_its_folder(tmp_path):
     workdir = tmp_path / "demo"
     for _ in range(2):
-        result = cli_process("demo", "--no-tui", "--workdir", str(workdir), "--poll-timeout", "0.5", timeout=300,
-                             cwd=tmp_path)
+        result = run_cli("demo", "--no-tui", "--workdir", str(workdir), "--poll-timeout", "0.5", cwd=tmp_path)
         assert result.returncode in (0, 4), result.stderr[-2000:]
         assert "Traceback" not in result.stderr
 

@@ -9,7 +9,6 @@ import os
 import random
 import re
 import signal
-import subprocess
 import sys
 from collections import Counter
 from dataclasses import replace
@@ -23,6 +22,7 @@ from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from app.local.servers import ServerHandle, start_backend
 from lm_fixtures import press_payload
 from pilot_waits import poll_until
+from support.cli import run_cli
 
 from .conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 from .test_local_resume import backend_process
@@ -429,11 +429,9 @@ def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_a
                        ("batch_size", "2"), ("max_turns", "2"), ("learning_rate", "1e-2"), ("instances", "4")):
         text = re.sub(rf"(?m)^{key} = .*$", f"{key} = {value}", text)
     (tmp_path / "press.toml").write_text(text)
-    env = {**os.environ, "ENVIRONMENT_API_KEY": ENV_KEY, "HOME": str(tmp_path), "PYTHONPATH": os.pathsep.join(sys.path),
-           "SYNTH_TUI_STATE_DIR": str(tmp_path / "state")}
-    done = subprocess.run([sys.executable, "-m", "app.launcher", "train", "--backend", "local", "--trainer", "lm",
-                           "--config", str(tmp_path / "press.toml"), "--task-url", press_app.url, "--no-tui"],
-                          env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    env = {"ENVIRONMENT_API_KEY": ENV_KEY, "HOME": str(tmp_path), "SYNTH_TUI_STATE_DIR": str(tmp_path / "state")}
+    done = run_cli("train", "--backend", "local", "--trainer", "lm", "--config", str(tmp_path / "press.toml"),
+                   "--task-url", press_app.url, "--no-tui", env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Final status: succeeded" in done.stdout
     assert '"kind": "lm"' in done.stdout and '"stand_in": false' in done.stdout
@@ -451,22 +449,23 @@ def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_a
     assert any(not torch.equal(w, base[name]) for name, w in trained.items())
 
 
-@pytest.mark.parametrize("mode", ["full", "lora"])
 def test_the_tiny_model_learns_on_a_task_app_built_with_synth_ai_050(tiny_model: Path, tmp_path: Path,
-                                                                      mode: str) -> None:
-    """The whole promise: `--trainer lm` trains the tiny model, full and LoRA, against a
-    context-free task app written on synth-ai 0.5.0's own framework (tests/local/sdk_taskapps,
-    served by a Python with synth-ai 0.5.0): the job succeeds, the train mean score rises by at
-    least 0.3, torch is loaded by the backend, and artifacts.model_path loads with new weights.
-    The app names button 1 every turn of 4; its tool offers 1 to 4 (random play: 0.25)."""
+                                                                      sdk_python: str) -> None:
+    """The whole promise: `--trainer lm` trains the tiny model (LoRA) against a context-free task
+    app written on synth-ai 0.5.0's own framework (tests/local/sdk_taskapps, served by a Python
+    with synth-ai 0.5.0): the job succeeds, the train mean score rises by at least 0.3, torch is
+    loaded by the backend, and artifacts.model_path loads with new weights. The app names button
+    1 every turn of 4; its tool offers 1 to 4 (random play: 0.25). Full fine-tuning learns the
+    same way on our press app (test_the_backend_trains_the_tiny_model_and_its_score_rises)."""
     import torch
+    from peft import PeftModel
     from transformers import AutoModelForCausalLM
 
-    from .sdk_taskapps.harness import SdkTaskApp, ensure_sdk_python
+    from .sdk_taskapps.harness import SdkTaskApp
 
     turns = 4  # context_free.TURNS (that module imports synth_ai, which only the app's Python has)
-
-    with SdkTaskApp("context_free", python=ensure_sdk_python(), env_api_key=ENV_KEY, workdir=tmp_path,
+    mode = "lora"
+    with SdkTaskApp("context_free", python=sdk_python, env_api_key=ENV_KEY, workdir=tmp_path,
                     settings={"CONTEXT_FREE_BUTTONS": "1"}).start() as app, \
             start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
                           trainer="lm") as backend, api_client(backend) as api:
@@ -487,12 +486,7 @@ def test_the_tiny_model_learns_on_a_task_app_built_with_synth_ai_050(tiny_model:
     assert len(train) == 8 and last - first >= 0.3, train
     base = AutoModelForCausalLM.from_pretrained(tiny_model).state_dict()
     folder = Path(job["artifacts"]["model_path"])
-    if mode == "lora":
-        from peft import PeftModel
-
-        model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), folder).merge_and_unload()
-    else:
-        model = AutoModelForCausalLM.from_pretrained(folder)
+    model = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), folder).merge_and_unload()
     assert any(not torch.equal(w, base[name]) for name, w in model.state_dict().items())
 
 
