@@ -48,7 +48,9 @@ async def test_a_damaged_history_is_a_note_on_the_history_screen_not_a_bug(proje
         text = " ".join(header(app).split())
         assert f"⚠ The run history {history} was damaged (SQLite says: file is not a database)" in text
         assert kept[0].name in text
-        assert any("was damaged" in n.message for n in app._notifications), "told in a notification too"
+        # told in a notification too: posted by the app after the header is shown, so waited for
+        await wait_for(pilot, lambda: any("was damaged" in n.message for n in app._notifications),
+                       what="the notification")
         assert not any(isinstance(s, ErrorDialog) for s in app.screen_stack)
         assert app.screen.query_one(HistoryTable).row_count == 0
         # F5 lists again from the fresh history: the note stays, nothing is moved again.
