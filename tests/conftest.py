@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from fakes import FaultyBackend, TinyTaskApp
-from support.tiers import QuickTierGuard, choose_hypothesis_profile, slow_fixture, slow_reasons
+from support.tiers import QuickTierGuard, choose_hypothesis_profile, slow_fixture, slow_reasons, worker_group
 
 # Variables that would make tests depend on the developer's shell or terminal.
 _LEAKY_VARS = (
@@ -114,10 +114,13 @@ _GUARD = pytest.StashKey[QuickTierGuard]()
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """`slow` from the fixtures a test uses, before `-m "not slow"` deselects by it."""
+    """`slow` from the fixtures a test uses, before `-m "not slow"` deselects by it; and the
+    xdist group of a fixture that its tests share on one worker."""
     for item in items:
         if slow_reasons(item.fixturenames):
             item.add_marker(pytest.mark.slow)
+        if (group := worker_group(item.fixturenames)) is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def _guarded_phase(item):

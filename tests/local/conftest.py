@@ -189,7 +189,7 @@ def closed_url() -> Iterator[str]:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
 
 
-@slow_fixture("a Python with synth-ai 0.5.0 (the SDK's venv), made when missing", scope="session")
+@slow_fixture("a Python with synth-ai 0.5.0 (the SDK's venv), made when missing", group="sdk", scope="session")
 def sdk_python() -> str:
     """The Python of the SDK's venv (support/provision.py makes it once per machine); fails,
     never skips, when it cannot be made."""
@@ -199,7 +199,8 @@ def sdk_python() -> str:
         pytest.fail(str(exc), pytrace=False)
 
 
-@slow_fixture("runs task apps in the SDK's venv: a process each that imports synth-ai", scope="session")
+@slow_fixture("runs task apps in the SDK's venv: a process each that imports synth-ai", group="sdk",
+              scope="session")
 def sdk_taskapps(tmp_path_factory: pytest.TempPathFactory, sdk_python: str) -> Iterator[Callable[[str], SdkTaskApp]]:
     """The task apps written on synth-ai 0.5.0's framework (tests/local/sdk_taskapps): `sdk_taskapps(name)`
     starts one ("context_free" or "guess_number") as a uvicorn server in a child process on a

@@ -21,6 +21,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # fixture name -> why a test that uses it is slow
 SLOW_FIXTURES: dict[str, str] = {}
+# fixture name -> the xdist group of the tests that use it (they run on one worker)
+FIXTURE_GROUPS: dict[str, str] = {}
 
 # Audit events (PEP 578) that start another process.
 PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.fork", "os.forkpty", "os.exec", "os.spawn",
@@ -53,12 +55,16 @@ def examples(full: int) -> int:
     return full if _profile["name"] != "quick" else max(5, round(full * QUICK_EXAMPLES_SHARE))
 
 
-def slow_fixture(why: str, **fixture_kwargs: Any) -> Callable[[F], F]:
+def slow_fixture(why: str, *, group: str | None = None, **fixture_kwargs: Any) -> Callable[[F], F]:
     """``@pytest.fixture(**fixture_kwargs)``, and every test that uses the fixture is slow: `why`
-    says what it brings (torch, a process, a browser, a training job, the SDK venv)."""
+    says what it brings (torch, a process, a browser, a training job, the SDK venv). `group`: the
+    tests that use it run on one pytest-xdist worker (``--dist loadgroup``), so a session-scoped
+    fixture that is costly to set up (the SDK's task apps) is set up once, not once a worker."""
 
     def decorate(function: F) -> F:
         SLOW_FIXTURES[function.__name__] = why
+        if group is not None:
+            FIXTURE_GROUPS[function.__name__] = group
         return pytest.fixture(**fixture_kwargs)(function)
 
     return decorate
@@ -66,6 +72,10 @@ def slow_fixture(why: str, **fixture_kwargs: Any) -> Callable[[F], F]:
 
 def slow_reasons(fixturenames: Iterable[str]) -> list[str]:
     return [f"{name}: {SLOW_FIXTURES[name]}" for name in fixturenames if name in SLOW_FIXTURES]
+
+
+def worker_group(fixturenames: Iterable[str]) -> str | None:
+    return next((FIXTURE_GROUPS[name] for name in fixturenames if name in FIXTURE_GROUPS), None)
 
 
 class QuickTierGuard:
