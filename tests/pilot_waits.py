@@ -56,8 +56,25 @@ async def wait_for_screen(pilot, screen_type: type[S], what: str | None = None, 
         screen = pilot.app.screen
         return isinstance(screen, screen_type) and screen.is_mounted and (where is None or where(screen))
 
-    await wait_for(pilot, shown, what=what or f"the {screen_type.__name__}", limit=limit)
+    try:
+        await wait_for(pilot, shown, what=what or f"the {screen_type.__name__}", limit=limit)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; {what_is_shown(pilot.app)}") from None
     return pilot.app.screen
+
+
+def what_is_shown(app: App) -> str:
+    """The screen a wait ended on, and its text as drawn: a timeout says where the flow stopped
+    (a check that failed under load, a key that went elsewhere), not only that it stopped."""
+    from screen_text import screen_lines
+
+    screen = app.screen
+    try:
+        lines = [line.rstrip() for line in screen_lines(app)]
+    except Exception as exc:  # a screen being torn down: its name is still worth saying
+        lines = [f"(not drawable: {type(exc).__name__})"]
+    text = "\n".join(line for line in lines if line.strip())
+    return f"the screen was {type(screen).__name__} (mounted: {screen.is_mounted}), showing:\n{text}"
 
 
 def poll_until(fn: Callable[[], T | None], *, timeout: float = 10.0, what: str = "the condition") -> T:
