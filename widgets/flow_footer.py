@@ -4,6 +4,9 @@ Textual's Footer lays its keys in one row and clips what does not fit, so a narr
 showed `d Diagnosti▏` or a lone `^` before the palette key. Here the palette key is left out
 below ``palette_from`` columns (Ctrl+P still works, and `?` says so), and a key that does not
 fit whole is hidden with every key after it: the first keys are the ones that matter most.
+Which keys fit is known only once they are laid out, a frame after they are made: until then
+the keys are laid out but not drawn (class ``-fitting``), so no frame ever shows a cut key,
+however long a loaded machine takes to draw the next one.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ class FlowFooter(Footer):
 
     def compose(self) -> ComposeResult:
         self.set_reactive(Footer.show_command_palette, self.app.size.width >= self.palette_from)
+        self.add_class("-fitting")
         yield from super().compose()
         self.call_after_refresh(self._hide_cut_keys)
 
     def on_resize(self, event: events.Resize) -> None:
+        self.add_class("-fitting")
         if (self.app.size.width >= self.palette_from) != self.show_command_palette:
             self.call_after_refresh(self.recompose)
         else:
@@ -44,3 +49,4 @@ class FlowFooter(Footer):
             cut = cut or key.region.right > edge
             if cut and key.display:
                 key.add_class("-cut")
+        self.remove_class("-fitting")
