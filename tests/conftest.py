@@ -27,9 +27,11 @@ _LEAKY_VARS = (
 
 @pytest.fixture(autouse=True)
 def clean_environment(tmp_path_factory, monkeypatch):
-    """Every test gets its own HOME and state folders and none of the shell's secrets."""
+    """Every test gets its own HOME, state folders and working folder, and none of the shell's
+    secrets: nothing of the clone (its ./.env, a demo's files) or of the user is read."""
     for name in _LEAKY_VARS:
         monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     home = tmp_path_factory.mktemp("home")
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("SYNTH_AI_HOME", str(home / ".synth-ai"))
