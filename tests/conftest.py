@@ -103,10 +103,11 @@ def keep_compiled_code() -> None:
 
 
 def pytest_xdist_auto_num_workers(config):
-    """`-n auto`: one worker more than the CPUs this process may use. A quarter of the suite's
-    time is spent waiting (on loopback servers, on timers a test must see fire), and a worker
-    that waits leaves its core idle; the extra worker fills it (docs/testing.md#workers)."""
-    return len(os.sched_getaffinity(0)) + 1
+    """`-n auto`: two workers more than the CPUs this process may use. A quarter of the suite's
+    time is spent waiting (on loopback servers, rank processes, timers a test must see fire),
+    and a worker that waits leaves its core idle; the extra workers fill it
+    (docs/testing.md#workers)."""
+    return len(os.sched_getaffinity(0)) + 2
 
 
 # -- the two tiers (support/tiers.py, docs/testing.md#two-tiers) ------------------------------

@@ -138,6 +138,24 @@ def whole_job() -> WholeJob:
     return run
 
 
+def seeded_demo_config() -> dict[str, Any]:
+    """The demo config's first 8 steps with seed 1: chance at step 1, eval 0.93 after step 8."""
+    config = copy.deepcopy(load_demo_config())
+    config["training"].update(seed=1, num_epochs=1, iterations_per_epoch=8)
+    return config
+
+
+@slow_fixture("a whole seeded demo job (8 steps)", group="seeded-demo", scope="session")
+def seeded_demo_job(backend: ServerHandle, taskapp: ServerHandle, whole_job: WholeJob) -> tuple[str, dict[str, Any]]:
+    """seeded_demo_config() trained to its end once a run, on the session's backend: for the
+    tests that read a real job's rollouts, and for the resume test's run without a kill (its
+    tests run on one worker: --dist loadgroup). (job id, final job)."""
+    with api_client(backend) as api:
+        job_id, job = whole_job(api, payload(taskapp.url, seeded_demo_config()), 120)
+    assert job["status"] == "succeeded", job
+    return job_id, job
+
+
 # The task app's retries of the chat endpoint as they are, with waits of milliseconds (about
 # 1.4 s in all otherwise): for tests that send many failing or faulty turns.
 QUICK_CHAT_RETRIES = replace(DEFAULT_BACKOFF, first_delay_s=0.001, max_delay_s=0.005)

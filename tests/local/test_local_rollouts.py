@@ -20,7 +20,6 @@ from fastapi import FastAPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.demo import load_demo_config
 from app.local.policies.tabular import TabularPolicy
 from app.local.rollout_record import (
     ROLLOUT_MEMORY_CHARS,
@@ -42,7 +41,6 @@ from support.tiers import examples
 from .conftest import (
     API_KEY,
     ENV_KEY,
-    WholeJob,
     api_client,
     create_job,
     events_of,
@@ -68,16 +66,11 @@ def all_rollouts(api: httpx.Client, job_id: str, **params: Any) -> list[dict[str
 # -- a real demo job ------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def demo_job(backend: ServerHandle, taskapp: ServerHandle, whole_job: WholeJob) -> Iterator[tuple[httpx.Client, str]]:
-    """The demo config's first 8 steps with seed 1: chance at step 1, eval 0.93 after step 8."""
-    config = load_demo_config()
-    config["training"].update(seed=1, num_epochs=1, iterations_per_epoch=8)
-    with httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
-                      timeout=15.0) as api:
-        job_id, job = whole_job(api, payload(taskapp.url, config), 120)
-        assert job["status"] == "succeeded", job
-        yield api, job_id
+@pytest.fixture
+def demo_job(backend: ServerHandle, seeded_demo_job: tuple[str, Any]) -> Iterator[tuple[httpx.Client, str]]:
+    """The seeded demo job (conftest.seeded_demo_config), and a client of its backend."""
+    with api_client(backend) as api:
+        yield api, seeded_demo_job[0]
 
 
 def test_a_demo_job_keeps_a_sample_of_each_step_and_every_eval_episode(demo_job):
