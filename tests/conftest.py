@@ -85,6 +85,10 @@ def pytest_configure(config):
     os.environ.pop("NO_COLOR", None)
     os.environ.pop("TEXTUAL_THEME", None)
     keep_compiled_code()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # More workers than cores (pytest_xdist_auto_num_workers): torch in each, sized to every
+        # core, oversubscribed them, and its threads spun waiting for each other. One each.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
     # Hundreds of apps are built and dropped in a test process, each thousands of objects: the
     # cycle collector's default (a pass every 700 new objects) cost an eighth of a Pilot test's
     # CPU. Collected less often, as a long-running server would tune it; memory stays bounded.

@@ -158,3 +158,16 @@ def test_a_flat_step_is_called_solved_only_when_the_score_rose_to_it() -> None:
     assert "solves the task" in warning(0.1, 1.0)
     assert "rejecting the policy's actions" in warning(0.1, 0.0)
     assert "rejecting the policy's actions" in warning(None, 1.0)
+
+
+@pytest.mark.parametrize(("omp", "expected"), [(None, "all"), ("1", 1), ("64", "all"), ("zero", "all"), ("0", "all")])
+def test_torch_threads_are_the_cores_or_fewer_when_omp_num_threads_says_so(monkeypatch, omp, expected):
+    import os
+
+    from app.local.policies.lm_model import cpu_threads
+
+    if omp is None:
+        monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    else:
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert cpu_threads() == (len(os.sched_getaffinity(0)) if expected == "all" else expected)

@@ -99,11 +99,15 @@ class LoadedModel:
 
 
 def cpu_threads() -> int:
-    """The cores this process may use (its affinity, not the machine's count)."""
+    """The cores this process may use (its affinity, not the machine's count), or fewer when
+    OMP_NUM_THREADS says so: the usual way to share a machine between several processes that
+    each run torch (two backends, the test suite's workers) without oversubscribing its cores."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    asked = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(cores, int(asked)) if asked.isdigit() and int(asked) > 0 else cores
 
 
 def load(folder: Path) -> LoadedModel:
