@@ -3,14 +3,14 @@ a job list to read without training anything (the jobs view's tests)."""
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 from app.demo import demo_payload, load_demo_config
 from app.local.servers import ServerHandle, start_backend
 from app.local.store import Store
+from support.secrets_for_tests import random_key
 
-API_KEY = f"sk_test_{secrets.token_hex(12)}"
+API_KEY = random_key("sk_test_", 24)
 STATUSES = ("succeeded", "failed", "cancelled")
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -19,12 +18,13 @@ from app.local import trainer
 from app.local.retry import DEFAULT_BACKOFF
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from pilot_waits import poll_until
+from support.secrets_for_tests import random_key
 from support.tiers import slow_fixture
 
 from .sdk_taskapps.harness import SdkTaskApp, ensure_sdk_python
 
-API_KEY = f"sk_test_{secrets.token_hex(12)}"
-ENV_KEY = secrets.token_hex(32)
+API_KEY = random_key("sk_test_", 24)
+ENV_KEY = random_key(length=64)
 TERMINAL = {"succeeded", "failed", "cancelled"}
 
 
