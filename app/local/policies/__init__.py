@@ -42,6 +42,18 @@ def lm_unavailable(settings: PolicySettings) -> str | None:
     return None
 
 
+def lm_footprint(settings: PolicySettings) -> Path | None:
+    """The folder or .gguf file the `lm` policy will load for `settings.model`, or None when it
+    will not load one (the trainer extra missing, the model not here: the stand-in trains, or
+    the load fails saying why)."""
+    if trainer_extra_missing():
+        return None
+    try:
+        return resolve(settings.model)
+    except ModelUnavailable:
+        return None
+
+
 ONE_PROCESS = Parallel()
 
 
