@@ -47,6 +47,7 @@ from app.local.bodies import JOB_REFUSAL, JobCreate
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, response_detail
 from app.local.journal import Journal
+from app.local.model_check import loading_words
 from app.local.policies.base import (
     Act,
     Episode,
@@ -58,7 +59,6 @@ from app.local.policies.base import (
     Watched,
     read_manifest,
 )
-from app.local.model_check import loading_words
 from app.local.policies.lm_model import ModelUnavailable, learning_rate_warning, weights_bytes
 from app.local.retry import ROLLOUT_BACKOFF, send_with_retries
 from app.local.rollout_contract import (
