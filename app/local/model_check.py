@@ -30,6 +30,7 @@ from app.local.policies.lm_model import (
     parameter_count,
     resolve,
     size_words,
+    weight_files,
     weights_bytes,
 )
 
@@ -67,11 +68,7 @@ def check_model(model: str, chat_template: str | None, learning_rate: float | No
     """What a job of a backend with this `--trainer` would make of the model (blocking)."""
     started = time.monotonic()
     report = ModelReport(model=model, trains="lm" if trainer == "lm" else "tabular")
-    if trainer == "tabular":
-        report.warnings.append(Finding(
-            "this backend trains the tabular stand-in (--trainer tabular): the model is not loaded",
-            "to train the model itself, start the backend with --trainer lm (or auto)"))
-    else:
+    if trainer != "tabular":  # the stand-in never loads the model: nothing to check (trains says so)
         _check_lm(report, chat_template, learning_rate, falls_back=trainer == "auto")
     report.seconds = round(time.monotonic() - started, 3)
     return report
@@ -159,17 +156,22 @@ async def check_model_bounded(model: str, chat_template: str | None, learning_ra
     try:
         report = await asyncio.wait_for(
             asyncio.to_thread(check_model, model, chat_template, learning_rate, trainer), timeout)
-    except TimeoutError:
-        report = ModelReport(model=model, trains="lm", seconds=timeout, problems=[Finding(
+    except TimeoutError:  # slow, not wrong: the job checks the model again as it loads it
+        report = ModelReport(model=model, trains="lm", seconds=timeout, warnings=[Finding(
             f"the model check did not finish within {timeout:g} s (reading {model}'s config, tokenizer and "
-            "template)", "retry once the backend is less busy; a model on a slow disk or network share takes longer")])
+            "template); the job checks the model again as it loads it",
+            "retry (r) for the check's answer: the first check on a backend imports its trainer's libraries "
+            "(torch, transformers), and a model on a slow disk takes longer")])
     return report.answer()
 
 
-def loading_words(path: Path) -> str:
-    """`SmolLM2-135M-Instruct.Q4_1.gguf (93 MB)`: what the loading event names."""
+def loading_words(path: Path) -> tuple[str, int | None]:
+    """(`SmolLM2-135M-Instruct.Q4_1.gguf, 93 MB`, its bytes): what the loading event names, the
+    weights of what `resolve` returned; (`its weights`, None) when they cannot be listed."""
     try:
-        size = f" ({size_words(weights_bytes(path))})"
+        files = weight_files(path)
+        size = sum(file.stat().st_size for file in files)
     except OSError:
-        size = ""
-    return f"{path.name}{size}"
+        return "its weights", None
+    what = files[0].name if len(files) == 1 else f"{len(files)} weight files"
+    return f"{what}, {size_words(size)}", size

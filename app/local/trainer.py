@@ -59,7 +59,7 @@ from app.local.policies.base import (
     Watched,
     read_manifest,
 )
-from app.local.policies.lm_model import ModelUnavailable, learning_rate_warning, weights_bytes
+from app.local.policies.lm_model import ModelUnavailable, learning_rate_warning
 from app.local.retry import ROLLOUT_BACKOFF, send_with_retries
 from app.local.rollout_contract import (
     GEN_02,
@@ -668,9 +668,10 @@ class Trainer:
         found = await asyncio.to_thread(policies.lm_footprint, settings)
         if found is None:  # the stand-in trains (auto), or the load fails at once, saying why
             return None
+        words, size = await asyncio.to_thread(loading_words, found)
         self.journal.event(run.job_id, "rl.train.policy.loading",
-                           f"Loading {run.plan.model}: {loading_words(found)} (the first step waits for it)",
-                           data={"model": run.plan.model, "path": str(found), "bytes": weights_bytes(found)})
+                           f"Loading {run.plan.model} ({words}): the first step waits for it",
+                           data={"model": run.plan.model, "path": str(found), "bytes": size})
         return time.monotonic()
 
     def _starting_ranks(self) -> str:

@@ -79,8 +79,8 @@ def test_the_lm_press_config_validates_once_its_model_folder_is_there(tmp_path, 
     monkeypatch.chdir(tmp_path)
     missing = validate_rl_file(LM_PRESS)
     assert not missing.ok
-    assert "Model folder './tiny-qwen3' does not exist" in missing.render()
-    assert "synth-tui tiny-model DIR" in missing.render()
+    assert "Model folder './tiny-qwen3' does not exist yet" in missing.render()
+    assert "(next step: make it first: `synth-tui tiny-model tiny-qwen3`" in missing.render()
     (tmp_path / "tiny-qwen3").mkdir()
     (tmp_path / "tiny-qwen3" / "config.json").write_text("{}")
     report = validate_rl_file(LM_PRESS)

@@ -122,7 +122,8 @@ def acting_template(tokenizer: Any, base: str, own_words: str = "own") -> tuple[
     except (ValueError, TypeError):
         training = None
     if training:
-        return training, f"TRL's training variant (the template {own_words} is not prefix-preserving)"
+        whose = "the model's own" if own_words == "own" else f"the template {own_words}"
+        return training, f"TRL's training variant ({whose} is not prefix-preserving)"
     return own, f"{own_words} (not prefix-preserving, unknown to TRL: episodes are re-rendered each turn)"
 
 
