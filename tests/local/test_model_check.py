@@ -198,7 +198,13 @@ def test_smollm2_with_the_tiny_models_rate_is_warned(trainer_extra):
     assert report.seconds < model_check.MODEL_CHECK_TIMEOUT_S
 
 
-def test_a_job_says_when_its_model_starts_loading_and_when_it_is_loaded(tiny_model, press_app, tmp_path):
+def test_a_job_says_when_its_model_starts_loading_and_when_it_is_loaded(tiny_model, press_app, tmp_path,
+                                                                       monkeypatch):
+    """And warns when the learning rate would wreck a pretrained model: the tiny model is taken
+    for one here (the bar lowered below its 130k parameters) to see the warning in a quick job."""
+    from app.local.policies import lm_model
+
+    monkeypatch.setattr(lm_model, "PRETRAINED_MIN_PARAMETERS", 100_000)
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
                        trainer="lm") as backend, api_client(backend) as api:
         job_id = create_job(api, press_payload(press_app.url, tiny_model, "full", steps=1, lr=1e-2))
@@ -214,3 +220,6 @@ def test_a_job_says_when_its_model_starts_loading_and_when_it_is_loaded(tiny_mod
     assert loading["message"].endswith(" kB): the first step waits for it")
     assert loading["data"]["bytes"] > 0 and loaded["data"]["seconds"] >= 0
     assert loaded["message"].startswith(f"Loaded {tiny_model} in ") and loaded["message"].endswith(" s")
+    warning = next(e for e in events if e["type"] == "rl.train.policy.warning")
+    assert warning["level"] == "warning" and "learning_rate 0.01 is far too high" in warning["message"]
+    assert "Set [training] learning_rate to 1e-5 to 1e-4" in warning["message"]
