@@ -112,7 +112,7 @@ def _describe(report: ModelReport, path: Path) -> None:
 
 def _check_tokenizer(report: ModelReport, path: Path, chat_template: str | None) -> None:
     """The config and tokenizer load, and the template they act with renders a tool call."""
-    from app.local.policies.chat_templates import acting_template, render_problem, suggested_template
+    from app.local.policies.chat_templates import judge_template
     from app.local.policies.lm_model import load_tokenizer
 
     try:
@@ -121,20 +121,11 @@ def _check_tokenizer(report: ModelReport, path: Path, chat_template: str | None)
     except ModelUnavailable as exc:
         report.problems.append(Finding(str(exc), "copy the model's whole folder (as `hf download` saves it)"))
         return
-    suggestion = suggested_template(tokenizer)  # from the model's own template, before any replaces it
-    named = f"[model] chat_template {chat_template!r}" if chat_template else f"the chat template of {report.model}"
-    try:
-        if chat_template:
-            tokenizer = load_tokenizer(path, chat_template)
-        template, how = acting_template(tokenizer, report.model, "as written" if chat_template else "own")
-    except ModelUnavailable as exc:
-        report.problems.append(Finding(str(exc), f"set {suggestion}"))
-        return
-    report.template = f"{chat_template} ({how})" if chat_template else how
-    problem = render_problem(tokenizer, template)
-    if problem is not None:
-        fix = ("fix the template, or name another" if chat_template else "set") + f" {suggestion}"
-        report.problems.append(Finding(f"{named} {problem}", fix))
+    verdict = judge_template(tokenizer, report.model, chat_template)
+    if verdict.how is not None:
+        report.template = f"{chat_template} ({verdict.how})" if chat_template else verdict.how
+    if verdict.problem is not None:
+        report.problems.append(Finding(verdict.problem, verdict.fix))
 
 
 def _architecture(path: Path) -> str | None:

@@ -223,3 +223,31 @@ def test_a_job_says_when_its_model_starts_loading_and_when_it_is_loaded(tiny_mod
     warning = next(e for e in events if e["type"] == "rl.train.policy.warning")
     assert warning["level"] == "warning" and "learning_rate 0.01 is far too high" in warning["message"]
     assert "Set [training] learning_rate to 1e-5 to 1e-4" in warning["message"]
+
+
+def test_the_policy_refuses_a_template_that_cannot_act_before_the_weights_load(tiny_model, tmp_path, monkeypatch):
+    """A job whose verification was skipped (the API called directly) still fails at once with
+    the fix, not after the weights loaded; [model] chat_template = "qwen2_5" makes it act."""
+    import random
+
+    from app.local.policies import lm as lm_policy
+    from app.local.policies.base import PolicySettings
+    from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
+
+    folder = with_template(tiny_model, tmp_path / "smol-like", SMOLLM2_OWN_TEMPLATE)
+    loads: list[Path] = []
+    real_load = lm_policy.load
+    monkeypatch.setattr(lm_policy, "load", lambda path, template=None: loads.append(path) or real_load(path, template))
+
+    def settings(**options: object) -> PolicySettings:
+        return PolicySettings(model=str(folder), learning_rate=1e-2, seed=0, total_steps=1, batch_size=1,
+                              group_size=2, options={"trainer_mode": "full", **options})
+
+    with pytest.raises(ModelUnavailable, match='cannot render a tool-calling conversation .*chat_template = "qwen2_5"'):
+        lm_policy.LmPolicy(settings())
+    assert loads == []  # refused before the weights were read
+    policy = lm_policy.LmPolicy(settings(chat_template="qwen2_5"))
+    assert policy.template_kind.startswith("[model] chat_template 'qwen2_5'")
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press A."}]
+    action = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", random.Random(0))
+    assert action.message["tool_calls"][0]["function"]["name"] == "press"

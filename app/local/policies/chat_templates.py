@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -162,3 +163,33 @@ def suggested_template(tokenizer: Any) -> str:
         return '[model] chat_template = "llama3_2" (TRL\'s, in the Llama 3 tokens this model was trained on)'
     return ('[model] chat_template = a template TRL ships that uses this model\'s chat tokens (qwen2_5 for '
             'ChatML models, llama3_2 for Llama 3 ones), or the path of a .jinja file that renders tools')
+
+
+@dataclass(frozen=True)
+class TemplateVerdict:
+    """What the policy would act with and whether it can: `problem` None when it renders a
+    tool-calling conversation; `fix` names what to set otherwise."""
+
+    template: str | None
+    how: str | None
+    problem: str | None
+    fix: str
+
+
+def judge_template(tokenizer: Any, base: str, chat_template: str | None) -> TemplateVerdict:
+    """The template a job of `base` would act with (`chat_template` in place of the model's own
+    when given) and whether it renders a two-turn tool call. `tokenizer` is the model's own; its
+    template is replaced here, so pass one that is not used for anything else."""
+    suggestion = suggested_template(tokenizer)  # from the model's own template, before any replaces it
+    try:
+        if chat_template:
+            tokenizer.chat_template = chat_template_text(chat_template)[0]
+        template, how = acting_template(tokenizer, base, "as written" if chat_template else "own")
+    except ModelUnavailable as exc:
+        return TemplateVerdict(None, None, str(exc), f"set {suggestion}")
+    problem = render_problem(tokenizer, template)
+    if problem is None:
+        return TemplateVerdict(template, how, None, "")
+    named = f"[model] chat_template {chat_template!r}" if chat_template else f"the chat template of {base}"
+    fix = ("fix the template, or name another: " if chat_template else "set ") + suggestion
+    return TemplateVerdict(template, how, f"{named} {problem}", fix)

@@ -54,8 +54,8 @@ from app.local.policies.base import (
     read_manifest,
     write_json_atomically,
 )
-from app.local.policies.chat_templates import CHAT_KWARGS, acting_template
-from app.local.policies.lm_model import LoadedModel, ModelUnavailable, load, resolve
+from app.local.policies.chat_templates import CHAT_KWARGS, acting_template, judge_template
+from app.local.policies.lm_model import LoadedModel, ModelUnavailable, load, load_tokenizer, resolve
 
 # The libraries' notices of their own renamings (transformers 5 -> 6, TRL's internals) are not the
 # user's to act on: in a backend's log they bury the lines that are.
@@ -178,7 +178,7 @@ class LmPolicy:
         self.base = settings.model
         template = options.get("chat_template")  # [model] chat_template: replaces the model's own
         self.chat_template = str(template) if template else None
-        self.loaded = loaded or load(resolve(settings.model), self.chat_template)
+        self.loaded = loaded or self._load(resolve(settings.model))
         self.tokenizer = self.loaded.tokenizer
         self.model = self.loaded.model
         if self.trainer_mode == "lora":
@@ -232,6 +232,15 @@ class LmPolicy:
         configured = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         ids.update(configured if isinstance(configured, list) else [configured])
         return sorted(i for i in ids if isinstance(i, int))
+
+    def _load(self, path: Path) -> LoadedModel:
+        """Load the model, once its template is known to render a tool call: a model's own
+        template that cannot (SmolLM2's) fails here, in a second, naming the fix, not after
+        the weights loaded and the first episode failed (docs/embedded-policy.md#chat-templates)."""
+        verdict = judge_template(load_tokenizer(path), self.base, self.chat_template)
+        if verdict.problem is not None:
+            raise ModelUnavailable(f"{verdict.problem}: {verdict.fix}")
+        return load(path, self.chat_template)
 
     # -- the seam: describe ---------------------------------------------------------------
 
