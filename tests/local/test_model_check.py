@@ -251,3 +251,33 @@ def test_the_policy_refuses_a_template_that_cannot_act_before_the_weights_load(t
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press A."}]
     action = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", random.Random(0))
     assert action.message["tool_calls"][0]["function"]["name"] == "press"
+
+
+def test_a_gguf_file_as_base_with_chat_template_is_checked_and_acts(tiny_model, tmp_path):
+    """Issue 37: `base` = a .gguf file (the README names SmolLM2's) is accepted by the config,
+    its own template (SmolLM2's, which cannot call tools) fails the check with the fix, and with
+    chat_template = "qwen2_5" it passes and the policy loads the file and calls the tool."""
+    import random
+
+    from app.core.config.rl import validate_rl_text
+    from app.local.policies.base import PolicySettings
+    from app.local.policies.lm import LmPolicy
+    from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
+    from support.tiny_gguf import write_tiny_gguf
+
+    gguf_file = write_tiny_gguf(tmp_path / "smol" / "tiny.F32.gguf", tiny_model, SMOLLM2_OWN_TEMPLATE)
+    config = (Path(__file__).resolve().parents[2] / "configs" / "rl" / "lm_press.toml").read_text()
+    assert validate_rl_text(config.replace('base = "./tiny-qwen3"', f'base = "{gguf_file}"')).ok
+
+    own = model_check.check_model(str(gguf_file), None, 5e-5, "lm")
+    assert own.source == "gguf" and own.path == str(gguf_file) and own.architecture
+    assert own.parameters and own.parameters > 60_000 and own.bytes == gguf_file.stat().st_size
+    assert len(own.problems) == 1 and "cannot render a tool-calling conversation" in own.problems[0].message
+    assert 'chat_template = "qwen2_5"' in (own.problems[0].fix or "")
+    assert model_check.check_model(str(gguf_file), "qwen2_5", 5e-5, "lm").problems == []
+
+    policy = LmPolicy(PolicySettings(model=str(gguf_file), learning_rate=5e-5, seed=0, total_steps=1, batch_size=1,
+                                     group_size=2, options={"trainer_mode": "full", "chat_template": "qwen2_5"}))
+    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press A."}]
+    action = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", random.Random(0))
+    assert action.message["tool_calls"][0]["function"]["name"] == "press"
