@@ -24,6 +24,7 @@ from typing import Any
 
 from app.local import policies
 from app.local.policies.lm_model import (
+    ModelNotDownloaded,
     ModelUnavailable,
     gguf_of,
     learning_rate_warning,
@@ -81,7 +82,13 @@ def _check_lm(report: ModelReport, chat_template: str | None, learning_rate: flo
     try:
         if missing:
             raise ModelUnavailable(missing)
-        path = resolve(report.model)
+        path = resolve(report.model, download=False)  # a download would outlast the check's bound
+    except ModelNotDownloaded as exc:
+        report.trains = "lm"
+        report.warnings.append(Finding(f"{exc}; its size, config and template are checked as it loads",
+                                       f"`hf download {report.model}` where the backend runs, to have them checked "
+                                       "now"))
+        return
     except ModelUnavailable as exc:
         if falls_back:
             report.warnings.append(Finding(f"the tabular stand-in trains in its place: {exc}",

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -668,6 +669,11 @@ class Trainer:
         found = await asyncio.to_thread(policies.lm_footprint, settings)
         if found is None:  # the stand-in trains (auto), or the load fails at once, saying why
             return None
+        if not isinstance(found, Path):  # policies.DOWNLOAD
+            self.journal.event(run.job_id, "rl.train.policy.loading",
+                               f"Downloading {run.plan.model} into the Hugging Face cache, then loading it: the first "
+                               "step waits for it", data={"model": run.plan.model, "path": None, "bytes": None})
+            return time.monotonic()
         words, size = await asyncio.to_thread(loading_words, found)
         self.journal.event(run.job_id, "rl.train.policy.loading",
                            f"Loading {run.plan.model} ({words}): the first step waits for it",

@@ -85,6 +85,31 @@ async def test_a_check_that_takes_too_long_is_answered_in_time_as_a_warning(monk
     assert "retry (r)" in answer["warnings"][0]["fix"]
 
 
+def test_the_check_never_downloads_a_model_the_job_would(monkeypatch):
+    """With SYNTH_TUI_MODEL_DOWNLOAD=1 a job downloads a model missing from the cache; the
+    check, bounded in seconds, does not: it says the job will, as a warning."""
+    import huggingface_hub
+
+    from app.local import policies
+
+    downloads: list[str] = []
+
+    def snapshot_download(repo_id: str, local_files_only: bool = False, **_kwargs: object) -> str:
+        if not local_files_only:
+            downloads.append(repo_id)
+        raise FileNotFoundError(repo_id)  # not in the cache; and no network in a test
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setattr(policies, "trainer_extra_missing", lambda: None)
+    monkeypatch.setenv("SYNTH_TUI_MODEL_DOWNLOAD", "1")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    report = model_check.check_model(SMOL, None, None, "lm")
+    assert downloads == []
+    assert report.problems == [] and report.trains == "lm"
+    assert f"{SMOL!r} is not in the local Hugging Face cache: the job downloads it" in report.warnings[0].message
+    assert f"hf download {SMOL}" in (report.warnings[0].fix or "")
+
+
 # --------------------------------------------------------------------------- the parts (quick)
 
 
@@ -281,3 +306,25 @@ def test_a_gguf_file_as_base_with_chat_template_is_checked_and_acts(tiny_model, 
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press A."}]
     action = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", random.Random(0))
     assert action.message["tool_calls"][0]["function"]["name"] == "press"
+
+
+def test_a_job_that_downloads_its_model_says_so_before(trainer_extra, press_app, tmp_path, monkeypatch):
+    import huggingface_hub
+
+    def snapshot_download(repo_id: str, local_files_only: bool = False, **_kwargs: object) -> str:
+        raise FileNotFoundError(repo_id)  # not in the cache, and the hub out of reach: no network in a test
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    monkeypatch.setenv("SYNTH_TUI_MODEL_DOWNLOAD", "1")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    body = press_payload(press_app.url, tmp_path / "x", "full", steps=1, lr=5e-5)
+    body["data"]["base_model"] = body["data"]["config"]["model"]["base"] = SMOL
+    with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
+                       trainer="lm") as backend, api_client(backend) as api:
+        job_id = create_job(api, body)
+        job = wait_terminal(api, job_id, timeout=60)
+        events = events_of(api, job_id)
+    assert job["status"] == "failed" and "could not be downloaded" in job["error"]
+    loading = next(e for e in events if e["type"] == "rl.train.policy.loading")
+    assert loading["message"] == (f"Downloading {SMOL} into the Hugging Face cache, then loading it: the first step "
+                                  "waits for it")

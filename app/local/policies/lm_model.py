@@ -31,6 +31,11 @@ class ModelUnavailable(ValueError):
     """The model cannot be used here; the message says why and how to get it."""
 
 
+class ModelNotDownloaded(ModelUnavailable):
+    """Not in the cache, and a job would download it (SYNTH_TUI_MODEL_DOWNLOAD=1): what
+    `resolve(download=False)` says instead of downloading (the model check, the loading event)."""
+
+
 def downloads_allowed() -> bool:
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
     return not offline and os.environ.get(DOWNLOAD_ENV, "").strip() == "1"
@@ -58,9 +63,9 @@ def _missing_parts(folder: Path) -> list[str]:
     return missing
 
 
-def resolve(base: str) -> Path:
+def resolve(base: str, *, download: bool = True) -> Path:
     """The folder that holds `base` (or the .gguf file it names), or ModelUnavailable. Never
-    downloads unless allowed."""
+    downloads unless allowed (and `download`: else ModelNotDownloaded when it would)."""
     text = base.strip()
     path = Path(text).expanduser()
     if path.is_file():
@@ -87,6 +92,9 @@ def resolve(base: str) -> Path:
         return Path(snapshot_download(text, local_files_only=True))
     except Exception:  # noqa: BLE001 - any miss of the cache (not found, bad id) means "not here"
         pass
+    if downloads_allowed() and not download:
+        raise ModelNotDownloaded(f"the model {text!r} is not in the local Hugging Face cache: the job downloads it "
+                                 f"({DOWNLOAD_ENV}=1)")
     if downloads_allowed():
         try:
             return Path(snapshot_download(text))
