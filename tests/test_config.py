@@ -778,7 +778,12 @@ def test_chat_template_is_a_name_or_an_existing_jinja_file(tmp_path):
     assert problems("qwen2_5") == [] and problems(str(tmp_path / "tools.jinja")) == []
     missing = tmp_path / "missing.jinja"
     assert problems(str(missing)) == [("model.chat_template", f"'{missing}' does not exist")]
-    assert problems(str(tmp_path)) == [("model.chat_template", f"'{tmp_path}' is not a file")]
+    assert problems(str(tmp_path / "tools")) == [("model.chat_template", f"'{tmp_path}/tools' is not a .jinja file")]
+    # Only a .jinja file is read: the backend never renders any other file of its machine as a template.
+    (tmp_path / ".env").write_text("SYNTH_API_KEY=sk_live_0123456789")
+    assert problems(str(tmp_path / ".env")) == [("model.chat_template", f"'{tmp_path}/.env' is not a .jinja file")]
+    (tmp_path / "dir.jinja").mkdir()
+    assert problems(str(tmp_path / "dir.jinja")) == [("model.chat_template", f"'{tmp_path}/dir.jinja' is not a file")]
     assert [location for location, _ in problems("  ")] == ["model.chat_template"]
 
 

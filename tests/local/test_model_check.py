@@ -155,6 +155,11 @@ def test_chat_template_names_a_template_trl_ships_or_a_jinja_file(tmp_path):
     assert chat_template_text(str(own)) == ("{{ messages }}", str(own))
     with pytest.raises(ModelUnavailable, match="does not exist"):
         chat_template_text(str(tmp_path / "missing.jinja"))
+    secrets = tmp_path / ".env"
+    secrets.write_text("SYNTH_API_KEY={{ sk_live_0123456789 abc }}")
+    with pytest.raises(ModelUnavailable, match="is not a .jinja file") as caught:
+        chat_template_text(str(secrets))
+    assert "sk_live" not in str(caught.value)
 
 
 # --------------------------------------------------------------------------- what it finds (torch)

@@ -186,6 +186,7 @@ def experimental_models(env: Mapping[str, str] | None = None) -> frozenset[str]:
 
 LOCAL_PATH_PREFIXES = ("/", "./", "../", "~")
 GGUF_SUFFIX = ".gguf"
+JINJA_SUFFIX = ".jinja"
 
 # A Hugging Face repo id: owner/name, letters, digits, "-", "_" and ".", neither "--" nor ".."
 # inside, "-" and "." not at either end, at most 96 characters a part (the hub's own rules).
@@ -255,8 +256,10 @@ def _local_model_problem(path: str) -> ConfigError:
 def template_path_problem(spec: str) -> str | None:
     """What is wrong with a `chat_template` that is a path (of a .jinja file), or None; a name
     (`qwen2_5`) is the backend's to look up among TRL's templates."""
-    if not (spec.startswith(LOCAL_PATH_PREFIXES) or spec.endswith(".jinja") or "/" in spec):
+    if not (spec.startswith(LOCAL_PATH_PREFIXES) or spec.endswith(JINJA_SUFFIX) or "/" in spec):
         return None
+    if not spec.endswith(JINJA_SUFFIX):  # the backend renders no other file of its machine
+        return f"'{spec}' is not a {JINJA_SUFFIX} file"
     try:
         place = Path(spec).expanduser()
         if place.is_file():

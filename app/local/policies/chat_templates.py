@@ -83,6 +83,11 @@ def chat_template_text(spec: str) -> tuple[str, str]:
 
 
 def _template_file(spec: str) -> str:
+    # Only a .jinja file is read: a render error quotes the template's text, and the backend
+    # must not show pieces of any other file of its machine (a .env) to a client.
+    if not spec.endswith(".jinja"):
+        raise ModelUnavailable(f"[model] chat_template {spec!r} is not a .jinja file: a chat template file's name "
+                               "ends in .jinja")
     path = Path(spec).expanduser()
     try:
         if not path.is_file():
