@@ -34,7 +34,7 @@ from app.core.env.keys import REQUIRED_KEYS
 from app.core.env.resolve import ResolvedKey
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.launch import service
-from app.core.launch.diagnosis import BackendCheck, TaskAppCheck
+from app.core.launch.diagnosis import BackendCheck, ModelCheck, TaskAppCheck, model_summary
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.launch.steps import PreparedJob
 from app.core.redact import mask_secret, printable, redact, redact_url
@@ -276,6 +276,8 @@ async def run_checks(session: LaunchSession, printer: Printer) -> service.CheckO
         printer.diag(f"Backend offers RL jobs ({session.rl_support.how}).")
     _print_backend_verify(backend, printer)
     _print_task_app_health(outcome.task_app, printer)
+    if outcome.model is not None:
+        _print_model_check(outcome.model, printer)
     failure = outcome.failure()
     if failure is not None:
         for problem in outcome.verdict.problems[1:]:
@@ -319,6 +321,20 @@ def _print_task_app_health(task_app: TaskAppCheck, printer: Printer) -> None:
             if not attempt.ok:
                 fix = f" Fix: {attempt.fix}" if attempt.fix else ""
                 printer.diag(f"  {attempt.endpoint}: {attempt.reason}.{fix}")
+
+
+def _print_model_check(check: ModelCheck, printer: Printer) -> None:
+    """`Model check: OK (…)` or FAILED, and each warning (docs/wire-contract.md#flow-lines)."""
+    result = check.result
+    if result is None:
+        why = check.error.message if check.error is not None else f"no answer within {check.timeout_s:g} s"
+        printer.line(f"Model check: FAILED ({check.tried}: {why})")
+        return
+    printer.line(f"Model check: {'OK' if result.ok else 'FAILED'} ({check.tried}: {model_summary(result)})")
+    for finding in result.problems:
+        printer.diag(f"  {finding.message}." + (f" Fix: {finding.fix}" if finding.fix else ""))
+    for finding in result.warnings:
+        printer.warning(f"Model check: {finding.message}." + (f" Fix: {finding.fix}" if finding.fix else ""))
 
 
 async def create_job(session: LaunchSession, prepared: PreparedJob, printer: Printer) -> str:

@@ -84,6 +84,8 @@ class FaultyBackend:
         self.verify_answer: tuple[int, Any] = (200, {"any_ok": True, "candidates_first15": ["env_key_prefix"],
                                                      "attempts": [{"status": 200}, {"status": 200}]})
         self.create_answer: tuple[int, Any] | None = None
+        # POST /api/rl/verify_model: None answers 404, as the hosted service (no model check) does.
+        self.model_answer: tuple[int, Any] | None = None
         self.create_job_template: list[tuple[str, list[dict], list[dict]]] = [("queued", [], [])]
         self.rl_paths_missing = False  # serve jobs only under /learning (the /rl paths answer 404)
         self.sse_enabled = False
@@ -257,6 +259,9 @@ class _Handler(BaseHTTPRequestHandler):
         if method == "POST" and segments == ["rl", "verify_task_app"]:
             if self._fault("verify") != "handled":
                 self._send(*self.owner.verify_answer)
+        elif method == "POST" and segments == ["rl", "verify_model"] and self.owner.model_answer is not None:
+            if self._fault("verify_model") != "handled":
+                self._send(*self.owner.model_answer)
         elif method == "POST" and segments == ["rl", "jobs"]:
             self._create(body)
         elif method == "GET" and segments == ["rl", "jobs"]:

@@ -172,6 +172,28 @@ async def test_verify_error_status_is_a_result_not_an_exception(faulty_backend):
     assert "verifier crashed" in result.preview_source.preview(800)
 
 
+async def test_verify_model_reads_the_backends_answer_and_none_without_the_route(faulty_backend):
+    """docs/wire-contract.md#model-verification: the body names the model, its template and the
+    learning rate; a backend without the route (404, as the hosted service) answers None."""
+    async with _client(faulty_backend, retries=0) as client:
+        assert await client.verify_model("Qwen/Qwen3-4B") is None
+        faulty_backend.model_answer = (200, {"ok": False, "trains": "lm", "parameters": 134_515_008, "bytes": True,
+                                             "problems": [{"message": "cannot render", "fix": "set qwen2_5"}, "junk"],
+                                             "warnings": [{"message": "too high"}]})
+        result = await client.verify_model("HuggingFaceTB/SmolLM2-135M-Instruct", chat_template="qwen2_5",
+                                           learning_rate=0.01)
+        assert result is not None and not result.ok and result.trains == "lm"
+        assert [(p.message, p.fix) for p in result.problems] == [("cannot render", "set qwen2_5")]
+        assert [(w.message, w.fix) for w in result.warnings] == [("too high", None)]
+        assert result.parameters == 134_515_008 and result.bytes is None  # a boolean is not a size
+        faulty_backend.model_answer = (200, ["not", "an", "answer"])
+        odd = await client.verify_model("x/y")
+        assert odd is not None and not odd.ok and "without a verdict" in odd.problems[0].message
+    asked = [body for method, path, _, body in faulty_backend.requests if path == "/api/rl/verify_model"]
+    assert asked[1] == {"model": "HuggingFaceTB/SmolLM2-135M-Instruct", "chat_template": "qwen2_5",
+                        "learning_rate": 0.01}
+
+
 async def test_events_and_metrics_pages_tolerate_other_spellings(faulty_backend):
     job = faulty_backend.add_job(ScriptedJob("job_a", [("running", [
         {"seq": "3", "event_type": "rl.train.step", "msg": "old reader spelling"},

@@ -456,10 +456,27 @@ def test_missing_compute():
     ]
 
 
-def test_unsupported_model():
+def test_a_hugging_face_id_off_the_hosted_list_is_the_backends_to_judge():
+    """Issue 37: any Hugging Face id is a model for the embedded backend; the hosted service's
+    list is applied only where the backend has no model check (hosted=True)."""
+    from app.core.config.models import check_rl_model
+
     report = validate_rl_file(BAD / "unsupported_model.toml")
-    assert problems_of(report) == [("model.base", 19, "Model 'meta-llama/Llama-3.1-8B-Instruct' is not supported.")]
-    assert "Qwen/Qwen3-4B" in report.problems[0].hint
+    assert report.ok, report.render()
+    smol = "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert check_rl_model(smol, allow_experimental=False, allow_fine_tuned=False) == smol
+    with pytest.raises(ConfigError, match="is not supported by the hosted service") as caught:
+        check_rl_model(smol, allow_experimental=False, allow_fine_tuned=False, hosted=True)
+    assert "Qwen/Qwen3-4B" in caught.value.hint and "--backend local" in caught.value.hint
+
+
+@pytest.mark.parametrize("name", ["Llama 3.1 8B", "gpt-4", "owner/name/extra", "owner/-name", "a--b/c", "owner/"])
+def test_a_name_that_is_not_a_hugging_face_id_is_still_refused(name):
+    text = (EXAMPLES / "crafter_qwen4b.toml").read_text().replace('base = "Qwen/Qwen3-4B"', f'base = "{name}"')
+    report = validate_rl_text(text)
+    assert [(p.location, p.message) for p in report.problems] == [("model.base", f"Model '{name}' is not supported.")]
+    assert "Hugging Face id (owner/name)" in report.problems[0].hint
+    assert not report.problems[0].next_step
 
 
 def test_experimental_model_needs_the_flag_or_env():
@@ -710,19 +727,63 @@ def test_payload_takes_the_names_of_the_backend_generation(generations, section,
 
 
 def test_a_local_model_folder_is_accepted_as_model_base(tmp_path):
-    """The embedded backend trains a model from a folder of this machine (docs/embedded-policy.md);
-    a folder without a model, or a path that does not exist, is still refused."""
-    from app.core.config.models import check_rl_model
+    """The embedded backend trains a model from a folder of this machine or a .gguf file
+    (docs/embedded-policy.md); a folder without a model, or another file, is still refused."""
+    from app.core.config.models import ModelNotMadeYet, check_rl_model
 
     (tmp_path / "model").mkdir()
     (tmp_path / "model" / "config.json").write_text("{}")
     (tmp_path / "empty").mkdir()
-    assert check_rl_model(str(tmp_path / "model"), allow_experimental=False, allow_fine_tuned=False) == str(
-        tmp_path / "model")
+    (tmp_path / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"GGUF")
+    for accepted in ("model", "SmolLM2-135M-Instruct.Q4_1.gguf"):
+        assert check_rl_model(str(tmp_path / accepted), allow_experimental=False,
+                              allow_fine_tuned=False) == str(tmp_path / accepted)
     (tmp_path / "file").write_text("")
     # Each refusal says what is wrong with the path, not that a model "is not supported".
-    for refused, why in ((tmp_path / "empty", "holds no model"), (tmp_path / "missing", "does not exist"),
-                         (tmp_path / "file", "is not a folder")):
+    for refused, why in ((tmp_path / "empty", "holds no model"), (tmp_path / "file", "is a file but not a .gguf")):
         with pytest.raises(ConfigError, match=why) as caught:
             check_rl_model(str(refused), allow_experimental=False, allow_fine_tuned=False)
+        assert not isinstance(caught.value, ModelNotMadeYet)
         assert "not supported" not in str(caught.value) and "config.json" in (caught.value.hint or "")
+    # A path not made yet is a step to take, naming the command that makes it.
+    with pytest.raises(ModelNotMadeYet, match="does not exist yet") as caught:
+        check_rl_model("./tiny-qwen3", allow_experimental=False, allow_fine_tuned=False)
+    assert "synth-tui tiny-model tiny-qwen3" in (caught.value.hint or "")
+
+
+def test_the_shipped_lm_example_on_a_fresh_clone_needs_a_step_not_a_fix(tmp_path, monkeypatch):
+    """Issue 37 item 3: configs/rl/lm_press.toml names ./tiny-qwen3, which a fresh clone lacks:
+    that is the next step (make it), not a problem in the file; made, the config is valid."""
+    monkeypatch.chdir(tmp_path)
+    report = validate_rl_file(EXAMPLES / "lm_press.toml")
+    assert [(p.location, p.next_step) for p in report.problems] == [("model.base", True)]
+    assert report.steps_only and not report.ok
+    assert "synth-tui tiny-model tiny-qwen3" in (report.problems[0].hint or "")
+    assert "(next step: make it first" in report.render()
+    error = ConfigValidationError(report)
+    assert "is not ready yet (1 step first)" in error.message and "is invalid" not in error.message
+    (tmp_path / "tiny-qwen3").mkdir()
+    (tmp_path / "tiny-qwen3" / "config.json").write_text("{}")
+    assert validate_rl_file(EXAMPLES / "lm_press.toml").ok
+
+
+def test_chat_template_is_a_name_or_an_existing_jinja_file(tmp_path):
+    base = (EXAMPLES / "crafter_qwen4b.toml").read_text()
+
+    def problems(value: str) -> list[tuple[str, str]]:
+        text = base.replace('label = ', f'chat_template = {json.dumps(value)}\nlabel = ', 1)
+        return [(p.location, p.message) for p in validate_rl_text(text).problems]
+
+    (tmp_path / "tools.jinja").write_text("{{ messages }}")
+    assert problems("qwen2_5") == [] and problems(str(tmp_path / "tools.jinja")) == []
+    missing = tmp_path / "missing.jinja"
+    assert problems(str(missing)) == [("model.chat_template", f"'{missing}' does not exist")]
+    assert problems(str(tmp_path / "tools")) == [("model.chat_template", f"'{tmp_path}/tools' is not a .jinja file")]
+    # Only a .jinja file is read: the backend never renders any other file of its machine as a template.
+    (tmp_path / ".env").write_text("SYNTH_API_KEY=sk_live_0123456789")
+    assert problems(str(tmp_path / ".env")) == [("model.chat_template", f"'{tmp_path}/.env' is not a .jinja file")]
+    (tmp_path / "dir.jinja").mkdir()
+    assert problems(str(tmp_path / "dir.jinja")) == [("model.chat_template", f"'{tmp_path}/dir.jinja' is not a file")]
+    assert [location for location, _ in problems("  ")] == ["model.chat_template"]
+
+

@@ -172,6 +172,36 @@ def test_verification_failure_exits_3_with_the_report(world):
     assert "Upload this task app's ENVIRONMENT_API_KEY" in err
 
 
+def test_the_model_check_is_a_flow_line_and_its_problem_exits_3(world):
+    """Issue 37: the backend's model check (POST /rl/verify_model) is printed after the health
+    check; a problem stops the launch with its fix, a warning is printed and does not."""
+    problem = {"message": "the chat template of Qwen/Qwen3-4B cannot render a tool-calling conversation",
+               "fix": 'set [model] chat_template = "qwen2_5"'}
+    world["backend"].model_answer = (200, {"ok": False, "trains": "lm", "problems": [problem], "warnings": []})
+    code, out, err = run(world)
+    assert code == 3, err
+    assert ("Model check: FAILED (POST /rl/verify_model · Qwen/Qwen3-4B: a job of this backend cannot train it "
+            "as configured)") in out
+    assert 'Error: Model Qwen/Qwen3-4B: the chat template of Qwen/Qwen3-4B cannot render' in err
+    assert 'chat_template = "qwen2_5"' in err
+    assert world["backend"].count("/rl/jobs", "POST") == 0
+
+    warning = {"message": "learning_rate 0.01 is far too high for a pretrained model of 4,022M parameters",
+               "fix": "e.g. learning_rate = 5e-5 in [training]"}
+    world["backend"].model_answer = (200, {"ok": True, "trains": "lm", "parameters": 4_022_468_096,
+                                           "problems": [], "warnings": [warning]})
+    code, out, err = run(world)
+    assert code == 0, err
+    assert "Model check: OK (POST /rl/verify_model · Qwen/Qwen3-4B: the lm trainer trains it: 4.0B parameters)" in out
+    assert "Model check: learning_rate 0.01 is far too high" in err and "Fix: e.g. learning_rate = 5e-5" in err
+
+
+def test_without_a_model_check_the_hosted_list_judges_the_model(world):
+    code, out, _ = run(world)
+    assert code == 0
+    assert "Model check: OK (the hosted service's list · Qwen/Qwen3-4B: supported)" in out
+
+
 def test_verification_http_error_exits_3(world):
     world["backend"].verify_answer = (500, {"detail": "boom"})
     code, out, err = run(world)

@@ -19,7 +19,11 @@ if TYPE_CHECKING:
 
 
 def entry_prompt(entry: ConfigEntry) -> Content:
-    mark = ("✓ ", "$text-success") if entry.ok else ("✗ ", "$text-error")
+    # A config that only needs a step first (a model folder to make) is not marked broken.
+    if entry.ok:
+        mark = ("✓ ", "$text-success")
+    else:
+        mark = ("→ ", "$text-warning") if entry.steps_only else ("✗ ", "$text-error")
     parts: list[tuple[str, str] | str] = [mark, entry.label]
     if entry.last_used:
         parts.append(("  ★ last used", "$text-accent"))
@@ -27,7 +31,8 @@ def entry_prompt(entry: ConfigEntry) -> Content:
         parts.append(("  --config", "$text-primary"))
     if not entry.ok:
         count = entry.problem_count
-        parts.append((f"  {counted(count, 'problem')}", "$text-error"))
+        parts.append((f"  {counted(count, 'step')} first", "$text-warning") if entry.steps_only
+                     else (f"  {counted(count, 'problem')}", "$text-error"))
     return Content.assemble(*parts)
 
 

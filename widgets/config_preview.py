@@ -37,7 +37,7 @@ def problem_text(problem: Problem) -> Content:
     location = "TOML" if problem.location == TOML_LOCATION else problem.location
     parts: list[tuple[str, str] | str] = [(location, "bold"), "  ", problem.message]
     if problem.hint:
-        parts += ["\n", (f"hint: {problem.hint}", "$text-muted")]
+        parts += ["\n", (f"{'next step' if problem.next_step else 'hint'}: {problem.hint}", "$text-muted")]
     return Content.assemble(*parts)
 
 
@@ -50,6 +50,11 @@ def verdict_heading(entry: ConfigEntry) -> Content:
     if entry.ok:
         return Content.assemble(("✓ valid RL config", "bold $text-success"), ("  · enter chooses it", "$text-muted"))
     count = entry.problem_count
+    if entry.steps_only:
+        return Content.assemble(
+            (f"→ {counted(count, 'step')} before it can run", "bold $text-warning"),
+            ("  · nothing is wrong in the file; this preview reloads when it changes", "$text-muted"),
+        )
     return Content.assemble(
         (f"✗ {counted(count, 'problem')}", "bold $text-error"),
         ("  · fix them in the file; this preview reloads when it changes", "$text-muted"),

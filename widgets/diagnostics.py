@@ -32,6 +32,7 @@ class DiagnosticsTable(Widget):
         "diagnostics--ok",
         "diagnostics--failed",
         "diagnostics--pending",
+        "diagnostics--warning",
         "diagnostics--fix-label",
         "diagnostics--rule",
     }
@@ -70,7 +71,7 @@ class DiagnosticsTable(Widget):
         table.add_column("", no_wrap=True, width=1)
         table.add_column("Reason and fix", ratio=3, overflow="ellipsis")
         verdict_styles = {Verdict.OK: self._style("ok"), Verdict.FAILED: self._style("failed"),
-                          Verdict.PENDING: self._style("pending")}
+                          Verdict.PENDING: self._style("pending"), Verdict.WARNING: self._style("warning")}
         fix_label = self._style("fix-label")
         for row in self._rows:
             verdict_style = verdict_styles[row.verdict]

@@ -62,17 +62,20 @@ from app.local.api_schemas import BODY_ERRORS, error_responses
 from app.local.bodies import (
     CHAT_REFUSAL,
     JOB_REFUSAL,
+    VERIFY_MODEL_REFUSAL,
     VERIFY_REFUSAL,
     ChatRequest,
     Cid,
     IdempotencyKey,
     JobCreate,
+    VerifyModelRequest,
     VerifyRequest,
 )
 from app.local.checkpoints import Checkpoints
 from app.local.errors import Refusal, describe_http_error, install_json_errors, response_detail
 from app.local.guard import RequestGuard
 from app.local.journal import Journal
+from app.local.model_check import check_model_bounded
 from app.local.policies.base import Act, Parallel, Policy, PolicyCannotAct, PolicyFailed
 from app.local.policies.tabular import TabularPolicy
 from app.local.retry import client_limits
@@ -324,6 +327,14 @@ async def health() -> dict[str, Any]:
 @rl.post("/verify_task_app", responses=error_responses(401, *BODY_ERRORS))
 async def verify_task_app(body: VerifyRequest, b: Backend) -> dict[str, Any]:
     return await _verify(b, body.endpoint_base_url)
+
+
+@rl.post("/verify_model", responses=error_responses(401, *BODY_ERRORS))
+async def verify_model(body: VerifyModelRequest, b: Backend) -> dict[str, Any]:
+    """Can a job of this backend train the model, as named (docs/wire-contract.md#model-verification)?
+    Answered within model_check.MODEL_CHECK_TIMEOUT_S; the weights are not loaded."""
+    return await check_model_bounded(body.model.strip(), (body.chat_template or "").strip() or None,
+                                     body.learning_rate, b.trainer_choice)
 
 
 @rl.post("/jobs", status_code=201,
@@ -622,6 +633,7 @@ for _prefix in ("/rl/jobs", "/learning/jobs"):
 
 # How each route words a request FastAPI found invalid (app/local/errors.py).
 REFUSALS: dict[Callable[..., Any], Refusal] = {
-    create_job: JOB_REFUSAL, verify_task_app: VERIFY_REFUSAL, chat_completions: CHAT_REFUSAL,
+    create_job: JOB_REFUSAL, verify_task_app: VERIFY_REFUSAL, verify_model: VERIFY_MODEL_REFUSAL,
+    chat_completions: CHAT_REFUSAL,
     chat_completions_in_path: CHAT_REFUSAL, rollouts: ROLLOUTS_REFUSAL,
 }

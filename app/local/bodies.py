@@ -326,6 +326,26 @@ class VerifyRequest(_Open):
 VERIFY_REFUSAL = Refusal("Invalid verification request", problem_words={})
 
 
+# -- POST /api/rl/verify_model (docs/wire-contract.md#model-verification) ----------------------------
+
+
+class VerifyModelRequest(_Open):
+    """The model a config names, as the job payload will: its base (or model), its
+    `chat_template` and `[training] learning_rate` when the config sets them."""
+
+    model: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"\S")]
+    chat_template: Annotated[StrictStr | None, Field(max_length=MAX_TEXT_CHARS)] = None
+    learning_rate: Annotated[float | None, Within("training.learning_rate")] = None
+
+
+VERIFY_MODEL_REFUSAL = Refusal("Invalid model check", problem_words={
+    "model": f"must be the model to check: a Hugging Face id, or a folder or .gguf file where the backend runs "
+             f"(a string of 1 to {MAX_NAME_CHARS} characters, not only spaces)",
+    "chat_template": f"must be the name of a template TRL ships or the path of a .jinja file (at most "
+                     f"{MAX_TEXT_CHARS:,} characters), or left out",
+})
+
+
 # -- the chat endpoint (OpenAI's chat completions, as far as the policy reads them) ------------------
 
 

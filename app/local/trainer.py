@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,6 +48,7 @@ from app.local.bodies import JOB_REFUSAL, JobCreate
 from app.local.checkpoints import Checkpoints
 from app.local.errors import describe_http_error, response_detail
 from app.local.journal import Journal
+from app.local.model_check import loading_words
 from app.local.policies.base import (
     Act,
     Episode,
@@ -58,7 +60,7 @@ from app.local.policies.base import (
     Watched,
     read_manifest,
 )
-from app.local.policies.lm_model import ModelUnavailable
+from app.local.policies.lm_model import ModelUnavailable, learning_rate_warning
 from app.local.retry import ROLLOUT_BACKOFF, send_with_retries
 from app.local.rollout_contract import (
     GEN_02,
@@ -191,8 +193,9 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
 
 def policy_options(config: dict[str, Any]) -> dict[str, Any]:
     """The options of the `lm` policy, from the config as written (docs/embedded-policy.md#the-lm-policy):
-    [model] (or [policy]) trainer_mode; [training] kl_coef; [training.lora] (or the older
-    top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p, max_tokens."""
+    [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef; [training.lora] (or
+    the older top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p,
+    max_tokens."""
     def table(value: Any) -> dict[str, Any]:
         return value if isinstance(value, dict) else {}
 
@@ -200,6 +203,7 @@ def policy_options(config: dict[str, Any]) -> dict[str, Any]:
     lora = table(training.get("lora")) or table(config.get("lora"))
     options: dict[str, Any] = {
         "trainer_mode": model.get("trainer_mode") or policy.get("trainer_mode"),
+        "chat_template": model.get("chat_template") or policy.get("chat_template"),
         "kl_coef": training.get("kl_coef"),
         "lora": {k: lora.get(k) for k in ("r", "alpha", "dropout", "target_modules") if lora.get(k) is not None},
         "temperature": policy.get("temperature"), "top_p": policy.get("top_p"), "max_tokens": policy.get("max_tokens"),
@@ -625,6 +629,7 @@ class Trainer:
         if self.parallel.processes > 1:  # ranks take a while to start: the log says what it waits for
             self.journal.event(run.job_id, "rl.train.policy.starting", self._starting_ranks(), data={
                 "processes": self.parallel.processes, "several_machines": bool(self.parallel.shared_dir)})
+        loading_since = await self._announce_loading(run)
         stop = threading.Event()
         loading = asyncio.ensure_future(asyncio.to_thread(run.loader, stop=stop))
         try:
@@ -640,6 +645,10 @@ class Trainer:
         except (OSError, ValueError, KeyError, TypeError, RuntimeError, ImportError) as exc:
             raise PolicyUnavailable(f"The policy cannot be loaded ({type(exc).__name__}: {str(exc)[:300]})") from None
         run.policy = policy
+        if loading_since is not None and policy.kind == "lm":
+            seconds = time.monotonic() - loading_since
+            self.journal.event(run.job_id, "rl.train.policy.loaded", f"Loaded {run.plan.model} in {seconds:.0f} s",
+                               data={"model": run.plan.model, "seconds": round(seconds, 3)})
         if isinstance(policy, Watched):  # a rank that dies mid-job fails it at once, naming the rank
             loop = asyncio.get_running_loop()
 
@@ -650,6 +659,26 @@ class Trainer:
         if run.policy_warning:
             self.journal.event(run.job_id, "rl.train.policy.fallback", run.policy_warning, level="warning",
                                data={"policy": policy.kind, "requested": self.policy_kind})
+
+    async def _announce_loading(self, run: JobRun) -> float | None:
+        """An event before a language model loads (seconds to minutes, in silence otherwise):
+        which and how large; returns when it started, or None when no model is loaded."""
+        if self.policy_kind == "tabular" or run.lm is False:
+            return None
+        settings = policy_settings(run.job_id, run.plan)
+        found = await asyncio.to_thread(policies.lm_footprint, settings)
+        if found is None:  # the stand-in trains (auto), or the load fails at once, saying why
+            return None
+        if not isinstance(found, Path):  # policies.DOWNLOAD
+            self.journal.event(run.job_id, "rl.train.policy.loading",
+                               f"Downloading {run.plan.model} into the Hugging Face cache, then loading it: the first "
+                               "step waits for it", data={"model": run.plan.model, "path": None, "bytes": None})
+            return time.monotonic()
+        words, size = await asyncio.to_thread(loading_words, found)
+        self.journal.event(run.job_id, "rl.train.policy.loading",
+                           f"Loading {run.plan.model} ({words}): the first step waits for it",
+                           data={"model": run.plan.model, "path": str(found), "bytes": size})
+        return time.monotonic()
 
     def _starting_ranks(self) -> str:
         words = (f"Starting the {self.parallel.processes} rank processes (each imports torch and loads the model; "
@@ -698,6 +727,7 @@ class Trainer:
                       "batch_size": plan.batch_size, "group_size": plan.group_size,
                       "total_steps": plan.total_steps, "task_app_url": plan.task_url})
         self._announce_policy(run)
+        self._warn_learning_rate(run)
         if self.infra_events:
             j.event(job_id, "hatchet.submission.attempt",
                     "Embedded backend: no Hatchet queue, the job runs in this process", data={"attempt": 1})
@@ -714,6 +744,16 @@ class Trainer:
         if run.policy_warning:
             badge["why"] = run.policy_warning
         self._progress(run, run.step, policy=badge)
+
+    def _warn_learning_rate(self, run: JobRun) -> None:
+        """A pretrained model given the tiny model's learning rate is wrecked in a few steps: say so."""
+        assert run.policy is not None
+        info = run.policy.describe()
+        parameters = info.data.get("parameters") if info.kind == "lm" else None
+        warning = learning_rate_warning(run.plan.learning_rate, parameters if isinstance(parameters, int) else None)
+        if warning is not None:
+            self.journal.event(run.job_id, "rl.train.policy.warning", f"The {warning}.", level="warning",
+                               data={"learning_rate": run.plan.learning_rate, "parameters": parameters})
 
     def _announce_resume(self, run: JobRun) -> None:
         j, job_id, total = self.journal, run.job_id, run.plan.total_steps

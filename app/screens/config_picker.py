@@ -320,6 +320,13 @@ class ConfigPickerScreen(FlowScreen):
 
     def _refuse(self, entry: ConfigEntry) -> None:
         count = entry.problem_count
+        if entry.steps_only:
+            first = entry.report.problems[0]
+            self.notify(f"{first.message} Next step: {first.hint}" if count == 1 else
+                        f"{entry.label} needs {counted(count, 'step')} first (listed in the preview).",
+                        title="One step before this config can run", severity="warning", markup=False)
+            self.query_one(ConfigPreview).flash()
+            return
         self.notify(
             f"{entry.label} has {counted(count, 'problem')} (listed in the preview). "
             "Fix the file and it reloads here, or choose another config.",

@@ -1,8 +1,9 @@
-"""Step 3: verify the task app through the backend and directly, and say what to fix.
+"""Step 3: verify the task app through the backend and directly, check the model, and say what to fix.
 
-Two checks run at once, each in its own worker, with the elapsed time ticking: the backend's
+Three checks run at once, each in its own worker, with the elapsed time ticking: the backend's
 ``POST /rl/verify_task_app`` (its outcome also tells whether the backend is reachable and
-accepts SYNTH_API_KEY) and the direct ``/health`` + ``/task_info`` check. Each is bounded by
+accepts SYNTH_API_KEY), the direct ``/health`` + ``/task_info`` check, and the backend's check
+of the model (``POST /rl/verify_model``, or the hosted service's list). Each is bounded by
 ``check_timeout``. ``app.core.launch.diagnosis`` turns the outcomes into rows and a verdict.
 """
 
@@ -27,15 +28,19 @@ from app.core.errors import SynthTuiError
 from app.core.launch import service
 from app.core.launch.diagnosis import (
     BackendCheck,
+    ModelCheck,
     OverallVerdict,
     TaskAppCheck,
     backend_rows,
     diagnostics_payload,
     diagnostics_text,
+    model_rows,
     pending_backend_row,
+    pending_model_row,
     pending_task_app_row,
     task_app_rows,
 )
+from app.core.launch.session import asked_model
 from app.core.redact import mask_secret, redact
 from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
@@ -48,6 +53,7 @@ WORKER_GROUP = "verification"
 PREPARE_WORKER = "Preparing the payload"
 BACKEND_WORKER = "Backend verification"
 TASK_APP_WORKER = "Task app health check"
+MODEL_WORKER = "Model check"
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,7 @@ class CheckTarget:
     backend_base: str
     synth_key_hint: str
     env_key_hint: str
+    model: str = ""
 
 
 class VerificationScreen(FlowScreen):
@@ -70,10 +77,10 @@ class VerificationScreen(FlowScreen):
 
     BINDINGS = [
         Binding("enter", "continue", "Preview payload", id="verify.continue",
-                tooltip=palette_tooltip("Verification: preview the payload", "Continue when both checks passed")),
+                tooltip=palette_tooltip("Verification: preview the payload", "Continue when the checks passed")),
         Binding("r", "retry", "Retry", id="verify.retry",
                 tooltip=palette_tooltip("Verification: retry",
-                                        "Run the backend verification and the health check again")),
+                                        "Run the backend verification, the health check and the model check again")),
         Binding("d", "diagnostics", "Diagnostics", id="verify.diagnostics",
                 tooltip=palette_tooltip("Verification: full diagnostics", "Show and copy everything the checks saw")),
         Binding("b,escape", "back", "Back to env", id="verify.back",
@@ -89,6 +96,7 @@ class VerificationScreen(FlowScreen):
     setup_problem: var[SynthTuiError | None] = var(None)
     backend_check: var[BackendCheck | None] = var(None)
     task_app_check: var[TaskAppCheck | None] = var(None)
+    model_check: var[ModelCheck | None] = var(None)
 
     def __init__(self, *, check_timeout: float | None = None) -> None:
         super().__init__()
@@ -107,7 +115,7 @@ class VerificationScreen(FlowScreen):
         yield FlowFooter()
 
     def on_mount(self) -> None:
-        for name in ("target", "setup_problem", "backend_check", "task_app_check"):
+        for name in ("target", "setup_problem", "backend_check", "task_app_check", "model_check"):
             self.watch(self, name, self._show, init=False)
         self.action_retry()
 
@@ -124,13 +132,14 @@ class VerificationScreen(FlowScreen):
     def running(self) -> bool:
         if self.setup_problem is not None:
             return False
-        return self.target is None or self.backend_check is None or self.task_app_check is None
+        return (self.target is None or self.backend_check is None or self.task_app_check is None
+                or self.model_check is None)
 
     @property
     def outcome(self) -> service.CheckOutcome | None:
-        if self.backend_check is None or self.task_app_check is None:
+        if self.backend_check is None or self.task_app_check is None or self.model_check is None:
             return None
-        return service.CheckOutcome(self.backend_check, self.task_app_check)
+        return service.CheckOutcome(self.backend_check, self.task_app_check, self.model_check)
 
     @property
     def verdict(self) -> OverallVerdict | None:
@@ -140,12 +149,13 @@ class VerificationScreen(FlowScreen):
     # -- workers ------------------------------------------------------------------------
 
     def action_retry(self) -> None:
-        """(Re)start both checks; an exclusive worker cancels a run still in flight."""
+        """(Re)start the checks; an exclusive worker cancels a run still in flight."""
         self._run += 1
         self.target = None
         self.setup_problem = None
         self.backend_check = None
         self.task_app_check = None
+        self.model_check = None
         self.run_worker(self._prepare_then_check(self._run), name=PREPARE_WORKER, group=WORKER_GROUP,
                         exclusive=True, exit_on_error=False)
         if self._ticker is None:
@@ -166,12 +176,14 @@ class VerificationScreen(FlowScreen):
             return
         self.target = CheckTarget(prepared.task_url, self.session.backend_base,
                                   mask_secret(self.session.synth_api_key()),
-                                  mask_secret(secrets.get("ENVIRONMENT_API_KEY")))
+                                  mask_secret(secrets.get("ENVIRONMENT_API_KEY")),
+                                  asked_model(prepared.payload).model)
         self._checks_started = self.clock()
         self.run_worker(self._verify_with_backend(run, self.target), name=BACKEND_WORKER, group=WORKER_GROUP,
                         exit_on_error=False)
         self.run_worker(self._check_task_app(run, self.target), name=TASK_APP_WORKER, group=WORKER_GROUP,
                         exit_on_error=False)
+        self.run_worker(self._check_model(run), name=MODEL_WORKER, group=WORKER_GROUP, exit_on_error=False)
 
     async def _verify_with_backend(self, run: int, target: CheckTarget) -> None:
         check = await service.check_backend(self.session, timeout=self.check_timeout, clock=self.clock)
@@ -182,6 +194,11 @@ class VerificationScreen(FlowScreen):
         check = await service.check_task_app(self.session, timeout=self.check_timeout, clock=self.clock)
         if run == self._run:
             self.task_app_check = check
+
+    async def _check_model(self, run: int) -> None:
+        check = await service.check_model(self.session, timeout=self.check_timeout, clock=self.clock)
+        if run == self._run:
+            self.model_check = check
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """A check that crashed still ends (FlowScreen shows the error): no endless 'verifying…'."""
@@ -197,6 +214,8 @@ class VerificationScreen(FlowScreen):
         elif event.worker.name == TASK_APP_WORKER and self.target and self.task_app_check is None:
             self.task_app_check = TaskAppCheck(self.target.task_url, self.target.env_key_hint, self.check_timeout,
                                                error=stopped)
+        elif event.worker.name == MODEL_WORKER and self.target and self.model_check is None:
+            self.model_check = ModelCheck(self.target.model, self.check_timeout, error=ApiError(stopped))
 
     # -- view ---------------------------------------------------------------------------
 
@@ -213,6 +232,7 @@ class VerificationScreen(FlowScreen):
                      else [pending_backend_row(target.synth_key_hint, elapsed)])
             rows += (task_app_rows(self.task_app_check) if self.task_app_check
                      else [pending_task_app_row(target.env_key_hint, elapsed)])
+            rows += model_rows(self.model_check) if self.model_check else [pending_model_row(target.model, elapsed)]
         self.query_one("#verify-target", Static).update(self._header())
         self.query_one("#verify-table", DiagnosticsTable).show([row.redacted(secrets) for row in rows])
         self._show_verdict()
@@ -251,8 +271,8 @@ class VerificationScreen(FlowScreen):
                 parts += ["\n", fix, problem.hint]
             return [*parts, "\n", keys_hint]
         if verdict is None:
-            done = sum(check is not None for check in (self.backend_check, self.task_app_check))
-            return [(f"Checking… {done} of 2 done.", "$text-warning"),
+            done = sum(check is not None for check in (self.backend_check, self.task_app_check, self.model_check))
+            return [(f"Checking… {done} of 3 done.", "$text-warning"),
                     (f" Each check gives up after {self.check_timeout:g} s · r restarts · b goes back",
                      "$text-muted")]
         if verdict.ready:
@@ -287,7 +307,7 @@ class VerificationScreen(FlowScreen):
         self.flow_app.go_back("verify")
 
     def action_diagnostics(self) -> None:
-        payload = diagnostics_payload(self.backend_check, self.task_app_check, self.verdict)
+        payload = diagnostics_payload(self.backend_check, self.task_app_check, self.verdict, self.model_check)
         if self.setup_problem is not None:
             payload["setup_problem"] = {"message": self.setup_problem.message, "hint": self.setup_problem.hint}
         if self.running:

@@ -47,7 +47,7 @@ def test_the_episode_is_one_sequence_and_env_mask_covers_the_task_apps_tokens(ti
     from app.local.policies.lm import LmPolicy
 
     policy = LmPolicy(settings(tiny_model))
-    assert policy.template_kind.startswith("TRL training template")  # Qwen3's own is not prefix-preserving
+    assert policy.template_kind.startswith("TRL's training variant")  # Qwen3's own is not prefix-preserving
     rng = random.Random(0)
     messages = press_messages("C")
     first = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r1", rng)

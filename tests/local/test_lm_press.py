@@ -79,8 +79,8 @@ def test_the_lm_press_config_validates_once_its_model_folder_is_there(tmp_path, 
     monkeypatch.chdir(tmp_path)
     missing = validate_rl_file(LM_PRESS)
     assert not missing.ok
-    assert "Model folder './tiny-qwen3' does not exist" in missing.render()
-    assert "synth-tui tiny-model DIR" in missing.render()
+    assert "Model folder './tiny-qwen3' does not exist yet" in missing.render()
+    assert "(next step: make it first: `synth-tui tiny-model tiny-qwen3`" in missing.render()
     (tmp_path / "tiny-qwen3").mkdir()
     (tmp_path / "tiny-qwen3" / "config.json").write_text("{}")
     report = validate_rl_file(LM_PRESS)
@@ -131,3 +131,7 @@ def test_the_shipped_config_trains_the_tiny_model_on_the_commands_press_game(pre
     scores = [float(m) for m in re.findall(r"Step \d+/8: mean score ([0-9.]+)", out)]
     assert len(scores) == 8 and scores[0] < 0.5 and max(scores[-3:]) >= 0.9, scores
     assert '"kind": "lm"' in out and ENV_KEY not in out + err
+    # Issue 37: the checks ask the backend about the model; the job says while it loads it.
+    assert "Model check: OK (POST /rl/verify_model · ./tiny-qwen3: the lm trainer trains it" in out
+    assert "rl.train.policy.loading (info): Loading ./tiny-qwen3 (model.safetensors, " in out
+    assert re.search(r"rl\.train\.policy\.loaded \(info\): Loaded \./tiny-qwen3 in \d+ s", out)

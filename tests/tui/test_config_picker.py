@@ -180,6 +180,29 @@ async def test_invalid_config_lists_its_problems_and_cannot_be_chosen(make_app, 
         assert screen.query_one("#preview-verdict").has_class("-flash")
 
 
+async def test_the_lm_example_before_its_model_is_made_shows_a_next_step_not_an_error(make_app, configs):
+    """Issue 37 item 3: on a fresh clone lm_press.toml's ./tiny-qwen3 is not made yet; the list
+    and the preview say which step makes it ready, without a ✗; enter says the step."""
+    shutil.copy(EXAMPLES / "lm_press.toml", configs / "lm_press.toml")
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        prompt = next(p for p in prompts(screen) if "lm_press.toml" in p)
+        assert prompt.startswith("→ ") and "1 step first" in prompt and "✗" not in prompt
+        highlight(screen, "configs/lm_press.toml")
+        await pilot.pause()
+        text = preview_text(screen)
+        assert "→ 1 step before it can run" in text and "✗" not in text
+        assert "next step: make it first: `synth-tui tiny-model tiny-qwen3`" in text
+
+        await pilot.press("enter")
+        await pilot.pause()
+        assert isinstance(app.screen, ConfigPickerScreen) and app.session.config_path is None
+        assert any("Next step: make it first" in message for message in notifications(app))
+        # A genuinely broken config still shows its ✗.
+        assert next(p for p in prompts(screen) if "many_problems" in p).startswith("✗ ")
+
+
 async def test_valid_config_preview_shows_facts_and_verdict(make_app, configs):
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from textual.widgets import TextArea
 
-from app.core.api.client import ApiResponse, VerifyResult
+from app.core.api.client import ApiResponse, ModelVerifyResult, VerifyResult
 from app.core.api.health import HealthAttempt, HealthReport, check_task_app
 from app.core.launch.diagnosis import (
     BackendCheck,
@@ -112,10 +112,13 @@ async def test_both_checks_pass_and_enter_opens_the_preview(verify_app, faulty_b
     async with app.run_test(size=SIZE) as pilot:
         screen = await checks_done(pilot)
         found = rows(screen)
-        assert [r.check for r in found] == ["backend", "backend verify", "backend verify", "task app", "task app"]
+        assert [r.check for r in found] == ["backend", "backend verify", "backend verify", "task app", "task app",
+                                            "model"]
         assert all(r.verdict is Verdict.OK for r in found)
+        # FaultyBackend, like the hosted service, has no model check: the hosted list judges the model
+        assert found[5].tried == "the hosted service's list · Qwen/Qwen3-4B" and found[5].reason == "supported"
         assert found[0].status == 200 and "Bearer sk_t…89" in found[0].tried
-        assert [r.status for r in found[3:]] == [200, 200]
+        assert [r.status for r in found[3:5]] == [200, 200]
         assert "env_…ef" in found[3].tried and "/health" in found[3].tried and "/task_info" in found[4].tried
         assert "Ready: press enter to preview the payload" in verdict_text(screen)
         # the two checks really ran: the backend was asked and the task app saw the key
@@ -142,6 +145,82 @@ async def test_wrong_environment_key_shows_the_400_and_the_fix(verify_app, fault
         await pilot.pause()
         assert isinstance(app.screen, VerificationScreen)
         assert any("Cannot continue" in n.message for n in app._notifications)
+
+
+SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def template_problem(model: str) -> dict[str, str]:
+    return {"message": f"the chat template of {model} cannot render a tool-calling conversation "
+                       "(UndefinedError: 'dict object' has no attribute 'content')",
+            "fix": 'set [model] chat_template = "qwen2_5" (TRL\'s, in the ChatML tokens this model was trained on)'}
+
+
+
+RATE_WARNING = {"message": "learning_rate 0.01 is far too high for a pretrained model of 135M parameters",
+                "fix": "e.g. learning_rate = 5e-5 in [training]"}
+
+
+def use_model(project, model: str, **extra: str) -> None:
+    """The flow's config (crafter_qwen4b.toml, copied by flow_app) with another [model] base."""
+    config = project / "configs" / "crafter_qwen4b.toml"
+    lines = "".join(f'{key} = "{value}"\n' for key, value in extra.items())
+    config.write_text(config.read_text().replace('base = "Qwen/Qwen3-4B"', f'base = "{model}"\n{lines}', 1))
+
+
+async def test_an_embedded_backends_model_check_stops_a_template_that_cannot_render(
+        verify_app, faulty_backend, tiny_task_app, project):
+    """Issue 37: a backend with a model check judges the model, template and learning rate the
+    config names; its problem stops the launch with the fix, its warning does not."""
+    faulty_backend.model_answer = (200, {"ok": False, "model": SMOL, "trains": "lm", "parameters": 134_515_008,
+                                         "bytes": 538_000_000, "problems": [template_problem(SMOL)],
+                                         "warnings": [RATE_WARNING]})
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
+    use_model(project, SMOL)
+    app.session.choose_config(project / "configs" / "crafter_qwen4b.toml",
+                              app.session.validate(project / "configs" / "crafter_qwen4b.toml"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        model_rows = [r for r in rows(screen) if r.check == "model"]
+        assert [r.verdict for r in model_rows] == [Verdict.FAILED, Verdict.FAILED, Verdict.WARNING]
+        assert model_rows[0].tried == f"POST /rl/verify_model · {SMOL}" and model_rows[0].status == 200
+        assert "cannot render a tool-calling conversation" in model_rows[1].reason
+        assert 'chat_template = "qwen2_5"' in model_rows[1].fix
+        assert "far too high" in model_rows[2].reason
+        verdict = verdict_text(screen)
+        assert f"Model {SMOL}: the chat template" in verdict and 'chat_template = "qwen2_5"' in verdict
+        asked = [body for method, path, _, body in faulty_backend.requests if path == "/api/rl/verify_model"]
+        assert asked == [{"model": SMOL, "learning_rate": 5e-05}]
+        await pilot.press("enter")  # refused, and says why
+        await pilot.pause()
+        assert isinstance(app.screen, VerificationScreen)
+
+        faulty_backend.model_answer = (200, {"ok": True, "model": SMOL, "trains": "lm", "parameters": 134_515_008,
+                                             "bytes": 538_000_000, "template": "qwen2_5 (as written)",
+                                             "problems": [], "warnings": [RATE_WARNING]})
+        await pilot.press("r")
+        screen = await checks_done(pilot)
+        model_rows = [r for r in rows(screen) if r.check == "model"]
+        assert [r.verdict for r in model_rows] == [Verdict.OK, Verdict.WARNING]
+        assert model_rows[0].reason == ("the lm trainer trains it: 135M parameters, 538 MB; "
+                                        "template qwen2_5 (as written) renders a tool call")
+        assert "Ready: press enter" in verdict_text(screen)
+
+
+async def test_the_hosted_list_refuses_a_model_off_it_and_names_the_embedded_backend(
+        verify_app, faulty_backend, tiny_task_app, project):
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
+    use_model(project, SMOL)
+    app.session.choose_config(project / "configs" / "crafter_qwen4b.toml",
+                              app.session.validate(project / "configs" / "crafter_qwen4b.toml"))
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        model_rows = [r for r in rows(screen) if r.check == "model"]
+        assert [r.verdict for r in model_rows] == [Verdict.FAILED, Verdict.FAILED]
+        assert model_rows[0].status is None and model_rows[0].reason == "not supported"
+        assert "is not supported by the hosted service" in model_rows[1].reason
+        assert "--backend local" in model_rows[1].fix
+        assert f"Model {SMOL}: Model '{SMOL}' is not supported by the hosted service" in verdict_text(screen)
 
 
 async def test_task_app_offline_says_connection_refused(verify_app, faulty_backend):
@@ -407,7 +486,14 @@ async def fixed_health_report(env_key: str, task_url: str = FIXED_TASK_URL):
     return report
 
 
-def fixed_checks(app, monkeypatch, *, env_key: str) -> None:
+def fixed_model_result() -> ModelVerifyResult:
+    return ModelVerifyResult.from_body({"ok": True, "model": "Qwen/Qwen3-4B", "trains": "lm",
+                                        "parameters": 4_022_468_096, "bytes": 8_044_936_192,
+                                        "template": "TRL's training variant (the model's own is not "
+                                                    "prefix-preserving)", "problems": [], "warnings": []})
+
+
+def fixed_checks(app, monkeypatch, *, env_key: str, model_result: ModelVerifyResult | None = None) -> None:
     """The session answers with fixed results; the screen's clock stands still."""
     async def verify(*, timeout: float = 30.0):
         return fixed_verify_result()
@@ -415,14 +501,18 @@ def fixed_checks(app, monkeypatch, *, env_key: str) -> None:
     async def health(*, timeout: float = 30.0):
         return await fixed_health_report(env_key)
 
+    async def verify_model(*, timeout: float = 30.0):
+        return model_result or fixed_model_result()
+
     monkeypatch.setattr(app.session, "verify", verify)
     monkeypatch.setattr(app.session, "health", health)
+    monkeypatch.setattr(app.session, "verify_model", verify_model)
     monkeypatch.setattr(VerificationScreen, "clock", staticmethod(lambda: 100.0))
 
 
-def snapshot_app(verify_app, monkeypatch, *, env_key: str = ENV_KEY):
+def snapshot_app(verify_app, monkeypatch, *, env_key: str = ENV_KEY, model_result: ModelVerifyResult | None = None):
     app = verify_app(backend=FIXED_BACKEND, task_url=FIXED_TASK_URL, env_key=env_key, idempotency="fixed-key")
-    fixed_checks(app, monkeypatch, env_key=env_key)
+    fixed_checks(app, monkeypatch, env_key=env_key, model_result=model_result)
     return app
 
 
@@ -443,6 +533,16 @@ async def settled_without_secrets(pilot) -> None:
 
 def test_snapshot_verification_ok(snap_compare, verify_app, monkeypatch):
     app = snapshot_app(verify_app, monkeypatch)
+    assert snap_compare(app, terminal_size=SIZE, run_before=settled_without_secrets)
+
+
+def test_snapshot_verification_model_cannot_act(snap_compare, verify_app, monkeypatch):
+    """A model whose template cannot render a tool call (a problem: ✗) given too high a
+    learning rate (a warning: !)."""
+    result = ModelVerifyResult.from_body({"ok": False, "model": "Qwen/Qwen3-4B", "trains": "lm",
+                                          "problems": [template_problem("Qwen/Qwen3-4B")],
+                                          "warnings": [RATE_WARNING]})
+    app = snapshot_app(verify_app, monkeypatch, model_result=result)
     assert snap_compare(app, terminal_size=SIZE, run_before=settled_without_secrets)
 
 

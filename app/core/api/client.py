@@ -184,6 +184,57 @@ class VerifyResult:
 
 
 @dataclass(frozen=True)
+class ModelFinding:
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class ModelVerifyResult:
+    """What a backend's model check said (docs/wire-contract.md#model-verification), read
+    tolerantly; or, for a backend without one, the hosted service's list (`by_list`)."""
+
+    ok: bool
+    trains: str | None = None  # "lm", "tabular"; None: the backend did not say
+    problems: list[ModelFinding] = field(default_factory=list)
+    warnings: list[ModelFinding] = field(default_factory=list)
+    parameters: int | None = None
+    bytes: int | None = None
+    template: str | None = None
+    path: str | None = None
+    body: Any = None
+    by_list: bool = False
+
+    @classmethod
+    def from_body(cls, body: Any) -> ModelVerifyResult:
+        if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+            return cls(False, body=body, problems=[ModelFinding(
+                "the backend's model check answered without a verdict (no boolean `ok`)",
+                "This backend's /rl/verify_model is not the one docs/wire-contract.md describes; the full "
+                "diagnostics (d) show its answer.")])
+        problems, warnings = _findings(body.get("problems")), _findings(body.get("warnings"))
+        if not body["ok"] and not problems:
+            problems = [ModelFinding("the backend's model check failed without saying why")]
+        return cls(body["ok"], _text_or_none(body.get("trains")), problems, warnings,
+                   _int_or_none(body.get("parameters")), _int_or_none(body.get("bytes")),
+                   _text_or_none(body.get("template")), _text_or_none(body.get("path")), body)
+
+
+def _findings(value: Any) -> list[ModelFinding]:
+    items = value if isinstance(value, list) else []
+    return [ModelFinding(str(item.get("message") or "no message"), _text_or_none(item.get("fix")))
+            for item in items[:20] if isinstance(item, dict)]
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value[:2000] if isinstance(value, str) and value.strip() else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True)
 class JobList:
     """Every job a backend listed, newest first as it sent them (docs/wire-contract.md#job-list)."""
 
@@ -404,6 +455,26 @@ class SynthClient:
         body = mask_prefixes(body)
         text = json.dumps(body) if isinstance(body, (dict, list)) else str(body or "")
         return VerifyResult(status=status, body=body, preview_source=ApiResponse(status, body, text))
+
+    async def verify_model(self, model: str, *, chat_template: str | None = None,
+                           learning_rate: float | None = None) -> ModelVerifyResult | None:
+        """``POST /rl/verify_model``: the backend's own check of the model a config names
+        (docs/wire-contract.md#model-verification). None when the backend has no such route (the
+        hosted service answers 404): the caller applies the hosted service's list instead."""
+        body: dict[str, Any] = {"model": model}
+        if chat_template:
+            body["chat_template"] = chat_template
+        if learning_rate is not None:
+            body["learning_rate"] = learning_rate
+        try:
+            response = await self.request("POST", "/rl/verify_model", what="the model check", json_body=body)
+        except NotFoundError:
+            return None
+        except RejectedError as exc:
+            if exc.status == 405:  # a backend that serves the path for something else
+                return None
+            raise
+        return ModelVerifyResult.from_body(response.body)
 
     async def create_job(self, payload: Mapping[str, Any], *, idempotency_key: str | None) -> CreateResult:
         """``POST /rl/jobs``. Retried only with an Idempotency-Key: without one a retry after a

@@ -4,10 +4,15 @@ The rules copy the SDK's allow-lists (`synth_ai/api/models/supported.py` and
 `synth_ai/api/train/supported_algos.py`): ids match case-insensitively, fine-tuned ids must
 name a supported base as one `:`-separated segment, and experimental models are blocked
 unless the user opts in. Every failure is a ConfigError with a hint, never a traceback.
+
+That list is the hosted service's. Any other Hugging Face id and a model on this machine pass
+here and are judged by the backend the job goes to, at verification (its model check, or this
+list for a backend without one: app/core/launch/service.py `check_model`).
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -180,29 +185,88 @@ def experimental_models(env: Mapping[str, str] | None = None) -> frozenset[str]:
 
 
 LOCAL_PATH_PREFIXES = ("/", "./", "../", "~")
+GGUF_SUFFIX = ".gguf"
+JINJA_SUFFIX = ".jinja"
+
+# A Hugging Face repo id: owner/name, letters, digits, "-", "_" and ".", neither "--" nor ".."
+# inside, "-" and "." not at either end, at most 96 characters a part (the hub's own rules).
+_HUB_PART = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]{0,94}[A-Za-z0-9])?$")
 
 
-def _why_not_a_model_folder(path: str) -> str:
+class ModelNotMadeYet(ConfigError):
+    """A local model path that does not exist (yet): a step to take before the config can run,
+    not a mistake in it (docs/wire-contract.md#models). The message names the step."""
+
+
+def is_hub_id(model_id: str) -> bool:
+    """``owner/name`` as the Hugging Face hub spells a model: any backend that loads models from
+    the hub (the embedded one) may train it; the hosted service trains only its list."""
+    parts = model_id.split("/")
+    return (len(parts) == 2 and all(_HUB_PART.match(part) for part in parts)
+            and "--" not in model_id and ".." not in model_id)
+
+
+def _why_not_a_model(path: str) -> str:
     try:
-        folder = Path(path).expanduser()
-        if not folder.exists():
+        place = Path(path).expanduser()
+        if not place.exists():
             return "does not exist"
-        if not folder.is_dir():
-            return "is not a folder"
+        if place.is_file():
+            return "is a file but not a .gguf file"
     except (OSError, ValueError, RuntimeError) as exc:
         return f"cannot be read ({exc.__class__.__name__})"
     return "holds no model (no config.json and no .gguf file)"
 
 
-def is_local_model_folder(model_id: str) -> bool:
-    """A path to a folder holding a model in Hugging Face format (config.json) or a .gguf file."""
+def is_local_model(model_id: str) -> bool:
+    """A path to a model on this machine: a folder in Hugging Face format (config.json), a
+    folder holding a .gguf file, or a .gguf file."""
     if not model_id.startswith(LOCAL_PATH_PREFIXES):
         return False
     try:
-        folder = Path(model_id).expanduser()
-        return folder.is_dir() and ((folder / "config.json").is_file() or any(folder.glob("*.gguf")))
+        place = Path(model_id).expanduser()
+        if place.is_file():
+            return place.suffix.lower() == GGUF_SUFFIX
+        return place.is_dir() and ((place / "config.json").is_file() or any(place.glob(f"*{GGUF_SUFFIX}")))
     except (OSError, ValueError, RuntimeError):
         return False
+
+
+def _local_model_problem(path: str) -> ConfigError:
+    """Why a path is not a model here: a path that does not exist is a step to take (make the
+    model there); one that exists and holds no model is wrong."""
+    why = _why_not_a_model(path)
+    is_file = path.lower().endswith(GGUF_SUFFIX)
+    noun = "Model file" if is_file else "Model folder"
+    if why != "does not exist":
+        return ConfigError(f"{noun} '{path}' {why}.",
+                           hint="point [model] base at a folder in Hugging Face format (config.json, the weights and "
+                                "the tokenizer files), a .gguf file, or a folder holding one")
+    if is_file:
+        return ModelNotMadeYet(f"{noun} '{path}' does not exist yet.",
+                               hint="put the .gguf file there first (README: Train a language model fetches "
+                                    "SmolLM2-135M's); a relative path is read from where the backend runs")
+    folder = path.removeprefix("./")
+    return ModelNotMadeYet(f"{noun} '{path}' does not exist yet.",
+                           hint=f"make it first: `synth-tui tiny-model {folder}` writes a tiny random model there "
+                                f"(to try the trainer), or `hf download Qwen/Qwen3-0.6B --local-dir {folder}` fetches "
+                                "a real one; a relative path is read from where the backend runs")
+
+
+def template_path_problem(spec: str) -> str | None:
+    """What is wrong with a `chat_template` that is a path (of a .jinja file), or None; a name
+    (`qwen2_5`) is the backend's to look up among TRL's templates."""
+    if not (spec.startswith(LOCAL_PATH_PREFIXES) or spec.endswith(JINJA_SUFFIX) or "/" in spec):
+        return None
+    if not spec.endswith(JINJA_SUFFIX):  # the backend renders no other file of its machine
+        return f"'{spec}' is not a {JINJA_SUFFIX} file"
+    try:
+        place = Path(spec).expanduser()
+        if place.is_file():
+            return None
+        return f"'{spec}' {'is not a file' if place.exists() else 'does not exist'}"
+    except (OSError, ValueError, RuntimeError) as exc:
+        return f"'{spec}' cannot be read ({exc.__class__.__name__})"
 
 
 def check_rl_model(
@@ -211,12 +275,16 @@ def check_rl_model(
     allow_experimental: bool,
     env: Mapping[str, str] | None = None,
     allow_fine_tuned: bool = True,
+    hosted: bool = False,
 ) -> str:
     """Return the canonical id of a model an RL job may use, or raise ConfigError.
 
-    Order of checks as in the SDK: supported at all, then the experimental gate, then
-    RL capability. `allow_fine_tuned=False` is for `[model].base`, which (as in the SDK)
-    must be a plain base id.
+    An id on the hosted service's list keeps its rules everywhere, in the SDK's order:
+    supported at all, then the experimental gate, then RL capability. `allow_fine_tuned=False`
+    is for `[model].base`, which (as in the SDK) must be a plain base id. Any other Hugging
+    Face id (owner/name) and a model on this machine (a folder or a .gguf file) pass: the
+    backend judges them at verification (its model check; the hosted service's list when it
+    has none). `hosted=True` is that list alone: the check for a backend without a model check.
     """
     cleaned = (model_id or "").strip()
     if not cleaned:
@@ -224,22 +292,19 @@ def check_rl_model(
             "Model identifier is empty",
             hint="set a base model such as Qwen/Qwen3-4B",
         )
-    if is_local_model_folder(cleaned):
-        # Differs from the SDK on purpose: the embedded backend trains a model from a folder of
-        # this machine (docs/embedded-policy.md#the-lm-policy); the hosted service refuses it.
-        return cleaned
-    if cleaned.startswith(LOCAL_PATH_PREFIXES):
-        why = _why_not_a_model_folder(cleaned)
-        # A folder not made yet: say how to make one (a relative path is read from where this runs).
-        make = ("; to try the trainer without the hub, `synth-tui tiny-model DIR` writes a tiny one, or "
-                "`hf download Qwen/Qwen3-0.6B --local-dir DIR` fetches a real one" if why == "does not exist" else "")
-        raise ConfigError(f"Model folder '{cleaned}' {why}.",
-                          hint="point [model] base at a folder in Hugging Face format (config.json, "
-                               f"the weights and the tokenizer files) or a .gguf file's folder{make}")
+    if not hosted and cleaned.startswith(LOCAL_PATH_PREFIXES):
+        # Differs from the SDK on purpose: the embedded backend trains a model from a folder or
+        # file of this machine (docs/embedded-policy.md#the-lm-policy); the hosted service refuses it.
+        if is_local_model(cleaned):
+            return cleaned
+        raise _local_model_problem(cleaned)
     base = base_model_of(cleaned, allow_fine_tuned=allow_fine_tuned)
     if base is None:
+        if not hosted and is_hub_id(cleaned):
+            return cleaned  # judged by the backend's model check (docs/wire-contract.md#model-verification)
         raise ConfigError(
-            f"Model '{cleaned}' is not supported.", hint=_unsupported_hint(cleaned, allow_fine_tuned)
+            f"Model '{cleaned}' is not supported{' by the hosted service' if hosted else ''}.",
+            hint=_unsupported_hint(cleaned, allow_fine_tuned, hosted),
         )
     if base.lower() in experimental_models(env) and not allow_experimental:
         raise ConfigError(f"Model '{base}' is experimental and disabled.", hint=EXPERIMENTAL_HINT)
@@ -252,13 +317,15 @@ def check_rl_model(
     return normalize_model_id(cleaned)
 
 
-def _unsupported_hint(model_id: str, allow_fine_tuned: bool) -> str:
+def _unsupported_hint(model_id: str, allow_fine_tuned: bool, hosted: bool) -> str:
     if not allow_fine_tuned and _has_fine_tuned_prefix(model_id):
         return "a base model id is expected here; put fine-tuned ids in `source` instead"
-    return (
-        "use a supported base such as Qwen/Qwen3-4B, or a fine-tuned id that names one, "
-        "e.g. rl:Qwen/Qwen3-4B:<job id>"
-    )
+    hint = ("use a supported base such as Qwen/Qwen3-4B, or a fine-tuned id that names one, "
+            "e.g. rl:Qwen/Qwen3-4B:<job id>")
+    if hosted:
+        return (f"{hint}; any other model (a Hugging Face id, a folder or a .gguf file) trains on the embedded "
+                "backend: --backend local, or `synth-tui backend`")
+    return f"{hint}; or, for the embedded backend, a Hugging Face id (owner/name), a folder or a .gguf file"
 
 
 def unsupported_algorithm_message(algo_type: object, method: object, variety: object) -> str | None:

@@ -46,6 +46,11 @@ class ConfigEntry:
     def problem_count(self) -> int:
         return len(self.report.problems)
 
+    @property
+    def steps_only(self) -> bool:
+        """Nothing is wrong in the file; it needs a step first (a model folder to make)."""
+        return self.report.steps_only
+
     def matches(self, query: str) -> bool:
         """Every word of the filter appears in the path, in any order, ignoring case."""
         label = self.label.lower()

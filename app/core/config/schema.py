@@ -75,6 +75,9 @@ class ModelSection(_Section):
     base: str | None = None
     trainer_mode: str
     label: str
+    # The embedded backend's: a template TRL ships, by name, or a .jinja file's path, in place
+    # of the model's own (docs/embedded-policy.md#chat-templates).
+    chat_template: str | None = None
 
     @model_validator(mode="after")
     def _exactly_one_of_source_or_base(self) -> ModelSection:
@@ -95,6 +98,7 @@ class PolicySection(_Section):
     repetition_penalty: float = 1.0
     stop_sequences: list[str] | None = None
     inference_url: str | None = None
+    chat_template: str | None = None  # as [model] chat_template, for a [policy]-only config
 
     @model_validator(mode="after")
     def _exactly_one_of_model_name_or_source(self) -> PolicySection:

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.core.config.kind import infer_config_type, lower_text
-from app.core.config.models import check_rl_model, experimental_allowed
+from app.core.config.models import ModelNotMadeYet, check_rl_model, experimental_allowed, template_path_problem
 from app.core.config.schema import RLConfig
 from app.core.config.toml_source import TOML_LOCATION, TomlLineIndex, TomlSyntaxError, parse_toml_text, read_config_text
 from app.core.config.trainable import size_problems
@@ -50,6 +50,9 @@ class Problem:
     line: int | None = None
     column: int | None = None
     hint: str | None = None
+    # A step to take before the config can run (a model folder not made yet), not a mistake in
+    # the file: the picker shows it as a next step, not an error; it still stops a launch.
+    next_step: bool = False
 
     def render(self) -> str:
         if self.line is not None and self.column is not None:
@@ -58,7 +61,7 @@ class Problem:
             where = f"[line {self.line}] "
         else:
             where = ""
-        hint = f" (hint: {self.hint})" if self.hint else ""
+        hint = f" ({'next step' if self.next_step else 'hint'}: {self.hint})" if self.hint else ""
         return f"  - {where}{self.location}: {self.message}{hint}"
 
 
@@ -79,6 +82,11 @@ class ValidationReport:
     def ok(self) -> bool:
         return not self.problems and self.config is not None
 
+    @property
+    def steps_only(self) -> bool:
+        """Nothing is wrong in the file: what stops it are steps to take first (next_step)."""
+        return bool(self.problems) and all(problem.next_step for problem in self.problems)
+
     def render(self) -> str:
         """One problem per line; empty when the config is valid."""
         return "\n".join(problem.render() for problem in self.problems)
@@ -96,9 +104,15 @@ class ConfigValidationError(ConfigError):
     def __init__(self, report: ValidationReport) -> None:
         where = f"Config {report.path}" if report.path else "Config"
         count = len(report.problems)
-        noun = "problem" if count == 1 else "problems"
-        message = f"{where} is invalid ({count} {noun}):\n{report.render()}"
-        super().__init__(message, hint="fix the problems listed above and try again")
+        if report.steps_only:
+            noun = "step" if count == 1 else "steps"
+            message = f"{where} is not ready yet ({count} {noun} first):\n{report.render()}"
+            hint = "take the step listed above and try again"
+        else:
+            noun = "problem" if count == 1 else "problems"
+            message = f"{where} is invalid ({count} {noun}):\n{report.render()}"
+            hint = "fix the problems listed above and try again"
+        super().__init__(message, hint=hint)
         self.report = report
         self.problems = list(report.problems)
 
@@ -110,9 +124,9 @@ class _ProblemList:
         self.problems: list[Problem] = []
         self._index = index
 
-    def add(self, location: str, message: str, hint: str | None = None) -> None:
+    def add(self, location: str, message: str, hint: str | None = None, *, next_step: bool = False) -> None:
         line = self._index.line_for(location) if self._index and location != TOML_LOCATION else None
-        self.problems.append(Problem(location, message, line=line, hint=hint))
+        self.problems.append(Problem(location, message, line=line, hint=hint, next_step=next_step))
 
     def covers(self, location: str) -> bool:
         """True when a problem sits at this location or below it."""
@@ -324,7 +338,24 @@ def _check_models(
         try:
             check_rl_model(value, allow_experimental=allow_experimental, env=env, allow_fine_tuned=fine_tuned_ok)
         except ConfigError as exc:
-            problems.add(location, exc.message, hint=exc.hint)
+            problems.add(location, exc.message, hint=exc.hint, next_step=isinstance(exc, ModelNotMadeYet))
+
+
+def _check_chat_templates(data: Mapping[str, Any], problems: _ProblemList) -> None:
+    """[model] chat_template (or [policy]'s): a name the backend looks up among TRL's templates,
+    or the path of a .jinja file, which must exist (read from where the backend runs)."""
+    for section in ("model", "policy"):
+        table = _table(data, section)
+        if table is None or "chat_template" not in table:
+            continue
+        value, location = table["chat_template"], f"{section}.chat_template"
+        if not isinstance(value, str) or not value.strip():
+            problems.add(location, f"must be the name of a template TRL ships or the path of a .jinja file "
+                                   f"(got {value!r})", hint='e.g. chat_template = "qwen2_5"')
+        elif (problem := template_path_problem(value.strip())) is not None:
+            problems.add(location, problem, hint='a name instead (e.g. "qwen2_5", a template TRL ships), or the '
+                                                 "path of a .jinja file; a relative path is read from where the "
+                                                 "backend runs")
 
 
 def _check_kind(data: Mapping[str, Any], problems: _ProblemList) -> None:
@@ -365,6 +396,7 @@ def validate_rl_mapping(
     _check_optional_sections(data, problems)
     _check_sizes(data, problems)
     _check_judge(data, problems)
+    _check_chat_templates(data, problems)
     config = _check_schema(data, problems)
     _check_models(data, problems, experimental_allowed(allow_experimental, env), env)
     return ValidationReport(path=path, problems=problems.problems, config=config, raw=dict(data))

@@ -1,11 +1,12 @@
 """What the verification checks found, as rows and a verdict a person can act on.
 
-The verification screen runs two checks at once: the backend's ``POST /rl/verify_task_app``
-(which also proves the backend is reachable and accepts SYNTH_API_KEY) and the direct task-app
-health check. This module turns their outcomes (core result objects, or the error that stopped
-them) into one :class:`DiagnosticRow` per attempt and an :class:`OverallVerdict` with the fix,
-following the contract's troubleshooting tips. No Textual here: it is the screen's view model,
-tested on its own; ``widgets.diagnostics`` draws it.
+The verification screen runs three checks at once: the backend's ``POST /rl/verify_task_app``
+(which also proves the backend is reachable and accepts SYNTH_API_KEY), the direct task-app
+health check, and the backend's check of the model (``POST /rl/verify_model``; the hosted
+service's list for a backend without one). This module turns their outcomes (core result
+objects, or the error that stopped them) into one :class:`DiagnosticRow` per attempt and an
+:class:`OverallVerdict` with the fix, following the contract's troubleshooting tips. No Textual
+here: it is the screen's view model, tested on its own; ``widgets.diagnostics`` draws it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from app.core.api.client import (
     AuthError,
     BackendTimeout,
     BackendUnreachable,
+    ModelVerifyResult,
     RlNotOffered,
     VerifyResult,
     error_detail,
@@ -29,6 +31,8 @@ from app.core.api.health import HealthReport
 from app.core.redact import key_prefix, mask_prefixes, redact
 
 VERIFY_ENDPOINT = "POST /rl/verify_task_app"
+MODEL_ENDPOINT = "POST /rl/verify_model"
+HOSTED_LIST = "the hosted service's list"
 # The health check sends every header style at once, as the SDK does (docs/wire-contract.md#health-check).
 TASK_APP_HEADER_STYLES = "X-API-Key, X-API-Keys, Bearer"
 READY_MESSAGE = "Ready: press enter to preview the payload"
@@ -37,16 +41,18 @@ _BUG_FIX = "This is a bug in synth-tui: retry (r), and report it with the diagno
 BACKEND_CHECK = "backend"
 VERIFY_CHECK = "backend verify"
 TASK_APP_CHECK = "task app"
+MODEL_CHECK = "model"
 
 
 class Verdict(Enum):
     OK = "ok"
     FAILED = "failed"
     PENDING = "pending"
+    WARNING = "warning"  # passed, with something to change (it does not stop the launch)
 
     @property
     def symbol(self) -> str:
-        return {"ok": "✓", "failed": "✗", "pending": "…"}[self.value]
+        return {"ok": "✓", "failed": "✗", "pending": "…", "warning": "!"}[self.value]
 
 
 @dataclass(frozen=True)
@@ -104,6 +110,24 @@ class TaskAppCheck:
     @property
     def ok(self) -> bool:
         return self.report is not None and self.report.ok
+
+
+@dataclass
+class ModelCheck:
+    """How the model check ended: the backend's verdict (or the hosted list's), or the error
+    that stopped it."""
+
+    model: str
+    timeout_s: float
+    elapsed_s: float = 0.0
+    result: ModelVerifyResult | None = None
+    error: ApiError | None = None
+    timed_out: bool = False
+
+    @property
+    def tried(self) -> str:
+        how = HOSTED_LIST if self.result is not None and self.result.by_list else MODEL_ENDPOINT
+        return f"{how} · {self.model}"
 
 
 @dataclass(frozen=True)
@@ -234,6 +258,53 @@ def _verify_attempt_row(attempt: dict[str, Any]) -> DiagnosticRow:
                          _as_float(attempt.get("latency_ms")))
 
 
+def pending_model_row(model: str, elapsed_s: float) -> DiagnosticRow:
+    return DiagnosticRow(MODEL_CHECK, f"{MODEL_ENDPOINT} · {model}", Verdict.PENDING, f"checking… {elapsed_s:.1f} s")
+
+
+def model_rows(check: ModelCheck) -> list[DiagnosticRow]:
+    """The model's row (what trains it, its size, its template), then a row per problem and
+    per warning the check found."""
+    latency = check.elapsed_s * 1000
+    if check.timed_out or isinstance(check.error, BackendTimeout):
+        return [DiagnosticRow(MODEL_CHECK, check.tried, Verdict.FAILED, _no_answer(check.timeout_s), None, latency,
+                              "The backend is slow to read the model: retry (r).")]
+    if check.error is not None:
+        return [DiagnosticRow(MODEL_CHECK, check.tried, Verdict.FAILED, check.error.message, check.error.status,
+                              latency, check.error.hint)]
+    result = check.result
+    assert result is not None, "a finished model check has a result or an error"
+    rows = [DiagnosticRow(MODEL_CHECK, check.tried, Verdict.OK if result.ok else Verdict.FAILED,
+                          model_summary(result), None if result.by_list else 200, latency)]
+    rows += [DiagnosticRow(MODEL_CHECK, "", Verdict.FAILED, p.message, fix=p.fix) for p in result.problems]
+    rows += [DiagnosticRow(MODEL_CHECK, "", Verdict.WARNING, w.message, fix=w.fix) for w in result.warnings]
+    return rows
+
+
+def model_summary(result: ModelVerifyResult) -> str:
+    """What the check found, in one line: `lm trains it: 135M parameters, 538 MB; template …`."""
+    if result.by_list:
+        return "supported" if result.ok else "not supported"
+    if not result.ok:
+        return "a job of this backend cannot train it as configured"
+    if result.trains != "lm":
+        return "the tabular stand-in trains (the model is not loaded)"
+    size = [f"{_magnitude(result.parameters, ('B', 'M', 'k'))} parameters" if result.parameters else "",
+            _magnitude(result.bytes, (" GB", " MB", " kB")) if result.bytes else ""]
+    facts = ", ".join(part for part in size if part)
+    template = f"; template {result.template} renders a tool call" if result.template else ""
+    return f"the lm trainer trains it{': ' + facts if facts else ''}{template}"
+
+
+def _magnitude(value: int, units: tuple[str, str, str]) -> str:
+    """4.0B, 135M, 538 MB, 8.0 GB: three figures at most, as a person reads a size."""
+    for unit, scale in zip(units, (1e9, 1e6, 1e3), strict=True):
+        if value >= scale:
+            scaled = value / scale
+            return f"{scaled:.1f}{unit}" if scaled < 10 else f"{scaled:.0f}{unit}"
+    return str(value)
+
+
 def task_app_rows(check: TaskAppCheck) -> list[DiagnosticRow]:
     tried = f"GET /health, /task_info · {check.key_hint}"
     if check.error is not None:
@@ -276,11 +347,30 @@ def _as_float(value: Any) -> float | None:
 # --------------------------------------------------------------------------- verdict
 
 
-def overall_verdict(backend: BackendCheck, task_app: TaskAppCheck) -> OverallVerdict:
-    """Both passed → ready; else what failed, the cause that blocks the rest first."""
+def overall_verdict(backend: BackendCheck, task_app: TaskAppCheck, model: ModelCheck | None = None) -> OverallVerdict:
+    """Every check passed → ready; else what failed, the cause that blocks the rest first."""
     problems = [*_backend_access_problems(backend), *_task_app_problems(task_app),
                 *_verification_problems(backend, task_app)]
+    if model is not None:
+        problems += _model_problems(model, backend)
     return OverallVerdict(ready=not problems, problems=problems)
+
+
+def _model_problems(check: ModelCheck, backend: BackendCheck) -> Iterable[Problem]:
+    """The model's problems; an error the backend's own row explains (unreachable, the key) is
+    not said twice."""
+    if check.timed_out or isinstance(check.error, BackendTimeout):
+        if not backend.timed_out:
+            yield Problem(f"The backend's model check did not answer within {check.timeout_s:g} s.",
+                          "Retry (r); the first check on a backend imports its trainer's libraries.")
+        return
+    if check.error is not None:
+        if backend.error is None:
+            yield Problem(f"The model check failed: {check.error.message}", check.error.hint)
+        return
+    result = check.result
+    for finding in result.problems if result is not None else []:
+        yield Problem(f"Model {check.model}: {finding.message}", finding.fix)
 
 
 def _backend_access_problems(check: BackendCheck) -> Iterable[Problem]:
@@ -359,8 +449,24 @@ def unreachable_by_backend(result: VerifyResult) -> bool:
 # --------------------------------------------------------------------------- the full report
 
 
+def _model_section(check: ModelCheck) -> dict[str, Any]:
+    section: dict[str, Any] = {"model": check.model, "tried": check.tried,
+                               "elapsed_ms": round(check.elapsed_s * 1000), "timeout_s": check.timeout_s}
+    if check.timed_out:
+        section["error"] = _no_answer(check.timeout_s)
+    if check.error is not None:
+        section["error"] = {"type": type(check.error).__name__, "status": check.error.status,
+                            "message": check.error.message, "hint": check.error.hint}
+    if check.result is not None:
+        result = check.result
+        section["ok"] = result.ok
+        section["answer"] = result.body if result.body is not None else {
+            "problems": [asdict(p) for p in result.problems]}
+    return section
+
+
 def diagnostics_payload(backend: BackendCheck | None, task_app: TaskAppCheck | None,
-                        verdict: OverallVerdict | None) -> dict[str, Any]:
+                        verdict: OverallVerdict | None, model: ModelCheck | None = None) -> dict[str, Any]:
     """Everything the checks saw, for the ``d`` view and for pasting into a bug report."""
     payload: dict[str, Any] = {}
     if backend is not None:
@@ -388,6 +494,8 @@ def diagnostics_payload(backend: BackendCheck | None, task_app: TaskAppCheck | N
             section["detail"] = task_app.report.detail
             section["attempts"] = [_rounded(asdict(a)) for a in task_app.report.attempts]
         payload["task_app_health"] = section
+    if model is not None:
+        payload["model_check"] = _model_section(model)
     if verdict is not None:
         payload["verdict"] = {"ready": verdict.ready,
                               "problems": [{"message": p.message, "fix": p.fix} for p in verdict.problems]}

@@ -3,8 +3,8 @@
 The headless command, the verification and preview screens, the dashboard's and the jobs view's
 rerun all call these; they only print or draw what comes back (docs/architecture.md).
 
-- :func:`check`: probe -> verify -> health -> verdict, under ONE timeout and retry policy
-  (:data:`CHECK_TIMEOUT_S` per check, no retries, each check capped).
+- :func:`check`: probe -> verify, health and the model check -> verdict, under ONE timeout
+  and retry policy (:data:`CHECK_TIMEOUT_S` per check, no retries, each check capped).
 - :func:`submit`: create -> status check -> remember. What counts as created is
   :func:`created` (docs/wire-contract.md#job-creation).
 - :func:`watch`: one watcher; every consumer is a sink fed the same updates, and every watch
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from app.core.errors import ExitCode, SynthTuiError
-from app.core.launch.diagnosis import BackendCheck, OverallVerdict, TaskAppCheck, overall_verdict
+from app.core.launch.diagnosis import BackendCheck, ModelCheck, OverallVerdict, TaskAppCheck, overall_verdict
 from app.core.redact import mask_secret
 from app.core.runs.jobs import JobContext
 
@@ -64,14 +64,15 @@ def check_timeout(timeout: float | None = None) -> float:
 
 @dataclass
 class CheckOutcome:
-    """Both checks as they ended, and what they mean together."""
+    """The checks as they ended, and what they mean together."""
 
     backend: BackendCheck
     task_app: TaskAppCheck
+    model: ModelCheck | None = None
 
     @property
     def verdict(self) -> OverallVerdict:
-        return overall_verdict(self.backend, self.task_app)
+        return overall_verdict(self.backend, self.task_app, self.model)
 
     def failure(self) -> SynthTuiError | None:
         """What stops the launch, or None when it may go on: the backend's own error (its
@@ -130,11 +131,32 @@ async def check_task_app(session: LaunchSession, *, timeout: float | None = None
     return check
 
 
+async def check_model(session: LaunchSession, *, timeout: float | None = None,
+                      clock: Callable[[], float] = time.monotonic) -> ModelCheck:
+    """The backend's check of the model the payload names (the hosted service's list for a
+    backend without one), bounded by the budget."""
+    from app.core.api.client import ApiError
+    from app.core.launch.session import asked_model
+
+    budget = check_timeout(timeout)
+    check = ModelCheck(asked_model(session.prepare().payload).model, budget)
+    started = clock()
+    try:
+        check.result = await asyncio.wait_for(session.verify_model(timeout=budget), budget + GUARD_GRACE_S)
+    except TimeoutError:
+        check.timed_out = True
+    except ApiError as exc:  # unreachable, 401, a refused request: a row with its fix
+        check.error = exc
+    check.elapsed_s = clock() - started
+    return check
+
+
 async def check(session: LaunchSession, *, timeout: float | None = None) -> CheckOutcome:
-    """Both checks at once (as the verification screen runs them), judged by one verdict."""
-    backend, task_app = await asyncio.gather(check_backend(session, timeout=timeout),
-                                             check_task_app(session, timeout=timeout))
-    return CheckOutcome(backend, task_app)
+    """The three checks at once (as the verification screen runs them), judged by one verdict."""
+    backend, task_app, model = await asyncio.gather(check_backend(session, timeout=timeout),
+                                                    check_task_app(session, timeout=timeout),
+                                                    check_model(session, timeout=timeout))
+    return CheckOutcome(backend, task_app, model)
 
 
 # --------------------------------------------------------------------------- submit

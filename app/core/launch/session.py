@@ -42,7 +42,7 @@ from app.core.runs.jobs import JobContext, read_history, remember
 # (docs/performance.md#first-paint).
 if TYPE_CHECKING:
     from app.core import modal as modal_cli
-    from app.core.api.client import RlSupport, SynthClient, VerifyResult
+    from app.core.api.client import ModelVerifyResult, RlSupport, SynthClient, VerifyResult
     from app.core.api.health import HealthReport
     from app.core.api.streaming import WatchOptions
     from app.core.config import rl as cfg
@@ -115,6 +115,32 @@ class LaunchOptions:
             backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),
             modal_secret=flag("modal_secret"), modal_app=flag("modal_app"),
         )
+
+
+@dataclass(frozen=True)
+class AskedModel:
+    """The model a payload names, as the backend's model check is asked about it."""
+
+    model: str
+    is_base: bool  # data.base_model (a base id), not data.model (which may be fine-tuned)
+    chat_template: str | None = None
+    learning_rate: float | None = None
+
+
+def asked_model(payload: Mapping[str, Any]) -> AskedModel:
+    """The model, template and learning rate the payload sends (read tolerantly: a payload is
+    built by this client, but a saved one may be edited)."""
+    def table(value: Any) -> Mapping[str, Any]:
+        return value if isinstance(value, Mapping) else {}
+
+    data = table(payload.get("data"))
+    config = table(data.get("config"))
+    templates = [table(config.get(name)).get("chat_template") for name in ("model", "policy")]
+    template = next((t.strip() for t in templates if isinstance(t, str) and t.strip()), None)
+    rate = table(config.get("training")).get("learning_rate")
+    learning_rate = float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
+    model = data.get("model") or data.get("base_model") or ""
+    return AskedModel(str(model), not data.get("model"), template, learning_rate)
 
 
 def check_seconds(flag: str, value: object, *, allow_zero: bool) -> None:
@@ -660,6 +686,27 @@ class LaunchSession:
         async with self.client(timeout=timeout, retries=0) as client:
             await self.probe(client)
             return await client.verify_task_app(self.prepare().task_url)
+
+    async def verify_model(self, *, timeout: float = 30.0) -> ModelVerifyResult:
+        """The backend's check of the model the payload names (POST /rl/verify_model); for a
+        backend without one (the hosted service), the hosted service's list."""
+        from app.core.api.client import ModelFinding, ModelVerifyResult
+        from app.core.config.models import check_rl_model, experimental_allowed
+        from app.core.errors import ConfigError
+
+        asked = asked_model(self.prepare().payload)
+        async with self.client(timeout=timeout, retries=0) as client:
+            result = await client.verify_model(asked.model, chat_template=asked.chat_template,
+                                               learning_rate=asked.learning_rate)
+        if result is not None:
+            return result
+        try:
+            check_rl_model(asked.model, allow_experimental=experimental_allowed(self.overrides.allow_experimental,
+                                                                                self.shell),
+                           env=self.shell, allow_fine_tuned=not asked.is_base, hosted=True)
+        except ConfigError as exc:
+            return ModelVerifyResult(False, problems=[ModelFinding(exc.message, exc.hint)], by_list=True)
+        return ModelVerifyResult(True, by_list=True)
 
     def env_keys(self) -> list[str]:
         """ENVIRONMENT_API_KEY and its aliases: every key the task app may accept."""

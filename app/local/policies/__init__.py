@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib.util
 import threading
 from pathlib import Path
+from typing import Literal
 
 from app.local.policies.base import Parallel, Policy, PolicySettings, read_manifest
-from app.local.policies.lm_model import TRAINER_EXTRA_HINT, ModelUnavailable, resolve
+from app.local.policies.lm_model import TRAINER_EXTRA_HINT, ModelNotDownloaded, ModelUnavailable, resolve
 from app.local.policies.tabular import TabularPolicy
 
 DEFAULT_POLICY = "tabular"
@@ -40,6 +41,23 @@ def lm_unavailable(settings: PolicySettings) -> str | None:
     except ModelUnavailable as exc:
         return str(exc)
     return None
+
+
+DOWNLOAD: Literal["download"] = "download"
+
+
+def lm_footprint(settings: PolicySettings) -> Path | Literal["download"] | None:
+    """The folder or .gguf file the `lm` policy will load for `settings.model`; DOWNLOAD when
+    it will download it first (SYNTH_TUI_MODEL_DOWNLOAD=1); None when it will not load one (the
+    trainer extra missing, the model not here: the stand-in trains, or the load fails saying why)."""
+    if trainer_extra_missing():
+        return None
+    try:
+        return resolve(settings.model, download=False)
+    except ModelNotDownloaded:
+        return DOWNLOAD
+    except ModelUnavailable:
+        return None
 
 
 ONE_PROCESS = Parallel()

@@ -40,7 +40,6 @@ from typing import Any, ClassVar
 
 import torch
 import xgrammar as xgr
-from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
 
 from app.local.dp_vllm import VllmGenerator, VllmPlan
 from app.local.policies.base import (
@@ -55,7 +54,8 @@ from app.local.policies.base import (
     read_manifest,
     write_json_atomically,
 )
-from app.local.policies.lm_model import LoadedModel, ModelUnavailable, load, resolve
+from app.local.policies.chat_templates import CHAT_KWARGS, acting_template, judge_template
+from app.local.policies.lm_model import LoadedModel, ModelUnavailable, load, load_tokenizer, resolve
 
 # The libraries' notices of their own renamings (transformers 5 -> 6, TRL's internals) are not the
 # user's to act on: in a backend's log they bury the lines that are.
@@ -75,7 +75,6 @@ OPTIMIZER = "optimizer.pt"  # the trainer's AdamW state (one process, DDP)
 ENGINE_STATE = "engine-state"  # accelerate's save_state folder (DeepSpeed, FSDP: sharded optimizer state)
 ENGINES = ("DEEPSPEED", "FSDP")  # accelerate distributed types whose optimizer state is saved by save_state
 TRAINING_ARGS = "training_args.bin"  # what Trainer.save_model adds (a pickle): not part of a checkpoint
-CHAT_KWARGS = {"enable_thinking": False}  # templates that know it open no thinking block (Qwen3)
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 log = logging.getLogger(__name__)
 
@@ -177,14 +176,19 @@ class LmPolicy:
         self.max_tokens = min(int(_option(options, "max_tokens", DEFAULT_MAX_TOKENS)), MAX_MAX_TOKENS)
         self.lora = {**LORA_DEFAULTS, **{k: v for k, v in dict(options.get("lora") or {}).items() if v is not None}}
         self.base = settings.model
-        self.loaded = loaded or load(resolve(settings.model))
+        template = options.get("chat_template")  # [model] chat_template: replaces the model's own
+        self.chat_template = str(template) if template else None
+        self.loaded = loaded or self._load(resolve(settings.model))
         self.tokenizer = self.loaded.tokenizer
         self.model = self.loaded.model
         if self.trainer_mode == "lora":
             self._wrap_lora()
         self.steps_done = 0
         self.lock = threading.Lock()  # one generation or training step at a time on the model
-        self.template, self.template_kind = self._acting_template()
+        self.template, self.template_kind = acting_template(self.tokenizer, self.base,
+                                                            "as written" if self.chat_template else "own")
+        if self.chat_template:
+            self.template_kind = f"[model] chat_template {self.chat_template!r}, {self.template_kind}"
         self.eos_ids = self._eos_ids()
         self._info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self._vocab_size(),
                                                         stop_token_ids=self.eos_ids)
@@ -229,27 +233,14 @@ class LmPolicy:
         ids.update(configured if isinstance(configured, list) else [configured])
         return sorted(i for i in ids if isinstance(i, int))
 
-    def _acting_template(self) -> tuple[str, str]:
-        """The model's template when prefix-preserving, else TRL's training variant of it;
-        a template TRL does not know stays as it is (and episodes restart: counted)."""
-        own = self.tokenizer.chat_template
-        if isinstance(own, dict):
-            own = own.get("default")
-        if not isinstance(own, str) or not own:
-            raise ModelUnavailable(f"the tokenizer of {self.base} has no chat template; add one to its "
-                                   "tokenizer_config.json (or chat_template.jinja) so it can render tool calls")
-        try:
-            if is_chat_template_prefix_preserving(self.tokenizer):
-                return own, "own (prefix-preserving)"
-        except Exception:  # noqa: BLE001 - a template that cannot render the probe: try TRL's
-            pass
-        try:
-            training = get_training_chat_template(self.tokenizer)
-        except (ValueError, TypeError):
-            training = None
-        if training:
-            return training, "TRL training template (the model's own is not prefix-preserving)"
-        return own, "own (not prefix-preserving, unknown to TRL: episodes are re-rendered each turn)"
+    def _load(self, path: Path) -> LoadedModel:
+        """Load the model, once its template is known to render a tool call: a model's own
+        template that cannot (SmolLM2's) fails here, in a second, naming the fix, not after
+        the weights loaded and the first episode failed (docs/embedded-policy.md#chat-templates)."""
+        verdict = judge_template(load_tokenizer(path), self.base, self.chat_template)
+        if verdict.problem is not None:
+            raise ModelUnavailable(f"{verdict.problem}: {verdict.fix}")
+        return load(path, self.chat_template)
 
     # -- the seam: describe ---------------------------------------------------------------
 
