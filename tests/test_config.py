@@ -549,7 +549,10 @@ def test_top_level_type_rl_alone_is_explained():
     assert report.problems[0] == Problem(
         "type", 'a top-level type = "rl" does not mark a config as RL; the [algorithm] table does', line=2
     )
-    assert [p.location for p in report.problems[1:]] == ["algorithm", "model", "compute", "topology", "rollout"]
+    # [data] is no RL section: named as unknown, with the known ones (app/core/config/known_keys.py).
+    assert report.problems[1].location == "data" and report.problems[1].line == 4
+    assert report.problems[1].message.startswith("unknown section; the known ones are [algorithm], ")
+    assert [p.location for p in report.problems[2:]] == ["algorithm", "model", "compute", "topology", "rollout"]
 
 
 def test_empty_and_zero_required_values():

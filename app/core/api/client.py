@@ -104,6 +104,18 @@ class RejectedError(ApiError):
     """4xx other than auth, 404 and 409: the request itself is wrong (e.g. 422)."""
 
 
+class PayloadRefused(RejectedError):
+    """The backend refused the job's payload itself (400, 413, 415 or 422): the config, or a
+    flag that went into the payload, is wrong. A usage problem (exit 2, docs/product.md#exit-codes);
+    sending the same payload again is refused again, so no retry is offered."""
+
+    exit_code = ExitCode.USAGE
+
+
+# The answers to POST /rl/jobs that refuse the payload itself, not the moment it was sent.
+PAYLOAD_REFUSED_STATUSES = frozenset({400, 413, 415, 422})
+
+
 class BadResponseError(ApiError):
     """The body is HTML, empty or otherwise not the JSON the contract promises."""
 
@@ -411,8 +423,18 @@ class SynthClient:
         headers = {"Content-Type": "application/json"}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        response = await self.request("POST", "/rl/jobs", what="job creation", json_body=dict(payload),
-                                      headers=headers, retries=None if idempotency_key else 0)
+        try:
+            response = await self.request("POST", "/rl/jobs", what="job creation", json_body=dict(payload),
+                                          headers=headers, retries=None if idempotency_key else 0)
+        except RejectedError as exc:
+            if exc.status not in PAYLOAD_REFUSED_STATUSES:
+                raise
+            detail = error_detail(exc.body, str(exc.body or ""))
+            raise PayloadRefused(
+                f"The backend at {self.base_url} refused the job's payload (HTTP {exc.status}): {detail}"
+                f"{'' if detail.endswith(('.', '?', '!')) else '.'}",
+                "Fix the config (or the flag) it names, then run again: the same payload is refused again, so a "
+                "retry cannot help.", status=exc.status, body=exc.body) from None
         body = response.body
         job_id = None
         if isinstance(body, dict):
