@@ -11,6 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.core.config import rl as cfg
+from app.core.config.known_keys import unknown_key_problems
 from app.core.config.payload import for_backend
 from app.core.config.rl import (
     ConfigCandidate,
@@ -729,3 +730,17 @@ def test_a_local_model_folder_is_accepted_as_model_base(tmp_path):
         with pytest.raises(ConfigError, match=why) as caught:
             check_rl_model(str(refused), allow_experimental=False, allow_fine_tuned=False)
         assert "not supported" not in str(caught.value) and "config.json" in (caught.value.hint or "")
+
+
+def test_lm_press_says_where_kl_goes_and_the_line_is_valid():
+    """Issue 37: the `kl` metric appears only with `[training] kl_coef`, and nothing said where;
+    lm_press.toml's [training] carries the line, commented, and uncommented it is a valid config
+    (the embedded backend's key, app/core/config/known_keys.py)."""
+    text = (EXAMPLES / "lm_press.toml").read_text()
+    training = text[text.index("[training]"):]
+    commented = [line for line in training.splitlines() if line.startswith("# kl_coef = ")]
+    assert len(commented) == 1 and "kl" in training[:training.index(commented[0])].lower()
+    report = validate_rl_text(text.replace(commented[0], commented[0].removeprefix("# ")))
+    # the one problem here is the model folder (the test's folder has no tiny-qwen3)
+    assert [p.location for p in report.problems] == ["model.base"], report.problems
+    assert report.raw["training"]["kl_coef"] > 0 and not unknown_key_problems(report.raw)
