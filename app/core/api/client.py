@@ -319,8 +319,9 @@ class SynthClient:
             raise error
         if status in (401, 403):
             raise AuthError(
-                f"The backend rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
-                "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend.",
+                f"The backend at {self.base_url} rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
+                "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend. It may not be the "
+                f"backend you started: check that {self.base_url} is the address it printed.",
                 status=status, body=body)
         if status == 404:
             raise NotFoundError(f"Not found: {what} (HTTP 404 at {response.request.url.path}): {detail}.",
