@@ -379,7 +379,9 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return _dispatch(args)
     except SynthTuiError as exc:
-        print(f"Error: {exc.render()}", file=sys.stderr)
+        from app.core.invocation import as_run
+
+        print(as_run(f"Error: {exc.render()}"), file=sys.stderr)  # its hints name the command as it was run
         return exc.exit_code
     except KeyboardInterrupt:
         print("\nInterrupted.", file=sys.stderr)

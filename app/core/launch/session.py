@@ -145,8 +145,10 @@ def attach_command(job_id: str, backend: str, env_path: str | Path | None) -> st
     .env to read SYNTH_API_KEY from (None: the shell's)."""
     import shlex
 
+    from app.core.invocation import program
+
     serve = "serve " if shell_env.variable("SYNTH_TUI_SERVE") else ""  # in a browser tab (docs/browser.md)
-    command = f"synth-tui {serve}attach {job_id} --backend {backend}"
+    command = f"{program()} {serve}attach {job_id} --backend {backend}"  # as it was run (docs/product.md#commands)
     return command if env_path is None else f"{command} --env-file {shlex.quote(str(env_path))}"
 
 
