@@ -165,8 +165,8 @@ def run_tiny_model(args: argparse.Namespace) -> int:
     build_tiny_qwen3(folder, seed=args.seed)
     base = args.folder if args.folder.startswith(LOCAL_PATH_PREFIXES) else f"./{args.folder}"
     print(as_run(f"Wrote a tiny Qwen3-architecture model (random weights, about 140k parameters) to {folder}.\n"
-                 "It is for trying the lm trainer, not a model to use: served by `synth-tui taskapp --game press "
-                 "--asks A`, it learns to press A within a few steps (configs/rl/lm_press.toml; README: Train a "
-                 f'language model).\nA config trains it with [model] base = "{base}" (a path from where the backend '
-                 "runs)."))
+                 "It is for trying the lm trainer, not a model to use: with the press task app asking for A "
+                 "(`synth-tui lab --game press --asks A --trainer lm --config configs/rl/lm_press.toml --env-file "
+                 "lm.env`), it learns to press A within a few steps (README: Train a language model).\n"
+                 f'A config trains it with [model] base = "{base}" (a path from where the backend runs).'))
     return ExitCode.OK
