@@ -11,6 +11,7 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TextIO
 
 from app import __version__
 from app.core.errors import ExitCode, SynthTuiError, UsageError
@@ -393,7 +394,9 @@ def _run(args: argparse.Namespace) -> int:
     except SynthTuiError as exc:
         from app.core.invocation import as_run
 
-        print(as_run(f"Error: {exc.render()}"), file=sys.stderr)  # its hints name the command as it was run
+        line = as_run(f"Error: {exc.render()}")  # its hints name the command as it was run
+        print(line, file=sys.stderr)
+        _also_on_the_terminal(args, line)
         return exc.exit_code
     except KeyboardInterrupt:
         print("\nInterrupted.", file=sys.stderr)
@@ -401,6 +404,29 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         gc.enable()  # off only for a TUI's start (_tui_start); whatever ended it, on again
         _tell_history_repairs()
+
+
+# Servers a user starts in the background (`… 2>backend.log &`): their failure to start goes to
+# the terminal too, or the shell shows only `[1]- Exit 2` (issue 37).
+BACKGROUND_SERVERS = ("backend", "taskapp", "ranks-host")
+
+
+def _open_terminal() -> TextIO:
+    return open("/dev/tty", "w", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by the caller)
+
+
+def _also_on_the_terminal(args: argparse.Namespace, line: str) -> None:
+    """A server's error, also on the controlling terminal when stderr goes elsewhere (a log)."""
+    if args.command not in BACKGROUND_SERVERS or sys.stderr.isatty():
+        return
+    try:
+        terminal = _open_terminal()
+    except OSError:  # no controlling terminal (a service, a CI job): the log has it
+        return
+    from app.core.invocation import as_run
+
+    with terminal:
+        terminal.write(f"{as_run(f'synth-tui {args.command}')}: {line}\n")
 
 
 def _tell_history_repairs() -> None:

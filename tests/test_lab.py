@@ -76,3 +76,35 @@ def test_lab_refuses_a_backend_of_elsewhere_and_asks_without_press(tmp_path):
     result = lab(tmp_path, "--asks", "A")
     assert result.returncode == 2 and "--game press" in result.stderr
     assert not (tmp_path / "lm.env").exists()
+
+
+def test_a_server_that_cannot_bind_says_so_on_the_terminal_too(tmp_path, monkeypatch):
+    """Issue 37: `synth-tui taskapp … 2>taskapp.log &` on a taken port left only `[1]- Exit 2`
+    in the shell. The error goes to stderr (the log) and to the controlling terminal."""
+    import io
+
+    from app import cli
+
+    class Terminal(io.StringIO):
+        def close(self) -> None:  # kept readable for the test
+            pass
+
+    terminal = Terminal()
+    monkeypatch.setattr(cli, "_open_terminal", lambda: terminal)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run_cli("taskapp", "--port", str(port), cwd=tmp_path, env={"ENVIRONMENT_API_KEY": "k" * 40})
+    assert result.returncode == 2
+    words = f"Port {port} on 127.0.0.1 is already in use, so the task app cannot listen there."
+    assert words in result.stderr
+    assert terminal.getvalue().startswith("synth-tui taskapp: Error: ") and words in terminal.getvalue()
+    # a command that is no server, or a terminal that is not there: stderr only, no error
+    monkeypatch.setattr(cli, "_open_terminal", lambda: (_ for _ in ()).throw(OSError("no tty")))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        result = run_cli("backend", "--port", str(taken.getsockname()[1]), "--db", str(tmp_path / "db.sqlite3"),
+                         cwd=tmp_path, env={"SYNTH_API_KEY": "sk_test_0123456789abcdef"})
+    assert result.returncode == 2 and "already in use" in result.stderr
