@@ -46,3 +46,32 @@ def test_an_error_hint_names_the_command_as_it_was_run(monkeypatch, tmp_path):
                      env={"SYNTH_API_KEY": "sk_test_0123456789abcdef"})
     assert result.returncode == 2
     assert f"{TYPED} compare JOB_A JOB_B (see {TYPED} history or {TYPED} jobs)" in result.stderr
+
+
+async def test_an_unreachable_hosted_default_names_backend_local():
+    """Issue 37: with no backend chosen and the hosted host unreachable, the fix names
+    `--backend local` (no request leaves the machine: the transport refuses at once)."""
+    import httpx
+    import pytest
+
+    from app.core.api.backend_url import DEFAULT_PROD_BACKEND
+    from app.core.api.client import BackendTimeout, BackendUnreachable, SynthClient
+
+    def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("[Errno -3] Temporary failure in name resolution", request=request)
+
+    def time_out(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectTimeout("timed out", request=request)
+
+    for handler, error in ((refuse, BackendUnreachable), (time_out, BackendTimeout)):
+        async with SynthClient(DEFAULT_PROD_BACKEND, "sk_test_0123456789abcdef", retries=0,
+                               transport=httpx.MockTransport(handler)) as client:
+            with pytest.raises(error) as caught:
+                await client.list_jobs(limit=1)
+        assert "--backend local" in (caught.value.hint or "") and "hosted service" in (caught.value.hint or "")
+    # a backend the user chose keeps its own advice
+    async with SynthClient("http://127.0.0.1:9", "sk_test_0123456789abcdef", retries=0,
+                           transport=httpx.MockTransport(refuse)) as client:
+        with pytest.raises(BackendUnreachable) as caught:
+            await client.list_jobs(limit=1)
+    assert "--backend local" not in (caught.value.hint or "") and "--backend" in (caught.value.hint or "")

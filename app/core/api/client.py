@@ -21,7 +21,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from app import __version__
-from app.core.api.backend_url import checked_api_base
+from app.core.api.backend_url import DEFAULT_PROD_BACKEND, checked_api_base, ensure_api_base
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.api.retry import Backoff, retrying
 from app.core.api.wire import (
@@ -114,6 +114,13 @@ class PayloadRefused(RejectedError):
 
 # The answers to POST /rl/jobs that refuse the payload itself, not the moment it was sent.
 PAYLOAD_REFUSED_STATUSES = frozenset({400, 413, 415, 422})
+
+
+# The hosted service is what a run talks to when no backend was chosen: a user without network,
+# or without an account, may not know another exists (issue 37).
+HOSTED_UNREACHABLE_HINT = ("No backend was chosen (--backend, BACKEND_BASE_URL), so this is the hosted service. "
+                           "Check your network, or train on this machine: add --backend local (or run `synth-tui "
+                           "lab`, a task app and a backend of your own).")
 
 
 class BadResponseError(ApiError):
@@ -227,6 +234,7 @@ class SynthClient:
                  extra_headers: Mapping[str, str] | None = None) -> None:
         # Checked here as well as where they are resolved: httpx would fail with a traceback.
         self.base_url = checked_api_base(base_url, "The URL")
+        self.is_hosted_default = self.base_url == ensure_api_base(DEFAULT_PROD_BACKEND)
         _check_api_key(api_key)
         self._api_key = api_key
         self.retries = retries
@@ -282,11 +290,13 @@ class SynthClient:
         except httpx.TimeoutException as exc:
             raise BackendTimeout(
                 f"The backend did not answer {what} in time ({type(exc).__name__} at {url}).",
+                HOSTED_UNREACHABLE_HINT if self.is_hosted_default else
                 "The backend may be overloaded or unreachable from here; try again, or check --backend.",
             ) from None
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
             raise BackendUnreachable(
                 f"Cannot reach the backend at {self.base_url} for {what}: {self._clean(describe_exception(exc))}.",
+                HOSTED_UNREACHABLE_HINT if self.is_hosted_default else
                 "Check --backend (or BACKEND_BASE_URL) and that the backend is running "
                 "(`synth-tui backend` starts a local one).",
             ) from None

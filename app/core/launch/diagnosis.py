@@ -16,7 +16,9 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from app.core.api.backend_url import DEFAULT_PROD_BACKEND, ensure_api_base
 from app.core.api.client import (
+    HOSTED_UNREACHABLE_HINT,
     ApiError,
     AuthError,
     BackendTimeout,
@@ -287,7 +289,8 @@ def _backend_access_problems(check: BackendCheck) -> Iterable[Problem]:
     error = check.error
     if check.timed_out or isinstance(error, BackendTimeout):
         yield Problem(f"The backend at {check.backend_base} did not answer within {check.timeout_s:g} s.",
-                      "Retry; if it persists, check --backend and your network.")
+                      HOSTED_UNREACHABLE_HINT if check.backend_base == ensure_api_base(DEFAULT_PROD_BACKEND)
+                      else "Retry; if it persists, check --backend and your network.")
     elif isinstance(error, BackendUnreachable):
         yield Problem(f"Backend unreachable: {error.message}", error.hint)
     elif isinstance(error, AuthError):
