@@ -11,9 +11,10 @@ import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
+from typing import TextIO
 
 from app import __version__
-from app.core.errors import ExitCode, SynthTuiError
+from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.launch.session import LaunchOptions, LaunchSession
 
 # What the embedded backend trains (app.local.policies.TRAINER_CHOICES; not imported here: the
@@ -21,7 +22,7 @@ from app.core.launch.session import LaunchOptions, LaunchSession
 TRAINER_CHOICES = ("auto", "lm", "tabular")
 
 COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp", "tiny-model",
-            "serve", "ranks-host")
+            "serve", "ranks-host", "lab")
 # The commands that never open the TUI, whatever the terminal.
 NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "tiny-model", "serve", "ranks-host")
 # The press task app's buttons (app.local.press_taskapp.LABELS; not imported here: the parser
@@ -105,7 +106,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     adders = {"train": _add_train_parser, "demo": _add_demo_parser, "attach": _add_attach_parser,
               "history": _add_history_parser, "jobs": _add_jobs_parser, "compare": _add_compare_parser,
               "rollouts": _add_rollouts_parser, "serve": _add_serve_parser, "backend": _add_backend_parser,
-              "taskapp": _add_taskapp_parser, "tiny-model": _add_tiny_model_parser,
+              "taskapp": _add_taskapp_parser, "tiny-model": _add_tiny_model_parser, "lab": _add_lab_parser,
               "ranks-host": _add_ranks_host_parser}
     for command, add in adders.items():
         if only is None or only == command:
@@ -245,6 +246,18 @@ def _add_taskapp_parser(sub: argparse._SubParsersAction) -> None:
                               "or --env-file)")
 
 
+def _add_lab_parser(sub: argparse._SubParsersAction) -> None:
+    lab = sub.add_parser("lab", help="a task app and the embedded backend on free ports, their URLs written into the "
+                                     ".env, then the flow (docs/product.md#lab)")
+    _add_train_flags(lab)
+    lab.add_argument("--game", choices=["gridworld", "crafter-lite", "press"], default="gridworld",
+                     help="the task app, as `synth-tui taskapp --game` (default: %(default)s)")
+    lab.add_argument("--asks", type=_labels, metavar="LABELS", help="with --game press: the buttons it asks for")
+    lab.add_argument("--processes", type=_count(1, 4096), default=1, metavar="N",
+                     help="train with the lm trainer in N processes, data-parallel (as `synth-tui backend "
+                          "--processes N`)")
+
+
 def _add_tiny_model_parser(sub: argparse._SubParsersAction) -> None:
     tiny = sub.add_parser(
         "tiny-model", help="write a tiny Qwen3-architecture model (random weights) for trying the lm trainer offline",
@@ -379,7 +392,11 @@ def _run(args: argparse.Namespace) -> int:
     try:
         return _dispatch(args)
     except SynthTuiError as exc:
-        print(f"Error: {exc.render()}", file=sys.stderr)
+        from app.core.invocation import as_run
+
+        line = as_run(f"Error: {exc.render()}")  # its hints name the command as it was run
+        print(line, file=sys.stderr)
+        _also_on_the_terminal(args, line)
         return exc.exit_code
     except KeyboardInterrupt:
         print("\nInterrupted.", file=sys.stderr)
@@ -387,6 +404,29 @@ def _run(args: argparse.Namespace) -> int:
     finally:
         gc.enable()  # off only for a TUI's start (_tui_start); whatever ended it, on again
         _tell_history_repairs()
+
+
+# Servers a user starts in the background (`… 2>backend.log &`): their failure to start goes to
+# the terminal too, or the shell shows only `[1]- Exit 2` (issue 37).
+BACKGROUND_SERVERS = ("backend", "taskapp", "ranks-host")
+
+
+def _open_terminal() -> TextIO:
+    return open("/dev/tty", "w", encoding="utf-8", errors="replace")  # noqa: SIM115 (closed by the caller)
+
+
+def _also_on_the_terminal(args: argparse.Namespace, line: str) -> None:
+    """A server's error, also on the controlling terminal when stderr goes elsewhere (a log)."""
+    if args.command not in BACKGROUND_SERVERS or sys.stderr.isatty():
+        return
+    try:
+        terminal = _open_terminal()
+    except OSError:  # no controlling terminal (a service, a CI job): the log has it
+        return
+    from app.core.invocation import as_run
+
+    with terminal:
+        terminal.write(f"{as_run(f'synth-tui {args.command}')}: {line}\n")
 
 
 def _tell_history_repairs() -> None:
@@ -460,6 +500,19 @@ def _train(args: argparse.Namespace, interactive: bool) -> int:
     if embedded.wants_local_backend(args):
         return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
     return _run_train(args, interactive)
+
+
+def _lab(args: argparse.Namespace, interactive: bool) -> int:
+    from contextlib import ExitStack
+
+    from app import lab
+
+    if args.backend:
+        raise UsageError("synth-tui lab starts its own backend; --backend points elsewhere.",
+                         "Leave --backend out, or use `synth-tui train --backend URL` for a backend of your own.")
+    with ExitStack() as stack:
+        env_path, backend, task_app = lab.start_lab(args, stack)
+        return _run_train(lab.lab_flags(args, env_path, backend, task_app), interactive)
 
 
 def _demo(args: argparse.Namespace, interactive: bool) -> int:
@@ -541,7 +594,7 @@ def _jobs(args: argparse.Namespace, interactive: bool) -> int:
 
 
 _RUNNERS: dict[str, Callable[[argparse.Namespace, bool], int]] = {
-    "train": _train, "demo": _demo, "backend": _server, "taskapp": _server, "tiny-model": _server,
+    "train": _train, "demo": _demo, "lab": _lab, "backend": _server, "taskapp": _server, "tiny-model": _server,
     "ranks-host": _server, "attach": _attach,
     "history": _history, "compare": _compare, "serve": _serve, "rollouts": _rollouts, "jobs": _jobs,
 }

@@ -33,6 +33,7 @@ from app.core.config.toml_source import read_config_text
 from app.core.env.keys import REQUIRED_KEYS
 from app.core.env.resolve import ResolvedKey
 from app.core.errors import ExitCode, SynthTuiError, UsageError
+from app.core.invocation import as_run
 from app.core.launch import service
 from app.core.launch.diagnosis import BackendCheck, ModelCheck, TaskAppCheck, model_summary
 from app.core.launch.session import LaunchOptions, LaunchSession
@@ -53,11 +54,12 @@ class Printer:
     err: TextIO = field(default_factory=lambda: sys.stderr)
     secrets: list[str] = field(default_factory=list)
 
+    # Each line names our commands as the user ran them (app.core.invocation).
     def line(self, text: str = "") -> None:
-        print(printable(redact(text, self.secrets)), file=self.out, flush=True)
+        print(as_run(printable(redact(text, self.secrets))), file=self.out, flush=True)
 
     def diag(self, text: str) -> None:
-        print(printable(redact(text, self.secrets)), file=self.err, flush=True)
+        print(as_run(printable(redact(text, self.secrets))), file=self.err, flush=True)
 
     def warning(self, text: str | None) -> None:
         """A problem that does not stop the run (a history write that failed); None: nothing."""

@@ -16,6 +16,7 @@ from pathlib import Path
 from app.core.env import envfile
 from app.core.env.discovery import user_path
 from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageError
+from app.core.invocation import as_run
 
 
 def run_backend_server(args: argparse.Namespace) -> int:
@@ -163,8 +164,9 @@ def run_tiny_model(args: argparse.Namespace) -> int:
     transformers_logging.disable_progress_bar()  # "Writing model shards" for a file of half a megabyte
     build_tiny_qwen3(folder, seed=args.seed)
     base = args.folder if args.folder.startswith(LOCAL_PATH_PREFIXES) else f"./{args.folder}"
-    print(f"Wrote a tiny Qwen3-architecture model (random weights, about 140k parameters) to {folder}.\n"
-          "It is for trying the lm trainer, not a model to use: served by `synth-tui taskapp --game press --asks A`, "
-          "it learns to press A within a few steps (configs/rl/lm_press.toml; README: Train a language model).\n"
-          f'A config trains it with [model] base = "{base}" (a path from where the backend runs).')
+    print(as_run(f"Wrote a tiny Qwen3-architecture model (random weights, about 140k parameters) to {folder}.\n"
+                 "It is for trying the lm trainer, not a model to use: with the press task app asking for A "
+                 "(`synth-tui lab --game press --asks A --trainer lm --config configs/rl/lm_press.toml --env-file "
+                 "lm.env`), it learns to press A within a few steps (README: Train a language model).\n"
+                 f'A config trains it with [model] base = "{base}" (a path from where the backend runs).'))
     return ExitCode.OK

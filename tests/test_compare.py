@@ -77,3 +77,18 @@ def test_run_labels_tell_the_runs_of_a_chart_apart_in_a_few_characters():
         "job_local_000001": "local_000001", "job_local_000002": "local_000002"}
     assert run_labels(["job_first", "job_rerun"]) == {"job_first": "first", "job_rerun": "rerun"}
     assert run_labels(["job_"]) == {"job_": "job_"}
+
+
+def test_a_throughput_is_best_at_its_highest_a_loss_reads_min():
+    """Issue 37: compare marked the lowest tokens/s as BEST. Each metric knows its direction:
+    a score or a throughput is better higher; a loss has no direction a chart can assume."""
+    run = ComparedRun("job_a")
+    run.store.add([MetricPoint(name=name, step=step, value=value)
+                   for step, (rate, loss) in enumerate([(120.0, 0.9), (480.0, 0.5), (300.0, 0.7)], 1)
+                   for name, value in (("train.generation_tokens_per_s", rate), ("train.loss", loss))])
+    rate = run.store.get("train.generation_tokens_per_s").readouts()
+    assert (rate.best, rate.best_label) == (480.0, "best")
+    loss = run.store.get("train.loss").readouts()
+    assert (loss.best, loss.best_label) == (0.5, "min")
+    rows = {row.metric: row for row in compare_rows([run, ComparedRun("job_b")]) if row.job_id == "job_a"}
+    assert rows["train.generation_tokens_per_s"].best == 480.0

@@ -244,6 +244,9 @@ def test_wrong_synth_key_exits_5(world):
     world["env"].write_text(world["env"].read_text().replace(world["backend"].api_key, "sk_wrong_0000000000"))
     code, _, err = run(world)
     assert code == 5 and "rejected the SYNTH_API_KEY" in err and "sk_wrong_0000000000" not in err
+    # which backend answered, and that it may not be the one started (issue 37: a busy port)
+    assert f"The backend at {world['backend'].url}/api rejected" in err
+    assert "may not be the backend you started" in err
 
 
 def test_response_without_job_id_exits_5(world):

@@ -58,6 +58,12 @@ class ConfigList(OptionList):
         else:
             self.highlighted = paths.index(keep) if keep in paths else 0
 
+    def on_resize(self, event: events.Resize) -> None:
+        """A smaller terminal rewraps the rows; OptionList keeps its scroll, which can leave the
+        highlighted config out of view (issue 37: tmux at 40x12). Scroll back to it once the
+        rows are laid out again."""
+        self.call_after_refresh(self.scroll_to_highlight)
+
     @property
     def highlighted_entry(self) -> ConfigEntry | None:
         index = self.highlighted

@@ -242,6 +242,19 @@ class MetricChart(Vertical):
         """(series, colour, label) of the earlier runs: their every series of this measure."""
         return [(line.series, line.color, line.label) for line in self.lines() if line.overlay]
 
+    def steps_text(self) -> str:
+        """The latest step of each run on the chart, the live run first: `step 8`, or `steps 8, 40`
+        when an earlier run went further or less far (issue 37: compare said `step 8` while the
+        other job ran 40)."""
+        by_run: dict[tuple[bool, str], int] = {}  # the live run first: lines() lists it first
+        for line in self.lines():
+            step = line.series.readouts().step
+            if step is not None:
+                key = (line.overlay, line.run)
+                by_run[key] = max(step, by_run.get(key, step))
+        latest = list(dict.fromkeys(by_run.values()))
+        return "steps " + ", ".join(map(str, latest)) if len(latest) > 1 else f"step {latest[0] if latest else '-'}"
+
     def legend(self) -> str:
         """The chart's title and a mark and name per line, made to fit the top border: the
         runs' ids are shortened first, never the splits (a border cuts its title at the end,
@@ -250,7 +263,7 @@ class MetricChart(Vertical):
         lines = self.lines(with_empty=True)
         live = self.live_series()
         # no readouts row: the step goes here
-        step = [f"step {live[0][0].readouts().step}"] if live and self.has_class("-compact") else []
+        step = [self.steps_text()] if live and self.has_class("-compact") else []
         room = self.size.width - LEGEND_BORDER_CELLS
 
         def entries(run_chars: int | None) -> list[str]:

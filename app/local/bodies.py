@@ -7,9 +7,11 @@ fuzzer in the tests read the same rules the backend applies.
 
 The bounds are app.core.config.trainable's, the client's too: a number is checked by
 `trainable.number_problem` with its `NumberBound`, and its JSON schema is built from the same
-bound, so a config the client accepts is never refused here. A key the backend does not read is
-allowed and not typed (configs carry many). What JSON Schema cannot say (a string's length
-anywhere in the body, the products of sizes) is checked here too, and skipped by the fuzzer.
+bound, so a config the client accepts is never refused here. So are the config's names
+(app.core.config.known_keys): an unknown section, or a key that misspells a known one, is
+refused with the name it meant; another key the backend does not read is allowed and not
+typed. What JSON Schema cannot say (a string's length anywhere in the body, the products of
+sizes, a misspelt key) is checked here too, and skipped by the fuzzer.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 
 from app.core.api.urls import MAX_URL_CHARS, http_url_problem
 from app.core.api.wire import MAX_IDEMPOTENCY_KEY_CHARS
+from app.core.config.known_keys import TOP_LEVEL_VALUES, known_keys, unknown_key_problems
 from app.core.config.trainable import (
     INT64,
     MAX_EVAL_SEEDS,
@@ -250,8 +253,20 @@ class PolicySection(_Open):
     top_p: Annotated[float | None, Within("policy.top_p")] = None
 
 
+def _only_known_sections(schema: dict[str, Any]) -> None:
+    """The JSON schema says what the check says of the top level: the known sections only
+    (the undeclared ones as any value). A key that misspells a known one within a section is
+    refused too, which JSON Schema cannot say."""
+    properties = schema.setdefault("properties", {})
+    for name in (*known_keys(), *TOP_LEVEL_VALUES):
+        properties.setdefault(name, {})
+    schema["additionalProperties"] = False
+
+
 class RlConfig(_Open):
     """data.config: the training config, the TOML as an object."""
+
+    model_config = ConfigDict(extra="allow", json_schema_extra=_only_known_sections)
 
     algorithm: Algorithm
     rollout: Rollout
@@ -260,6 +275,16 @@ class RlConfig(_Open):
     evaluation: Annotated[Evaluation | None, BeforeValidator(_none_if_falsy), _OrFalsy()] = None
     compute: Compute | None = None
     policy: PolicySection | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_names(cls, value: Any) -> Any:
+        """Sections and keys by the client's rule (app.core.config.known_keys): a misspelt
+        `[trainig]` is named with the name it meant, not reported as a missing [training]."""
+        problems = unknown_key_problems(value)
+        if problems:
+            raise refused(*((p.location, p.message) for p in problems))
+        return value
 
 
 class JobData(_Open):

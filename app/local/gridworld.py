@@ -109,17 +109,26 @@ class Episode:
         self.reached = self.pos == self.layout.goal
         return moved, self.score if self.reached else 0.0
 
+    def _goal_signs(self) -> tuple[int, int]:
+        (x, y), (gx, gy) = self.pos, self.layout.goal
+        return (gx > x) - (gx < x), (gy > y) - (gy < y)
+
+    def blocked_towards_goal(self) -> list[str]:
+        """The blocked moves that lead towards the goal on some axis."""
+        sx, sy = self._goal_signs()
+        blocked = set(self.layout.blocked(self.pos))
+        return [d for d, (dx, dy) in MOVES.items() if ((dx and dx == sx) or (dy and dy == sy)) and d in blocked]
+
     def compact_state(self) -> str:
         """What a small policy needs, and nothing that ties it to one layout: which way the goal
         is on each axis and which of the moves towards it are blocked, e.g. `goal=+x-y
-        blocked=right`. So one small table learns "walk towards the goal, go round what is in
-        the way" on every seed, including eval seeds it never trained on."""
-        (x, y), (gx, gy) = self.pos, self.layout.goal
-        sx, sy = (gx > x) - (gx < x), (gy > y) - (gy < y)
-        towards = [d for d, (dx, dy) in MOVES.items() if (dx and dx == sx) or (dy and dy == sy)]
-        blocked = set(self.layout.blocked(self.pos))
-        stuck = ",".join(d for d in towards if d in blocked) or "-"
-        return f"goal={_sign(sx)}x{_sign(sy)}y blocked={stuck}"
+        blocked_towards_goal=right`. So one small table learns "walk towards the goal, go round
+        what is in the way" on every seed, including eval seeds it never trained on. The key
+        says "towards goal" because the text beside it also lists the other blocked moves
+        (issue 37: `blocked=-` next to "Blocked moves here: up, left." read as a contradiction)."""
+        sx, sy = self._goal_signs()
+        stuck = ",".join(self.blocked_towards_goal()) or "-"
+        return f"goal={_sign(sx)}x{_sign(sy)}y blocked_towards_goal={stuck}"
 
     def observation(self) -> dict[str, Any]:
         blocked = self.layout.blocked(self.pos)
@@ -128,7 +137,8 @@ class Episode:
         text = (
             f"Turn {self.turns + 1} of {self.max_turns}. You are at column {x}, row {y} of a "
             f"{SIZE}x{SIZE} grid (row 0 is the top). The goal is at column {gx}, row {gy}. "
-            f"Blocked moves here: {', '.join(blocked) or 'none'}.\n"
+            f"Blocked moves here: {', '.join(blocked) or 'none'} "
+            f"(blocked towards the goal: {', '.join(self.blocked_towards_goal()) or 'none'}).\n"
             "Call move(direction) with direction up, down, left or right.\n"
             # A compact state, which any task app may send (docs/embedded-policy.md): the
             # embedded stand-in keys its table on this line verbatim.

@@ -4,7 +4,7 @@ Endpoints and auth come from taskapp_kit.py, in either contract generation (`con
 the default, or `"0.5"`: docs/rollout-contracts.md). `POST /rollout` plays one episode: at every turn
 it calls the policy's inference URL (an OpenAI-compatible chat endpoint) with the observation
 and the `move(direction)` tool, parses the tool call and steps the environment. The user
-message ends with a compact `state: goal=+x-y blocked=...` line (gridworld.Episode.compact_state),
+message ends with a compact `state: goal=+x-y blocked_towards_goal=...` line (gridworld.Episode.compact_state),
 which any task app may send (docs/embedded-policy.md).
 """
 

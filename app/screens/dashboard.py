@@ -29,6 +29,7 @@ from textual.widgets import Footer, Input, Static
 from app.core.api.streaming import WatchEnded
 from app.core.api.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
 from app.core.errors import ExitCode, SynthTuiError
+from app.core.invocation import as_run
 from app.core.launch import service
 from app.core.paths import run_dir
 from app.core.runs.compare import ComparedRun
@@ -589,7 +590,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             message = f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
             code = 0
         self.flow_app.exit_code = code
-        self.app.exit(code, message=message)
+        self.app.exit(code, message=as_run(message))  # printed on the terminal: commands as they were run
 
     def on_unmount(self) -> None:
         if self.feed is not None:

@@ -9,6 +9,7 @@ of the file on disk is watched for while the screen is open (``DiskWatch``, env_
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from textual import on
@@ -42,6 +43,8 @@ class EnvReviewScreen(ModalActions, DiskWatch):
                 tooltip=palette_tooltip("Continue to verification",
                                         "Check the backend and the task app with these keys")),
         Binding("enter,i", "edit", "Edit", id="env.edit", key_display="enter"),
+        # The edit dialog's ctrl+r, from here too, so `?` names it (issue 37); off the footer.
+        Binding("ctrl+r", "edit_revealed", "Edit with the value shown", id="env.edit_revealed", show=False),
         Binding("a", "add_key", "Add key", id="env.add",
                 tooltip=palette_tooltip("Add a key to the .env",
                                         "Add a key and its value (kept in memory until you save)")),
@@ -237,7 +240,10 @@ class EnvReviewScreen(ModalActions, DiskWatch):
     def _row_chosen(self) -> None:
         self.action_edit()
 
-    def action_edit(self) -> None:
+    def action_edit_revealed(self) -> None:
+        self.action_edit(revealed=True)
+
+    def action_edit(self, revealed: bool = False) -> None:
         env = self._editable()
         name = self.query_one(MaskedEnvTable).selected_key
         if env is None or name is None:
@@ -246,7 +252,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         if key is None:
             return
         self.app.push_screen(EditValueDialog(key, file_value=env.get(name), file_label=self.file_label(),
-                                            apply=self.apply_value))
+                                            apply=self.apply_value, revealed=revealed))
 
     def action_add_key(self) -> None:
         if self._editable() is None:
@@ -342,6 +348,9 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         if message.env is not self.session.env:
             return  # the user switched files while it was saving
         self.edited.clear()
+        choice = self.session.env_choice
+        if choice is not None and choice.how == "none":  # the file now exists: this save created it
+            self.session.env_choice = replace(choice, how="created")
         self.disk_read_again()
         self._refresh()
         self.notify(f"Saved {self.file_label()}.", title="Saved", markup=False)

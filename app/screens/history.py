@@ -40,6 +40,8 @@ INTRO = "Jobs launched from this machine, newest first."
 # Below this width the table keeps job, status, created and config; the detail line under it
 # shows the highlighted job's metrics and backend in full.
 WIDE_COLUMNS_FROM = 120
+# The table's vertical scrollbar and a cell to spare.
+TABLE_MARGIN_CELLS = 3
 
 
 def headline_metrics(metrics: dict[str, float], count: int = 2) -> list[tuple[str, float]]:
@@ -51,6 +53,16 @@ def headline_metrics(metrics: dict[str, float], count: int = 2) -> list[tuple[st
 
 def metrics_text(metrics: dict[str, float], count: int) -> str:
     return ", ".join(f"{name}={value:.3f}" for name, value in headline_metrics(metrics, count))
+
+
+def fitted_metrics(metrics: dict[str, float], room: int) -> str:
+    """Two headline metrics, else one, else the first cut with "…", to fit ``room`` cells."""
+    for count in (2, 1):
+        text = printable(metrics_text(metrics, count))
+        if len(text) <= room:
+            return text or "—"
+    text = printable(metrics_text(metrics, 1))
+    return text[:max(room - 1, 0)] + "…" if room > 1 else "…"
 
 
 def local_time(created_at: str) -> str:
@@ -200,23 +212,38 @@ class HistoryScreen(FlowScreen):
         self.wide = self.size.width >= WIDE_COLUMNS_FROM
         columns = [("Job", "job"), ("Status", "status"), ("Created", "created"), ("Config", "config")]
         if self.wide:
-            columns += [("Last metrics", "metrics"), ("Backend", "backend")]
+            # The backend before the metrics: host:port is short and must be whole; the metrics
+            # take the room left (issue 37: the last column was cut mid-port).
+            columns += [("Backend", "backend"), ("Last metrics", "metrics")]
         for label, key in columns:
             table.add_column(label, key=key)
         self.rows = {row.record.job_id: row for row in rows}
-        for row in rows:
-            record = row.record
-            cells = [cell(printable(record.job_id)), self._status_cell(record), cell(local_time(record.created_at)),
-                     cell(printable(config_name(record.config_path)))]
+        all_cells = [self._fixed_cells(row.record) for row in rows]
+        room = self._metrics_room(all_cells, len(columns)) if self.wide else 0
+        for row, cells in zip(rows, all_cells, strict=True):
             if self.wide:
-                cells += [cell(printable(metrics_text(record.last_metrics, 2)) or "—"),
-                          cell(printable(short_backend(record.backend)))]
-            table.add_row(*cells, key=record.job_id)
+                cells.append(cell(fitted_metrics(row.record.last_metrics, room)))
+            table.add_row(*cells, key=row.record.job_id)
         if selected is not None and selected.job_id in self.rows:  # f5 keeps the cursor on its job
             table.move_cursor(row=table.get_row_index(selected.job_id))
         if not rows:
             self.notify("No jobs yet: runs appear here once submitted from this machine.")
         self._show_detail()
+
+    def _fixed_cells(self, record: RunRecord) -> list[Text]:
+        """A row's cells but the metrics (the backend's too when the table is wide)."""
+        cells = [cell(printable(record.job_id)), self._status_cell(record), cell(local_time(record.created_at)),
+                 cell(printable(config_name(record.config_path)))]
+        if self.wide:
+            cells.append(cell(printable(short_backend(record.backend))))
+        return cells
+
+    def _metrics_room(self, all_cells: list[list[Text]], columns: int) -> int:
+        """The cells the metrics column has left: the screen less the other columns (at their
+        widest, heading included) and each column's padding."""
+        headings = (len("Job"), len("Status"), len("Created"), len("Config"), len("Backend"))
+        widths = [max([heading, *(c[i].cell_len for c in all_cells)]) for i, heading in enumerate(headings)]
+        return self.size.width - sum(widths) - 2 * columns - TABLE_MARGIN_CELLS
 
     def _status_cell(self, record: RunRecord) -> Text:
         """The status the backend gave in this check, else the one last seen; marked "?" when

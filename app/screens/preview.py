@@ -20,7 +20,7 @@ from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Button, Footer, Input, Label, Static, Switch
 
-from app.core.api.client import ApiError, ConflictError, CreateResult
+from app.core.api.client import ApiError, ConflictError, CreateResult, PayloadRefused
 from app.core.errors import SynthTuiError
 from app.core.launch import service
 from app.core.launch.steps import PreparedJob
@@ -298,6 +298,10 @@ class PayloadPreviewScreen(FlowScreen):
             return [("✗ Submit failed: ", "bold $text-error"),
                     "the backend already has a job for this Idempotency-Key with another payload, so an earlier "
                     "submit reached it; nothing new was created. Check synth-tui history or the backend's jobs."]
+        if isinstance(self.submit_error, PayloadRefused):
+            # The same payload is refused again: no retry is offered, the config is what to fix.
+            return [("✗ Refused: ", "bold $text-error"), self.submit_error.message, " ",
+                    self.submit_error.hint or ""]
         if self.submit_error is not None:
             return [("✗ Submit failed: ", "bold $text-error"), self.submit_error.message, " s retries with the ",
                     key, ", so it can never create a second job."]

@@ -130,10 +130,11 @@ def not_judged(case: Any, response: Any) -> list[Any]:
     if positive and response.status_code == 422 and case.operation.path == "/api/rl/jobs":
         config = ((case.body or {}).get("data") or {}).get("config") if isinstance(case.body, dict) else None
         if any(f.is_integer() for f in _floats(config)) or "rollouts per iteration" in detail \
-                or "turns per iteration" in detail or "iterations;" in detail:
+                or "turns per iteration" in detail or "iterations;" in detail or "; did you mean " in detail:
             # JSON Schema counts 1.0 as an integer, the backend (like the config check) wants counts
-            # written as whole numbers; and the bounds on products of sizes (batch_size × group_size,
-            # docs/hardening.md) are not expressible in JSON Schema.
+            # written as whole numbers; and neither the bounds on products of sizes (batch_size ×
+            # group_size, docs/hardening.md) nor a key that misspells a known one
+            # (app/core/config/known_keys.py) is expressible in JSON Schema.
             skip.append(positive_data_acceptance)
     return skip
 

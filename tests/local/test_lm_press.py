@@ -135,3 +135,31 @@ def test_the_shipped_config_trains_the_tiny_model_on_the_commands_press_game(pre
     assert "Model check: OK (POST /rl/verify_model · ./tiny-qwen3: the lm trainer trains it" in out
     assert "rl.train.policy.loading (info): Loading ./tiny-qwen3 (model.safetensors, " in out
     assert re.search(r"rl\.train\.policy\.loaded \(info\): Loaded \./tiny-qwen3 in \d+ s", out)
+
+
+@NEEDS_TRAINER
+def test_the_readme_lab_walk_trains_with_ports_8000_and_8102_taken(tiny_model, tmp_path, monkeypatch, capsys):
+    """Issue 37: the README's walk as written (`synth-tui lab …`, no .env yet) on a machine where
+    other programs hold 8000 and 8102: its own servers on free ports, their URLs in lm.env,
+    the score rises as with `synth-tui backend`."""
+    import socket
+    from contextlib import ExitStack
+
+    (tmp_path / "tiny-qwen3").symlink_to(tiny_model)
+    monkeypatch.chdir(tmp_path)
+    with ExitStack() as stack:
+        for port in (8000, 8102):
+            sock = stack.enter_context(socket.socket())
+            try:
+                sock.bind(("127.0.0.1", port))
+                sock.listen()
+            except OSError:
+                pass  # another program holds it: taken either way
+        code = cli.main(["lab", "--no-tui", "--game", "press", "--asks", "A", "--trainer", "lm",
+                         "--config", str(LM_PRESS), "--env-file", "lm.env", "--poll-interval", "0.5"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    written = (tmp_path / "lm.env").read_text()
+    assert ":8000" not in written and ":8102" not in written and "BACKEND_BASE_URL=http://127.0.0.1:" in written
+    scores = [float(m) for m in re.findall(r"Step \d+/8: mean score ([0-9.]+)", out)]
+    assert len(scores) == 8 and max(scores[-3:]) >= 0.9, scores

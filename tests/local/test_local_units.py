@@ -43,7 +43,19 @@ def test_the_gridworld_says_its_compact_state_itself():
     text = episode.observation()["text"]
     (x, y), (gx, gy) = lay.start, lay.goal
     sign = {1: "+", -1: "-", 0: "0"}
-    assert f"state: goal={sign[(gx > x) - (gx < x)]}x{sign[(gy > y) - (gy < y)]}y blocked=" in text
+    assert f"state: goal={sign[(gx > x) - (gx < x)]}x{sign[(gy > y) - (gy < y)]}y blocked_towards_goal=" in text
+
+
+def test_the_gridworld_text_and_state_line_name_the_same_blocked_moves():
+    """Issue 37: "Blocked moves here: up, left." beside `blocked=-` read as a contradiction; the
+    text now names the blocked moves towards the goal as the state line does, in its words."""
+    for seed in range(40):
+        episode = gridworld.Episode(seed, 12)
+        text = episode.observation()["text"]
+        stuck = episode.compact_state().rsplit("blocked_towards_goal=", 1)[1]
+        named = "none" if stuck == "-" else stuck.replace(",", ", ")
+        assert f"(blocked towards the goal: {named})." in text, text
+        assert f"blocked_towards_goal={stuck}" in text.splitlines()[-1]
 
 
 def test_group_advantages_are_relative_to_the_group():

@@ -37,6 +37,19 @@ async def test_compare_reads_the_runs_and_overlays_all_but_the_first(faulty_back
         await wait_for(pilot, lambda: any(g is not grid for g in app.screen.query(MetricsGrid)))
 
 
+async def test_the_compact_legend_names_each_runs_latest_step():
+    """Issue 37: the compare header said `step 8` while the other job ran 40."""
+    short, long = ComparedRun("job_short"), ComparedRun("job_long")
+    short.store.add([MetricPoint(name="train.mean_score", step=step, value=0.1) for step in range(1, 9)])
+    long.store.add([MetricPoint(name="train.mean_score", step=step, value=0.2) for step in range(1, 41)])
+    app = compare_app("http://127.0.0.1:8000", "sk_fixed_000000", ["job_short", "job_long"], [short, long])
+    async with app.run_test(size=(60, 14)) as pilot:  # a compact grid: the step is in the legend
+        await wait_for(pilot, lambda: any(grid.overlays for grid in app.screen.query(MetricsGrid)), what="the overlay")
+        chart = app.screen.query_one(MetricsGrid).chart("mean_score")
+        await wait_for(pilot, lambda: chart.has_class("-compact"), what="the compact chart")
+        assert "steps 8, 40" in chart.legend()
+
+
 def fixed_runs() -> list[ComparedRun]:
     runs = []
     for index, job_id in enumerate(("job_first", "job_rerun", "job_third")):

@@ -392,6 +392,10 @@ async def test_save_creates_a_new_env_file_with_mode_0600(make_app, project):
         await wait_until(pilot, lambda: path.exists() and not app.session.env.dirty, "the new file")
         assert path.read_text() == f"SYNTH_API_KEY={SYNTH_KEY}\n"
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        # Issue 37: the header said "(none found · e to switch)" about the file just created.
+        await pilot.pause()
+        header = text_of(screen, "#env-header")
+        assert "Env file .env  (created here · e to switch)" in header and "none found" not in header
 
 
 async def test_an_unwritable_env_shows_an_error_and_keeps_the_edits(make_app, project, monkeypatch):
@@ -767,3 +771,30 @@ async def test_the_help_key_is_in_the_footer_at_80x24(make_app, project):
         await env_screen(pilot)
         # The footer is filled after the screen is: wait for what it reads.
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+
+
+async def test_the_reveal_key_is_in_help_and_opens_the_value_shown(make_app, project):
+    """Issue 37: ctrl+r (show a value) lived only in the edit dialog and not in `?`. On the env
+    review it is listed in `?` and opens the selected key's edit dialog with its value shown;
+    the table stays masked."""
+    from textual.widgets import DataTable
+
+    from app.screens.dialogs.common import HelpDialog
+
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await pilot.press("question_mark")
+        help_dialog = await wait_for_screen(pilot, HelpDialog, "the help")
+        table = help_dialog.query_one("#help-table", DataTable)
+        rows = [tuple(str(c) for c in table.get_row_at(i)) for i in range(table.row_count)]
+        assert ("^r", "Edit with the value shown") in rows, rows
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen, "the help to close")
+        await select_row(pilot, screen, "ENVIRONMENT_API_KEY")
+        await pilot.press("ctrl+r")
+        dialog = await wait_for_screen(pilot, EditValueDialog, "the edit dialog")
+        assert dialog.value_input().password is False and dialog.value_input().value == ENV_KEY
+        assert str(dialog.query_one("#env-reveal").label) == "Hide (ctrl+r)"
+        assert ENV_KEY not in str(screen.query_one(MaskedEnvTable).get_row_at(0))

@@ -396,3 +396,21 @@ async def test_a_job_whose_backend_is_gone_opens_read_only_from_its_saved_events
         assert app.screen is screen
         await pilot.press("q")
         await wait_for(pilot, lambda: app.screen is history, what="the history again")
+
+
+@pytest.mark.parametrize("width", [120, 140])
+async def test_the_backend_column_is_never_cut_mid_port(project, width):
+    """Issue 37: `history` cut the backend column mid-port. At every width that shows the
+    column, a real job id, config and metrics leave host:port whole on screen."""
+    from screen_text import screen_lines
+
+    env = write_env(project, "sk_test_history_key_0123456789")
+    record("job_5f0c2a9e41b7d3c8a6e2f1b0", "http://127.0.0.1:43123/api", status="succeeded", final=True,
+           env_path=env, config_path="/home/ml/rl/configs/lm_press_copy.toml",
+           metrics={"train.mean_score": 0.93, "eval.mean_score": 0.875, "train.loss": 0.2})
+    app = history_app(project)
+    async with app.run_test(size=(width, 24)) as pilot:
+        await loaded(pilot, 1)  # a finished job: no status to check
+        await pilot.pause()
+        row = next(line for line in screen_lines(app) if "job_5f0c2a9e41b7d3c8a6e2f1b0" in line)
+        assert "127.0.0.1:43123" in row, row

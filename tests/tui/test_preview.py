@@ -163,6 +163,26 @@ async def test_an_answer_without_a_job_id_is_a_clear_error_and_submit_stays(live
         assert keys == {live.session.idempotency_key}
 
 
+async def test_a_refused_payload_says_fix_the_config_and_offers_no_retry(live, faulty_backend):
+    """A 422 is the payload's own problem (issue 37): the same payload is refused again, so the
+    preview names the backend's words and the fix, not "s retries with the same Idempotency-Key";
+    quitting then ends with 2, a config problem."""
+    faulty_backend.create_answer = (422, {"detail": "Invalid RL job payload: data.config.trainig: unknown section; "
+                                                    "did you mean [training]?"})
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        await pilot.press("s")
+        await wait_for_screen(pilot, ErrorDialog, "the error dialog")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: live.screen is screen, what="the dialog to close")
+        status = text_of(screen, "#payload-status")
+        assert "✗ Refused: The backend at " in status and "(HTTP 422)" in status
+        assert "data.config.trainig: unknown section; did you mean [training]?" in status
+        assert "Fix the config" in status and "Idempotency-Key" not in status and "s retries" not in status
+        assert text_of(screen, "#payload-response").startswith("Response 422:")
+        assert live.exit_code == 2
+
+
 async def test_wrong_synth_key_on_submit_shows_the_fix(preview_app, faulty_backend, tiny_task_app):
     app = preview_app(backend=faulty_backend.url, task_url=tiny_task_app.url,
                       synth_key="sk_wrong_key_0123456789")

@@ -21,7 +21,7 @@ from urllib.parse import quote, urlsplit
 import httpx
 
 from app import __version__
-from app.core.api.backend_url import checked_api_base
+from app.core.api.backend_url import DEFAULT_PROD_BACKEND, checked_api_base, ensure_api_base
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.api.retry import Backoff, retrying
 from app.core.api.wire import (
@@ -102,6 +102,25 @@ class ConflictError(ApiError):
 
 class RejectedError(ApiError):
     """4xx other than auth, 404 and 409: the request itself is wrong (e.g. 422)."""
+
+
+class PayloadRefused(RejectedError):
+    """The backend refused the job's payload itself (400, 413, 415 or 422): the config, or a
+    flag that went into the payload, is wrong. A usage problem (exit 2, docs/product.md#exit-codes);
+    sending the same payload again is refused again, so no retry is offered."""
+
+    exit_code = ExitCode.USAGE
+
+
+# The answers to POST /rl/jobs that refuse the payload itself, not the moment it was sent.
+PAYLOAD_REFUSED_STATUSES = frozenset({400, 413, 415, 422})
+
+
+# The hosted service is what a run talks to when no backend was chosen: a user without network,
+# or without an account, may not know another exists (issue 37).
+HOSTED_UNREACHABLE_HINT = ("No backend was chosen (--backend, BACKEND_BASE_URL), so this is the hosted service. "
+                           "Check your network, or train on this machine: add --backend local (or run `synth-tui "
+                           "lab`, a task app and a backend of your own).")
 
 
 class BadResponseError(ApiError):
@@ -266,6 +285,7 @@ class SynthClient:
                  extra_headers: Mapping[str, str] | None = None) -> None:
         # Checked here as well as where they are resolved: httpx would fail with a traceback.
         self.base_url = checked_api_base(base_url, "The URL")
+        self.is_hosted_default = self.base_url == ensure_api_base(DEFAULT_PROD_BACKEND)
         _check_api_key(api_key)
         self._api_key = api_key
         self.retries = retries
@@ -321,11 +341,13 @@ class SynthClient:
         except httpx.TimeoutException as exc:
             raise BackendTimeout(
                 f"The backend did not answer {what} in time ({type(exc).__name__} at {url}).",
+                HOSTED_UNREACHABLE_HINT if self.is_hosted_default else
                 "The backend may be overloaded or unreachable from here; try again, or check --backend.",
             ) from None
         except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
             raise BackendUnreachable(
                 f"Cannot reach the backend at {self.base_url} for {what}: {self._clean(describe_exception(exc))}.",
+                HOSTED_UNREACHABLE_HINT if self.is_hosted_default else
                 "Check --backend (or BACKEND_BASE_URL) and that the backend is running "
                 "(`synth-tui backend` starts a local one).",
             ) from None
@@ -358,8 +380,9 @@ class SynthClient:
             raise error
         if status in (401, 403):
             raise AuthError(
-                f"The backend rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
-                "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend.",
+                f"The backend at {self.base_url} rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
+                "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend. It may not be the "
+                f"backend you started: check that {self.base_url} is the address it printed.",
                 status=status, body=body)
         if status == 404:
             raise NotFoundError(f"Not found: {what} (HTTP 404 at {response.request.url.path}): {detail}.",
@@ -482,8 +505,18 @@ class SynthClient:
         headers = {"Content-Type": "application/json"}
         if idempotency_key:
             headers["Idempotency-Key"] = idempotency_key
-        response = await self.request("POST", "/rl/jobs", what="job creation", json_body=dict(payload),
-                                      headers=headers, retries=None if idempotency_key else 0)
+        try:
+            response = await self.request("POST", "/rl/jobs", what="job creation", json_body=dict(payload),
+                                          headers=headers, retries=None if idempotency_key else 0)
+        except RejectedError as exc:
+            if exc.status not in PAYLOAD_REFUSED_STATUSES:
+                raise
+            detail = error_detail(exc.body, str(exc.body or ""))
+            raise PayloadRefused(
+                f"The backend at {self.base_url} refused the job's payload (HTTP {exc.status}): {detail}"
+                f"{'' if detail.endswith(('.', '?', '!')) else '.'}",
+                "Fix the config (or the flag) it names, then run again: the same payload is refused again, so a "
+                "retry cannot help.", status=exc.status, body=exc.body) from None
         body = response.body
         job_id = None
         if isinstance(body, dict):

@@ -117,6 +117,11 @@ class RolloutSection(_Section):
     ops: list[str] | None = None
     env_config: dict[str, Any] | None = None
     policy_config: dict[str, Any] | None = None
+    # The embedded backend's (docs/wire-contract.md#answer-sizes, app/local/bodies.py).
+    timeout_s: float | None = None
+    max_answer_bytes: int | None = None
+    inspect_per_step: int | None = None
+    inspect_max_bytes: int | None = None
 
 
 class WeightSyncSection(_Section):
@@ -154,6 +159,9 @@ class TrainingSection(_Section):
     max_accumulated_minibatch: int | None = None
     log_interval: int | None = None
     weight_sync_interval: int | None = None
+    # The embedded backend's: the rollouts' seed, and the lm policy's KL weight (docs/embedded-policy.md).
+    seed: int | None = None
+    kl_coef: float | None = None
     # Flat reward fields (older configs; the nested [training.rewards] is newer).
     step_rewards_enabled: bool | None = None
     step_rewards_mode: str | None = None

@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.core.config.kind import infer_config_type, lower_text
+from app.core.config.known_keys import unknown_key_problems
 from app.core.config.models import ModelNotMadeYet, check_rl_model, experimental_allowed, template_path_problem
 from app.core.config.schema import RLConfig
 from app.core.config.toml_source import TOML_LOCATION, TomlLineIndex, TomlSyntaxError, parse_toml_text, read_config_text
@@ -358,6 +359,16 @@ def _check_chat_templates(data: Mapping[str, Any], problems: _ProblemList) -> No
                                                  "backend runs")
 
 
+def _check_known_keys(data: Mapping[str, Any], problems: _ProblemList) -> None:
+    """Sections and keys the schema does not know, as the embedded backend refuses them
+    (app.core.config.known_keys): a misspelt name is a lost setting. Not for a config of
+    another kind, which _check_kind already names."""
+    if infer_config_type(data) in ("sft", "prompt_learning"):
+        return
+    for problem in unknown_key_problems(data):
+        problems.add(problem.location, problem.message)
+
+
 def _check_kind(data: Mapping[str, Any], problems: _ProblemList) -> None:
     """Say plainly when the file is some other kind of config, or relies on `type = "rl"`."""
     kind = infer_config_type(data)
@@ -389,6 +400,7 @@ def validate_rl_mapping(
         return ValidationReport(path=path, problems=[problem], config=None, raw=None)
     problems = _ProblemList(TomlLineIndex(source_text) if source_text is not None else None)
     _check_kind(data, problems)
+    _check_known_keys(data, problems)
     _check_algorithm(data, problems)
     _check_model_sections(data, problems)
     _check_compute_and_topology(data, problems)

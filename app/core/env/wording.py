@@ -20,6 +20,7 @@ HOW_CHOSEN = {
     "discovered": "found in the project",
     "chosen": "chosen by you",
     "none": "none found",
+    "created": "created here",  # none was found, and the env review's ctrl+s created it
 }
 
 

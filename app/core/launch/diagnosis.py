@@ -17,7 +17,9 @@ from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from app.core.api.backend_url import DEFAULT_PROD_BACKEND, ensure_api_base
 from app.core.api.client import (
+    HOSTED_UNREACHABLE_HINT,
     ApiError,
     AuthError,
     BackendTimeout,
@@ -377,12 +379,17 @@ def _backend_access_problems(check: BackendCheck) -> Iterable[Problem]:
     error = check.error
     if check.timed_out or isinstance(error, BackendTimeout):
         yield Problem(f"The backend at {check.backend_base} did not answer within {check.timeout_s:g} s.",
-                      "Retry; if it persists, check --backend and your network.")
+                      HOSTED_UNREACHABLE_HINT if check.backend_base == ensure_api_base(DEFAULT_PROD_BACKEND)
+                      else "Retry; if it persists, check --backend and your network.")
     elif isinstance(error, BackendUnreachable):
         yield Problem(f"Backend unreachable: {error.message}", error.hint)
     elif isinstance(error, AuthError):
-        yield Problem(f"Wrong SYNTH_API_KEY: the backend rejected {check.key_hint} (HTTP {error.status}).",
-                      "Set SYNTH_API_KEY to an API key of this backend's org, in the .env or the shell.")
+        # Which backend answered (issue 37): on a busy machine another program's server may
+        # hold the port the user meant for the backend they started.
+        yield Problem(f"Wrong SYNTH_API_KEY: the backend at {check.backend_base} rejected {check.key_hint} "
+                      f"(HTTP {error.status}); it may not be the backend you started.",
+                      "Set SYNTH_API_KEY to an API key of this backend's org, in the .env or the shell; if you "
+                      f"started a backend, check that {check.backend_base} is the address it printed.")
     elif error is not None:
         yield Problem(error.message, error.hint)
     elif check.result is not None and (check.result.status >= 400 or check.result.body is None):

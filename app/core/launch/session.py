@@ -74,6 +74,7 @@ class LaunchOptions:
     # needed), and how to hand it the ENVIRONMENT_API_KEY it calls the task app with.
     backend_key: str | None = None
     hold_env_keys: Callable[[Sequence[str]], None] | None = None
+    backend_key_origin: str = "--backend local"  # what started that backend: shown as the key's source
     # --modal-secret NAME: ENVIRONMENT_API_KEY from that Modal secret; --modal-app APP[/FUNCTION]:
     # TASK_APP_URL from that deployed app's web endpoint (docs/modal.md). Fetched by
     # LaunchSession.fetch_modal_values, not on construction: reading a secret starts a container.
@@ -113,6 +114,7 @@ class LaunchOptions:
             give_up_after=flag("give_up_after", 60.0),
             metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
             backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),
+            backend_key_origin=flag("backend_key_origin", "--backend local"),
             modal_secret=flag("modal_secret"), modal_app=flag("modal_app"),
         )
 
@@ -171,8 +173,10 @@ def attach_command(job_id: str, backend: str, env_path: str | Path | None) -> st
     .env to read SYNTH_API_KEY from (None: the shell's)."""
     import shlex
 
+    from app.core.invocation import program
+
     serve = "serve " if shell_env.variable("SYNTH_TUI_SERVE") else ""  # in a browser tab (docs/browser.md)
-    command = f"synth-tui {serve}attach {job_id} --backend {backend}"
+    command = f"{program()} {serve}attach {job_id} --backend {backend}"  # as it was run (docs/product.md#commands)
     return command if env_path is None else f"{command} --env-file {shlex.quote(str(env_path))}"
 
 
@@ -453,8 +457,8 @@ class LaunchSession:
         never the .env's or the shell's (a hosted key must not reach it), shown as from that
         flag. A key this run can do without is shown as such, not as "required — missing"."""
         if key.name == "SYNTH_API_KEY" and self.options.backend_key:
-            return dataclasses.replace(key, value=self.options.backend_key, source="flag", origin="--backend local",
-                                       shell_overrides_file=False)
+            return dataclasses.replace(key, value=self.options.backend_key, source="flag",
+                                       origin=self.options.backend_key_origin, shell_overrides_file=False)
         if key.name in self.optional_keys():
             return dataclasses.replace(key, required=False)
         return key

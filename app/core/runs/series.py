@@ -52,13 +52,16 @@ def shown_number(value: float) -> str:
 
 
 # A measure whose name holds one of these is a score: higher is better, its readout is "best".
-# Anything else (a loss, KL, entropy, a gradient norm) has no better direction a chart can
-# assume, so its readout is its minimum, said as "min" (docs/product.md#metrics-grid).
+# So is a throughput (issue 37: compare called the lowest tokens/s the best). Anything else (a
+# loss, KL, entropy, a gradient norm) has no better direction a chart can assume, so its readout
+# is its minimum, said as "min" (docs/product.md#metrics-grid).
 SCORE_WORDS = ("score", "reward", "accuracy", "success", "return", "win_rate")
+THROUGHPUT_WORDS = ("per_s", "per_second", "per_sec", "per_min", "throughput", "/s")
 
 
-def is_score(name: str) -> bool:
-    return any(word in name for word in SCORE_WORDS)
+def higher_is_better(name: str) -> bool:
+    """Higher is better: a score or a throughput (its name says which)."""
+    return any(word in name for word in (*SCORE_WORDS, *THROUGHPUT_WORDS))
 
 
 MAX_CHARTED = 1e15
@@ -130,7 +133,7 @@ class MetricSeries:
     def readouts(self) -> Readouts:
         if not self.values:
             return Readouts(self.name, None, None, None, None, None, None)
-        best = self.maximum if is_score(self.name) else self.minimum
+        best = self.maximum if higher_is_better(self.name) else self.minimum
         rate = None
         if len(self._arrivals) >= 2:
             (t0, s0), (t1, s1) = self._arrivals[0], self._arrivals[-1]
@@ -143,7 +146,7 @@ class MetricSeries:
 class Readouts:
     name: str
     last: float | None
-    best: float | None  # a score's maximum; any other measure's minimum (``best_label``)
+    best: float | None  # a score's or a throughput's maximum; any other measure's minimum (``best_label``)
     minimum: float | None
     maximum: float | None
     step: int | None
@@ -151,8 +154,8 @@ class Readouts:
 
     @property
     def best_label(self) -> str:
-        """What ``best`` is called: "best" for a score, "min" for anything else."""
-        return "best" if is_score(self.name) else "min"
+        """What ``best`` is called: "best" for a score or a throughput, "min" for anything else."""
+        return "best" if higher_is_better(self.name) else "min"
 
 
 class MetricStore:

@@ -108,11 +108,14 @@ class EditValueDialog(_ValueDialog):
 
     AUTO_FOCUS = "#env-value"
 
-    def __init__(self, key: ResolvedKey, *, file_value: str | None, file_label: str, apply: ApplyValue) -> None:
+    def __init__(self, key: ResolvedKey, *, file_value: str | None, file_label: str, apply: ApplyValue,
+                 revealed: bool = False) -> None:
+        """``revealed``: open with the value shown (the env review's ctrl+r), as ctrl+r here would."""
         super().__init__(apply)
         self.key = key
         self.file_value = file_value or ""
         self.file_label = file_label
+        self.revealed = revealed
 
     def compose(self) -> ComposeResult:
         key = self.key
@@ -127,7 +130,7 @@ class EditValueDialog(_ValueDialog):
                     f"What you enter here changes {self.file_label} only.",
                     id="env-shell-warning", markup=False,
                 )
-            hidden = is_secret_key(key.name) or bool(secret_parts(key.name, self.file_value))
+            hidden = not self.revealed and (is_secret_key(key.name) or bool(secret_parts(key.name, self.file_value)))
             yield Input(value=self.file_value, password=hidden, id="env-value", placeholder=f"value for {key.name}")
             yield Static("", id="env-error", markup=False)
             yield Static(EDIT_HELP, id="dialog-detail")
