@@ -32,7 +32,7 @@ from app.core.config import rl as cfg
 from app.core.config.toml_source import read_config_text
 from app.core.env.keys import REQUIRED_KEYS
 from app.core.env.resolve import ResolvedKey
-from app.core.errors import ExitCode, SynthTuiError, UsageError
+from app.core.errors import INTERRUPTED_BEFORE_A_JOB, ExitCode, SynthTuiError, UsageError
 from app.core.launch import service
 from app.core.launch.diagnosis import BackendCheck, TaskAppCheck
 from app.core.launch.session import LaunchOptions, LaunchSession
@@ -121,7 +121,7 @@ def run_headless(run: TrainRun, printer: Printer | None = None) -> int:
         if state.job_id and state.session is not None:
             printer.diag(f"\nInterrupted. {state.session.attach_hint(state.job_id)}")
         else:
-            printer.diag("\nInterrupted before a job was created; nothing was sent.")
+            printer.diag(f"\n{INTERRUPTED_BEFORE_A_JOB}")
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # stdout's reader went away (| head): app.cli ends the run with 141. A job created by

@@ -561,35 +561,47 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def request_quit(self) -> None:
         self.action_quit_dashboard()
 
+    def request_interrupt(self) -> None:
+        """Ctrl+C: as q (asking first while the job runs; a second Ctrl+C answers), then exit
+        130 with "Interrupted." before the quit line (docs/product.md#exit-codes)."""
+        self._ask_to_quit(interrupted=True)
+
     def action_quit_dashboard(self) -> None:
+        self._ask_to_quit(interrupted=False)
+
+    def _ask_to_quit(self, *, interrupted: bool) -> None:
         if self.ended:
-            self._exit()
+            self._exit(interrupted=interrupted)
             return
         if self.session.options.embedded_backend:
             question = "Quit? The embedded backend stops with the app, and this job with it."
             detail = f"Its events so far stay in {run_dir(self.job.job_id)}."
         else:
             question, detail = "Quit? The job keeps running on the backend.", self.session.attach_hint(self.job.job_id)
-        self.flow_app.confirm(question, self._exit, label="Quit", detail=detail)
+        self.flow_app.confirm(question, lambda: self._exit(interrupted=interrupted), label="Quit", detail=detail,
+                              on_interrupt=lambda: self._exit(interrupted=True))
 
-    def _exit(self) -> None:
+    def _exit(self, *, interrupted: bool = False) -> None:
         if self.feed is not None:
             self.feed.stop()
+        code, message = self._quit_line()
+        if interrupted:
+            code, message = ExitCode.INTERRUPTED, f"Interrupted. {message}"
+        self.flow_app.leave(code, message)
+
+    def _quit_line(self) -> tuple[int, str]:
+        """The exit code and the line printed when the app has ended."""
         if self.ended:
             message = self.end_message or f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
             # The same exit codes as the headless command (WatchEnded.exit_code).
-            code = self.ended_code
-        elif self.session.options.embedded_backend:
+            return self.ended_code, message
+        if self.session.options.embedded_backend:
             # The job ends with this process: it did not succeed, and the history must not
             # list it as running for ever.
-            message = f"Job {self.job.job_id} stopped with the app. {self.session.attach_hint(self.job.job_id)}"
-            code = ExitCode.JOB_FAILED
             remember(lambda history: stop_backend_jobs(history, self.session.backend_base))
-        else:
-            message = f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
-            code = 0
-        self.flow_app.exit_code = code
-        self.app.exit(code, message=message)
+            return (ExitCode.JOB_FAILED,
+                    f"Job {self.job.job_id} stopped with the app. {self.session.attach_hint(self.job.job_id)}")
+        return 0, f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
 
     def on_unmount(self) -> None:
         if self.feed is not None:

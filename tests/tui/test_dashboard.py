@@ -577,14 +577,14 @@ async def test_the_header_keeps_every_fact_with_a_filter_on(faulty_backend, size
         assert all(len(line) <= size[0] - 2 for line in text.splitlines())
 
 
-async def test_ctrl_c_asks_to_quit_like_ctrl_q(faulty_backend):
+async def test_ctrl_c_asks_to_quit_like_ctrl_q_and_ends_as_an_interrupt(faulty_backend):
     faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("ctrl+c")
         await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("y")
-    assert app.return_value == 0
+    assert app.return_value == ExitCode.INTERRUPTED  # tests/tui/test_interrupt.py: every screen
 
 
 async def test_the_charts_run_to_the_jobs_planned_steps():
