@@ -42,6 +42,7 @@ from app.core.runs.compare import compare_rows, open_comparison, read_runs
 from app.core.runs.events import event_line, is_noise, metric_line, status_line
 from app.core.runs.history import RunHistory, RunRecord, take_repair_notes
 from app.core.runs.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
+from app.core.runs.model import saved_model
 from app.core.runs.series import shown_number
 from app.core.text import counted
 from app.text_chart import TextChart
@@ -442,9 +443,19 @@ async def stream_job(job_id: str, stream_format: str, printer: Printer, session:
         printer.line(f"Final status: {ended.status} (the job is paused on the backend; watch ended)")
     else:
         printer.line(f"Final status: {ended.status}")
-    printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])
+    printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])  # the SDK's cut
+    _print_model(printer, ended.payload)
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
     return ended.exit_code
+
+
+def _print_model(printer: Printer, payload: dict[str, Any]) -> None:
+    """The trained model's folder as a line of its own, last, and how to load it: the SDK's
+    cut of the JSON above (docs/wire-contract.md) ends before artifacts.model_path."""
+    model = saved_model(payload)
+    if model is not None:
+        for line in model.lines():
+            printer.line(line)
 
 
 # --------------------------------------------------------------------------- other commands

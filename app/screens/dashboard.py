@@ -36,6 +36,7 @@ from app.core.runs.events import policy_badge
 from app.core.runs.feed import FeedBatch, JobFeed
 from app.core.runs.history import RunHistory
 from app.core.runs.jobs import CANCEL_DETAIL, JobContext, export_run, read_history, remember, stop_backend_jobs
+from app.core.runs.model import SavedModel, saved_model
 from app.core.runs.ranks import rank_figures
 from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore
@@ -130,6 +131,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.seen_running = False
         self.completion_warning: str | None = None  # a warning-level completion event's message
         self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
+        self.model: SavedModel | None = None  # the trained model the job's end names (artifacts.model_path)
         self.started = time.monotonic()
         self.created_at: datetime | None = None
         self.finished_after: int | None = None  # seconds from creation to the end, once known
@@ -320,7 +322,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             text = self.session.paused_message(self.job.job_id)
             self.notify(text, title="Job paused", severity="warning")
         else:
-            text = f"Final status: {status}\n{json.dumps(payload, indent=2)}"
+            # The model first: the JSON is long, and the panel shows a few rows (docs/product.md#dashboard).
+            self.model = saved_model(payload)
+            model_lines = self.model.lines() if self.model is not None else []
+            text = "\n".join([f"Final status: {status}", *model_lines, json.dumps(payload, indent=2)])
             severity: SeverityLevel = "information" if status in SUCCESS_STATUSES else "error"
             if status in SUCCESS_STATUSES and self.completion_warning:
                 text = f"Warning: {self.completion_warning}\n{text}"
@@ -592,7 +597,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def _quit_line(self) -> tuple[int, str]:
         """The exit code and the line printed when the app has ended."""
         if self.ended:
-            message = self.end_message or f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
+            model = f" Model: {self.model.path}." if self.model is not None and not self.end_message else ""
+            message = self.end_message or f"Job {self.job.job_id}: {self.status}.{model} Past runs: synth-tui history"
             # The same exit codes as the headless command (WatchEnded.exit_code).
             return self.ended_code, message
         if self.session.options.embedded_backend:

@@ -25,7 +25,7 @@ from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text
+from screen_text import footer_text, screen_lines
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
@@ -60,6 +60,31 @@ async def test_events_arrive_and_the_chart_grows(faulty_backend):
         assert screen.status == "succeeded"
         assert "Final status: succeeded" in str(screen.query_one("#dash-final-text").render())
         await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+
+
+def unwrapped(lines: list[str]) -> str:
+    """The screen's text without borders or blanks: a path wrapped over rows reads whole."""
+    return "".join("".join(line.strip().strip("│").split()) for line in lines)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_final_panel_and_the_quit_line_show_the_model(faulty_backend, tmp_path, size):
+    folder = tmp_path / "step-000006"
+    folder.mkdir()
+    (folder / "policy.json").write_text(json.dumps({"kind": "lm", "trainer_mode": "lora"}))
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2), artifacts={"model_path": str(folder)}))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=size) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        # On screen without scrolling (the JSON under it is long), wrapped at 80 columns.
+        await wait_for(pilot, lambda: f"Model:{folder}" in unwrapped(screen_lines(app)),
+                       what="the model's path in the final panel")
+        if size[0] > 80:
+            assert any("AutoPeftModelForCausalLM" in line for line in screen_lines(app))
+        await pilot.press("q")
+    assert app.return_value == 0
+    assert app.exit_message == f"Job job_a: succeeded. Model: {folder}. Past runs: synth-tui history"
 
 
 async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
