@@ -527,7 +527,18 @@ def run_history(args: argparse.Namespace | None = None, *, printer: Printer | No
         printer.line("Attach to a job still running with:")
         for record in running:
             printer.line(f"  {session.history_attach_command(record)}")
+    _print_models(printer, records)
     return ExitCode.OK
+
+
+def _print_models(printer: Printer, records: list[RunRecord]) -> None:
+    """The trained models the jobs' ends named (docs/product.md#where-the-model-is)."""
+    saved = [record for record in records if record.model_path]
+    if saved:
+        printer.line("")
+        printer.line("Trained models:")
+        for record in saved:
+            printer.line(f"  {record.job_id:<28} {printable(record.model_path or '')}")
 
 
 async def _refreshed(session: LaunchSession, records: list[RunRecord]) -> list[StatusAnswer]:

@@ -416,3 +416,32 @@ def test_a_job_knows_the_steps_its_config_plans():
         assert JobContext.of("job_1", payload(training)).planned_steps is None
     assert JobContext("job_1").planned_steps is None
     assert JobContext.of("job_1", {"data": "x"}).planned_steps is None
+
+
+# --------------------------------------------------------------------------- the trained model
+
+
+def test_the_end_of_a_watch_remembers_the_model_it_names(tmp_path):
+    from app.core.api.streaming import WatchEnded
+    from app.core.launch.service import HistoryProgress
+
+    remember("job_m", None)
+    remember("job_plain", None)
+    HistoryProgress("job_m", RunHistory()).take(
+        WatchEnded("succeeded", {"status": "succeeded", "artifacts": {"model_path": "/srv/ck/job_m/step-000003"}},
+                   "terminal"))
+    HistoryProgress("job_plain", RunHistory()).take(WatchEnded("failed", {"status": "failed"}, "terminal"))
+    assert RunHistory().get("job_m").model_path == "/srv/ck/job_m/step-000003"
+    assert RunHistory().get("job_m").final_status == "succeeded"
+    assert RunHistory().get("job_plain").model_path is None
+
+
+def test_history_no_tui_lists_the_trained_models(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    remember("job_m", None, status="succeeded", final=True)
+    remember("job_plain", None, status="failed", final=True)
+    RunHistory().record_progress("job_m", model_path="/srv/ck/job_m/step-000003")
+    code = main(["history", "--no-tui"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.rstrip().splitlines()[-2:] == ["Trained models:", f"  {'job_m':<28} /srv/ck/job_m/step-000003"]
