@@ -37,9 +37,11 @@ from app.core.runs.series import (
     MetricSeries,
     MetricStore,
     Readouts,
+    axis_ticks,
     chart_panels,
     downsample,
     shown_number,
+    small_axis,
     sparkline,
     split_label,
     split_slot,
@@ -391,7 +393,7 @@ class MetricChart(Vertical):
         columns = max(plot.size.width - 10, 10)
         smoothing = self.grid.smoothing
         first = last = None
-        drawn = []
+        drawn: list[tuple[list[float], list[float]]] = []
         overlays, live = [line for line in lines if line.overlay], [line for line in lines if not line.overlay]
         for line in overlays:
             drawn.append(self._line(plt, line.series, columns, color=line.color, smoothing=smoothing,
@@ -402,7 +404,7 @@ class MetricChart(Vertical):
                 self._line(plt, line.series, columns, color="gray", smoothing="none", marker=raw)
             drawn.append(self._line(plt, line.series, columns, color=line.color, smoothing=smoothing,
                                     marker=line.marker))
-        for xs in drawn:  # the axis spans every line drawn, overlays included
+        for xs, _ in drawn:  # the axis spans every line drawn, overlays included
             if xs:
                 first = xs[0] if first is None else min(first, xs[0])
                 last = xs[-1] if last is None else max(last, xs[-1])
@@ -412,19 +414,30 @@ class MetricChart(Vertical):
                 plt.xlim(first, last)
             ticks: list[float] = [*integer_ticks(first, last)]  # plotext's stubs take floats
             plt.xticks(ticks)
+        self._value_axis(plt, [y for _, ys in drawn for y in ys], plot.size.height)
         text = self._readouts()
         # A new row count (an overlay added or removed) needs a layout pass; same rows do not.
         readouts.update(text, layout=text.count("\n") != str(readouts.content).count("\n"))
         plot.figure_changed()
 
     def _line(self, plt, series: MetricSeries, columns: int, *, color: object, smoothing: str,
-              marker: str) -> list[float]:
+              marker: str) -> tuple[list[float], list[float]]:
         start = window(series.steps, ZOOM_STEPS if self.grid.zoomed else None)
         banded = len(series) - start > 2 * columns  # downsample() then gives (min, max) pairs
         xs, ys = downsample(series.steps, series.smoothed(smoothing), columns, start)
         if xs:
             plot_line(plt, xs, ys, banded, color=color, marker=marker)
-        return xs
+        return xs, ys
+
+    @staticmethod
+    def _value_axis(plt, ys: list[float], rows: int) -> None:
+        """Tiny values (an lm job's loss near -2e-08) labelled as the readouts write them,
+        "-2.24e-08", not plotext's "-0.00000002240"; other axes keep plotext's own labels."""
+        finite = [y for y in ys if math.isfinite(y)]
+        if not finite or not small_axis(min(finite), max(finite)):
+            return
+        ticks = axis_ticks(min(finite), max(finite), max(2, min(5, rows // 3)))
+        plt.yticks(ticks, [shown_number(tick) for tick in ticks])
 
     def on_focus(self) -> None:
         self.grid.focused_panel = self.panel.key

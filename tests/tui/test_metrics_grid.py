@@ -504,3 +504,20 @@ async def test_readouts_say_min_for_a_loss_and_steps_per_minute_for_the_rate():
         score, loss = chart_text(grid.chart("mean_score")), chart_text(grid.chart("loss"))
         assert "best 0.5000" in score and "1.0 steps/min" in score
         assert "best" not in loss and "min 0.5000" in loss and "max 1.0000" in loss and "steps/min" in loss
+
+
+async def test_a_tiny_loss_is_labelled_and_read_in_scientific_notation():
+    """An lm job's loss near -2e-08: plotext would label its axis "-0.00000002000" and 4
+    decimals would read "-0.0000" (issue 37)."""
+    store = MetricStore()
+    store.add([MetricPoint(name="train.loss", step=step, value=-2.24e-8 + step * 1e-10) for step in range(6)])
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.data_changed()
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        chart = grid.charts[0]
+        plot = "\n".join("".join(char for char, _ in row) for row in cells(chart.query_one(PlotCanvas).frame_strips()))
+        assert "-2.24e-08" in plot and "-2.19e-08" in plot, plot
+        assert "0.0000000" not in plot
+        assert "-2.19e-08" in chart_text(chart) and "-0.0000" not in chart_text(chart)
