@@ -87,6 +87,10 @@ def stylesheet_path() -> Path:
     return installed if installed.exists() else Path(__file__).resolve().parents[1] / "styles.tcss"
 
 
+# Textual's own keys the help leaves out: super+c copies as ctrl+c does (its row says so).
+HELP_LEFT_OUT = frozenset({"screen.copy_text"})
+
+
 class SynthTuiApp(App[int]):
     CSS_PATH = str(stylesheet_path())
     TITLE = "synth-tui"
@@ -363,18 +367,32 @@ class SynthTuiApp(App[int]):
             return
         rows: list[tuple[str, str]] = []
         seen: set[tuple[str, str]] = set()
-        # The screen's and the app's own keys first; a focused widget's scroll keys after.
-        actives = sorted(self.screen.active_bindings.values(),
-                         key=lambda active: not isinstance(active.node, (Screen, App)))
-        for active in actives:
+        for active in sorted(self.screen.active_bindings.values(), key=self._help_order(self.screen)):
             binding = active.binding
             label = binding.description or binding.action
-            if not label or (binding.action, label) in seen:
+            if not label or (binding.action, label) in seen or binding.action in HELP_LEFT_OUT:
                 continue
             seen.add((binding.action, label))
             rows.append((self.get_key_display(binding), label))
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
         self.push_screen(HelpDialog(str(title), rows))
+
+    @staticmethod
+    def _help_order(screen: Screen) -> Callable[[Any], tuple[int, int]]:
+        """The help's order: the screen's own keys first, as its BINDINGS declare them (a key a
+        focused widget answers instead keeps that place: the log's `end`), then the app's,
+        then a focused widget's scroll keys. The screen's keys are what the dialog shows
+        without scrolling (issue 37: `z`, `M`, `n` and `end` fell below the fold)."""
+        declared = {key.strip(): index for index, binding in enumerate(type(screen).BINDINGS)
+                    if isinstance(binding, Binding) for key in binding.key.split(",")}
+
+        def order(active: Any) -> tuple[int, int]:
+            key = active.binding.key
+            if key in declared:
+                return 0, declared[key]
+            return (1 if isinstance(active.node, (Screen, App)) else 2), 0
+
+        return order
 
     def action_help_quit(self) -> None:
         """Ctrl+C with no text selected (with a selection it copies): an interrupt, one rule on

@@ -364,6 +364,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def watch_ended(self) -> None:
         self._header_changed()
+        self.refresh_bindings()  # p leaves the footer (check_action)
 
     def watch_watch_stopped(self) -> None:
         self._header_changed()
@@ -450,6 +451,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             return self.back_to_history
         if action == "quit_dashboard":
             return not self.back_to_history
+        # An ended job's view no longer changes: nothing to pause (a view paused before the end
+        # still resumes; its held batch brings the end).
+        if action == "pause":
+            return not self.ended or self.paused
         return True
 
     def action_back(self) -> None:

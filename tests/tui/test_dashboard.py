@@ -773,3 +773,34 @@ async def test_a_queued_job_at_80x24_keeps_its_place_in_the_header(faulty_backen
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "queued #12" in str(app.screen.query_one("#dash-header").render()),
                        what="the header saying queued #12")
+
+
+async def test_help_shows_every_dashboard_key_before_the_generic_ones_at_160x45():
+    """Issue 37: z, M, n and end fell below the help's fold, after Textual's generic keys."""
+    app = replay_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpDialog)
+        table = help_screen.query_one(DataTable)
+        rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        keys = [key for key, _ in rows]
+        # (A saved run has ended: no p.)
+        assert keys[:16] == ["q", "c", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "^q", "esc"]
+        assert ("end", "Follow log") in rows and "super+c" not in keys
+        # Shown without scrolling: every one of them inside the table's box.
+        await pilot.pause()
+        assert table.scrollable_content_region.height - 1 >= 16  # the header row, then the rows
+
+
+async def test_p_on_an_ended_job_pauses_nothing(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await wait_for(pilot, lambda: "p Pause" not in footer_text(app), what="p gone from the footer")
+        await pilot.press("p")
+        await pilot.pause()
+        assert not screen.paused
+        assert "paused" not in str(screen.query_one("#dash-header").render())
