@@ -251,6 +251,11 @@ def downsample(steps: array[float], values: array[float], columns: int,
 SPLITS = ("train", "eval")
 
 
+# A measure whose title is not its name with spaces: the same words as the ranks line
+# (app/core/runs/ranks.py), so the chart and the line read as one figure.
+MEASURE_TITLES = {"allreduce_s": "all-reduce s"}
+
+
 @dataclass(frozen=True)
 class ChartPanel:
     """One chart of the grid: a measure and the metric series drawn on it, in legend order."""
@@ -260,7 +265,7 @@ class ChartPanel:
 
     @property
     def title(self) -> str:
-        return self.key.replace("_", " ")
+        return MEASURE_TITLES.get(self.key) or self.key.replace("_", " ")
 
     @property
     def lead(self) -> str:
