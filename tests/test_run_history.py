@@ -387,7 +387,7 @@ def test_a_status_check_never_sends_the_env_file_key_to_another_jobs_backend(tmp
     assert sent_to_other == {f"Bearer {other.api_key}"}
 
 
-def test_an_embedded_backend_that_stops_fails_every_unfinished_job_of_it(tmp_path):
+def test_an_embedded_backend_that_stops_cancels_every_unfinished_job_of_it(tmp_path):
     from app.core.runs.jobs import stop_backend_jobs
 
     history = RunHistory(tmp_path / "h.sqlite")
@@ -398,7 +398,7 @@ def test_an_embedded_backend_that_stops_fails_every_unfinished_job_of_it(tmp_pat
     history.record_progress("job_d", status="succeeded", final=True)
     stop_backend_jobs(history, "http://127.0.0.1:1/api", "the demo ended before the job did")
     assert {r.job_id: r.status for r in history.list()} == {
-        "job_a": "failed", "job_b": "failed", "job_c": "queued", "job_d": "succeeded"}
+        "job_a": "cancelled", "job_b": "cancelled", "job_c": "queued", "job_d": "succeeded"}
     notes = {r.job_id: r.end_note for r in history.list()}
     assert notes == {"job_a": "the demo ended before the job did", "job_b": "the demo ended before the job did",
                      "job_c": None, "job_d": None}

@@ -130,7 +130,7 @@ async def test_ctrl_c_on_a_running_job_of_an_embedded_backend_records_it_stopped
         await pilot.press("ctrl+c")
     assert app.return_value == ExitCode.INTERRUPTED
     assert app.exit_message.startswith("Interrupted. Job job_a stopped with the app.")
-    assert RunHistory().get("job_a").final_status
+    assert RunHistory().get("job_a").final_status == "cancelled"  # the user ended it: not a failure
 
 
 async def test_ctrl_c_on_the_history_exits_130(make_app):
