@@ -52,6 +52,18 @@ from widgets.plot_canvas import PlotCanvas
 ZOOM_STEPS = 50
 # A plot needs this many rows inside its border to say anything; below it, text rows.
 MIN_PLOT_ROWS = 9
+TEXT_ROW_RULE = 1  # a chart as text rows: its title rule, then a row per line
+
+
+def plotted_count(lines: Sequence[int], columns: int, height: int) -> int:
+    """How many charts, in order, get a plot (at least MIN_PLOT_ROWS, plus a readouts row per
+    extra line) in ``height`` rows when the charts after them take a text row each (a title
+    rule and a row per line): all of them when they fit, none when even one plot does not."""
+    for plots in range(len(lines), 0, -1):
+        room = height - sum(TEXT_ROW_RULE + count for count in lines[plots:])
+        if room // math.ceil(plots / columns) >= MIN_PLOT_ROWS + max(lines[:plots]) - 1:
+            return plots
+    return 0
 # The live series' colours by split (plotext names) and their legend equivalents (Rich).
 LIVE_COLORS = ("cyan", "orange", "green", "magenta")
 LEGEND_COLORS = {"cyan": "cyan", "orange": "darkorange", "green": "green", "magenta": "magenta",
@@ -649,24 +661,37 @@ class MetricsGrid(Vertical):
         for chart in charts:
             chart.set_class(chart not in shown, "-hidden")
         columns = 2 if width >= 90 and len(shown) > 1 else 1
-        rows = math.ceil(len(shown) / columns)
-        # Each line of a chart has a readouts row under its plot: more lines, more rows needed.
-        lines = max((len(chart.lines()) for chart in shown), default=1)
-        compact = not self.full and height // rows < MIN_PLOT_ROWS + max(lines, 1) - 1
+        # Each line of a chart has a readouts row under its plot: more lines, more rows needed;
+        # as a text row it takes a title rule and a row per line.
+        lines = [max(len(chart.lines()), 1) for chart in shown]
+        plots = len(shown) if self.full else plotted_count(lines, columns, height)
+        compact = plots == 0
         cells.set_class(compact, "-compact")
         self.set_class(compact, "-compact")
+        text_rows = shown[plots:]
         for chart in charts:
-            chart.set_class(compact, "-compact")
+            chart.set_class(chart in text_rows, "-compact")
         if compact:
             cells.styles.layout = "vertical"
         else:
-            cells.styles.layout = "grid"
-            cells.styles.grid_size_columns = columns
-            cells.styles.grid_size_rows = rows
-        for index, chart in enumerate(shown):  # an odd last chart spans the row, not half of it
-            chart.styles.column_span = columns if index == len(shown) - 1 and len(shown) % columns else 1
+            self._grid_layout(cells, shown, plots, columns)
         self._show_status()
         self.redraw_if_changed(force=True)
+
+    @staticmethod
+    def _grid_layout(cells: Widget, shown: list[MetricChart], plots: int, columns: int) -> None:
+        """The first ``plots`` charts as plots (rows sharing the height), the others under them
+        as text rows across the grid, each as tall as its lines (issue 37: at 160x45, 9 charts
+        all went to text rows and left a third of the grid empty)."""
+        plot_rows = math.ceil(plots / columns)
+        text_rows = [str(TEXT_ROW_RULE + max(len(chart.lines()), 1)) for chart in shown[plots:]]
+        cells.styles.layout = "grid"
+        cells.styles.grid_size_columns = columns
+        cells.styles.grid_size_rows = plot_rows + len(text_rows)
+        cells.styles.grid_rows = " ".join(["1fr"] * plot_rows + text_rows)
+        for index, chart in enumerate(shown):  # an odd last plot spans its row; a text row the grid's
+            last_odd = index == plots - 1 and plots % columns
+            chart.styles.column_span = columns if last_odd or index >= plots else 1
 
     def _show_status(self) -> None:
         if not self.is_mounted:
