@@ -139,3 +139,39 @@ async def test_ctrl_c_on_the_history_exits_130(make_app):
         await wait_for_screen(pilot, HistoryScreen)
         await pilot.press("ctrl+c")
     ended_by_interrupt(app, "Interrupted.")
+
+
+async def test_ctrl_c_in_a_text_field_with_nothing_selected_interrupts_too(faulty_backend):
+    """A focused Input takes ctrl+c as its copy: without a selection that did nothing."""
+    from textual.widgets import Input
+
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    app = dashboard_app(faulty_backend, "job_a")
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.ended,
+                       what="the job's end")
+        await pilot.press("slash", "x")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.value == "x",
+                       what="the filter typed in")
+        await pilot.press("ctrl+c")
+    assert app.return_value == ExitCode.INTERRUPTED
+
+
+async def test_ctrl_c_with_text_selected_in_a_field_copies_it_and_stays(faulty_backend):
+    from textual.widgets import Input
+    from textual.widgets.input import Selection
+
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    app = dashboard_app(faulty_backend, "job_a")
+    copied: list[str] = []
+    app.copy_to_clipboard = copied.append  # type: ignore[method-assign]
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen) and app.screen.ended,
+                       what="the job's end")
+        await pilot.press("slash", *"step")
+        await wait_for(pilot, lambda: isinstance(app.focused, Input) and app.focused.value == "step",
+                       what="the filter typed in")
+        app.focused.selection = Selection(0, 4)
+        await pilot.press("ctrl+c")
+        await pilot.pause()
+        assert copied == ["step"] and app.is_running
