@@ -228,8 +228,9 @@ def demo_options(setup: DemoSetup, *, poll_interval: float = 0.5, poll_timeout: 
                          cwd=cwd or Path.cwd(), embedded_backend=True)
 
 
-def banner(setup: DemoSetup) -> str:
-    """Where the demo runs and what happens to its keys (stderr, before the flow starts)."""
+def banner(setup: DemoSetup, *, stopped: bool = False) -> str:
+    """Where the demo runs and what happens to its keys (stderr, before the flow starts); once
+    it has ended (``stopped``), that its servers stopped with it: their URLs answer no more."""
     folder = setup.folder
     if folder.temporary:
         where = (f"Demo folder: {folder.path} (temporary: another demo is using {folder.busy}; this folder and "
@@ -237,8 +238,10 @@ def banner(setup: DemoSetup) -> str:
     else:
         keys = "the keys of the last demo here" if setup.reused_keys else "keys made now"
         where = f"Demo folder: {folder.path} ({keys}; the folder and its keys are kept for the next demo)"
-    return (f"{where}\n  backend:  {setup.backend.url}/api\n  task app: {setup.task_app.url}\n"
-            f"  .env:     {setup.env_path} (mode 0600)\n  config:   {setup.config_path}")
+    servers = (f"  backend:  {setup.backend.url}/api\n  task app: {setup.task_app.url}\n" if not stopped else
+               "  backend and task app: stopped with the demo (a job still running stopped too: "
+               "synth-tui history lists it)\n")
+    return f"{where}\n{servers}  .env:     {setup.env_path} (mode 0600)\n  config:   {setup.config_path}"
 
 
 def run_demo(args: argparse.Namespace, *, interactive: bool) -> int:
@@ -332,4 +335,4 @@ def _run_demo_tui(args: argparse.Namespace) -> int:
     finally:
         servers.stop()
         if servers.setup is not None:  # where the demo ran, left on the terminal after the app
-            print(banner(servers.setup), file=sys.stderr, flush=True)
+            print(banner(servers.setup, stopped=True), file=sys.stderr, flush=True)

@@ -32,7 +32,7 @@ from app.core.config import rl as cfg
 from app.core.config.toml_source import read_config_text
 from app.core.env.keys import REQUIRED_KEYS
 from app.core.env.resolve import ResolvedKey
-from app.core.errors import ExitCode, SynthTuiError, UsageError
+from app.core.errors import INTERRUPTED_BEFORE_A_JOB, ExitCode, SynthTuiError, UsageError
 from app.core.invocation import as_run
 from app.core.launch import service
 from app.core.launch.diagnosis import BackendCheck, ModelCheck, TaskAppCheck, model_summary
@@ -43,6 +43,7 @@ from app.core.runs.compare import compare_rows, open_comparison, read_runs
 from app.core.runs.events import event_line, is_noise, metric_line, status_line
 from app.core.runs.history import RunHistory, RunRecord, take_repair_notes
 from app.core.runs.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
+from app.core.runs.model import saved_model
 from app.core.runs.series import shown_number
 from app.core.text import counted
 from app.text_chart import TextChart
@@ -123,7 +124,7 @@ def run_headless(run: TrainRun, printer: Printer | None = None) -> int:
         if state.job_id and state.session is not None:
             printer.diag(f"\nInterrupted. {state.session.attach_hint(state.job_id)}")
         else:
-            printer.diag("\nInterrupted before a job was created; nothing was sent.")
+            printer.diag(f"\n{INTERRUPTED_BEFORE_A_JOB}")
         return ExitCode.INTERRUPTED
     except BrokenPipeError:
         # stdout's reader went away (| head): app.cli ends the run with 141. A job created by
@@ -460,9 +461,19 @@ async def stream_job(job_id: str, stream_format: str, printer: Printer, session:
         printer.line(f"Final status: {ended.status} (the job is paused on the backend; watch ended)")
     else:
         printer.line(f"Final status: {ended.status}")
-    printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])
+    printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])  # the SDK's cut
+    _print_model(printer, ended.payload)
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
     return ended.exit_code
+
+
+def _print_model(printer: Printer, payload: dict[str, Any]) -> None:
+    """The trained model's folder as a line of its own, last, and how to load it: the SDK's
+    cut of the JSON above (docs/wire-contract.md) ends before artifacts.model_path."""
+    model = saved_model(payload)
+    if model is not None:
+        for line in model.lines():
+            printer.line(line)
 
 
 # --------------------------------------------------------------------------- other commands
@@ -534,7 +545,18 @@ def run_history(args: argparse.Namespace | None = None, *, printer: Printer | No
         printer.line("Attach to a job still running with:")
         for record in running:
             printer.line(f"  {session.history_attach_command(record)}")
+    _print_models(printer, records)
     return ExitCode.OK
+
+
+def _print_models(printer: Printer, records: list[RunRecord]) -> None:
+    """The trained models the jobs' ends named (docs/product.md#where-the-model-is)."""
+    saved = [record for record in records if record.model_path]
+    if saved:
+        printer.line("")
+        printer.line("Trained models:")
+        for record in saved:
+            printer.line(f"  {record.job_id:<28} {printable(record.model_path or '')}")
 
 
 async def _refreshed(session: LaunchSession, records: list[RunRecord]) -> list[StatusAnswer]:

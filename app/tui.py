@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
 from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
@@ -20,7 +21,8 @@ from textual.timer import Timer
 from textual.worker import Worker, WorkerState
 
 from app.core.env.discovery import resolved_user_path
-from app.core.errors import ExitCode, SynthTuiError
+from app.core.errors import INTERRUPTED, INTERRUPTED_BEFORE_A_JOB, ExitCode, SynthTuiError
+from app.core.invocation import as_run
 from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
 from app.core.redact import redact
 from app.core.runs.jobs import JobContext
@@ -87,6 +89,10 @@ def stylesheet_path() -> Path:
     return installed if installed.exists() else Path(__file__).resolve().parents[1] / "styles.tcss"
 
 
+# Textual's own keys the help leaves out: super+c copies as ctrl+c does (its row says so).
+HELP_LEFT_OUT = frozenset({"screen.copy_text"})
+
+
 class SynthTuiApp(App[int]):
     CSS_PATH = str(stylesheet_path())
     TITLE = "synth-tui"
@@ -119,6 +125,7 @@ class SynthTuiApp(App[int]):
         self.first_screen = first_screen
         self.preparation = preparation
         self.exit_code = 0
+        self.exit_message: str | None = None  # what leave() prints when the app has ended
         self._held_keys: list[events.Key] = []  # typed ahead, waiting (on_event)
         self._replaying: set[events.Key] = set()
         self._key_in_flight: float | None = None  # when the last key handed on was (monotonic)
@@ -363,23 +370,44 @@ class SynthTuiApp(App[int]):
             return
         rows: list[tuple[str, str]] = []
         seen: set[tuple[str, str]] = set()
-        # The screen's and the app's own keys first; a focused widget's scroll keys after.
-        actives = sorted(self.screen.active_bindings.values(),
-                         key=lambda active: not isinstance(active.node, (Screen, App)))
-        for active in actives:
+        for active in sorted(self.screen.active_bindings.values(), key=self._help_order(self.screen)):
             binding = active.binding
             label = binding.description or binding.action
-            if not label or (binding.action, label) in seen:
+            if not label or (binding.action, label) in seen or binding.action in HELP_LEFT_OUT:
                 continue
             seen.add((binding.action, label))
             rows.append((self.get_key_display(binding), label))
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
         self.push_screen(HelpDialog(str(title), rows))
 
+    @staticmethod
+    def _help_order(screen: Screen) -> Callable[[Any], tuple[int, int]]:
+        """The help's order: the screen's own keys first, as its BINDINGS declare them (a key a
+        focused widget answers instead keeps that place: the log's `end`), then the app's,
+        then a focused widget's scroll keys. The screen's keys are what the dialog shows
+        without scrolling (issue 37: `z`, `M`, `n` and `end` fell below the fold)."""
+        declared = {key.strip(): index for index, binding in enumerate(type(screen).BINDINGS)
+                    if isinstance(binding, Binding) for key in binding.key.split(",")}
+
+        def order(active: Any) -> tuple[int, int]:
+            key = active.binding.key
+            if key in declared:
+                return 0, declared[key]
+            return (1 if isinstance(active.node, (Screen, App)) else 2), 0
+
+        return order
+
     def action_help_quit(self) -> None:
-        """Ctrl+C with no text selected (with a selection it copies): quit, as Ctrl+Q does,
-        asking first where something would be lost. Textual would only say to press Ctrl+Q."""
-        self.run_worker(self.action_quit(), name="Quit")
+        """Ctrl+C with no text selected (with a selection it copies): an interrupt, one rule on
+        every screen (docs/product.md#exit-codes): exit 130 with the line a headless run prints
+        for it. Where something would be lost (a job running on the dashboard, unsaved .env
+        edits) the quit question comes first, and a second Ctrl+C answers it. The flow screen on
+        top decides (a dialog over it changes nothing). Textual would only say to press Ctrl+Q."""
+        screen = next((s for s in reversed(self.screen_stack) if isinstance(s, FlowScreen)), None)
+        if screen is None:
+            self.leave(ExitCode.INTERRUPTED, INTERRUPTED)
+        else:
+            screen.request_interrupt()
 
     async def action_quit(self) -> None:
         """Ctrl+Q (and the palette's Quit): the screen decides, e.g. the dashboard asks while
@@ -391,13 +419,37 @@ class SynthTuiApp(App[int]):
 
     def quit_flow(self) -> None:
         """Leave, asking first when the .env has unsaved edits."""
+        self._leave_flow(lambda: self.leave(self.exit_code))
+
+    def interrupt_flow(self, message: str | None = None) -> None:
+        """Ctrl+C: exit 130 with ``message``, asking first when the .env has unsaved edits. By
+        default the headless run's words: in the guided steps, before a submit, that nothing
+        was sent (a job's dashboard says its own: DashboardScreen.request_interrupt)."""
+        if message is None:
+            message = INTERRUPTED_BEFORE_A_JOB if self.guided else INTERRUPTED
+        self._leave_flow(lambda: self.leave(ExitCode.INTERRUPTED, message), message)
+
+    @property
+    def guided(self) -> bool:
+        """The guided flow (config to submit), not a command's own screen (history, jobs…)."""
+        return self.attach is None and self.first_screen is None and self.start in self.STEPS
+
+    def _leave_flow(self, leave: Callable[[], None], interrupt_message: str = INTERRUPTED) -> None:
         env = self.session.env
         if env is not None and env.dirty:
-            self.confirm(f"Quit and drop the unsaved changes to {env.path.name}?",
-                         lambda: self.exit(self.exit_code), label="Quit",
-                         detail="ctrl+s on the .env screen saves them first.")
+            self.confirm(f"Quit and drop the unsaved changes to {env.path.name}?", leave, label="Quit",
+                         detail="ctrl+s on the .env screen saves them first.",
+                         on_interrupt=lambda: self.leave(ExitCode.INTERRUPTED, interrupt_message))
         else:
-            self.exit(self.exit_code)
+            leave()
+
+    def leave(self, code: int, message: str | None = None) -> None:
+        """End the app with ``code``; ``message`` is printed on stderr once the terminal is
+        back (as plain text: a path or a command is never read as markup), its commands as they
+        were run (``.venv/bin/synth-tui attach …``: app/core/invocation.py)."""
+        message = as_run(message) if message else message
+        self.exit_code, self.exit_message = code, message
+        self.exit(code, message=Text(message) if message else None)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         # Textual's "Keys" duplicates our help, and its "Screenshot" writes to a Downloads
@@ -409,15 +461,21 @@ class SynthTuiApp(App[int]):
                 yield command
         yield SystemCommand("Help", "Show every key of this screen", self.action_help)
 
-    def confirm(self, question: str, on_yes, *, detail: str = "", label: str = "Yes") -> None:
-        """Ask, then call ``on_yes()`` only when the user confirms."""
+    def confirm(self, question: str, on_yes, *, detail: str = "", label: str = "Yes",
+                on_interrupt: Callable[[], None] | None = None) -> None:
+        """Ask, then call ``on_yes()`` only when the user confirms. A quit question gives
+        ``on_interrupt``: Ctrl+C in it calls that instead (the second Ctrl+C of an interrupt)."""
         from app.screens.dialogs.common import ConfirmDialog
 
+        dialog = ConfirmDialog(question, confirm_label=label, detail=detail, interruptible=on_interrupt is not None)
+
         def answered(yes: bool | None) -> None:
-            if yes:
+            if dialog.interrupted and on_interrupt is not None:
+                on_interrupt()
+            elif yes:
                 on_yes()
 
-        self.push_screen(ConfirmDialog(question, confirm_label=label, detail=detail), answered)
+        self.push_screen(dialog, answered)
 
     def show_error(self, title: str, error: BaseException) -> None:
         """The one place a failure reaches the user: a message and a fix, never a traceback."""

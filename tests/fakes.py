@@ -38,6 +38,8 @@ class ScriptedJob:
     model: str | None = None
     # The embedded backend's queue_position, one per timeline entry (None: not sent).
     queue_positions: list[int | None] | None = None
+    # The job's artifacts ({"model_path": ...}), in its JSON once it has succeeded.
+    artifacts: dict[str, Any] | None = None
 
     def advance(self) -> None:
         self.tick = min(self.tick + 1, len(self.timeline))
@@ -87,6 +89,7 @@ class FaultyBackend:
         # POST /api/rl/verify_model: None answers 404, as the hosted service (no model check) does.
         self.model_answer: tuple[int, Any] | None = None
         self.create_job_template: list[tuple[str, list[dict], list[dict]]] = [("queued", [], [])]
+        self.create_job_artifacts: dict[str, Any] | None = None  # a created job's artifacts once it succeeds
         self.rl_paths_missing = False  # serve jobs only under /learning (the /rl paths answer 404)
         self.sse_enabled = False
         self.rl_offered = True  # False: every /api/rl/... answers 404, as a backend without RL jobs
@@ -336,7 +339,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(200, {"job_id": job_id, "status": self.owner.jobs[job_id].status})
             return
         job_id = f"job_{len(self.owner.jobs) + 1:04d}"
-        self.owner.add_job(ScriptedJob(job_id, list(self.owner.create_job_template)))
+        self.owner.add_job(ScriptedJob(job_id, list(self.owner.create_job_template),
+                                       artifacts=self.owner.create_job_artifacts))
         if key:
             self.owner.idempotency[key] = (job_id, canonical)
         self._send(201, {"job_id": job_id, "status": "queued", "created_at": "2026-01-01T00:00:00Z",
@@ -366,6 +370,8 @@ class _Handler(BaseHTTPRequestHandler):
         payload = {"job_id": job.job_id, "status": job.status, "created_at": "2026-01-01T00:00:00Z"}
         if job.stamp_updates:
             payload["updated_at"] = f"2026-01-01T00:00:{job.tick:02d}Z"
+        if job.artifacts is not None and job.status == "succeeded":
+            payload["artifacts"] = job.artifacts
         self._send(200, job.with_position(payload))
 
     def _job_events(self, job: ScriptedJob, since: int, limit: int) -> None:

@@ -65,3 +65,36 @@ def test_the_guided_demo_stops_its_servers_even_when_closed_while_they_start(tmp
             pass
     with pytest.raises(UsageError):
         servers.start()  # a closed demo starts nothing more
+
+
+def test_the_summary_after_the_guided_demo_says_its_servers_stopped(tmp_path):
+    """Issue 37: the banner printed after the app listed the backend's URL, which answers no
+    more (an attach to it then said to start `synth-tui backend`)."""
+    from types import SimpleNamespace
+
+    from app.demo import DemoFolder, DemoSetup, banner
+
+    setup = DemoSetup(DemoFolder(tmp_path, lock=None), tmp_path / ".env", tmp_path / "demo.toml",  # type: ignore[arg-type]
+                      SimpleNamespace(url="http://127.0.0.1:41001"), SimpleNamespace(url="http://127.0.0.1:41002"))
+    assert "backend:  http://127.0.0.1:41001/api" in banner(setup)
+    after = banner(setup, stopped=True)
+    assert "127.0.0.1:41001" not in after and "127.0.0.1:41002" not in after
+    assert "stopped with the demo" in after and f".env:     {tmp_path / '.env'}" in after
+
+
+def test_attach_to_a_job_stopped_with_its_demo_says_so_not_start_a_backend(tmp_path, monkeypatch):
+    from app.core.runs.history import RunHistory
+    from app.core.runs.jobs import stop_backend_jobs
+
+    monkeypatch.chdir(tmp_path)
+    history = RunHistory()
+    history.record_submission(job_id="job_demo", backend="http://127.0.0.1:1/api", config_path=None, payload=None,
+                              idempotency_key=None)
+    stop_backend_jobs(history, "http://127.0.0.1:1/api", "the demo ended before the job did")
+    assert history.get("job_demo").status == "cancelled"  # the user ended it: not a failure
+    result = run_cli("attach", "job_demo", "--no-tui", cwd=tmp_path)
+    assert result.returncode == 5
+    assert "Job job_demo ran in an embedded backend that has stopped (the demo ended before the job did)" in \
+        result.stderr
+    assert "synth-tui history" in result.stderr and "synth-tui backend" not in result.stderr
+    assert "Traceback" not in result.stderr

@@ -76,6 +76,24 @@ def test_happy_path_prints_the_sdk_lines_and_exits_0(world):
     assert_no_secrets(world, out, err)
 
 
+def test_the_model_path_is_the_last_line_with_the_python_that_loads_it(world, tmp_path):
+    # The SDK's cut of the final JSON (600 characters) ends before artifacts.model_path.
+    folder = tmp_path / "checkpoints" / "job_0001" / "step-000003"
+    folder.mkdir(parents=True)
+    (folder / "policy.json").write_text(json.dumps({"kind": "lm", "trainer_mode": "full"}))
+    world["backend"].create_job_artifacts = {"model_path": str(folder), "padding": "x" * 700}
+    code, out, _ = run(world)
+    assert code == 0
+    assert out.splitlines()[-4:] == [f"Model: {folder}", "  Load it in Python:",
+                                     "    from transformers import AutoModelForCausalLM",
+                                     f'    model = AutoModelForCausalLM.from_pretrained("{folder}")']
+
+
+def test_a_job_without_a_model_ends_with_its_json(world):
+    code, out, _ = run(world)
+    assert code == 0 and "Model:" not in out
+
+
 def test_env_file_is_never_rewritten(world):
     before = world["env"].read_bytes()
     run(world)

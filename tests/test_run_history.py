@@ -387,7 +387,7 @@ def test_a_status_check_never_sends_the_env_file_key_to_another_jobs_backend(tmp
     assert sent_to_other == {f"Bearer {other.api_key}"}
 
 
-def test_an_embedded_backend_that_stops_fails_every_unfinished_job_of_it(tmp_path):
+def test_an_embedded_backend_that_stops_cancels_every_unfinished_job_of_it(tmp_path):
     from app.core.runs.jobs import stop_backend_jobs
 
     history = RunHistory(tmp_path / "h.sqlite")
@@ -398,7 +398,7 @@ def test_an_embedded_backend_that_stops_fails_every_unfinished_job_of_it(tmp_pat
     history.record_progress("job_d", status="succeeded", final=True)
     stop_backend_jobs(history, "http://127.0.0.1:1/api", "the demo ended before the job did")
     assert {r.job_id: r.status for r in history.list()} == {
-        "job_a": "failed", "job_b": "failed", "job_c": "queued", "job_d": "succeeded"}
+        "job_a": "cancelled", "job_b": "cancelled", "job_c": "queued", "job_d": "succeeded"}
     notes = {r.job_id: r.end_note for r in history.list()}
     assert notes == {"job_a": "the demo ended before the job did", "job_b": "the demo ended before the job did",
                      "job_c": None, "job_d": None}
@@ -416,3 +416,32 @@ def test_a_job_knows_the_steps_its_config_plans():
         assert JobContext.of("job_1", payload(training)).planned_steps is None
     assert JobContext("job_1").planned_steps is None
     assert JobContext.of("job_1", {"data": "x"}).planned_steps is None
+
+
+# --------------------------------------------------------------------------- the trained model
+
+
+def test_the_end_of_a_watch_remembers_the_model_it_names(tmp_path):
+    from app.core.api.streaming import WatchEnded
+    from app.core.launch.service import HistoryProgress
+
+    remember("job_m", None)
+    remember("job_plain", None)
+    HistoryProgress("job_m", RunHistory()).take(
+        WatchEnded("succeeded", {"status": "succeeded", "artifacts": {"model_path": "/srv/ck/job_m/step-000003"}},
+                   "terminal"))
+    HistoryProgress("job_plain", RunHistory()).take(WatchEnded("failed", {"status": "failed"}, "terminal"))
+    assert RunHistory().get("job_m").model_path == "/srv/ck/job_m/step-000003"
+    assert RunHistory().get("job_m").final_status == "succeeded"
+    assert RunHistory().get("job_plain").model_path is None
+
+
+def test_history_no_tui_lists_the_trained_models(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    remember("job_m", None, status="succeeded", final=True)
+    remember("job_plain", None, status="failed", final=True)
+    RunHistory().record_progress("job_m", model_path="/srv/ck/job_m/step-000003")
+    code = main(["history", "--no-tui"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert out.rstrip().splitlines()[-2:] == ["Trained models:", f"  {'job_m':<28} /srv/ck/job_m/step-000003"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from app.core.api.wire import MetricPoint
 from app.core.runs.history import RunHistory
-from app.core.runs.series import MetricSeries, MetricStore, default_metric, downsample, window
+from app.core.runs.series import MetricSeries, MetricStore, default_metric, downsample, shown_number, window
 
 
 def test_default_metric_prefers_gepa_then_mean_scores():
@@ -149,3 +151,10 @@ def test_a_score_reads_best_and_any_other_measure_min():
             series.add(step, value, now=float(step))
         readouts = series.readouts()
         assert (readouts.best_label, readouts.best) == (label, best), name
+
+
+@pytest.mark.parametrize(("value", "shown"), [(-2.24e-08, "-2.24e-08"), (0.000999, "9.99e-04"), (0.001, "0.0010"),
+                                              (0.5, "0.5000"), (0.0, "0.0000"), (-0.0, "0.0000"),
+                                              (123456.0, "1.23e+05")])
+def test_small_numbers_are_shown_in_scientific_notation(value, shown):
+    assert shown_number(value) == shown

@@ -386,3 +386,33 @@ async def test_a_queued_jobs_place_moving_is_a_status_update_and_a_status_line(f
     assert changes == [("queued", 2), ("queued", 1), ("running", None), ("succeeded", None)]
     lines = [status_line(u.status).split("] ", 1)[1] for u in updates if isinstance(u, StatusChanged)]
     assert lines == ["status=queued #2", "status=queued #1", "status=running", "status=succeeded"]
+
+
+class _OneStreamedStep(_StreamingJob):
+    """Step 1's event streams a moment after the watch's first metrics read (which found
+    nothing), then the job goes quiet: its metric is written with its event."""
+
+    async def stream_events(self, job_id, since_seq):
+        await asyncio.sleep(0.125)  # inside a wait between two ticks (poll_interval 0.05)
+        self.streamed = 1
+        yield JobEvent(seq=1, type="rl.train.step", message="Step 1")
+        await asyncio.sleep(3600)
+
+
+async def test_a_streamed_steps_metric_is_read_even_when_a_tick_starts_before_it_is_due(monkeypatch):
+    """The read that follows streamed events waits for METRICS_FOLLOW_INTERVAL after the last
+    read; a tick that began meanwhile dropped it, and the chart showed the step before the
+    log's until the next step's event (issue 37: the log at step 3, the charts at step 2)."""
+    import app.core.api.streaming as streaming
+
+    monkeypatch.setattr(streaming, "METRICS_FOLLOW_INTERVAL", 0.3)
+    monkeypatch.setattr(streaming, "METRICS_IDLE_INTERVAL", 3600.0)  # no read just for being idle
+    client = _OneStreamedStep(steps=1)
+    watcher = JobWatcher(client, "job_a", WatchOptions(poll_interval=0.05, poll_timeout=120.0))
+
+    async def until_the_metric() -> None:
+        async for update in watcher.watch():
+            if isinstance(update, NewMetrics) and any(p.step == 1 for p in update.points):
+                return
+
+    await asyncio.wait_for(until_the_metric(), timeout=10)

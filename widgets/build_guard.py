@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from textual import events
+from textual.binding import Binding
 from textual.screen import Screen
 
 
@@ -16,7 +17,20 @@ class BuildGuard(Screen):
     default CSS by class order, and Screen's, inherited here, would cover ModalScreen's dimmed
     background."""
 
+    # Ctrl+C with text selected copies it (Textual's own screen binding, replaced here); without,
+    # it is the app's interrupt. Here because a dialog (a modal screen) hides the app's bindings,
+    # and Ctrl+C must do the same over a dialog as under it (docs/product.md#exit-codes).
+    BINDINGS = [Binding("ctrl+c", "copy_or_interrupt", "Copy the selection, else quit",
+                        id="screen.copy_or_interrupt", show=False)]
+
     _removed_unbuilt = False
+
+    def action_copy_or_interrupt(self) -> None:
+        selection = self.get_selected_text()
+        if selection:
+            self.app.copy_to_clipboard(selection)
+        else:
+            self.app.action_help_quit()
 
     async def on_event(self, event: events.Event) -> None:
         # _pruning and _closing are private: Textual has no public flag for "being removed", and

@@ -37,9 +37,11 @@ from app.core.runs.series import (
     MetricSeries,
     MetricStore,
     Readouts,
+    axis_ticks,
     chart_panels,
     downsample,
     shown_number,
+    small_axis,
     sparkline,
     split_label,
     split_slot,
@@ -50,6 +52,18 @@ from widgets.plot_canvas import PlotCanvas
 ZOOM_STEPS = 50
 # A plot needs this many rows inside its border to say anything; below it, text rows.
 MIN_PLOT_ROWS = 9
+TEXT_ROW_RULE = 1  # a chart as text rows: its title rule, then a row per line
+
+
+def plotted_count(lines: Sequence[int], columns: int, height: int) -> int:
+    """How many charts, in order, get a plot (at least MIN_PLOT_ROWS, plus a readouts row per
+    extra line) in ``height`` rows when the charts after them take a text row each (a title
+    rule and a row per line): all of them when they fit, none when even one plot does not."""
+    for plots in range(len(lines), 0, -1):
+        room = height - sum(TEXT_ROW_RULE + count for count in lines[plots:])
+        if room // math.ceil(plots / columns) >= MIN_PLOT_ROWS + max(lines[:plots]) - 1:
+            return plots
+    return 0
 # The live series' colours by split (plotext names) and their legend equivalents (Rich).
 LIVE_COLORS = ("cyan", "orange", "green", "magenta")
 LEGEND_COLORS = {"cyan": "cyan", "orange": "darkorange", "green": "green", "magenta": "magenta",
@@ -404,7 +418,7 @@ class MetricChart(Vertical):
         columns = max(plot.size.width - 10, 10)
         smoothing = self.grid.smoothing
         first = last = None
-        drawn = []
+        drawn: list[tuple[list[float], list[float]]] = []
         overlays, live = [line for line in lines if line.overlay], [line for line in lines if not line.overlay]
         for line in overlays:
             drawn.append(self._line(plt, line.series, columns, color=line.color, smoothing=smoothing,
@@ -415,7 +429,7 @@ class MetricChart(Vertical):
                 self._line(plt, line.series, columns, color="gray", smoothing="none", marker=raw)
             drawn.append(self._line(plt, line.series, columns, color=line.color, smoothing=smoothing,
                                     marker=line.marker))
-        for xs in drawn:  # the axis spans every line drawn, overlays included
+        for xs, _ in drawn:  # the axis spans every line drawn, overlays included
             if xs:
                 first = xs[0] if first is None else min(first, xs[0])
                 last = xs[-1] if last is None else max(last, xs[-1])
@@ -425,19 +439,30 @@ class MetricChart(Vertical):
                 plt.xlim(first, last)
             ticks: list[float] = [*integer_ticks(first, last)]  # plotext's stubs take floats
             plt.xticks(ticks)
+        self._value_axis(plt, [y for _, ys in drawn for y in ys], plot.size.height)
         text = self._readouts()
         # A new row count (an overlay added or removed) needs a layout pass; same rows do not.
         readouts.update(text, layout=text.count("\n") != str(readouts.content).count("\n"))
         plot.figure_changed()
 
     def _line(self, plt, series: MetricSeries, columns: int, *, color: object, smoothing: str,
-              marker: str) -> list[float]:
+              marker: str) -> tuple[list[float], list[float]]:
         start = window(series.steps, ZOOM_STEPS if self.grid.zoomed else None)
         banded = len(series) - start > 2 * columns  # downsample() then gives (min, max) pairs
         xs, ys = downsample(series.steps, series.smoothed(smoothing), columns, start)
         if xs:
             plot_line(plt, xs, ys, banded, color=color, marker=marker)
-        return xs
+        return xs, ys
+
+    @staticmethod
+    def _value_axis(plt, ys: list[float], rows: int) -> None:
+        """Tiny values (an lm job's loss near -2e-08) labelled as the readouts write them,
+        "-2.24e-08", not plotext's "-0.00000002240"; other axes keep plotext's own labels."""
+        finite = [y for y in ys if math.isfinite(y)]
+        if not finite or not small_axis(min(finite), max(finite)):
+            return
+        ticks = axis_ticks(min(finite), max(finite), max(2, min(5, rows // 3)))
+        plt.yticks(ticks, [shown_number(tick) for tick in ticks])
 
     def on_focus(self) -> None:
         self.grid.focused_panel = self.panel.key
@@ -649,24 +674,37 @@ class MetricsGrid(Vertical):
         for chart in charts:
             chart.set_class(chart not in shown, "-hidden")
         columns = 2 if width >= 90 and len(shown) > 1 else 1
-        rows = math.ceil(len(shown) / columns)
-        # Each line of a chart has a readouts row under its plot: more lines, more rows needed.
-        lines = max((len(chart.lines()) for chart in shown), default=1)
-        compact = not self.full and height // rows < MIN_PLOT_ROWS + max(lines, 1) - 1
+        # Each line of a chart has a readouts row under its plot: more lines, more rows needed;
+        # as a text row it takes a title rule and a row per line.
+        lines = [max(len(chart.lines()), 1) for chart in shown]
+        plots = len(shown) if self.full else plotted_count(lines, columns, height)
+        compact = plots == 0
         cells.set_class(compact, "-compact")
         self.set_class(compact, "-compact")
+        text_rows = shown[plots:]
         for chart in charts:
-            chart.set_class(compact, "-compact")
+            chart.set_class(chart in text_rows, "-compact")
         if compact:
             cells.styles.layout = "vertical"
         else:
-            cells.styles.layout = "grid"
-            cells.styles.grid_size_columns = columns
-            cells.styles.grid_size_rows = rows
-        for index, chart in enumerate(shown):  # an odd last chart spans the row, not half of it
-            chart.styles.column_span = columns if index == len(shown) - 1 and len(shown) % columns else 1
+            self._grid_layout(cells, shown, plots, columns)
         self._show_status()
         self.redraw_if_changed(force=True)
+
+    @staticmethod
+    def _grid_layout(cells: Widget, shown: list[MetricChart], plots: int, columns: int) -> None:
+        """The first ``plots`` charts as plots (rows sharing the height), the others under them
+        as text rows across the grid, each as tall as its lines (issue 37: at 160x45, 9 charts
+        all went to text rows and left a third of the grid empty)."""
+        plot_rows = math.ceil(plots / columns)
+        text_rows = [str(TEXT_ROW_RULE + max(len(chart.lines()), 1)) for chart in shown[plots:]]
+        cells.styles.layout = "grid"
+        cells.styles.grid_size_columns = columns
+        cells.styles.grid_size_rows = plot_rows + len(text_rows)
+        cells.styles.grid_rows = " ".join(["1fr"] * plot_rows + text_rows)
+        for index, chart in enumerate(shown):  # an odd last plot spans its row; a text row the grid's
+            last_odd = index == plots - 1 and plots % columns
+            chart.styles.column_span = columns if last_odd or index >= plots else 1
 
     def _show_status(self) -> None:
         if not self.is_mounted:

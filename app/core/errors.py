@@ -22,6 +22,12 @@ class ExitCode:
     OUTPUT_CLOSED = 141
 
 
+# What an interrupt (Ctrl+C) prints, the same in the headless run and on every screen of the TUI
+# (docs/product.md#exit-codes): before a job exists, that nothing was sent.
+INTERRUPTED = "Interrupted."
+INTERRUPTED_BEFORE_A_JOB = "Interrupted before a job was created; nothing was sent."
+
+
 class SynthTuiError(Exception):
     """Base class: a problem we explain to the user instead of showing a traceback."""
 

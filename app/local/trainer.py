@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from app.core.api.retry import Attempts
 from app.core.config.trainable import MAX_ANSWER_BYTES
 from app.core.redact import scrub_key_fragments
+from app.core.runs.series import shown_number
 from app.local import policies
 from app.local.admission import JOBS_FLAG, Admission
 from app.local.answers import DEFAULT_MAX_ANSWER_BYTES, NOT_COMPRESSED, AnswerTooLarge, send_capped, show_bytes
@@ -788,8 +789,9 @@ class Trainer:
         assert run.policy is not None  # _load_policy ran
         stats = await asyncio.to_thread(run.policy.update, groups)
         mean = sum(e.score for e in episodes) / len(episodes)
+        loss = shown_number(stats.loss)  # an lm job's tiny loss in scientific notation, not "-0.0000"
         events = [{"type": "rl.train.step",
-                   "message": f"Step {step}/{plan.total_steps}: mean score {mean:.3f}, loss {stats.loss:.4f}, "
+                   "message": f"Step {step}/{plan.total_steps}: mean score {mean:.3f}, loss {loss}, "
                               f"entropy {stats.entropy:.3f}",
                    "data": {"step": step, "total_steps": plan.total_steps, "epoch": epoch, "mean_score": mean,
                             "loss": stats.loss, "entropy": stats.entropy, "rollouts": len(episodes),

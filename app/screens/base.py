@@ -55,10 +55,22 @@ class FlowScreen(ReportsWorkerFailures, BuildGuard):
     def request_quit(self) -> None:
         """Ctrl+Q or the palette's Quit on this screen: the flow screen below decides (a
         dashboard under its rollout inspector asks first while its job runs); the first quits."""
-        stack = self.app.screen_stack
-        below = stack[: stack.index(self)] if self in stack else []
-        screen = next((s for s in reversed(below) if isinstance(s, FlowScreen)), None)
+        screen = self._flow_screen_below()
         if screen is not None:
             screen.request_quit()
         else:
             self.flow_app.quit_flow()
+
+    def request_interrupt(self) -> None:
+        """Ctrl+C on this screen (SynthTuiApp.action_help_quit): decided as a quit is, by the
+        flow screen below; the first ends the app with 130 (SynthTuiApp.interrupt_flow)."""
+        screen = self._flow_screen_below()
+        if screen is not None:
+            screen.request_interrupt()
+        else:
+            self.flow_app.interrupt_flow()
+
+    def _flow_screen_below(self) -> FlowScreen | None:
+        stack = self.app.screen_stack
+        below = stack[: stack.index(self)] if self in stack else []
+        return next((s for s in reversed(below) if isinstance(s, FlowScreen)), None)

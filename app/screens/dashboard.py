@@ -29,7 +29,6 @@ from textual.widgets import Footer, Input, Static
 from app.core.api.streaming import WatchEnded
 from app.core.api.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
 from app.core.errors import ExitCode, SynthTuiError
-from app.core.invocation import as_run
 from app.core.launch import service
 from app.core.paths import run_dir
 from app.core.runs.compare import ComparedRun
@@ -37,6 +36,7 @@ from app.core.runs.events import policy_badge
 from app.core.runs.feed import FeedBatch, JobFeed
 from app.core.runs.history import RunHistory
 from app.core.runs.jobs import CANCEL_DETAIL, JobContext, export_run, read_history, remember, stop_backend_jobs
+from app.core.runs.model import SavedModel, saved_model
 from app.core.runs.ranks import rank_figures
 from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore
@@ -131,6 +131,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.seen_running = False
         self.completion_warning: str | None = None  # a warning-level completion event's message
         self.ended_code = 0  # the exit code the watch's end calls for (WatchEnded.exit_code)
+        self.model: SavedModel | None = None  # the trained model the job's end names (artifacts.model_path)
         self.started = time.monotonic()
         self.created_at: datetime | None = None
         self.finished_after: int | None = None  # seconds from creation to the end, once known
@@ -321,7 +322,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             text = self.session.paused_message(self.job.job_id)
             self.notify(text, title="Job paused", severity="warning")
         else:
-            text = f"Final status: {status}\n{json.dumps(payload, indent=2)}"
+            # The model first: the JSON is long, and the panel shows a few rows (docs/product.md#dashboard).
+            self.model = saved_model(payload)
+            model_lines = self.model.lines() if self.model is not None else []
+            text = "\n".join([f"Final status: {status}", *model_lines, json.dumps(payload, indent=2)])
             severity: SeverityLevel = "information" if status in SUCCESS_STATUSES else "error"
             if status in SUCCESS_STATUSES and self.completion_warning:
                 text = f"Warning: {self.completion_warning}\n{text}"
@@ -360,6 +364,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def watch_ended(self) -> None:
         self._header_changed()
+        self.refresh_bindings()  # p leaves the footer (check_action)
 
     def watch_watch_stopped(self) -> None:
         self._header_changed()
@@ -446,6 +451,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             return self.back_to_history
         if action == "quit_dashboard":
             return not self.back_to_history
+        # An ended job's view no longer changes: nothing to pause (a view paused before the end
+        # still resumes; its held batch brings the end).
+        if action == "pause":
+            return not self.ended or self.paused
         return True
 
     def action_back(self) -> None:
@@ -562,35 +571,48 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def request_quit(self) -> None:
         self.action_quit_dashboard()
 
+    def request_interrupt(self) -> None:
+        """Ctrl+C: as q (asking first while the job runs; a second Ctrl+C answers), then exit
+        130 with "Interrupted." before the quit line (docs/product.md#exit-codes)."""
+        self._ask_to_quit(interrupted=True)
+
     def action_quit_dashboard(self) -> None:
+        self._ask_to_quit(interrupted=False)
+
+    def _ask_to_quit(self, *, interrupted: bool) -> None:
         if self.ended:
-            self._exit()
+            self._exit(interrupted=interrupted)
             return
         if self.session.options.embedded_backend:
             question = "Quit? The embedded backend stops with the app, and this job with it."
             detail = f"Its events so far stay in {run_dir(self.job.job_id)}."
         else:
             question, detail = "Quit? The job keeps running on the backend.", self.session.attach_hint(self.job.job_id)
-        self.flow_app.confirm(question, self._exit, label="Quit", detail=detail)
+        self.flow_app.confirm(question, lambda: self._exit(interrupted=interrupted), label="Quit", detail=detail,
+                              on_interrupt=lambda: self._exit(interrupted=True))
 
-    def _exit(self) -> None:
+    def _exit(self, *, interrupted: bool = False) -> None:
         if self.feed is not None:
             self.feed.stop()
+        code, message = self._quit_line()
+        if interrupted:
+            code, message = ExitCode.INTERRUPTED, f"Interrupted. {message}"
+        self.flow_app.leave(code, message)
+
+    def _quit_line(self) -> tuple[int, str]:
+        """The exit code and the line printed when the app has ended."""
         if self.ended:
-            message = self.end_message or f"Job {self.job.job_id}: {self.status}. Past runs: synth-tui history"
+            model = f" Model: {self.model.path}." if self.model is not None and not self.end_message else ""
+            message = self.end_message or f"Job {self.job.job_id}: {self.status}.{model} Past runs: synth-tui history"
             # The same exit codes as the headless command (WatchEnded.exit_code).
-            code = self.ended_code
-        elif self.session.options.embedded_backend:
+            return self.ended_code, message
+        if self.session.options.embedded_backend:
             # The job ends with this process: it did not succeed, and the history must not
             # list it as running for ever.
-            message = f"Job {self.job.job_id} stopped with the app. {self.session.attach_hint(self.job.job_id)}"
-            code = ExitCode.JOB_FAILED
             remember(lambda history: stop_backend_jobs(history, self.session.backend_base))
-        else:
-            message = f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
-            code = 0
-        self.flow_app.exit_code = code
-        self.app.exit(code, message=as_run(message))  # printed on the terminal: commands as they were run
+            return (ExitCode.JOB_FAILED,
+                    f"Job {self.job.job_id} stopped with the app. {self.session.attach_hint(self.job.job_id)}")
+        return 0, f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
 
     def on_unmount(self) -> None:
         if self.feed is not None:

@@ -287,6 +287,8 @@ class HistoryScreen(FlowScreen):
             lines.append(f"last metrics {metrics_text(record.last_metrics, 4)}")
         if record.end_note:
             lines.append(f"{record.status}: {record.end_note}")
+        if record.model_path:
+            lines.append(f"model {record.model_path}")
         detail.update("\n".join(printable(line) for line in lines))
 
     @on(DataTable.RowSelected, "#history-table")

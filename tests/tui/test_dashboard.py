@@ -25,7 +25,7 @@ from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text
+from screen_text import footer_text, screen_lines
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
@@ -60,6 +60,31 @@ async def test_events_arrive_and_the_chart_grows(faulty_backend):
         assert screen.status == "succeeded"
         assert "Final status: succeeded" in str(screen.query_one("#dash-final-text").render())
         await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+
+
+def unwrapped(lines: list[str]) -> str:
+    """The screen's text without borders or blanks: a path wrapped over rows reads whole."""
+    return "".join("".join(line.strip().strip("│").split()) for line in lines)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_the_final_panel_and_the_quit_line_show_the_model(faulty_backend, tmp_path, size):
+    folder = tmp_path / "step-000006"
+    folder.mkdir()
+    (folder / "policy.json").write_text(json.dumps({"kind": "lm", "trainer_mode": "lora"}))
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2), artifacts={"model_path": str(folder)}))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=size) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        # On screen without scrolling (the JSON under it is long), wrapped at 80 columns.
+        await wait_for(pilot, lambda: f"Model:{folder}" in unwrapped(screen_lines(app)),
+                       what="the model's path in the final panel")
+        if size[0] > 80:
+            assert any("AutoPeftModelForCausalLM" in line for line in screen_lines(app))
+        await pilot.press("q")
+    assert app.return_value == 0
+    assert app.exit_message == f"Job job_a: succeeded. Model: {folder}. Past runs: synth-tui history"
 
 
 async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
@@ -477,10 +502,11 @@ async def test_a_data_parallel_job_shows_each_ranks_figures_under_the_header(siz
         await pilot.pause()
         text = str(line.render())
         assert "step 30" in text and "r0 499" in text and "r1 381" in text, text
-        assert "r0 22.8" in text and "r1 1.4" in text, text
+        # Seconds, as the `all-reduce s` chart's readouts (one name and unit).
+        assert "all-reduce s" in text and "0.0228" in text, text
         assert len(text) <= size[0] - 2 and line.size.height == 1
         if size[0] == 160:
-            assert "generation tokens/s" in text and "mean 12.1 ms" in text, text
+            assert "generation tokens/s" in text and "r1 0.0014" in text and "mean 0.0121" in text, text
         header = str(app.screen.query_one("#dash-header").render())
         assert "lm × 2" in header, header
         # The next step's figures replace them: four ranks now, rank 3 the slowest.
@@ -577,14 +603,14 @@ async def test_the_header_keeps_every_fact_with_a_filter_on(faulty_backend, size
         assert all(len(line) <= size[0] - 2 for line in text.splitlines())
 
 
-async def test_ctrl_c_asks_to_quit_like_ctrl_q(faulty_backend):
+async def test_ctrl_c_asks_to_quit_like_ctrl_q_and_ends_as_an_interrupt(faulty_backend):
     faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.press("ctrl+c")
         await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("y")
-    assert app.return_value == 0
+    assert app.return_value == ExitCode.INTERRUPTED  # tests/tui/test_interrupt.py: every screen
 
 
 async def test_the_charts_run_to_the_jobs_planned_steps():
@@ -748,3 +774,34 @@ async def test_a_queued_job_at_80x24_keeps_its_place_in_the_header(faulty_backen
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "queued #12" in str(app.screen.query_one("#dash-header").render()),
                        what="the header saying queued #12")
+
+
+async def test_help_shows_every_dashboard_key_before_the_generic_ones_at_160x45():
+    """Issue 37: z, M, n and end fell below the help's fold, after Textual's generic keys."""
+    app = replay_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpDialog)
+        table = help_screen.query_one(DataTable)
+        rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        keys = [key for key, _ in rows]
+        # (A saved run has ended: no p.)
+        assert keys[:16] == ["q", "c", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "^q", "esc"]
+        assert ("end", "Follow log") in rows and "super+c" not in keys
+        # Shown without scrolling: every one of them inside the table's box.
+        await pilot.pause()
+        assert table.scrollable_content_region.height - 1 >= 16  # the header row, then the rows
+
+
+async def test_p_on_an_ended_job_pauses_nothing(faulty_backend):
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        await wait_for(pilot, lambda: "p Pause" not in footer_text(app), what="p gone from the footer")
+        await pilot.press("p")
+        await pilot.pause()
+        assert not screen.paused
+        assert "paused" not in str(screen.query_one("#dash-header").render())

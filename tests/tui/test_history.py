@@ -174,6 +174,16 @@ async def test_a_missing_remembered_env_gives_an_error_naming_the_file_and_the_f
         await wait_for_screen(pilot, HistoryScreen, "the history again")
 
 
+async def test_the_detail_line_names_the_trained_model(project, faulty_backend):
+    record("job_a", faulty_backend.url + "/api", status="succeeded", final=True, env_path=None)
+    RunHistory().record_progress("job_a", model_path="/srv/ck/job_a/step-000030")
+    app = history_app(project)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await loaded(pilot, 1)
+        await wait_for(pilot, lambda: "model /srv/ck/job_a/step-000030" in str(
+            screen.query_one("#history-detail", Static).render()), what="the model in the detail line")
+
+
 async def test_a_remembered_env_without_the_key_says_which_file(project, faulty_backend):
     env = project / ".env"
     env.write_text("ENVIRONMENT_API_KEY=abc\n")

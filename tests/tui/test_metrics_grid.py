@@ -504,3 +504,65 @@ async def test_readouts_say_min_for_a_loss_and_steps_per_minute_for_the_rate():
         score, loss = chart_text(grid.chart("mean_score")), chart_text(grid.chart("loss"))
         assert "best 0.5000" in score and "1.0 steps/min" in score
         assert "best" not in loss and "min 0.5000" in loss and "max 1.0000" in loss and "steps/min" in loss
+
+
+async def test_a_tiny_loss_is_labelled_and_read_in_scientific_notation():
+    """An lm job's loss near -2e-08: plotext would label its axis "-0.00000002000" and 4
+    decimals would read "-0.0000" (issue 37)."""
+    store = MetricStore()
+    store.add([MetricPoint(name="train.loss", step=step, value=-2.24e-8 + step * 1e-10) for step in range(6)])
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.data_changed()
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        chart = grid.charts[0]
+        plot = "\n".join("".join(char for char, _ in row) for row in cells(chart.query_one(PlotCanvas).frame_strips()))
+        assert "-2.24e-08" in plot and "-2.19e-08" in plot, plot
+        assert "0.0000000" not in plot
+        assert "-2.19e-08" in chart_text(chart) and "-0.0000" not in chart_text(chart)
+
+
+NINE_MEASURES = ["mean_score", "loss", "entropy", "kl", "grad_norm", "allreduce_s", "generation_tokens_per_s", "lr",
+                 "clip"]
+
+
+def nine_metric_job(job_id: str) -> ScriptedJob:
+    """Nine measures, as an lm job with KL and data-parallel timings emits them."""
+    timeline = [("running", [event(1, "rl.train.started")], [])]
+    for step in range(8):
+        points = [metric(f"train.{name}", step, 0.1 * step + i) for i, name in enumerate(NINE_MEASURES)]
+        timeline.append(("running", [event(step + 2, "rl.train.step")], points))
+    timeline.append(("succeeded", [event(20, "rl.job.completed")], []))
+    return ScriptedJob(job_id, timeline)
+
+
+async def test_nine_charts_and_the_final_panel_at_160x45_plot_what_fits_and_leave_no_rows_empty(faulty_backend):
+    """Issue 37: with 9 charts (or once the final panel showed) every chart fell back to a
+    text row and about 14 rows of the grid stayed empty. The first charts are plots, the rest
+    text rows under them, and together they fill the grid."""
+    faulty_backend.add_job(nine_metric_job("job_a"))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        grid = screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: len(grid.charts) == 9 and all(c.redraws for c in grid.charts))
+        await pilot.pause()
+        plotted = [chart for chart in grid.charts if not chart.has_class("-compact")]
+        assert len(plotted) >= 4 and all(chart.size.height >= 9 for chart in plotted)
+        cells = grid.query_one("#grid-cells")
+        bottom = max(chart.region.bottom for chart in grid.charts)
+        assert cells.region.bottom - bottom <= 1, (cells.region, bottom)
+
+
+@pytest.mark.parametrize(("lines", "columns", "height", "plots"), [
+    ([1, 1, 1], 2, 30, 3),  # all fit: 2 rows of 15
+    ([1] * 9, 2, 30, 4),  # 5 text rows of 2 leave 20: 2 rows of plots of 10
+    ([2] * 9, 2, 40, 6),  # plots need 10 rows, text rows 3 each: 3 of them leave 31 for 3 rows
+    ([1] * 9, 1, 12, 0),  # not one plot fits: all text rows
+])
+def test_plotted_count(lines, columns, height, plots):
+    from widgets.metrics_grid import plotted_count
+
+    assert plotted_count(lines, columns, height) == plots

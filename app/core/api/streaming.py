@@ -229,6 +229,9 @@ class JobWatcher:
         self._status_read_at = 0.0  # monotonic time of the last status read
         self._ticks_since_status = 0
         self._events_came = False  # events arrived since the last tick started
+        # Streamed events came and the metrics written with them are not read yet: the read
+        # waits for METRICS_FOLLOW_INTERVAL, across a tick's start (_between_ticks).
+        self._metrics_owed = False
 
     async def watch(self) -> AsyncGenerator[Update, None]:
         opts = self.options
@@ -336,7 +339,7 @@ class JobWatcher:
             if batch:
                 fresh_events = True
                 yield NewEvents(batch)
-        if (fresh_events or self._metrics_flowing
+        if (fresh_events or self._metrics_flowing or self._metrics_follow_due()
                 or time.monotonic() - self._metrics_read_at >= METRICS_IDLE_INTERVAL):
             points = await self._poll_metrics()
             if points:
@@ -350,11 +353,10 @@ class JobWatcher:
         A step's event and its metric points are written together, but only events stream:
         without this the chart would trail the log by up to a poll interval (a few steps of
         a fast job). After streamed events, metrics are read once the follow interval since
-        the last read has passed (docs/product.md#metrics-grid); a failed read waits for the
-        next tick, which retries it."""
-        metrics_due = False
+        the last read has passed (docs/product.md#metrics-grid), here or by the tick that
+        starts first; a failed read is tried again a follow interval later."""
         while (remaining := tick_end - time.monotonic()) > 0:
-            if metrics_due:
+            if self._metrics_owed:
                 remaining = min(remaining, max(0.0, self._metrics_read_at + METRICS_FOLLOW_INTERVAL
                                                - time.monotonic()))
             batch = await self._next_streamed(remaining)
@@ -363,9 +365,8 @@ class JobWatcher:
                 yield NewEvents(batch)
                 if self._state.terminal_from_event:
                     return
-                metrics_due = True
-            if metrics_due and time.monotonic() >= self._metrics_read_at + METRICS_FOLLOW_INTERVAL:
-                metrics_due = False
+                self._metrics_owed = True
+            if self._metrics_follow_due():
                 try:
                     points = await self._poll_metrics()
                 except ApiError:
@@ -382,6 +383,12 @@ class JobWatcher:
             if len(page) < PAGE_LIMIT or not fresh:
                 return
 
+    def _metrics_follow_due(self) -> bool:
+        """Streamed events are owed their metrics, and the follow interval since the last read
+        has passed; a tick that starts before then reads them when it has (the chart trailed
+        the log by a step when a tick's start dropped the read)."""
+        return self._metrics_owed and time.monotonic() >= self._metrics_read_at + METRICS_FOLLOW_INTERVAL
+
     async def _poll_metrics(self) -> list[MetricPoint]:
         self._metrics_read_at = time.monotonic()
         collected: list[MetricPoint] = []
@@ -392,6 +399,7 @@ class JobWatcher:
             if len(page) < PAGE_LIMIT or not fresh:
                 break
         self._metrics_flowing = bool(collected)
+        self._metrics_owed = False  # only once read: a failed read is tried again when due
         return collected
 
     async def _drain(self) -> AsyncIterator[Update]:

@@ -287,6 +287,7 @@ class HistoryProgress(WatchSink):
     def take(self, update: Update) -> None:
         from app.core.api.streaming import NewMetrics, StatusChanged, WatchEnded
         from app.core.runs.jobs import remember
+        from app.core.runs.model import model_path
 
         if isinstance(update, NewMetrics):
             self.last_metrics.update({p.name: p.value for p in update.points if p.value is not None})
@@ -297,9 +298,10 @@ class HistoryProgress(WatchSink):
             warning = remember(lambda h: h.record_progress(self.job_id, status=status, last_metrics=metrics),
                                self.history)
         elif isinstance(update, WatchEnded):
-            ended = update
+            ended, path = update, model_path(update.payload)
             warning = remember(lambda h: h.record_progress(self.job_id, status=ended.status, last_metrics=metrics,
-                                                           final=ended.reason == "terminal"), self.history)
+                                                           final=ended.reason == "terminal", model_path=path),
+                               self.history)
         else:
             return
         if warning and warning not in self.warnings:

@@ -35,7 +35,7 @@ from app.core.launch.steps import (
     resolve_secrets,
     unattended_env_choice,
 )
-from app.core.runs.jobs import JobContext, read_history, remember
+from app.core.runs.jobs import JobContext, StoppedWithItsBackend, read_history, remember
 
 # The first screen is drawn before the config schema (pydantic), the HTTP client (httpx), the
 # watch and Modal's modules are imported: each method imports what it uses, once its step comes
@@ -558,6 +558,8 @@ class LaunchSession:
 
         check_job_id(job_id)  # it goes into URL paths: "../x" or "" must stop here
         record = read_history(job_id)
+        if record is not None and record.end_note and not self.options.backend:
+            raise StoppedWithItsBackend(record)  # its backend is gone: it would say "start a backend"
         if record is not None:
             return self.use_history_record(record)
         self.open_unattended_env()
@@ -625,7 +627,7 @@ class LaunchSession:
         """How to watch this job again after leaving: the command with every flag it needs."""
         if self.options.embedded_backend:
             return (f"The embedded backend stops with this process, and job {job_id} with it: "
-                    "the run history records it as failed.")
+                    "the run history records it as cancelled.")
         env_path = self.env_choice.path if self.env_choice is not None else None
         return f"Attach again with:\n  {attach_command(job_id, self.backend_base, env_path)}"
 

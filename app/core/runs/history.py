@@ -45,12 +45,13 @@ CREATE TABLE IF NOT EXISTS runs (
     last_metrics TEXT,
     rerun_of TEXT,
     env_path TEXT,
-    end_note TEXT
+    end_note TEXT,
+    model_path TEXT
 );
 """
 # Columns added after the first release, with their types: a file written by an older version
 # gets them (ALTER TABLE ... ADD COLUMN) the first time it is opened, and its rows read as NULL.
-_ADDED_COLUMNS = (("env_path", "TEXT"), ("end_note", "TEXT"))
+_ADDED_COLUMNS = (("env_path", "TEXT"), ("end_note", "TEXT"), ("model_path", "TEXT"))
 # The columns every version wrote: a runs table without one of them is not ours.
 _FIRST_COLUMNS = ("job_id", "backend", "config_path", "payload", "idempotency_key", "created_at", "updated_at",
                   "final_status", "last_status", "last_metrics", "rerun_of")
@@ -95,6 +96,8 @@ class RunRecord:
     # Why this machine recorded the job's end itself (its embedded backend stopped with the app
     # or the demo), when it did; None when the backend said how the job ended.
     end_note: str | None = None
+    # The trained model's folder its end named (artifacts.model_path), as the backend gave it.
+    model_path: str | None = None
 
     @property
     def status(self) -> str:
@@ -194,9 +197,13 @@ class RunHistory:
 
     def record_progress(self, job_id: str, *, status: str | None = None,
                         last_metrics: Mapping[str, float] | None = None, final: bool = False,
-                        note: str | None = None) -> None:
-        """``note``: why the end was recorded here rather than seen on the backend."""
+                        note: str | None = None, model_path: str | None = None) -> None:
+        """``note``: why the end was recorded here rather than seen on the backend;
+        ``model_path``: the model the job's end named (docs/product.md#where-the-model-is)."""
         sets, values = ["updated_at = ?"], [utc_now()]
+        if model_path is not None:
+            sets.append("model_path = ?")
+            values.append(model_path)
         if note is not None:
             sets.append("end_note = ?")
             values.append(note)
@@ -222,7 +229,7 @@ class RunHistory:
 
 
 _COLUMNS = ("job_id, backend, config_path, payload, idempotency_key, created_at, updated_at, final_status,"
-            " last_status, last_metrics, rerun_of, env_path, end_note")
+            " last_status, last_metrics, rerun_of, env_path, end_note, model_path")
 
 
 def _add_missing_columns(db: sqlite3.Connection) -> None:
@@ -258,13 +265,13 @@ def _record(row: tuple[Any, ...]) -> RunRecord | None:
     program's write) reads as missing, so one odd row never hides the others; a row without a
     job id is skipped."""
     (job_id, backend, config_path, payload, key, created, updated, final, last, metrics, rerun_of, env_path,
-     end_note) = row
+     end_note, model_path) = row
     job_id = _text(job_id)
     if not job_id:
         return None
     return RunRecord(job_id, _text(backend) or "", _text(config_path), _json_object(payload), _text(key),
                      _text(created) or "", _text(updated) or "", _text(final), _text(last), _metrics(metrics),
-                     _text(rerun_of), _text(env_path), _text(end_note))
+                     _text(rerun_of), _text(env_path), _text(end_note), _text(model_path))
 
 
 def _text(value: object) -> str | None:

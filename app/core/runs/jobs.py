@@ -13,6 +13,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from app.core.errors import ExitCode, SynthTuiError
 from app.core.paths import open_private, private_dir, run_dir
 
 # What the cancel dialog says of a job, running or queued (the jobs list and the dashboard).
@@ -96,14 +97,33 @@ def remember(write: Callable[[RunHistory], None], history: RunHistory | None = N
 EMBEDDED_STOPPED = "its embedded backend stopped with the app that started it, before the job ended"
 
 
+# How the history records a job stopped with its embedded backend: the user ended the app (or
+# the demo) that ran it; the job did not fail (issue 37: a rerun quit with the demo read "failed").
+STOPPED_STATUS = "cancelled"
+
+
 def stop_backend_jobs(history: RunHistory, backend: str, why: str = EMBEDDED_STOPPED) -> None:
     """An embedded backend stops with the app (or the demo) that started it, and every job it
-    still ran with it (a rerun's original too): each is recorded failed, with why, so none
+    still ran with it (a rerun's original too): each is recorded cancelled, with why, so none
     stays "running" in the history for ever, and `synth-tui history` does not ask a backend
     that is gone about it."""
     for record in history.list():
         if record.backend == backend and not record.final_status:
-            history.record_progress(record.job_id, status="failed", final=True, note=why)
+            history.record_progress(record.job_id, status=STOPPED_STATUS, final=True, note=why)
+
+
+class StoppedWithItsBackend(SynthTuiError):
+    """An attach to a job whose embedded backend stopped with the app that ran it: nothing
+    answers at its URL any more (a demo's port is new each run), so no watch can help."""
+
+    exit_code = ExitCode.BACKEND
+
+    def __init__(self, record: RunRecord) -> None:
+        super().__init__(
+            f"Job {record.job_id} ran in an embedded backend that has stopped ({record.end_note}); "
+            f"the job ended with it ({record.status}).",
+            f"Its events are kept in {run_dir(record.job_id)}: `synth-tui history` opens it read-only; "
+            "`synth-tui demo` trains a new one.")
 
 
 def read_history(job_id: str) -> RunRecord | None:

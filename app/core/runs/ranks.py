@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from app.core.api.wire import JobEvent
 from app.core.runs.rollouts import finite_number
+from app.core.runs.series import shown_number
 
 STEP_EVENT = "rl.train.step"
 
@@ -57,8 +58,9 @@ def _rate(value: float | None) -> str:
     return f"{value:.0f}" if value >= 100 else f"{value:.1f}"
 
 
-def _ms(seconds: float | None) -> str:
-    return "—" if seconds is None else f"{seconds * 1000:.1f}"
+def _seconds(seconds: float | None) -> str:
+    """As the `all-reduce s` chart's readouts write it (shown_number): one unit for both."""
+    return "—" if seconds is None else shown_number(seconds)
 
 
 def _extreme(values: tuple[float | None, ...], *, lowest: bool) -> tuple[int, float] | None:
@@ -74,21 +76,21 @@ def rank_texts(figures: RankFigures) -> list[str]:
     The longer ones name every rank; the shortest gives the range and names the slowest rank."""
     ranks = range(figures.world)
     at = f"step {figures.step}" if figures.step is not None else "latest step"
-    mean = f"mean {_ms(figures.mean_allreduce_s)} ms"
+    mean = f"mean {_seconds(figures.mean_allreduce_s)}"
     tokens = " · ".join(f"r{r} {_rate(figures.tokens_per_s[r])}" for r in ranks)
-    reduce = " · ".join(f"r{r} {_ms(figures.allreduce_s[r])}" for r in ranks)
-    full = f"{figures.world} ranks, {at}:  generation tokens/s {tokens}  ·  all-reduce ms {reduce} ({mean})"
+    reduce = " · ".join(f"r{r} {_seconds(figures.allreduce_s[r])}" for r in ranks)
+    full = f"{figures.world} ranks, {at}:  generation tokens/s {tokens}  ·  all-reduce s {reduce} ({mean})"
     tokens_short = " ".join(f"r{r} {_rate(figures.tokens_per_s[r])}" for r in ranks)
-    reduce_short = " ".join(f"r{r} {_ms(figures.allreduce_s[r])}" for r in ranks)
-    medium = f"× {figures.world} {at}: tok/s {tokens_short}  all-reduce ms {reduce_short}"
+    reduce_short = " ".join(f"r{r} {_seconds(figures.allreduce_s[r])}" for r in ranks)
+    medium = f"× {figures.world} {at}: tok/s {tokens_short}  all-reduce s {reduce_short}"
     slowest = _extreme(figures.tokens_per_s, lowest=True)
     fastest = _extreme(figures.tokens_per_s, lowest=False)
     longest = _extreme(figures.allreduce_s, lowest=False)
     spread = (f"tok/s {_rate(slowest[1])}-{_rate(fastest[1])} (slowest r{slowest[0]})"
               if slowest and fastest else "tok/s —")
-    average = _ms(figures.mean_allreduce_s)
-    waits = f"all-reduce {average} ms, max {_ms(longest[1])} (r{longest[0]})" if longest else \
-        f"all-reduce {average} ms"
+    average = _seconds(figures.mean_allreduce_s)
+    waits = f"all-reduce s {average}, max {_seconds(longest[1])} (r{longest[0]})" if longest else \
+        f"all-reduce s {average}"
     short = f"× {figures.world} {at}: {spread} · {waits}"
     shortest = f"× {figures.world} {at}: {spread}"
     return [full, medium, short, shortest]

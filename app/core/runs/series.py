@@ -42,13 +42,32 @@ def default_metric(names: Iterable[str]) -> str | None:
     return names[0] if names else None
 
 
+# Below this size (and above zero) 4 decimals would say one digit or none ("-0.0000" for an lm
+# job's loss of -2.24e-08): such a number is written in scientific notation.
+SCIENTIFIC_BELOW = 1e-3
+
+
 def shown_number(value: float) -> str:
-    """A metric's value for a readout or a table: 4 decimals (no "-0.0000" for a tiny
-    negative), or 3 significant digits when large."""
+    """A metric's value for a readout, a table or a log line: 4 decimals, 3 significant digits
+    when large, scientific notation when small ("-2.24e-08", never "-0.0000")."""
     if abs(value) >= 1e5:
         return f"{value:.3g}"
-    text = f"{value:.4f}"
-    return "0.0000" if text == "-0.0000" else text
+    if 0 < abs(value) < SCIENTIFIC_BELOW:
+        return f"{value:.2e}"
+    return f"{value + 0.0:.4f}"  # + 0.0: -0.0 reads "0.0000"
+
+
+def small_axis(low: float, high: float) -> bool:
+    """A y axis from ``low`` to ``high`` whose labels need scientific notation: plotext would
+    write "-0.00000002000" (shown_number's rule, on the larger end)."""
+    return 0 < max(abs(low), abs(high)) < SCIENTIFIC_BELOW
+
+
+def axis_ticks(low: float, high: float, count: int) -> list[float]:
+    """``count`` values from ``low`` to ``high``, evenly spaced (one when they are equal)."""
+    if high <= low or count < 2:
+        return [low]
+    return [low + (high - low) * i / (count - 1) for i in range(count)]
 
 
 # A measure whose name holds one of these is a score: higher is better, its readout is "best".
@@ -235,6 +254,11 @@ def downsample(steps: array[float], values: array[float], columns: int,
 SPLITS = ("train", "eval")
 
 
+# A measure whose title is not its name with spaces: the same words as the ranks line
+# (app/core/runs/ranks.py), so the chart and the line read as one figure.
+MEASURE_TITLES = {"allreduce_s": "all-reduce s"}
+
+
 @dataclass(frozen=True)
 class ChartPanel:
     """One chart of the grid: a measure and the metric series drawn on it, in legend order."""
@@ -244,7 +268,7 @@ class ChartPanel:
 
     @property
     def title(self) -> str:
-        return self.key.replace("_", " ")
+        return MEASURE_TITLES.get(self.key) or self.key.replace("_", " ")
 
     @property
     def lead(self) -> str:

@@ -14,7 +14,9 @@ from widgets.build_guard import BuildGuard
 
 
 class ConfirmDialog(ModalScreen[bool], BuildGuard):
-    """Ask before something that cannot be undone; y/enter confirms, n/escape cancels."""
+    """Ask before something that cannot be undone; y/enter confirms, n/escape cancels. A quit
+    question (``interruptible``) also takes Ctrl+C: the second Ctrl+C of an interrupt is its
+    answer (``interrupted`` says so; docs/product.md#keys)."""
 
     AUTO_FOCUS = "#confirm-yes"
 
@@ -23,11 +25,23 @@ class ConfirmDialog(ModalScreen[bool], BuildGuard):
         Binding("n,escape", "cancel", "No", id="confirm.no"),
     ]
 
-    def __init__(self, question: str, *, confirm_label: str = "Yes", detail: str = "") -> None:
+    def __init__(self, question: str, *, confirm_label: str = "Yes", detail: str = "",
+                 interruptible: bool = False) -> None:
         super().__init__(classes="dialog")
         self.question = question
         self.confirm_label = confirm_label
         self.detail = detail
+        self.interruptible = interruptible
+        self.interrupted = False  # answered by Ctrl+C
+
+    def action_copy_or_interrupt(self) -> None:
+        """Ctrl+C: a quit question's answer; any other question leaves it to the app (which
+        asks whether to quit, over this one)."""
+        if not self.interruptible:
+            super().action_copy_or_interrupt()
+            return
+        self.interrupted = True
+        self.dismiss(True)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog-body"):
