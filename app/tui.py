@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gc
 import sys
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -68,8 +67,10 @@ def dashboard_screen(job: JobContext) -> FlowScreen:
 # Never held behind keys typed ahead (SynthTuiApp.on_event): the user wants out now.
 UNHELD_KEYS = frozenset({"ctrl+c", "ctrl+q"})
 KEY_RELEASE_S = 0.01  # how often a key typed ahead checks whether it can go on
-# A screen that is never quiet (a live feed's bursts) takes the next key after this long anyway.
-KEY_SETTLE_LIMIT_S = 1.0
+# A screen that is never quiet (a live feed's bursts) takes the next key after this many checks
+# anyway (about a second). Counted in checks, not seconds: on a starved machine the clock runs
+# while the app does not, and a key released by the clock went ahead of the one before it.
+KEY_SETTLE_CHECKS = 100
 
 # How a worker's failure reaches the user (on_worker_failed; docs/architecture.md#threads-and-workers),
 # by the worker's group. A toast where the work was a side matter and the screen goes on; any
@@ -128,7 +129,7 @@ class SynthTuiApp(App[int]):
         self.exit_message: str | None = None  # what leave() prints when the app has ended
         self._held_keys: list[events.Key] = []  # typed ahead, waiting (on_event)
         self._replaying: set[events.Key] = set()
-        self._key_in_flight: float | None = None  # when the last key handed on was (monotonic)
+        self._key_in_flight: int | None = None  # checks since the last key was handed on
         self._key_release: Timer | None = None
         # True while the preparation runs: keys typed meanwhile wait for it (the picker holds them).
         self.preparation_running = preparation is not None
@@ -238,6 +239,12 @@ class SynthTuiApp(App[int]):
     def _hold(self, key: events.Key) -> bool:
         if key in self._replaying:
             self._replaying.discard(key)
+            if self._keys_wait(key.key):
+                # Released after the settle limit, it arrived once the screen had begun to hold
+                # keys (`o` opening its dialog on a loaded machine): first in line again.
+                self._held_keys.insert(0, key)
+                self._start_key_release()
+                return True
         elif key.key in UNHELD_KEYS:
             self._held_keys.clear()
             return False
@@ -245,7 +252,7 @@ class SynthTuiApp(App[int]):
             self._held_keys.append(key)
             self._start_key_release()
             return True
-        self._key_in_flight = time.monotonic()
+        self._key_in_flight = 0
         self._start_key_release()
         return False
 
@@ -271,7 +278,8 @@ class SynthTuiApp(App[int]):
 
     def _release_key(self) -> None:
         if self._key_in_flight is not None:
-            if not self._settled() and time.monotonic() - self._key_in_flight < KEY_SETTLE_LIMIT_S:
+            self._key_in_flight += 1
+            if not self._settled() and self._key_in_flight < KEY_SETTLE_CHECKS:
                 return
             self._key_in_flight = None
         if not self._held_keys:
@@ -286,7 +294,7 @@ class SynthTuiApp(App[int]):
         replay = events.Key(held.key, held.character)
         replay.set_sender(self)
         self._replaying.add(replay)
-        self._key_in_flight = time.monotonic()
+        self._key_in_flight = 0
         self.post_message(replay)
 
     # -- flow ------------------------------------------------------------------------------
