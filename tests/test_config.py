@@ -803,3 +803,21 @@ def test_lm_press_says_where_kl_goes_and_the_line_is_valid():
     # the one problem here is the model folder (the test's folder has no tiny-qwen3)
     assert [p.location for p in report.problems] == ["model.base"], report.problems
     assert report.raw["training"]["kl_coef"] > 0 and not unknown_key_problems(report.raw)
+
+
+def test_a_trainer_mode_other_than_full_or_lora_is_named_with_the_close_one():
+    """Issue 37 walk: a trainer_mode typo passed every check (picker ✓, --dry-run 0) and the job
+    failed as it loaded the model. A misspelt "full" or "lora" is named at its line; another word
+    ("ppo", as the hosted docs show) is the backend's to judge (its model check, test_model_check)."""
+    text = (EXAMPLES / "crafter_qwen4b.toml").read_text()
+    assert 'trainer_mode = "full"' in text
+
+    def found(value: str) -> list[Problem]:
+        report = validate_rl_text(text.replace('trainer_mode = "full"', f'trainer_mode = "{value}"'))
+        return [p for p in report.problems if p.location == "model.trainer_mode"]
+
+    for value, close in (("lroa", "lora"), ("ful", "full"), ("fulll", "full")):
+        [problem] = found(value)
+        assert repr(value) in problem.message and problem.hint == f'did you mean "{close}"?' and problem.line
+    for accepted in ("full", "lora", "Full", "ppo"):
+        assert found(accepted) == [], accepted

@@ -361,6 +361,7 @@ class VerifyModelRequest(_Open):
     model: Annotated[StrictStr, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=r"\S")]
     chat_template: Annotated[StrictStr | None, Field(max_length=MAX_TEXT_CHARS)] = None
     learning_rate: Annotated[float | None, Within("training.learning_rate")] = None
+    trainer_mode: Annotated[StrictStr | None, Field(max_length=MAX_NAME_CHARS)] = None
 
 
 VERIFY_MODEL_REFUSAL = Refusal("Invalid model check", problem_words={
@@ -368,6 +369,8 @@ VERIFY_MODEL_REFUSAL = Refusal("Invalid model check", problem_words={
              f"(a string of 1 to {MAX_NAME_CHARS} characters, not only spaces)",
     "chat_template": f"must be the name of a template TRL ships or the path of a .jinja file (at most "
                      f"{MAX_TEXT_CHARS:,} characters), or left out",
+    "trainer_mode": f'must be the config\'s [model] trainer_mode ("full" or "lora", at most {MAX_NAME_CHARS} '
+                    "characters), or left out",
 })
 
 

@@ -22,8 +22,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from app.core.config.models import is_hub_id
 from app.local import policies
 from app.local.policies.lm_model import (
+    TRAINER_MODES,
     ModelNotDownloaded,
     ModelUnavailable,
     gguf_of,
@@ -65,12 +67,16 @@ class ModelReport:
 
 
 def check_model(model: str, chat_template: str | None, learning_rate: float | None,
-                trainer: str) -> ModelReport:
+                trainer: str, trainer_mode: str | None = None) -> ModelReport:
     """What a job of a backend with this `--trainer` would make of the model (blocking)."""
     started = time.monotonic()
     report = ModelReport(model=model, trains="lm" if trainer == "lm" else "tabular")
     if trainer != "tabular":  # the stand-in never loads the model: nothing to check (trains says so)
         _check_lm(report, chat_template, learning_rate, falls_back=trainer == "auto")
+    if report.trains == "lm" and trainer_mode is not None and trainer_mode.strip().lower() not in TRAINER_MODES:
+        report.problems.append(Finding(
+            f'[model] trainer_mode {trainer_mode.strip()[:40]!r} is not one the lm trainer knows: "full" trains every '
+            'weight, "lora" an adapter', 'set [model] trainer_mode = "full" or "lora"'))
     report.seconds = round(time.monotonic() - started, 3)
     return report
 
@@ -105,8 +111,18 @@ def _check_lm(report: ModelReport, chat_template: str | None, learning_rate: flo
 
 
 def _resolve_fix(model: str) -> str:
-    return ("point [model] base at a folder in Hugging Face format or a .gguf file where the backend runs, or at a "
-            f"Hugging Face id in its cache (`hf download {model}`)")
+    """A path gets a path's fix; only a Hugging Face id is something `hf download` can fetch."""
+    if is_hub_id(model.strip()):
+        return ("point [model] base at a folder in Hugging Face format or a .gguf file where the backend runs, or "
+                f"fetch the id into its cache (`hf download {model.strip()}`)")
+    return _WHOLE_MODEL_FIX
+
+
+_WHOLE_MODEL_FIX = ("point [model] base at a whole model where the backend runs: a folder in Hugging Face format "
+                    "(config.json, the weights and the tokenizer files, as `hf download ID --local-dir DIR` saves "
+                    "it) or a .gguf file")
+_GGUF_FIX = ("fetch the .gguf file again (it may be cut short or not a GGUF model; README: Train a language model "
+             "fetches SmolLM2-135M's), or point [model] base at a folder in Hugging Face format")
 
 
 def _describe(report: ModelReport, path: Path) -> None:
@@ -126,11 +142,11 @@ def _check_tokenizer(report: ModelReport, path: Path, chat_template: str | None)
         report.architecture = _architecture(path)
         tokenizer = load_tokenizer(path)
     except ModelUnavailable as exc:
-        report.problems.append(Finding(str(exc), "copy the model's whole folder (as `hf download` saves it)"))
+        report.problems.append(Finding(str(exc), _GGUF_FIX if gguf_of(path)[1] else _WHOLE_MODEL_FIX))
         return
     verdict = judge_template(tokenizer, report.model, chat_template)
     if verdict.how is not None:
-        report.template = f"{chat_template} ({verdict.how})" if chat_template else verdict.how
+        report.template = f"{chat_template}: {verdict.how}" if chat_template else verdict.how
     if verdict.problem is not None:
         report.problems.append(Finding(verdict.problem, verdict.fix))
 
@@ -149,11 +165,12 @@ def _architecture(path: Path) -> str | None:
 
 
 async def check_model_bounded(model: str, chat_template: str | None, learning_rate: float | None,
-                              trainer: str, timeout: float = MODEL_CHECK_TIMEOUT_S) -> dict[str, Any]:
+                              trainer: str, timeout: float = MODEL_CHECK_TIMEOUT_S, *,
+                              trainer_mode: str | None = None) -> dict[str, Any]:
     """check_model in a thread, answered within `timeout` seconds whatever it meets."""
     try:
         report = await asyncio.wait_for(
-            asyncio.to_thread(check_model, model, chat_template, learning_rate, trainer), timeout)
+            asyncio.to_thread(check_model, model, chat_template, learning_rate, trainer, trainer_mode), timeout)
     except TimeoutError:  # slow, not wrong: the job checks the model again as it loads it
         report = ModelReport(model=model, trains="lm", seconds=timeout, warnings=[Finding(
             f"the model check did not finish within {timeout:g} s (reading {model}'s config, tokenizer and "

@@ -162,6 +162,33 @@ def test_chat_template_names_a_template_trl_ships_or_a_jinja_file(tmp_path):
     assert "sk_live" not in str(caught.value)
 
 
+def test_a_trainer_mode_the_lm_trainer_does_not_know_is_a_problem_of_the_check(api, tiny_model):
+    """Issue 37 walk: `trainer_mode = "half"` passed the checks and failed the job as it loaded the
+    model. The lm trainer's check names it; the tabular stand-in (which ignores it) does not."""
+    report = model_check.check_model(str(tiny_model), None, None, "lm", "half")
+    assert [p.fix for p in report.problems] == ['set [model] trainer_mode = "full" or "lora"']
+    assert "'half'" in report.problems[0].message
+    assert model_check.check_model(str(tiny_model), None, None, "lm", "Full").problems == []
+    answer = api.post("/rl/verify_model", json={"model": str(tiny_model), "trainer_mode": "half"})
+    assert answer.status_code == 200 and answer.json()["problems"] == []  # this backend trains the stand-in
+    assert api.post("/rl/verify_model", json={"model": "x", "trainer_mode": 3}).status_code == 422
+
+
+def test_a_path_is_never_told_to_hf_download_and_an_id_is(tmp_path, monkeypatch):
+    """Issue 37 walk: a folder with only config.json was told `hf download ./walk/notok`."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notok").mkdir()
+    (tmp_path / "notok" / "config.json").write_text("{}")
+    for model in ("./notok", str(tmp_path / "notok")):
+        report = model_check.check_model(model, None, None, "lm")
+        assert len(report.problems) == 1 and "lacks weights" in report.problems[0].message
+        assert "hf download ID --local-dir DIR" in report.problems[0].fix
+        assert f"hf download {model}" not in report.problems[0].fix
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    report = model_check.check_model("someone/not-here-model", None, None, "lm")
+    assert "`hf download someone/not-here-model`" in report.problems[0].fix
+
+
 # --------------------------------------------------------------------------- what it finds (torch)
 
 
@@ -196,7 +223,7 @@ def test_a_template_that_cannot_render_a_tool_call_is_a_problem_with_its_fix(tin
     assert report.problems[0].fix == ('set [model] chat_template = "qwen2_5" (TRL\'s, in the ChatML tokens this '
                                       "model was trained on)")
     fixed = model_check.check_model(str(folder), "qwen2_5", None, "lm")
-    assert fixed.problems == [] and fixed.template == "qwen2_5 (as written (prefix-preserving))"
+    assert fixed.problems == [] and fixed.template == "qwen2_5: as written (prefix-preserving)"
     # auto trains the model when it is here: the same problem stops it
     assert model_check.check_model(str(folder), None, None, "auto").problems
 
@@ -333,3 +360,13 @@ def test_a_job_that_downloads_its_model_says_so_before(trainer_extra, press_app,
     loading = next(e for e in events if e["type"] == "rl.train.policy.loading")
     assert loading["message"] == (f"Downloading {SMOL} into the Hugging Face cache, then loading it: the first step "
                                   "waits for it")
+
+
+def test_a_file_named_gguf_that_is_not_one_is_told_to_fetch_it_again(trainer_extra, tmp_path):
+    """Issue 37 walk: a text file named .gguf got "copy the model's whole folder"."""
+    junk = tmp_path / "junk.gguf"
+    junk.write_text("not a model")
+    report = model_check.check_model(str(junk), "qwen2_5", None, "lm")
+    assert len(report.problems) == 1, report.problems
+    fix = report.problems[0].fix
+    assert fix.startswith("fetch the .gguf file again") and "whole folder" not in fix

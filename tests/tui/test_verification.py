@@ -190,7 +190,7 @@ async def test_an_embedded_backends_model_check_stops_a_template_that_cannot_ren
         verdict = verdict_text(screen)
         assert f"Model {SMOL}: the chat template" in verdict and 'chat_template = "qwen2_5"' in verdict
         asked = [body for method, path, _, body in faulty_backend.requests if path == "/api/rl/verify_model"]
-        assert asked == [{"model": SMOL, "learning_rate": 5e-05}]
+        assert asked == [{"model": SMOL, "learning_rate": 5e-05, "trainer_mode": "full"}]
         await pilot.press("enter")  # refused, and says why
         await pilot.pause()
         assert isinstance(app.screen, VerificationScreen)

@@ -479,8 +479,8 @@ class SynthClient:
         text = json.dumps(body) if isinstance(body, (dict, list)) else str(body or "")
         return VerifyResult(status=status, body=body, preview_source=ApiResponse(status, body, text))
 
-    async def verify_model(self, model: str, *, chat_template: str | None = None,
-                           learning_rate: float | None = None) -> ModelVerifyResult | None:
+    async def verify_model(self, model: str, *, chat_template: str | None = None, learning_rate: float | None = None,
+                           trainer_mode: str | None = None) -> ModelVerifyResult | None:
         """``POST /rl/verify_model``: the backend's own check of the model a config names
         (docs/wire-contract.md#model-verification). None when the backend has no such route (the
         hosted service answers 404): the caller applies the hosted service's list instead."""
@@ -489,6 +489,8 @@ class SynthClient:
             body["chat_template"] = chat_template
         if learning_rate is not None:
             body["learning_rate"] = learning_rate
+        if trainer_mode:
+            body["trainer_mode"] = trainer_mode
         try:
             response = await self.request("POST", "/rl/verify_model", what="the model check", json_body=body)
         except NotFoundError:

@@ -237,7 +237,7 @@ def _local_model_problem(path: str) -> ConfigError:
     model there); one that exists and holds no model is wrong."""
     why = _why_not_a_model(path)
     is_file = path.lower().endswith(GGUF_SUFFIX)
-    noun = "Model file" if is_file else "Model folder"
+    noun = "Model file" if is_file or why.startswith("is a file") else "Model folder"
     if why != "does not exist":
         return ConfigError(f"{noun} '{path}' {why}.",
                            hint="point [model] base at a folder in Hugging Face format (config.json, the weights and "
@@ -249,8 +249,9 @@ def _local_model_problem(path: str) -> ConfigError:
     folder = path.removeprefix("./")
     return ModelNotMadeYet(f"{noun} '{path}' does not exist yet.",
                            hint=f"make it first: `synth-tui tiny-model {folder}` writes a tiny random model there "
-                                f"(to try the trainer), or `hf download Qwen/Qwen3-0.6B --local-dir {folder}` fetches "
-                                "a real one; a relative path is read from where the backend runs")
+                                "(to try the trainer); a real model is its own folder, a .gguf file or a Hugging Face "
+                                "id in base (README: Train a language model); a relative path is read from where "
+                                "the backend runs")
 
 
 def template_path_problem(spec: str) -> str | None:

@@ -7,6 +7,7 @@ when a caller needs an exception. No Textual import: the headless CLI uses this.
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -359,6 +360,25 @@ def _check_chat_templates(data: Mapping[str, Any], problems: _ProblemList) -> No
                                                  "backend runs")
 
 
+TRAINER_MODES = ("full", "lora")
+TRAINER_MODE_CUTOFF = 0.6  # "lroa" and "ful" are misspellings; "ppo" (the hosted docs') is not
+
+
+def _check_trainer_modes(data: Mapping[str, Any], problems: _ProblemList) -> None:
+    """[model] / [policy] trainer_mode that misspells "full" or "lora" (a lost setting, as a
+    misspelt key is: app/core/config/known_keys.py). Another word is the backend's to judge:
+    the hosted docs show "ppo"; the embedded backend's model check names what its trainer knows."""
+    for section in ("model", "policy"):
+        table = _table(data, section)
+        value = table.get("trainer_mode") if table is not None else None
+        location = f"{section}.trainer_mode"
+        if not isinstance(value, str) or value.strip().lower() in TRAINER_MODES or problems.covers(location):
+            continue
+        if close := difflib.get_close_matches(value.strip().lower(), TRAINER_MODES, n=1, cutoff=TRAINER_MODE_CUTOFF):
+            problems.add(location, f'must be "full" (every weight) or "lora" (an adapter), not {value!r}',
+                         hint=f'did you mean "{close[0]}"?')
+
+
 def _check_known_keys(data: Mapping[str, Any], problems: _ProblemList) -> None:
     """Sections and keys the schema does not know, as the embedded backend refuses them
     (app.core.config.known_keys): a misspelt name is a lost setting. Not for a config of
@@ -409,6 +429,7 @@ def validate_rl_mapping(
     _check_sizes(data, problems)
     _check_judge(data, problems)
     _check_chat_templates(data, problems)
+    _check_trainer_modes(data, problems)
     config = _check_schema(data, problems)
     _check_models(data, problems, experimental_allowed(allow_experimental, env), env)
     return ValidationReport(path=path, problems=problems.problems, config=config, raw=dict(data))

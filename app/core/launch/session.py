@@ -127,6 +127,7 @@ class AskedModel:
     is_base: bool  # data.base_model (a base id), not data.model (which may be fine-tuned)
     chat_template: str | None = None
     learning_rate: float | None = None
+    trainer_mode: str | None = None  # "full" or "lora"; the backend's trainer says which it knows
 
 
 def asked_model(payload: Mapping[str, Any]) -> AskedModel:
@@ -139,10 +140,12 @@ def asked_model(payload: Mapping[str, Any]) -> AskedModel:
     config = table(data.get("config"))
     templates = [table(config.get(name)).get("chat_template") for name in ("model", "policy")]
     template = next((t.strip() for t in templates if isinstance(t, str) and t.strip()), None)
+    modes = [table(config.get(name)).get("trainer_mode") for name in ("policy", "model")]
+    mode = next((m.strip() for m in modes if isinstance(m, str) and m.strip()), None)
     rate = table(config.get("training")).get("learning_rate")
     learning_rate = float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
     model = data.get("model") or data.get("base_model") or ""
-    return AskedModel(str(model), not data.get("model"), template, learning_rate)
+    return AskedModel(str(model), not data.get("model"), template, learning_rate, mode)
 
 
 def check_seconds(flag: str, value: object, *, allow_zero: bool) -> None:
@@ -703,7 +706,7 @@ class LaunchSession:
         asked = asked_model(self.prepare().payload)
         async with self.client(timeout=timeout, retries=0) as client:
             result = await client.verify_model(asked.model, chat_template=asked.chat_template,
-                                               learning_rate=asked.learning_rate)
+                                               learning_rate=asked.learning_rate, trainer_mode=asked.trainer_mode)
         if result is not None:
             return result
         try:

@@ -55,7 +55,7 @@ from app.local.policies.base import (
     write_json_atomically,
 )
 from app.local.policies.chat_templates import CHAT_KWARGS, acting_template, judge_template
-from app.local.policies.lm_model import LoadedModel, ModelUnavailable, load, load_tokenizer, resolve
+from app.local.policies.lm_model import TRAINER_MODES, LoadedModel, ModelUnavailable, load, load_tokenizer, resolve
 
 # The libraries' notices of their own renamings (transformers 5 -> 6, TRL's internals) are not the
 # user's to act on: in a backend's log they bury the lines that are.
@@ -167,7 +167,7 @@ class LmPolicy:
         self.settings = settings
         options = settings.options
         self.trainer_mode = str(_option(options, "trainer_mode", "lora")).lower()
-        if self.trainer_mode not in ("lora", "full"):
+        if self.trainer_mode not in TRAINER_MODES:
             raise ModelUnavailable(f"[model] trainer_mode must be \"lora\" or \"full\" for the lm policy "
                                    f"(got {self.trainer_mode!r})")
         self.kl_coef = float(_option(options, "kl_coef", 0.0))

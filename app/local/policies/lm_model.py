@@ -107,6 +107,9 @@ def resolve(base: str, *, download: bool = True) -> Path:
         f"Face format; or set {DOWNLOAD_ENV}=1 (and leave HF_HUB_OFFLINE unset) to let the backend download it")
 
 
+# [model] trainer_mode, as the lm policy reads it (lower-cased): every weight, or a LoRA adapter.
+TRAINER_MODES = ("lora", "full")
+
 # A model this large is taken for a pretrained one (the tiny random one `synth-tui tiny-model`
 # writes has 140k parameters): a learning rate above PRETRAINED_MAX_LR would undo its training.
 PRETRAINED_MIN_PARAMETERS = 10_000_000
