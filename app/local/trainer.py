@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from app.core.api.retry import Attempts
 from app.core.config.trainable import MAX_ANSWER_BYTES
-from app.core.redact import scrub_key_fragments
+from app.core.redact import printable, scrub_key_fragments
 from app.core.runs.series import shown_number
 from app.local import policies
 from app.local.admission import JOBS_FLAG, Admission
@@ -1003,8 +1003,9 @@ class Trainer:
         plan, headers = run.plan, {**self._headers(), **NOT_COMPRESSED}
 
         def retried(attempt: int, why: str) -> None:
+            # `why` may quote the task app's answer: scrubbed of every key, made safe for a terminal.
             self._note_retry(run, f"POST {url} ({where}), attempt {attempt} of {ROLLOUT_BACKOFF.attempts}: "
-                                  f"{why}; retrying")
+                                  f"{printable(self.scrubber.text(why))}; retrying")
 
         switched = False
         while True:
