@@ -333,9 +333,8 @@ def _print_model_check(check: ModelCheck, printer: Printer) -> None:
         why = check.error.message if check.error is not None else f"no answer within {check.timeout_s:g} s"
         printer.line(f"Model check: FAILED ({check.tried}: {why})")
         return
+    # Its problems are the verdict's: run_checks ends with them (Error:, Also:), each said once.
     printer.line(f"Model check: {'OK' if result.ok else 'FAILED'} ({check.tried}: {model_summary(result)})")
-    for finding in result.problems:
-        printer.diag(f"  {finding.message}." + (f" Fix: {finding.fix}" if finding.fix else ""))
     for finding in result.warnings:
         printer.warning(f"Model check: {finding.message}." + (f" Fix: {finding.fix}" if finding.fix else ""))
 

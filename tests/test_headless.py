@@ -201,7 +201,10 @@ def test_the_model_check_is_a_flow_line_and_its_problem_exits_3(world):
     assert ("Model check: FAILED (POST /rl/verify_model · Qwen/Qwen3-4B: a job of this backend cannot train it "
             "as configured)") in out
     assert 'Error: Model Qwen/Qwen3-4B: the chat template of Qwen/Qwen3-4B cannot render' in err
-    assert 'chat_template = "qwen2_5"' in err
+    # Each fact once (issue 37: the problem and its fix came after the FAILED line and again
+    # after Error:): the verdict's Error and Hint say it.
+    assert (out + err).count("cannot render a tool-calling conversation") == 1
+    assert (out + err).count('chat_template = "qwen2_5"') == 1
     assert world["backend"].count("/rl/jobs", "POST") == 0
 
     warning = {"message": "learning_rate 0.01 is far too high for a pretrained model of 4,022M parameters",
@@ -212,6 +215,20 @@ def test_the_model_check_is_a_flow_line_and_its_problem_exits_3(world):
     assert code == 0, err
     assert "Model check: OK (POST /rl/verify_model · Qwen/Qwen3-4B: the lm trainer trains it: 4.0B parameters)" in out
     assert "Model check: learning_rate 0.01 is far too high" in err and "Fix: e.g. learning_rate = 5e-5" in err
+
+
+def test_every_model_problem_is_said_once_with_its_fix(world):
+    """Two problems: the first is the Error (with its Hint), the second an Also line; neither
+    is repeated after the FAILED line."""
+    problems = [{"message": "the model 'x/y' is not in the local Hugging Face cache", "fix": "`hf download x/y`"},
+                {"message": "chat_template 'nope' is not a template", "fix": "one of: chatml, qwen2_5, llama3"}]
+    world["backend"].model_answer = (200, {"ok": False, "trains": "lm", "problems": problems, "warnings": []})
+    code, out, err = run(world)
+    assert code == 3, err
+    both = out + err
+    assert both.count("hf download x/y") == 1 and both.count("chatml, qwen2_5, llama3") == 1, both
+    assert both.count("not in the local Hugging Face cache") == 1 and both.count("'nope' is not") == 1
+    assert "Also: Model Qwen/Qwen3-4B: chat_template 'nope' is not a template Fix: one of:" in err
 
 
 def test_without_a_model_check_the_hosted_list_judges_the_model(world):

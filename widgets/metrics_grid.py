@@ -24,6 +24,7 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.events import Resize
+from textual.markup import escape as escape_markup
 from textual.reactive import reactive
 from textual.timer import Timer
 from textual.widget import Widget
@@ -515,6 +516,8 @@ class MetricsGrid(Vertical):
         self.overlays_version = 0
         self.panels: list[ChartPanel] = []
         self._charts: list[MetricChart] = []  # in the order mounted; a chart is never removed
+        # "step 1: 4/16 rollouts done" while a step is under way (app.core.runs.events.rollout_progress).
+        self.rollout_progress = ""
 
     def compose(self) -> ComposeResult:
         yield Static("waiting for metrics…", id="grid-status", markup=True)
@@ -572,6 +575,12 @@ class MetricsGrid(Vertical):
         if self.planned_steps and not self.zoomed:
             last = max(last, float(self.planned_steps))
         return first, last
+
+    def set_rollout_progress(self, words: str) -> None:
+        """Say how far the step under way is, beside the focused chart's name ("" clears it)."""
+        if words != self.rollout_progress:
+            self.rollout_progress = words
+            self._show_status()
 
     def set_planned_steps(self, steps: int | None) -> None:
         if steps != self.planned_steps:
@@ -715,6 +724,7 @@ class MetricsGrid(Vertical):
         if self.overlay_key:
             overlays = f"o overlays: {len(self.overlays)}" if self.overlays else "o overlay"
         parts = [f"[b]{focused.title}[/b]" if focused else "waiting for metrics…",
+                 escape_markup(self.rollout_progress),
                  "m chart", f"f {'grid' if self.full else 'full size'}", f"s {self.smoothing}", f"z {view}", overlays]
         parts = [part for part in parts if part]
         self.query_one("#grid-status", Static).update(" · ".join(parts), layout=False)

@@ -22,10 +22,11 @@ import httpx
 
 from app.core.api.client import CLIENT_KEEPALIVE_S
 from app.core.api.retry import Attempts, Backoff, OnRetry, retrying
-from app.local.errors import describe_http_error
+from app.local.errors import describe_http_error, response_detail
 
 SERVER_KEEPALIVE_S = 15
 RETRYABLE_STATUS = frozenset({502, 503, 504})
+RETRY_DETAIL_CHARS = 200  # of an answer's detail, in a retry's words
 _NOT_RETRIED = (httpx.ReadTimeout,)
 
 DEFAULT_BACKOFF = Backoff()  # the chat hop: ~1.4 s of waiting in all
@@ -49,7 +50,16 @@ def transient_http_error(exc: Exception) -> str | None:
 
 
 def transient_status(response: httpx.Response) -> str | None:
-    return f"HTTP {response.status_code}" if response.status_code in RETRYABLE_STATUS else None
+    """`HTTP 502: <the answer's detail>` (its first RETRY_DETAIL_CHARS, on one line) for an
+    answer worth another attempt: a retry said without its reason left a user of a slow model
+    guessing (issue 37). The caller scrubs it of keys before showing it (trainer.py)."""
+    if response.status_code not in RETRYABLE_STATUS:
+        return None
+    try:
+        detail = " ".join(response_detail(response, RETRY_DETAIL_CHARS).split())
+    except (httpx.ResponseNotRead, UnicodeDecodeError, RecursionError):
+        detail = ""
+    return f"HTTP {response.status_code}: {detail}" if detail else f"HTTP {response.status_code}"
 
 
 async def send_with_retries(send: Callable[[], Awaitable[httpx.Response]], *,

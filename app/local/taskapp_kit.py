@@ -19,7 +19,7 @@ import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any, ClassVar
 
 import httpx
@@ -38,6 +38,11 @@ from app.local.rollout_contract import GEN_05, GENERATIONS, chat_completions_url
 
 MAX_TURNS_ALLOWED = 1_000  # as training.max_turns (app.core.config.trainable)
 MAX_REPORTED_KEYS = 8
+# The chat hop's budget is the rollout's own (docs/hardening.md#the-chat-hops-time): a 0.2
+# request may name none, and then the backend's default [rollout] timeout_s is assumed.
+DEFAULT_ROLLOUT_TIME_S = 120.0
+CHAT_CONNECT_TIMEOUT_S = 5.0
+MIN_CHAT_READ_S = 1.0  # a chat call near the rollout's end still gets a moment to be answered
 # Every route behind the key: 400 when it is missing or wrong, 503 when the app holds none.
 AUTH_ERRORS = error_responses(400, 503, model=TaskAppErrorAnswer)
 
@@ -130,6 +135,20 @@ class PolicyLink:
 
     client: httpx.AsyncClient
     backoff: Backoff = DEFAULT_BACKOFF
+    # time.monotonic() by which the rollout must be answered; None: DEFAULT_ROLLOUT_TIME_S from each call
+    deadline: float | None = None
+
+    def for_rollout(self, time_s: float) -> PolicyLink:
+        """The link for one rollout that must be answered within `time_s`."""
+        return replace(self, deadline=time.monotonic() + time_s)
+
+    def read_timeout_s(self) -> float:
+        """How long a chat call may wait for its answer: what is left of the rollout's time.
+        A model on a CPU answering several rollouts at once takes tens of seconds a turn, and a
+        fixed short bound made such jobs fail with 502s (issue 37); the backend hangs up at the
+        rollout's end anyway."""
+        left = DEFAULT_ROLLOUT_TIME_S if self.deadline is None else self.deadline - time.monotonic()
+        return max(MIN_CHAT_READ_S, left)
 
 
 def base_taskapp(*, app_id: str, title: str, version: str,
@@ -139,7 +158,8 @@ def base_taskapp(*, app_id: str, title: str, version: str,
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, connect=5.0), limits=client_limits()) as client:
+        timeout = httpx.Timeout(DEFAULT_ROLLOUT_TIME_S, connect=CHAT_CONNECT_TIMEOUT_S)
+        async with httpx.AsyncClient(timeout=timeout, limits=client_limits()) as client:
             app.state.inference = PolicyLink(client, app.state.chat_backoff)
             yield
 
@@ -205,7 +225,8 @@ def add_rollout_route(app: FastAPI, authed: list[DependsParam], contract: str,
     async def run(req: Any, request: Request) -> dict[str, Any]:
         if check is not None:
             check(req)
-        return await replays.run(req, lambda: play(request.app.state.inference, req))
+        policy = request.app.state.inference.for_rollout(rollout_time_s(req))
+        return await replays.run(req, lambda: play(policy, req))
 
     async def rollout_05(req: RolloutRequestV05, request: Request) -> dict[str, Any]:
         check_trace_correlation_id(req)
@@ -218,6 +239,18 @@ def add_rollout_route(app: FastAPI, authed: list[DependsParam], contract: str,
     app.post("/rollout", dependencies=authed, name="rollout",
              responses=error_responses(400, 422, 502, 503, *BODY_ERRORS, model=TaskAppErrorAnswer),
              )(rollout_05 if contract == GEN_05 else rollout_02)
+
+
+def rollout_time_s(req: Any) -> float:
+    """The rollout's time, `safety.max_time_s` (a field in 0.5, an extra key in 0.2), else the
+    backend's default."""
+    safety = getattr(req, "safety", None)
+    if safety is None:
+        safety = (getattr(req, "model_extra", None) or {}).get("safety")
+    value = safety.get("max_time_s") if isinstance(safety, dict) else getattr(safety, "max_time_s", None)
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 86_400:
+        return float(value)
+    return DEFAULT_ROLLOUT_TIME_S
 
 
 def check_trace_correlation_id(req: Any) -> None:
@@ -243,8 +276,15 @@ def chat_url(inference_url: str) -> str:
 async def ask_policy(policy: PolicyLink, url: str, body: dict[str, Any], where: str) -> list[Any]:
     """The tool calls of the policy's answer to one chat request; transient failures are
     retried, and a failure that stays is a 502 naming the call and the reason."""
+    read_s = policy.read_timeout_s()
+    timeout = httpx.Timeout(read_s, connect=CHAT_CONNECT_TIMEOUT_S)
     try:
-        resp = await send_with_retries(lambda: policy.client.post(url, json=body), backoff=policy.backoff)
+        resp = await send_with_retries(lambda: policy.client.post(url, json=body, timeout=timeout),
+                                       backoff=policy.backoff)
+    except httpx.ReadTimeout as exc:
+        raise inference_failed(url, f"no answer within {read_s:.0f} s, what was left of the rollout's time "
+                                    "(safety.max_time_s, the backend's [rollout] timeout_s): the model is slower "
+                                    "than that", where) from exc
     except httpx.HTTPError as exc:
         raise inference_failed(url, describe_http_error(exc), where) from exc
     if resp.status_code >= 400:

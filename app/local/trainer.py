@@ -40,7 +40,7 @@ from pydantic import ValidationError
 
 from app.core.api.retry import Attempts
 from app.core.config.trainable import MAX_ANSWER_BYTES
-from app.core.redact import scrub_key_fragments
+from app.core.redact import printable, scrub_key_fragments
 from app.core.runs.series import shown_number
 from app.local import policies
 from app.local.admission import JOBS_FLAG, Admission
@@ -93,6 +93,10 @@ from app.local.store import utc_now
 
 ROLLOUT_TIMEOUT_S = 120.0
 RETRY_EVENTS_SHOWN = 5
+# A phase's rollouts done so far, said at most this often (never for a phase done sooner): a
+# real model on a CPU takes minutes a step, and a job that says nothing looks frozen (issue 37).
+ROLLOUT_PROGRESS_EVERY_S = 10.0
+ROLLOUT_PROGRESS_EVENT = "rl.train.rollouts"
 TASK_APP_GONE_HINT = "Check that the task app is running and reachable at that address; its log says why it failed."
 TASK_APP_CLOSED_HINT = ("The task app closed the connection without an answer; its log says why (it may have "
                         "crashed or restarted).")
@@ -889,6 +893,7 @@ class Trainer:
         shares, and a cancel would have to unwind them all."""
         episodes: list[Episode | None] = [None] * len(seeds)
         queue = iter(enumerate(seeds))
+        progress = _RolloutProgress(len(seeds), time.monotonic())
 
         async def worker() -> None:
             for index, seed in queue:
@@ -896,6 +901,8 @@ class Trainer:
                 # limit then counts from the send, not from the wait (admission.py).
                 async with self.admission.rollout_slot():
                     episodes[index] = await self._rollout(run, mode, step, index, seed)
+                if progress.one_done(time.monotonic(), ROLLOUT_PROGRESS_EVERY_S):
+                    self._note_progress(run, mode, step, progress)
 
         try:
             async with asyncio.TaskGroup() as group:
@@ -905,6 +912,15 @@ class Trainer:
             # The first failure cancelled the others; report that one, not a group.
             raise failed.exceptions[0] from None
         return [e for e in episodes if e is not None]
+
+    def _note_progress(self, run: JobRun, mode: str, step: int, progress: _RolloutProgress) -> None:
+        """`Step 1: 4/16 rollouts done`: the dashboard's sign of life within a long step
+        (docs/wire-contract.md#event-types)."""
+        what = f"Step {step}" if mode == "rl" else f"Eval after step {step}"
+        self.journal.event(run.job_id, ROLLOUT_PROGRESS_EVENT,
+                           f"{what}: {progress.done}/{progress.total} rollouts done",
+                           data={"step": step, "phase": PHASES.get(mode, mode), "done": progress.done,
+                                 "total": progress.total})
 
     def _headers(self) -> dict[str, str]:
         return {"X-API-Key": self.env_api_keys[0], "X-API-Keys": ",".join(self.env_api_keys)}
@@ -1003,8 +1019,9 @@ class Trainer:
         plan, headers = run.plan, {**self._headers(), **NOT_COMPRESSED}
 
         def retried(attempt: int, why: str) -> None:
+            # `why` may quote the task app's answer: scrubbed of every key, made safe for a terminal.
             self._note_retry(run, f"POST {url} ({where}), attempt {attempt} of {ROLLOUT_BACKOFF.attempts}: "
-                                  f"{why}; retrying")
+                                  f"{printable(self.scrubber.text(why))}; retrying")
 
         switched = False
         while True:
@@ -1060,6 +1077,24 @@ class Trainer:
             more = " (further retries are counted in the step data)" if run.retries == RETRY_EVENTS_SHOWN else ""
             self.journal.event(run.job_id, "rl.rollout.retry", message + more, level="warning",
                                data={"retries": run.retries})
+
+
+@dataclass
+class _RolloutProgress:
+    """How many of a phase's rollouts are done, and when that was last said."""
+
+    total: int
+    last_said: float  # time.monotonic(); the phase's start at first
+    done: int = 0
+
+    def one_done(self, now: float, every_s: float) -> bool:
+        """Count a finished rollout; True when it is time to say so (not for the last one:
+        the step's own event follows at once)."""
+        self.done += 1
+        if self.done >= self.total or now - self.last_said < every_s:
+            return False
+        self.last_said = now
+        return True
 
 
 def _refusal_of(sent: str, resp: httpx.Response) -> tuple[str, str] | None:

@@ -32,7 +32,7 @@ from app.core.errors import ExitCode, SynthTuiError
 from app.core.launch import service
 from app.core.paths import run_dir
 from app.core.runs.compare import ComparedRun
-from app.core.runs.events import policy_badge
+from app.core.runs.events import policy_badge, rollout_progress
 from app.core.runs.feed import FeedBatch, JobFeed
 from app.core.runs.history import RunHistory
 from app.core.runs.jobs import CANCEL_DETAIL, JobContext, export_run, read_history, remember, stop_backend_jobs
@@ -251,6 +251,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if batch.events:
             self.query_one(EventLog).add_events(batch.events)
             self._planned_steps_from(batch.events)
+            if (progress := rollout_progress(batch.events)) is not None:
+                self.query_one(MetricsGrid).set_rollout_progress(progress)
             if (badge := policy_badge(batch.events)) is not None and badge != self.policy:
                 self.policy = badge
                 self._header_changed()

@@ -117,6 +117,12 @@ class VerificationScreen(FlowScreen):
     def on_mount(self) -> None:
         for name in ("target", "setup_problem", "backend_check", "task_app_check", "model_check"):
             self.watch(self, name, self._show, init=False)
+        scroll = self.query_one("#verify-scroll", VerticalScroll)
+        for name in ("scroll_y", "virtual_size"):
+            self.watch(scroll, name, self._recheck_fold, init=False)
+
+    def on_resize(self) -> None:
+        self.call_after_refresh(self._recheck_fold)
         self.action_retry()
 
     def on_screen_resume(self) -> None:
@@ -276,13 +282,23 @@ class VerificationScreen(FlowScreen):
                     (f" Each check gives up after {self.check_timeout:g} s · r restarts · b goes back",
                      "$text-muted")]
         if verdict.ready:
-            return [("✓ ", "bold $text-success"), (verdict.headline, "bold")]
+            return [("✓ ", "bold $text-success"), (verdict.ready_line(below_fold=self._rows_below_fold()), "bold")]
         parts = []
         for item in verdict.problems:
             parts += [failed, item.message, "\n"]
             if item.fix:
                 parts += [fix, item.fix, "\n"]
         return [*parts, keys_hint]
+
+    def _rows_below_fold(self) -> bool:
+        """The rows go on below what is in view (the model's `!` rows come last)."""
+        scroll = self.query_one("#verify-scroll", VerticalScroll)
+        return scroll.scroll_y < scroll.max_scroll_y
+
+    def _recheck_fold(self, *_: object) -> None:
+        """After a layout or a scroll: the ready line's "scroll ↓" follows what is in view."""
+        if self.is_mounted and (verdict := self.verdict) is not None and verdict.ready and verdict.warnings:
+            self._show_verdict()
 
     # -- actions ------------------------------------------------------------------------
 

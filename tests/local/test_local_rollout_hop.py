@@ -15,7 +15,7 @@ import tracemalloc
 import httpx
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 
 from app.cli import build_parser
 from app.core.config.rl import validate_rl_mapping
@@ -100,6 +100,27 @@ def test_a_5xx_after_retries_says_the_task_app_failed_each_time(api, quick_rollo
     assert re.match(rf"POST {re.escape(taskapp.url)}/rollout failed after 6 attempts: HTTP 503: warming up "
                     rf"{WHERE}\. The task app failed to answer each time; its log says why\.$", message), message
     assert len(asked) >= 6  # 6 for the rollout that failed; others were in flight with it
+
+
+def test_a_retry_event_names_the_cause_the_task_app_gave(api, quick_rollout_retries):
+    """Issue 37: `HTTP 502; retrying` left a user of a slow model guessing; the event quotes the
+    task app's detail, on one line, bounded, with no fragment of a key."""
+    cause = (f"inference call failed: POST http://127.0.0.1:1/v1/chat/completions: no answer within 30 s\n"
+             f"(turn 1) key {ENV_KEY[2:20]} " + "x" * 500)
+
+    async def failing():
+        return JSONResponse({"detail": cause}, status_code=502)
+
+    with _app(failing) as taskapp:
+        job_id = create_job(api, payload(taskapp.url))
+        _failed(api, job_id)
+    retries = [e["message"] for e in events_of(api, job_id) if e["type"] == "rl.rollout.retry"]
+    assert retries, "no retry event"
+    for message in retries:
+        assert re.search(r"attempt \d of 6: HTTP 502: inference call failed: POST http://127\.0\.0\.1:1/v1/chat/"
+                         r"completions: no answer within 30 s \(turn 1\) key \[redacted\] x+; retrying",
+                         message), message
+        assert ENV_KEY[2:7] not in message and len(message) < 500 and "\n" not in message
 
 
 def test_a_500_is_not_retried_and_says_one_attempt(api, quick_rollout_retries):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import re
 import statistics
+import time
 
 import httpx
 import pytest
@@ -13,6 +15,7 @@ from fastapi import FastAPI, Request
 
 from app.local import gridworld
 from app.local.servers import ServerHandle, _bind, start_taskapp
+from app.local.taskapp_kit import DEFAULT_ROLLOUT_TIME_S, PolicyLink
 
 from .conftest import ENV_KEY
 
@@ -114,11 +117,11 @@ def _oracle(body):
     return _move(best)
 
 
-def _rollout(taskapp, inference_url, seed=3, max_turns=12):
+def _rollout(taskapp, inference_url, seed=3, max_turns=12, **extra):
     return httpx.post(taskapp.url + "/rollout", headers={"X-API-Key": ENV_KEY}, timeout=30, json={
         "run_id": "run-1", "env": {"env_name": "gridworld", "seed": seed, "config": {"max_turns": max_turns}},
         "policy": {"policy_name": "p", "config": {"model": str(seed), "inference_url": inference_url}},
-        "ops": ["agent", "env"] * max_turns, "mode": "eval"})
+        "ops": ["agent", "env"] * max_turns, "mode": "eval", **extra})
 
 
 def test_rollout_calls_the_policy_every_turn(taskapp):
@@ -161,6 +164,30 @@ def test_an_inference_failure_is_a_502_that_says_why(taskapp):
     resp = _rollout(taskapp, dead)
     assert resp.status_code == 502 and "connection refused" in resp.json()["detail"]
     assert "cid" not in resp.json()["detail"]  # the cid is a credential: kept out of messages
+
+
+def test_the_chat_hop_waits_as_long_as_the_rollouts_own_time():
+    """Issue 37: a model on a CPU answering 8 rollouts at once takes longer than the 30 s the
+    chat call used to wait. Its read timeout is what is left of the rollout's time
+    (safety.max_time_s): long for a long rollout, and a call that outlasts it is a 502 saying so."""
+    link = PolicyLink(httpx.AsyncClient())
+    assert link.for_rollout(600).read_timeout_s() == pytest.approx(600, abs=1)
+    assert link.read_timeout_s() == DEFAULT_ROLLOUT_TIME_S > 30
+    app = FastAPI()
+
+    @app.post("/{path:path}")
+    async def slow_chat():
+        await asyncio.sleep(3)
+        return _move("up")
+
+    with ServerHandle("slow policy", app, _bind("127.0.0.1", 0)).start("/docs") as policy, \
+            start_taskapp(env_api_keys=[ENV_KEY], game="press") as press:
+        started = time.monotonic()
+        resp = _rollout(press, f"{policy.url}/v1?cid=j:r", max_turns=1, safety={"max_time_s": 1})
+        took = time.monotonic() - started
+    assert resp.status_code == 502, resp.text
+    assert "no answer within 1 s, what was left of the rollout's time (safety.max_time_s" in resp.json()["detail"]
+    assert took < 2.5
 
 
 def test_a_random_policy_scores_near_chance():

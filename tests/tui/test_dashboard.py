@@ -805,3 +805,25 @@ async def test_p_on_an_ended_job_pauses_nothing(faulty_backend):
         await pilot.pause()
         assert not screen.paused
         assert "paused" not in str(screen.query_one("#dash-header").render())
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 45)])
+async def test_a_long_step_shows_its_rollouts_done_before_its_metrics(faulty_backend, size):
+    """Issue 37: a real model on a CPU took minutes for its first step, and the charts said only
+    `waiting for metrics…`; the embedded backend's progress events say how far the step is."""
+    progress = event(2, "rl.train.rollouts", message="Step 1: 4/16 rollouts done",
+                     step=1, phase="train", done=4, total=16)
+    job = ScriptedJob("job_slow", [("running", [event(1, "rl.train.started", message="started")], []),
+                                   ("running", [progress], [])])
+    faulty_backend.add_job(job)
+    app = make_dashboard_app(faulty_backend, JobContext("job_slow"))
+
+    def status() -> str:
+        return str(app.screen.query_one("#grid-status").render())
+
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "step 1: 4/16 rollouts done" in status(), what="the step's progress")
+        assert status().startswith("waiting for metrics… · step 1: 4/16 rollouts done")
+        job.timeline = [*job.timeline, ("running", [event(3, "rl.train.step", message="Step 1/2", step=1)],
+                                        [metric("train.mean_score", 1, 0.5)])]
+        await wait_for(pilot, lambda: "rollouts done" not in status(), what="the progress gone with the step")

@@ -144,10 +144,21 @@ class OverallVerdict:
 
     ready: bool
     problems: list[Problem] = field(default_factory=list)
+    warnings: int = 0  # the `!` rows: they do not stop the launch, but the ready line counts them
 
     @property
     def headline(self) -> str:
-        return READY_MESSAGE if self.ready else self.problems[0].message
+        return self.ready_line() if self.ready else self.problems[0].message
+
+    def ready_line(self, *, below_fold: bool = False) -> str:
+        """`Ready: press enter…`, or with warnings `Ready, 1 warning (scroll ↓): press enter…`:
+        at 80x24 the `!` row can be below the fold while this line says all is well (issue 37).
+        `below_fold`: the rows go on below what is in view."""
+        if not self.warnings:
+            return READY_MESSAGE
+        count = f"{self.warnings} warning{'s' if self.warnings > 1 else ''}"
+        where = "scroll ↓" if below_fold else f"the ! row{'s' if self.warnings > 1 else ''} above"
+        return f"Ready, {count} ({where}): press enter to preview the payload"
 
 
 # --------------------------------------------------------------------------- formatting
@@ -265,8 +276,9 @@ def pending_model_row(model: str, elapsed_s: float) -> DiagnosticRow:
 
 
 def model_rows(check: ModelCheck) -> list[DiagnosticRow]:
-    """The model's row (what trains it, its size, its template), then a row per problem and
-    per warning the check found."""
+    """The model's row (what trains it, its size, its template), then a row per warning the
+    check found. Its problems are the verdict's (overall_verdict), said once, with their fixes,
+    under the rows: a row as well repeated a long fix (issue 37)."""
     latency = check.elapsed_s * 1000
     if check.timed_out or isinstance(check.error, BackendTimeout):
         return [DiagnosticRow(MODEL_CHECK, check.tried, Verdict.FAILED, _no_answer(check.timeout_s), None, latency,
@@ -278,7 +290,6 @@ def model_rows(check: ModelCheck) -> list[DiagnosticRow]:
     assert result is not None, "a finished model check has a result or an error"
     rows = [DiagnosticRow(MODEL_CHECK, check.tried, Verdict.OK if result.ok else Verdict.FAILED,
                           model_summary(result), None if result.by_list else 200, latency)]
-    rows += [DiagnosticRow(MODEL_CHECK, "", Verdict.FAILED, p.message, fix=p.fix) for p in result.problems]
     rows += [DiagnosticRow(MODEL_CHECK, "", Verdict.WARNING, w.message, fix=w.fix) for w in result.warnings]
     return rows
 
@@ -353,9 +364,11 @@ def overall_verdict(backend: BackendCheck, task_app: TaskAppCheck, model: ModelC
     """Every check passed → ready; else what failed, the cause that blocks the rest first."""
     problems = [*_backend_access_problems(backend), *_task_app_problems(task_app),
                 *_verification_problems(backend, task_app)]
+    warnings = 0
     if model is not None:
         problems += _model_problems(model, backend)
-    return OverallVerdict(ready=not problems, problems=problems)
+        warnings = len(model.result.warnings) if model.result is not None else 0
+    return OverallVerdict(ready=not problems, problems=problems, warnings=warnings)
 
 
 def _model_problems(check: ModelCheck, backend: BackendCheck) -> Iterable[Problem]:

@@ -73,3 +73,29 @@ def policy_badge(events: list[JobEvent]) -> tuple[str, bool] | None:
         if isinstance(text, str) and text:
             return text[:40], stand_in
     return None
+
+
+# The embedded backend's sign of life within a long step: `Step 1: 4/16 rollouts done`
+# (docs/wire-contract.md#event-types). A step's or evaluation's own event ends what it said.
+ROLLOUT_PROGRESS_EVENT = "rl.train.rollouts"
+_PHASE_ENDS = ("rl.train.step", "rl.eval.summary")
+
+
+def rollout_progress(events: list[JobEvent]) -> str | None:
+    """What the latest of `events` says of the rollouts in flight: "step 1: 4/16 rollouts done"
+    ("eval after step 1: …" for an evaluation), "" when a step, an evaluation or the job has
+    ended since, None when these events say nothing of it."""
+    for event in reversed(events):
+        if event.type in _PHASE_ENDS or event.type.startswith("rl.job."):
+            return ""
+        if event.type == ROLLOUT_PROGRESS_EVENT:
+            return _progress_words(event)
+    return None
+
+
+def _progress_words(event: JobEvent) -> str:
+    step, done, total = (event.data.get(key) for key in ("step", "done", "total"))
+    if not all(isinstance(n, int) and not isinstance(n, bool) for n in (step, done, total)):
+        return event.message[:60]
+    what = "eval after step" if event.data.get("phase") == "eval" else "step"
+    return f"{what} {step}: {done}/{total} rollouts done"
