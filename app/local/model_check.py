@@ -112,9 +112,9 @@ def _check_lm(report: ModelReport, chat_template: str | None, learning_rate: flo
 
 def _resolve_fix(model: str) -> str:
     """A path gets a path's fix; only a Hugging Face id is something `hf download` can fetch."""
-    if is_hub_id(model.strip()):
-        return ("point [model] base at a folder in Hugging Face format or a .gguf file where the backend runs, or "
-                f"fetch the id into its cache (`hf download {model.strip()}`)")
+    if is_hub_id(model.strip()):  # the message names the `hf download` command: said once
+        return ("fetch the id into the backend's Hugging Face cache where it runs, or point [model] base at a folder "
+                "in Hugging Face format or a .gguf file there")
     return _WHOLE_MODEL_FIX
 
 
