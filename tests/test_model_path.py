@@ -30,6 +30,17 @@ def test_a_lora_adapter_is_loaded_with_peft(tmp_path):
                              f'    model = AutoPeftModelForCausalLM.from_pretrained("{folder}")']
 
 
+def test_an_adapter_over_a_gguf_base_names_the_file_to_read_the_base_from(tmp_path):
+    """A LoRA adapter trained on SmolLM2's .gguf: peft passes gguf_file on to transformers, which
+    reads the base from that file in the folder the adapter names (written absolute by the backend)."""
+    folder = saved_folder(tmp_path, {"kind": "lm", "trainer_mode": "lora", "gguf_file": "SmolLM2.Q4_1.gguf"})
+    model = saved_model({"artifacts": {"model_path": str(folder)}})
+    assert model == SavedModel(str(folder), "lora", "SmolLM2.Q4_1.gguf")
+    assert model.load_lines() == [
+        "from peft import AutoPeftModelForCausalLM",
+        f'model = AutoPeftModelForCausalLM.from_pretrained("{folder}", gguf_file="SmolLM2.Q4_1.gguf")']
+
+
 def test_a_full_model_is_loaded_with_transformers(tmp_path):
     folder = saved_folder(tmp_path, {"kind": "lm", "trainer_mode": "full"})
     assert saved_model({"artifacts": {"model_path": str(folder)}}).load_lines() == [

@@ -36,13 +36,16 @@ def model_path(payload: Mapping[str, Any] | None) -> str | None:
 class SavedModel:
     path: str
     kind: ModelKind
+    gguf_file: str | None = None  # an adapter over a .gguf base: its file, in the base's folder
 
     def load_lines(self) -> list[str]:
         """The two lines of Python that load it (none for the stand-in or an unknown folder)."""
         literal = json.dumps(self.path, ensure_ascii=False)  # a Python string literal as well
         if self.kind == "lora":
+            # peft passes gguf_file on to transformers, which reads the base from that file.
+            gguf = f", gguf_file={json.dumps(self.gguf_file, ensure_ascii=False)}" if self.gguf_file else ""
             return ["from peft import AutoPeftModelForCausalLM",
-                    f"model = AutoPeftModelForCausalLM.from_pretrained({literal})"]
+                    f"model = AutoPeftModelForCausalLM.from_pretrained({literal}{gguf})"]
         if self.kind == "full":
             return ["from transformers import AutoModelForCausalLM",
                     f"model = AutoModelForCausalLM.from_pretrained({literal})"]
@@ -61,7 +64,19 @@ class SavedModel:
 def saved_model(payload: Mapping[str, Any] | None) -> SavedModel | None:
     """The job's model, when its JSON names one (reads the folder's manifest if it is here)."""
     path = model_path(payload)
-    return SavedModel(path, model_kind(Path(path))) if path is not None else None
+    if path is None:
+        return None
+    return SavedModel(path, model_kind(Path(path)), _gguf_file(Path(path)))
+
+
+def _gguf_file(folder: Path) -> str | None:
+    """The .gguf file an adapter's base was read from, as the manifest names it."""
+    try:
+        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = manifest.get("gguf_file") if isinstance(manifest, dict) else None
+    return printable(name) if isinstance(name, str) and name.strip() else None
 
 
 def model_kind(folder: Path) -> ModelKind:

