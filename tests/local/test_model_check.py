@@ -116,6 +116,7 @@ def test_the_check_never_downloads_a_model_the_job_would(monkeypatch):
 def test_a_pretrained_model_given_the_tiny_models_rate_is_warned():
     warning = learning_rate_warning(1e-2, 134_515_008)
     assert warning is not None and "learning_rate 0.01 is far too high for a pretrained model of 135M" in warning
+    assert "lm_press.toml" not in warning  # a copy of any name gets it: the words name no file
     assert learning_rate_warning(5e-5, 134_515_008) is None  # a rate for a pretrained model
     assert learning_rate_warning(1e-2, 130_000) is None  # the tiny random model: its rate
     assert learning_rate_warning(1e-2, None) is None  # unknown size: no guess

@@ -180,7 +180,8 @@ def learning_rate_warning(learning_rate: float, parameters: int | None) -> str |
         return None
     return (f"learning_rate {learning_rate:g} is far too high for a pretrained model of {parameters / 1e6:,.0f}M "
             f"parameters: above {PRETRAINED_MAX_LR:g} its training is undone in a few steps. Set [training] "
-            "learning_rate to 1e-5 to 1e-4 (lm_press.toml's 1e-2 is for the tiny random model)")
+            "learning_rate to 1e-5 to 1e-4 (a rate like 1e-2 suits only a tiny random model, such as the one "
+            "`synth-tui tiny-model` writes)")
 
 
 def size_words(size: int) -> str:
