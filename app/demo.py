@@ -24,6 +24,7 @@ from typing import IO, TYPE_CHECKING, Any
 from app.core.config.discovery import project_config_roots
 from app.core.env import envfile
 from app.core.errors import ExitCode, UsageError
+from app.core.invocation import as_run
 from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
 from app.core.paths import open_private, private_dir, private_file, state_dir
 
@@ -241,7 +242,8 @@ def banner(setup: DemoSetup, *, stopped: bool = False) -> str:
     servers = (f"  backend:  {setup.backend.url}/api\n  task app: {setup.task_app.url}\n" if not stopped else
                "  backend and task app: stopped with the demo (a job still running stopped too: "
                "synth-tui history lists it)\n")
-    return f"{where}\n{servers}  .env:     {setup.env_path} (mode 0600)\n  config:   {setup.config_path}"
+    # Printed on the terminal: its command as it was run (app/core/invocation.py).
+    return as_run(f"{where}\n{servers}  .env:     {setup.env_path} (mode 0600)\n  config:   {setup.config_path}")
 
 
 def run_demo(args: argparse.Namespace, *, interactive: bool) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import stat
+import sys
 
 import pytest
 
@@ -67,7 +68,7 @@ def test_the_guided_demo_stops_its_servers_even_when_closed_while_they_start(tmp
         servers.start()  # a closed demo starts nothing more
 
 
-def test_the_summary_after_the_guided_demo_says_its_servers_stopped(tmp_path):
+def test_the_summary_after_the_guided_demo_says_its_servers_stopped(tmp_path, monkeypatch):
     """Issue 37: the banner printed after the app listed the backend's URL, which answers no
     more (an attach to it then said to start `synth-tui backend`)."""
     from types import SimpleNamespace
@@ -80,6 +81,9 @@ def test_the_summary_after_the_guided_demo_says_its_servers_stopped(tmp_path):
     after = banner(setup, stopped=True)
     assert "127.0.0.1:41001" not in after and "127.0.0.1:41002" not in after
     assert "stopped with the demo" in after and f".env:     {tmp_path / '.env'}" in after
+    # started as .venv/bin/synth-tui, its hint names that, as the quit line above it does
+    monkeypatch.setattr(sys, "argv", [".venv/bin/synth-tui"])
+    assert ".venv/bin/synth-tui history lists it" in banner(setup, stopped=True)
 
 
 def test_attach_to_a_job_stopped_with_its_demo_says_so_not_start_a_backend(tmp_path, monkeypatch):
