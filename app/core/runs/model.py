@@ -66,30 +66,30 @@ def saved_model(payload: Mapping[str, Any] | None) -> SavedModel | None:
     path = model_path(payload)
     if path is None:
         return None
-    return SavedModel(path, model_kind(Path(path)), _gguf_file(Path(path)))
+    folder = Path(path)
+    manifest = _manifest(folder)
+    name = manifest.get("gguf_file")  # the .gguf file an adapter's base was read from
+    gguf_file = printable(name) if isinstance(name, str) and name.strip() else None
+    return SavedModel(path, model_kind(folder, manifest), gguf_file)
 
 
-def _gguf_file(folder: Path) -> str | None:
-    """The .gguf file an adapter's base was read from, as the manifest names it."""
+def _manifest(folder: Path) -> dict[str, Any]:
+    """The folder's policy.json, or {} when it is not here or not a JSON object."""
     try:
         manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    name = manifest.get("gguf_file") if isinstance(manifest, dict) else None
-    return printable(name) if isinstance(name, str) and name.strip() else None
+        return {}
+    return manifest if isinstance(manifest, dict) else {}
 
 
-def model_kind(folder: Path) -> ModelKind:
-    """What the folder holds: its manifest says; without one, peft's and transformers' own files."""
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        manifest = None
-    if isinstance(manifest, dict):
-        if manifest.get("kind") == "tabular":
-            return "tabular"
-        if manifest.get("kind") == "lm" and manifest.get("trainer_mode") in ("full", "lora"):
-            return "lora" if manifest["trainer_mode"] == "lora" else "full"
+def model_kind(folder: Path, manifest: Mapping[str, Any] | None = None) -> ModelKind:
+    """What the folder holds: its manifest says (read here unless given); without one, peft's
+    and transformers' own files."""
+    manifest = _manifest(folder) if manifest is None else manifest
+    if manifest.get("kind") == "tabular":
+        return "tabular"
+    if manifest.get("kind") == "lm" and manifest.get("trainer_mode") in ("full", "lora"):
+        return "lora" if manifest["trainer_mode"] == "lora" else "full"
     try:
         if (folder / "adapter_config.json").is_file():
             return "lora"
