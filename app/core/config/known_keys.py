@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from app.core.config.schema import RLConfig
 
-__all__ = ["KeyProblem", "known_keys", "unknown_key_problems"]
+__all__ = ["KeyProblem", "closest_name", "known_keys", "unknown_key_problems"]
 
 # Top-level keys that are not sections: the SDK's own error hint suggests `type = "rl"`
 # (app.core.config.validation says what it does and does not mean).
@@ -80,7 +80,8 @@ def _one_edit_apart(first: str, second: str) -> bool:
     return a[1:] == b[1:] or a[1:] == b or a == b[1:] or (a[:2] == b[1::-1] and a[2:] == b[2:])
 
 
-def _closest(name: str, known: Mapping[str, Any], cutoff: float) -> str | None:
+def closest_name(name: str, known: Mapping[str, Any] | tuple[str, ...], cutoff: float) -> str | None:
+    """The known name `name` misspells (difflib's ratio at least `cutoff`, or one edit apart), or None."""
     close = difflib.get_close_matches(name, list(known), n=1, cutoff=cutoff)
     if close:
         return close[0]
@@ -101,7 +102,7 @@ def _known_list(known: Mapping[str, Any], table: bool, where: str) -> str:
 def _unknown_section(key: str, where: str) -> KeyProblem:
     """A top-level name the schema does not know: always a problem (the sections are a closed list)."""
     known = known_keys(RLConfig)
-    close = _closest(key, known, SECTION_CUTOFF)
+    close = closest_name(key, known, SECTION_CUTOFF)
     words = f"did you mean {_shown(close, True, where)}?" if close else _known_list(known, True, where)
     return KeyProblem(key, f"unknown section; {words}")
 
@@ -114,7 +115,7 @@ def _walk(table: Mapping[str, Any], model: type[BaseModel], where: str) -> Itera
         if not where and key not in known and key not in TOP_LEVEL_VALUES:
             yield _unknown_section(key, where)
         elif key not in known:
-            close = _closest(key, known, KEY_CUTOFF)
+            close = closest_name(key, known, KEY_CUTOFF)
             if close is not None:  # a key like no known one may be a setting of another backend
                 is_table = isinstance(value, Mapping)
                 what = "section" if is_table else "key"

@@ -7,7 +7,6 @@ when a caller needs an exception. No Textual import: the headless CLI uses this.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from app.core.config.kind import infer_config_type, lower_text
-from app.core.config.known_keys import unknown_key_problems
+from app.core.config.known_keys import closest_name, unknown_key_problems
 from app.core.config.models import ModelNotMadeYet, check_rl_model, experimental_allowed, template_path_problem
 from app.core.config.schema import RLConfig
 from app.core.config.toml_source import TOML_LOCATION, TomlLineIndex, TomlSyntaxError, parse_toml_text, read_config_text
@@ -374,9 +373,9 @@ def _check_trainer_modes(data: Mapping[str, Any], problems: _ProblemList) -> Non
         location = f"{section}.trainer_mode"
         if not isinstance(value, str) or value.strip().lower() in TRAINER_MODES or problems.covers(location):
             continue
-        if close := difflib.get_close_matches(value.strip().lower(), TRAINER_MODES, n=1, cutoff=TRAINER_MODE_CUTOFF):
+        if close := closest_name(value.strip().lower(), TRAINER_MODES, TRAINER_MODE_CUTOFF):
             problems.add(location, f'must be "full" (every weight) or "lora" (an adapter), not {value!r}',
-                         hint=f'did you mean "{close[0]}"?')
+                         hint=f'did you mean "{close}"?')
 
 
 def _check_known_keys(data: Mapping[str, Any], problems: _ProblemList) -> None:
