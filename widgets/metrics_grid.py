@@ -316,10 +316,12 @@ class MetricChart(Vertical):
     def _view_key(self) -> tuple:
         """What the chart shows; checked ten times a second, so it queries no widget."""
         versions = tuple(s.version for s, _ in self.live_series())
-        # The chart's own size too: text rows are sized to it, and the plot is hidden then.
-        plot_size = self._plot.size if self._plot is not None else None
+        # The chart's own size too: text rows are sized to it. The plot's size sets its ticks,
+        # and counts only while it is shown (text rows hide it, and resize it as they come).
+        compact = self.has_class("-compact")
+        plot_size = self._plot.size if self._plot is not None and not compact else None
         return (versions, self.grid.overlays_version, self.grid.smoothing, self.grid.zoomed, plot_size,
-                self.content_size, self.has_class("-compact"), self.grid.full)
+                self.content_size, compact, self.grid.full)
 
     # -- drawing -------------------------------------------------------------------------
 
@@ -341,7 +343,17 @@ class MetricChart(Vertical):
         self.redraw()
         return None
 
+    @property
+    def shows_current_view(self) -> bool:
+        """Its last redraw was for what it shows now: its size, data and overlays (a resize
+        is laid out before its message redraws the chart)."""
+        return self._drawn_key is not None and self._drawn_key == self._view_key()
+
     def on_resize(self) -> None:
+        self.grid.redraw_if_changed()
+
+    def on_plot_canvas_resized(self, message: PlotCanvas.Resized) -> None:
+        message.stop()
         self.grid.redraw_if_changed()
 
     def redraw(self) -> None:

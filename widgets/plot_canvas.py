@@ -37,6 +37,7 @@ from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.text import Text
 from textual.content import Content
+from textual.message import Message
 from textual.strip import Strip
 from textual.style import Style
 from textual_plotext import PlotextPlot
@@ -100,6 +101,13 @@ class PlotCanvas(PlotextPlot):
         self._cell_styles: dict[Colors, Style] = {}
         self._run_styles: dict[tuple[Colors, int, int], RichStyle] = {}
         self._styles_key: tuple | None = None
+
+    class Resized(Message):
+        """The canvas's size changed on its own (a row beside it came or went): what its
+        owner drew for a size, such as the y ticks, may need drawing again."""
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized())
 
     def figure_changed(self) -> None:
         """The figure (its data or settings) changed: build it again at the next paint."""

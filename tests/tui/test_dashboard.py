@@ -59,7 +59,7 @@ async def test_events_arrive_and_the_chart_grows(faulty_backend):
         assert len(screen.store.get("train.mean_score")) == 6
         assert screen.status == "succeeded"
         assert "Final status: succeeded" in str(screen.query_one("#dash-final-text").render())
-        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.shows_current_view for c in grid.charts))
 
 
 def unwrapped(lines: list[str]) -> str:

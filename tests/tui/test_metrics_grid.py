@@ -246,7 +246,7 @@ async def test_overlays_are_drawn_in_their_own_colour_behind_the_live_run():
     async with app.run_test(size=(100, 30)) as pilot:
         grid = app.query_one(MetricsGrid)
         grid.set_overlays([earlier])
-        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].shows_current_view)
         chart = grid.charts[0]
         assert chart.overlay_series()[0][2] == "earlier train"
         assert "earlier train" in chart.legend()
@@ -280,7 +280,7 @@ async def test_a_chart_paints_what_textual_plotext_would_for_the_same_figure():
         grid = app.query_one(MetricsGrid)
         grid.set_overlays([earlier])
         grid.smoothing = "ema"
-        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].shows_current_view)
         chart = grid.charts[0]
         plot = chart.query_one(PlotCanvas)
         await pilot.pause()
@@ -322,7 +322,7 @@ async def test_a_run_covers_only_the_steps_it_has_in_text_rows():
         grid = app.query_one(MetricsGrid)
         grid.set_overlays([full, short])
         chart = grid.charts[0]
-        await wait_for(pilot, lambda: chart.has_class("-compact") and chart.redraws >= 1
+        await wait_for(pilot, lambda: chart.has_class("-compact") and chart.shows_current_view
                        and "short" in chart_text(chart))
         whole, half, live = spark_of(chart, "full train"), spark_of(chart, "short train"), spark_of(chart, "train")
         assert len(whole) == len(half) == len(live) and " " not in whole
@@ -343,7 +343,7 @@ async def test_a_live_run_fills_only_its_part_of_the_planned_steps_in_a_plot():
         grid = app.query_one(MetricsGrid)
         grid.set_planned_steps(16)
         grid.data_changed()
-        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].shows_current_view)
         chart = grid.charts[0]
         plot = chart.query_one(PlotCanvas)
         await pilot.pause()
@@ -374,7 +374,7 @@ async def test_without_colour_every_line_has_its_own_glyph(monkeypatch):
         assert app.no_color
         grid = app.query_one(MetricsGrid)
         grid.set_overlays([earlier])
-        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].shows_current_view)
         chart = grid.charts[0]
         glyphs = legend_glyphs(chart.legend())
         assert len(glyphs) == 4 and len(set(glyphs)) == 4, glyphs
@@ -398,7 +398,7 @@ async def test_without_colour_a_series_keeps_its_glyph_on_every_chart(monkeypatc
     async with app.run_test(size=(120, 40)) as pilot:
         grid = app.query_one(MetricsGrid)
         grid.set_overlays([earlier])
-        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.shows_current_view for c in grid.charts))
         marks: dict[str, set[str]] = {}
         for chart in grid.charts:
             for line in chart.lines():
@@ -425,7 +425,7 @@ async def test_a_legend_fits_its_border_cutting_ids_never_splits(size):
     async with app.run_test(size=size) as pilot:
         grid = app.query_one(MetricsGrid)
         grid.set_overlays(runs)
-        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.redraws >= 1 for c in grid.charts))
+        await wait_for(pilot, lambda: len(grid.charts) == 2 and all(c.shows_current_view for c in grid.charts))
         await pilot.pause()
         for chart in grid.charts:
             legend = legend_plain(chart)
@@ -466,7 +466,7 @@ async def test_an_earlier_runs_eval_is_drawn_and_named_by_its_run():
     async with app.run_test(size=(100, 30)) as pilot:
         grid = app.query_one(MetricsGrid)
         grid.set_overlays([earlier])
-        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].shows_current_view)
         chart = grid.charts[0]
         assert [label for _, _, label in chart.overlay_series()] == ["f035a1… train", "f035a1… eval"]
         legend = chart.legend()
@@ -483,7 +483,7 @@ async def test_a_rerun_draws_its_overlays_before_its_own_first_metrics():
     async with app.run_test(size=(100, 30)) as pilot:
         grid = app.query_one(MetricsGrid)
         grid.set_overlays([earlier])
-        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].shows_current_view)
         chart = grid.charts[0]
         await pilot.pause()
         assert "waiting" not in chart_text(chart) and "earlier train" in chart_text(chart)
@@ -515,7 +515,7 @@ async def test_a_tiny_loss_is_labelled_and_read_in_scientific_notation():
     async with app.run_test(size=(100, 30)) as pilot:
         grid = app.query_one(MetricsGrid)
         grid.data_changed()
-        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].shows_current_view)
         chart = grid.charts[0]
         plot = "\n".join("".join(char for char, _ in row) for row in cells(chart.query_one(PlotCanvas).frame_strips()))
         assert "-2.24e-08" in plot and "-2.19e-08" in plot, plot
