@@ -13,22 +13,39 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
-from textual.widgets import Footer
 from textual.widgets._footer import FooterKey  # private: Textual 8.2 exports no FooterKey
 
+from widgets.steady_footer import SteadyFooter
+
 PALETTE_FROM = 100
+# Frames to wait for new keys to be laid out before fitting them (a screen not shown lays out none).
+FIT_ATTEMPTS = 20
 
 
-class FlowFooter(Footer):
+class FlowFooter(SteadyFooter):
     def __init__(self, *, palette_from: int = PALETTE_FROM, compact: bool = False) -> None:
         super().__init__(compact=compact)
         self.palette_from = palette_from
+        self._fit_pending = False  # keys shown hidden (-fitting) until the next layout places them
 
     def compose(self) -> ComposeResult:
-        self.set_reactive(Footer.show_command_palette, self.app.size.width >= self.palette_from)
+        self.set_reactive(SteadyFooter.show_command_palette, self.app.size.width >= self.palette_from)
         self.add_class("-fitting")
+        self._fit_pending = False  # these keys are fitted once mounted (on_mount, recompose)
         yield from super().compose()
-        self.call_after_refresh(self._hide_cut_keys)
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.screen.screen_layout_refresh_signal.subscribe(self, self._fit_when_laid_out)
+        self._fit_after_layout()
+
+    def on_unmount(self) -> None:
+        super().on_unmount()
+        self.screen.screen_layout_refresh_signal.unsubscribe(self)
+
+    async def recompose(self) -> None:
+        await super().recompose()  # the old keys removed and the new ones mounted
+        self._fit_after_layout()
 
     def on_resize(self, event: events.Resize) -> None:
         self.add_class("-fitting")
@@ -37,7 +54,18 @@ class FlowFooter(Footer):
         else:
             for key in self.query(FooterKey):
                 key.remove_class("-cut")
-            self.call_after_refresh(self._hide_cut_keys)
+            self._fit_after_layout()
+
+    def _fit_after_layout(self) -> None:
+        self._fit_pending = True
+        self.call_after_refresh(self._fit_when_laid_out)  # if no later layout comes
+
+    def _fit_when_laid_out(self, _screen: object = None) -> None:
+        """Fit the keys once each shown one has its place; until then the next layout calls again."""
+        if not self._fit_pending or any(key.display and not key.region.width for key in self.query(FooterKey)):
+            return
+        self._fit_pending = False
+        self._hide_cut_keys()
 
     def _hide_cut_keys(self) -> None:
         """Hide the first key that runs past the edge (or into the palette key), and the rest."""

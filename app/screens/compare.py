@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 
 from app.core.runs.compare import ComparedRun, read_runs, run_labels
 from app.screens.base import FlowScreen
@@ -15,6 +15,7 @@ from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.job_header import shown_text
 from widgets.metrics_grid import MetricsGrid
+from widgets.steady_footer import SteadyFooter
 
 
 class CompareScreen(ChartKeys, FlowScreen):
@@ -37,7 +38,7 @@ class CompareScreen(ChartKeys, FlowScreen):
         yield AppHeader()
         yield Static("", id="compare-header", classes="flow-header", markup=True)
         yield Static("Reading the runs' metrics…", id="compare-waiting", markup=False)
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     def on_mount(self) -> None:
         super().on_mount()

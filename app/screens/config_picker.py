@@ -19,7 +19,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.widgets import Footer, Input, OptionList, Static
+from textual.widgets import Input, OptionList, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
 from app.core.config import discovery
@@ -29,6 +29,7 @@ from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
+from widgets.steady_footer import SteadyFooter
 
 # What reads configs (TOML, .env) is imported in the workers that read them: the first frame
 # waits for none of it (docs/performance.md#first-paint).
@@ -102,7 +103,7 @@ class ConfigPickerScreen(FlowScreen):
                 yield ConfigList(id="picker-list")
                 yield Static(id="picker-message")
             yield ConfigPreview(id="picker-preview", classes="pane")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -24,7 +24,7 @@ from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.reactive import var
 from textual.timer import Timer
-from textual.widgets import Footer, Input, Static
+from textual.widgets import Input, Static
 
 from app.core.api.streaming import WatchEnded
 from app.core.api.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
@@ -50,6 +50,7 @@ from widgets.event_log import EventLog
 from widgets.job_header import JobHeader, shown_text
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
+from widgets.steady_footer import SteadyFooter
 
 # At 80 columns the charts sit above the log and take at most this share of the height.
 NARROW_CHART_SHARE = 0.6
@@ -161,7 +162,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
                     id="dash-filter")
         with VerticalScroll(id="dash-final"):
             yield Static("", id="dash-final-text", markup=False)
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     def on_mount(self) -> None:
         super().on_mount()

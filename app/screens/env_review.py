@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.content import Content
 from textual.message import Message
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from app.core.env import envfile
 from app.core.env.discovery import discover_env_files
@@ -31,6 +31,7 @@ from app.screens.env_modal import MODAL_BINDINGS, ModalActions
 from app.screens.env_watch import DiskWatch
 from widgets.app_header import AppHeader
 from widgets.env_table import MaskedEnvTable, describe
+from widgets.steady_footer import SteadyFooter
 
 
 class EnvReviewScreen(ModalActions, DiskWatch):
@@ -99,7 +100,7 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         yield MaskedEnvTable(id="env-table")
         yield Static(id="env-detail", markup=False)
         yield Static(id="env-warnings")
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         super().on_mount()

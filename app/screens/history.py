@@ -19,7 +19,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from app.core.api.wire import SUCCESS_STATUSES, is_terminal_status
 from app.core.errors import SynthTuiError
@@ -32,6 +32,7 @@ from app.screens.base import FlowScreen
 from app.screens.dashboard import DashboardScreen
 from widgets.app_header import AppHeader
 from widgets.cells import cell
+from widgets.steady_footer import SteadyFooter
 
 if TYPE_CHECKING:
     from app.core.runs.saved_run import SavedRun
@@ -137,7 +138,7 @@ class HistoryScreen(FlowScreen):
         yield Static(INTRO, id="history-header", classes="flow-header", markup=False)
         yield HistoryTable(id="history-table", cursor_type="row", zebra_stripes=True)
         yield Static("", id="history-detail", classes="flow-header", markup=False)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         super().on_mount()

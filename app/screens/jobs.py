@@ -10,7 +10,7 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Input, Static
 
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.errors import SynthTuiError
@@ -40,6 +40,7 @@ from app.screens.dashboard import DashboardScreen
 from widgets.app_header import AppHeader
 from widgets.cells import cell
 from widgets.job_header import STATUS_CLASSES, shown_text
+from widgets.steady_footer import SteadyFooter
 from widgets.table_keys import highlighted_key
 
 # Column widths: (job, status, model, created, score) below NARROW_BELOW and from it up; below
@@ -114,7 +115,7 @@ class JobsScreen(FlowScreen):
         yield DataTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
         yield Input(placeholder="filter by id, status or model: applies as you type; enter keeps it, esc clears",
                     id="jobs-filter")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     def on_mount(self) -> None:
         super().on_mount()

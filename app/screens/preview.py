@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.reactive import var
 from textual.timer import Timer
-from textual.widgets import Button, Footer, Input, Label, Static, Switch
+from textual.widgets import Button, Input, Label, Static, Switch
 
 from app.core.api.client import ApiError, ConflictError, CreateResult, PayloadRefused
 from app.core.errors import SynthTuiError
@@ -30,6 +30,7 @@ from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.json_view import json_highlighted
+from widgets.steady_footer import SteadyFooter
 
 PREPARE_WORKER = "Rebuilding the payload"
 SUBMIT_WORKER = "Submitting the job"
@@ -100,7 +101,7 @@ class PayloadPreviewScreen(FlowScreen):
                 yield Static(id="payload-status")
             with VerticalScroll(id="payload-response-scroll", classes="-hidden"):
                 yield Static(id="payload-response", markup=False)
-        yield Footer()
+        yield SteadyFooter()
 
     def on_mount(self) -> None:
         session = self.session

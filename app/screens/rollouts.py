@@ -13,7 +13,7 @@ from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Static
 
 from app.core.errors import SynthTuiError
 from app.core.redact import redact
@@ -24,6 +24,7 @@ from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.cells import cell
 from widgets.rollout_view import RolloutView, summary_line
+from widgets.steady_footer import SteadyFooter
 from widgets.table_keys import highlighted_key
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ class RolloutsScreen(FlowScreen):
         with Horizontal(id="rollouts-body"):
             yield DataTable(id="rollouts-table", cursor_type="row", zebra_stripes=True)
             yield RolloutView(placeholder="The highlighted rollout shows here.", id="rollouts-preview")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -279,7 +280,7 @@ class RolloutScreen(FlowScreen):
     def compose(self) -> ComposeResult:
         yield AppHeader()
         yield RolloutView(id="rollout-view")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     def on_mount(self) -> None:
         super().on_mount()
@@ -310,7 +311,7 @@ class RolloutCompareScreen(FlowScreen):
         with Horizontal(id="compare-pair"):
             yield RolloutView(id="compare-left")
             yield RolloutView(id="compare-right")
-        yield Footer(compact=True)
+        yield SteadyFooter(compact=True)
 
     def on_mount(self) -> None:
         super().on_mount()

@@ -1,0 +1,83 @@
+"""widgets/steady_footer.py: the footer composes again only when the keys it shows change, and a
+compact footer's keys are compact from their first frame."""
+
+from __future__ import annotations
+
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.widgets import Input
+from textual.widgets._footer import FooterKey
+
+from pilot_waits import wait_for
+from widgets.steady_footer import SteadyFooter
+
+
+class CountingFooter(SteadyFooter):
+    def __init__(self, *, compact: bool = False) -> None:
+        super().__init__(compact=compact)
+        self.composes = 0
+
+    def compose(self) -> ComposeResult:
+        self.composes += 1
+        yield from super().compose()
+
+
+class FooterApp(App[None]):
+    BINDINGS = [Binding("f2", "flip", "Flip", id="flip"), Binding("f3", "noop", "Stay", id="stay")]
+
+    def __init__(self, *, compact: bool = False) -> None:
+        super().__init__()
+        self.compact = compact
+        self.flipped = False
+
+    def compose(self) -> ComposeResult:
+        yield Input(id="one")
+        yield Input(id="two")
+        yield CountingFooter(compact=self.compact)
+
+    def action_flip(self) -> None:
+        self.flipped = not self.flipped
+        self.refresh_bindings()
+
+    def action_noop(self) -> None:
+        pass
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return None if action == "noop" and self.flipped else True  # None: shown, disabled
+
+
+def keys_shown(app: FooterApp) -> list[tuple[str, bool]]:
+    return [(key.key, key.has_class("-disabled")) for key in app.query(FooterKey)]
+
+
+async def test_a_focus_change_that_shows_the_same_keys_does_not_compose_the_footer_again():
+    app = FooterApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        footer = app.query_one(CountingFooter)
+        await wait_for(pilot, lambda: ("f2", False) in keys_shown(app), what="the footer's keys")
+        composed = footer.composes
+        for _ in range(3):
+            app.query_one("#two", Input).focus()
+            app.query_one("#one", Input).focus()
+            app.refresh_bindings()
+        await pilot.pause()
+        await pilot.pause()
+        assert footer.composes == composed
+
+
+async def test_a_key_that_changes_composes_the_footer_again_and_shows_it():
+    app = FooterApp()
+    async with app.run_test(size=(80, 10)) as pilot:
+        await wait_for(pilot, lambda: ("f3", False) in keys_shown(app), what="the footer's keys")
+        app.set_focus(None)
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: ("f3", True) in keys_shown(app), what="f3 shown disabled")
+        await pilot.press("f2")
+        await wait_for(pilot, lambda: ("f3", False) in keys_shown(app), what="f3 enabled again")
+
+
+async def test_a_compact_footers_keys_are_compact_when_first_styled():
+    app = FooterApp(compact=True)
+    async with app.run_test(size=(80, 10)) as pilot:
+        await wait_for(pilot, lambda: bool(keys_shown(app)), what="the footer's keys")
+        assert all(key.has_class("-compact") for key in app.query(FooterKey))
