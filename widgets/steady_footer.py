@@ -11,7 +11,7 @@ key) and skips a refresh that would compose the same; a compact footer's keys ca
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from textual.app import ComposeResult
 from textual.screen import Screen
@@ -36,7 +36,7 @@ class SteadyFooter(Footer):
             self._composed = self.shown_keys(self.screen)
         yield from self._with_compact_class(super().compose())
 
-    def _with_compact_class(self, widgets: Iterator[Widget]) -> Iterator[Widget]:
+    def _with_compact_class(self, widgets: Iterable[Widget]) -> Iterator[Widget]:
         for widget in widgets:
             if self.compact and isinstance(widget, FooterKey) and not widget.has_class("-command-palette"):
                 widget.add_class("-compact", update=False)  # as its data binding would, before its first styling
