@@ -46,7 +46,8 @@ from app.core.runs.series import MetricSeries, MetricStore
 from app.tui import stylesheet_path
 from benchmarks.common import Figure, below, child_main, median, say, time_calls
 from widgets.event_log import EventLog
-from widgets.metrics_grid import MetricChart, MetricsGrid
+from widgets.metric_chart import MetricChart
+from widgets.metrics_grid import MetricsGrid
 from widgets.plot_canvas import PlotCanvas
 
 METRIC = "train.mean_score"

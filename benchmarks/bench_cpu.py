@@ -34,7 +34,8 @@ from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import SynthTuiApp
 from benchmarks.common import REPO, Figure, below, child_main, cpu_seconds, median, say, thread_cpu
 from widgets.event_log import EventLog
-from widgets.metrics_grid import MetricChart, MetricsGrid
+from widgets.metric_chart import MetricChart
+from widgets.metrics_grid import MetricsGrid
 from widgets.plot_canvas import PlotCanvas
 
 SIZE = (160, 45)

@@ -13,7 +13,7 @@ from textual.visual import Visual, visualize
 from textual_plotext import PlotextPlot
 
 from pilot_waits import wait_for
-from widgets.metrics_grid import OVERLAY_COLORS, integer_ticks, plot_line
+from widgets.metric_chart import OVERLAY_COLORS, integer_ticks, plot_line
 from widgets.plot_canvas import PlotCanvas
 
 
