@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from app.local.servers import ServerHandle, _bind
-from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapps.kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 
 CHUNK = 1 << 20
 

@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, reject, settings
 from hypothesis import strategies as st
 
-from app.local.action_space import MAX_ARRAY_ITEMS, UnsupportedSchema, choose_tool, compile_tool
-from app.local.crafter_taskapp import INTERACT_MANY
-from app.local.policies.tabular import TabularPolicy, choose, observation_features, state_key
-from app.local.taskapp import MOVE_TOOL
+from app.local.policies.tabular.action_space import MAX_ARRAY_ITEMS, UnsupportedSchema, choose_tool, compile_tool
+from app.local.policies.tabular.policy import TabularPolicy, choose, observation_features, state_key
+from app.local.taskapps.crafter import INTERACT_MANY
+from app.local.taskapps.gridworld_app import MOVE_TOOL
 from support.tiers import examples
 
 

@@ -1,4 +1,4 @@
-"""The GPU side of the data-parallel `lm` trainer (app/local/dp_gpu.py, app/local/dp_vllm.py),
+"""The GPU side of the data-parallel `lm` trainer (app/local/parallel/accelerate.py, app/local/parallel/vllm.py),
 tested where it can run without a GPU: configs read and written (checked with accelerate's own
 reader), the launch command (parsed by accelerate's own parser), the refusal without CUDA, the
 `trl vllm-serve` line (parsed by TRL's parser), GRPOConfig's fields, and the vLLM adapter driving
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from app.core.errors import ConfigError
-from app.local.dp_gpu import (
+from app.local.parallel.accelerate import (
     ACCELERATE_KEYS,
     AccelerateConfigError,
     AccelerateSetup,
@@ -28,7 +28,7 @@ from app.local.dp_gpu import (
     refuse_without_gpu,
     sharded_parameters,
 )
-from app.local.dp_vllm import VllmGenerator, VllmPlan, grpo_vllm_kwargs, vllm_serve_command
+from app.local.parallel.vllm import VllmGenerator, VllmPlan, grpo_vllm_kwargs, vllm_serve_command
 
 from .fake_vllm import FakeVllm, serving, trls_client
 
@@ -282,14 +282,14 @@ def test_accelerate_parses_the_command_we_launch(tmp_path: Path) -> None:
     from accelerate.commands.launch import launch_command_parser
 
     command = accelerate_launch_command("/venv/bin/python", tmp_path / "a.yaml", 2, 41234,
-                                        ["app.local.dp_worker", "--rendezvous", str(tmp_path)])
+                                        ["app.local.parallel.worker", "--rendezvous", str(tmp_path)])
     assert command[:3] == ["/venv/bin/python", "-m", "accelerate.commands.launch"]
     args = launch_command_parser().parse_args(command[3:])
     assert (args.config_file, args.num_processes, args.main_process_port, args.module) == (
         str(tmp_path / "a.yaml"), 2, 41234, True)
-    assert (args.training_script, args.training_script_args) == ("app.local.dp_worker", ["--rendezvous",
+    assert (args.training_script, args.training_script_args) == ("app.local.parallel.worker", ["--rendezvous",
                                                                                           str(tmp_path)])
-    several = accelerate_launch_command("python", "m.yaml", 8, None, ["app.local.dp_worker"])
+    several = accelerate_launch_command("python", "m.yaml", 8, None, ["app.local.parallel.worker"])
     assert "--main_process_port" not in several  # several machines: the YAML's port, the same everywhere
 
 
@@ -297,12 +297,12 @@ def test_no_secret_goes_on_the_launch_command(monkeypatch: pytest.MonkeyPatch) -
     """argv is readable by every user of the machine: a per-job token travels in the environment."""
     token = "tok_" + "x" * 24
     monkeypatch.setenv("SYNTH_TUI_RANK_TOKEN", token)
-    command = accelerate_launch_command("python", "a.yaml", 2, 40000, ["app.local.dp_worker", "--job", "j1"])
+    command = accelerate_launch_command("python", "a.yaml", 2, 40000, ["app.local.parallel.worker", "--job", "j1"])
     assert token not in " ".join(command)
     assert not any(arg in launch_env(None, 2, cores=2).values() for arg in [token])
     for flag in ("--token", "--api-key=abc", "--secret", "--password"):
         with pytest.raises(ValueError, match="secret on the command line"):
-            accelerate_launch_command("python", "a.yaml", 2, 40000, ["app.local.dp_worker", flag, "abc"])
+            accelerate_launch_command("python", "a.yaml", 2, 40000, ["app.local.parallel.worker", flag, "abc"])
 
 
 # -- vLLM ------------------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import pytest
 
 from app.cli import main
 from app.core.runs.events import policy_badge
-from app.local.dp_launch import (
+from app.local.parallel.launch import (
     TIMEOUT_ENV,
     alive,
     build_launch,
@@ -27,10 +27,10 @@ from app.local.dp_launch import (
     per_device_batch,
     root_cause,
 )
+from app.local.parallel.policy import RankMemo, owner_by_position, shares
 from app.local.policies.base import Episode, Parallel, PolicySettings
-from app.local.policies.lm_dp import RankMemo, owner_by_position, shares
-from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from app.local.servers import ServerHandle, start_backend
+from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from lm_fixtures import press_payload
 from pilot_waits import poll_until
 
@@ -48,7 +48,7 @@ def test_the_launch_command_and_our_accelerate_config(tmp_path: Path) -> None:
     cmd = launch.command
     assert cmd[:3] == ["/py", "-m", "accelerate.commands.launch"]
     assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[cmd.index("--main_process_port") + 1] == "29611"
-    assert cmd[cmd.index("--module"):] == ["--module", "app.local.dp_worker", "--rendezvous", str(tmp_path)]
+    assert cmd[cmd.index("--module"):] == ["--module", "app.local.parallel.worker", "--rendezvous", str(tmp_path)]
     assert cmd[cmd.index("--monitor_interval") + 1] == "0.2"  # torchrun sees a dead rank within 0.2 s
     config = Path(cmd[cmd.index("--config_file") + 1])
     assert config.parent == tmp_path
@@ -151,7 +151,7 @@ def test_the_backend_command_refuses_bad_flags_with_exit_2(capsys: pytest.Captur
 def test_a_rank_death_is_named_from_torchruns_root_cause() -> None:
     log = """torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
 ============================================================
-app.local.dp_worker FAILED
+app.local.parallel.worker FAILED
 ------------------------------------------------------------
 Failures:
 [1]:
@@ -318,8 +318,8 @@ def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: 
     half of them are shipped to the other rank for the update."""
     import random
 
+    from app.local.parallel.policy import DistributedLmPolicy
     from app.local.policies.base import PolicySettings
-    from app.local.policies.lm_dp import DistributedLmPolicy
 
     settings = PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=3,
                               group_size=2, options={"trainer_mode": "full", "max_tokens": 48})
@@ -354,9 +354,9 @@ def test_every_rank_saves_at_once_into_the_store_folder_and_one_process_resumes(
 
     import torch
 
-    from app.local.checkpoints import Checkpoints
-    from app.local.policies.lm import LmPolicy
-    from app.local.policies.lm_dp import DistributedLmPolicy
+    from app.local.parallel.policy import DistributedLmPolicy
+    from app.local.policies.lm.policy import LmPolicy
+    from app.local.state.checkpoints import Checkpoints
 
     settings = PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1,
                               group_size=2, options={"trainer_mode": "full"})

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from app.cli import main
-from app.local.dp_launch import TOKEN_FILE, alive, free_port
+from app.local.parallel.launch import TOKEN_FILE, alive, free_port
 from app.local.policies.base import Parallel
 from app.local.servers import ServerHandle, start_backend
 from lm_fixtures import press_payload
@@ -197,8 +197,8 @@ def test_a_ranks_host_refuses_a_folder_it_cannot_see(tmp_path: Path, capsys: pyt
 
 
 def test_another_machines_launch_is_the_backends_with_its_machine_rank(tmp_path: Path) -> None:
-    from app.local.dp_hosts import address_towards, machine_launch, ready_jobs
-    from app.local.dp_launch import (
+    from app.local.parallel.hosts import address_towards, machine_launch, ready_jobs
+    from app.local.parallel.launch import (
         CONFIG_FILE,
         HOST_ENV,
         LAUNCH_FILE,

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.local.dp_launch import alive
+from app.local.parallel.launch import alive
 from app.local.servers import ServerHandle
 from lm_fixtures import press_payload
 from pilot_waits import poll_until

@@ -1,4 +1,4 @@
-"""The `lm` policy (app/local/policies/lm.py): a real (tiny) language model acting through the
+"""The `lm` policy (app/local/policies/lm/policy.py): a real (tiny) language model acting through the
 chat endpoint and trained with TRL's GRPOTrainer. CPU, offline, seeded; needs the trainer extra.
 docs/embedded-policy.md#the-lm-policy."""
 
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from app.local.policies.base import Episode, PolicySettings
-from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from app.local.servers import ServerHandle, start_backend
+from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from lm_fixtures import press_payload
 from pilot_waits import poll_until
 from support.cli import run_cli
@@ -44,7 +44,7 @@ def press_messages(label: str) -> list[dict[str, Any]]:
 
 
 def test_the_episode_is_one_sequence_and_env_mask_covers_the_task_apps_tokens(tiny_model: Path) -> None:
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
 
     policy = LmPolicy(settings(tiny_model))
     assert policy.template_kind.startswith("TRL's training variant")  # Qwen3's own is not prefix-preserving
@@ -82,7 +82,7 @@ def test_the_episode_is_one_sequence_and_env_mask_covers_the_task_apps_tokens(ti
 
 def test_constrained_calls_always_parse_and_match_the_schema(tiny_model: Path) -> None:
     jsonschema = pytest.importorskip("jsonschema")
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
 
     tool = {"type": "function", "function": {"name": "move", "parameters": {
         "type": "object", "properties": {"steps": {"type": "integer", "minimum": 1, "maximum": 3},
@@ -102,7 +102,7 @@ def test_save_and_load_round_trip(tiny_model: Path, tmp_path: Path) -> None:
     import torch
 
     from app.local.policies import load
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
 
     for mode in ("full", "lora"):
         policy = LmPolicy(settings(tiny_model, trainer_mode=mode))
@@ -123,9 +123,9 @@ def test_a_checkpoint_is_private_whatever_the_umask(tiny_model: Path, tmp_path: 
     weights and tokenizer that transformers writes included, under the common umask 022."""
     import stat
 
-    from app.local.checkpoints import Checkpoints
-    from app.local.policies.lm import LmPolicy
-    from app.local.policies.tabular import TabularPolicy
+    from app.local.policies.lm.policy import LmPolicy
+    from app.local.policies.tabular.policy import TabularPolicy
+    from app.local.state.checkpoints import Checkpoints
 
     old = os.umask(0o022)
     try:
@@ -147,7 +147,7 @@ def test_a_checkpoint_is_private_whatever_the_umask(tiny_model: Path, tmp_path: 
 def test_auto_falls_back_to_the_stand_in_saying_why_and_lm_fails_at_once(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     from app.local.policies import make_policy
-    from app.local.policies.lm_model import ModelUnavailable
+    from app.local.policies.lm.model import ModelUnavailable
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     missing = PolicySettings(model="synth-tui-tests/no-such-model", learning_rate=1e-5, seed=0)
@@ -191,7 +191,7 @@ def test_a_job_whose_model_is_missing_fails_at_once_saying_how_to_get_it(press_a
 
 
 def test_an_update_runs_a_grpo_step_with_the_practitioners_numbers(tiny_model: Path) -> None:
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
 
     policy = LmPolicy(settings(tiny_model))
     rng = random.Random(2)
@@ -229,7 +229,7 @@ def test_the_trainer_makes_its_own_adamw_as_the_policy_did(tiny_model: Path, mon
     import torch
     import trl
 
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
 
     built: list[dict[str, Any]] = []
 
@@ -265,7 +265,7 @@ def test_the_trainer_makes_its_own_adamw_as_the_policy_did(tiny_model: Path, mon
 def test_a_resumed_policy_goes_on_with_the_saved_adam_moments(tiny_model: Path, tmp_path: Path) -> None:
     import torch
 
-    from app.local.policies.lm import OPTIMIZER, LmPolicy
+    from app.local.policies.lm.policy import OPTIMIZER, LmPolicy
 
     rng = random.Random(5)
     first = LmPolicy(settings(tiny_model))
@@ -294,7 +294,7 @@ def test_the_engines_save_and_load_through_accelerate_on_the_real_trainer(
     one-process trainer (accelerate's distributed type NO counted as an engine), the save goes
     through accelerate's save_state into engine-state/ (no optimizer.pt) and the resume through
     load_state on the real, prepared trainer, with the Adam moments going on."""
-    from app.local.policies import lm
+    from app.local.policies.lm import policy as lm
 
     monkeypatch.setattr(lm, "ENGINES", (*lm.ENGINES, "NO"))
     rng = random.Random(6)
@@ -325,7 +325,7 @@ def test_an_optimizer_state_saved_in_one_group_follows_its_parameters() -> None:
     the trainer's (two groups: with and without weight decay): each parameter keeps its moments."""
     import torch
 
-    from app.local.policies.lm import regrouped
+    from app.local.policies.lm.policy import regrouped
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))
@@ -497,7 +497,7 @@ def test_a_real_pretrained_model_calls_tools_that_parse_and_takes_a_grpo_step() 
     and one GRPO step runs with LoRA."""
     import jsonschema
 
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
     from support.smollm2 import smollm2_folder
 
     settings_ = PolicySettings(model=str(smollm2_folder()), learning_rate=1e-5, seed=0, total_steps=2, batch_size=1,
@@ -525,7 +525,7 @@ def test_a_real_pretrained_model_calls_tools_that_parse_and_takes_a_grpo_step() 
 def test_a_kl_coefficient_measures_the_distance_to_the_reference(tiny_model: Path, mode: str) -> None:
     """[training] kl_coef > 0: TRL keeps the reference (the base model; for LoRA, the adapter
     switched off) and the step reports KL, 0 before the first update moves the policy."""
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
 
     policy = LmPolicy(PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1,
                                      group_size=2, options={"trainer_mode": mode, "kl_coef": 0.1}))

@@ -94,8 +94,8 @@ def test_the_lm_press_config_validates_once_its_model_folder_is_there(tmp_path, 
 @NEEDS_TRAINER
 def test_the_tiny_model_command_writes_a_model_the_lm_policy_loads(tmp_path, capsys):
     from app.local.policies.base import PolicySettings
-    from app.local.policies.lm import LmPolicy
-    from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
+    from app.local.policies.lm.policy import LmPolicy
+    from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 
     folder = tmp_path / "tiny"
     assert cli.main(["tiny-model", str(folder)]) == 0

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from app.cli import main
-from app.local.dp_vllm import VllmGenerator, VllmPlan
+from app.local.parallel.vllm import VllmGenerator, VllmPlan
 from app.local.policies.base import Episode, PolicyCannotAct
-from app.local.press_taskapp import PRESS_TOOL, TOOL_CHOICE
+from app.local.taskapps.press import PRESS_TOOL, TOOL_CHOICE
 
 from .fake_vllm import FakeVllm, serving, trls_client
 from .test_lm_policy import press_messages, settings
@@ -33,7 +33,7 @@ class RecordingGenerator(VllmGenerator):
 
 
 def policy_on(url: str, tiny_model: Path, monkeypatch: pytest.MonkeyPatch, **options: Any) -> Any:
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
 
     def connect(plan: VllmPlan, **sampling: Any) -> VllmGenerator:
         generator = RecordingGenerator(trls_client(plan.server_url or "", monkeypatch), **sampling)
@@ -171,7 +171,7 @@ def test_the_backend_refuses_vllm_without_a_gpu_at_start(flags: list[str], said:
                                                          capsys: pytest.CaptureFixture[str],
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SYNTH_API_KEY", "sk_test_x")
-    monkeypatch.setattr("app.local.dp_gpu.cuda_available", lambda: False)
+    monkeypatch.setattr("app.local.parallel.accelerate.cuda_available", lambda: False)
     assert main(["backend", *flags]) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and "hunter2" not in err

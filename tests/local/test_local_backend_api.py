@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-import app.local.backend as backend_module
+import app.local.server.backend as backend_module
 from app.local.servers import ServerHandle, _bind
 from pilot_waits import poll_until
 

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.local.backend import create_backend_app
+from app.local.server.backend import create_backend_app
 from app.local.servers import ServerHandle, _bind, start_taskapp
 from chaos_proxy import ChaosProxy, Mode
 from pilot_waits import poll_until

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from app.local.policies.tabular import TabularPolicy
+from app.local.policies.tabular.policy import TabularPolicy
 
 from .conftest import create_job, long_config, payload
 

@@ -16,9 +16,12 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from app import cli
-from app.local import gridworld
-from app.local.crafter_taskapp import create_crafter_taskapp
-from app.local.rollout_contract import (
+from app.local.servers import ServerHandle, _bind
+from app.local.taskapps import gridworld
+from app.local.taskapps.crafter import create_crafter_taskapp
+from app.local.taskapps.gridworld_app import create_taskapp
+from app.local.taskapps.kit import RolloutReplays, RolloutRequestV05
+from app.local.training.rollout_contract import (
     CID_PREFIXES,
     GEN_02,
     GEN_05,
@@ -36,9 +39,6 @@ from app.local.rollout_contract import (
     refusal_asks_for,
     rollout_body,
 )
-from app.local.servers import ServerHandle, _bind
-from app.local.taskapp import create_taskapp
-from app.local.taskapp_kit import RolloutReplays, RolloutRequestV05
 
 from .conftest import (
     ENV_KEY,

@@ -10,9 +10,9 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse
 
-from app.local.rollout_contract import TaskAppError
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
-from app.local.trainer import Trainer
+from app.local.training.rollout_contract import TaskAppError
+from app.local.training.trainer import Trainer
 
 from .conftest import (
     API_KEY,

@@ -12,7 +12,7 @@ import time
 import httpx
 import pytest
 
-from app.local.guard import MAX_BODY_BYTES, MAX_JSON_DEPTH, json_depth
+from app.local.server.guard import MAX_BODY_BYTES, MAX_JSON_DEPTH, json_depth
 
 from .conftest import API_KEY, ENV_KEY, payload, small_config
 
@@ -204,7 +204,7 @@ def test_an_error_from_a_bug_is_json_and_names_no_secret():
     """The catch-all answer names the kind of error only: its text could quote a key."""
     from fastapi import FastAPI
 
-    from app.local.errors import install_json_errors
+    from app.local.server.errors import install_json_errors
     from app.local.servers import ServerHandle, _bind
 
     app = FastAPI()

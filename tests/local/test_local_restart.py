@@ -6,7 +6,7 @@ import threading
 import time
 
 from app.local.servers import start_backend
-from app.local.store import Store
+from app.local.state.store import Store
 from pilot_waits import poll_until
 
 from .conftest import (

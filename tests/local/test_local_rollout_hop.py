@@ -22,10 +22,10 @@ from app.core.config.rl import validate_rl_mapping
 from app.core.errors import ExitCode
 from app.demo import demo_config_path
 from app.headless import Printer, run_train
-from app.local.answers import DEFAULT_MAX_ANSWER_BYTES
-from app.local.rollout_contract import fetch_openapi
 from app.local.servers import ServerHandle, _bind, start_backend
-from app.local.trainer import InvalidJobPayload, plan_from_payload
+from app.local.training.answers import DEFAULT_MAX_ANSWER_BYTES
+from app.local.training.rollout_contract import fetch_openapi
+from app.local.training.trainer import InvalidJobPayload, plan_from_payload
 
 from .conftest import (
     API_KEY,

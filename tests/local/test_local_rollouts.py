@@ -20,8 +20,13 @@ from fastapi import FastAPI
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.local.policies.tabular import TabularPolicy
-from app.local.rollout_record import (
+from app.local.policies.tabular.policy import TabularPolicy
+from app.local.servers import ServerHandle, _bind, start_backend
+from app.local.state.rollout_store import ROW_OVERHEAD
+from app.local.state.store import Store
+from app.local.taskapps.gridworld_app import MOVE_TOOL
+from app.local.taskapps.kit import PolicyLink, add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.training.rollout_record import (
     ROLLOUT_MEMORY_CHARS,
     KeptRollout,
     StepSample,
@@ -30,12 +35,7 @@ from app.local.rollout_record import (
     observation_of,
     read_step_reports,
 )
-from app.local.rollout_store import ROW_OVERHEAD
-from app.local.servers import ServerHandle, _bind, start_backend
-from app.local.store import Store
-from app.local.taskapp import MOVE_TOOL
-from app.local.taskapp_kit import PolicyLink, add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
-from app.local.trainer import JobRun, OpenRollout, plan_from_payload
+from app.local.training.trainer import JobRun, OpenRollout, plan_from_payload
 from support.tiers import examples
 
 from .conftest import (

@@ -16,8 +16,8 @@ import pytest
 from fastapi import FastAPI, Request
 
 from app.demo import demo_payload, load_demo_config
-from app.local.rollout_contract import GEN_05, RolloutAsk, generation_from_openapi, read_answer, rollout_body
 from app.local.servers import ServerHandle, _bind
+from app.local.training.rollout_contract import GEN_05, RolloutAsk, generation_from_openapi, read_answer, rollout_body
 
 from .conftest import ENV_KEY, create_job, events_of, wait_terminal
 from .sdk_taskapps.harness import SdkTaskApp

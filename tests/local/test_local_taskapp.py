@@ -13,9 +13,9 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-from app.local import gridworld
 from app.local.servers import ServerHandle, _bind, start_taskapp
-from app.local.taskapp_kit import DEFAULT_ROLLOUT_TIME_S, PolicyLink
+from app.local.taskapps import gridworld
+from app.local.taskapps.kit import DEFAULT_ROLLOUT_TIME_S, PolicyLink
 
 from .conftest import ENV_KEY
 

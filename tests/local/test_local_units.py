@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.local import gridworld
 from app.local.policies.base import Episode, group_advantages, latest_observation
-from app.local.policies.tabular import Decision, TabularPolicy, state_key
-from app.local.store import IdempotencyConflict, Store
-from app.local.trainer import InvalidJobPayload, plan_from_payload
+from app.local.policies.tabular.policy import Decision, TabularPolicy, state_key
+from app.local.state.store import IdempotencyConflict, Store
+from app.local.taskapps import gridworld
+from app.local.training.trainer import InvalidJobPayload, plan_from_payload
 from support.tiers import examples
 
 from .conftest import payload, small_config
@@ -131,7 +131,7 @@ def test_every_bound_of_a_section_the_backend_reads_is_a_field_of_its_model():
     """The job body's models check every NumberBound of the sections they declare: a bound
     added to app.core.config.trainable without a field would be checked by the client only."""
     from app.core.config.trainable import NUMBER_BOUNDS
-    from app.local.bodies import Compute, Evaluation, PolicySection, Rollout, Training
+    from app.local.server.bodies import Compute, Evaluation, PolicySection, Rollout, Training
 
     sections = {"training": Training, "rollout": Rollout, "evaluation": Evaluation, "compute": Compute,
                 "policy": PolicySection}
@@ -159,7 +159,7 @@ def test_a_flat_step_is_called_solved_only_when_the_score_rose_to_it() -> None:
     helps), at the start or after a fall it points at the task app."""
     from types import SimpleNamespace
 
-    from app.local.trainer import Trainer
+    from app.local.training.trainer import Trainer
 
     def warning(first: float | None, score: float) -> str:
         run = SimpleNamespace(flat_steps=0, first_score=first)
@@ -176,7 +176,7 @@ def test_a_flat_step_is_called_solved_only_when_the_score_rose_to_it() -> None:
 def test_torch_threads_are_the_cores_or_fewer_when_omp_num_threads_says_so(monkeypatch, omp, expected):
     import os
 
-    from app.local.policies.lm_model import cpu_threads
+    from app.local.policies.lm.model import cpu_threads
 
     if omp is None:
         monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

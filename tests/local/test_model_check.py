@@ -1,4 +1,4 @@
-"""The embedded backend's model check (POST /api/rl/verify_model, app/local/model_check.py) and
+"""The embedded backend's model check (POST /api/rl/verify_model, app/local/server/model_check.py) and
 what a job says while its model loads: issue 37, "A new user's first real model".
 
 The route's shape, its refusals and its time bound are quick (a tabular backend never reads the
@@ -15,9 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from app.local import model_check
-from app.local.policies.chat_templates import chat_template_text, trl_template_names
-from app.local.policies.lm_model import (
+from app.local.policies.lm.chat_templates import chat_template_text, trl_template_names
+from app.local.policies.lm.model import (
     ModelUnavailable,
     gguf_of,
     learning_rate_warning,
@@ -25,6 +24,7 @@ from app.local.policies.lm_model import (
     resolve,
     size_words,
 )
+from app.local.server import model_check
 from app.local.servers import start_backend
 from lm_fixtures import press_payload
 
@@ -261,7 +261,7 @@ def test_a_job_says_when_its_model_starts_loading_and_when_it_is_loaded(tiny_mod
                                                                        monkeypatch):
     """And warns when the learning rate would wreck a pretrained model: the tiny model is taken
     for one here (the bar lowered below its 130k parameters) to see the warning in a quick job."""
-    from app.local.policies import lm_model
+    from app.local.policies.lm import model as lm_model
 
     monkeypatch.setattr(lm_model, "PRETRAINED_MIN_PARAMETERS", 100_000)
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
@@ -289,9 +289,9 @@ def test_the_policy_refuses_a_template_that_cannot_act_before_the_weights_load(t
     the fix, not after the weights loaded; [model] chat_template = "qwen2_5" makes it act."""
     import random
 
-    from app.local.policies import lm as lm_policy
     from app.local.policies.base import PolicySettings
-    from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
+    from app.local.policies.lm import policy as lm_policy
+    from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 
     folder = with_template(tiny_model, tmp_path / "smol-like", SMOLLM2_OWN_TEMPLATE)
     loads: list[Path] = []
@@ -320,8 +320,8 @@ def test_a_gguf_file_as_base_with_chat_template_is_checked_and_acts(tiny_model, 
 
     from app.core.config.rl import validate_rl_text
     from app.local.policies.base import PolicySettings
-    from app.local.policies.lm import LmPolicy
-    from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
+    from app.local.policies.lm.policy import LmPolicy
+    from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
     from support.tiny_gguf import write_tiny_gguf
 
     gguf_file = write_tiny_gguf(tmp_path / "smol" / "tiny.F32.gguf", tiny_model, SMOLLM2_OWN_TEMPLATE)

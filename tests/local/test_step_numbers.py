@@ -4,9 +4,9 @@ rollouts are done before it ends (issue 37: a real model on a CPU looked frozen 
 
 from __future__ import annotations
 
-from app.local import trainer
 from app.local.policies.base import UpdateStats
-from app.local.policies.tabular import TabularPolicy
+from app.local.policies.tabular.policy import TabularPolicy
+from app.local.training import trainer
 
 from .conftest import create_job, events_of, payload, small_config, wait_terminal
 
