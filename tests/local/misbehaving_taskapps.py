@@ -1,5 +1,5 @@
 """Task apps that misbehave in one named way each, for the tests of what the rollout hop says
-(test_local_rollout_hop.py): real loopback servers, started with `with ...() as server:`.
+(training/test_local_rollout_hop.py): real loopback servers, started with `with ...() as server:`.
 
 - `huge_answer_taskapp`: answers /rollout (and /health, /task_info, /openapi.json) with valid
   JSON of `size` bytes, made as it is sent
