@@ -25,7 +25,7 @@ COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts",
             "serve", "ranks-host", "lab")
 # The commands that never open the TUI, whatever the terminal.
 NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "tiny-model", "serve", "ranks-host")
-# The press task app's buttons (app.local.press_taskapp.LABELS; not imported here: the parser
+# The press task app's buttons (app.local.taskapps.press.LABELS; not imported here: the parser
 # must not load the backend).
 PRESS_LABELS = ("A", "B", "C", "D")
 # What textual-serve sets in a tab's environment: Textual draws for a browser (docs/browser.md).
@@ -195,7 +195,7 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
                          help="with an --accelerate-config of several machines (num_machines > 1): a folder on a "
                               "file system every machine mounts at the same path, where each job's folder goes for "
                               "the other machines' `synth-tui ranks-host`. docs/scaling.md#several-machines")
-    # Bounds and defaults: app/local/admission.py (not imported here: the parser must not load the backend).
+    # Bounds and defaults: app/local/training/admission.py (not imported here: the parser must not load the backend).
     backend.add_argument("--max-jobs", type=_count(1, 256), metavar="N",
                          help="jobs trained at once; the others wait, queued in order (default: this machine's "
                               "CPUs, from 2 to 16; `lm` jobs also one per device). docs/architecture.md#admission")

@@ -65,7 +65,7 @@ def write_lab_env(env_path: Path, values: dict[str, str]) -> None:
 
 def _parallel(args: argparse.Namespace):  # -> Parallel; the servers' modules load only here
     """--processes N: the lm trainer data-parallel, as `synth-tui backend --processes N`."""
-    from app.local.dp_launch import check_flags, launch_setup
+    from app.local.parallel.launch import check_flags, launch_setup
     from app.local.policies.base import Parallel
 
     processes = args.processes

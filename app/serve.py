@@ -20,7 +20,7 @@ from app.core.invocation import as_run
 
 
 def run_backend_server(args: argparse.Namespace) -> int:
-    from app.local.dp_launch import check_flags, launch_setup
+    from app.local.parallel.launch import check_flags, launch_setup
     from app.local.policies.base import Parallel
     from app.local.servers import default_db_path, serve_backend
 
@@ -117,7 +117,7 @@ def _env_keys(args: argparse.Namespace, sources: Mapping[str, str]) -> list[str]
 
 def run_ranks_host(args: argparse.Namespace) -> int:
     """``synth-tui ranks-host``: this machine's ranks of a multi-machine backend's lm jobs."""
-    from app.local.dp_hosts import RanksHost, wait_forever_until_signalled
+    from app.local.parallel.hosts import RanksHost, wait_forever_until_signalled
 
     shared = user_path(args.shared_dir)
     if not shared.is_dir():
@@ -159,7 +159,7 @@ def run_tiny_model(args: argparse.Namespace) -> int:
                          "written only into a new or empty folder.", "Pass another DIR.")
     from transformers.utils import logging as transformers_logging
 
-    from app.local.tiny_model import build_tiny_qwen3
+    from app.local.policies.lm.tiny_model import build_tiny_qwen3
 
     transformers_logging.disable_progress_bar()  # "Writing model shards" for a file of half a megabyte
     build_tiny_qwen3(folder, seed=args.seed)

@@ -80,15 +80,15 @@ def one_layout(model: Path, task_url: str, processes: int, steps: int) -> dict[s
 
 
 def run(quick: bool) -> list[Figure]:
-    from app.local.dp_launch import cores
+    from app.local.parallel.launch import cores
     from app.local.policies import trainer_extra_missing
 
     missing = trainer_extra_missing()
     if missing or cores() < 2:
         return [Figure("lm data-parallel", None, note=missing or "needs 2 cores")]
-    from app.local.press_taskapp import create_press_taskapp
+    from app.local.policies.lm.tiny_model import build_tiny_qwen3
     from app.local.servers import ServerHandle, _bind
-    from app.local.tiny_model import build_tiny_qwen3
+    from app.local.taskapps.press import create_press_taskapp
 
     steps = 4 if quick else 8
     app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))

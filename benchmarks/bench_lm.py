@@ -34,17 +34,17 @@ from benchmarks.common import REPO, Figure, child_main, say
 # The tests' SmolLM2 fixture (tests/support/smollm2.py) converts the pretrained model (one copy).
 sys.path[:0] = [str(REPO / "tests")]
 
-from app.local import press_taskapp  # noqa: E402
-from app.local.press_taskapp import PRESS_TOOL as TOOL  # noqa: E402
-from app.local.press_taskapp import SYSTEM_PROMPT  # noqa: E402
-from app.local.press_taskapp import TOOL_CHOICE as CHOICE  # noqa: E402
+from app.local.taskapps import press as press_taskapp  # noqa: E402
+from app.local.taskapps.press import PRESS_TOOL as TOOL  # noqa: E402
+from app.local.taskapps.press import SYSTEM_PROMPT  # noqa: E402
+from app.local.taskapps.press import TOOL_CHOICE as CHOICE  # noqa: E402
 
 MESSAGES = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press C."}]
 
 
 def _policy(folder: Path, mode: str = "lora") -> Any:
     from app.local.policies.base import PolicySettings
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
 
     return LmPolicy(PolicySettings(model=str(folder), learning_rate=1e-4, seed=0, total_steps=100, batch_size=2,
                                    group_size=4, options={"trainer_mode": mode}))
@@ -115,7 +115,7 @@ def endpoint_overhead(folder: Path, steps: int) -> tuple[float, float, int]:
     import httpx
 
     from app.demo import demo_payload, load_demo_config
-    from app.local.policies.lm import LmPolicy
+    from app.local.policies.lm.policy import LmPolicy
     from app.local.servers import ServerHandle, _bind, start_backend
 
     walls: list[float] = []
@@ -174,8 +174,8 @@ def run(quick: bool) -> list[Figure]:
         return [Figure("lm policy", None, note=missing)]
     import torch
 
-    from app.local.policies.lm_model import cpu_threads
-    from app.local.tiny_model import build_tiny_qwen3
+    from app.local.policies.lm.model import cpu_threads
+    from app.local.policies.lm.tiny_model import build_tiny_qwen3
 
     torch.set_num_threads(cpu_threads())
     figures: list[Figure] = []

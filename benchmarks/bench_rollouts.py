@@ -1,13 +1,13 @@
 """Figure 9: what the rollout inspector's storage costs on a long job.
 
 The embedded backend keeps a sample of each train step's rollouts and every eval episode
-(app/local/rollout_record.py) in its SQLite file, within a per-job byte cap (default 20 MiB,
-oldest dropped first: app/local/rollout_store.py). This writes 10,000 rollouts of one job
+(app/local/training/rollout_record.py) in its SQLite file, within a per-job byte cap (default 20 MiB,
+oldest dropped first: app/local/state/rollout_store.py). This writes 10,000 rollouts of one job
 through the real store, into a real SQLite file, with the default cap, and reports the bytes
 per rollout stored, the job's total after all of them, and the file's size on disk.
 
 The rollouts are made the way the trainer makes them, without the RL loop (it would take
-hours for 10,000 kept rollouts): real gridworld episodes (app/local/gridworld.py) played by a
+hours for 10,000 kept rollouts): real gridworld episodes (app/local/taskapps/gridworld.py) played by a
 random walker, each turn recorded from the chat request the task app sends (`chat_turn`),
 matched to the step reports of the 0.2 answer the task app gives (`read_step_reports`,
 `match_turns`), scrubbed (`Scrubber`) and stored (`RolloutStore.add`).
@@ -29,16 +29,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from app.local import gridworld
-from app.local.rollout_record import (
+from app.local.state.store import Store, utc_now
+from app.local.taskapps import gridworld
+from app.local.taskapps.gridworld_app import MOVE_TOOL, SYSTEM_PROMPT
+from app.local.training.rollout_record import (
     DEFAULT_MAX_BYTES,
     Scrubber,
     chat_turn,
     match_turns,
     read_step_reports,
 )
-from app.local.store import Store, utc_now
-from app.local.taskapp import MOVE_TOOL, SYSTEM_PROMPT
 from benchmarks.common import Figure, at_most, child_main, say
 
 MIB = float(1 << 20)

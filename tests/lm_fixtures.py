@@ -1,6 +1,6 @@
 """Payloads for the `lm` policy's tests and benchmarks: jobs on the press task app
-(app/local/press_taskapp.py) that train a model folder, such as the tiny model of
-app/local/tiny_model.py (the `tiny_model` fixture)."""
+(app/local/taskapps/press.py) that train a model folder, such as the tiny model of
+app/local/policies/lm/tiny_model.py (the `tiny_model` fixture)."""
 
 from __future__ import annotations
 

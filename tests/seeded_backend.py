@@ -7,7 +7,7 @@ from pathlib import Path
 
 from app.demo import demo_payload, load_demo_config
 from app.local.servers import ServerHandle, start_backend
-from app.local.store import Store
+from app.local.state.store import Store
 from support.secrets_for_tests import random_key
 
 API_KEY = random_key("sk_test_", 24)

@@ -319,7 +319,7 @@ def test_empty_state_file_counts_as_empty_object(tmp_path):
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.toml")), ids=lambda p: p.name)
 def test_every_shipped_example_validates(path, tmp_path, monkeypatch):
     # lm_press.toml trains the folder `synth-tui tiny-model tiny-qwen3` writes where it runs
-    # (tests/local/test_lm_press.py trains it); here a folder that looks like one stands in.
+    # (tests/local/policies/test_lm_press.py trains it); here a folder that looks like one stands in.
     (tmp_path / "tiny-qwen3").mkdir()
     (tmp_path / "tiny-qwen3" / "config.json").write_text("{}")
     monkeypatch.chdir(tmp_path)

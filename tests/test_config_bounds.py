@@ -19,7 +19,7 @@ from app.core.config.rl import validate_rl_mapping, validate_rl_text
 from app.core.config.trainable import NUMBER_BOUNDS, size_problems
 from app.demo import demo_config_path, demo_payload, load_demo_config
 from app.headless import Printer, run_train
-from app.local.trainer import InvalidJobPayload, plan_from_payload
+from app.local.training.trainer import InvalidJobPayload, plan_from_payload
 from support.tiers import examples
 
 DEMO_TEXT = demo_config_path().read_text()

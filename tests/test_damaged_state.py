@@ -23,7 +23,7 @@ from app.core.runs import saved_run
 from app.core.runs.history import RunHistory, take_repair_notes
 from app.core.runs.jobs import remember
 from app.core.state_files import StateFileError
-from app.local.store import SCHEMA_VERSION, Store, UnusableStore, check_store_file
+from app.local.state.store import SCHEMA_VERSION, Store, UnusableStore, check_store_file
 from support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[1]

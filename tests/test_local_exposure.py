@@ -26,7 +26,7 @@ from app.core.api.streaming import WatchOptions
 from app.core.paths import open_private, private_dir, private_file, run_dir, state_dir
 from app.core.runs.feed import JobFeed
 from app.core.runs.history import RunHistory
-from app.local.store import Store
+from app.local.state.store import Store
 from pilot_waits import poll_until, wait_for, wait_for_screen
 
 EXE = Path(sys.executable).with_name("synth-tui")

@@ -1,6 +1,6 @@
 """One set of payload rules, checked before sending and by the backend (issue 37, item 5): an
 unknown section or a misspelt key is named with the name it meant by `--dry-run`, the picker and
-the preview (app.core.config.validation) and by the embedded backend (app.local.bodies), in the
+the preview (app.core.config.validation) and by the embedded backend (app.local.server.bodies), in the
 same words; a payload a backend refuses (422) is a config problem, exit 2, with no advice to
 retry (the same payload is refused again)."""
 

@@ -12,7 +12,7 @@ import pytest
 from app.cli import main
 from app.core.errors import ExitCode
 from app.local.servers import start_backend
-from app.local.store import Store
+from app.local.state.store import Store
 from fakes import FaultyBackend, finished_job
 from seeded_backend import API_KEY, seed_jobs
 

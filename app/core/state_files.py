@@ -2,7 +2,7 @@
 
 The run history (app/core/runs/history.py) is ours and a convenience, so a damaged one is moved
 aside (kept, renamed with the time) and a fresh one started; the embedded backend's database
-(app/local/store.py) holds a user's jobs, so a damaged one stops the backend from starting and
+(app/local/state/store.py) holds a user's jobs, so a damaged one stops the backend from starting and
 is never touched. docs/product.md#damaged-state says what the user sees in each case.
 
 Only what SQLite itself reports as damage counts (SQLITE_CORRUPT, SQLITE_NOTADB), plus a path

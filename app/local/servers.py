@@ -24,15 +24,15 @@ from app.core.api.retry import Backoff
 from app.core.errors import UsageError
 from app.core.paths import state_dir
 from app.core.text import counted
-from app.local.backend import create_backend_app
-from app.local.crafter_taskapp import create_crafter_taskapp
 from app.local.policies import ONE_PROCESS
 from app.local.policies.base import Parallel
-from app.local.press_taskapp import create_press_taskapp
-from app.local.retry import SERVER_KEEPALIVE_S
-from app.local.rollout_contract import GEN_02
-from app.local.store import check_store_file
-from app.local.taskapp import create_taskapp
+from app.local.server.backend import create_backend_app
+from app.local.state.store import check_store_file
+from app.local.taskapps.crafter import create_crafter_taskapp
+from app.local.taskapps.gridworld_app import create_taskapp
+from app.local.taskapps.press import create_press_taskapp
+from app.local.training.retry import SERVER_KEEPALIVE_S
+from app.local.training.rollout_contract import GEN_02
 
 START_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
@@ -57,7 +57,7 @@ class _Server(uvicorn.Server):
 
 
 def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
-    # Idle connections outlive our clients' (retry.py): a client never reuses one the server
+    # Idle connections outlive our clients' (app/local/training/retry.py): a client never reuses one the server
     # is closing at that moment.
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
                           lifespan="on", timeout_graceful_shutdown=3, timeout_keep_alive=SERVER_KEEPALIVE_S)
@@ -140,8 +140,8 @@ def start_backend(
     max_jobs: int | None = None, max_rollouts: int | None = None, parallel: Parallel = ONE_PROCESS,
 ) -> ServerHandle:
     """``db_elsewhere``: the caller's other way out of a database that cannot be used, for its
-    error (``pass --workdir DIR``); such a database stops the start here, untouched (store.py).
-    ``max_jobs``, ``max_rollouts``: None sizes them to the machine (admission.py)."""
+    error (``pass --workdir DIR``); such a database stops the start here, untouched (app/local/state/store.py).
+    ``max_jobs``, ``max_rollouts``: None sizes them to the machine (app/local/training/admission.py)."""
     check_store_file(db_path, elsewhere=db_elsewhere)
     sock = _bind(host, port)
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
@@ -169,7 +169,7 @@ def start_taskapp(*, env_api_keys: Sequence[str], host: str = "127.0.0.1", port:
                   chat_backoff: Backoff | None = None) -> ServerHandle:
     """A reference task app; `contract` is the rollout contract generation it speaks
     ("0.2" or "0.5", docs/rollout-contracts.md); `chat_backoff` replaces how it retries the
-    policy's chat endpoint (app.local.retry.DEFAULT_BACKOFF)."""
+    policy's chat endpoint (app.local.training.retry.DEFAULT_BACKOFF)."""
     app = _taskapp(game, env_api_keys, contract, asks)
     if chat_backoff is not None:
         app.state.chat_backoff = chat_backoff

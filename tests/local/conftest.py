@@ -14,9 +14,9 @@ import pytest
 from app.core.api.retry import Backoff
 from app.demo import demo_payload as job_payload
 from app.demo import load_demo_config
-from app.local import trainer
-from app.local.retry import DEFAULT_BACKOFF
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
+from app.local.training import trainer
+from app.local.training.retry import DEFAULT_BACKOFF
 from pilot_waits import poll_until
 from support.secrets_for_tests import random_key
 from support.tiers import slow_fixture
@@ -183,8 +183,8 @@ def trainer_extra() -> None:
 
 @slow_fixture("loads torch and a model", scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory, trainer_extra: None) -> Path:
-    """The tiny Qwen3-architecture model, built offline once a worker (app/local/tiny_model.py)."""
-    from app.local.tiny_model import build_tiny_qwen3
+    """The tiny Qwen3-architecture model, built offline once a worker (app/local/policies/lm/tiny_model.py)."""
+    from app.local.policies.lm.tiny_model import build_tiny_qwen3
 
     return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
 
@@ -193,7 +193,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, trainer_extra: None) ->
 def press_app() -> Iterator[ServerHandle]:
     """Asks for A only (the button the untrained fixture model presses least, about 1 in 16):
     the model must learn which of the four buttons the app wants."""
-    from app.local.press_taskapp import create_press_taskapp
+    from app.local.taskapps.press import create_press_taskapp
 
     app = create_press_taskapp(env_api_keys=[ENV_KEY], asks=("A",))
     with ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as server:

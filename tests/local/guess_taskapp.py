@@ -3,7 +3,7 @@
 The feedback comes back as the tool result of the call before (a `tool` message), so the
 latest observation is what a policy must key on to learn; nothing here sends a compact
 `state:` line. Score: found on turn t of 4, 1 - 0.25 (t - 1); not found, 0. Random guesses
-score about 0.28. Built on app/local/taskapp_kit.py like the gridworld and crafter-lite.
+score about 0.28. Built on app/local/taskapps/kit.py like the gridworld and crafter-lite.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from app.local.rollout_contract import GEN_02
-from app.local.taskapp_kit import (
+from app.local.taskapps.kit import (
     add_rollout_route,
     ask_policy,
     base_taskapp,
@@ -23,6 +22,7 @@ from app.local.taskapp_kit import (
     first_call_argument,
     rollout_response,
 )
+from app.local.training.rollout_contract import GEN_02
 
 from .sdk_taskapps.guess_rules import (
     APP_ID,

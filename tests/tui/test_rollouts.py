@@ -22,7 +22,7 @@ from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.runs.jobs import JobContext
 from app.core.runs.rollouts import Rollout, RolloutSummary, RolloutTurn, rollout_from, summary_from
 from app.local.servers import ServerHandle, start_backend
-from app.local.store import Store
+from app.local.state.store import Store
 from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScreen, RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, finished_job

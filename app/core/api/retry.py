@@ -2,7 +2,7 @@
 
 Our client's requests to a backend (app/core/api/client.py), its reconnecting watch
 (app/core/api/streaming.py) and the embedded backend's hops to and from task apps
-(app/local/retry.py, app/local/rollout_contract.py) all wait by :func:`backoff_delay`, and all
+(app/local/training/retry.py, app/local/training/rollout_contract.py) all wait by :func:`backoff_delay`, and all
 but the watch loop through :func:`retrying`. What counts as transient is the caller's to say:
 an error type, a status, a flag on an error. docs/hardening.md, section 3.
 """

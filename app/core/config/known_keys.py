@@ -3,7 +3,7 @@
 A misspelt name (``[trainig]``, ``group_sise``) is not an extra setting but a lost one: the
 SDK's schema allows any key, so the config used to pass `--dry-run` and the backend refused it
 (or trained without it). `--dry-run`, the picker and the preview (through
-app.core.config.validation) and the embedded backend (app.local.bodies, on a job's
+app.core.config.validation) and the embedded backend (app.local.server.bodies, on a job's
 `data.config`) call :func:`unknown_key_problems`, so the client names such a key before it
 sends anything, in the words the backend would use.
 

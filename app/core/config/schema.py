@@ -117,7 +117,7 @@ class RolloutSection(_Section):
     ops: list[str] | None = None
     env_config: dict[str, Any] | None = None
     policy_config: dict[str, Any] | None = None
-    # The embedded backend's (docs/wire-contract.md#answer-sizes, app/local/bodies.py).
+    # The embedded backend's (docs/wire-contract.md#answer-sizes, app/local/server/bodies.py).
     timeout_s: float | None = None
     max_answer_bytes: int | None = None
     inspect_per_step: int | None = None

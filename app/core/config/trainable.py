@@ -1,7 +1,7 @@
 """What a trainable RL config is, in numbers: one definition shared by every checker.
 
 `--dry-run`, the config picker and the payload preview (through app.core.config.validation) and the
-embedded backend (app.local.trainer, on the job's `data.config`) all call
+embedded backend (app.local.training.trainer, on the job's `data.config`) all call
 :func:`size_problems`, so a config the client accepts is never refused by the backend, and a
 typo such as ``batch_size = 1000000000`` is refused everywhere before any work starts.
 docs/hardening.md explains the bounds.
@@ -88,7 +88,7 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("rollout.max_concurrent_rollouts", True, 1, 256),
     NumberBound("rollout.batches_per_step", True, 1, 1_024),
     NumberBound("rollout.timeout_s", False, 1, 3_600, "seconds one rollout may take before it is retried or fails"),
-    # Bytes of one /rollout answer the embedded backend reads (default 32 MiB, app/local/answers.py):
+    # Bytes of one /rollout answer the embedded backend reads (default 32 MiB, app/local/training/answers.py):
     # from 4 KiB to 256 MiB, as a parsed answer takes about ten times its size in memory.
     NumberBound("rollout.max_answer_bytes", True, 4_096, MAX_ANSWER_BYTES,
                 "bytes of one task-app answer the backend reads; a larger answer fails the job"),

@@ -1,6 +1,6 @@
 """A data-parallel job's ranks at its latest step: each rank's generation tokens/s and its
 time in the gradients' all-reduce, from the embedded backend's step events
-(app/local/policies/lm_dp.py puts them in `rl.train.step`'s data: `rank<r>_generation_tokens_per_s`,
+(app/local/parallel/policy.py puts them in `rl.train.step`'s data: `rank<r>_generation_tokens_per_s`,
 `rank<r>_allreduce_s`, `allreduce_s`, `world_size`). The dashboard shows them under its header
 (widgets/rank_line.py), only for a job trained in more than one process. No Textual import.
 

@@ -1,7 +1,7 @@
 """The policies the embedded backend can train, behind one seam (base.Policy).
 
-`tabular` is the stand-in (tabular.py); `lm` trains the language model the config names
-(lm.py, which needs the trainer extra). The trainer and the chat endpoint reach a policy only
+`tabular` is the stand-in (tabular/policy.py); `lm` trains the language model the config names
+(lm/policy.py, which needs the trainer extra). The trainer and the chat endpoint reach a policy only
 through `make_policy`, `create` and `load` here and the methods of base.Policy.
 docs/embedded-policy.md.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Literal
 
 from app.local.policies.base import Parallel, Policy, PolicySettings, read_manifest
-from app.local.policies.lm_model import TRAINER_EXTRA_HINT, ModelNotDownloaded, ModelUnavailable, resolve
-from app.local.policies.tabular import TabularPolicy
+from app.local.policies.lm.model import TRAINER_EXTRA_HINT, ModelNotDownloaded, ModelUnavailable, resolve
+from app.local.policies.tabular.policy import TabularPolicy
 
 DEFAULT_POLICY = "tabular"
 TRAINER_CHOICES = ("auto", "lm", "tabular")
@@ -67,12 +67,12 @@ def _lm(settings: PolicySettings, parallel: Parallel = ONE_PROCESS, stop: thread
     missing = trainer_extra_missing()
     if missing:
         raise ModelUnavailable(f"the lm policy cannot train {settings.model}: {missing}")
-    if parallel.processes > 1:  # N rank processes (lm_dp.py); this process imports no torch for it
-        from app.local.policies.lm_dp import DistributedLmPolicy
+    if parallel.processes > 1:  # N rank processes (app/local/parallel/policy.py); this process imports no torch for it
+        from app.local.parallel.policy import DistributedLmPolicy
 
         return DistributedLmPolicy(settings, parallel, stop)
-    from app.local.dp_launch import vllm_plan
-    from app.local.policies.lm import LmPolicy  # torch and friends: only now
+    from app.local.parallel.launch import vllm_plan
+    from app.local.policies.lm.policy import LmPolicy  # torch and friends: only now
 
     return LmPolicy(settings, vllm=vllm_plan(parallel.vllm_server))
 

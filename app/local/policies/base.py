@@ -132,7 +132,7 @@ class Policy(Protocol):
 
 @runtime_checkable
 class Watched(Protocol):
-    """A policy that can break on its own while the job runs (lm_dp: a rank that dies): the
+    """A policy that can break on its own while the job runs (parallel.policy: a rank that dies): the
     trainer hands it a callback, called once, from any thread, with (message, data)."""
 
     def watch(self, failed: Callable[[str, dict[str, Any]], None]) -> None: ...

@@ -1,6 +1,6 @@
 """Task apps written on synth-ai 0.5.0's own task-app framework, for the embedded backend's tests.
 
-Every other task app of this repository is built on our kit (app/local/taskapp_kit.py); these
+Every other task app of this repository is built on our kit (app/local/taskapps/kit.py); these
 are built the way a user of the SDK builds one: a `LocalAPIConfig` turned into a FastAPI app by
 `create_local_api`, the policy asked through the SDK's `call_chat_completion_api`, the answer
 made by `build_rollout_response` with a v3 trace from `build_trace_payload`.

@@ -1,0 +1,1 @@
+"""The `lm` trainer in N processes: launching ranks under accelerate, a rank, other hosts, vLLM."""

@@ -1,0 +1,200 @@
+"""The chat template the `lm` policy acts with, and the check that it can render a tool call.
+
+`[model] chat_template` (or `[policy] chat_template`) replaces the model's own template: the
+name of a template TRL ships (`qwen2_5`, `llama3_2`: the files of trl/chat_templates/) or the
+path of a .jinja file (read where the backend runs). Some models' own templates ignore tools,
+or fail on an assistant message that only calls one (SmolLM2-135M-Instruct's), so the model
+check (app/local/server/model_check.py) renders a two-turn tool-calling conversation before a job
+starts, and names the fix when it cannot. docs/embedded-policy.md#chat-templates.
+
+Nothing here imports torch at module level; trl and transformers are imported inside the
+functions that need them (they import torch).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.local.policies.lm.model import ModelUnavailable
+
+TEMPLATE_FOLDER = "chat_templates"
+MAX_TEMPLATE_BYTES = 1 << 20  # a chat template is a few kilobytes; a megabyte is not one
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+CHAT_KWARGS = {"enable_thinking": False}  # templates that know it open no thinking block (Qwen3)
+
+# The conversation the check renders: what a task app sends on its second turn (OpenAI's shape:
+# the assistant's first answer is a tool call without text, its result a `tool` message).
+PROBE_TOOL = "press_button"
+PROBE_DESCRIPTION = "Press one of the labelled buttons."
+PROBE_TOOLS = [{"type": "function", "function": {
+    "name": PROBE_TOOL, "description": PROBE_DESCRIPTION,
+    "parameters": {"type": "object", "properties": {"label": {"type": "string", "enum": ["A", "B"]}},
+                   "required": ["label"]}}}]
+PROBE_MESSAGES: list[dict[str, Any]] = [
+    {"role": "system", "content": "You press buttons."},
+    {"role": "user", "content": "Press A."},
+    {"role": "assistant", "content": None, "tool_calls": [{
+        "id": "call_1", "type": "function", "function": {"name": PROBE_TOOL, "arguments": '{"label": "A"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "You pressed A. Now press B."},
+]
+
+
+def trl_template_folder() -> Path | None:
+    """trl/chat_templates/, found without importing trl (which imports torch)."""
+    spec = importlib.util.find_spec("trl")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    folders = [Path(location) / TEMPLATE_FOLDER for location in locations]
+    return next((folder for folder in folders if folder.is_dir()), None)
+
+
+def trl_template_names() -> list[str]:
+    """The templates TRL ships, by name (its *_training variants left out: TRL picks those)."""
+    folder = trl_template_folder()
+    if folder is None:
+        return []
+    return sorted(p.stem for p in folder.glob("*.jinja") if not p.stem.endswith("_training"))
+
+
+def is_template_path(spec: str) -> bool:
+    return spec.startswith(("/", "./", "../", "~")) or spec.endswith(".jinja") or "/" in spec
+
+
+def chat_template_text(spec: str) -> tuple[str, str]:
+    """(the template's text, how it is named in messages) for a `chat_template` value, or
+    ModelUnavailable saying what is wrong and what to write instead."""
+    text = spec.strip()
+    if is_template_path(text):
+        return _template_file(text), text
+    if not _NAME.match(text):
+        raise ModelUnavailable(f"[model] chat_template {text[:100]!r} is neither the name of a template TRL ships "
+                               "nor the path of a .jinja file")
+    folder = trl_template_folder()
+    path = folder / f"{text}.jinja" if folder is not None else None
+    if path is None or not path.is_file():
+        names = trl_template_names()
+        shipped = f"TRL ships: {', '.join(names)}" if names else "TRL is not installed here (the trainer extra)"
+        raise ModelUnavailable(f"[model] chat_template {text!r} is not a template TRL ships ({shipped}); "
+                               "or give the path of a .jinja file")
+    return path.read_text(encoding="utf-8"), f"{text} (TRL's)"
+
+
+def _template_file(spec: str) -> str:
+    # Only a .jinja file is read: a render error quotes the template's text, and the backend
+    # must not show pieces of any other file of its machine (a .env) to a client.
+    if not spec.endswith(".jinja"):
+        raise ModelUnavailable(f"[model] chat_template {spec!r} is not a .jinja file: a chat template file's name "
+                               "ends in .jinja")
+    path = Path(spec).expanduser()
+    try:
+        if not path.is_file():
+            why = "does not exist" if not path.exists() else "is not a file"
+            raise ModelUnavailable(f"[model] chat_template {spec!r} {why} (a path is read where the backend runs)")
+        if path.stat().st_size > MAX_TEMPLATE_BYTES:
+            raise ModelUnavailable(f"[model] chat_template {spec!r} is over 1 MB: not a chat template")
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelUnavailable(f"[model] chat_template {spec!r} cannot be read ({type(exc).__name__})") from None
+
+
+def own_template(tokenizer: Any) -> str | None:
+    template = tokenizer.chat_template
+    if isinstance(template, dict):
+        template = template.get("default")
+    return template if isinstance(template, str) and template else None
+
+
+def acting_template(tokenizer: Any, base: str, own_words: str = "own") -> tuple[str, str]:
+    """The template the policy acts with: the tokenizer's when prefix-preserving, else TRL's
+    training variant of it; one TRL does not know stays as it is (and episodes restart:
+    counted). Returns (template, how it was chosen, in words: `own_words` names the
+    tokenizer's template, "as written" when [model] chat_template replaced it)."""
+    from trl.chat_template_utils import get_training_chat_template, is_chat_template_prefix_preserving
+
+    own = own_template(tokenizer)
+    if own is None:
+        raise ModelUnavailable(f"the tokenizer of {base} has no chat template; add one to its tokenizer_config.json "
+                               "(or chat_template.jinja), or set [model] chat_template")
+    try:
+        if is_chat_template_prefix_preserving(tokenizer):
+            return own, f"{own_words} (prefix-preserving)"
+    except Exception:  # noqa: BLE001 - a template that cannot render the probe: try TRL's
+        pass
+    try:
+        training = get_training_chat_template(tokenizer)
+    except (ValueError, TypeError):
+        training = None
+    if training:
+        whose = "the model's own" if own_words == "own" else f"the template {own_words}"
+        return training, f"TRL's training variant ({whose} is not prefix-preserving)"
+    return own, f"{own_words} (not prefix-preserving, unknown to TRL: episodes are re-rendered each turn)"
+
+
+def _probe_conversations() -> list[list[dict[str, Any]]]:
+    """The probe as task apps send it: the tool call's message with `content: null`, and without
+    `content` at all."""
+    without = [dict(m) for m in PROBE_MESSAGES]
+    del without[2]["content"]
+    return [PROBE_MESSAGES, without]
+
+
+def render_problem(tokenizer: Any, template: str) -> str | None:
+    """Why `template` cannot act in a tool-calling episode, or None: it renders the second turn
+    of one (a tool call and its result), shows the tool to the model and keeps the call."""
+    try:
+        texts = [str(tokenizer.apply_chat_template(messages, tools=PROBE_TOOLS, tokenize=False,
+                                                   add_generation_prompt=True, chat_template=template,
+                                                   **CHAT_KWARGS))
+                 for messages in _probe_conversations()]
+    except Exception as exc:  # noqa: BLE001 - any template error is the answer
+        return f"cannot render a tool-calling conversation ({type(exc).__name__}: {str(exc)[:200]})"
+    text = texts[0]
+    if PROBE_DESCRIPTION not in text:
+        return "ignores tools: the task app's tools would never be shown to the model"
+    if '"A"' not in text or "You pressed A." not in text:
+        return "drops the assistant's tool call or its result from the conversation"
+    return None
+
+
+def suggested_template(tokenizer: Any) -> str:
+    """A template TRL ships that speaks the model's own chat tokens, in words for a fix."""
+    own = own_template(tokenizer) or ""
+    if "<|im_start|>" in own:
+        return '[model] chat_template = "qwen2_5" (TRL\'s, in the ChatML tokens this model was trained on)'
+    if "<|start_header_id|>" in own:
+        return '[model] chat_template = "llama3_2" (TRL\'s, in the Llama 3 tokens this model was trained on)'
+    return ('[model] chat_template = a template TRL ships that uses this model\'s chat tokens (qwen2_5 for '
+            'ChatML models, llama3_2 for Llama 3 ones), or the path of a .jinja file that renders tools')
+
+
+@dataclass(frozen=True)
+class TemplateVerdict:
+    """What the policy would act with and whether it can: `problem` None when it renders a
+    tool-calling conversation; `fix` names what to set otherwise."""
+
+    template: str | None
+    how: str | None
+    problem: str | None
+    fix: str
+
+
+def judge_template(tokenizer: Any, base: str, chat_template: str | None) -> TemplateVerdict:
+    """The template a job of `base` would act with (`chat_template` in place of the model's own
+    when given) and whether it renders a two-turn tool call. `tokenizer` is the model's own; its
+    template is replaced here, so pass one that is not used for anything else."""
+    suggestion = suggested_template(tokenizer)  # from the model's own template, before any replaces it
+    try:
+        if chat_template:
+            tokenizer.chat_template = chat_template_text(chat_template)[0]
+        template, how = acting_template(tokenizer, base, "as written" if chat_template else "own")
+    except ModelUnavailable as exc:
+        return TemplateVerdict(None, None, str(exc), f"set {suggestion}")
+    problem = render_problem(tokenizer, template)
+    if problem is None:
+        return TemplateVerdict(template, how, None, "")
+    named = f"[model] chat_template {chat_template!r}" if chat_template else f"the chat template of {base}"
+    fix = ("fix the template, or name another: " if chat_template else "set ") + suggestion
+    return TemplateVerdict(template, how, f"{named} {problem}", fix)

@@ -1,0 +1,192 @@
+"""The embedded backend's model check (`POST /api/rl/verify_model`): can a job of this backend
+train the model a config names, as the config names it? docs/wire-contract.md#model-verification.
+
+The client's verification step asks it before a job is sent (the hosted service has no such
+route: there the hosted list applies, app/core/config/models.py). It answers in seconds, without
+loading the weights: where the model is (a folder, a .gguf file, the Hugging Face cache), its
+size and parameter count (from the weight files' headers), its config and tokenizer, the chat
+template it would act with, and whether that template renders a two-turn tool-calling
+conversation (chat_templates.render_problem). A model that only a download would bring is not
+downloaded here. What the backend's `--trainer` makes of the answer: `lm` trains the model, so
+every problem stops the launch; `auto` trains the stand-in instead when the model cannot be had
+(a warning); `tabular` never loads it.
+
+The check runs in a thread, bounded by MODEL_CHECK_TIMEOUT_S (the client's own budget is 30 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.core.config.models import is_hub_id
+from app.local import policies
+from app.local.policies.lm.model import (
+    TRAINER_MODES,
+    ModelNotDownloaded,
+    ModelUnavailable,
+    gguf_of,
+    learning_rate_warning,
+    parameter_count,
+    resolve,
+    size_words,
+    weight_files,
+    weights_bytes,
+)
+
+MODEL_CHECK_TIMEOUT_S = 20.0
+
+
+@dataclass
+class Finding:
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class ModelReport:
+    """The route's answer (docs/wire-contract.md#model-verification)."""
+
+    model: str
+    trains: str  # "lm" or "tabular": what a job of this backend would train
+    problems: list[Finding] = field(default_factory=list)
+    warnings: list[Finding] = field(default_factory=list)
+    path: str | None = None  # where the model is, on the backend's machine
+    source: str | None = None  # "folder", "gguf" or "cache"
+    bytes: int | None = None
+    parameters: int | None = None
+    architecture: str | None = None
+    template: str | None = None  # the template it acts with, in words
+    seconds: float = 0.0
+
+    def answer(self) -> dict[str, Any]:
+        return {"ok": not self.problems, **asdict(self)}
+
+
+def check_model(model: str, chat_template: str | None, learning_rate: float | None,
+                trainer: str, trainer_mode: str | None = None) -> ModelReport:
+    """What a job of a backend with this `--trainer` would make of the model (blocking)."""
+    started = time.monotonic()
+    report = ModelReport(model=model, trains="lm" if trainer == "lm" else "tabular")
+    if trainer != "tabular":  # the stand-in never loads the model: nothing to check (trains says so)
+        _check_lm(report, chat_template, learning_rate, falls_back=trainer == "auto")
+    if report.trains == "lm" and trainer_mode is not None and trainer_mode.strip().lower() not in TRAINER_MODES:
+        report.problems.append(Finding(
+            f'[model] trainer_mode {trainer_mode.strip()[:40]!r} is not one the lm trainer knows: "full" trains every '
+            'weight, "lora" an adapter', 'set [model] trainer_mode = "full" or "lora"'))
+    report.seconds = round(time.monotonic() - started, 3)
+    return report
+
+
+def _check_lm(report: ModelReport, chat_template: str | None, learning_rate: float | None,
+              *, falls_back: bool) -> None:
+    """The lm trainer's view; with `auto`, a model that cannot be had is the stand-in's warning."""
+    missing = policies.trainer_extra_missing()
+    try:
+        if missing:
+            raise ModelUnavailable(missing)
+        path = resolve(report.model, download=False)  # a download would outlast the check's bound
+    except ModelNotDownloaded as exc:
+        report.trains = "lm"
+        report.warnings.append(Finding(f"{exc}; its size, config and template are checked as it loads",
+                                       f"`hf download {report.model}` where the backend runs, to have them checked "
+                                       "now"))
+        return
+    except ModelUnavailable as exc:
+        if falls_back:
+            report.warnings.append(Finding(f"the tabular stand-in trains in its place: {exc}",
+                                           "make the model available here, or start the backend with --trainer "
+                                           "lm to have this refused"))
+        else:
+            report.problems.append(Finding(str(exc), _resolve_fix(report.model)))
+        return
+    report.trains = "lm"
+    _describe(report, path)
+    _check_tokenizer(report, path, chat_template)
+    if learning_rate is not None and (warning := learning_rate_warning(learning_rate, report.parameters)):
+        report.warnings.append(Finding(warning, "e.g. learning_rate = 5e-5 in [training]"))
+
+
+def _resolve_fix(model: str) -> str:
+    """A path gets a path's fix; only a Hugging Face id is something `hf download` can fetch."""
+    if is_hub_id(model.strip()):  # the message names the `hf download` command: said once
+        return ("fetch the id into the backend's Hugging Face cache where it runs, or point [model] base at a folder "
+                "in Hugging Face format or a .gguf file there")
+    return _WHOLE_MODEL_FIX
+
+
+_WHOLE_MODEL_FIX = ("point [model] base at a whole model where the backend runs: a folder in Hugging Face format "
+                    "(config.json, the weights and the tokenizer files, as `hf download ID --local-dir DIR` saves "
+                    "it) or a .gguf file")
+_GGUF_FIX = ("fetch the .gguf file again (it may be cut short or not a GGUF model; README: Train a language model "
+             "fetches SmolLM2-135M's), or point [model] base at a folder in Hugging Face format")
+
+
+def _describe(report: ModelReport, path: Path) -> None:
+    report.path = str(path)
+    report.source = "gguf" if gguf_of(path)[1] else (
+        "folder" if Path(report.model.strip()).expanduser().exists() else "cache")
+    report.bytes = weights_bytes(path)
+    report.parameters = parameter_count(path)
+
+
+def _check_tokenizer(report: ModelReport, path: Path, chat_template: str | None) -> None:
+    """The config and tokenizer load, and the template they act with renders a tool call."""
+    from app.local.policies.lm.chat_templates import judge_template
+    from app.local.policies.lm.model import load_tokenizer
+
+    try:
+        report.architecture = _architecture(path)
+        tokenizer = load_tokenizer(path)
+    except ModelUnavailable as exc:
+        report.problems.append(Finding(str(exc), _GGUF_FIX if gguf_of(path)[1] else _WHOLE_MODEL_FIX))
+        return
+    verdict = judge_template(tokenizer, report.model, chat_template)
+    if verdict.how is not None:
+        report.template = f"{chat_template}: {verdict.how}" if chat_template else verdict.how
+    if verdict.problem is not None:
+        report.problems.append(Finding(verdict.problem, verdict.fix))
+
+
+def _architecture(path: Path) -> str | None:
+    from transformers import AutoConfig
+
+    folder, gguf_file = gguf_of(path)
+    try:
+        config = AutoConfig.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}))
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelUnavailable(f"the config of {path} could not be loaded ({type(exc).__name__}: "
+                               f"{str(exc)[:300]})") from None
+    names = getattr(config, "architectures", None) or [getattr(config, "model_type", None)]
+    return str(names[0]) if names and names[0] else None
+
+
+async def check_model_bounded(model: str, chat_template: str | None, learning_rate: float | None,
+                              trainer: str, timeout: float = MODEL_CHECK_TIMEOUT_S, *,
+                              trainer_mode: str | None = None) -> dict[str, Any]:
+    """check_model in a thread, answered within `timeout` seconds whatever it meets."""
+    try:
+        report = await asyncio.wait_for(
+            asyncio.to_thread(check_model, model, chat_template, learning_rate, trainer, trainer_mode), timeout)
+    except TimeoutError:  # slow, not wrong: the job checks the model again as it loads it
+        report = ModelReport(model=model, trains="lm", seconds=timeout, warnings=[Finding(
+            f"the model check did not finish within {timeout:g} s (reading {model}'s config, tokenizer and "
+            "template); the job checks the model again as it loads it",
+            "retry (r) for the check's answer: the first check on a backend imports its trainer's libraries "
+            "(torch, transformers), and a model on a slow disk takes longer")])
+    return report.answer()
+
+
+def loading_words(path: Path) -> tuple[str, int | None]:
+    """(`SmolLM2-135M-Instruct.Q4_1.gguf, 93 MB`, its bytes): what the loading event names, the
+    weights of what `resolve` returned; (`its weights`, None) when they cannot be listed."""
+    try:
+        files = weight_files(path)
+        size = sum(file.stat().st_size for file in files)
+    except OSError:
+        return "its weights", None
+    what = files[0].name if len(files) == 1 else f"{len(files)} weight files"
+    return f"{what}, {size_words(size)}", size
