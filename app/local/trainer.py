@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from app.core.api.failures import describe_http_error, response_detail
 from app.core.api.retry import Attempts
 from app.core.config.trainable import MAX_ANSWER_BYTES
 from app.core.redact import printable, scrub_key_fragments
@@ -47,7 +48,6 @@ from app.local.admission import JOBS_FLAG, Admission
 from app.local.answers import DEFAULT_MAX_ANSWER_BYTES, NOT_COMPRESSED, AnswerTooLarge, send_capped, show_bytes
 from app.local.bodies import JOB_REFUSAL, JobCreate
 from app.local.checkpoints import Checkpoints
-from app.local.errors import describe_http_error, response_detail
 from app.local.journal import Journal
 from app.local.model_check import loading_words
 from app.local.policies.base import (

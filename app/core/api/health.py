@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from app.core.api.client import describe_exception, ssl_context
+from app.core.api.client import ssl_context
+from app.core.api.failures import describe_exception
 from app.core.redact import key_prefix, mask_prefixes, mask_secret, redact
 from app.core.text import counted
 
