@@ -45,6 +45,7 @@ from app.core.runs.history import RunHistory, RunRecord, take_repair_notes
 from app.core.runs.history_refresh import StatusAnswer, needs_refresh, problem_notes, refresh_statuses
 from app.core.runs.model import saved_model
 from app.core.runs.series import shown_number
+from app.core.runs.watch import WatchSink, run_sinks, watch
 from app.core.text import counted
 from app.text_chart import TextChart
 
@@ -400,9 +401,9 @@ class ChartView:
         self.chart.draw(force=True)
 
 
-class PrinterSink(service.WatchSink):
-    """The watch as printed lines: a sink of the launch service's watch, beside the events
-    file and the history every watch keeps."""
+class PrinterSink(WatchSink):
+    """The watch as printed lines: a sink of the job's watch (app/core/runs/watch.py), beside
+    the events file and the history every watch keeps."""
 
     def __init__(self, printer: Printer, view: LineView | ChartView) -> None:
         self.printer = printer
@@ -436,10 +437,10 @@ async def stream_job(job_id: str, stream_format: str, printer: Printer, session:
     flags = session.options
     view = ChartView(printer, flags.metric) if stream_format == "chart" else LineView(printer)
     shown = PrinterSink(printer, view)
-    files, history = service.run_sinks(job_id)
+    files, history = run_sinks(job_id)
     try:
         async with service.watch_client(session) as client:
-            await service.watch(client, job_id, session.watch_options(), [files, history, shown])
+            await watch(client, job_id, session.watch_options(), [files, history, shown])
     except BackendGaveUp as exc:  # a backend that stopped answering: the way back in
         exc.hint = f"{exc.hint} {session.attach_hint(job_id)}"
         raise

@@ -1,7 +1,8 @@
 """The import contracts of pyproject.toml hold: the layers (command line, front ends, screens,
 widgets, core), a core and an embedded backend without Textual, a headless front end without
-Textual. One check, by import-linter itself (docs/architecture.md#layers), so the README's test
-command catches a broken layer as .ci/run's lint step does."""
+Textual, run records that do not import the launch. One check, by import-linter itself
+(docs/architecture.md#layers), so the README's test command catches a broken layer as .ci/run's
+lint step does."""
 
 from __future__ import annotations
 

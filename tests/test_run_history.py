@@ -423,7 +423,7 @@ def test_a_job_knows_the_steps_its_config_plans():
 
 def test_the_end_of_a_watch_remembers_the_model_it_names(tmp_path):
     from app.core.api.streaming import WatchEnded
-    from app.core.launch.service import HistoryProgress
+    from app.core.runs.watch import HistoryProgress
 
     remember("job_m", None)
     remember("job_plain", None)

@@ -96,22 +96,6 @@ def private_sqlite(path: Path) -> Path:
     return path
 
 
-def fsync_dir(directory: Path) -> None:
-    """Make a rename inside `directory` durable (it survives a crash of the machine, not only
-    of the process). Best effort: the new file is already in place, and some filesystems
-    refuse to fsync a directory."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def _make_missing_dirs(path: Path) -> None:
     missing = []
     while not path.exists() and path != path.parent:

@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from textual_serve.app_service import AppService
+
+from app.core.processes import signal_group  # the child leads its own group: its pid is the group's
 
 # Set in every tab's environment: the app's "attach again" lines name `synth-tui serve attach`.
 SERVE_ENV = "SYNTH_TUI_SERVE"
@@ -106,13 +107,13 @@ class TabSession(AppService):
             await self._ask_to_quit()
             if not await _exited(process, QUIT_GRACE):
                 self.ended_by = "SIGTERM"
-                _signal_group(process.pid, signal.SIGTERM)
+                signal_group(process.pid, signal.SIGTERM)
                 if not await _exited(process, TERM_GRACE):
                     self.ended_by = "SIGKILL"
-                    _signal_group(process.pid, signal.SIGKILL)
+                    signal_group(process.pid, signal.SIGKILL)
                     await process.wait()
         # Anything the child started in its group and left behind (it should leave nothing).
-        _signal_group(process.pid, signal.SIGKILL)
+        signal_group(process.pid, signal.SIGKILL)
         await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
         task, self._task = self._task, None
         if task is not None:
@@ -132,9 +133,3 @@ async def _exited(process: asyncio.subprocess.Process, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
-
-
-def _signal_group(pid: int, signum: int) -> None:
-    """The child leads its own process group (start_new_session), so its id is the group's."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signum)

@@ -8,10 +8,8 @@ second job).
 
 from __future__ import annotations
 
-import errno
 import functools
 import json
-import socket
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +20,7 @@ import httpx
 
 from app import __version__
 from app.core.api.backend_url import DEFAULT_PROD_BACKEND, checked_api_base, ensure_api_base
+from app.core.api.failures import describe_exception, error_detail
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.api.retry import Backoff, retrying
 from app.core.api.wire import (
@@ -754,34 +753,5 @@ def _transient_api_error(exc: Exception) -> str | None:
     return exc.message if isinstance(exc, ApiError) and exc.transient else None
 
 
-def describe_exception(exc: BaseException) -> str:
-    """A short human phrase for a network error, from the root cause httpx wraps."""
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, ConnectionRefusedError):
-            return "connection refused"
-        if isinstance(cause, socket.gaierror):
-            return "host name not found"
-        if isinstance(cause, OSError) and cause.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH):
-            return "network unreachable"
-        cause = cause.__cause__ or cause.__context__
-    text = str(exc).strip().rstrip(".")
-    if "refused" in text.lower():
-        return "connection refused"
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
 def _looks_like_html(text: str, content_type: str) -> bool:
     return "html" in content_type or text.lstrip().startswith("<")
-
-
-def error_detail(body: Any, text: str) -> str:
-    """A one-line summary of an error body: ``detail``, ``message`` or ``error``, else the text."""
-    if isinstance(body, dict):
-        for key in ("detail", "message", "error"):
-            if body.get(key):
-                value = body[key]
-                return value if isinstance(value, str) else json.dumps(value)[:300]
-        return json.dumps(body)[:300]
-    snippet = " ".join(text.split())[:160]
-    return snippet or "(empty body)"

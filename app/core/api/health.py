@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 
-from app.core.api.client import describe_exception, ssl_context
+from app.core.api.client import ssl_context
+from app.core.api.failures import describe_exception, detail_of
 from app.core.redact import key_prefix, mask_prefixes, mask_secret, redact
 from app.core.text import counted
 
@@ -178,6 +179,6 @@ def _expects_prefix(body: Any) -> bool:
 
 def _summary(body: Any) -> str:
     if isinstance(body, dict):
-        detail = body.get("detail", body)
+        detail = detail_of(body, ("detail",))
         return (detail if isinstance(detail, str) else json.dumps(detail))[:80]
     return " ".join(str(body or "").split())[:80] or "(empty body)"

@@ -5,18 +5,17 @@ screen is drawn before the config schema (pydantic) is imported (docs/performanc
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import re
 import stat
-import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from app.core import shell_env
+from app.core.atomic import atomic_write_text
 from app.core.config.kind import ConfigKind, infer_config_type
 from app.core.errors import ConfigError
 
@@ -251,18 +250,7 @@ def _write_json_atomically(path: Path, data: dict[str, Any]) -> None:
     import json
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_name)
-        raise
+    atomic_write_text(path, json.dumps(data, indent=2) + "\n")  # a new file each time: 0600
 
 
 def write_last_config(config_path: Path, state_path: Path | None = None) -> bool:

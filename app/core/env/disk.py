@@ -9,8 +9,8 @@ import os
 import stat
 from pathlib import Path
 
+from app.core.atomic import atomic_write_bytes
 from app.core.errors import EnvFileError
-from app.core.paths import fsync_dir
 
 BOM = "\ufeff"
 # A .env holds a handful of lines; a bigger file is the wrong file, and parsing it would stall.
@@ -110,38 +110,16 @@ def _reason(exc: OSError) -> str:
 
 
 def atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) -> DiskStamp:
-    """Write ``text`` to ``target`` via a temp file in the same directory and a rename; return
-    the written file's stamp (taken from the temp file: a rename keeps inode and mtime).
+    """Write ``text`` to ``target`` atomically (``app/core/atomic.py``: a temp file in the same
+    directory, fsync, rename, the directory fsynced); return the written file's stamp (taken
+    from the temp file: a rename keeps inode and mtime).
 
     The existing file's mode is kept; a new file gets 0600. On failure the original is untouched
     and the temp file removed. ``exclusive`` refuses to replace an existing file.
     """
-    import secrets
-
-    directory = target.parent
-    tmp = directory / f".{target.name}.{secrets.token_hex(4)}.tmp"
-    fd = -1
     try:
-        mode, owner = _existing_mode(target)
-        if exclusive and owner is not None:
-            raise FileExistsError(17, "file exists")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        _write_all(fd, text.encode("utf-8"))
-        os.fchmod(fd, mode)  # exact mode, whatever the umask
-        if owner is not None and owner != (os.getuid(), os.getgid()):
-            _try_chown(fd, owner)
-        os.fsync(fd)
-        stamp = _stamp_of(os.fstat(fd))
-        os.close(fd)
-        fd = -1
-        if exclusive:
-            _link_new(tmp, target)
-        else:
-            os.replace(tmp, target)
+        written = atomic_write_bytes(target, text.encode("utf-8"), keep_existing=True, exclusive=exclusive)
     except OSError as exc:
-        if fd >= 0:
-            os.close(fd)
-        _remove_quietly(tmp)
         if isinstance(exc, FileExistsError) and exclusive:
             raise EnvFileError(
                 f"Not writing {display}: the file already exists",
@@ -149,51 +127,6 @@ def atomic_write(target: Path, text: str, *, display: Path, exclusive: bool) -> 
             ) from None
         raise EnvFileError(
             f"Cannot save {display}: {_reason(exc)}",
-            hint=f"Check that {directory} exists and is writable and the disk is not full.",
+            hint=f"Check that {target.parent} exists and is writable and the disk is not full.",
         ) from None
-    fsync_dir(directory)
-    return stamp
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _existing_mode(target: Path) -> tuple[int, tuple[int, int] | None]:
-    try:
-        st = os.stat(target)
-    except FileNotFoundError:
-        return 0o600, None  # new files hold secrets: owner-only
-    return stat.S_IMODE(st.st_mode), (st.st_uid, st.st_gid)
-
-
-def _try_chown(fd: int, owner: tuple[int, int]) -> None:
-    # Keep the owner when root edits someone else's file; harmless if not allowed.
-    try:
-        os.fchown(fd, *owner)
-    except OSError:
-        pass
-
-
-def _link_new(tmp: Path, target: Path) -> None:
-    """Put ``tmp`` at ``target`` only if nothing is there (no window for a clobber)."""
-    try:
-        os.link(tmp, target)
-    except FileExistsError:
-        raise
-    except OSError:
-        # Some filesystems have no hard links; fall back to check-then-rename.
-        if os.path.lexists(target):
-            raise FileExistsError(17, "file exists") from None
-        os.replace(tmp, target)
-        return
-    _remove_quietly(tmp)
-
-
-def _remove_quietly(path: Path) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
+    return _stamp_of(written)

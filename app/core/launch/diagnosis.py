@@ -27,8 +27,8 @@ from app.core.api.client import (
     ModelVerifyResult,
     RlNotOffered,
     VerifyResult,
-    error_detail,
 )
+from app.core.api.failures import error_detail
 from app.core.api.health import HealthReport
 from app.core.redact import key_prefix, mask_prefixes, redact
 

@@ -22,7 +22,7 @@ from app.core.env import envfile
 from app.core.env.discovery import resolved_user_path, user_path
 from app.core.env.keys import header_value_problem, secret_parts
 from app.core.env.resolve import ResolvedKey, missing_required
-from app.core.errors import EnvFileError, MissingSecretsError, UnusableSecretError, UsageError
+from app.core.errors import EnvFileError, MissingSecretsError, SynthTuiError, UnusableSecretError, UsageError
 from app.core.launch.steps import (
     EnvChoice,
     PreparedJob,
@@ -599,6 +599,21 @@ class LaunchSession:
         session = LaunchSession(self.options, shell=self.shell)
         session.use_history_record(record)
         return session
+
+    def backend_and_key_for(self, record: RunRecord) -> tuple[str, str] | SynthTuiError:
+        """The job's backend and the key to ask it with (the history's status check,
+        ``app/core/runs/history_refresh.py``), or why there is none. --env-file names the key
+        for the job the user attaches to; this check asks every job unasked, so a job launched
+        with a .env that is still there is asked with that .env's key: a key reaches only
+        backends it was used with (docs/product.md#commands)."""
+        session = self
+        if self.options.env_files and record.env_path and Path(record.env_path).is_file():
+            session = LaunchSession(dataclasses.replace(self.options, env_files=()), shell=self.shell)
+        try:
+            job_session = session.for_history_record(record)
+            return job_session.backend_base, job_session.synth_api_key()
+        except SynthTuiError as exc:
+            return exc
 
     def _open_remembered_env(self, job_id: str, path: Path) -> None:
         fix = (f"pass --env-file PATH with its SYNTH_API_KEY: synth-tui history --env-file PATH, or "

@@ -9,7 +9,7 @@ import sqlite3
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from app.core.api.client import PAGE_LIMIT, SynthClient
 from app.core.api.streaming import MetricCursor
@@ -18,9 +18,6 @@ from app.core.errors import UsageError
 from app.core.runs.history import RunHistory, RunRecord
 from app.core.runs.series import MetricStore, chart_panels
 from app.core.state_files import StateFileError
-
-if TYPE_CHECKING:  # the session imports the history; a comparison needs only its methods
-    from app.core.launch.session import LaunchSession
 
 # A run's metrics are read page by page; this many pages (of PAGE_LIMIT points) at most,
 # so a run with millions of points cannot hold the comparison up for minutes.
@@ -131,7 +128,16 @@ def compare_rows(runs: Sequence[ComparedRun]) -> list[CompareRow]:
     return rows
 
 
-def open_comparison(session: LaunchSession, job_ids: Sequence[str]) -> list[str]:
+class Attaches(Protocol):
+    """What a comparison asks of the launch session (``LaunchSession.attach``), named here so
+    the runs do not import the launch."""
+
+    def attach(self, job_id: str) -> object:
+        """Set up a watch of an existing job: its backend and key."""
+        ...
+
+
+def open_comparison(session: Attaches, job_ids: Sequence[str]) -> list[str]:
     """Both front ends' start of ``synth-tui compare``: the ids checked (they go into URL
     paths), each once, and the session set up as an attach to the first (its backend and key,
     from the run history when it is there)."""

@@ -1,9 +1,9 @@
 """A job's live feed for the dashboard: the watcher on its own thread, drained in batches.
 
-The launch service's watch (network) and its sinks (the run folder's events file, the run
-history, and this feed's batch) run on a background thread
-with its own event loop, so the UI thread never waits on either. The UI drains what arrived
-since its last look as one coalesced :class:`FeedBatch`. ``on_ready`` tells it when there is
+The job's watch (network, :mod:`app.core.runs.watch`) and its sinks (the run folder's events
+file, the run history, and this feed's batch) run on a background thread with its own event
+loop, so the UI thread never waits on either. The UI drains what arrived since its last look
+as one coalesced :class:`FeedBatch`. ``on_ready`` tells it when there is
 something to drain (once, until it drains), so a UI with nothing new does no work at all.
 """
 
@@ -26,8 +26,8 @@ from app.core.api.streaming import (
     WatchOptions,
 )
 from app.core.api.wire import JobEvent, JobStatus, MetricPoint, is_terminal_status
-from app.core.launch.service import EventsFile, HistoryProgress, WatchSink, watch
 from app.core.runs.history import RunHistory
+from app.core.runs.watch import EventsFile, HistoryProgress, WatchSink, watch
 
 
 @dataclass
@@ -55,7 +55,7 @@ class JobFeed(WatchSink):
         self.make_client = make_client
         self.job_id = job_id
         self.options = options
-        # What every watch writes (the launch service's sinks): the events file, the history.
+        # What every watch writes (app.core.runs.watch's sinks): the events file, the history.
         self.files = EventsFile(stream_path, options.since_seq) if stream_path is not None else None
         self.progress = HistoryProgress(job_id, history) if history is not None else None
         self.events_seen = 0

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
-from dataclasses import dataclass, replace
-from pathlib import Path
+from dataclasses import dataclass
+from typing import Protocol
 
 from app.core.api.client import (
     ApiError,
@@ -27,7 +27,6 @@ from app.core.api.client import (
 )
 from app.core.api.wire import is_terminal_status
 from app.core.errors import SynthTuiError
-from app.core.launch.session import LaunchSession
 from app.core.runs.history import RunHistory, RunRecord
 from app.core.runs.jobs import remember
 
@@ -35,6 +34,15 @@ from app.core.runs.jobs import remember
 REFRESH_TIMEOUT_S = 5.0
 # Requests in flight per backend.
 PER_BACKEND = 4
+
+
+class JobKeys(Protocol):
+    """Where each job's key comes from: the launch session (``LaunchSession.backend_and_key_for``),
+    named here by what the refresh asks of it, so the run history does not import the launch."""
+
+    def backend_and_key_for(self, record: RunRecord) -> tuple[str, str] | SynthTuiError:
+        """The job's backend and the key to ask it with, or why there is no key."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -94,19 +102,19 @@ def needs_refresh(record: RunRecord) -> bool:
     return record.final_status is None
 
 
-async def refresh_statuses(session: LaunchSession, records: Sequence[RunRecord], *,
+async def refresh_statuses(session: JobKeys, records: Sequence[RunRecord], *,
                            timeout: float = REFRESH_TIMEOUT_S, per_backend: int = PER_BACKEND,
                            history: RunHistory | None = None) -> AsyncIterator[StatusAnswer]:
     """Ask the backends about every job of ``records`` that has not ended, and yield one
     answer per job as it arrives; each new status is written to the history first. Keys come
-    from each job's .env (``session.for_history_record``: --env-file, else the remembered
+    from each job's .env (``session.backend_and_key_for``: --env-file, else the remembered
     .env, else the shell); a job whose key cannot be found is answered with that problem."""
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     found: dict[tuple[str, str | None], tuple[str, str] | SynthTuiError] = {}
     for record in filter(needs_refresh, records):
         where = (record.backend, record.env_path)
         if where not in found:
-            found[where] = await asyncio.to_thread(_backend_and_key, session, record)
+            found[where] = await asyncio.to_thread(session.backend_and_key_for, record)
         resolved = found[where]
         if isinstance(resolved, SynthTuiError):
             yield StatusAnswer(record.job_id, record.backend, problem=resolved.message, problem_of="key")
@@ -127,20 +135,6 @@ async def refresh_statuses(session: LaunchSession, records: Sequence[RunRecord],
     finally:
         for task in tasks:
             task.cancel()
-
-
-def _backend_and_key(session: LaunchSession, record: RunRecord) -> tuple[str, str] | SynthTuiError:
-    """The job's backend and the key to ask it with. --env-file names the key for the job the
-    user attaches to; this check asks every job unasked, so a job launched with a .env that
-    is still there is asked with that .env's key: a key reaches only backends it was used with
-    (docs/product.md#commands)."""
-    if session.options.env_files and record.env_path and Path(record.env_path).is_file():
-        session = LaunchSession(replace(session.options, env_files=()), shell=session.shell)
-    try:
-        job_session = session.for_history_record(record)
-        return job_session.backend_base, job_session.synth_api_key()
-    except SynthTuiError as exc:
-        return exc
 
 
 async def _ask_backend(backend: str, key: str, records: list[RunRecord], answers: asyncio.Queue[StatusAnswer | None],
@@ -188,5 +182,5 @@ async def _write(record: RunRecord, status: str, history: RunHistory | None) -> 
     return StatusAnswer(record.job_id, record.backend, status=status, warning=warning)
 
 
-__all__ = ["PER_BACKEND", "REFRESH_TIMEOUT_S", "StatusAnswer", "backend_trouble", "needs_refresh", "problem_notes",
-           "refresh_statuses"]
+__all__ = ["PER_BACKEND", "REFRESH_TIMEOUT_S", "JobKeys", "StatusAnswer", "backend_trouble", "needs_refresh",
+           "problem_notes", "refresh_statuses"]

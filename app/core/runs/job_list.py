@@ -11,13 +11,12 @@ import asyncio
 import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from app.core.api.client import ApiError, JobList, RlNotOffered, SynthClient
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS, SORTS
 from app.core.api.streaming import MetricCursor
 from app.core.api.wire import JobStatus, is_terminal_status, parse_iso, shown_status
-from app.core.launch.session import LaunchSession
 from app.core.redact import printable
 from app.core.runs.jobs import payload_model
 from app.core.runs.series import default_metric
@@ -234,7 +233,16 @@ class JobListing:
     note: str | None = None
 
 
-async def probe_jobs_backend(session: LaunchSession, client: SynthClient) -> None:
+class ProbesForAttach(Protocol):
+    """What the jobs view asks of the launch session (``LaunchSession.probe_for_attach``),
+    named here so the runs do not import the launch."""
+
+    async def probe_for_attach(self, client: SynthClient) -> object:
+        """Ask the backend whether it offers RL jobs; RlNotOffered when it does not."""
+        ...
+
+
+async def probe_jobs_backend(session: ProbesForAttach, client: SynthClient) -> None:
     """The attach probe (``LaunchSession.probe_for_attach``): a backend without RL jobs says so,
     with a way out that fits a listing."""
     try:
@@ -261,6 +269,6 @@ def table_lines(rows: Sequence[JobRow]) -> list[str]:
             for line in [header, *cells]]
 
 
-__all__ = ["NO_VALUE", "SORTS", "JobListing", "JobRow", "ScoreBook", "filter_rows", "merge_scores", "next_sort",
-           "probe_jobs_backend", "read_jobs", "row_of", "short_model", "shown_created", "shown_score", "sort_rows",
-           "table_lines"]
+__all__ = ["NO_VALUE", "SORTS", "JobListing", "JobRow", "ProbesForAttach", "ScoreBook", "filter_rows", "merge_scores",
+           "next_sort", "probe_jobs_backend", "read_jobs", "row_of", "short_model", "shown_created", "shown_score",
+           "sort_rows", "table_lines"]

@@ -26,6 +26,7 @@ from typing import Any
 
 from app.core.errors import ConfigError, UsageError
 from app.core.paths import open_private
+from app.core.processes import signal_group
 from app.local.parallel.accelerate import (
     AccelerateSetup,
     accelerate_launch_command,
@@ -441,11 +442,11 @@ class RankGroup:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            _signal_group(self.proc.pid, signal.SIGTERM)
+            signal_group(self.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and (self.proc.poll() is None or any(alive(p) for p in self.pids())):
             time.sleep(0.1)
-        _signal_group(self.proc.pid, signal.SIGKILL)
+        signal_group(self.proc.pid, signal.SIGKILL)
         for pid in self.pids():  # torchrun starts each rank in a session of its own
             if alive(pid):
                 try:
@@ -456,10 +457,3 @@ class RankGroup:
             self.proc.wait(timeout=5.0)
         except subprocess.TimeoutExpired:
             pass
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except OSError:
-        pass

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from app.core.paths import open_private
+from app.core.atomic import atomic_write_text
+from app.core.paths import private_dir
 
 MANIFEST = "policy.json"  # every saved policy's folder holds one: {"kind": ..., ...}
 
@@ -167,12 +167,8 @@ def latest_observation(messages: Sequence[dict[str, Any]]) -> str:
 def write_json_atomically(path: Path, data: Any) -> None:
     """Write, flush to disk, then rename over `path`: a reader (or a restart after a kill)
     sees the old file or the new one, never half of one."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open_private(tmp, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, separators=(",", ":"))
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    private_dir(path.parent)  # as open_private did: a missing folder is made 0700
+    atomic_write_text(path, json.dumps(data, separators=(",", ":")))  # app/core/atomic.py: 0600
 
 
 def read_manifest(folder: Path) -> dict[str, Any]:

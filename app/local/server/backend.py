@@ -51,6 +51,7 @@ from fastapi import APIRouter, Depends, FastAPI, Header, HTTPException, Query, R
 from fastapi import Path as PathParam
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from app.core.api.failures import describe_http_error, response_detail
 from app.core.api.urls import without_credentials
 from app.core.api.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
 from app.core.config.trainable import short_repr
@@ -71,7 +72,7 @@ from app.local.server.bodies import (
     VerifyModelRequest,
     VerifyRequest,
 )
-from app.local.server.errors import Refusal, describe_http_error, install_json_errors, response_detail
+from app.local.server.errors import Refusal, install_json_errors
 from app.local.server.guard import RequestGuard
 from app.local.server.model_check import check_model_bounded
 from app.local.state.checkpoints import Checkpoints

@@ -1,4 +1,5 @@
-"""JSON errors for both local servers, and plain words for failed HTTP calls.
+"""JSON errors for both local servers (a failed HTTP call in words, and the detail of an
+answer: app/core/api/failures.py).
 
 Every error answer is `{"detail": ...}` with a JSON content type, including 404, 405, 422 and
 500, because the SDK's streamer ignores bodies that are not JSON and users read the detail.
@@ -8,12 +9,10 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -159,11 +158,6 @@ def install_json_errors(app: FastAPI, refusals: Mapping[Callable[..., Any], Refu
                                        "has the details"}, status_code=500)
 
 
-# A cause's text that only the library's authors can read: an anyio cancel scope, an object's
-# repr or address, a hex id. Such text is left out of every message (docs/hardening.md).
-_INTERNAL = re.compile(r"cancel scope|object at 0x|<[\w.]+ |\b(?=[0-9a-f]*\d)(?=[0-9a-f]*[a-f])[0-9a-f]{6,}\b",
-                       re.IGNORECASE)
-_TIMEOUTS = (httpx.TimeoutException,)
 _DEFAULT_422 = "#/components/schemas/HTTPValidationError"
 
 
@@ -200,63 +194,6 @@ def _allowed_methods(request: Request) -> list[str]:
     routes = request.app.router.routes
     return [method for method in _METHODS
             if any(route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes)]
-
-
-def describe_http_error(exc: BaseException) -> str:
-    """A failed call's cause in words; httpx's own message is often empty, and the text of
-    the error under it can be a library's internals (never quoted: `_INTERNAL`)."""
-    words = {
-        httpx.ConnectTimeout: "the connection timed out",
-        httpx.ReadTimeout: "no answer within the time limit",
-        httpx.WriteTimeout: "sending the request timed out",
-        httpx.PoolTimeout: "no free connection in time (too many requests at once)",
-        httpx.ReadError: "the connection was closed while waiting for the answer",
-        httpx.WriteError: "the connection was closed while sending the request",
-        httpx.RemoteProtocolError: "the server closed the connection without answering",
-    }
-    if isinstance(exc, httpx.ConnectError):
-        text = " ".join(_chain_texts(exc)).lower()
-        if "refused" in text or any(isinstance(e, ConnectionRefusedError) for e in _chain(exc)):
-            return "connection refused (nothing is listening there)"
-        if "name or service not known" in text or "nodename" in text or "getaddrinfo" in text:
-            return "the host name cannot be resolved"
-        return f"cannot connect ({_cause_text(exc) or 'no reason given'})"
-    for kind, text in words.items():
-        if isinstance(exc, kind):
-            # A timeout's words say all there is; what lies under it is the event loop's.
-            detail = "" if isinstance(exc, _TIMEOUTS) else _cause_text(exc)
-            return f"{text} ({detail})" if detail else text
-    return f"{type(exc).__name__}: {_cause_text(exc) or 'no reason given'}"
-
-
-def _chain(exc: BaseException) -> list[BaseException]:
-    chain: list[BaseException] = []
-    seen: BaseException | None = exc
-    while seen is not None and seen not in chain and len(chain) < 8:  # a cause chain can loop
-        chain.append(seen)
-        seen = seen.__cause__ or seen.__context__
-    return chain
-
-
-def _chain_texts(exc: BaseException) -> list[str]:
-    return [text for text in (str(e).strip() for e in _chain(exc)) if text]
-
-
-def _cause_text(exc: BaseException) -> str:
-    """The first text in the cause chain, unless it is a library's internals."""
-    texts = _chain_texts(exc)
-    return texts[0] if texts and not _INTERNAL.search(texts[0]) else ""
-
-
-def response_detail(response: httpx.Response, limit: int = 300) -> str:
-    """The `detail` of an error answer, else the start of its body."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:limit]
-    detail = body.get("detail", body) if isinstance(body, dict) else body
-    text = detail if isinstance(detail, str) else json.dumps(detail)
-    return text[:limit]
 
 
 def without_query(url: str) -> str:

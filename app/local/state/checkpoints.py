@@ -17,7 +17,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from app.core.paths import fsync_dir
+from app.core.atomic import replace_durably
 from app.local.policies.base import Policy
 
 
@@ -43,8 +43,7 @@ class Checkpoints:
         target = self.step_dir(job_id, step)
         if target.exists():  # written before a kill, never committed: this replay replaces it
             shutil.rmtree(target)
-        os.replace(tmp, target)
-        fsync_dir(job_dir)
+        replace_durably(tmp, target)  # then job_dir fsynced: the rename survives a crash
         return target
 
     def prune(self, job_id: str, keep: int) -> None:

@@ -27,11 +27,12 @@ from fastapi import Depends, FastAPI, HTTPException, Request
 from fastapi.params import Depends as DependsParam
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.core.api.failures import describe_http_error, response_detail
 from app.core.api.retry import Backoff
 from app.core.api.urls import MAX_URL_CHARS, http_url_problem
 from app.core.redact import held_key_prefix
 from app.local.server.api_schemas import BODY_ERRORS, TaskAppErrorAnswer, error_responses
-from app.local.server.errors import describe_http_error, install_json_errors, response_detail, without_query
+from app.local.server.errors import install_json_errors, without_query
 from app.local.server.guard import RequestGuard
 from app.local.training.retry import DEFAULT_BACKOFF, client_limits, send_with_retries
 from app.local.training.rollout_contract import GEN_05, GENERATIONS, chat_completions_url, cid_in_url

@@ -38,6 +38,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
+from app.core.api.failures import describe_http_error, response_detail
 from app.core.api.retry import Attempts
 from app.core.config.trainable import MAX_ANSWER_BYTES
 from app.core.redact import printable, scrub_key_fragments
@@ -56,7 +57,6 @@ from app.local.policies.base import (
 )
 from app.local.policies.lm.model import ModelUnavailable, learning_rate_warning
 from app.local.server.bodies import JOB_REFUSAL, JobCreate
-from app.local.server.errors import describe_http_error, response_detail
 from app.local.server.model_check import loading_words
 from app.local.state.checkpoints import Checkpoints
 from app.local.state.journal import Journal
