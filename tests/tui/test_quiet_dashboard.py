@@ -137,7 +137,7 @@ async def test_a_wide_line_widens_the_log_and_odd_characters_count_in_cells():
         view.write_lines(["x" * 300, "漢字\tand a tab"])
         await pilot.pause()
         assert view.virtual_size.width == 300
-        assert view._width_of("漢字") == 4 and view._width_of("a\tb") == len("a\tb".expandtabs())
+        assert view.line_width("漢字") == 4 and view.line_width("a\tb") == len("a\tb".expandtabs())
 
 
 async def test_a_user_who_scrolled_up_is_not_pulled_back_down():
