@@ -27,6 +27,7 @@ from app.core.redact import redact
 from app.core.runs.jobs import JobContext
 from app.screens.base import FlowScreen
 from app.screens.commands import ScreenCommands
+from widgets.compat.textual_compat import give_empty_result_callback, has_queued_callbacks, withdraw_notification
 from widgets.textual_speedups import identity_hashed_rule_sets
 from widgets.worker_errors import WorkerFailed
 
@@ -171,8 +172,8 @@ class SynthTuiApp(App[int]):
     def _flow_moved_on(self) -> None:
         """A step after the picker opens: the "Ready" notice has said what it had to."""
         notice, self._ready_notice = self._ready_notice, None
-        if notice is not None and notice in self._notifications:
-            self._unnotify(notice)
+        if notice is not None:
+            withdraw_notification(self, notice)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The app's own workers (the preparation, the run history): the same path as the
@@ -272,9 +273,9 @@ class SynthTuiApp(App[int]):
         if not self.screen_stack:
             return True
         nodes = [self, *self.screen.walk_children(with_self=True)]
-        # _next_callbacks (call_next's queue) is private: Textual offers no public way to ask
-        # whether a node still has callbacks to run, and a key's effects can wait there.
-        return not any(node.message_queue_size or node._next_callbacks for node in nodes)
+        # Textual offers no public way to ask whether a node still has callbacks to run
+        # (call_next's queue), and a key's effects can wait there.
+        return not any(node.message_queue_size or has_queued_callbacks(node) for node in nodes)
 
     def _release_key(self) -> None:
         if self._key_in_flight is not None:
@@ -312,8 +313,8 @@ class SynthTuiApp(App[int]):
         screen = self._first_screen()
         # What push_screen gives a screen and switch_screen takes back: Textual 8.2 gives the
         # default screen none, so switching it (Esc to an earlier step, a rerun) would fail.
-        # Private: Textual 8.2 has no public way to give the default screen a result callback.
-        screen._push_result_callback(screen, None)
+        # Textual 8.2 has no public way to give the default screen a result callback.
+        give_empty_result_callback(screen)
         return screen
 
     def _first_screen(self) -> Screen:

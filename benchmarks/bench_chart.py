@@ -45,6 +45,7 @@ from textual_plotext import PlotextPlot
 from app.core.runs.series import MetricSeries, MetricStore
 from app.tui import stylesheet_path
 from benchmarks.common import Figure, below, child_main, median, say, time_calls
+from widgets.compat.textual_plotext_compat import plotext_theme_name
 from widgets.event_log import EventLog
 from widgets.metric_chart import MetricChart
 from widgets.metrics_grid import MetricsGrid
@@ -150,7 +151,7 @@ async def measure(quick: bool) -> list[Figure]:
 
         def matrix_only() -> None:
             # plotext filling its matrix for the figure just drawn (the canvas's first step).
-            plot._fill_matrix(width, height, plot._get_plotext_theme_name(app.theme))
+            plot._fill_matrix(width, height, plotext_theme_name(plot, app.theme))
 
         def round_trip_frame() -> None:
             next_point(series, rng)

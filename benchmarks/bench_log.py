@@ -32,6 +32,7 @@ from app.core.runs.events import is_noise
 from app.core.runs.series import MetricStore
 from benchmarks.bench_chart import DashboardLikeApp
 from benchmarks.common import Figure, above, below, child_main, median, percentile, say
+from widgets.compat.textual_compat import deliver_as_driver
 from widgets.event_log import EventLog, format_event
 
 BATCH = 2_000  # events per 0.1 s drain at the 20,000 events/s goal
@@ -109,7 +110,7 @@ class KeyPresser:
     async def _run(self) -> None:
         while not self._stop:
             self.sent.append(time.perf_counter())
-            self.app._driver.send_message(events.Key("k", "k"))  # Pilot._press_keys' own call
+            deliver_as_driver(self.app, events.Key("k", "k"))  # what Pilot.press does, without its wait
             await asyncio.sleep(KEY_EVERY_S)
 
     async def stop(self) -> list[float]:

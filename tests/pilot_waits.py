@@ -17,6 +17,8 @@ from typing import TypeVar
 from textual.app import App
 from textual.screen import Screen
 
+from widgets.compat.textual_compat import deliver_as_driver
+
 T = TypeVar("T")
 S = TypeVar("S", bound=Screen)
 
@@ -106,10 +108,11 @@ def type_ahead(app: App, *keys: str) -> None:
     """Keys as a fast typist or `tmux send-keys` gives them: all queued at once, as the terminal
     driver queues what it reads (Pilot.press waits for the app to be idle after each key)."""
     from textual import events
-    from textual.keys import _character_to_key
+
+    from support.textual_compat import key_for_character
 
     for key in keys:
         char = key if len(key) == 1 else {"enter": "\r", "tab": "\t"}.get(key)
-        event = events.Key(_character_to_key(key) if len(key) == 1 and not key.isalnum() else key, char)
+        event = events.Key(key_for_character(key) if len(key) == 1 and not key.isalnum() else key, char)
         event.set_sender(app)
-        app._driver.send_message(event)
+        deliver_as_driver(app, event)

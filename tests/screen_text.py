@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+from textual.notifications import Notification
+
+from support.textual_compat import compositor
+from widgets.compat import textual_compat
+
 
 def screen_lines(app) -> list[str]:
     """Every line of the current screen as the terminal would show it."""
-    return [strip.text for strip in app.screen._compositor.render_strips()]
+    return [strip.text for strip in compositor(app.screen).render_strips()]
 
 
 def footer_text(app) -> str:
     """The bottom line: the footer of every flow screen."""
     return screen_lines(app)[-1]
+
+
+def notifications(app) -> list[Notification]:
+    """The notifications (toasts) the app shows now, oldest first."""
+    return textual_compat.notifications(app)

@@ -7,8 +7,8 @@ from textual.dom import NoScreen
 from textual.events import Mount
 from textual.widgets import Header
 
-# HeaderTitle is not exported; the title line is the one child Header has of that type.
-from textual.widgets._header import HeaderTitle
+# The title line is the one child Header has of that type.
+from widgets.compat.textual_compat import HeaderTitle
 
 
 class AppHeader(Header):
@@ -18,7 +18,7 @@ class AppHeader(Header):
     update raised (a traceback on the terminal). Here the update runs at once and skips a title
     widget that is not there: a header being removed has nothing to show."""
 
-    def _on_mount(self, event: Mount) -> None:
+    def on_mount(self, event: Mount) -> None:
         event.prevent_default()  # in place of Header's own, which would queue the raising update
         for obj, name in ((self.app, "title"), (self.app, "sub_title"), (self.screen, "title"),
                           (self.screen, "sub_title")):

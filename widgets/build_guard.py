@@ -6,6 +6,8 @@ from textual import events
 from textual.binding import Binding
 from textual.screen import Screen
 
+from widgets.compat.textual_compat import is_being_removed
+
 
 class BuildGuard(Screen):
     """A screen removed before its widgets were mounted (closed as it opened: a key typed ahead,
@@ -33,9 +35,9 @@ class BuildGuard(Screen):
             self.app.action_help_quit()
 
     async def on_event(self, event: events.Event) -> None:
-        # _pruning and _closing are private: Textual has no public flag for "being removed", and
-        # is_mounted is still False for a screen that is merely not built yet.
-        if isinstance(event, events.Mount) and (self._pruning or self._closing):
+        # Textual has no public flag for "being removed", and is_mounted is still False for a
+        # screen that is merely not built yet.
+        if isinstance(event, events.Mount) and is_being_removed(self):
             self._removed_unbuilt = True
         if self._removed_unbuilt and not isinstance(event, events.Unmount):
             return

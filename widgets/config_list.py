@@ -71,7 +71,7 @@ class ConfigList(OptionList):
             return None
         return self.entries[index]
 
-    async def _on_click(self, event: events.Click) -> None:
+    async def on_click(self, event: events.Click) -> None:
         # prevent_default: OptionList's own click handler (which selects at once) must not run.
         event.prevent_default()
         clicked = event.style.meta.get("option")

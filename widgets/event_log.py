@@ -11,7 +11,6 @@ import textwrap
 from collections import deque
 from typing import Any
 
-from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.style import Style
 from rich.text import Text
@@ -26,6 +25,7 @@ from textual.widgets import Log, Static
 
 from app.core.api.wire import JobEvent, parse_iso
 from app.core.runs.events import is_noise, mask_model_urls
+from widgets.compat.textual_compat import LogMeasuredInPlace, update_scroll_range
 
 LEVEL_WIDTH = 7
 
@@ -89,7 +89,7 @@ class LevelHighlighter(Highlighter):
             text.stylize(style, 16, 16 + LEVEL_WIDTH)
 
 
-class LogLines(Log):
+class LogLines(LogMeasuredInPlace):
     """Textual's Log, with each write's cost proportional to the lines written.
 
     - No layout of the screen per write. A Log's virtual size (its line count) is a layout
@@ -98,10 +98,10 @@ class LogLines(Log):
       comes from the stylesheet (1fr), not from its lines, so a new line needs the scroll
       range and the scrollbar updated, nothing more. What does move things still lays out: a
       scrollbar appearing (its own layout reactive), a size that follows the content (auto).
-    - No thread per write. The Log measures the widest new line on a thread worker and hands
-      the answer back through the UI's queue (a thread, three state messages and a blocking
-      call back, per write); the lines here are wrapped to the width already, and measuring
-      them here costs less than that round trip.
+    - No thread per write (``LogMeasuredInPlace``). The Log measures the widest new line on a
+      thread worker and hands the answer back through the UI's queue (a thread, three state
+      messages and a blocking call back, per write); the lines here are wrapped to the width
+      already, and measuring them here costs less than that round trip.
     - Rendered lines are not cached (as in Textual 8's Log, whose cache is filled only while
       text is selected): every batch scrolls the log, so the visible lines are mostly new, and
       a kept Strip keeps seven small caches alive with it; caching them (tried) made the
@@ -127,21 +127,9 @@ class LogLines(Log):
                 (styles.height is not None and styles.height.is_auto):
             self.refresh(layout=True)  # not laid out yet, or sized by its lines
             return
-        # Private: Textual 8.2 has no public call that updates the scroll range and the
-        # scrollbars without laying out the screen (refresh(layout=True), what this avoids).
-        self._scroll_update(size)
-
-    # Private, overridden: in Textual 8.2 Log measures new lines only in this thread worker,
-    # with no public hook to measure them in place.
-    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
-        if lines:
-            self._update_maximum_width(updates, max(map(self._width_of, lines)))
-
-    @classmethod
-    def _width_of(cls, line: str) -> int:
-        if line.isascii() and line.isprintable():
-            return len(line)  # the common case: one cell a character, nothing to replace
-        return cell_len(cls._process_line(line))
+        # Textual 8.2 has no public call that updates the scroll range and the scrollbars
+        # without laying out the screen (refresh(layout=True), what this avoids).
+        update_scroll_range(self, size)
 
     @property
     def rich_style(self) -> Style:

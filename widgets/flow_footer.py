@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from textual import events
 from textual.app import ComposeResult
-from textual.widgets._footer import FooterKey  # private: Textual 8.2 exports no FooterKey
 
+from widgets.compat.textual_compat import FooterKey
 from widgets.steady_footer import SteadyFooter
 
 PALETTE_FROM = 100

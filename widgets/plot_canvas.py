@@ -23,16 +23,14 @@ What does not change between frames is reused until the view changes:
 Rasterizing the lines into braille dots is then most of a frame: while the canvas fills its
 matrix, plotext's two helpers for it run as exact, faster stand-ins (widgets/plotext_speedups.py).
 
-Relies on plotext 5's figure internals (``_set_sizes``, ``_build_matrix``, ``monitor.matrix``),
-as textual-plotext itself does; pyproject pins plotext below 6.
+Relies on plotext 5's figure internals, as textual-plotext itself does: through
+widgets/compat/plotext_compat.py (``monitor.matrix`` is read here); pyproject pins plotext below 6.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import plotext._utility as plotext_utility
-from plotext._matrix import matrix_class
 from rich.segment import Segment
 from rich.style import Style as RichStyle
 from rich.text import Text
@@ -42,6 +40,14 @@ from textual.strip import Strip
 from textual.style import Style
 from textual_plotext import PlotextPlot
 
+from widgets.compat.plotext_compat import (
+    PlotextMatrix,
+    colors_to_ansi,
+    fill_figure_matrix,
+    lay_out_figure,
+    set_figure_size,
+)
+from widgets.compat.textual_plotext_compat import plotext_theme_name
 from widgets.plotext_speedups import faster_plotext
 
 # A cell's colours as plotext keeps them: (foreground, style, background).
@@ -54,7 +60,7 @@ Row = tuple[list, list, list, list]
 MAX_RUN_STYLES = 4096
 
 
-class BlankMatrix(matrix_class):
+class BlankMatrix(PlotextMatrix):
     """plotext's matrix, whose blank start is copied from ``template`` when the layout is the
     one it was made for (plotext builds it cell by cell, asking each cell if it is in the
     plot area)."""
@@ -128,7 +134,7 @@ class PlotCanvas(PlotextPlot):
         width, height = self.size
         if width <= 0 or height <= 0:
             return []
-        theme = self._get_plotext_theme_name(self.app.theme)
+        theme = plotext_theme_name(self, self.app.theme)
         visual_style = self.visual_style
         key = (self._version, width, height, theme, visual_style)
         if key != self._frame_key:
@@ -140,20 +146,20 @@ class PlotCanvas(PlotextPlot):
 
     def _fill_matrix(self, width: int, height: int, theme: str) -> None:
         """plotext's ``build`` without its last step, the ANSI string (``set_canvas``)."""
-        plt: Any = self._plot  # plotext's figure internals are not in textual-plotext's stubs
+        plt: Any = self.plt  # plotext's figure internals are not in textual-plotext's stubs
         # What PlotextPlot.render sets before each build (the size twice: see its comments).
         plt.plotsize(width, height)
-        plt._set_size(width, height)
+        set_figure_size(plt, width, height)
         plt.theme(theme)
         if not isinstance(plt.monitor.matrix, BlankMatrix):  # a new figure (clear_figure)
             plt.monitor.matrix = BlankMatrix(self._blank)
-        plt._set_sizes()
+        lay_out_figure(plt)
         with faster_plotext():
-            plt._build_matrix()
+            fill_figure_matrix(plt)
         self.builds += 1
 
     def _matrix_strips(self) -> list[Strip]:
-        matrix = self._plot.monitor.matrix  # type: ignore[attr-defined]  # see _fill_matrix
+        matrix = self.plt.monitor.matrix  # type: ignore[attr-defined]  # see _fill_matrix
         previous, previous_strips = self._rows, self._strips
         rows: list[Row] = []
         strips: list[Strip] = []
@@ -203,7 +209,7 @@ class PlotCanvas(PlotextPlot):
         style = self._cell_styles.get(colors)
         if style is None:
             visual_style = self.visual_style
-            text = Text.from_ansi(plotext_utility.colors_to_ansi(*colors) + "x")
+            text = Text.from_ansi(colors_to_ansi(*colors) + "x")
             content = Content.from_rich_text(text, console=self.app.console)
             ((_, text_style),) = content.render(visual_style, end="")
             style = self._cell_styles[colors] = visual_style + text_style

@@ -18,10 +18,7 @@ from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
-import plotext._utility as plotext_utility
-
-_original_get_lines = plotext_utility.get_lines
-_original_hd_group = plotext_utility.hd_group
+from widgets.compat.plotext_compat import line_helpers_replaced, plotext_get_lines, plotext_hd_group, transpose
 
 
 def _all_ints(values: list[Any]) -> bool:
@@ -33,8 +30,8 @@ def get_lines(x: list[Any], y: list[Any], *other: list[Any]) -> list[list[Any]]:
     ``int`` of ``linspace`` between them, the last dot left to the next segment), then the
     last point; ``other`` (markers, colours, styles) repeated alongside."""
     if not x or len(x) != len(y) or not _all_ints(x) or not _all_ints(y):
-        return _original_get_lines(x, y, *other)
-    per_point = plotext_utility.transpose(other, len(other))
+        return plotext_get_lines(x, y, *other)
+    per_point = transpose(other, len(other))
     xs: list[int] = []
     ys: list[int] = []
     extra: list[Any] = []
@@ -51,7 +48,7 @@ def get_lines(x: list[Any], y: list[Any], *other: list[Any]) -> list[list[Any]]:
     xs.append(x[-1])
     ys.append(y[-1])
     extra.append(per_point[-1])
-    return [xs, ys, *plotext_utility.transpose(extra, len(other))]
+    return [xs, ys, *transpose(extra, len(other))]
 
 
 @cache
@@ -66,10 +63,10 @@ def hd_group(x: list[Any], y: list[Any], xf: list[int], yf: list[int]) -> tuple[
     """plotext's ``hd_group``: the dots grouped by the cell they fall in (cells in order of
     their first dot), each with its pattern of dots."""
     if not x or len(x) != len(y) or not _all_ints(x) or not _all_ints(y):
-        return _original_hd_group(x, y, xf, yf)
+        return plotext_hd_group(x, y, xf, yf)
     columns, rows = xf[-1], yf[-1]
     if any(factor != columns for factor in xf) or any(factor != rows for factor in yf):
-        return _original_hd_group(x, y, xf, yf)
+        return plotext_hd_group(x, y, xf, yf)
     masks: dict[tuple[int, int], int] = {}
     for xi, yi in zip(x, y, strict=True):
         key = (xi // columns, yi // rows)
@@ -82,8 +79,5 @@ def hd_group(x: list[Any], y: list[Any], xf: list[int], yf: list[int]) -> tuple[
 def faster_plotext() -> Iterator[None]:
     """plotext's ``get_lines`` and ``hd_group`` replaced by these while the block runs (one
     thread draws: the UI's)."""
-    plotext_utility.get_lines, plotext_utility.hd_group = get_lines, hd_group
-    try:
+    with line_helpers_replaced(get_lines, hd_group):
         yield
-    finally:
-        plotext_utility.get_lines, plotext_utility.hd_group = _original_get_lines, _original_hd_group

@@ -17,7 +17,8 @@ from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey  # private: Textual 8.2 exports no FooterKey
+
+from widgets.compat.textual_compat import FooterKey, footer_bindings_ready
 
 
 class SteadyFooter(Footer):
@@ -32,7 +33,7 @@ class SteadyFooter(Footer):
         return keys, self.show_command_palette, self.app.ENABLE_COMMAND_PALETTE
 
     def compose(self) -> ComposeResult:
-        if self._bindings_ready and self.is_attached:
+        if footer_bindings_ready(self) and self.is_attached:
             self._composed = self.shown_keys(self.screen)
         yield from self._with_compact_class(super().compose())
 

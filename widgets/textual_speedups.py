@@ -7,7 +7,7 @@ through it, a few hundred hashes per node. ``RuleSet.__hash__`` is written in Py
 ``id(self)``: identity, at the cost of a Python call each time. ``object.__hash__`` is
 identity too, computed in C. Sets and dicts of rule sets hold and find the same members
 either way (the hash value is never shown or stored); only the cost changes, about a quarter
-of a Pilot test's CPU (docs/testing.md#textual-internals). tests/tui/test_textual_speedups.py
+of a Pilot test's CPU (docs/testing.md#other-libraries-internals). tests/tui/test_textual_speedups.py
 fails when Textual's own hash stops being identity, so the stand-in would stop being exact.
 """
 

@@ -1,7 +1,7 @@
 """One browser tab's process (docs/browser.md#one-process-a-tab).
 
 textual-serve's ``AppService`` speaks Textual's web-driver protocol with the child; this
-subclass changes how the child starts and how it ends:
+subclass (through app/web/serve_compat.py) changes how the child starts and how it ends:
 
 - no shell and no secret on its command line: ``python -P -m app.web.child COMMAND...``
   (the tab's command, checked by ``app.web.command``); keys reach it only through the
@@ -21,9 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from textual_serve.app_service import AppService
-
 from app.core.processes import signal_group  # the child leads its own group: its pid is the group's
+from app.web.serve_compat import NamedSeamsAppService
 
 # Set in every tab's environment: the app's "attach again" lines name `synth-tui serve attach`.
 SERVE_ENV = "SYNTH_TUI_SERVE"
@@ -40,9 +39,9 @@ def child_argv(command: Sequence[str]) -> list[str]:
 FRAME_BYTES = 1024
 
 
-class TabSession(AppService):
+class TabSession(NamedSeamsAppService):
     """One browser tab's app process. textual-serve 1.x offers no public hook for a tab's
-    environment or its process: the two private methods overridden below are its seams."""
+    environment or its process: serve_compat names its two private seams, overridden below."""
 
     def __init__(self, command: Sequence[str], **kwargs: Any) -> None:
         self.argv = child_argv(command)
@@ -74,32 +73,30 @@ class TabSession(AppService):
             if self.page_focused:
                 await super().focus()
 
-    def _build_environment(self, width: int = 80, height: int = 24) -> dict[str, str]:
-        environment = super()._build_environment(width=width, height=height)
+    def app_environment(self, width: int, height: int) -> dict[str, str]:
+        environment = super().app_environment(width, height)
         environment[SERVE_ENV] = "1"
         return environment
 
-    async def _open_app_process(self, width: int = 80, height: int = 24) -> asyncio.subprocess.Process:
+    async def start_app_process(self, environment: dict[str, str]) -> asyncio.subprocess.Process:
         # stderr is the server's own: what the tab's process says (why it could not start, where
         # a demo ran) reaches the server's terminal as it is written. textual-serve would collect
         # it and print it when the process ends, losing the last lines to a race; it is given a
         # stream that has ended instead.
-        self._process = process = await asyncio.create_subprocess_exec(
+        process = await asyncio.create_subprocess_exec(
             *self.argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=None,
-            env=self._build_environment(width=width, height=height), start_new_session=True)
+            env=environment, start_new_session=True)
         process.stderr = asyncio.StreamReader()
         process.stderr.feed_eof()
-        assert process.stdin is not None
-        self._stdin = process.stdin
         return process
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self.app_process.pid if self.app_process is not None else None
 
     async def close(self) -> None:
         """End the tab's process and whatever it started; idempotent, bounded in time."""
-        process = self._process
+        process = self.app_process
         if process is None:
             return
         if process.returncode is None:
@@ -114,8 +111,8 @@ class TabSession(AppService):
                     await process.wait()
         # Anything the child started in its group and left behind (it should leave nothing).
         signal_group(process.pid, signal.SIGKILL)
-        await self._download_manager.cancel_app_downloads(app_service_id=self.app_service_id)
-        task, self._task = self._task, None
+        await self.cancel_downloads()
+        task = self.take_run_task()
         if task is not None:
             try:
                 await asyncio.wait_for(task, TERM_GRACE)

@@ -1,4 +1,8 @@
-"""Textual's private names the tests rely on, in one place (docs/testing.md#textual-internals).
+"""Textual's private names the tests rely on, in one place (docs/testing.md#other-libraries-internals).
+Written against Textual 8.2.8; those the app relies on are in widgets/compat/textual_compat.py.
+
+``compositor``, ``key_for_character``, ``on_each_layout``: what a test reads or watches that
+Textual keeps private (the screen as drawn, a key's name, a screen's layouts).
 
 ``share_parsed_css``: every App parses its stylesheet again (the app's styles.tcss and each
 widget's DEFAULT_CSS): about 15 % of an app's start in a Pilot test, hundreds of times a run.
@@ -15,7 +19,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
+from textual._compositor import Compositor
 from textual.css.stylesheet import Stylesheet
+from textual.keys import _character_to_key
+from textual.screen import Screen
 
 PARSE_RULES_PARAMETERS = ("self", "css", "read_from", "is_default_rules", "tie_breaker", "scope")
 _shared: dict[tuple[Any, ...], Any] = {}
@@ -47,3 +54,26 @@ def share_parsed_css() -> Callable[[], None]:
         Stylesheet._parse_rules = original  # type: ignore[method-assign]
 
     return undo
+
+
+def compositor(screen: Screen) -> Compositor:
+    """What `screen` last laid out and drew: its strips as the terminal shows them
+    (``render_strips``), each widget's region (``visible_widgets``) (``Screen._compositor``)."""
+    return screen._compositor
+
+
+def key_for_character(character: str) -> str:
+    """The key's name Textual gives a typed character that is not a letter or a digit ("?" is
+    "question_mark"), as its terminal driver names it (``textual.keys._character_to_key``)."""
+    return _character_to_key(character)
+
+
+def on_each_layout(screen: Screen, call: Callable[[], object]) -> None:
+    """Call `call` each time `screen` lays out its widgets again (``Screen._refresh_layout``)."""
+    original = screen._refresh_layout
+
+    def refresh_layout(*args: Any, **kwargs: Any) -> Any:
+        call()
+        return original(*args, **kwargs)
+
+    screen._refresh_layout = refresh_layout  # type: ignore[method-assign]

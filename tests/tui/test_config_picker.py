@@ -15,7 +15,7 @@ from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
 from pilot_waits import wait_for, wait_for_screen, wait_until
-from screen_text import footer_text
+from screen_text import footer_text, notifications
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
 
@@ -62,8 +62,8 @@ def highlight(screen: ConfigPickerScreen, label: str) -> None:
     screen.query_one(ConfigList).highlighted = labels(screen).index(label)
 
 
-def notifications(app) -> list[str]:
-    return [n.message for n in app._notifications]
+def notice_messages(app) -> list[str]:
+    return [n.message for n in notifications(app)]
 
 
 # --------------------------------------------------------------------------- discovery
@@ -110,7 +110,7 @@ async def test_empty_project_says_what_to_do(make_app, project, fixed_home):
         assert "No RL config was found under ~/project" in message
         assert "Press o to open a config file" in message
         await pilot.press("enter")
-        assert "There is no config to choose yet. Press o to open one by its path." in notifications(app)
+        assert "There is no config to choose yet. Press o to open one by its path." in notice_messages(app)
 
 
 async def test_reload_finds_a_new_config(make_app, configs):
@@ -176,7 +176,7 @@ async def test_invalid_config_lists_its_problems_and_cannot_be_chosen(make_app, 
         await pilot.pause()
         assert isinstance(app.screen, ConfigPickerScreen)
         assert app.session.config_path is None
-        assert any("has 9 problems" in message for message in notifications(app))
+        assert any("has 9 problems" in message for message in notice_messages(app))
         assert screen.query_one("#preview-verdict").has_class("-flash")
 
 
@@ -198,7 +198,7 @@ async def test_the_lm_example_before_its_model_is_made_shows_a_next_step_not_an_
         await pilot.press("enter")
         await pilot.pause()
         assert isinstance(app.screen, ConfigPickerScreen) and app.session.config_path is None
-        assert any("Next step: make it first" in message for message in notifications(app))
+        assert any("Next step: make it first" in message for message in notice_messages(app))
         # A genuinely broken config still shows its ✗.
         assert next(p for p in prompts(screen) if "many_problems" in p).startswith("✗ ")
 

@@ -16,6 +16,7 @@ from app.screens.dialogs.common import ErrorDialog
 from app.screens.history import HistoryScreen, HistoryTable
 from app.tui import SynthTuiApp
 from pilot_waits import wait_for, wait_for_screen
+from screen_text import notifications
 
 NOISE = hashlib.sha512(b"damaged").digest() * 64
 
@@ -49,7 +50,7 @@ async def test_a_damaged_history_is_a_note_on_the_history_screen_not_a_bug(proje
         assert f"⚠ The run history {history} was damaged (SQLite says: file is not a database)" in text
         assert kept[0].name in text
         # told in a notification too: posted by the app after the header is shown, so waited for
-        await wait_for(pilot, lambda: any("was damaged" in n.message for n in app._notifications),
+        await wait_for(pilot, lambda: any("was damaged" in n.message for n in notifications(app)),
                        what="the notification")
         assert not any(isinstance(s, ErrorDialog) for s in app.screen_stack)
         assert app.screen.query_one(HistoryTable).row_count == 0
@@ -95,7 +96,7 @@ async def test_the_jobs_view_tells_a_history_moved_aside_by_its_rerun_lookup(fau
         screen = await wait_for_screen(pilot, JobsScreen)
         await wait_for(pilot, lambda: screen.loads >= 1 and not screen.reading, what="the job list")
         await pilot.press("r")  # rerun reads the payload from the (damaged) history
-        await wait_for(pilot, lambda: any("was damaged" in n.message for n in app._notifications),
+        await wait_for(pilot, lambda: any("was damaged" in n.message for n in notifications(app)),
                        what="the note")
         assert not any(isinstance(s, ErrorDialog) for s in app.screen_stack)
     assert [p.read_bytes() for p in state().iterdir() if p.name.startswith("history.corrupt-")] == [NOISE]

@@ -25,7 +25,7 @@ from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text, screen_lines
+from screen_text import footer_text, notifications, screen_lines
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
@@ -692,8 +692,8 @@ async def test_a_success_with_a_warning_level_completion_says_so(faulty_backend)
     faulty_backend.add_job(ScriptedJob("job_a", timeline))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"))
     async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: any("GOT WORSE" in str(n.message) for n in app._notifications))
-        notice = next(n for n in app._notifications if "GOT WORSE" in str(n.message))
+        await wait_for(pilot, lambda: any("GOT WORSE" in str(n.message) for n in notifications(app)))
+        notice = next(n for n in notifications(app) if "GOT WORSE" in str(n.message))
         assert notice.severity == "warning" and notice.title == "Job finished with a warning"
         assert isinstance(app.screen, DashboardScreen) and app.screen.completion_warning == said
         assert said in str(app.screen.query_one("#dash-final-text").render())
@@ -712,13 +712,13 @@ async def test_only_a_job_seen_running_here_notifies_and_rings(faulty_backend, m
         await wait_for(pilot, lambda: screen.ended)
         await pilot.pause()
         assert "Final status: succeeded" in str(screen.query_one("#dash-final-text").render())
-        assert not any(n.title == "Job finished" for n in app._notifications) and rings == []
+        assert not any(n.title == "Job finished" for n in notifications(app)) and rings == []
     faulty_backend.add_job(ScriptedJob("job_live", training_timeline(steps=2)))
     app = make_dashboard_app(faulty_backend, JobContext("job_live"))
     async with app.run_test(size=(160, 45)) as pilot:
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
-        await wait_for(pilot, lambda: any(n.title == "Job finished" for n in app._notifications))
+        await wait_for(pilot, lambda: any(n.title == "Job finished" for n in notifications(app)))
         assert rings == ["DashboardScreen"]
 
 

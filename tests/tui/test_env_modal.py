@@ -19,6 +19,7 @@ from app.screens.dialogs.modal_service import ModalEndpointPicker, ModalSecretPi
 from app.screens.env_review import EnvReviewScreen
 from app.tui import SynthTuiApp, guided_app
 from pilot_waits import wait_for_process, wait_for_screen
+from screen_text import notifications
 
 MODAL_KEY = "envk_MODAL_FAKE_5f4e3d2c1b0a99887766554433"
 TASK_URL = "https://ws--task-app-fastapi-app.modal.run"
@@ -65,7 +66,7 @@ async def test_the_key_from_a_modal_secret_arrives_masked_and_unsaved(make_app, 
         assert "ENVIRONMENT_API_KEY" not in env_path.read_text(), "nothing saved before ctrl+s"
         assert MODAL_KEY not in screen_text(app)
         assert MODAL_KEY[:4] in " ".join(row(screen, "ENVIRONMENT_API_KEY"))
-        assert all(MODAL_KEY not in str(n.message) for n in app._notifications)
+        assert all(MODAL_KEY not in str(n.message) for n in notifications(app))
     argv = "\n".join(" ".join(call["argv"]) for call in standin.calls())
     assert "shell" in argv and MODAL_KEY not in argv
 
@@ -95,8 +96,8 @@ async def test_send_to_modal_writes_the_key_into_the_named_secret(make_app, proj
         app.screen.query_one("#modal-send-name").value = "fresh-secret"
         await pilot.press("enter")
         await wait_for_process(pilot, lambda: any("sent to Modal secret fresh-secret" in str(n.message)
-                                            for n in app._notifications), "the send")
-        (note,) = [n for n in app._notifications if "Send to Modal" in str(n.title)]
+                                            for n in notifications(app)), "the send")
+        (note,) = [n for n in notifications(app) if "Send to Modal" in str(n.title)]
         assert "sent to Modal secret fresh-secret and confirmed" in str(note.message)
     state = json.loads(standin.path.read_text())
     assert state["secrets"]["fresh-secret"] == {"ENVIRONMENT_API_KEY": MODAL_KEY}
@@ -116,7 +117,7 @@ async def test_esc_while_the_container_starts_reads_nothing(make_app, project, s
         await pilot.press("enter")
         await wait_for_screen(pilot, ModalWait, "the wait")
         await pilot.press("escape")
-        await wait_for_process(pilot, lambda: any("Cancelled" in str(n.message) for n in app._notifications),
+        await wait_for_process(pilot, lambda: any("Cancelled" in str(n.message) for n in notifications(app)),
                          "the cancel")
         assert screen.session.env.get("ENVIRONMENT_API_KEY") is None
 
@@ -205,7 +206,7 @@ async def test_a_send_that_did_not_land_is_said_so(make_app, project, standin):
         app.screen.query_one("#modal-send-name").value = "fresh-secret"
         await pilot.press("enter")
         await wait_for_process(pilot, lambda: any("could not be confirmed" in str(n.message)
-                                                  for n in app._notifications), "the check")
-        (note,) = [n for n in app._notifications if "Send to Modal" in str(n.title)]
+                                                  for n in notifications(app)), "the check")
+        (note,) = [n for n in notifications(app) if "Send to Modal" in str(n.title)]
         assert note.severity == "warning" and "does not list fresh-secret" in str(note.message)
         assert "and confirmed" not in str(note.message) and MODAL_KEY not in str(note.message)

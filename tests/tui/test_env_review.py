@@ -19,7 +19,7 @@ from app.screens.dialogs.env import AddKeyDialog, EditValueDialog, ReloadDialog,
 from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
 from pilot_waits import wait_for, wait_for_screen, wait_until
-from screen_text import footer_text
+from screen_text import footer_text, notifications
 from widgets.env_table import MaskedEnvTable, describe
 
 # Long fake secrets: any of them in full on screen is a leak.
@@ -74,8 +74,8 @@ def text_of(screen, selector: str) -> str:
     return str(screen.query_one(selector, Static).render())
 
 
-def notifications(app) -> list[str]:
-    return [f"{n.title}: {n.message}" for n in app._notifications]
+def notice_lines(app) -> list[str]:
+    return [f"{n.title}: {n.message}" for n in notifications(app)]
 
 
 def assert_no_secret(text: str) -> None:
@@ -227,7 +227,7 @@ async def test_a_missing_env_file_flag_is_explained_not_a_traceback(make_app, pr
         assert isinstance(screen, EnvReviewScreen)
         assert "No .env loaded — press e to choose one." in text_of(screen, "#env-header")
         await pilot.press("i")
-        assert "Press e to choose a .env file first." in notifications(app)[-1]
+        assert "Press e to choose a .env file first." in notice_lines(app)[-1]
 
 
 # --------------------------------------------------------------------------- editing
@@ -373,10 +373,10 @@ async def test_save_changes_only_the_edited_line(make_app, project):
         expected = FULL_ENV.replace(f'"{ENV_KEY}"  # from the task app', f'"{NEW_KEY}"  # from the task app')
         assert path.read_bytes() == expected.encode()
         assert stat.S_IMODE(path.stat().st_mode) == 0o640  # an existing file keeps its mode
-        assert "Saved: Saved .env." in notifications(app)
+        assert "Saved: Saved .env." in notice_lines(app)
         assert "unsaved" not in text_of(screen, "#env-header")
         assert row(screen, "ENVIRONMENT_API_KEY")[3] == ""
-        assert_no_secret("\n".join(notifications(app)))
+        assert_no_secret("\n".join(notice_lines(app)))
 
 
 async def test_save_creates_a_new_env_file_with_mode_0600(make_app, project):
@@ -546,7 +546,7 @@ async def test_a_change_on_disk_is_noticed_without_a_key(make_app, project):
         await wait_for_watch(pilot, lambda: notice.display, "the notice")
         assert ".env changed on disk since it was read — r reloads it" in text_of(screen, "#env-disk")
         await wait_until(pilot, lambda: "Changed on disk: .env changed on disk: press r to reload it."
-                         in notifications(app), "the notification")
+                         in notice_lines(app), "the notification")
         assert row(screen, "TASK_APP_URL")[1] == TASK_URL  # nothing is read behind the user's back
         # The ✓ line does not say c continues while c waits for the reload.
         assert "c continues" not in text_of(screen, "#env-status")
@@ -569,7 +569,7 @@ async def test_continue_after_a_change_on_disk_never_uses_the_old_value(make_app
         env_path.write_text(FULL_ENV.replace(TASK_URL, NEW_URL))  # same tick, maybe: c reads the file
         await pilot.press("c")
         await wait_until(pilot, lambda: any("Cannot continue yet: .env changed on disk since it was read. Press r"
-                                            in n for n in notifications(app)), "the refusal")
+                                            in n for n in notice_lines(app)), "the refusal")
         assert verification_calls == [] and app.screen is screen
         assert screen.query_one("#env-disk", Static).display
         await pilot.press("r")
@@ -646,7 +646,7 @@ async def test_continue_is_blocked_while_a_required_key_is_missing(make_app, pro
         assert (
             "Cannot continue yet: Missing ENVIRONMENT_API_KEY, TASK_APP_URL. Select the row and press enter "
             "to set a value, or press a to add a key. TASK_APP_URL can also be given with --task-url."
-        ) in notifications(app)
+        ) in notice_lines(app)
 
 
 async def test_continue_goes_to_verification_when_complete(make_app, project, verification_calls):

@@ -17,7 +17,7 @@ from app.screens.jobs import JobsScreen
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, ScriptedJob, metric, training_timeline
 from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text
+from screen_text import footer_text, notifications
 from widgets.metrics_grid import MetricsGrid
 
 STATUSES = ["running", "succeeded", "failed", "queued", "cancelled", "running", "succeeded"]
@@ -204,7 +204,7 @@ async def test_r_without_a_payload_says_why_and_sends_nothing(faulty_backend):
         screen = jobs(app)
         await loaded(pilot, screen)
         await pilot.press("r")
-        await wait_for(pilot, lambda: any("cannot be rerun" in str(n.message) for n in app._notifications),
+        await wait_for(pilot, lambda: any("cannot be rerun" in str(n.message) for n in notifications(app)),
                        what="the refusal")
         assert app.screen is screen
     assert not [r for r in faulty_backend.requests if r[0] == "POST"]
@@ -227,7 +227,7 @@ async def test_statuses_refresh_live_and_errors_are_said_once(faulty_backend):
         assert "Cannot reach the backend" in header(screen) and "trying again every 0.05 s" in header(screen)
         # said once (the first failure may say the connection broke, the later ones that the
         # backend cannot be reached: the server stopped while a kept-alive connection was open)
-        assert sum(n.title == "Job list" for n in app._notifications) == 1
+        assert sum(n.title == "Job list" for n in notifications(app)) == 1
         assert app.screen is screen  # no error dialog
         assert table_column(screen, 1) == ["succeeded"]  # the last list stays
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import math
 
-import plotext._utility as plotext_utility
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from support.tiers import examples
-from widgets import plotext_speedups
+from widgets.compat.plotext_compat import line_helpers, plotext_get_lines, plotext_hd_group
 from widgets.plotext_speedups import faster_plotext, get_lines, hd_group
 
 coordinates = st.lists(st.tuples(st.integers(-300, 300), st.integers(-300, 300)), max_size=60)
@@ -25,14 +24,14 @@ def test_get_lines_draws_the_dots_plotext_draws(points):
     x = [px for px, _ in points]
     y = [py for _, py in points]
     markers, colors, styles = ["braille"] * len(x), [(120, 120, 150)] * len(x), ["default"] * len(x)
-    expected = plotext_speedups._original_get_lines(x, y, markers, colors, styles)
+    expected = plotext_get_lines(x, y, markers, colors, styles)
     assert get_lines(x, y, markers, colors, styles) == expected
 
 
 def test_get_lines_leaves_what_it_was_not_written_for_to_plotext():
     x, y = [0, 4.5, 9], [0, math.nan, 3]  # floats and a gap: plotext's own path
-    assert get_lines(x, y, ["a"] * 3) == plotext_speedups._original_get_lines(x, y, ["a"] * 3)
-    assert get_lines([], [], [], [], []) == plotext_speedups._original_get_lines([], [], [], [], [])
+    assert get_lines(x, y, ["a"] * 3) == plotext_get_lines(x, y, ["a"] * 3)
+    assert get_lines([], [], [], [], []) == plotext_get_lines([], [], [], [], [])
 
 
 @settings(max_examples=examples(300), deadline=None)
@@ -43,20 +42,20 @@ def test_hd_group_groups_the_dots_as_plotext_does(points, factor):
     x = [px for px, _ in points]
     y = [py for _, py in points]
     xf, yf = [factor[0]] * len(x), [factor[1]] * len(x)
-    expected = plotext_speedups._original_hd_group(x, y, xf, yf)
+    expected = plotext_hd_group(x, y, xf, yf)
     assert list(hd_group(x, y, xf, yf)) == list(expected)
 
 
 def test_mixed_cell_sizes_go_to_plotext():
     x, y, xf, yf = [0, 1, 5], [0, 3, 7], [2, 2, 1], [4, 4, 1]
-    assert list(hd_group(x, y, xf, yf)) == list(plotext_speedups._original_hd_group(x, y, xf, yf))
+    assert list(hd_group(x, y, xf, yf)) == list(plotext_hd_group(x, y, xf, yf))
 
 
 def test_the_stand_ins_apply_only_inside_the_block():
-    assert plotext_utility.get_lines is plotext_speedups._original_get_lines
+    assert line_helpers()[0] is plotext_get_lines
     with faster_plotext():
-        assert plotext_utility.get_lines is get_lines and plotext_utility.hd_group is hd_group
-    assert plotext_utility.hd_group is plotext_speedups._original_hd_group
+        assert line_helpers() == (get_lines, hd_group)
+    assert line_helpers()[1] is plotext_hd_group
     with pytest.raises(RuntimeError), faster_plotext():
         raise RuntimeError("a failing build")
-    assert plotext_utility.get_lines is plotext_speedups._original_get_lines
+    assert line_helpers()[0] is plotext_get_lines

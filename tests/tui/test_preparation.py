@@ -16,6 +16,7 @@ from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dialogs.common import ErrorDialog
 from app.tui import SynthTuiApp
 from pilot_waits import wait_for_screen, wait_until
+from screen_text import notifications
 
 REPO = Path(__file__).resolve().parents[2]
 WAITING = "Starting the test servers…"
@@ -27,8 +28,8 @@ def message(app: SynthTuiApp) -> str:
     return str(app.screen.query_one("#picker-message", Static).render())
 
 
-def notifications(app: SynthTuiApp) -> list[str]:
-    return [n.message for n in app._notifications]
+def notice_messages(app: SynthTuiApp) -> list[str]:
+    return [n.message for n in notifications(app)]
 
 
 async def test_the_picker_waits_for_the_preparation_then_searches_with_its_options(project, tmp_path):
@@ -59,8 +60,8 @@ async def test_the_picker_waits_for_the_preparation_then_searches_with_its_optio
         # The choice moved the flow on to the env review: the Ready notice went with the picker
         # (test_the_ready_notice_goes_when_the_flow_moves_on).
         await wait_until(pilot, lambda: app.screen is not screen, "the next step")
-        assert "Servers ready." not in notifications(app)
-        assert not any("One moment" == n.title for n in app._notifications)
+        assert "Servers ready." not in notice_messages(app)
+        assert not any("One moment" == n.title for n in notifications(app))
 
 
 async def test_a_failed_preparation_is_shown_and_ends_with_its_exit_code(project):
@@ -105,9 +106,9 @@ async def test_the_ready_notice_goes_when_the_flow_moves_on(project):
     session = LaunchSession(LaunchOptions(cwd=project, backend="http://127.0.0.1"), shell={})
     app = SynthTuiApp(session, preparation=Preparation(WAITING, run, failed="The test could not start"))
     async with app.run_test(size=(120, 30)) as pilot:
-        await wait_until(pilot, lambda: "Servers ready." in notifications(app), "the ready notice")
+        await wait_until(pilot, lambda: "Servers ready." in notice_messages(app), "the ready notice")
         app.notify("Something else to say.")  # only the Ready notice goes
-        await wait_until(pilot, lambda: "Something else to say." in notifications(app), "the other notice")
+        await wait_until(pilot, lambda: "Something else to say." in notice_messages(app), "the other notice")
         app.go_to_env()
-        await wait_until(pilot, lambda: "Servers ready." not in notifications(app), "the ready notice gone")
-        assert "Something else to say." in notifications(app)
+        await wait_until(pilot, lambda: "Servers ready." not in notice_messages(app), "the ready notice gone")
+        assert "Something else to say." in notice_messages(app)

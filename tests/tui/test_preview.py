@@ -21,7 +21,7 @@ from app.screens.dialogs.common import ErrorDialog
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text
+from screen_text import footer_text, notifications
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 SYNTH_KEY = "sk_test_backend_key_0123456789"
@@ -215,7 +215,7 @@ async def test_model_override_rebuilds_the_payload_and_a_bad_one_disables_submit
         assert screen.query_one("#payload-submit", Button).disabled
         await pilot.press("ctrl+s")  # refused, with the reason
         await pilot.pause()
-        assert any("Cannot submit" in n.message for n in live._notifications)
+        assert any("Cannot submit" in n.message for n in notifications(live))
         assert create_requests(faulty_backend) == []
         model.value = ""
         await wait_for(pilot, lambda: screen.problem is None and not screen.rebuilding, what="the fix")

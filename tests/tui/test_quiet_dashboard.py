@@ -18,6 +18,7 @@ from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import stylesheet_path
 from fakes import ScriptedJob, event
 from pilot_waits import wait_for
+from support.textual_compat import on_each_layout
 from widgets.event_log import EventLog, LogLines
 from widgets.job_header import JobHeader
 from widgets.metrics_grid import MetricsGrid
@@ -96,14 +97,10 @@ class LogApp(App):
 class Layouts:
     def __init__(self, app: App) -> None:
         self.count = 0
-        screen = app.screen
-        original = screen._refresh_layout
+        on_each_layout(app.screen, self.counted)
 
-        def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
-            self.count += 1
-            return original(*args, **kwargs)
-
-        screen._refresh_layout = counting  # type: ignore[method-assign]
+    def counted(self) -> None:
+        self.count += 1
 
 
 async def test_log_lines_repaint_the_log_without_laying_out_the_screen():
@@ -137,7 +134,7 @@ async def test_a_wide_line_widens_the_log_and_odd_characters_count_in_cells():
         view.write_lines(["x" * 300, "漢字\tand a tab"])
         await pilot.pause()
         assert view.virtual_size.width == 300
-        assert view._width_of("漢字") == 4 and view._width_of("a\tb") == len("a\tb".expandtabs())
+        assert view.line_width("漢字") == 4 and view.line_width("a\tb") == len("a\tb".expandtabs())
 
 
 async def test_a_user_who_scrolled_up_is_not_pulled_back_down():

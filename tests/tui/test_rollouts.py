@@ -27,7 +27,7 @@ from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScr
 from app.tui import SynthTuiApp
 from fakes import FaultyBackend, finished_job
 from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text, screen_lines
+from screen_text import footer_text, notifications, screen_lines
 from seeded_backend import API_KEY, seed_jobs
 from widgets.rollout_image import RolloutImage, decode_image
 from widgets.rollout_view import RolloutView, changed_words
@@ -134,7 +134,7 @@ async def test_a_seed_played_once_has_nothing_to_compare_with(served):
     async with app.run_test(size=(160, 45)) as pilot:
         screen = await loaded(pilot)
         await pilot.press("c")
-        await wait_for(pilot, lambda: any("Nothing to compare it with" in n.message for n in app._notifications),
+        await wait_for(pilot, lambda: any("Nothing to compare it with" in n.message for n in notifications(app)),
                        what="the warning")
         assert app.screen is screen
 
@@ -152,7 +152,7 @@ async def test_the_dashboard_key_opens_it_and_a_backend_without_rollouts_is_said
         await pilot.press("i")
         await loaded(pilot)
         assert "does not serve the rollouts" in header(app)
-        assert any("does not serve the rollouts" in n.message for n in app._notifications)
+        assert any("does not serve the rollouts" in n.message for n in notifications(app))
         assert app.screen.query_one(DataTable).row_count == 0
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is dashboard, what="the dashboard again")
@@ -293,9 +293,9 @@ async def test_an_image_whose_decode_fails_says_so_instead_of_decoding_for_ever(
             text = str(image.render())
             assert "could not be drawn" in text and "decoding" not in text
         # The one error path for workers: a toast says what failed (an image is a side matter).
-        await wait_for(pilot, lambda: any("the decoder broke" in n.message for n in app._notifications),
+        await wait_for(pilot, lambda: any("the decoder broke" in n.message for n in notifications(app)),
                        what="the error notice")
-        assert all(n.title == "An image could not be drawn" for n in app._notifications)
+        assert all(n.title == "An image could not be drawn" for n in notifications(app))
 
 
 def test_an_image_claiming_a_huge_size_is_not_decoded():

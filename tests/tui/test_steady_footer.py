@@ -6,9 +6,9 @@ from __future__ import annotations
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input
-from textual.widgets._footer import FooterKey
 
 from pilot_waits import wait_for
+from widgets.compat.textual_compat import FooterKey
 from widgets.steady_footer import SteadyFooter
 
 

@@ -27,6 +27,7 @@ from textual.widgets import DataTable
 from app.core.launch.diagnosis import format_latency
 from app.screens.history import HistoryTable
 from pilot_waits import wait_for
+from support.textual_compat import compositor
 from widgets.cells import cell, wrapped_cell
 from widgets.config_list import ConfigList
 from widgets.diagnostics import DiagnosticsTable
@@ -45,9 +46,9 @@ def words_of(texts: Iterable[str]) -> set[str]:
 
 def drawn_words(app, widget: Widget) -> list[str]:
     """The words drawn inside the part of ``widget`` that is on the screen."""
-    compositor = app.screen._compositor
-    lines = [strip.text for strip in compositor.render_strips()]
-    region, clip = compositor.visible_widgets[widget]
+    drawn = compositor(app.screen)
+    lines = [strip.text for strip in drawn.render_strips()]
+    region, clip = drawn.visible_widgets[widget]
     region = region.intersection(clip)
     inside = [line[region.x : region.right] for line in lines[region.y : region.bottom]]
     return [word for line in inside for word in line.split() if not DECORATION.match(word)]

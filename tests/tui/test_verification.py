@@ -30,7 +30,7 @@ from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text
+from screen_text import footer_text, notifications
 from widgets.diagnostics import DiagnosticsTable
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
@@ -144,7 +144,7 @@ async def test_wrong_environment_key_shows_the_400_and_the_fix(verify_app, fault
         await pilot.press("enter")  # refused, and says why
         await pilot.pause()
         assert isinstance(app.screen, VerificationScreen)
-        assert any("Cannot continue" in n.message for n in app._notifications)
+        assert any("Cannot continue" in n.message for n in notifications(app))
 
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -406,7 +406,7 @@ async def test_diagnostics_modal_shows_the_redacted_report_and_copies_it(verify_
         await pilot.press("y")
         await pilot.pause()
         assert app.clipboard == text
-        assert any(n.message == "Diagnostics copied" for n in app._notifications)
+        assert any(n.message == "Diagnostics copied" for n in notifications(app))
         app.copy_to_clipboard("")
         await pilot.press("ctrl+c")  # copies here; it does not ask to quit
         await pilot.pause()

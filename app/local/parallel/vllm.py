@@ -192,8 +192,10 @@ class VllmGenerator:
     def sync_through_trainer(self, trainer: Any) -> None:
         """The same through GRPOTrainer (use_vllm): its sync gathers ZeRO-3/FSDP shards and merges a
         LoRA adapter. A collective: every rank calls it. TRL's own sync for this step is then skipped."""
+        from app.local.policies.trl_compat import mark_weights_synced
+
         trainer.vllm_generation.sync_weights()
-        trainer._last_loaded_step = trainer.state.global_step
+        mark_weights_synced(trainer)
         self.weight_syncs += 1
 
 

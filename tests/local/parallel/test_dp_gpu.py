@@ -399,11 +399,14 @@ def test_weights_are_pushed_then_the_prefix_cache_dropped() -> None:
     with pytest.raises(ValueError, match="no logprob for the token at position 0"):
         generator.turn([1])
 
+    from app.local.policies.trl_compat import mark_weights_synced, synced_step
+
     class Trainer:
         vllm_generation = type("G", (), {"sync_weights": lambda self: calls.append("trainer sync")})()
-        state = type("S", (), {"global_step": 3})()
-        _last_loaded_step = -1
+        state = type("S", (), {"global_step": -1})()
 
     trainer = Trainer()
+    mark_weights_synced(trainer)  # as GRPOTrainer starts: no step loaded
+    trainer.state.global_step = 3
     generator.sync_through_trainer(trainer)
-    assert calls[-1] == "trainer sync" and trainer._last_loaded_step == 3  # TRL's own sync then skipped
+    assert calls[-1] == "trainer sync" and synced_step(trainer) == 3  # TRL's own sync then skipped

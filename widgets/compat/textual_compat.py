@@ -1,0 +1,97 @@
+"""Textual's private names the app relies on, in one place. Written against Textual 8.2.8.
+
+Textual 8.2 has no public way to do what each of these does. tests/compat/test_textual.py fails,
+naming the version this was written against, when Textual changes or removes one of them.
+"""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from textual.app import App
+from textual.dom import DOMNode
+from textual.geometry import Size
+from textual.message import Message
+from textual.message_pump import MessagePump
+from textual.notifications import Notification
+from textual.screen import Screen
+from textual.widget import Widget
+from textual.widgets import Footer, Log
+from textual.widgets._footer import FooterKey  # one key the Footer shows; not exported
+from textual.widgets._header import HeaderTitle  # the Header's title line; not exported
+
+WRITTEN_FOR = "Textual 8.2.8"
+
+__all__ = [
+    "WRITTEN_FOR", "FooterKey", "HeaderTitle", "LogMeasuredInPlace", "deliver_as_driver", "footer_bindings_ready",
+    "give_empty_result_callback", "has_queued_callbacks", "is_being_removed", "notifications",
+    "update_scroll_range", "withdraw_notification",
+]
+
+
+def notifications(app: App) -> list[Notification]:
+    """The notifications the app shows now, oldest first (``App._notifications``)."""
+    return list(app._notifications)
+
+
+def withdraw_notification(app: App, notification: Notification) -> bool:
+    """Take `notification` off the screen before its timeout, if the app still shows it
+    (``App._notifications``, ``App._unnotify``); whether it did."""
+    if notification not in app._notifications:
+        return False
+    app._unnotify(notification)
+    return True
+
+
+def has_queued_callbacks(node: MessagePump) -> bool:
+    """Whether `node` still has callbacks queued by ``call_next`` to run (``_next_callbacks``)."""
+    return bool(node._next_callbacks)
+
+
+def give_empty_result_callback(screen: Screen) -> None:
+    """Give `screen` what ``push_screen`` gives a screen and ``switch_screen`` takes back: a
+    result callback that calls nothing (``Screen._push_result_callback``)."""
+    screen._push_result_callback(screen, None)
+
+
+def is_being_removed(node: DOMNode) -> bool:
+    """Whether `node` is being removed: pruned with its parent, or closing (``_pruning``,
+    ``_closing``). ``is_mounted`` is still False for a node that is merely not built yet."""
+    return node._pruning or node._closing
+
+
+def footer_bindings_ready(footer: Footer) -> bool:
+    """Whether the Footer has read its screen's bindings since it was mounted
+    (``Footer._bindings_ready``): until then it composes no keys."""
+    return footer._bindings_ready
+
+
+def update_scroll_range(widget: Widget, virtual_size: Size) -> None:
+    """Update `widget`'s scroll range and scrollbars to `virtual_size` without laying out the
+    screen, as ``refresh(layout=True)`` would (``Widget._scroll_update``)."""
+    widget._scroll_update(virtual_size)
+
+
+def deliver_as_driver(app: App, message: Message) -> None:
+    """Put `message` in the app's queue as its driver does with what the terminal sends
+    (``App._driver``), without waiting for the app (Pilot.press waits)."""
+    assert app._driver is not None, "the app is not running"
+    app._driver.send_message(message)
+
+
+class LogMeasuredInPlace(Log):
+    """Textual's Log measuring each write's new lines in place. Log measures them on a thread
+    worker (``Log._update_size``) and hands the widest back through the UI's queue
+    (``Log._update_maximum_width``): a thread, three state messages and a blocking call back,
+    per write."""
+
+    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+        if lines:
+            self._update_maximum_width(updates, max(map(self.line_width, lines)))
+
+    @classmethod
+    def line_width(cls, line: str) -> int:
+        """The cells `line` takes as Log draws it: control codes replaced, tabs expanded
+        (``Log._process_line``)."""
+        if line.isascii() and line.isprintable():
+            return len(line)  # the common case: one cell a character, nothing to replace
+        return cell_len(cls._process_line(line))
