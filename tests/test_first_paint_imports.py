@@ -20,12 +20,12 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
 
 FIRST_SCREEN = """
 import json, sys
-from app import cli
+from app.cli import dispatch as cli
 args = cli.build_parser().parse_args(cli.normalise_argv(sys.argv[1:]))
-from app import embedded
-embedded.wants_local_backend(args)
+from app.commands import local_backend
+local_backend.wants_local_backend(args)
 if args.command == "demo":
-    from app import demo
+    from app.commands import demo
     session = demo.LaunchSession(demo.waiting_options(args))
     demo.DemoServers(args).preparation()
 else:

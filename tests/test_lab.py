@@ -83,7 +83,7 @@ def test_a_server_that_cannot_bind_says_so_on_the_terminal_too(tmp_path, monkeyp
     in the shell. The error goes to stderr (the log) and to the controlling terminal."""
     import io
 
-    from app import cli
+    from app.cli import dispatch as cli
 
     class Terminal(io.StringIO):
         def close(self) -> None:  # kept readable for the test

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from app import cli
+from app.cli import dispatch as cli
 from app.core.launch.session import attach_command
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import cli
+from app.cli import dispatch as cli
 from app.core.config.payload import build_rl_payload
 from app.core.config.validation import validate_rl_file
 from lm_fixtures import press_payload
@@ -28,6 +28,7 @@ from .test_local_resume import answering
 REPO = Path(__file__).resolve().parents[2]
 LM_PRESS = REPO / "configs" / "rl" / "lm_press.toml"
 NEEDS_TRAINER = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier; fails, never skips, without it
+CLI_MAIN = "import sys; from app.cli.dispatch import main; sys.exit(main())"  # synth-tui in a process
 _LISTENING = re.compile(r"press task app \(rollout contract 0\.2, asking for A\) on (http://\S+)")
 
 
@@ -38,7 +39,7 @@ def press_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("press-cli") / "taskapp.log"
     env = {**os.environ, "ENVIRONMENT_API_KEY": ENV_KEY, "PYTHONPATH": os.pathsep.join(sys.path)}
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
+        proc = subprocess.Popen([sys.executable, "-c", CLI_MAIN,
                                  "taskapp", "--game", "press", "--asks", "a,A", "--port", "0"],
                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env)
     try:

@@ -15,7 +15,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from app import cli
+from app.cli import dispatch as cli
 from app.local import gridworld
 from app.local.crafter_taskapp import create_crafter_taskapp
 from app.local.rollout_contract import (
@@ -504,8 +504,8 @@ def test_train_backend_local_trains_a_0_5_task_app_with_a_verifier_config(taskap
     """`--backend local` end to end (docs/compatibility.md): the embedded backend started in
     this process with its own key (no SYNTH_API_KEY in the .env), handed the .env's
     ENVIRONMENT_API_KEY, training a 0.5-shape task app from a config written for 0.5 SDKs."""
-    from app.cli import main
-    from app.demo import demo_config_path
+    from app.cli.dispatch import main
+    from app.commands.demo import demo_config_path
 
     # The demo config cut to a seeded job of a few rollouts: this test asserts the wiring and
     # the job's success, not learning (test_local_learning.py trains the whole config).

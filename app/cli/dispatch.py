@@ -475,9 +475,9 @@ def _tolerate_unencodable_output() -> None:
 
 def _run_train(args: argparse.Namespace, interactive: bool) -> int:
     if not interactive:
-        from app import headless
+        from app.headless.train import run_train
 
-        return headless.run_train(args)
+        return run_train(args)
     from app.tui import run_tui  # imported when chosen: a headless run never loads Textual
 
     return run_tui(_session(args))
@@ -494,18 +494,18 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, interactive: bool) -> int:
-    from app import embedded
+    from app.commands import local_backend
 
-    embedded.refuse_trainer_without_local(args)
-    if embedded.wants_local_backend(args):
-        return embedded.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
+    local_backend.refuse_trainer_without_local(args)
+    if local_backend.wants_local_backend(args):
+        return local_backend.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
     return _run_train(args, interactive)
 
 
 def _lab(args: argparse.Namespace, interactive: bool) -> int:
     from contextlib import ExitStack
 
-    from app import lab
+    from app.commands import lab
 
     if args.backend:
         raise UsageError("synth-tui lab starts its own backend; --backend points elsewhere.",
@@ -516,27 +516,27 @@ def _lab(args: argparse.Namespace, interactive: bool) -> int:
 
 
 def _demo(args: argparse.Namespace, interactive: bool) -> int:
-    from app import demo
+    from app.commands import demo
 
     return demo.run_demo(args, interactive=interactive)
 
 
 def _server(args: argparse.Namespace, interactive: bool) -> int:
-    from app import serve
+    from app.commands import local_servers
 
-    runner = {"backend": serve.run_backend_server, "ranks-host": serve.run_ranks_host,
-              "tiny-model": serve.run_tiny_model}.get(args.command, serve.run_taskapp_server)
+    runner = {"backend": local_servers.run_backend_server, "ranks-host": local_servers.run_ranks_host,
+              "tiny-model": local_servers.run_tiny_model}.get(args.command, local_servers.run_taskapp_server)
     return runner(args)
 
 
 def _attach(args: argparse.Namespace, interactive: bool) -> int:
-    from app import embedded
+    from app.commands.local_backend import refuse_local_attach
 
-    embedded.refuse_local_attach(args)
+    refuse_local_attach(args)
     if not interactive:
-        from app import headless
+        from app.headless.train import run_attach
 
-        return headless.run_attach(args)
+        return run_attach(args)
     from app.tui import run_attach_tui
 
     return run_attach_tui(_session(args), args.job_id)
@@ -544,22 +544,22 @@ def _attach(args: argparse.Namespace, interactive: bool) -> int:
 
 def _history(args: argparse.Namespace, interactive: bool) -> int:
     if not interactive:
-        from app import headless
+        from app.headless.train import run_history
 
-        return headless.run_history(args)
+        return run_history(args)
     from app.tui import run_history_tui
 
     return run_history_tui(_session(args))
 
 
 def _compare(args: argparse.Namespace, interactive: bool) -> int:
-    from app import embedded
+    from app.commands.local_backend import refuse_local_attach
 
-    embedded.refuse_local_attach(args, to="compare")
+    refuse_local_attach(args, to="compare")
     if not interactive:
-        from app import headless
+        from app.headless.train import run_compare
 
-        return headless.run_compare(args)
+        return run_compare(args)
     from app.tui import run_compare_tui
 
     return run_compare_tui(_session(args), args.job_ids)
@@ -573,20 +573,21 @@ def _serve(args: argparse.Namespace, interactive: bool) -> int:
 
 def _rollouts(args: argparse.Namespace, interactive: bool) -> int:
     """Headless only: the TUI shows the rollouts from the dashboard."""
-    from app import embedded, headless
+    from app.commands.local_backend import refuse_local_attach
+    from app.headless.train import run_rollouts
 
-    embedded.refuse_local_attach(args, to="show the rollouts of")
-    return headless.run_rollouts(args)
+    refuse_local_attach(args, to="show the rollouts of")
+    return run_rollouts(args)
 
 
 def _jobs(args: argparse.Namespace, interactive: bool) -> int:
-    from app import embedded
+    from app.commands.local_backend import refuse_local_attach
 
-    embedded.refuse_local_attach(args, to="list")
+    refuse_local_attach(args, to="list")
     if not interactive:
-        from app import headless
+        from app.headless.train import run_jobs
 
-        return headless.run_jobs(args)
+        return run_jobs(args)
     from app.tui import run_jobs_tui
 
     return run_jobs_tui(_session(args), status=args.status, max_jobs=args.limit, page_size=args.page_size,
@@ -609,6 +610,3 @@ def has_terminal() -> bool:
     server and Textual draws through its web driver, which textual-serve names in TEXTUAL_DRIVER."""
     return (sys.stdin.isatty() and sys.stdout.isatty()) or os.environ.get("TEXTUAL_DRIVER") == WEB_DRIVER
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -46,7 +46,7 @@ from app.core.runs.history_refresh import StatusAnswer, needs_refresh, problem_n
 from app.core.runs.model import saved_model
 from app.core.runs.series import shown_number
 from app.core.text import counted
-from app.text_chart import TextChart
+from app.headless.text_chart import TextChart
 
 
 @dataclass
