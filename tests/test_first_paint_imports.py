@@ -20,8 +20,8 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
 
 FIRST_SCREEN = """
 import json, sys
-from app.cli import dispatch as cli
-args = cli.build_parser().parse_args(cli.normalise_argv(sys.argv[1:]))
+from app.cli import dispatch, parser
+args = parser.build_parser().parse_args(parser.normalise_argv(sys.argv[1:]))
 from app.commands import local_backend
 local_backend.wants_local_backend(args)
 if args.command == "demo":
@@ -29,7 +29,7 @@ if args.command == "demo":
     session = demo.LaunchSession(demo.waiting_options(args))
     demo.DemoServers(args).preparation()
 else:
-    session = cli._session(args)
+    session = dispatch._session(args)
 from app.tui import SynthTuiApp, picker_screen
 SynthTuiApp(session)
 picker_screen()

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app.cli.dispatch import build_parser, main, normalise_argv
+from app.cli.dispatch import main
+from app.cli.parser import build_parser, normalise_argv
 from app.core.errors import ExitCode
-from app.headless.train import Printer, run_attach, run_train
+from app.headless.printer import Printer
+from app.headless.train import run_train
+from app.headless.watch import run_attach
 from fakes import ScriptedJob, event, training_timeline
 
 REPO = Path(__file__).resolve().parents[1]

@@ -267,7 +267,7 @@ def test_key_flags_still_work_but_warn_without_echoing_the_key(tmp_path):
 
 
 def test_shell_variables_win_over_the_env_file(tmp_path, monkeypatch):
-    from app.cli.dispatch import build_parser
+    from app.cli.parser import build_parser
     from app.commands.local_servers import _env_keys, _key_sources
 
     env_file = write_env_file(tmp_path / "keys.env", "SYNTH_API_KEY=from_file\nENVIRONMENT_API_KEY=file_env\n"

@@ -476,9 +476,10 @@ def test_the_container_is_announced_right_before_it_starts_and_only_then(standin
 
 
 def test_the_printer_never_sees_the_value(headless_world):
-    from app.cli.dispatch import build_parser, normalise_argv
+    from app.cli.parser import build_parser, normalise_argv
     from app.commands.local_backend import run_with_local_backend
-    from app.headless.train import Printer, run_train
+    from app.headless.printer import Printer
+    from app.headless.train import run_train
 
     out, err = io.StringIO(), io.StringIO()
     args = build_parser().parse_args(normalise_argv(train_argv(headless_world, "--modal-secret", "task-app-env")))

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.cli import dispatch as cli
+from app.cli.dispatch import main
 from app.core.config.payload import build_rl_payload
 from app.core.config.validation import validate_rl_file
 from lm_fixtures import press_payload
@@ -70,9 +70,9 @@ def test_the_press_game_of_the_command_plays_whole_episodes_through_the_chat_end
 
 
 def test_asks_is_refused_for_a_game_without_buttons_and_for_a_button_that_is_not_there(capsys):
-    assert cli.main(["taskapp", "--asks", "A"]) == 2
+    assert main(["taskapp", "--asks", "A"]) == 2
     assert "--asks chooses the press task app's buttons; --game gridworld has none" in capsys.readouterr().err
-    assert cli.main(["taskapp", "--game", "press", "--asks", "A,E"]) == 2
+    assert main(["taskapp", "--game", "press", "--asks", "A,E"]) == 2
     assert "'A,E' is not a comma-separated list of buttons from A, B, C, D" in capsys.readouterr().err
 
 
@@ -99,7 +99,7 @@ def test_the_tiny_model_command_writes_a_model_the_lm_policy_loads(tmp_path, cap
     from app.local.press_taskapp import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 
     folder = tmp_path / "tiny"
-    assert cli.main(["tiny-model", str(folder)]) == 0
+    assert main(["tiny-model", str(folder)]) == 0
     out = capsys.readouterr().out
     assert f"to {folder}" in out and "for trying the lm trainer" in out and f'base = "{folder}"' in out
     policy = LmPolicy(PolicySettings(model=str(folder), learning_rate=1e-2, seed=0, total_steps=1, batch_size=1,
@@ -110,7 +110,7 @@ def test_the_tiny_model_command_writes_a_model_the_lm_policy_loads(tmp_path, cap
     call = action.message["tool_calls"][0]["function"]
     assert call["name"] == "press" and json.loads(call["arguments"])["label"] in "ABCD"
     # A folder with something in it is never written into.
-    assert cli.main(["tiny-model", str(folder)]) == 2
+    assert main(["tiny-model", str(folder)]) == 2
     assert "is not empty; the tiny model is written only into a new or empty folder" in capsys.readouterr().err
 
 
@@ -125,7 +125,7 @@ def test_the_shipped_config_trains_the_tiny_model_on_the_commands_press_game(pre
     env = tmp_path / "lm.env"
     env.write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={press_cli}\n")
     env.chmod(0o600)
-    code = cli.main(["train", "--no-tui", "--backend", "local", "--trainer", "lm", "--config", str(LM_PRESS),
+    code = main(["train", "--no-tui", "--backend", "local", "--trainer", "lm", "--config", str(LM_PRESS),
                      "--env-file", str(env), "--poll-interval", "0.5"])
     out, err = capsys.readouterr()
     assert code == 0, err[-2000:]
@@ -156,7 +156,7 @@ def test_the_readme_lab_walk_trains_with_ports_8000_and_8102_taken(tiny_model, t
                 sock.listen()
             except OSError:
                 pass  # another program holds it: taken either way
-        code = cli.main(["lab", "--no-tui", "--game", "press", "--asks", "A", "--trainer", "lm",
+        code = main(["lab", "--no-tui", "--game", "press", "--asks", "A", "--trainer", "lm",
                          "--config", str(LM_PRESS), "--env-file", "lm.env", "--poll-interval", "0.5"])
     out, err = capsys.readouterr()
     assert code == 0, err[-2000:]

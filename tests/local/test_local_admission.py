@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi import Request, Response
 
-from app.cli.dispatch import build_parser
+from app.cli.parser import build_parser
 from app.local import admission as admission_module
 from app.local.admission import MAX_JOBS_LIMIT, MAX_ROLLOUTS_LIMIT, Admission, default_max_jobs, rollout_pool
 from app.local.servers import ServerHandle, _bind, start_backend

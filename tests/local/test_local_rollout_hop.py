@@ -17,11 +17,12 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from app.cli.dispatch import build_parser
+from app.cli.parser import build_parser
 from app.commands.demo import demo_config_path
 from app.core.config.rl import validate_rl_mapping
 from app.core.errors import ExitCode
-from app.headless.train import Printer, run_train
+from app.headless.printer import Printer
+from app.headless.train import run_train
 from app.local.answers import DEFAULT_MAX_ANSWER_BYTES
 from app.local.rollout_contract import fetch_openapi
 from app.local.servers import ServerHandle, _bind, start_backend
