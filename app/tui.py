@@ -144,7 +144,7 @@ class SynthTuiApp(App[int]):
         # What exists once the first screen is drawn (Textual's and our modules, the first
         # screen) lives as long as the app: moved out of the collector's reach, each full pass
         # walks only what came later; the collector, off for the start when the command line
-        # started the app (app/cli.py), is on from then (docs/performance.md#a-quiet-dashboard).
+        # started the app (app/cli/dispatch.py), is on from then (docs/performance.md#a-quiet-dashboard).
         self.call_after_refresh(self._first_frame_drawn)
         if self.preparation is not None:
             self.call_after_refresh(self._prepare, self.preparation)

@@ -21,7 +21,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.demo import demo_payload, load_demo_config
+from app.commands.demo import demo_payload, load_demo_config
 from benchmarks.bench_soak import TERMINAL, Servers, _command
 from benchmarks.common import REPO, Figure, at_most, child_main, median, say
 

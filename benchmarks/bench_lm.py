@@ -114,7 +114,7 @@ def endpoint_overhead(folder: Path, steps: int) -> tuple[float, float, int]:
 
     import httpx
 
-    from app.demo import demo_payload, load_demo_config
+    from app.commands.demo import demo_payload, load_demo_config
     from app.local.policies.lm.policy import LmPolicy
     from app.local.servers import ServerHandle, _bind, start_backend
 

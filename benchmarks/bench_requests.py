@@ -75,7 +75,7 @@ class Servers:
         self.backend, self.taskapp = urls["backend"], urls["taskapp"]
 
     def create_job(self, quick: bool) -> str:
-        from app.demo import demo_payload, load_demo_config
+        from app.commands.demo import demo_payload, load_demo_config
 
         config = load_demo_config()
         if quick:  # a shorter run: 1 policy update

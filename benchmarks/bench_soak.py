@@ -24,7 +24,7 @@ from pathlib import Path
 
 import httpx
 
-from app.demo import demo_payload, load_demo_config
+from app.commands.demo import demo_payload, load_demo_config
 from benchmarks.common import REPO, Figure, at_most, child_main, median, say
 
 TERMINAL = {"succeeded", "failed", "cancelled"}

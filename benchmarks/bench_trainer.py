@@ -21,8 +21,8 @@ from pathlib import Path
 
 import httpx
 
-from app.demo import demo_payload as job_payload
-from app.demo import load_demo_config
+from app.commands.demo import demo_payload as job_payload
+from app.commands.demo import load_demo_config
 from app.local.servers import start_backend, start_taskapp
 
 TERMINAL = {"succeeded", "failed", "cancelled"}

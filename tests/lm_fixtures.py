@@ -8,7 +8,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from app.demo import demo_payload, load_demo_config
+from app.commands.demo import demo_payload, load_demo_config
 
 
 def press_payload(task_url: str, model: Path, mode: str, *, steps: int, lr: float, seed: int = 3) -> dict[str, Any]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.demo import demo_payload, load_demo_config
+from app.commands.demo import demo_payload, load_demo_config
 from app.local.servers import ServerHandle, start_backend
 from app.local.state.store import Store
 from support.secrets_for_tests import random_key

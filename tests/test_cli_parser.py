@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.cli import COMMANDS, build_parser, normalise_argv
+from app.cli.parser import COMMANDS, build_parser, normalise_argv
 from support.tiers import examples
 
 VALID = [
@@ -74,10 +74,10 @@ def test_any_words_give_the_same_outcome(argv):
 
 
 def test_trainer_flags_choose_the_embedded_backends_policy():
-    from app import cli
-    from app.local.policies import TRAINER_CHOICES
+    from app.cli.parser import TRAINER_CHOICES
+    from app.local import policies
 
-    assert cli.TRAINER_CHOICES == TRAINER_CHOICES  # one list, written twice (the parser loads no backend)
+    assert TRAINER_CHOICES == policies.TRAINER_CHOICES  # one list, written twice (the parser loads no backend)
     parser = build_parser()
     assert parser.parse_args(["backend"]).trainer == "auto"
     assert parser.parse_args(["backend", "--trainer", "lm"]).trainer == "lm"
@@ -88,8 +88,8 @@ def test_trainer_flags_choose_the_embedded_backends_policy():
 
 
 def test_trainer_without_the_local_backend_is_a_usage_error():
+    from app.commands.local_backend import refuse_trainer_without_local
     from app.core.errors import UsageError
-    from app.embedded import refuse_trainer_without_local
 
     args = build_parser().parse_args(["train", "--backend", "http://127.0.0.1:8000", "--trainer", "lm"])
     with pytest.raises(UsageError, match="--backend local"):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.cli import main
+from app.cli.dispatch import main
 from app.core.api.client import SynthClient
 from app.core.api.wire import MetricPoint
 from app.core.errors import ExitCode

@@ -14,11 +14,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.cli import build_parser, normalise_argv
+from app.cli.parser import build_parser, normalise_argv
+from app.commands.demo import demo_config_path, demo_payload, load_demo_config
 from app.core.config.rl import validate_rl_mapping, validate_rl_text
 from app.core.config.trainable import NUMBER_BOUNDS, size_problems
-from app.demo import demo_config_path, demo_payload, load_demo_config
-from app.headless import Printer, run_train
+from app.headless.printer import Printer
+from app.headless.train import run_train
 from app.local.training.trainer import InvalidJobPayload, plan_from_payload
 from support.tiers import examples
 

@@ -47,8 +47,8 @@ def test_the_guided_demo_stops_its_servers_even_when_closed_while_they_start(tmp
     import time
     from urllib.parse import urlsplit
 
+    from app.commands.demo import DemoServers
     from app.core.errors import UsageError
-    from app.demo import DemoServers
 
     monkeypatch.setenv("SYNTH_TUI_STATE_DIR", str(tmp_path / "state"))
     servers = DemoServers(argparse.Namespace(workdir=str(tmp_path / "demo"), poll_interval=0.5, poll_timeout=60.0))
@@ -73,7 +73,7 @@ def test_the_summary_after_the_guided_demo_says_its_servers_stopped(tmp_path, mo
     more (an attach to it then said to start `synth-tui backend`)."""
     from types import SimpleNamespace
 
-    from app.demo import DemoFolder, DemoSetup, banner
+    from app.commands.demo import DemoFolder, DemoSetup, banner
 
     setup = DemoSetup(DemoFolder(tmp_path, lock=None), tmp_path / ".env", tmp_path / "demo.toml",  # type: ignore[arg-type]
                       SimpleNamespace(url="http://127.0.0.1:41001"), SimpleNamespace(url="http://127.0.0.1:41002"))

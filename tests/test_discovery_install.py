@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app import demo
+from app.commands import demo
 from app.core.config import discovery
 from app.core.config.discovery import bundled_config_label, checkout_around, discover_configs, project_config_roots
 from app.core.config.picker import load_config_entry

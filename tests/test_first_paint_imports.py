@@ -20,16 +20,16 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
 
 FIRST_SCREEN = """
 import json, sys
-from app import cli
-args = cli.build_parser().parse_args(cli.normalise_argv(sys.argv[1:]))
-from app import embedded
-embedded.wants_local_backend(args)
+from app.cli import dispatch, parser
+args = parser.build_parser().parse_args(parser.normalise_argv(sys.argv[1:]))
+from app.commands import local_backend
+local_backend.wants_local_backend(args)
 if args.command == "demo":
-    from app import demo
+    from app.commands import demo
     session = demo.LaunchSession(demo.waiting_options(args))
     demo.DemoServers(args).preparation()
 else:
-    session = cli._session(args)
+    session = dispatch._session(args)
 from app.tui import SynthTuiApp, picker_screen
 SynthTuiApp(session)
 picker_screen()

@@ -8,9 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser, main, normalise_argv
+from app.cli.dispatch import main
+from app.cli.parser import build_parser, normalise_argv
 from app.core.errors import ExitCode
-from app.headless import Printer, run_attach, run_train
+from app.headless.printer import Printer
+from app.headless.train import run_train
+from app.headless.watch import run_attach
 from fakes import ScriptedJob, event, training_timeline
 
 REPO = Path(__file__).resolve().parents[1]
@@ -330,7 +333,7 @@ def test_chart_format_plots_the_mean_score(world):
 
 
 def test_attach_headless_streams_an_existing_job(world, monkeypatch, capsys):
-    from app.cli import main
+    from app.cli.dispatch import main
 
     world["backend"].add_job(ScriptedJob("job_x", training_timeline(steps=2)))
     monkeypatch.chdir(world["cwd"])
@@ -345,7 +348,7 @@ def test_attach_headless_streams_an_existing_job(world, monkeypatch, capsys):
 
 
 def test_attach_to_nothing_listening_gives_up_with_exit_5(world, monkeypatch, capsys):
-    from app.cli import main
+    from app.cli.dispatch import main
 
     port = world["backend"].port
     world["backend"].stop()
@@ -434,7 +437,7 @@ def test_the_tui_attach_checks_the_backend_before_the_dashboard_opens(world):
     world["backend"].rl_offered = False
     argv = ["attach", "job_0001", "--env-file", str(world["env"]), "--backend", world["backend"].url]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr("app.cli.has_terminal", lambda: True)
+        patch.setattr("app.cli.dispatch.has_terminal", lambda: True)
         patch.setattr("app.tui.run_app", lambda app: pytest.fail("the dashboard opened"))
         code = main(argv)
     assert code == ExitCode.BACKEND

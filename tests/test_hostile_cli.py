@@ -1,4 +1,4 @@
-"""Hostile input through ``app.cli.main`` in-process: random TOML, .env contents and flags.
+"""Hostile input through ``app.cli.dispatch.main`` in-process: random TOML, .env contents and flags.
 
 Whatever the input, the command ends with a documented exit code, nothing escapes as an
 exception, no "Traceback" is printed and no secret shows beyond the mask's first 4
@@ -21,11 +21,11 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from app.cli import main
+from app.cli.dispatch import main
+from app.commands.local_backend import LOCAL
 from app.core.api.backend_url import backend_url_problem
 from app.core.api.wire import job_id_problem
 from app.core.env.keys import header_value_problem
-from app.embedded import LOCAL
 from hostile_inputs import MALFORMED_BACKEND_URLS
 from support.tiers import examples
 

@@ -402,7 +402,7 @@ def test_control_characters_from_files_and_servers_are_shown_not_obeyed():
 
 
 def test_the_headless_printer_never_writes_a_terminal_command():
-    from app.headless import Printer
+    from app.headless.printer import Printer
 
     out, err = io.StringIO(), io.StringIO()
     printer = Printer(out=out, err=err)

@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from app.cli import main
+from app.cli.dispatch import main
 from app.core.errors import ExitCode
 from seeded_backend import API_KEY, start_seeded_backend
 

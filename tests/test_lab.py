@@ -83,14 +83,14 @@ def test_a_server_that_cannot_bind_says_so_on_the_terminal_too(tmp_path, monkeyp
     in the shell. The error goes to stderr (the log) and to the controlling terminal."""
     import io
 
-    from app import cli
+    from app.cli import dispatch
 
     class Terminal(io.StringIO):
         def close(self) -> None:  # kept readable for the test
             pass
 
     terminal = Terminal()
-    monkeypatch.setattr(cli, "_open_terminal", lambda: terminal)
+    monkeypatch.setattr(dispatch, "_open_terminal", lambda: terminal)
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -101,7 +101,7 @@ def test_a_server_that_cannot_bind_says_so_on_the_terminal_too(tmp_path, monkeyp
     assert words in result.stderr
     assert terminal.getvalue().startswith("synth-tui taskapp: Error: ") and words in terminal.getvalue()
     # a command that is no server, or a terminal that is not there: stderr only, no error
-    monkeypatch.setattr(cli, "_open_terminal", lambda: (_ for _ in ()).throw(OSError("no tty")))
+    monkeypatch.setattr(dispatch, "_open_terminal", lambda: (_ for _ in ()).throw(OSError("no tty")))
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

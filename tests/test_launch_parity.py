@@ -13,14 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser, normalise_argv
+from app.cli.parser import build_parser, normalise_argv
 from app.core.config import toml_source, validation
 from app.core.errors import ExitCode
 from app.core.launch import service
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.paths import run_dir
 from app.core.runs.history import RunHistory
-from app.headless import Printer, run_train
+from app.headless.printer import Printer
+from app.headless.train import run_train
 from app.screens.dashboard import DashboardScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen

@@ -267,8 +267,8 @@ def test_key_flags_still_work_but_warn_without_echoing_the_key(tmp_path):
 
 
 def test_shell_variables_win_over_the_env_file(tmp_path, monkeypatch):
-    from app.cli import build_parser
-    from app.serve import _env_keys, _key_sources
+    from app.cli.parser import build_parser
+    from app.commands.local_servers import _env_keys, _key_sources
 
     env_file = write_env_file(tmp_path / "keys.env", "SYNTH_API_KEY=from_file\nENVIRONMENT_API_KEY=file_env\n"
                                                      "ENVIRONMENT_API_KEY_ALIASES=file_alias\n")
@@ -284,7 +284,7 @@ def test_shell_variables_win_over_the_env_file(tmp_path, monkeypatch):
 
 
 def test_an_env_file_others_can_open_is_warned_about(tmp_path, capsys):
-    from app.serve import _key_sources
+    from app.commands.local_servers import _key_sources
 
     env_file = write_env_file(tmp_path / "keys.env", f"SYNTH_API_KEY={SYNTH_KEY}\n")
     _key_sources(str(env_file))
@@ -325,7 +325,7 @@ def test_a_missing_env_file_is_exit_2(tmp_path, command):
 
 @pytest.mark.parametrize("problem", ["unparsable", "directory", "not utf-8"])
 def test_an_unreadable_env_file_is_exit_2(tmp_path, capsys, problem):
-    from app.cli import main
+    from app.cli.dispatch import main
 
     path = unusable_env_file(tmp_path / "keys.env", problem)
     for command in ("backend", "taskapp"):
@@ -408,8 +408,8 @@ def test_a_second_demo_at_the_same_time_gets_its_own_folder_removed_at_exit(tmp_
 
 
 def test_the_demo_never_writes_through_a_link_in_its_folder(tmp_path):
+    from app.commands.demo import demo_keys
     from app.core.errors import UsageError
-    from app.demo import demo_keys
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
@@ -423,8 +423,8 @@ def test_the_demo_never_writes_through_a_link_in_its_folder(tmp_path):
 
 
 def test_a_demo_env_whose_keys_were_removed_gets_fresh_ones(tmp_path):
+    from app.commands.demo import demo_keys, write_env
     from app.core.env import envfile
-    from app.demo import demo_keys, write_env
 
     env_path = tmp_path / ".env"
     env_path.write_text("# my notes\nTASK_APP_URL=http://127.0.0.1:1\n")
@@ -436,7 +436,7 @@ def test_a_demo_env_whose_keys_were_removed_gets_fresh_ones(tmp_path):
 
 
 def test_abandoned_temporary_demo_folders_are_removed(tmp_path):
-    from app.demo import _remove_abandoned_temporary_folders
+    from app.commands.demo import _remove_abandoned_temporary_folders
 
     old = private_dir(state_dir() / "demo-abandoned")
     (old / ".env").write_text("SYNTH_API_KEY=sk_left_behind_by_a_killed_demo\n")

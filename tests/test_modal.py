@@ -405,7 +405,7 @@ def test_done_when_the_key_comes_from_a_modal_secret(headless_world):
 
 
 def test_the_task_app_url_from_a_modal_app(headless_world, capsys):
-    from app.cli import main
+    from app.cli.dispatch import main
 
     headless_world["env"].write_text("# nothing here\n")
     code = main(train_argv(headless_world, "--modal-secret", "task-app-env", "--modal-app", "task-app"))
@@ -417,7 +417,7 @@ def test_the_task_app_url_from_a_modal_app(headless_world, capsys):
 
 
 def test_without_modal_the_run_says_how_to_install_it(headless_world, monkeypatch, tmp_path, capsys):
-    from app.cli import main
+    from app.cli.dispatch import main
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setattr(modal, "_module_installed", lambda: False)
@@ -429,7 +429,7 @@ def test_without_modal_the_run_says_how_to_install_it(headless_world, monkeypatc
 
 
 def test_not_logged_in_ends_the_run_with_the_fix(headless_world, standin, capsys):
-    from app.cli import main
+    from app.cli.dispatch import main
 
     standin.state["logged_in"] = False
     standin.save()
@@ -439,7 +439,7 @@ def test_not_logged_in_ends_the_run_with_the_fix(headless_world, standin, capsys
 
 
 def test_a_typo_in_the_secret_name_costs_no_container_and_names_the_close_ones(headless_world, standin, capsys):
-    from app.cli import main
+    from app.cli.dispatch import main
 
     code = main(train_argv(headless_world, "--modal-secret", "task-app-evn"))
     _, err = capsys.readouterr()
@@ -452,7 +452,7 @@ def test_a_typo_in_the_secret_name_costs_no_container_and_names_the_close_ones(h
 def test_a_typo_in_the_app_name_costs_no_container(headless_world, standin, capsys):
     """The app lookup is free and comes before the secret's container: a wrong --modal-app
     ends the run before anything is paid for."""
-    from app.cli import main
+    from app.cli.dispatch import main
 
     code = main(train_argv(headless_world, "--modal-secret", "task-app-env", "--modal-app", "task-ap"))
     _, err = capsys.readouterr()
@@ -476,9 +476,10 @@ def test_the_container_is_announced_right_before_it_starts_and_only_then(standin
 
 
 def test_the_printer_never_sees_the_value(headless_world):
-    from app.cli import build_parser, normalise_argv
-    from app.embedded import run_with_local_backend
-    from app.headless import Printer, run_train
+    from app.cli.parser import build_parser, normalise_argv
+    from app.commands.local_backend import run_with_local_backend
+    from app.headless.printer import Printer
+    from app.headless.train import run_train
 
     out, err = io.StringIO(), io.StringIO()
     args = build_parser().parse_args(normalise_argv(train_argv(headless_world, "--modal-secret", "task-app-env")))

@@ -9,7 +9,7 @@ import socket
 
 import pytest
 
-from app.cli import main
+from app.cli.dispatch import main
 from app.core.errors import ExitCode
 from app.local.servers import start_backend
 from app.local.state.store import Store

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from app.cli.dispatch import main
 from app.core.errors import EnvFileError, MissingSecretsError
 from app.core.launch.session import LaunchOptions, LaunchSession
 from app.core.paths import history_db_path

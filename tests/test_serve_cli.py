@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from app import cli
+from app.cli.dispatch import has_terminal, main
+from app.cli.parser import build_parser
 from app.core.launch.session import attach_command
 
 
@@ -22,12 +23,12 @@ from app.core.launch.session import attach_command
     (["attach"], "not valid"),
 ])
 def test_serve_refuses_a_command_a_tab_cannot_run_before_listening(words, message, capsys):
-    assert cli.main(["serve", "--port", "1", *words]) == 2
+    assert main(["serve", "--port", "1", *words]) == 2
     assert message in capsys.readouterr().err
 
 
 def test_the_tab_command_is_parsed_after_serve_options():
-    args = cli.build_parser().parse_args(["serve", "--host", "::1", "--port", "0", "attach", "job_1", "--backend",
+    args = build_parser().parse_args(["serve", "--host", "::1", "--port", "0", "attach", "job_1", "--backend",
                                           "http://127.0.0.1:9"])
     assert (args.host, args.port) == ("::1", 0)
     from app.web.command import tab_command
@@ -45,9 +46,9 @@ def test_a_tab_runs_this_python_with_no_token_or_key_on_its_command_line():
 def test_the_web_driver_counts_as_a_terminal(monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.StringIO())
     monkeypatch.delenv("TEXTUAL_DRIVER", raising=False)
-    assert not cli.has_terminal()
+    assert not has_terminal()
     monkeypatch.setenv("TEXTUAL_DRIVER", "textual.drivers.web_driver:WebDriver")
-    assert cli.has_terminal()
+    assert has_terminal()
 
 
 def test_a_tab_says_how_to_serve_the_job_again(monkeypatch):

@@ -4,7 +4,7 @@ A hint that says `synth-tui attach …` is "command not found" for a user who ra
 `.venv/bin/synth-tui` without activating the virtualenv (issue 37). So a printed hint names the
 program as it was started: `synth-tui` when that name on PATH is this very program, else the
 path as it was typed. :func:`as_run` rewrites a sentence's `synth-tui SUBCOMMAND` mentions;
-the printers (app/cli.py, app/headless.py, app/serve.py) pass what they print through it.
+the printers (app/cli/, app/headless/, app/commands/local_servers.py) pass what they print through it.
 No Textual import.
 """
 
@@ -19,7 +19,7 @@ import sys
 __all__ = ["PROGRAM", "SUBCOMMANDS", "as_run", "program"]
 
 PROGRAM = "synth-tui"
-# Every subcommand of app/cli.py's parser: a mention of one of these is a command to run.
+# Every subcommand of app/cli/parser.py: a mention of one of these is a command to run.
 SUBCOMMANDS = ("train", "history", "demo", "attach", "compare", "backend", "ranks-host", "taskapp", "tiny-model",
                "jobs", "rollouts", "serve", "lab")
 _MENTION = re.compile(rf"(?<![\w./-]){PROGRAM}(?=\s+(?:{'|'.join(map(re.escape, SUBCOMMANDS))})(?![\w'-]))")

@@ -1,5 +1,5 @@
 """Signalling a process group, written once: a served tab's process (app/web/tab.py) and the
-embedded backend's rank launcher (app/local/dp_launch.py) each lead a group of their own
+embedded backend's rank launcher (app/local/parallel/launch.py) each lead a group of their own
 (``start_new_session``), and ending them reaches whatever they started.
 """
 

@@ -17,7 +17,7 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 
 def main() -> int:
     signal.signal(signal.SIGTERM, _terminate)
-    from app.cli import main as cli_main
+    from app.cli.dispatch import main as cli_main
 
     return cli_main(sys.argv[1:])
 

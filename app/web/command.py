@@ -26,7 +26,7 @@ SERVE_OWN_FLAGS = ("--host", "--port")
 def tab_command(words: Sequence[str]) -> list[str]:
     """The synth-tui command line each tab runs, checked here so that a mistake is a usage
     error on the terminal, not a tab that closes at once."""
-    from app.cli import build_parser, normalise_argv
+    from app.cli.parser import build_parser, normalise_argv
 
     command = normalise_argv(words)
     if command[0] not in TAB_COMMANDS:

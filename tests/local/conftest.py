@@ -11,9 +11,9 @@ from typing import Any
 import httpx
 import pytest
 
+from app.commands.demo import demo_payload as job_payload
+from app.commands.demo import load_demo_config
 from app.core.api.retry import Backoff
-from app.demo import demo_payload as job_payload
-from app.demo import load_demo_config
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from app.local.training import trainer
 from app.local.training.retry import DEFAULT_BACKOFF

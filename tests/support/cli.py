@@ -1,6 +1,6 @@
 """Running the command line in a test: in-process (quick) or as a real process (slow).
 
-``run_cli`` calls ``app.cli.main([...])`` in the test's process with the environment, working
+``run_cli`` calls ``app.cli.dispatch.main([...])`` in the test's process with the environment, working
 folder and standard streams a process would get, and gives back what the process would have:
 an exit code, stdout and stderr. It checks exit codes and messages in milliseconds. The
 ``cli_process`` fixture (conftest.py) runs the installed ``synth-tui`` for what only a real
@@ -43,7 +43,7 @@ def _read(stream: io.TextIOWrapper) -> str:
 def run_cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> CliResult:
     """``synth-tui ARGS`` in this process: os.environ updated by `env`, the working folder `cwd`,
     stdin empty and stdout/stderr captured, all put back afterwards."""
-    from app.cli import main
+    from app.cli.dispatch import main
 
     saved_environ, saved_cwd = dict(os.environ), os.getcwd()
     saved_streams = sys.stdin, sys.stdout, sys.stderr

@@ -87,7 +87,7 @@ async def test_a_failed_preparation_is_shown_and_ends_with_its_exit_code(project
 async def test_the_collector_off_for_the_start_is_on_again_after_the_first_frame(project):
     import gc
 
-    gc.disable()  # as app/cli.py does before a TUI's imports
+    gc.disable()  # as app/cli/dispatch.py does before a TUI's imports
     try:
         app = SynthTuiApp(LaunchSession(LaunchOptions(cwd=project, backend="http://127.0.0.1"), shell={}))
         async with app.run_test(size=(80, 24)) as pilot:

@@ -68,8 +68,8 @@ def demo_app(project, fixed_home, tmp_path, monkeypatch):
     """`synth-tui demo`'s app: its servers start after the first frame; stopped after the test."""
     import argparse
 
+    from app.commands.demo import DemoServers, waiting_options
     from app.core.launch.session import LaunchSession
-    from app.demo import DemoServers, waiting_options
 
     monkeypatch.setenv("SYNTH_TUI_STATE_DIR", str(tmp_path / "state"))
     args = argparse.Namespace(workdir=str(tmp_path / "demo"), poll_interval=0.2, poll_timeout=120.0)

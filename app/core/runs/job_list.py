@@ -2,7 +2,7 @@
 sort and filter, with each job's last mean score read from its metrics.
 
 Both front ends use it: ``synth-tui jobs`` (app/screens/jobs.py) and ``synth-tui jobs --no-tui``
-(app/headless.py). No Textual here.
+(app/headless/listings.py). No Textual here.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from app.cli import main
+from app.cli.dispatch import main
 from app.core.runs.events import policy_badge
 from app.local.parallel.launch import (
     TIMEOUT_ENV,

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from app.cli import main
+from app.cli.dispatch import main
 from app.local.parallel.launch import TOKEN_FILE, alive, free_port
 from app.local.policies.base import Parallel
 from app.local.servers import ServerHandle, start_backend
@@ -44,7 +44,7 @@ def two_machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ser
     shared.mkdir()
     config = two_machines_config(root, free_port())
     log = (root / "ranks-host.log").open("wb")
-    host = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
+    host = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli.dispatch import main; sys.exit(main())",
                              "ranks-host", "--shared-dir", str(shared), "--machine-rank", "1"],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:

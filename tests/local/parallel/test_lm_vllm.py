@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from app.cli import main
+from app.cli.dispatch import main
 from app.local.parallel.vllm import VllmGenerator, VllmPlan
 from app.local.policies.base import Episode, PolicyCannotAct
 from app.local.taskapps.press import PRESS_TOOL, TOOL_CHOICE

@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app import cli
+from app.cli.dispatch import main
 from app.core.config.payload import build_rl_payload
 from app.core.config.validation import validate_rl_file
 from lm_fixtures import press_payload
@@ -28,6 +28,7 @@ from ..state.test_local_resume import answering
 REPO = Path(__file__).resolve().parents[3]
 LM_PRESS = REPO / "configs" / "rl" / "lm_press.toml"
 NEEDS_TRAINER = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier; fails, never skips, without it
+CLI_MAIN = "import sys; from app.cli.dispatch import main; sys.exit(main())"  # synth-tui in a process
 _LISTENING = re.compile(r"press task app \(rollout contract 0\.2, asking for A\) on (http://\S+)")
 
 
@@ -38,7 +39,7 @@ def press_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log = tmp_path_factory.mktemp("press-cli") / "taskapp.log"
     env = {**os.environ, "ENVIRONMENT_API_KEY": ENV_KEY, "PYTHONPATH": os.pathsep.join(sys.path)}
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
+        proc = subprocess.Popen([sys.executable, "-c", CLI_MAIN,
                                  "taskapp", "--game", "press", "--asks", "a,A", "--port", "0"],
                                 stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, env=env)
     try:
@@ -69,9 +70,9 @@ def test_the_press_game_of_the_command_plays_whole_episodes_through_the_chat_end
 
 
 def test_asks_is_refused_for_a_game_without_buttons_and_for_a_button_that_is_not_there(capsys):
-    assert cli.main(["taskapp", "--asks", "A"]) == 2
+    assert main(["taskapp", "--asks", "A"]) == 2
     assert "--asks chooses the press task app's buttons; --game gridworld has none" in capsys.readouterr().err
-    assert cli.main(["taskapp", "--game", "press", "--asks", "A,E"]) == 2
+    assert main(["taskapp", "--game", "press", "--asks", "A,E"]) == 2
     assert "'A,E' is not a comma-separated list of buttons from A, B, C, D" in capsys.readouterr().err
 
 
@@ -98,7 +99,7 @@ def test_the_tiny_model_command_writes_a_model_the_lm_policy_loads(tmp_path, cap
     from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 
     folder = tmp_path / "tiny"
-    assert cli.main(["tiny-model", str(folder)]) == 0
+    assert main(["tiny-model", str(folder)]) == 0
     out = capsys.readouterr().out
     assert f"to {folder}" in out and "for trying the lm trainer" in out and f'base = "{folder}"' in out
     policy = LmPolicy(PolicySettings(model=str(folder), learning_rate=1e-2, seed=0, total_steps=1, batch_size=1,
@@ -109,7 +110,7 @@ def test_the_tiny_model_command_writes_a_model_the_lm_policy_loads(tmp_path, cap
     call = action.message["tool_calls"][0]["function"]
     assert call["name"] == "press" and json.loads(call["arguments"])["label"] in "ABCD"
     # A folder with something in it is never written into.
-    assert cli.main(["tiny-model", str(folder)]) == 2
+    assert main(["tiny-model", str(folder)]) == 2
     assert "is not empty; the tiny model is written only into a new or empty folder" in capsys.readouterr().err
 
 
@@ -124,7 +125,7 @@ def test_the_shipped_config_trains_the_tiny_model_on_the_commands_press_game(pre
     env = tmp_path / "lm.env"
     env.write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={press_cli}\n")
     env.chmod(0o600)
-    code = cli.main(["train", "--no-tui", "--backend", "local", "--trainer", "lm", "--config", str(LM_PRESS),
+    code = main(["train", "--no-tui", "--backend", "local", "--trainer", "lm", "--config", str(LM_PRESS),
                      "--env-file", str(env), "--poll-interval", "0.5"])
     out, err = capsys.readouterr()
     assert code == 0, err[-2000:]
@@ -155,7 +156,7 @@ def test_the_readme_lab_walk_trains_with_ports_8000_and_8102_taken(tiny_model, t
                 sock.listen()
             except OSError:
                 pass  # another program holds it: taken either way
-        code = cli.main(["lab", "--no-tui", "--game", "press", "--asks", "A", "--trainer", "lm",
+        code = main(["lab", "--no-tui", "--game", "press", "--asks", "A", "--trainer", "lm",
                          "--config", str(LM_PRESS), "--env-file", "lm.env", "--poll-interval", "0.5"])
     out, err = capsys.readouterr()
     assert code == 0, err[-2000:]

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.demo import demo_payload, load_demo_config
+from app.commands.demo import demo_payload, load_demo_config
 from app.local.servers import ServerHandle, _bind
 
 from ..conftest import ENV_KEY, events_of

@@ -18,12 +18,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.demo import demo_payload
+from app.commands.demo import demo_payload
 from app.local.servers import ServerHandle
 from pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, seeded_demo_config, wait_terminal
 
+CLI_MAIN = "import sys; from app.cli.dispatch import main; sys.exit(main())"  # synth-tui in a process
 _LISTENING = re.compile(r"embedded backend on (http://\S+)/api")
 
 
@@ -35,7 +36,7 @@ def backend_process(db: Path, home: Path, *args: str) -> Iterator[tuple[subproce
     env = {**os.environ, "HOME": str(home), "SYNTH_API_KEY": API_KEY, "ENVIRONMENT_API_KEY": ENV_KEY,
            "PYTHONPATH": os.pathsep.join(sys.path)}
     with open(log, "wb") as err:
-        proc = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli import main; sys.exit(main())",
+        proc = subprocess.Popen([sys.executable, "-c", CLI_MAIN,
                                  "backend", "--port", "0", "--db", str(db), *(args or ("--trainer", "tabular"))],
                                 stdout=subprocess.DEVNULL, stderr=err, env=env)
     try:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-from app.demo import demo_payload, load_demo_config
+from app.commands.demo import demo_payload, load_demo_config
 from app.local.servers import ServerHandle, _bind
 from app.local.training.rollout_contract import GEN_05, RolloutAsk, generation_from_openapi, read_answer, rollout_body
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from fastapi import Request, Response
 
-from app.cli import build_parser
+from app.cli.parser import build_parser
 from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.taskapps.gridworld_app import create_taskapp
 from app.local.training import admission as admission_module
@@ -225,7 +225,7 @@ def test_the_rollout_client_pool_never_makes_a_rollout_wait():
 
 
 def test_the_jobs_list_text_shows_each_queued_jobs_place(tmp_path: Path, gated, capsys):
-    from app.cli import main
+    from app.cli.dispatch import main
 
     env_file = tmp_path / ".env"
     env_file.write_text(f"SYNTH_API_KEY={API_KEY}\n")

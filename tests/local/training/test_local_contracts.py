@@ -15,7 +15,8 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from app import cli
+from app.cli.dispatch import main
+from app.cli.parser import build_parser
 from app.local.servers import ServerHandle, _bind
 from app.local.taskapps import gridworld
 from app.local.taskapps.crafter import create_crafter_taskapp
@@ -484,7 +485,7 @@ def test_crafter_lite_in_0_5_trains(api):
 
 
 def test_the_taskapp_command_takes_a_contract():
-    parse = cli.build_parser().parse_args
+    parse = build_parser().parse_args
     assert parse(["taskapp"]).contract == "0.2"
     assert parse(["taskapp", "--contract", "0.5", "--game", "crafter-lite"]).contract == "0.5"
     with pytest.raises(SystemExit):
@@ -495,7 +496,7 @@ def test_synth_tui_taskapp_contract_0_5_serves_the_0_5_app(monkeypatch):
     seen: dict[str, Any] = {}
     monkeypatch.setattr("app.local.servers.serve_taskapp", lambda *args, **kwargs: seen.update(a=args, k=kwargs))
     monkeypatch.setenv("ENVIRONMENT_API_KEY", ENV_KEY)
-    assert cli.main(["taskapp", "--contract", "0.5"]) == 0
+    assert main(["taskapp", "--contract", "0.5"]) == 0
     assert seen, "serve_taskapp was not called"
     assert "0.5" in seen["a"] or seen["k"].get("contract") == "0.5", json.dumps(seen, default=str)
 
@@ -504,8 +505,7 @@ def test_train_backend_local_trains_a_0_5_task_app_with_a_verifier_config(taskap
     """`--backend local` end to end (docs/compatibility.md): the embedded backend started in
     this process with its own key (no SYNTH_API_KEY in the .env), handed the .env's
     ENVIRONMENT_API_KEY, training a 0.5-shape task app from a config written for 0.5 SDKs."""
-    from app.cli import main
-    from app.demo import demo_config_path
+    from app.commands.demo import demo_config_path
 
     # The demo config cut to a seeded job of a few rollouts: this test asserts the wiring and
     # the job's success, not learning (test_local_learning.py trains the whole config).

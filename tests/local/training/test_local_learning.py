@@ -6,8 +6,8 @@ so each run below scores the same every time (seed 1: eval 0.83 after step 4, 0.
 
 from __future__ import annotations
 
-from app.demo import demo_payload as job_payload
-from app.demo import load_demo_config
+from app.commands.demo import demo_payload as job_payload
+from app.commands.demo import load_demo_config
 
 from ..conftest import events_of
 

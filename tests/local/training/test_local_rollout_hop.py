@@ -17,11 +17,12 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse
 
-from app.cli import build_parser
+from app.cli.parser import build_parser
+from app.commands.demo import demo_config_path
 from app.core.config.rl import validate_rl_mapping
 from app.core.errors import ExitCode
-from app.demo import demo_config_path
-from app.headless import Printer, run_train
+from app.headless.printer import Printer
+from app.headless.train import run_train
 from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.training.answers import DEFAULT_MAX_ANSWER_BYTES
 from app.local.training.rollout_contract import fetch_openapi

@@ -48,7 +48,7 @@ def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Nam
     # command asks wants_local_backend first, before its first screen (docs/performance.md).
     import secrets
 
-    from app.demo import claim_folder
+    from app.commands.demo import claim_folder
     from app.local.servers import start_backend
 
     folder = claim_folder(state_dir() / "local", "local-")

@@ -47,7 +47,7 @@ def quiet_terminal(argv: Sequence[str], fd: int) -> Callable[[], None] | None:
 def main() -> int:
     restore = quiet_terminal(sys.argv[1:], 0)
     try:
-        from app.cli import main as cli_main
+        from app.cli.dispatch import main as cli_main
 
         return cli_main()
     except KeyboardInterrupt:

@@ -254,7 +254,7 @@ def run_demo(args: argparse.Namespace, *, interactive: bool) -> int:
     try:
         print(banner(setup), file=sys.stderr, flush=True)
         options = demo_options(setup, poll_interval=args.poll_interval, poll_timeout=args.poll_timeout)
-        from app.headless import TrainRun, run_headless
+        from app.headless.train import TrainRun, run_headless
 
         code = run_headless(TrainRun(options, stream_format=args.stream_format))
         return code
