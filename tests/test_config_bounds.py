@@ -20,7 +20,7 @@ from app.core.config.rl import validate_rl_mapping, validate_rl_text
 from app.core.config.trainable import NUMBER_BOUNDS, size_problems
 from app.headless.printer import Printer
 from app.headless.train import run_train
-from app.local.training.trainer import InvalidJobPayload, plan_from_payload
+from app.local.training.plan import InvalidJobPayload, plan_from_payload
 from support.tiers import examples
 
 DEMO_TEXT = demo_config_path().read_text()

@@ -15,7 +15,7 @@ from app.commands.demo import demo_payload as job_payload
 from app.commands.demo import load_demo_config
 from app.core.api.retry import Backoff
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
-from app.local.training import trainer
+from app.local.training import rollouts
 from app.local.training.retry import DEFAULT_BACKOFF
 from pilot_waits import poll_until
 from support.secrets_for_tests import random_key
@@ -166,8 +166,8 @@ def quick_rollout_retries(monkeypatch: pytest.MonkeyPatch) -> Backoff:
     """The trainer's rollout retries as they are (the same attempts, the same messages), with
     waits of 10-50 ms instead of about 8 s in all: for tests of what a failed job says, not of
     how long it waited (test_local_chaos keeps the real waits: a restart must fit in them)."""
-    quick = replace(trainer.ROLLOUT_BACKOFF, first_delay_s=0.01, max_delay_s=0.05)
-    monkeypatch.setattr(trainer, "ROLLOUT_BACKOFF", quick)
+    quick = replace(rollouts.ROLLOUT_BACKOFF, first_delay_s=0.01, max_delay_s=0.05)
+    monkeypatch.setattr(rollouts, "ROLLOUT_BACKOFF", quick)
     return quick
 
 

@@ -7,7 +7,7 @@ failure (app.core.api.retry: the one loop and jitter rule, our client's too). A 
 retried: the other side is working, just slowly, and asking again would double its load. Both
 requests are safe to repeat: a rollout is identified by its `run_id` (the task app answers a
 repeated one from its first run) and a chat turn that is asked twice only records the answer the
-episode used (trainer.py).
+episode used (job_run.py).
 
 Keep-alive: a client must drop an idle connection before the server does, or a request sent
 on a connection the server is closing at that instant fails (httpx and uvicorn both default
@@ -52,7 +52,7 @@ def transient_http_error(exc: Exception) -> str | None:
 def transient_status(response: httpx.Response) -> str | None:
     """`HTTP 502: <the answer's detail>` (its first RETRY_DETAIL_CHARS, on one line) for an
     answer worth another attempt: a retry said without its reason left a user of a slow model
-    guessing (issue 37). The caller scrubs it of keys before showing it (trainer.py)."""
+    guessing (issue 37). The caller scrubs it of keys before showing it (rollouts.py)."""
     if response.status_code not in RETRYABLE_STATUS:
         return None
     try:

@@ -14,7 +14,7 @@ import httpx
 import pytest
 from fastapi import FastAPI, Request
 
-import app.local.server.backend as backend_module
+import app.local.server.routes_jobs as routes_jobs
 from app.local.servers import ServerHandle, _bind
 from pilot_waits import poll_until
 
@@ -293,7 +293,7 @@ def test_chat_endpoint_serves_the_policy(api, backend, taskapp):
 def test_sse_heartbeats_while_idle_and_pushes_new_events_at_once(api, monkeypatch):
     """A slow task app leaves the stream idle: it must send heartbeats, and a cancel must
     reach it right away (pushed, not found by a polling loop)."""
-    monkeypatch.setattr(backend_module, "SSE_HEARTBEAT_S", 0.05)
+    monkeypatch.setattr(routes_jobs, "SSE_HEARTBEAT_S", 0.05)
     slow = FastAPI()
 
     @slow.post("/rollout")

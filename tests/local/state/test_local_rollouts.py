@@ -26,6 +26,8 @@ from app.local.state.rollout_store import ROW_OVERHEAD
 from app.local.state.store import Store
 from app.local.taskapps.gridworld_app import MOVE_TOOL
 from app.local.taskapps.kit import PolicyLink, add_rollout_route, ask_policy, base_taskapp, chat_url, rollout_response
+from app.local.training.job_run import JobRun, OpenRollout
+from app.local.training.plan import plan_from_payload
 from app.local.training.rollout_record import (
     ROLLOUT_MEMORY_CHARS,
     KeptRollout,
@@ -35,7 +37,6 @@ from app.local.training.rollout_record import (
     observation_of,
     read_step_reports,
 )
-from app.local.training.trainer import JobRun, OpenRollout, plan_from_payload
 from support.tiers import examples
 
 from ..conftest import (

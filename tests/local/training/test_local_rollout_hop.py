@@ -25,8 +25,8 @@ from app.headless.printer import Printer
 from app.headless.train import run_train
 from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.training.answers import DEFAULT_MAX_ANSWER_BYTES
+from app.local.training.plan import InvalidJobPayload, plan_from_payload
 from app.local.training.rollout_contract import fetch_openapi
-from app.local.training.trainer import InvalidJobPayload, plan_from_payload
 
 from ..conftest import (
     API_KEY,

@@ -13,7 +13,7 @@ from app.local.policies.base import Episode, group_advantages, latest_observatio
 from app.local.policies.tabular.policy import Decision, TabularPolicy, state_key
 from app.local.state.store import IdempotencyConflict, Store
 from app.local.taskapps import gridworld
-from app.local.training.trainer import InvalidJobPayload, plan_from_payload
+from app.local.training.plan import InvalidJobPayload, plan_from_payload
 from support.tiers import examples
 
 from ..conftest import payload, small_config

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from app.local.policies.base import UpdateStats
 from app.local.policies.tabular.policy import TabularPolicy
-from app.local.training import trainer
+from app.local.training import rollouts
 
 from ..conftest import create_job, events_of, payload, small_config, wait_terminal
 
@@ -30,12 +30,12 @@ def test_a_tiny_loss_reads_in_scientific_notation_in_the_step_message(api, taska
 def test_a_long_step_says_how_many_of_its_rollouts_are_done(api, taskapp, monkeypatch):
     """Said at most every ROLLOUT_PROGRESS_EVERY_S (here: at every rollout), never for the last
     rollout of a phase (the step's own event says that)."""
-    monkeypatch.setattr(trainer, "ROLLOUT_PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(rollouts, "ROLLOUT_PROGRESS_EVERY_S", 0.0)
     config = small_config(iterations_per_epoch=1, batch_size=2, group_size=2)
     job_id = create_job(api, payload(taskapp.url, config))
     assert wait_terminal(api, job_id)["status"] == "succeeded"
     events = events_of(api, job_id)
-    progress = [e for e in events if e["type"] == trainer.ROLLOUT_PROGRESS_EVENT]
+    progress = [e for e in events if e["type"] == rollouts.ROLLOUT_PROGRESS_EVENT]
     assert [e["message"] for e in progress] == [
         "Step 1: 1/4 rollouts done", "Step 1: 2/4 rollouts done", "Step 1: 3/4 rollouts done",
         "Eval after step 1: 1/2 rollouts done"]
@@ -48,4 +48,4 @@ def test_a_long_step_says_how_many_of_its_rollouts_are_done(api, taskapp, monkey
 def test_a_quick_step_says_nothing_of_its_rollouts(api, taskapp):
     job_id = create_job(api, payload(taskapp.url))
     assert wait_terminal(api, job_id)["status"] == "succeeded"
-    assert not [e for e in events_of(api, job_id) if e["type"] == trainer.ROLLOUT_PROGRESS_EVENT]
+    assert not [e for e in events_of(api, job_id) if e["type"] == rollouts.ROLLOUT_PROGRESS_EVENT]

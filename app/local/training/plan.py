@@ -1,0 +1,123 @@
+"""The training plan: what a job trains, read from its POST /api/rl/jobs payload.
+
+`plan_from_payload` checks a stored or posted payload (the job body's schema, bodies.py) and
+`training_plan` reads what the trainer needs from it; `policy_options` is what the `lm` policy
+reads from the config as written. Kept apart from the loop so the backend's routes can check a
+payload without the trainer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.local.server.bodies import JOB_REFUSAL, JobCreate
+from app.local.training.answers import DEFAULT_MAX_ANSWER_BYTES
+from app.local.training.rollout_record import DEFAULT_MAX_BYTES, DEFAULT_PER_STEP
+
+ROLLOUT_TIMEOUT_S = 120.0
+DEFAULT_MAX_CONCURRENT = 8
+
+
+class InvalidJobPayload(ValueError):
+    """The POST /rl/jobs body cannot be trained; the message says what to fix."""
+
+
+@dataclass(frozen=True)
+class TrainingPlan:
+    task_url: str
+    model: str
+    epochs: int
+    iterations_per_epoch: int
+    batch_size: int
+    group_size: int
+    learning_rate: float
+    max_turns: int
+    max_concurrent: int
+    env_name: str
+    policy_name: str
+    ops: tuple[str, ...]
+    rollout_timeout_s: float = ROLLOUT_TIMEOUT_S
+    eval_seeds: tuple[int, ...] = ()
+    eval_instances: int = 0
+    eval_every: int = 0
+    seed: int | None = None
+    # What the inspector keeps (rollout_record.py): train rollouts per step, bytes per job.
+    inspect_per_step: int = DEFAULT_PER_STEP
+    inspect_max_bytes: int = DEFAULT_MAX_BYTES
+    # The most of one /rollout answer read (app/local/training/answers.py): a larger one fails the job.
+    max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    # What the `lm` policy reads from the config as written (policy_options): trainer_mode,
+    # kl_coef, lora, temperature, top_p, max_tokens. The stand-in ignores them.
+    policy_options: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def total_steps(self) -> int:
+        return self.epochs * self.iterations_per_epoch
+
+    def eval_due(self, step: int) -> bool:
+        if not self.eval_instances:
+            return False
+        return step == self.total_steps or bool(self.eval_every and step % self.eval_every == 0)
+
+
+def plan_from_payload(body: Any) -> TrainingPlan:
+    """Check a job payload (docs/wire-contract.md#job-creation; app.local.server.bodies.JobCreate, as
+    POST /api/rl/jobs does) and read what training needs from it: a stored job's, on resume."""
+    try:
+        job = JobCreate.model_validate(body)
+    except ValidationError as exc:
+        raise InvalidJobPayload(JOB_REFUSAL.detail(exc.errors(), from_fastapi=False)) from None
+    return training_plan(job, body["data"]["config"])
+
+
+def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
+    """What training needs from a checked job payload; `config` is its data.config as sent."""
+    data = job.data
+    rollout, training, evaluation = data.config.rollout, data.config.training, data.config.evaluation
+    return TrainingPlan(
+        task_url=data.endpoint_base_url.rstrip("/"),
+        model=data.model_name,
+        epochs=training.num_epochs,
+        iterations_per_epoch=training.iterations_per_epoch,
+        batch_size=training.batch_size,
+        group_size=training.group_size,
+        learning_rate=float(training.learning_rate),
+        max_turns=training.max_turns,
+        max_concurrent=rollout.max_concurrent_rollouts or DEFAULT_MAX_CONCURRENT,
+        env_name=str(rollout.env_name or "default"),
+        policy_name=str(rollout.policy_name or "policy"),
+        ops=tuple(rollout.ops or ("agent", "env")),
+        rollout_timeout_s=float(rollout.timeout_s or ROLLOUT_TIMEOUT_S),
+        max_answer_bytes=int(rollout.max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES),
+        eval_seeds=tuple(evaluation.seeds) if evaluation else (),
+        eval_instances=evaluation.instances if evaluation else 0,
+        eval_every=evaluation.every_n_iters if evaluation else 0,
+        seed=training.seed,
+        inspect_per_step=rollout.inspect_per_step,
+        inspect_max_bytes=rollout.inspect_max_bytes,
+        policy_options=policy_options(config),
+    )
+
+
+def policy_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The options of the `lm` policy, from the config as written (docs/embedded-policy.md#the-lm-policy):
+    [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef; [training.lora] (or
+    the older top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p,
+    max_tokens."""
+    def table(value: Any) -> dict[str, Any]:
+        return value if isinstance(value, dict) else {}
+
+    model, policy, training = table(config.get("model")), table(config.get("policy")), table(config.get("training"))
+    lora = table(training.get("lora")) or table(config.get("lora"))
+    options: dict[str, Any] = {
+        "trainer_mode": model.get("trainer_mode") or policy.get("trainer_mode"),
+        "chat_template": model.get("chat_template") or policy.get("chat_template"),
+        "kl_coef": training.get("kl_coef"),
+        "lora": {k: lora.get(k) for k in ("r", "alpha", "dropout", "target_modules") if lora.get(k) is not None},
+        "temperature": policy.get("temperature"), "top_p": policy.get("top_p"), "max_tokens": policy.get("max_tokens"),
+    }
+    return {k: v for k, v in options.items() if v is not None}
+

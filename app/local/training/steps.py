@@ -1,0 +1,148 @@
+"""The trainer's step loop: one training step (its rollouts, the policy update, the
+checkpoint and the step's events and metrics in one transaction) and the evaluations after it.
+
+`StepLoop` is a part of `Trainer` (trainer.py), cut out here; it plays rollouts through
+`RolloutClient` (rollouts.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from typing import Any
+
+from app.core.runs.series import shown_number
+from app.local.policies.base import Episode
+from app.local.state.checkpoints import Checkpoints
+from app.local.training.job_run import JobRun
+from app.local.training.rollout_record import StepSample
+from app.local.training.rollouts import RolloutClient
+
+# A policy's own numbers that are also metrics (a chart each on the dashboard, a column in the
+# export): what a GRPO practitioner reads beside the score, loss and entropy (docs/embedded-policy.md#metrics).
+GRID_STATS = ("reward_std", "kl", "clip_ratio", "completion_tokens", "generation_tokens_per_s", "step_seconds",
+              "allreduce_s")  # allreduce_s: data-parallel jobs only (app/local/parallel/policy.py)
+
+
+def _point(name: str, value: float, phase: str, n: int) -> dict[str, Any]:
+    return {"name": name, "value": value, "phase": phase, "data": {"n": n}}
+
+
+class StepLoop(RolloutClient):
+    """The step half of `Trainer`: what it uses of the trainer is declared here."""
+
+    checkpoints: Checkpoints
+
+    async def _train_step(self, run: JobRun, step: int) -> None:
+        """Play a step's rollouts, update the policy, save it, and record the step (its events,
+        metrics and checkpoint in one transaction; with an evaluation, in two)."""
+        plan, job_id = run.plan, run.job_id
+        epoch = (step - 1) // plan.iterations_per_epoch
+        started = time.monotonic()
+        seeds = [run.rng.randrange(1_000_000) for _ in range(plan.batch_size)]
+        run.sample = StepSample(plan.inspect_per_step, plan.batch_size * plan.group_size)
+        calling = run.calling_rollouts
+        episodes = await self._play_all(run, "rl", step, [s for s in seeds for _ in range(plan.group_size)])
+        self._require_policy_calls(run, step, len(episodes), run.calling_rollouts - calling)
+        kept, run.sample = run.sample.chosen(), None
+        await self._keep(run, kept)
+        groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
+        # In a thread: a large batch must not stall the event loop that answers every client.
+        assert run.policy is not None  # _load_policy ran
+        stats = await asyncio.to_thread(run.policy.update, groups)
+        mean = sum(e.score for e in episodes) / len(episodes)
+        loss = shown_number(stats.loss)  # an lm job's tiny loss in scientific notation, not "-0.0000"
+        events = [{"type": "rl.train.step",
+                   "message": f"Step {step}/{plan.total_steps}: mean score {mean:.3f}, loss {loss}, "
+                              f"entropy {stats.entropy:.3f}",
+                   "data": {"step": step, "total_steps": plan.total_steps, "epoch": epoch, "mean_score": mean,
+                            "loss": stats.loss, "entropy": stats.entropy, "rollouts": len(episodes),
+                            # One memo per chat answer learned from; for the stand-in, one decision per
+                            # tool argument (with the gridworld's one-choice tool, decisions == turns).
+                            "decisions": sum(len(m) if isinstance(m, list) else 1
+                                             for e in episodes for m in e.memos),
+                            "turns": sum(e.turns or 0 for e in episodes),
+                            "seconds": round(time.monotonic() - started, 3), **stats.extra}}]
+        flat = self._flat_warning(run, step, episodes)
+        if flat is not None:
+            events.append(flat)
+        n = len(episodes)
+        own = {key: float(value) for key in GRID_STATS
+               if isinstance(value := stats.extra.get(key), int | float) and math.isfinite(value)}
+        points = [{**p, "epoch": epoch} for p in (
+            _point("train.mean_score", mean, "train", n), _point("train.loss", stats.loss, "train", n),
+            _point("train.entropy", stats.entropy, "train", n),
+            *(_point(f"train.{key}", value, "train", n) for key, value in own.items()))]
+        run.step, run.last_train_score = step, mean
+        if run.first_score is None:
+            run.first_score = mean
+        await asyncio.to_thread(self.checkpoints.save, job_id, step, run.policy)
+        if plan.eval_due(step):
+            run.eval_pending = points
+            self.journal.commit_step(job_id, events, run.saved_state())
+            self._progress(run, step, train_mean_score=mean)
+            await self._evaluate_step(run, step, points)
+        else:
+            self.journal.commit_step(job_id, events, run.saved_state(), metrics=(step, points))
+            self._progress(run, step, train_mean_score=mean)
+            await asyncio.to_thread(self.checkpoints.prune, job_id, step)
+
+    async def _evaluate_step(self, run: JobRun, step: int, points: list[dict[str, Any]]) -> None:
+        """The evaluation after a recorded step; then the step's metrics, all together
+        (store.add_metrics says why)."""
+        try:
+            mean, event = await self._evaluate(run, step)
+        except BaseException:
+            # The step trained (its event says so): its metrics are kept even when the
+            # evaluation after it fails or the job is cancelled; not at a shutdown, after which
+            # the evaluation is played again.
+            if not run.stopping:
+                run.eval_pending = None
+                self.journal.commit_step(run.job_id, [], run.saved_state(), metrics=(step, points))
+            raise
+        run.eval_pending, run.eval_score = None, mean
+        epoch = points[0]["epoch"] if points else 0
+        eval_point = {**_point("eval.mean_score", mean, "eval", run.plan.eval_instances), "epoch": epoch}
+        self.journal.commit_step(run.job_id, [event], run.saved_state(), metrics=(step, [*points, eval_point]))
+        self._progress(run, step, eval_mean_score=mean)
+        await asyncio.to_thread(self.checkpoints.prune, run.job_id, step)
+
+    async def _evaluate(self, run: JobRun, step: int) -> tuple[float, dict[str, Any]]:
+        plan = run.plan
+        seeds = [plan.eval_seeds[i % len(plan.eval_seeds)] for i in range(plan.eval_instances)]
+        episodes = await self._play_all(run, "eval", step, seeds)
+        mean = sum(e.score for e in episodes) / len(episodes)
+        solved = sum(e.score > 0 for e in episodes) / len(episodes)
+        return mean, {"type": "rl.eval.summary",
+                      "message": f"Eval after step {step}: mean score {mean:.3f} over {len(episodes)} episodes "
+                                 f"({solved:.0%} scored above 0)",
+                      "data": {"step": step, "mean_score": mean, "seeds": sorted(set(seeds)),
+                               "instances": len(episodes), "success_rate": solved}}
+
+    def _flat_warning(self, run: JobRun, step: int, episodes: list[Episode]) -> dict[str, Any] | None:
+        """Rollouts that all score the same teach nothing (every advantage is 0): say so the
+        first time, loudly, instead of looking like a healthy run."""
+        scores = {e.score for e in episodes}
+        if len(scores) != 1:
+            return None
+        run.flat_steps += 1
+        if run.flat_steps != 1:
+            return None
+        score = scores.pop()
+        if run.first_score is not None and score > run.first_score:  # it rose to here: likely solved
+            why = ("If every rollout now solves the task, the run has little left to learn from it: a harder task "
+                   "(or more of its variants) gives the policy something to compare")
+        else:
+            why = ("If this goes on, the task app may be rejecting the policy's actions, or its reward does not "
+                   "depend on them: check the task app's log and its tool schema")
+        return {"type": "rl.train.warning", "level": "warning", "data": {"step": step, "rollouts": len(episodes)},
+                "message": f"Step {step}: every one of {len(episodes)} rollouts scored exactly {score:g}, so "
+                           f"nothing was learned from it. {why}."}
+
+    def _progress(self, run: JobRun, step: int, **scores: Any) -> None:
+        job = self.journal.store.get_job(run.job_id)
+        metadata = dict(job["metadata"]) if job else {}
+        metadata.update(scores, step=step, total_steps=run.plan.total_steps, counters=run.counters())
+        self.journal.store.set_metadata(run.job_id, metadata)
+
