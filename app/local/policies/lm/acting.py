@@ -11,9 +11,9 @@ and the restart is counted. A `tool_choice` that requires a call constrains gene
 xgrammar to the template's tool-call scaffold with arguments that match the tool's JSON schema.
 
 `Acting` is a part of app/local/policies/lm/policy.py's LmPolicy (which sets the attributes
-declared here); torch and xgrammar are imported at module level: only policy.py imports this
-module (and app/local/parallel/worker.py, for `EpisodeSequence` and `TurnMemo`), when an `lm`
-job starts. docs/embedded-policy.md#the-lm-policy.
+declared here); torch and xgrammar are imported at module level: it is imported only when an
+`lm` job starts, through policy.py (and grpo_thread.py) or by app/local/parallel/worker.py (for
+`EpisodeSequence` and `TurnMemo`). docs/embedded-policy.md#the-lm-policy.
 """
 
 from __future__ import annotations
