@@ -16,7 +16,8 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
          "app.core.config.schema", "app.core.api.client", "app.core.api.streaming", "app.headless", "app.local.servers",
          "app.screens.dashboard", "app.screens.env_review",
          # The trainer extra (pip install 'synth-tui[trainer]'): only the embedded backend's lm policy loads it.
-         "torch", "transformers", "trl", "peft", "xgrammar", "app.local.policies.lm.policy")
+         "torch", "transformers", "trl", "peft", "xgrammar", "app.local.policies.lm.policy",
+         "app.local.policies.lm.acting", "app.local.policies.lm.grpo_thread", "app.local.policies.lm.checkpoint")
 
 FIRST_SCREEN = """
 import json, sys

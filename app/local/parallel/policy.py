@@ -232,7 +232,7 @@ class DistributedLmPolicy:
         memos = [m for m in episode.memos if isinstance(m, RankMemo)]
         if not memos:
             return {"calls": [], "score": episode.score}
-        last = memos[-1]  # after a restart, the last sequence holds the episode (app/local/policies/lm/policy.py)
+        last = memos[-1]  # after a restart, the last sequence holds the episode (app/local/policies/lm/grpo_thread.py)
         calls = [m.call_id for m in memos if m.cid == last.cid]
         if last.rank == rank:
             return {"calls": calls, "score": episode.score}

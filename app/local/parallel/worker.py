@@ -145,14 +145,14 @@ class Rank:
                              "turns": [[m.end, m.tokens, m.seconds] for m in mine]}}
 
     def update(self, body: dict[str, Any]) -> dict[str, Any]:
-        from app.local.policies.lm.policy import TurnMemo, _Sequence
+        from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
 
         episodes = []
         for item in body["episodes"]:
             shipped = item.get("sequence")
             if shipped:
-                sequence = _Sequence(list(shipped["ids"]), list(shipped["mask"]), list(shipped["logprobs"]),
-                                     int(shipped["prompt_len"]), "")
+                sequence = EpisodeSequence(list(shipped["ids"]), list(shipped["mask"]), list(shipped["logprobs"]),
+                                            int(shipped["prompt_len"]), "")
                 memos: list[Any] = [TurnMemo(sequence, int(e), int(t), float(s)) for e, t, s in shipped["turns"]]
             else:
                 memos = self._take(list(item.get("calls") or []))

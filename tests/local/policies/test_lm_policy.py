@@ -1,5 +1,5 @@
-"""The `lm` policy (app/local/policies/lm/policy.py): a real (tiny) language model acting through the
-chat endpoint and trained with TRL's GRPOTrainer. CPU, offline, seeded; needs the trainer extra.
+"""The `lm` policy (app/local/policies/lm/: policy.py and its parts): a real (tiny) language model
+acting through the chat endpoint and trained with TRL's GRPOTrainer. CPU, offline, seeded; needs the trainer extra.
 docs/embedded-policy.md#the-lm-policy."""
 
 from __future__ import annotations
@@ -265,7 +265,8 @@ def test_the_trainer_makes_its_own_adamw_as_the_policy_did(tiny_model: Path, mon
 def test_a_resumed_policy_goes_on_with_the_saved_adam_moments(tiny_model: Path, tmp_path: Path) -> None:
     import torch
 
-    from app.local.policies.lm.policy import OPTIMIZER, LmPolicy
+    from app.local.policies.lm.checkpoint import OPTIMIZER
+    from app.local.policies.lm.policy import LmPolicy
 
     rng = random.Random(5)
     first = LmPolicy(settings(tiny_model))
@@ -294,21 +295,23 @@ def test_the_engines_save_and_load_through_accelerate_on_the_real_trainer(
     one-process trainer (accelerate's distributed type NO counted as an engine), the save goes
     through accelerate's save_state into engine-state/ (no optimizer.pt) and the resume through
     load_state on the real, prepared trainer, with the Adam moments going on."""
+    from app.local.policies.lm import checkpoint
     from app.local.policies.lm import policy as lm
 
-    monkeypatch.setattr(lm, "ENGINES", (*lm.ENGINES, "NO"))
+    monkeypatch.setattr(checkpoint, "ENGINES", (*checkpoint.ENGINES, "NO"))
     rng = random.Random(6)
     first = lm.LmPolicy(settings(tiny_model, trainer_mode="lora"))
     try:
         _step(first, rng, "e")
         _step(first, rng, "f")
-        assert first.training is not None and lm.uses_engine(first.training.trainer)
+        assert first.training is not None and checkpoint.uses_engine(first.training.trainer)
         first.save(tmp_path)
     finally:
         first.close()
     names = {p.name for p in tmp_path.iterdir()}
-    assert {"adapter_model.safetensors", "policy.json", lm.ENGINE_STATE} <= names and lm.OPTIMIZER not in names
-    assert (tmp_path / lm.ENGINE_STATE / "optimizer.bin").is_file()
+    assert {"adapter_model.safetensors", "policy.json", checkpoint.ENGINE_STATE} <= names
+    assert checkpoint.OPTIMIZER not in names
+    assert (tmp_path / checkpoint.ENGINE_STATE / "optimizer.bin").is_file()
     second = lm.LmPolicy(replace(settings(tiny_model, trainer_mode="lora"), total_steps=3))
     second.load(tmp_path)
     try:
@@ -325,7 +328,7 @@ def test_an_optimizer_state_saved_in_one_group_follows_its_parameters() -> None:
     the trainer's (two groups: with and without weight decay): each parameter keeps its moments."""
     import torch
 
-    from app.local.policies.lm.policy import regrouped
+    from app.local.policies.lm.checkpoint import regrouped
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.LayerNorm(4), torch.nn.Linear(4, 2))

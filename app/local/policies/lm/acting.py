@@ -1,0 +1,370 @@
+"""The `lm` policy's acting: one chat request to one answer, through the model or a vLLM server.
+
+A chat request's messages and tools are rendered with the ACTING template: the model's own chat
+template when it is prefix-preserving, else TRL's training variant of it
+(trl.chat_template_utils), so what the model acts on is exactly what training sees. Each episode
+(one correlation id) is ONE token sequence (`EpisodeSequence`): turn k+1's prompt is turn k's
+prompt, turn k's completion and the tokens the template adds after it (the task app's tool
+results or user message and the next generation prompt). When the task app's history does not
+extend that text (it edited the history), the episode's sequence starts again from a fresh render
+and the restart is counted. A `tool_choice` that requires a call constrains generation with
+xgrammar to the template's tool-call scaffold with arguments that match the tool's JSON schema.
+
+`Acting` is a part of app/local/policies/lm/policy.py's LmPolicy (which sets the attributes
+declared here); torch and xgrammar are imported at module level: it is imported only when an
+`lm` job starts, through policy.py (and grpo_thread.py) or by app/local/parallel/worker.py (for
+`EpisodeSequence` and `TurnMemo`). docs/embedded-policy.md#the-lm-policy.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import xgrammar as xgr
+
+from app.local.parallel.vllm import VllmGenerator
+from app.local.policies.base import Act, PolicyCannotAct, message_text
+from app.local.policies.lm.chat_templates import CHAT_KWARGS
+from app.local.policies.lm.model import LoadedModel
+
+MAX_EPISODES_KEPT = 4096  # sequences of episodes in flight (an abandoned one is dropped oldest first)
+_TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
+
+
+@dataclass
+class EpisodeSequence:
+    """One episode's joined sequence: every token, which are the model's (mask 1), their
+    logprobs (0.0 on the task app's), and where the first prompt ends."""
+
+    ids: list[int]
+    mask: list[int]
+    logprobs: list[float]
+    prompt_len: int
+    text: str
+
+
+@dataclass
+class TurnMemo:
+    """What one answer leaves for `update`: its sequence and where its completion ends."""
+
+    sequence: EpisodeSequence
+    end: int
+    tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """One generated completion: its ids, each one's logprob, whether the model chose it (1) or
+    the grammar forced it (0), and the generation's seconds."""
+
+    ids: list[int]
+    logprobs: list[float]
+    chosen: list[int]
+    seconds: float
+
+
+class Acting:
+    """LmPolicy's `act` and what it takes: rendering, the episodes' sequences, the tool-call
+    grammar, sampling (own forward passes or the vLLM server), the answer's message."""
+
+    tokenizer: Any
+    model: Any
+    loaded: LoadedModel
+    base: str
+    template: str | None
+    lock: threading.Lock
+    generator: VllmGenerator | None
+    temperature: float
+    top_p: float
+    max_tokens: int
+    eos_ids: list[int]
+    episodes: OrderedDict[str, EpisodeSequence]
+    restarts: int
+    unfinished_calls: int
+    _info: Any
+    _compiler: Any
+    _grammars: dict[str, tuple[Any, str]]
+
+    def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, tool_choice: Any,
+            correlation_id: str, rng: random.Random) -> Act:
+        tool_list = [t for t in (tools or []) if isinstance(t, dict)]
+        required = _required_tools(tool_list, tool_choice)
+        offered = tool_list if tool_choice != "none" else []
+        text = self._render(messages, offered)
+        seed = rng.getrandbits(63)
+        with self.lock:  # one generation at a time on the model (and one compile per tool set)
+            grammar = self._grammar(required) if required else None
+            sequence = self._sequence_for(correlation_id, text)
+            prompt = list(sequence.ids)
+            turn = self._own_turn(prompt, grammar, seed) if self.generator is None else None
+        if turn is None:  # a vLLM server serves turns side by side: not under the model's lock
+            turn = self._vllm_turn(prompt, grammar, seed)
+        with self.lock:
+            sequence.ids += turn.ids
+            sequence.mask += turn.chosen
+            sequence.logprobs += turn.logprobs
+            answer = self.tokenizer.decode(turn.ids, skip_special_tokens=False)
+            sequence.text += answer
+            memo = TurnMemo(sequence, len(sequence.ids), len(turn.ids), turn.seconds)
+        call_id = f"call_{secrets.token_hex(8)}"
+        message = self._message(answer, call_id, bool(offered))
+        if required and not message.get("tool_calls"):
+            self.unfinished_calls += 1
+        return Act(message, call_id, memo)
+
+    def _render(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
+        clean = [_clean_message(m) for m in messages]
+        try:
+            text = self.tokenizer.apply_chat_template(clean, tools=tools or None, tokenize=False,
+                                                      add_generation_prompt=True, chat_template=self.template,
+                                                      **CHAT_KWARGS)
+        except Exception as exc:  # noqa: BLE001 - a template error is the request's problem
+            raise PolicyCannotAct(f"the chat template of {self.base} cannot render this request "
+                                  f"({type(exc).__name__}: {str(exc)[:200]})") from None
+        return str(text)
+
+    def _sequence_for(self, correlation_id: str, text: str) -> EpisodeSequence:
+        """The episode's sequence extended by what the template added since its last answer,
+        or a fresh one (a restart, counted, when the history does not extend it)."""
+        sequence = self.episodes.get(correlation_id)
+        if sequence is not None and text.startswith(sequence.text):
+            added = self._encode(text[len(sequence.text):])
+            sequence.ids += added
+            sequence.mask += [0] * len(added)
+            sequence.logprobs += [0.0] * len(added)
+            sequence.text = text
+            self.episodes.move_to_end(correlation_id)
+            return sequence
+        if sequence is not None:
+            self.restarts += 1
+        ids = self._encode(text)
+        sequence = EpisodeSequence(ids, [0] * len(ids), [0.0] * len(ids), len(ids), text)
+        self.episodes[correlation_id] = sequence
+        while len(self.episodes) > MAX_EPISODES_KEPT:
+            self.episodes.popitem(last=False)
+        return sequence
+
+    def _encode(self, text: str) -> list[int]:
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def _grammar(self, tools: list[dict[str, Any]]) -> tuple[Any, str]:
+        """The grammar of one call of any of `tools`, compiled and as EBNF (what a vLLM server
+        takes): the template's scaffold around {"name": NAME, "arguments": <the tool's schema>}
+        (cached per tool set)."""
+        key = json.dumps(tools, sort_keys=True)
+        if key not in self._grammars:
+            alternatives = []
+            for tool in tools:
+                function = tool["function"]
+                schema = function.get("parameters") or {"type": "object"}
+                head = '<tool_call>\n{"name": ' + json.dumps(function["name"]) + ', "arguments": '
+                try:
+                    arguments = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False,
+                                                             separators=(", ", ": "))
+                except Exception as exc:  # noqa: BLE001 - xgrammar's refusal, as a sentence
+                    raise PolicyCannotAct(f"the parameters schema of tool {function['name']!r} cannot be "
+                                          f"compiled to a grammar ({str(exc)[:200]})") from None
+                alternatives.append(xgr.Grammar.concat(_literal(head), arguments, _literal("}\n</tool_call>")))
+            grammar = alternatives[0] if len(alternatives) == 1 else xgr.Grammar.union(*alternatives)
+            self._grammars[key] = (self._compiler.compile_grammar(grammar), str(grammar))
+        return self._grammars[key]
+
+    def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int) -> _Turn:
+        started = time.perf_counter()
+        ids, logprobs, chosen = self._generate(prompt, grammar[0] if grammar else None,
+                                               torch.Generator().manual_seed(seed))
+        return _Turn(ids, logprobs, chosen, time.perf_counter() - started)
+
+    def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int) -> _Turn:
+        """One turn from the vLLM server: its sampled ids and their logprobs, the tool-call grammar
+        sent as EBNF. vLLM does not say which tokens the grammar forced: a token is taken as
+        forced where the grammar allowed it alone (replayed here with xgrammar)."""
+        assert self.generator is not None
+        try:
+            turn = self.generator.turn(prompt, seed=seed, grammar=grammar[1] if grammar else None,
+                                       max_tokens=self.max_tokens)
+        except Exception as exc:  # noqa: BLE001 - the server's failure, as the turn's problem
+            raise PolicyCannotAct(f"the vLLM server did not generate this turn ({type(exc).__name__}: "
+                                  f"{str(exc)[:200]})") from None
+        chosen = self._chosen(grammar[0], turn.completion_ids) if grammar else [1] * len(turn.completion_ids)
+        return _Turn(turn.completion_ids, turn.logprobs, chosen, turn.seconds)
+
+    def _chosen(self, grammar: Any, ids: list[int]) -> list[int]:
+        """1 where the grammar allowed more than one token, 0 where it allowed only the one taken."""
+        matcher = xgr.GrammarMatcher(grammar)
+        bitmask = xgr.allocate_token_bitmask(1, self._info.vocab_size)
+        chosen = []
+        for token in ids:
+            if matcher.is_terminated():
+                chosen.append(1)
+                continue
+            matcher.fill_next_token_bitmask(bitmask)
+            allowed = torch.zeros(1, self._info.vocab_size)
+            xgr.apply_token_bitmask_inplace(allowed, bitmask)
+            chosen.append(int(torch.isfinite(allowed).sum() > 1))
+            if not matcher.accept_token(token):  # not the grammar's (cannot be, from a server that applied it)
+                chosen[-1] = 1
+                break
+        return chosen + [1] * (len(ids) - len(chosen))
+
+    def _generate(self, prompt: list[int], grammar: Any,
+                  generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
+        """Sample a completion (ending with an end-of-turn token unless max_tokens cut it),
+        each token's log-probability under the unconstrained model at the sampling temperature
+        (what GRPO's loss computes), and whether the model chose it (1) or the grammar forced
+        it (0: the scaffold, fed in one forward pass; a forced token's probability under the
+        constrained policy is 1, so it carries no gradient and is masked out of the loss)."""
+        model = self.model
+        was_training = model.training
+        model.eval()  # no dropout while acting; the trainer's mode is put back after
+        try:
+            with torch.no_grad():
+                return self._sample_completion(prompt, grammar, generator)
+        finally:
+            model.train(was_training)
+
+    def _sample_completion(self, prompt: list[int], grammar: Any,
+                           generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
+        model = self.model
+        device = self.loaded.device
+        matcher = xgr.GrammarMatcher(grammar) if grammar is not None else None
+        bitmask = xgr.allocate_token_bitmask(1, self._info.vocab_size) if matcher is not None else None
+        out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
+        cache, last = out.past_key_values, out.logits[0, -1]
+        ids: list[int] = []
+        logprobs: list[float] = []
+        chosen: list[int] = []
+        while len(ids) < self.max_tokens:
+            forced = self._forced(matcher, self.max_tokens - len(ids))
+            if forced:
+                out = model(input_ids=torch.tensor([forced], device=device), past_key_values=cache, use_cache=True)
+                before = torch.cat([last.unsqueeze(0), out.logits[0, :-1]])
+                scores = torch.log_softmax(self._scaled(before), -1)
+                logprobs += [float(scores[pos, token]) for pos, token in enumerate(forced)]
+                ids += forced
+                chosen += [0] * len(forced)
+                cache, last = out.past_key_values, out.logits[0, -1]
+                continue
+            row = self._scaled(last)
+            choice = 1
+            if matcher is not None and bitmask is not None:
+                matcher.fill_next_token_bitmask(bitmask)
+                masked = row.clone().unsqueeze(0)
+                xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device))
+                choice = int(torch.isfinite(masked[0]).sum() > 1)  # one allowed token: forced
+                token = self._sample(masked[0], generator)
+                if not matcher.accept_token(token):
+                    break  # cannot happen for a token the mask allowed; stop rather than loop
+            else:
+                token = self._sample(row, generator)
+            logprobs.append(float(torch.log_softmax(row, -1)[token]))
+            ids.append(token)
+            chosen.append(choice)
+            if token in self.eos_ids or len(ids) >= self.max_tokens:
+                break
+            out = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
+            cache, last = out.past_key_values, out.logits[0, -1]
+        return ids, logprobs, chosen
+
+    def _forced(self, matcher: Any, room: int) -> list[int]:
+        """The tokens of the text the grammar forces next (accepted by the matcher), if any."""
+        if matcher is None:
+            return []
+        jump = matcher.find_jump_forward_string()
+        if not jump:
+            return []
+        forced = []
+        for token in self._encode(jump)[:room]:
+            if not matcher.accept_token(token):
+                break
+            forced.append(token)
+        return forced
+
+    def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.float() / max(self.temperature, 1e-6)
+
+    def _sample(self, row: torch.Tensor, generator: torch.Generator) -> int:
+        if self.temperature <= 0.0:
+            return int(torch.argmax(row))
+        probs = torch.softmax(row, -1)
+        if self.top_p < 1.0:
+            ordered, order = torch.sort(probs, descending=True)
+            keep = torch.cumsum(ordered, -1) - ordered < self.top_p
+            probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+        return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+    def _message(self, answer: str, call_id: str, tools_offered: bool) -> dict[str, Any]:
+        """The assistant message of an answer: its tool call (the first well-formed one) and
+        any text before it; the text alone when it holds none."""
+        text = answer
+        for eos in {self.tokenizer.decode([i], skip_special_tokens=False) for i in self.eos_ids}:
+            text = text.removesuffix(eos)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if not tools_offered:
+            return message
+        for match in _TOOL_CALL.finditer(text):
+            try:
+                call = json.loads(match.group(1))
+            except ValueError:
+                continue
+            if isinstance(call, dict) and isinstance(call.get("name"), str):
+                arguments = call.get("arguments", {})
+                raw = _raw_arguments(match.group(1))
+                message["tool_calls"] = [{"id": call_id, "type": "function", "function": {
+                    "name": call["name"], "arguments": raw if raw is not None else json.dumps(arguments)}}]
+                message["content"] = text[:match.start()].strip() or None
+                break
+        return message
+
+
+def _literal(text: str) -> Any:
+    return xgr.Grammar.from_ebnf(f"root ::= {json.dumps(text)}")
+
+
+def _raw_arguments(call_json: str) -> str | None:
+    """The arguments exactly as generated (so the template renders them back byte for byte)."""
+    marker = '"arguments": '
+    at = call_json.find(marker)
+    if at < 0 or not call_json.endswith("}"):
+        return None
+    raw = call_json[at + len(marker):-1].strip()
+    try:
+        json.loads(raw)
+    except ValueError:
+        return None
+    return raw
+
+
+def _required_tools(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]]:
+    """The tools a call must be one of: the named one, or all for "required"; [] otherwise."""
+    named = [t for t in tools if isinstance(t.get("function"), dict) and isinstance(t["function"].get("name"), str)]
+    if tool_choice == "required":
+        if not named:
+            raise PolicyCannotAct('tool_choice is "required" but the request offers no tools')
+        return named
+    if isinstance(tool_choice, dict):
+        name = (tool_choice.get("function") or {}).get("name")
+        chosen = [t for t in named if t["function"]["name"] == name]
+        if not chosen:
+            raise PolicyCannotAct(f"tool_choice names tool {name!r}, which the request does not offer")
+        return chosen
+    return []
+
+
+def _clean_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as templates expect it: text content (content parts joined)."""
+    clean = dict(message)
+    if isinstance(clean.get("content"), list):
+        clean["content"] = message_text(clean)
+    return clean

