@@ -42,8 +42,9 @@ from app.core.runs.jobs import JobContext, StoppedWithItsBackend, read_history, 
 # (docs/performance.md#first-paint).
 if TYPE_CHECKING:
     from app.core import modal as modal_cli
-    from app.core.api.client import ModelVerifyResult, RlSupport, SynthClient, VerifyResult
+    from app.core.api.client import SynthClient
     from app.core.api.health import HealthReport
+    from app.core.api.results import ModelVerifyResult, RlSupport, VerifyResult
     from app.core.api.streaming import WatchOptions
     from app.core.config import rl as cfg
     from app.core.runs.history import RunRecord
@@ -686,7 +687,7 @@ class LaunchSession:
     async def probe_for_attach(self, client: SynthClient) -> RlSupport:
         """The probe before a watch of an existing job: a backend without RL jobs is named as
         such, not as "job not found", with a way out that attach can take."""
-        from app.core.api.client import RlNotOffered
+        from app.core.api.errors import RlNotOffered
 
         try:
             return await self.probe(client)
@@ -714,7 +715,7 @@ class LaunchSession:
     async def verify_model(self, *, timeout: float = 30.0) -> ModelVerifyResult:
         """The backend's check of the model the payload names (POST /rl/verify_model); for a
         backend without one (the hosted service), the hosted service's list."""
-        from app.core.api.client import ModelFinding, ModelVerifyResult
+        from app.core.api.results import ModelFinding, ModelVerifyResult
         from app.core.config.models import check_rl_model, experimental_allowed
         from app.core.errors import ConfigError
 
