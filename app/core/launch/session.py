@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from app.core.api.results import ModelVerifyResult, RlSupport, VerifyResult
     from app.core.api.streaming import WatchOptions
     from app.core.config import rl as cfg
+    from app.core.modal_errors import ModalError
     from app.core.runs.history import RunRecord
 
 
@@ -92,11 +93,11 @@ class LaunchOptions:
         if self.idempotency:
             check_idempotency_key(self.idempotency)
         if self.modal_secret is not None or self.modal_app is not None:
-            from app.core import modal as modal_cli
+            from app.core import modal_names
         if self.modal_secret is not None:
-            object.__setattr__(self, "modal_secret", modal_cli.check_object_name(self.modal_secret, "secret"))
+            object.__setattr__(self, "modal_secret", modal_names.check_object_name(self.modal_secret, "secret"))
         if self.modal_app is not None:
-            modal_cli.split_app_ref(self.modal_app)
+            modal_names.split_app_ref(self.modal_app)
             if self.task_url:
                 raise UsageError("--task-url and --modal-app both name the task app.",
                                  "Pass one of them: --task-url URL, or --modal-app APP[/FUNCTION].")
@@ -249,7 +250,7 @@ class LaunchSession:
     modal_keys: dict[str, ResolvedKey] = field(default_factory=dict)
     # Why --modal-secret / --modal-app gave nothing, in the TUI: the env review shows it, with
     # the fix, instead of the app ending before its first screen (docs/modal.md#in-synth-tui).
-    modal_failure: modal_cli.ModalError | None = None
+    modal_failure: ModalError | None = None
     # What the prepared payload was built from; the same inputs give it back without a re-read.
     _prepared_from: tuple[object, ...] | None = field(default=None, init=False, repr=False)
 
