@@ -103,6 +103,8 @@ def cli_failure(result: CliResult, command: str, *, secret: str | None = None, a
 
 
 def find_modal(env: Mapping[str, str], *, use_module: bool) -> list[str] | None:
+    """The command that runs the CLI: ``modal`` on the PATH of ``env``, else ``python -m modal``
+    when ``use_module`` and the package is installed here; None when neither."""
     found = shutil.which("modal", path=env.get("PATH", os.defpath))
     if found:
         return [found]
