@@ -529,7 +529,7 @@ def guided_app(session: LaunchSession) -> SynthTuiApp:
     gives nothing the flow still starts, and the env review shows why and what to do."""
     failed = False
     if session.options.modal_secret or session.options.modal_app:
-        from app.core.modal import ModalError  # only then: docs/performance.md#first-paint
+        from app.core.modal_errors import ModalError  # only then: docs/performance.md#first-paint
 
         try:
             session.fetch_modal_values(announce=lambda text: print(text, file=sys.stderr, flush=True))

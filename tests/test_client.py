@@ -8,7 +8,8 @@ import httpx
 import pytest
 
 from app.core.api.backend_url import backend_from_env, ensure_api_base
-from app.core.api.client import (
+from app.core.api.client import SynthClient
+from app.core.api.errors import (
     AuthError,
     BackendTimeout,
     BackendUnreachable,
@@ -17,7 +18,6 @@ from app.core.api.client import (
     NotFoundError,
     RlNotOffered,
     ServerError,
-    SynthClient,
 )
 from fakes import ScriptedJob, event, training_timeline
 

@@ -14,11 +14,8 @@ import httpx
 import pytest
 
 from app.core.api.backend_url import backend_from_env, backend_url_problem
-from app.core.api.client import (
-    BadResponseError,
-    SynthClient,
-    job_path,
-)
+from app.core.api.client import SynthClient, job_path
+from app.core.api.errors import BadResponseError
 from app.core.api.wire import check_job_id, job_id_problem
 from app.core.config import rl as cfg
 from app.core.config.picker import config_path_problem, find_config_entries, load_config_entry

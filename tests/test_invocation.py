@@ -55,7 +55,8 @@ async def test_an_unreachable_hosted_default_names_backend_local():
     import pytest
 
     from app.core.api.backend_url import DEFAULT_PROD_BACKEND
-    from app.core.api.client import BackendTimeout, BackendUnreachable, SynthClient
+    from app.core.api.client import SynthClient
+    from app.core.api.errors import BackendTimeout, BackendUnreachable
 
     def refuse(request: httpx.Request) -> httpx.Response:
         raise httpx.ConnectError("[Errno -3] Temporary failure in name resolution", request=request)

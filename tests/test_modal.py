@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from app.core import modal
+from app.core import modal, modal_errors, modal_process
 from app.core.errors import ExitCode
 from app.core.launch.session import LaunchOptions, LaunchSession
-from app.core.modal import (
+from app.core.modal import ModalCli
+from app.core.modal_errors import (
     ModalCancelled,
-    ModalCli,
     ModalCommandFailed,
     ModalKeyNotInSecret,
     ModalNotInstalled,
@@ -202,14 +202,14 @@ def test_several_web_functions_are_listed_for_the_user_to_choose(standin):
     assert "two-webs/api" in caught.value.message and "two-webs/ui" in caught.value.message
     assert "--modal-app two-webs/FUNCTION" in caught.value.hint
     assert cli.task_app_endpoint("two-webs/ui").url == "https://ws--two-webs-ui.modal.run"
-    with pytest.raises(modal.ModalNoWebEndpoint):
+    with pytest.raises(modal_errors.ModalNoWebEndpoint):
         cli.task_app_endpoint("two-webs/nope")
 
 
 def test_a_stopped_or_missing_app_is_said_plainly(standin):
-    with pytest.raises(modal.ModalNoWebEndpoint, match="stopped"):
+    with pytest.raises(modal_errors.ModalNoWebEndpoint, match="stopped"):
         ModalCli().task_app_endpoint("old-app")
-    with pytest.raises(modal.ModalAppNotFound) as caught:
+    with pytest.raises(modal_errors.ModalAppNotFound) as caught:
         ModalCli().task_app_endpoint("no-such-app")
     assert "modal app list" in caught.value.hint
 
@@ -252,7 +252,7 @@ def test_a_slow_container_times_out_and_is_stopped(standin):
     with pytest.raises(ModalTimeout) as caught:
         # check_exists=False: the 1 s is the container's (listing alone can take longer on a loaded machine)
         ModalCli().read_secret_value("task-app-env", timeout=1.0, check_exists=False)
-    assert time.monotonic() - started < 1.0 + modal.STOP_GRACE_S + 5
+    assert time.monotonic() - started < 1.0 + modal_process.STOP_GRACE_S + 5
     assert "within 1 s" in caught.value.message and "stopped" in caught.value.message
     assert "DISTINCTIVE" not in full_text(caught.value)
 
@@ -273,7 +273,7 @@ def test_a_call_can_be_cancelled_from_another_thread(standin):
     worker.start()
     poll_until(lambda: any(c["argv"][1] == "shell" for c in standin.calls()), what="the container to start")
     cancel.set()
-    worker.join(timeout=modal.STOP_GRACE_S + 5)
+    worker.join(timeout=modal_process.STOP_GRACE_S + 5)
     assert not worker.is_alive()
     assert len(outcome) == 1 and isinstance(outcome[0], ModalCancelled)
     assert outcome[0].exit_code == ExitCode.INTERRUPTED
@@ -309,7 +309,7 @@ def test_the_value_is_in_no_message_whatever_happens(standin, scenario):
     standin.save()
     try:
         value = ModalCli().read_secret_value(name, timeout=1.0)
-    except modal.ModalError as exc:
+    except modal_errors.ModalError as exc:
         assert "DISTINCTIVE" not in full_text(exc)
     else:
         assert scenario == "ok" and value == VALUE
@@ -420,7 +420,7 @@ def test_without_modal_the_run_says_how_to_install_it(headless_world, monkeypatc
     from app.cli.dispatch import main
 
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    monkeypatch.setattr(modal, "_module_installed", lambda: False)
+    monkeypatch.setattr(modal_process, "module_installed", lambda: False)
     code = main(train_argv(headless_world, "--modal-secret", "task-app-env"))
     out, err = capsys.readouterr()
     assert code == ExitCode.CHECKS_FAILED

@@ -17,7 +17,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.api.client import BadResponseError, NotFoundError, SynthClient
+from app.core.api.client import SynthClient
+from app.core.api.errors import BadResponseError, NotFoundError
 from app.core.errors import ExitCode
 from app.core.runs.rollouts import (
     STALE_PAGES,

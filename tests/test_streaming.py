@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from app.core.api.client import AuthError, SynthClient
+from app.core.api.client import SynthClient
+from app.core.api.errors import AuthError
 from app.core.api.streaming import (
     BackendGaveUp,
     ConnectionState,

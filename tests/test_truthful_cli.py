@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core.api.client import SynthClient, UnsendableRequest
+from app.core.api.client import SynthClient
+from app.core.api.errors import UnsendableRequest
 from app.core.errors import ExitCode
 from support.cli import CliResult, run_cli
 

@@ -7,6 +7,11 @@ list (never a shell string), with its output captured; every call has a timeout 
 stopped from another thread (a ``threading.Event``). A value read from a secret is never
 logged, put on a command line or into an exception; a value written to a secret goes through
 a file readable only by its owner, in a private folder removed afterwards.
+
+Here: :class:`ModalCli`, one method a step (the secrets, the apps), and what the env review
+asks of it. Beside it: running the CLI (``modal_process``), reading what it prints
+(``modal_output``), checking the names given to it (``modal_names``) and its errors
+(``modal_errors``).
 """
 
 from __future__ import annotations
@@ -14,191 +19,50 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import re
 import secrets
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from importlib.util import find_spec
-from typing import Any, NamedTuple
+from typing import Any
 
 from app.core import shell_env
-from app.core.errors import ExitCode, SynthTuiError
-from app.core.redact import printable
+from app.core.modal_errors import (
+    UPGRADE_HINT,
+    ModalCancelled,
+    ModalCommandFailed,
+    ModalError,
+    ModalKeyNotInSecret,
+    ModalNotInstalled,
+    ModalNotLoggedIn,
+    ModalNoWebEndpoint,
+    ModalSecretNotFound,
+    ModalTimeout,
+    ModalUsageError,
+    apps_hint,
+)
+from app.core.modal_names import check_key_name, check_object_name, split_app_ref
+from app.core.modal_output import (
+    AppEndpoint,
+    ModalApp,
+    ModalSecret,
+    SecretSent,
+    WebEndpoint,
+    between_markers,
+    error_suffix,
+    int_or_zero,
+    print_one_variable,
+    reported_keys,
+    text_or_none,
+)
+from app.core.modal_process import CliResult, cli_failure, find_modal, run_cli
 from app.core.text import plural
-
-INSTALL_HINT = ("Install Modal's CLI: pip install 'synth-tui[modal]' (or pipx install modal), "
-                "then log in with `modal token new`.")
-LOGIN_HINT = "Run `modal token new` (or set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET), then try again."
-UPGRADE_HINT = "Upgrade it: pip install -U 'synth-tui[modal]' (modal 1.6 or newer)."
 
 # docs/modal.md#costs-and-time: listing and creating take a second or two; a container
 # takes seconds to tens of seconds to start, more when its image is built for the first time.
 DEFAULT_TIMEOUT_S = 60.0
 SHELL_TIMEOUT_S = 180.0
-# After a cancel or a timeout: SIGINT first, so the CLI stops its ephemeral app and container
-# (docs/modal.md#stopping-a-call), then SIGKILL if it has not exited within this grace.
-STOP_GRACE_S = 5.0
-_POLL_S = 0.1
-
-# Modal's own rule for object names (docs/modal.md#errors, "bad name").
-_OBJECT_NAME = re.compile(r"[A-Za-z0-9._-]{1,64}\Z")
-_APP_ID = re.compile(r"ap-[A-Za-z0-9]{22}\Z")
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ModalError(SynthTuiError):
-    """A Modal step failed: the run cannot get the key or URL it asked Modal for."""
-
-    exit_code = ExitCode.CHECKS_FAILED
-
-
-class ModalNotInstalled(ModalError):
-    pass
-
-
-class ModalNotLoggedIn(ModalError):
-    pass
-
-
-class ModalSecretNotFound(ModalError):
-    pass
-
-
-class ModalKeyNotInSecret(ModalError):
-    pass
-
-
-class ModalAppNotFound(ModalError):
-    pass
-
-
-class ModalNoWebEndpoint(ModalError):
-    pass
-
-
-class ModalTimeout(ModalError):
-    pass
-
-
-class ModalCommandFailed(ModalError):
-    pass
-
-
-class ModalUsageError(ModalError):
-    """A name Modal would refuse, or a choice the user has to make (several web endpoints)."""
-
-    exit_code = ExitCode.USAGE
-
-
-class ModalCancelled(ModalError):
-    exit_code = ExitCode.INTERRUPTED
-
-
-# --------------------------------------------------------------------------- results
-
-
-@dataclass(frozen=True)
-class ModalSecret:
-    """One row of ``modal secret list --json`` (docs/modal.md#secret-list)."""
-
-    name: str
-    created_at: str | None = None
-    created_by: str | None = None
-    last_used_at: str | None = None
-
-
-@dataclass(frozen=True)
-class ModalApp:
-    """One row of ``modal app list --json`` (docs/modal.md#app-list); ``name`` is its description,
-    the name it was deployed under."""
-
-    app_id: str
-    name: str
-    state: str
-    tasks: int = 0
-    created_at: str | None = None
-    stopped_at: str | None = None
-
-    @property
-    def deployed(self) -> bool:
-        return self.state == "deployed"
-
-
-@dataclass(frozen=True)
-class SecretSent:
-    """What :meth:`ModalCli.send_secret` wrote, and whether Modal showed afterwards that it
-    landed: ``confirmed`` with ``detail`` saying how, or not, with ``detail`` saying why
-    (docs/modal.md#confirming-a-send)."""
-
-    name: str
-    keys: tuple[str, ...]
-    confirmed: bool
-    detail: str
-
-
-class WebEndpoint(NamedTuple):
-    """A web function of a deployed app and its URL: ``(function, url)``."""
-
-    function: str
-    url: str
-
-
-class AppEndpoint(NamedTuple):
-    """A web endpoint of one of the deployed apps: ``(app, function, url)``."""
-
-    app: str
-    function: str
-    url: str
-
-
-@dataclass(frozen=True)
-class _Result:
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def check_object_name(name: str, kind: str) -> str:
-    """``name`` when Modal accepts it as a secret or app name, else a ModalUsageError. A name
-    starting with "-" would be read as an option, so it is refused here too."""
-    name = name.strip()
-    if not _OBJECT_NAME.match(name) or name.startswith("-") or (kind != "app" and _APP_ID.match(name)):
-        # Not echoed: a value pasted into the wrong flag must not be shown.
-        raise ModalUsageError(f"That is not a Modal {kind} name.",
-                              "Names hold letters, digits, dashes, dots and underscores, at most 64 characters.")
-    return name
-
-
-def check_key_name(key: str) -> str:
-    if not _ENV_NAME.match(key):
-        raise ModalUsageError("A secret's key must be a variable name (letters, digits and underscores).")
-    return key
-
-
-def split_app_ref(ref: str) -> tuple[str, str | None]:
-    """``APP`` or ``APP/FUNCTION`` (as `modal function info` takes it): both parts checked."""
-    app, slash, function = ref.strip().partition("/")
-    app = check_object_name(app, "app")
-    if not slash:
-        return app, None
-    if not _OBJECT_NAME.match(function) or function.startswith("-"):
-        raise ModalUsageError(f"{printable(function[:64])!r} is not a Modal function name.",
-                              "Pass --modal-app APP or APP/FUNCTION.")
-    return app, function
 
 
 def deployed_endpoints(cli: ModalCli, *, timeout: float = DEFAULT_TIMEOUT_S, cancel: threading.Event | None = None,
@@ -259,7 +123,7 @@ class ModalCli:
         elif executable is not None:
             self.command = list(executable)
         else:
-            self.command = _find_modal(self.env, use_module=use_module)
+            self.command = find_modal(self.env, use_module=use_module)
 
     def available(self) -> bool:
         """Whether a ``modal`` CLI was found (it may still not be logged in)."""
@@ -272,8 +136,8 @@ class ModalCli:
         """The secrets of the active Modal environment, names holding "env" first."""
         rows = self._json_list(["secret", "list", "--json"], timeout=timeout, cancel=cancel,
                                what="listing Modal secrets")
-        found = [ModalSecret(str(row["name"]), _text(row.get("created_at")), _text(row.get("created_by")),
-                             _text(row.get("last_used_at")))
+        found = [ModalSecret(str(row["name"]), text_or_none(row.get("created_at")), text_or_none(row.get("created_by")),
+                             text_or_none(row.get("last_used_at")))
                  for row in rows if isinstance(row, dict) and row.get("name")]
         return secrets_env_first(found)
 
@@ -293,12 +157,12 @@ class ModalCli:
         if check_exists:
             self.require_secret(name, timeout=min(timeout, DEFAULT_TIMEOUT_S), cancel=cancel)
         marker = f"synth_tui_{secrets.token_hex(8)}"
-        result = self._run(["shell", "--secret", name, "--no-pty", "--cmd", _print_one_variable(key, marker)],
+        result = self._run(["shell", "--secret", name, "--no-pty", "--cmd", print_one_variable(key, marker)],
                            timeout=timeout, cancel=cancel, what=f"reading {key} from Modal secret {name}",
                            stopping=" The container is stopped with it.")
         if result.returncode != 0:
-            raise self._failure(result, f"modal shell --secret {name}", secret=name)
-        value = _between_markers(result.stdout, marker)
+            raise cli_failure(result, f"modal shell --secret {name}", secret=name)
+        value = between_markers(result.stdout, marker)
         if value is None:
             if f"{marker}_missing" in result.stdout:
                 raise ModalKeyNotInSecret(
@@ -307,7 +171,7 @@ class ModalCli:
                     f"FILE --force`, which replaces the whole secret), or choose another secret (`modal secret list`).")
             raise ModalCommandFailed(
                 f"The Modal container for secret {name} ran, but its answer for {key} was not in its output."
-                + _error_suffix(result.stderr),
+                + error_suffix(result.stderr),
                 "Try again; `modal app list` shows a 'modal shell' app that failed to start.")
         if not value:
             raise ModalKeyNotInSecret(f"{key} is empty in Modal secret {name}.",
@@ -341,7 +205,7 @@ class ModalCli:
         def sent(confirmed: bool, detail: str) -> SecretSent:
             return SecretSent(name, keys, confirmed, detail)
 
-        reported = _reported_keys(stdout, name)
+        reported = reported_keys(stdout, name)
         if reported is None:
             return sent(False, f"`modal secret create` did not print its usual 'Created a new secret {name!r}' line.")
         unreported = [k for k in keys if k not in reported]
@@ -388,7 +252,7 @@ class ModalCli:
         finally:
             shutil.rmtree(folder, ignore_errors=True)
         if result.returncode != 0:
-            raise self._failure(result, f"modal secret create {name}", secret=name)
+            raise cli_failure(result, f"modal secret create {name}", secret=name)
         return result.stdout
 
     def require_secret(self, name: str, *, timeout: float = DEFAULT_TIMEOUT_S,
@@ -418,7 +282,8 @@ class ModalCli:
         """The apps of the active environment: deployed ones first, each group in Modal's order."""
         rows = self._json_list(["app", "list", "--json"], timeout=timeout, cancel=cancel, what="listing Modal apps")
         apps = [ModalApp(str(row["app_id"]), str(row.get("description") or ""), str(row.get("state") or ""),
-                         _int(row.get("tasks")), _text(row.get("created_at")), _text(row.get("stopped_at")))
+                         int_or_zero(row.get("tasks")), text_or_none(row.get("created_at")),
+                         text_or_none(row.get("stopped_at")))
                 for row in rows if isinstance(row, dict) and row.get("app_id")]
         return sorted(apps, key=lambda a: not a.deployed)
 
@@ -439,7 +304,7 @@ class ModalCli:
         state = str(lifecycle.get("state") or "") if isinstance(lifecycle, dict) else ""
         if state and state != "deployed":
             raise ModalNoWebEndpoint(f"Modal app {name} is {state}, not deployed: its web endpoints do not answer.",
-                                     f"Deploy it again (`modal deploy`), or pass --task-url URL. {_apps_hint()}")
+                                     f"Deploy it again (`modal deploy`), or pass --task-url URL. {apps_hint()}")
         functions = info.get("functions")
         web = sorted(fn for fn, entry in (functions.items() if isinstance(functions, dict) else [])
                      if isinstance(entry, dict) and isinstance(entry.get("summary"), dict)
@@ -489,7 +354,7 @@ class ModalCli:
               app: str | None = None) -> Any:
         result = self._run(args, timeout=timeout, cancel=cancel, what=what)
         if result.returncode != 0:
-            raise self._failure(result, "modal " + " ".join(args[:2]), app=app)
+            raise cli_failure(result, "modal " + " ".join(args[:2]), app=app)
         try:
             return json.loads(result.stdout)
         except ValueError:
@@ -503,178 +368,5 @@ class ModalCli:
         return rows
 
     def _run(self, args: list[str], *, timeout: float, cancel: threading.Event | None, what: str,
-             stopping: str = "") -> _Result:
-        if self.command is None:
-            raise ModalNotInstalled(f"Modal's command-line tool is not installed (needed for {what}).", INSTALL_HINT)
-        try:
-            process = subprocess.Popen([*self.command, *args], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, env=self.env, text=True, encoding="utf-8",
-                                       errors="replace")
-        except OSError as exc:
-            raise ModalNotInstalled(f"Cannot run {self.command[0]} ({exc.strerror or type(exc).__name__}), "
-                                    f"needed for {what}.", INSTALL_HINT) from None
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                try:
-                    stdout, stderr = process.communicate(timeout=_POLL_S)
-                    return _Result(process.returncode, stdout or "", stderr or "")
-                except subprocess.TimeoutExpired:
-                    pass
-                if cancel is not None and cancel.is_set():
-                    _stop(process)
-                    raise ModalCancelled(f"Stopped {what}.{stopping}")
-                if time.monotonic() >= deadline:
-                    _stop(process)
-                    raise ModalTimeout(f"Modal did not finish {what} within {timeout:g} s.{stopping}",
-                                       "Try again (a first container start can be slow), check Modal's status "
-                                       "page, or set the value in the .env instead.")
-        finally:
-            if process.poll() is None:  # an exception of ours, or Ctrl-C, while it ran
-                _stop(process)
-
-    def _failure(self, result: _Result, command: str, *, secret: str | None = None,
-                 app: str | None = None) -> ModalError:
-        # stderr only: the CLI prints its errors there, and stdout may hold what a container printed.
-        text = _error_text(result.stderr)
-        low = text.lower()
-        if any(s in low for s in ("token missing", "modal token new", "could not authenticate", "unauthenticated",
-                                  "invalid token", "token validation")):
-            return ModalNotLoggedIn("Modal is not logged in on this machine.", LOGIN_HINT)
-        if "no such command" in low or "no such option" in low:
-            return ModalCommandFailed(f"This modal CLI cannot run `{command}` as synth-tui needs: {text}",
-                                      UPGRADE_HINT)
-        missing = "not found" in low or "no app with name" in low or "no secret" in low
-        if secret is not None and missing:
-            return ModalSecretNotFound(f"Modal secret {secret} was not found: {text}",
-                                       "`modal secret list` lists them.")
-        if app is not None and missing:
-            return ModalAppNotFound(f"Modal app {app} was not found: {text}", _apps_hint())
-        detail = f": {text}" if text else f" (exit {result.returncode}, nothing on stderr)"
-        return ModalCommandFailed(f"`{command}` failed{detail}",
-                                  "Run the same `modal` command yourself to see the whole message.")
-
-
-# --------------------------------------------------------------------------- helpers
-
-
-def _find_modal(env: Mapping[str, str], *, use_module: bool) -> list[str] | None:
-    found = shutil.which("modal", path=env.get("PATH", os.defpath))
-    if found:
-        return [found]
-    if use_module and _module_installed():
-        return [sys.executable, "-m", "modal"]
-    return None
-
-
-def _module_installed() -> bool:
-    """The ``modal`` package in this interpreter (the synth-tui[modal] extra), without importing it."""
-    try:
-        return find_spec("modal") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def _stop(process: subprocess.Popen[str]) -> None:
-    """SIGINT (the CLI then stops its app and container), then SIGKILL after a grace."""
-    try:
-        process.send_signal(signal.SIGINT)
-        process.communicate(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.communicate()
-    except (OSError, ValueError):
-        pass
-
-
-def _print_one_variable(key: str, marker: str) -> str:
-    """The container's command (run by bash -c): only ``key``'s value, between markers.
-
-    The markers are built at run time (``$p`` plus a suffix), so the command's own text never
-    holds them: a CLI that echoed the command could not be mistaken for an answer. Nothing
-    but the one variable is printed (the container also holds Modal's token variables)."""
-    return (f"p={marker}; if [ -n \"${{{key}+set}}\" ]; then printf '%s_begin:' \"$p\"; "
-            f"printf '%s' \"${key}\"; printf ':%s_end\\n' \"$p\"; else printf '%s_missing\\n' \"$p\"; fi")
-
-
-def _between_markers(output: str, marker: str) -> str | None:
-    begin, end = f"{marker}_begin:", f":{marker}_end"
-    start = output.find(begin)
-    if start < 0:
-        return None
-    stop = output.rfind(end)
-    if stop < start + len(begin):
-        return None
-    return output[start + len(begin):stop]
-
-
-def _reported_keys(stdout: str, name: str) -> list[str] | None:
-    """The keys of "Created a new secret 'NAME' with the key(s) 'A', 'B'" (cli/secret.py
-    ``create``; docs/modal.md#writing-a-secret), None when that line is not there."""
-    for line in stdout.splitlines():
-        head, _, keys = line.partition(" with the key")
-        if head.strip() == f"Created a new secret {name!r}":
-            return re.findall(r"'([A-Za-z_][A-Za-z0-9_]*)'", keys)
-    return None
-
-
-def _error_text(stream: str) -> str:
-    """The message of an ``Error: …`` the CLI printed (rich tables and code samples dropped),
-    else the last non-empty line; at most 300 characters, control characters escaped."""
-    lines = [line.strip() for line in stream.splitlines() if line.strip()]
-    for index, line in enumerate(lines):
-        if line.startswith("Error:"):
-            text = " ".join([line.removeprefix("Error:").strip(), *lines[index + 1:index + 3]])
-            break
-    else:
-        text = lines[-1] if lines else ""
-    return printable(text[:300] + ("…" if len(text) > 300 else ""))
-
-
-def _error_suffix(stderr: str) -> str:
-    text = _error_text(stderr)
-    return f" Modal said: {text}" if text else ""
-
-
-def _apps_hint() -> str:
-    return "`modal app list` lists the apps of the active environment (MODAL_ENVIRONMENT chooses it)."
-
-
-def _text(value: object) -> str | None:
-    return None if value in (None, "", "-") else str(value)
-
-
-def _int(value: object) -> int:
-    try:
-        return int(str(value))
-    except ValueError:
-        return 0
-
-
-__all__ = [
-    "DEFAULT_TIMEOUT_S",
-    "AppEndpoint",
-    "INSTALL_HINT",
-    "SHELL_TIMEOUT_S",
-    "ModalApp",
-    "ModalCancelled",
-    "ModalCli",
-    "ModalCommandFailed",
-    "ModalError",
-    "ModalKeyNotInSecret",
-    "ModalNoWebEndpoint",
-    "ModalNotInstalled",
-    "ModalNotLoggedIn",
-    "ModalSecret",
-    "ModalSecretNotFound",
-    "ModalTimeout",
-    "ModalUsageError",
-    "SecretSent",
-    "WebEndpoint",
-    "check_key_name",
-    "container_notice",
-    "deployed_endpoints",
-    "check_object_name",
-    "secrets_env_first",
-    "split_app_ref",
-]
+             stopping: str = "") -> CliResult:
+        return run_cli(self.command, self.env, args, timeout=timeout, cancel=cancel, what=what, stopping=stopping)

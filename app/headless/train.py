@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core.api.client import CreateResult
+from app.core.api.results import CreateResult
 from app.core.config import rl as cfg
 from app.core.config.toml_source import read_config_text
 from app.core.env.keys import REQUIRED_KEYS

@@ -14,7 +14,9 @@ from typing import TypeVar
 from textual import events, on, work
 from textual.binding import Binding
 
-from app.core.modal import ModalCancelled, ModalCli, SecretSent, deployed_endpoints
+from app.core.modal import ModalCli, deployed_endpoints
+from app.core.modal_errors import ModalCancelled
+from app.core.modal_output import SecretSent
 from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
 from app.screens.dialogs.modal_service import (

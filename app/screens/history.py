@@ -319,7 +319,7 @@ class HistoryScreen(FlowScreen):
         (LaunchSession.use_history_record); Esc comes back here. A backend that is gone:
         read-only, from the events this machine saved (docs/product.md#run-history)."""
         # Here, not at the top: the history's first frame needs neither the client nor the feed.
-        from app.core.api.client import BackendTimeout, BackendUnreachable
+        from app.core.api.errors import BackendTimeout, BackendUnreachable
         from app.core.runs.saved_run import read_saved_run
 
         read_only: str | None = None

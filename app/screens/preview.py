@@ -20,7 +20,8 @@ from textual.reactive import var
 from textual.timer import Timer
 from textual.widgets import Button, Input, Label, Static, Switch
 
-from app.core.api.client import ApiError, ConflictError, CreateResult, PayloadRefused
+from app.core.api.errors import ApiError, ConflictError, PayloadRefused
+from app.core.api.results import CreateResult
 from app.core.errors import SynthTuiError
 from app.core.launch import service
 from app.core.launch.steps import PreparedJob

@@ -23,7 +23,7 @@ from textual.timer import Timer
 from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from app.core.api.client import ApiError
+from app.core.api.errors import ApiError
 from app.core.errors import SynthTuiError
 from app.core.launch import service
 from app.core.launch.diagnosis import (

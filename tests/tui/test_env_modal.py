@@ -124,7 +124,7 @@ async def test_esc_while_the_container_starts_reads_nothing(make_app, project, s
 
 async def test_without_modal_the_error_says_how_to_install_it(make_app, project, monkeypatch):
     monkeypatch.setenv("PATH", str(project))  # no modal anywhere
-    monkeypatch.setattr("app.core.modal._module_installed", lambda: False)
+    monkeypatch.setattr("app.core.modal_process.module_installed", lambda: False)
     (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:

@@ -14,8 +14,9 @@ import httpx
 import pytest
 from textual.widgets import Button, Input, Switch
 
-from app.core.api.client import ApiResponse, AuthError, CreateResult, VerifyResult
+from app.core.api.errors import AuthError
 from app.core.api.health import HealthAttempt, HealthReport
+from app.core.api.results import ApiResponse, CreateResult, VerifyResult
 from app.screens.dashboard import DashboardScreen
 from app.screens.dialogs.common import ErrorDialog
 from app.screens.preview import PayloadPreviewScreen

@@ -15,8 +15,8 @@ import httpx
 import pytest
 from textual.widgets import TextArea
 
-from app.core.api.client import ApiResponse, ModelVerifyResult, VerifyResult
 from app.core.api.health import HealthAttempt, HealthReport, check_task_app
+from app.core.api.results import ApiResponse, ModelVerifyResult, VerifyResult
 from app.core.launch.diagnosis import (
     BackendCheck,
     TaskAppCheck,

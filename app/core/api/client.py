@@ -1,28 +1,40 @@
-"""Async HTTP client for the Synth backend (docs/wire-contract.md#endpoints-and-auth), hosted or embedded.
+"""Async HTTP client for the Synth backend (docs/wire-contract.md#endpoints-and-auth), hosted or embedded:
+its endpoints (the RL probe, verification, a job's create, status, events, metrics, rollouts,
+cancel, the job list and the event stream) on top of app.core.api.transport.
 
-Every failure becomes a typed :class:`ApiError` with a human message and a fix; secrets are
-redacted from anything an error carries. Reads are retried with backoff and jitter; a job
-create is retried only when it carries an Idempotency-Key (so a retry can never create a
-second job).
+Every failure becomes a typed :class:`app.core.api.errors.ApiError` with a human message and a
+fix; secrets are redacted from anything an error carries. Reads are retried with backoff and
+jitter; a job create is retried only when it carries an Idempotency-Key (so a retry can never
+create a second job).
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import ssl
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlsplit
 
 import httpx
 
-from app import __version__
-from app.core.api.backend_url import DEFAULT_PROD_BACKEND, checked_api_base, ensure_api_base
+from app.core.api.errors import (
+    PAYLOAD_REFUSED_STATUSES,
+    BackendTimeout,
+    BackendUnreachable,
+    BadResponseError,
+    ConflictError,
+    NotFoundError,
+    PayloadRefused,
+    RejectedError,
+    RlNotOffered,
+    ServerError,
+    StreamUnavailable,
+    unsendable_url,
+)
 from app.core.api.failures import describe_exception, error_detail
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
-from app.core.api.retry import Backoff, retrying
+from app.core.api.results import ApiResponse, CreateResult, JobList, ModelVerifyResult, RlSupport, VerifyResult
+from app.core.api.transport import ApiTransport
 from app.core.api.wire import (
     KNOWN_GENERATIONS,
     RL_CONTRACT_HEADER,
@@ -33,378 +45,15 @@ from app.core.api.wire import (
     items_of,
     job_id_problem,
 )
-from app.core.env.keys import header_value_problem
-from app.core.errors import ExitCode, SynthTuiError, UnusableSecretError
-from app.core.redact import mask_prefixes, redact
+from app.core.redact import mask_prefixes
 from app.core.text import counted
 
-DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)
-# Idle connections are dropped before a server would close them (uvicorn's default is 5 s), so
-# a request is never sent on a connection being closed at that moment (docs/hardening.md).
-CLIENT_KEEPALIVE_S = 2.0
 PAGE_LIMIT = 200
-MAX_RETRY_DELAY_S = 10.0  # a retried request waits at most about this long (±50 %) before its next attempt
 ROLLOUT_PAGE_LIMIT = 200  # rollout summaries per request (the embedded backend sends up to 500)
 
 
-@functools.cache
-def ssl_context() -> ssl.SSLContext:
-    """One TLS context for every client: building one loads the CA bundle (50-90 ms), and a
-    client made on the UI thread would stall the screen that long each time."""
-    return httpx.create_ssl_context()
-
-
-# --------------------------------------------------------------------------- errors
-
-
-class ApiError(SynthTuiError):
-    """The backend could not be reached or answered something we cannot use."""
-
-    exit_code = ExitCode.BACKEND
-    transient = False
-
-    def __init__(self, message: str, hint: str | None = None, *, status: int | None = None,
-                 body: Any = None) -> None:
-        super().__init__(message, hint)
-        self.status = status
-        self.body = body
-
-    def body_summary(self) -> str:
-        return error_detail(self.body, self.body if isinstance(self.body, str) else "")[:120]
-
-
-class BackendUnreachable(ApiError):
-    transient = True
-
-
-class BackendTimeout(ApiError):
-    transient = True
-
-
-class ServerError(ApiError):
-    """5xx or 429: the request may succeed later."""
-
-    transient = True
-
-
-class AuthError(ApiError):
-    pass
-
-
-class NotFoundError(ApiError):
-    pass
-
-
-class ConflictError(ApiError):
-    pass
-
-
-class RejectedError(ApiError):
-    """4xx other than auth, 404 and 409: the request itself is wrong (e.g. 422)."""
-
-
-class PayloadRefused(RejectedError):
-    """The backend refused the job's payload itself (400, 413, 415 or 422): the config, or a
-    flag that went into the payload, is wrong. A usage problem (exit 2, docs/product.md#exit-codes);
-    sending the same payload again is refused again, so no retry is offered."""
-
-    exit_code = ExitCode.USAGE
-
-
-# The answers to POST /rl/jobs that refuse the payload itself, not the moment it was sent.
-PAYLOAD_REFUSED_STATUSES = frozenset({400, 413, 415, 422})
-
-
-# The hosted service is what a run talks to when no backend was chosen: a user without network,
-# or without an account, may not know another exists (issue 37).
-HOSTED_UNREACHABLE_HINT = ("No backend was chosen (--backend, BACKEND_BASE_URL), so this is the hosted service. "
-                           "Check your network, or train on this machine: add --backend local (or run `synth-tui "
-                           "lab`, a task app and a backend of your own).")
-
-
-class BadResponseError(ApiError):
-    """The body is HTML, empty or otherwise not the JSON the contract promises."""
-
-    transient = True
-
-
-class UnsendableRequest(ApiError):
-    """The HTTP library cannot build the request's URL (httpx.InvalidURL): a value in its path
-    or query is too long or malformed. Bad input, never a traceback; not retried."""
-
-    exit_code = ExitCode.USAGE
-
-
-def unsendable_url(what: str, exc: Exception) -> UnsendableRequest:
-    """The error for a request whose URL cannot be built. httpx's reason names the part ("URL
-    component 'query' too long") or one bad character, not the value (it may be a key)."""
-    reason = " ".join(str(exc).split())[:120] or type(exc).__name__
-    return UnsendableRequest(
-        f"The request for {what} cannot be sent: its URL cannot be built ({reason}).",
-        "A value that goes into the URL is too long or malformed: check the job id, --status, --id and the "
-        "other flags of the command (each has a bound); if none was given, the backend sent it (a page cursor).")
-
-
-class StreamUnavailable(ApiError):
-    """The backend answered, but offers no server-sent event stream at this path."""
-
-
-class RlNotOffered(NotFoundError):
-    """The backend answers, but has no RL job endpoints (GET /rl/jobs is a 404)."""
-
-
-# --------------------------------------------------------------------------- results
-
-@dataclass(frozen=True)
-class RlSupport:
-    """What the probe learned: RL jobs are offered; the generations the backend named
-    (empty: it did not say) and how that was learned, in words."""
-
-    generations: frozenset[str]
-    how: str
-
-
-
-@dataclass
-class ApiResponse:
-    """A decoded answer: HTTP status, parsed JSON (or the text preview) and its raw text."""
-
-    status: int
-    body: Any
-    text: str
-    headers: Mapping[str, str] = field(default_factory=dict)
-
-    def preview(self, limit: int) -> str:
-        if isinstance(self.body, (dict, list)):
-            return json.dumps(self.body, indent=2)[:limit]
-        return json.dumps({"status": self.status, "text": self.text[:400]}, indent=2)[:limit]
-
-
-@dataclass
-class VerifyResult:
-    status: int
-    body: Any
-    preview_source: ApiResponse
-
-    @property
-    def any_ok(self) -> bool:
-        return isinstance(self.body, dict) and bool(self.body.get("any_ok"))
-
-    @property
-    def candidates(self) -> list[Any]:
-        return list(self.body.get("candidates_first15") or []) if isinstance(self.body, dict) else []
-
-    @property
-    def attempts(self) -> list[dict[str, Any]]:
-        if not isinstance(self.body, dict):
-            return []
-        return [a for a in self.body.get("attempts") or [] if isinstance(a, dict)]
-
-
-@dataclass(frozen=True)
-class ModelFinding:
-    message: str
-    fix: str | None = None
-
-
-@dataclass
-class ModelVerifyResult:
-    """What a backend's model check said (docs/wire-contract.md#model-verification), read
-    tolerantly; or, for a backend without one, the hosted service's list (`by_list`)."""
-
-    ok: bool
-    trains: str | None = None  # "lm", "tabular"; None: the backend did not say
-    problems: list[ModelFinding] = field(default_factory=list)
-    warnings: list[ModelFinding] = field(default_factory=list)
-    parameters: int | None = None
-    bytes: int | None = None
-    template: str | None = None
-    path: str | None = None
-    body: Any = None
-    by_list: bool = False
-
-    @classmethod
-    def from_body(cls, body: Any) -> ModelVerifyResult:
-        if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
-            return cls(False, body=body, problems=[ModelFinding(
-                "the backend's model check answered without a verdict (no boolean `ok`)",
-                "This backend's /rl/verify_model is not the one docs/wire-contract.md describes; the full "
-                "diagnostics (d) show its answer.")])
-        problems, warnings = _findings(body.get("problems")), _findings(body.get("warnings"))
-        if not body["ok"] and not problems:
-            problems = [ModelFinding("the backend's model check failed without saying why")]
-        return cls(body["ok"], _text_or_none(body.get("trains")), problems, warnings,
-                   _int_or_none(body.get("parameters")), _int_or_none(body.get("bytes")),
-                   _text_or_none(body.get("template")), _text_or_none(body.get("path")), body)
-
-
-def _findings(value: Any) -> list[ModelFinding]:
-    items = value if isinstance(value, list) else []
-    return [ModelFinding(str(item.get("message") or "no message"), _text_or_none(item.get("fix")))
-            for item in items[:20] if isinstance(item, dict)]
-
-
-def _text_or_none(value: Any) -> str | None:
-    return value[:2000] if isinstance(value, str) and value.strip() else None
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
-
-
-@dataclass(frozen=True)
-class JobList:
-    """Every job a backend listed, newest first as it sent them (docs/wire-contract.md#job-list)."""
-
-    jobs: list[JobStatus]
-    pages: int
-    # True when the listing stopped at max_jobs while the backend may hold more.
-    capped: bool = False
-    # Why the listing stopped early or left something out, in words for the user; None: it did not.
-    note: str | None = None
-
-
-@dataclass
-class CreateResult:
-    status: int
-    body: Any
-    response: ApiResponse
-    idempotency_key: str | None
-    job_id: str | None = field(default=None)
-
-
-# --------------------------------------------------------------------------- the client
-
-
-class SynthClient:
+class SynthClient(ApiTransport):
     """One backend, one key. Use as ``async with SynthClient(base, key) as client``."""
-
-    def __init__(self, base_url: str, api_key: str, *, timeout: httpx.Timeout | float = DEFAULT_TIMEOUT,
-                 retries: int = 2, backoff: float = 0.25, transport: httpx.AsyncBaseTransport | None = None,
-                 extra_headers: Mapping[str, str] | None = None) -> None:
-        # Checked here as well as where they are resolved: httpx would fail with a traceback.
-        self.base_url = checked_api_base(base_url, "The URL")
-        self.is_hosted_default = self.base_url == ensure_api_base(DEFAULT_PROD_BACKEND)
-        _check_api_key(api_key)
-        self._api_key = api_key
-        self.retries = retries
-        self.backoff = backoff
-        headers = {
-            "Authorization": f"Bearer {api_key}",
-            "User-Agent": f"synth-tui/{__version__}",
-            "Accept": "application/json",
-        }
-        headers.update(extra_headers or {})
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout,
-                                       limits=httpx.Limits(keepalive_expiry=CLIENT_KEEPALIVE_S),
-                                       transport=transport, follow_redirects=True, verify=ssl_context())
-        # Differs from the SDK on purpose: it polls /rl, /learning and /orchestration on every
-        # tick. We use /learning/... only after /rl/... answered 404, and remember what worked.
-        self._job_prefix: dict[str, str] = {}
-        self._stream_suffix: dict[str, str] = {}
-        self.request_count = 0
-
-    async def __aenter__(self) -> SynthClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    async def aclose(self) -> None:
-        await self._http.aclose()
-
-    # -- low level ---------------------------------------------------------------
-
-    def _clean(self, text: str) -> str:
-        return redact(text, [self._api_key])
-
-    async def request(self, method: str, path: str, *, what: str, json_body: Any = None,
-                      params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
-                      retries: int | None = None, expect_json: bool = True) -> ApiResponse:
-        """Send one request, retrying transient failures; raise a typed ApiError otherwise."""
-        backoff = Backoff(attempts=1 + (self.retries if retries is None else retries),
-                          first_delay_s=self.backoff, max_delay_s=MAX_RETRY_DELAY_S)
-        return await retrying(lambda: self._request_once(method, path, what=what, json_body=json_body, params=params,
-                                                         headers=headers, expect_json=expect_json),
-                              backoff=backoff, transient_error=_transient_api_error)
-
-    async def _request_once(self, method: str, path: str, *, what: str, json_body: Any,
-                            params: Mapping[str, Any] | None, headers: Mapping[str, str] | None,
-                            expect_json: bool) -> ApiResponse:
-        url = f"{self.base_url}{path}"
-        self.request_count += 1
-        try:
-            response = await self._http.request(method, path, json=json_body, params=params, headers=headers)
-        except httpx.InvalidURL as exc:
-            raise unsendable_url(what, exc) from None
-        except httpx.TimeoutException as exc:
-            raise BackendTimeout(
-                f"The backend did not answer {what} in time ({type(exc).__name__} at {url}).",
-                HOSTED_UNREACHABLE_HINT if self.is_hosted_default else
-                "The backend may be overloaded or unreachable from here; try again, or check --backend.",
-            ) from None
-        except (httpx.ConnectError, httpx.UnsupportedProtocol) as exc:
-            raise BackendUnreachable(
-                f"Cannot reach the backend at {self.base_url} for {what}: {self._clean(describe_exception(exc))}.",
-                HOSTED_UNREACHABLE_HINT if self.is_hosted_default else
-                "Check --backend (or BACKEND_BASE_URL) and that the backend is running "
-                "(`synth-tui backend` starts a local one).",
-            ) from None
-        except httpx.TransportError as exc:
-            raise BackendUnreachable(
-                f"The connection to {self.base_url} broke during {what}: {self._clean(describe_exception(exc))}.",
-                "This is usually transient; try again.",
-            ) from None
-        return self._decode(response, what=what, expect_json=expect_json)
-
-    def _decode(self, response: httpx.Response, *, what: str, expect_json: bool) -> ApiResponse:
-        text = self._clean(response.text)
-        body: Any = None
-        content_type = response.headers.get("content-type", "")
-        if text.strip():
-            try:
-                body = json.loads(text)
-            except ValueError:
-                body = None
-        status = response.status_code
-        detail = self._clean(error_detail(body, text))
-        if status >= 400 and body is None and _looks_like_html(text, content_type):
-            # A web page, not the API: a proxy, a login page or a plain web server at --backend.
-            error = BadResponseError(
-                f"The backend answered {what} with HTTP {status} and an HTML page instead of JSON: "
-                f"{detail[:100]!r}.",
-                "Is --backend pointing at the API? It should end in /api (added automatically).",
-                status=status, body=text[:400])
-            error.transient = status >= 500 and status != 501
-            raise error
-        if status in (401, 403):
-            raise AuthError(
-                f"The backend at {self.base_url} rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
-                "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend. It may not be the "
-                f"backend you started: check that {self.base_url} is the address it printed.",
-                status=status, body=body)
-        if status == 404:
-            raise NotFoundError(f"Not found: {what} (HTTP 404 at {response.request.url.path}): {detail}.",
-                                "Check the job id and that --backend points at the right service.",
-                                status=status, body=body)
-        if status == 409:
-            raise ConflictError(f"Conflict on {what} (HTTP 409): {detail}.", None, status=status, body=body)
-        if status == 429 or status >= 500:
-            raise ServerError(f"The backend failed on {what} (HTTP {status}): {detail}.",
-                              "The backend had a problem; it is retried automatically where safe.",
-                              status=status, body=body)
-        if status >= 400:
-            raise RejectedError(f"The backend refused {what} (HTTP {status}): {detail}.", None,
-                                status=status, body=body)
-        if expect_json and body is None:
-            kind = "HTML" if _looks_like_html(text, content_type) else (
-                "an empty body" if not text.strip() else f"non-JSON ({content_type or 'no content type'})")
-            raise BadResponseError(
-                f"The backend answered {what} with HTTP {status} but {kind} instead of JSON: "
-                f"{text.strip()[:120]!r}.",
-                "Is --backend pointing at the API? It should end in /api (added automatically).",
-                status=status, body=text[:400])
-        return ApiResponse(status=status, body=body, text=text, headers=response.headers)
 
     # -- job paths: /rl first, /learning only after a 404 -------------------------
 
@@ -723,14 +372,6 @@ def job_path(prefix: str, job_id: str, suffix: str = "") -> str:
     return f"{prefix}/{quote(check_job_id(job_id), safe='')}{suffix}"
 
 
-def _check_api_key(api_key: str) -> None:
-    problem = header_value_problem(api_key)
-    if problem:
-        raise UnusableSecretError(
-            f"SYNTH_API_KEY cannot be sent: {problem}.",
-            "API keys are plain ASCII with no spaces: copy the key again from where it was issued.")
-
-
 async def sse_data_lines(lines: AsyncIterator[str]) -> AsyncIterator[str]:
     """Yield the ``data:`` payload of each server-sent event (multi-line data joined by \\n)."""
     buffer: list[str] = []
@@ -746,12 +387,3 @@ async def sse_data_lines(lines: AsyncIterator[str]) -> AsyncIterator[str]:
             buffer.append(line[5:].lstrip(" ") if line.startswith("data: ") else line[5:])
     if buffer:
         yield "\n".join(buffer)
-
-
-def _transient_api_error(exc: Exception) -> str | None:
-    """Why a failed request is worth another attempt (app.core.api.retry.retrying), or None."""
-    return exc.message if isinstance(exc, ApiError) and exc.transient else None
-
-
-def _looks_like_html(text: str, content_type: str) -> bool:
-    return "html" in content_type or text.lstrip().startswith("<")

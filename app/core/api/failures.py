@@ -1,5 +1,5 @@
 """A failed HTTP call in words, and the detail of an error answer: written once, for the client
-(app/core/api/client.py, health.py) and the embedded backend's hops (app/local: the task app
+(app/core/api/transport.py, health.py) and the embedded backend's hops (app/local: the task app
 calls, their retries, the inference calls of the reference task apps).
 
 - What went wrong under a network error is found one way (:func:`cause_chain`,

@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 
-from app.core.api.client import ssl_context
 from app.core.api.failures import describe_exception, detail_of
+from app.core.api.transport import ssl_context
 from app.core.redact import key_prefix, mask_prefixes, mask_secret, redact
 from app.core.text import counted
 

@@ -1,6 +1,6 @@
 """Retrying a call that failed transiently: one helper and one jitter rule for every retry.
 
-Our client's requests to a backend (app/core/api/client.py), its reconnecting watch
+Our client's requests to a backend (app/core/api/transport.py), its reconnecting watch
 (app/core/api/streaming.py) and the embedded backend's hops to and from task apps
 (app/local/training/retry.py, app/local/training/rollout_contract.py) all wait by :func:`backoff_delay`, and all
 but the watch loop through :func:`retrying`. What counts as transient is the caller's to say:

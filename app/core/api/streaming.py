@@ -20,14 +20,10 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from app.core.api.client import (
-    MAX_RETRY_DELAY_S,
-    PAGE_LIMIT,
-    ApiError,
-    StreamUnavailable,
-    SynthClient,
-)
+from app.core.api.client import PAGE_LIMIT, SynthClient
+from app.core.api.errors import ApiError, StreamUnavailable
 from app.core.api.retry import backoff_delay
+from app.core.api.transport import MAX_RETRY_DELAY_S
 from app.core.api.wire import (
     SUCCESS_STATUSES,
     JobEvent,

@@ -18,18 +18,17 @@ from enum import Enum
 from typing import Any
 
 from app.core.api.backend_url import DEFAULT_PROD_BACKEND, ensure_api_base
-from app.core.api.client import (
+from app.core.api.errors import (
     HOSTED_UNREACHABLE_HINT,
     ApiError,
     AuthError,
     BackendTimeout,
     BackendUnreachable,
-    ModelVerifyResult,
     RlNotOffered,
-    VerifyResult,
 )
 from app.core.api.failures import error_detail
 from app.core.api.health import HealthReport
+from app.core.api.results import ModelVerifyResult, VerifyResult
 from app.core.redact import key_prefix, mask_prefixes, redact
 
 VERIFY_ENDPOINT = "POST /rl/verify_task_app"

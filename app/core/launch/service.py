@@ -27,7 +27,8 @@ from app.core.runs.jobs import JobContext
 # The client is imported when its step comes: the first screen is drawn before httpx is
 # imported (docs/performance.md#first-paint).
 if TYPE_CHECKING:
-    from app.core.api.client import CreateResult, SynthClient
+    from app.core.api.client import SynthClient
+    from app.core.api.results import CreateResult
     from app.core.launch.session import LaunchSession
 
 # Each check's budget, for both front ends; read per call, so a test can shorten it.
@@ -81,7 +82,7 @@ class CheckOutcome:
             return None
         first = verdict.problems[0]
         if self.backend.timed_out:  # as when httpx's own timeout names the phase: the backend's exit code
-            from app.core.api.client import BackendTimeout
+            from app.core.api.errors import BackendTimeout
 
             return BackendTimeout(first.message, first.fix)
         return VerificationFailed(first.message, first.fix)
@@ -95,7 +96,7 @@ class CheckOutcome:
 async def check_backend(session: LaunchSession, *, timeout: float | None = None,
                         clock: Callable[[], float] = time.monotonic) -> BackendCheck:
     """The probe, then the backend's verification of the task app, bounded by the budget."""
-    from app.core.api.client import ApiError
+    from app.core.api.errors import ApiError
 
     budget = check_timeout(timeout)
     check = BackendCheck(session.backend_base, mask_secret(session.synth_api_key()), budget)
@@ -130,7 +131,7 @@ async def check_model(session: LaunchSession, *, timeout: float | None = None,
                       clock: Callable[[], float] = time.monotonic) -> ModelCheck:
     """The backend's check of the model the payload names (the hosted service's list for a
     backend without one), bounded by the budget."""
-    from app.core.api.client import ApiError
+    from app.core.api.errors import ApiError
     from app.core.launch.session import asked_model
 
     budget = check_timeout(timeout)

@@ -42,10 +42,12 @@ from app.core.runs.jobs import JobContext, StoppedWithItsBackend, read_history, 
 # (docs/performance.md#first-paint).
 if TYPE_CHECKING:
     from app.core import modal as modal_cli
-    from app.core.api.client import ModelVerifyResult, RlSupport, SynthClient, VerifyResult
+    from app.core.api.client import SynthClient
     from app.core.api.health import HealthReport
+    from app.core.api.results import ModelVerifyResult, RlSupport, VerifyResult
     from app.core.api.streaming import WatchOptions
     from app.core.config import rl as cfg
+    from app.core.modal_errors import ModalError
     from app.core.runs.history import RunRecord
 
 
@@ -91,11 +93,11 @@ class LaunchOptions:
         if self.idempotency:
             check_idempotency_key(self.idempotency)
         if self.modal_secret is not None or self.modal_app is not None:
-            from app.core import modal as modal_cli
+            from app.core import modal_names
         if self.modal_secret is not None:
-            object.__setattr__(self, "modal_secret", modal_cli.check_object_name(self.modal_secret, "secret"))
+            object.__setattr__(self, "modal_secret", modal_names.check_object_name(self.modal_secret, "secret"))
         if self.modal_app is not None:
-            modal_cli.split_app_ref(self.modal_app)
+            modal_names.split_app_ref(self.modal_app)
             if self.task_url:
                 raise UsageError("--task-url and --modal-app both name the task app.",
                                  "Pass one of them: --task-url URL, or --modal-app APP[/FUNCTION].")
@@ -248,7 +250,7 @@ class LaunchSession:
     modal_keys: dict[str, ResolvedKey] = field(default_factory=dict)
     # Why --modal-secret / --modal-app gave nothing, in the TUI: the env review shows it, with
     # the fix, instead of the app ending before its first screen (docs/modal.md#in-synth-tui).
-    modal_failure: modal_cli.ModalError | None = None
+    modal_failure: ModalError | None = None
     # What the prepared payload was built from; the same inputs give it back without a re-read.
     _prepared_from: tuple[object, ...] | None = field(default=None, init=False, repr=False)
 
@@ -686,7 +688,7 @@ class LaunchSession:
     async def probe_for_attach(self, client: SynthClient) -> RlSupport:
         """The probe before a watch of an existing job: a backend without RL jobs is named as
         such, not as "job not found", with a way out that attach can take."""
-        from app.core.api.client import RlNotOffered
+        from app.core.api.errors import RlNotOffered
 
         try:
             return await self.probe(client)
@@ -714,7 +716,7 @@ class LaunchSession:
     async def verify_model(self, *, timeout: float = 30.0) -> ModelVerifyResult:
         """The backend's check of the model the payload names (POST /rl/verify_model); for a
         backend without one (the hosted service), the hosted service's list."""
-        from app.core.api.client import ModelFinding, ModelVerifyResult
+        from app.core.api.results import ModelFinding, ModelVerifyResult
         from app.core.config.models import check_rl_model, experimental_allowed
         from app.core.errors import ConfigError
 

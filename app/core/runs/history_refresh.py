@@ -16,15 +16,9 @@ from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from app.core.api.client import (
-    ApiError,
-    AuthError,
-    BackendTimeout,
-    BackendUnreachable,
-    NotFoundError,
-    SynthClient,
-    ssl_context,
-)
+from app.core.api.client import SynthClient
+from app.core.api.errors import ApiError, AuthError, BackendTimeout, BackendUnreachable, NotFoundError
+from app.core.api.transport import ssl_context
 from app.core.api.wire import is_terminal_status
 from app.core.errors import SynthTuiError
 from app.core.runs.history import RunHistory, RunRecord

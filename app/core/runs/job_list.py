@@ -13,8 +13,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from app.core.api.client import ApiError, JobList, RlNotOffered, SynthClient
+from app.core.api.client import SynthClient
+from app.core.api.errors import ApiError, RlNotOffered
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS, SORTS
+from app.core.api.results import JobList
 from app.core.api.streaming import MetricCursor
 from app.core.api.wire import JobStatus, is_terminal_status, parse_iso, shown_status
 from app.core.redact import printable

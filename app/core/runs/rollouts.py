@@ -15,7 +15,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core.api.client import BadResponseError, NotFoundError, RejectedError, SynthClient
+from app.core.api.client import SynthClient
+from app.core.api.errors import BadResponseError, NotFoundError, RejectedError
 from app.core.errors import ExitCode, SynthTuiError
 
 MAX_PAGES = 1_000

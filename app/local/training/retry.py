@@ -20,9 +20,9 @@ from collections.abc import Awaitable, Callable
 
 import httpx
 
-from app.core.api.client import CLIENT_KEEPALIVE_S
 from app.core.api.failures import describe_http_error, response_detail
 from app.core.api.retry import Attempts, Backoff, OnRetry, retrying
+from app.core.api.transport import CLIENT_KEEPALIVE_S
 
 SERVER_KEEPALIVE_S = 15
 RETRYABLE_STATUS = frozenset({502, 503, 504})

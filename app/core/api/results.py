@@ -1,0 +1,134 @@
+"""What a call to the Synth backend returns (docs/wire-contract.md): a decoded answer, a
+verification's findings, a page of jobs, a created job. Plain data, no I/O; apart from the
+client so that screens and services can hold them without importing it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.core.api.wire import JobStatus
+
+
+@dataclass(frozen=True)
+class RlSupport:
+    """What the probe learned: RL jobs are offered; the generations the backend named
+    (empty: it did not say) and how that was learned, in words."""
+
+    generations: frozenset[str]
+    how: str
+
+
+
+@dataclass
+class ApiResponse:
+    """A decoded answer: HTTP status, parsed JSON (or the text preview) and its raw text."""
+
+    status: int
+    body: Any
+    text: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def preview(self, limit: int) -> str:
+        if isinstance(self.body, (dict, list)):
+            return json.dumps(self.body, indent=2)[:limit]
+        return json.dumps({"status": self.status, "text": self.text[:400]}, indent=2)[:limit]
+
+
+@dataclass
+class VerifyResult:
+    status: int
+    body: Any
+    preview_source: ApiResponse
+
+    @property
+    def any_ok(self) -> bool:
+        return isinstance(self.body, dict) and bool(self.body.get("any_ok"))
+
+    @property
+    def candidates(self) -> list[Any]:
+        return list(self.body.get("candidates_first15") or []) if isinstance(self.body, dict) else []
+
+    @property
+    def attempts(self) -> list[dict[str, Any]]:
+        if not isinstance(self.body, dict):
+            return []
+        return [a for a in self.body.get("attempts") or [] if isinstance(a, dict)]
+
+
+@dataclass(frozen=True)
+class ModelFinding:
+    message: str
+    fix: str | None = None
+
+
+@dataclass
+class ModelVerifyResult:
+    """What a backend's model check said (docs/wire-contract.md#model-verification), read
+    tolerantly; or, for a backend without one, the hosted service's list (`by_list`)."""
+
+    ok: bool
+    trains: str | None = None  # "lm", "tabular"; None: the backend did not say
+    problems: list[ModelFinding] = field(default_factory=list)
+    warnings: list[ModelFinding] = field(default_factory=list)
+    parameters: int | None = None
+    bytes: int | None = None
+    template: str | None = None
+    path: str | None = None
+    body: Any = None
+    by_list: bool = False
+
+    @classmethod
+    def from_body(cls, body: Any) -> ModelVerifyResult:
+        if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+            return cls(False, body=body, problems=[ModelFinding(
+                "the backend's model check answered without a verdict (no boolean `ok`)",
+                "This backend's /rl/verify_model is not the one docs/wire-contract.md describes; the full "
+                "diagnostics (d) show its answer.")])
+        problems, warnings = _findings(body.get("problems")), _findings(body.get("warnings"))
+        if not body["ok"] and not problems:
+            problems = [ModelFinding("the backend's model check failed without saying why")]
+        return cls(body["ok"], _text_or_none(body.get("trains")), problems, warnings,
+                   _int_or_none(body.get("parameters")), _int_or_none(body.get("bytes")),
+                   _text_or_none(body.get("template")), _text_or_none(body.get("path")), body)
+
+
+def _findings(value: Any) -> list[ModelFinding]:
+    items = value if isinstance(value, list) else []
+    return [ModelFinding(str(item.get("message") or "no message"), _text_or_none(item.get("fix")))
+            for item in items[:20] if isinstance(item, dict)]
+
+
+def _text_or_none(value: Any) -> str | None:
+    return value[:2000] if isinstance(value, str) and value.strip() else None
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+@dataclass(frozen=True)
+class JobList:
+    """Every job a backend listed, newest first as it sent them (docs/wire-contract.md#job-list)."""
+
+    jobs: list[JobStatus]
+    pages: int
+    # True when the listing stopped at max_jobs while the backend may hold more.
+    capped: bool = False
+    # Why the listing stopped early or left something out, in words for the user; None: it did not.
+    note: str | None = None
+
+
+@dataclass
+class CreateResult:
+    status: int
+    body: Any
+    response: ApiResponse
+    idempotency_key: str | None
+    job_id: str | None = field(default=None)
+
+
+# --------------------------------------------------------------------------- the client
