@@ -13,7 +13,8 @@ from textual.widgets import DataTable
 from app.core.api.streaming import WatchEnded
 from app.core.api.wire import JobEvent, JobStatus, MetricPoint
 from app.core.errors import ExitCode
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.paths import run_dir
 from app.core.runs.compare import ComparedRun
 from app.core.runs.feed import FeedBatch
