@@ -22,7 +22,8 @@ from textual.worker import Worker, WorkerState
 from app.core.env.discovery import resolved_user_path
 from app.core.errors import INTERRUPTED, INTERRUPTED_BEFORE_A_JOB, ExitCode, SynthTuiError
 from app.core.invocation import as_run
-from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
+from app.core.launch.options import LaunchOptions, Preparation
+from app.core.launch.session import LaunchSession
 from app.core.redact import redact
 from app.core.runs.jobs import JobContext
 from app.screens.base import FlowScreen

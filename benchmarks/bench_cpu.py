@@ -29,7 +29,8 @@ import time
 from textual.app import App, ComposeResult
 from textual.widgets import Static
 
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import SynthTuiApp
 from benchmarks.common import REPO, Figure, below, child_main, cpu_seconds, median, say, thread_cpu

@@ -210,7 +210,8 @@ def _epoch(created_at: str | None) -> float | None:
 
 
 async def screen_latency(servers: Servers, job_id: str, *, use_sse: bool) -> dict:
-    from app.core.launch.session import LaunchOptions, LaunchSession
+    from app.core.launch.options import LaunchOptions
+    from app.core.launch.session import LaunchSession
     from app.screens.dashboard import DashboardScreen, JobContext
     from app.tui import SynthTuiApp
     from widgets.event_log import EventLog

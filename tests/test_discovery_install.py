@@ -13,7 +13,8 @@ from app.commands import demo
 from app.core.config import discovery
 from app.core.config.discovery import bundled_config_label, checkout_around, discover_configs, project_config_roots
 from app.core.config.picker import load_config_entry
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 
 REPO = Path(__file__).resolve().parents[1]
 RL_TOML = '[algorithm]\ntype = "online"\nmethod = "policy_gradient"\nvariety = "gspo"\n'

@@ -25,7 +25,8 @@ from app.core.env.envfile import EnvFile
 from app.core.env.keys import header_value_problem
 from app.core.env.resolve import ResolvedKey, resolve_keys
 from app.core.errors import ConfigError, EnvFileError, UnusableSecretError, UsageError
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.launch.steps import check_task_url, choose_env_file, require_secrets
 from hostile_inputs import MALFORMED_BACKEND_URLS
 
@@ -372,7 +373,8 @@ def test_env_file_flag_pointing_at_a_folder_or_a_pipe(tmp_path):
 def test_a_headless_run_never_takes_a_dependencys_env_on_its_own(tmp_path, monkeypatch):
     """A .env deep in the tree (a vendored library's) must not receive the shell's keys."""
     from app.core.errors import UsageError
-    from app.core.launch.session import LaunchOptions, LaunchSession
+    from app.core.launch.options import LaunchOptions
+    from app.core.launch.session import LaunchSession
 
     vendor = tmp_path / "vendor" / "somelib"
     vendor.mkdir(parents=True)

@@ -7,7 +7,7 @@ import os
 import sys
 
 from app.core.invocation import as_run, program
-from app.core.launch.session import attach_command
+from app.core.launch.attaching import attach_command
 from support.cli import run_cli
 
 TYPED = ".venv/bin/synth-tui"

@@ -17,7 +17,8 @@ from app.cli.parser import build_parser, normalise_argv
 from app.core.config import toml_source, validation
 from app.core.errors import ExitCode
 from app.core.launch import service
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.paths import run_dir
 from app.core.runs.history import RunHistory
 from app.headless.printer import Printer

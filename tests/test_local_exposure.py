@@ -179,7 +179,8 @@ def test_the_feed_stream_file_is_private(wide_umask):
 
 
 async def test_the_dashboard_export_is_private(faulty_backend, wide_umask):
-    from app.core.launch.session import LaunchOptions, LaunchSession
+    from app.core.launch.options import LaunchOptions
+    from app.core.launch.session import LaunchSession
     from app.screens.dashboard import DashboardScreen, JobContext
     from app.tui import SynthTuiApp
     from fakes import ScriptedJob, training_timeline

@@ -15,7 +15,8 @@ import pytest
 
 from app.core import modal, modal_errors, modal_process
 from app.core.errors import ExitCode
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.modal import ModalCli
 from app.core.modal_errors import (
     ModalCancelled,

@@ -13,7 +13,8 @@ import pytest
 
 from app.cli.dispatch import main
 from app.core.errors import EnvFileError, MissingSecretsError
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.paths import history_db_path
 from app.core.runs.history import RunHistory
 from app.core.runs.history_refresh import problem_notes, refresh_statuses

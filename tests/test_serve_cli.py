@@ -10,7 +10,7 @@ import pytest
 
 from app.cli.dispatch import has_terminal, main
 from app.cli.parser import build_parser
-from app.core.launch.session import attach_command
+from app.core.launch.attaching import attach_command
 
 
 @pytest.mark.parametrize("words, message", [

@@ -16,7 +16,8 @@ from typing import TextIO
 
 from app.cli.parser import COMMANDS, build_parser, normalise_argv
 from app.core.errors import ExitCode, SynthTuiError, UsageError
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 
 # The commands that never open the TUI, whatever the terminal.
 NO_TUI_COMMANDS = ("rollouts", "backend", "taskapp", "tiny-model", "serve", "ranks-host")

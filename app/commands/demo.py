@@ -25,7 +25,8 @@ from app.core.config.discovery import project_config_roots
 from app.core.env import envfile
 from app.core.errors import ExitCode, UsageError
 from app.core.invocation import as_run
-from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
+from app.core.launch.options import LaunchOptions, Preparation
+from app.core.launch.session import LaunchSession
 from app.core.paths import open_private, private_dir, private_file, state_dir
 
 if TYPE_CHECKING:  # the servers (FastAPI, uvicorn) load only when a demo starts them

@@ -11,7 +11,8 @@ from typing import Any
 
 from app.core.api.wire import is_terminal_status
 from app.core.errors import ExitCode, SynthTuiError
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.redact import printable, redact_url
 from app.core.runs.compare import compare_rows, open_comparison, read_runs
 from app.core.runs.history import RunHistory, RunRecord, take_repair_notes

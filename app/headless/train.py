@@ -20,7 +20,8 @@ from app.core.env.resolve import ResolvedKey
 from app.core.errors import INTERRUPTED_BEFORE_A_JOB, ExitCode, SynthTuiError, UsageError
 from app.core.launch import service
 from app.core.launch.diagnosis import BackendCheck, ModelCheck, TaskAppCheck, model_summary
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.launch.steps import PreparedJob
 from app.core.redact import mask_secret
 from app.headless.printer import Printer

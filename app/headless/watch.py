@@ -21,7 +21,8 @@ from app.core.api.streaming import (
 from app.core.api.wire import JobEvent, JobStatus, MetricPoint
 from app.core.errors import ExitCode, SynthTuiError
 from app.core.launch import service
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.runs.events import event_line, is_noise, metric_line, status_line
 from app.core.runs.model import saved_model
 from app.core.runs.watch import WatchSink, run_sinks, watch

@@ -28,18 +28,19 @@ from textual.widgets import Input, Static
 
 from app.core.api.streaming import WatchEnded
 from app.core.api.wire import SUCCESS_STATUSES, TERMINAL_SUCCESS_EVENTS, JobEvent, is_terminal_status, parse_iso
-from app.core.errors import ExitCode, SynthTuiError
+from app.core.errors import SynthTuiError
 from app.core.launch import service
 from app.core.paths import run_dir
 from app.core.runs.compare import ComparedRun
 from app.core.runs.events import policy_badge, rollout_progress
 from app.core.runs.feed import FeedBatch, JobFeed
 from app.core.runs.history import RunHistory
-from app.core.runs.jobs import CANCEL_DETAIL, JobContext, export_run, read_history, remember, stop_backend_jobs
+from app.core.runs.jobs import JobContext, export_run
 from app.core.runs.model import SavedModel, saved_model
 from app.core.runs.ranks import rank_figures
 from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore
+from app.screens import dashboard_quit, job_actions
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, ChartKeys
 from app.screens.commands import palette_tooltip
@@ -489,14 +490,11 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if self.ended:
             self.notify(f"The job has already ended ({self.status}).", severity="warning")
             return
-        self.flow_app.confirm(f"Cancel job {self.job.job_id}?", self._cancel, label="Cancel job",
-                              detail=CANCEL_DETAIL)
+        job_actions.confirm_cancel(self, self.job.job_id, self._cancel)
 
     @work(exclusive=True, group="cancel", exit_on_error=False, name="Cancel")
     async def _cancel(self) -> None:
-        async with self.session.client() as client:
-            answer = await client.cancel_job(self.job.job_id)
-        self.notify(f"Cancel requested: {answer.get('message') or answer.get('status') or 'ok'}")
+        self.notify(f"Cancel requested: {await job_actions.request_cancel(self, self.job.job_id)}")
 
     def action_inspect(self) -> None:
         """The rollout inspector on the job's latest step (docs/product.md#rollout-inspector)."""
@@ -521,7 +519,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     async def _ask_rerun(self) -> None:
         try:
             # The run history is a SQLite file: read off the UI thread.
-            payload = self.job.payload or await asyncio.to_thread(_payload_from_history, self.job.job_id)
+            payload = self.job.payload or await asyncio.to_thread(job_actions.payload_from_history,
+                                                                     self.job.job_id)
         finally:
             self._asking_rerun = False
         self.flow_app.tell_history_repairs()
@@ -535,15 +534,11 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     @work(exclusive=True, group="rerun", exit_on_error=False, name="Rerun")
     async def _rerun(self, payload: dict[str, Any]) -> None:
-        try:
-            submitted = await service.rerun(self.session, payload, rerun_of=self.job.job_id,
-                                            config_path=self.job.config_path)
-        except service.JobCreationFailed as exc:
-            self.notify(f"{exc.message}. {exc.hint}", title="Rerun", severity="error", markup=False)
+        context = await job_actions.submit_rerun(self, payload, rerun_of=self.job.job_id,
+                                                 config_path=self.job.config_path,
+                                                 submitted=lambda job_id: f"Rerun submitted as {job_id}")
+        if context is None:
             return
-        context, warning = submitted.job, submitted.history_warning
-        self.notify(f"Rerun submitted as {context.job_id}", title="Rerun")
-        self.flow_app.warn_history(warning)
         # A dialog opened meanwhile (a quit question) is answered first: switching now would
         # replace the dialog, not this dashboard.
         await self._until_active()
@@ -583,45 +578,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self._ask_to_quit(interrupted=False)
 
     def _ask_to_quit(self, *, interrupted: bool) -> None:
-        if self.ended:
-            self._exit(interrupted=interrupted)
-            return
-        if self.session.options.embedded_backend:
-            question = "Quit? The embedded backend stops with the app, and this job with it."
-            detail = f"Its events so far stay in {run_dir(self.job.job_id)}."
-        else:
-            question, detail = "Quit? The job keeps running on the backend.", self.session.attach_hint(self.job.job_id)
-        self.flow_app.confirm(question, lambda: self._exit(interrupted=interrupted), label="Quit", detail=detail,
-                              on_interrupt=lambda: self._exit(interrupted=True))
-
-    def _exit(self, *, interrupted: bool = False) -> None:
-        if self.feed is not None:
-            self.feed.stop()
-        code, message = self._quit_line()
-        if interrupted:
-            code, message = ExitCode.INTERRUPTED, f"Interrupted. {message}"
-        self.flow_app.leave(code, message)
-
-    def _quit_line(self) -> tuple[int, str]:
-        """The exit code and the line printed when the app has ended."""
-        if self.ended:
-            model = f" Model: {self.model.path}." if self.model is not None and not self.end_message else ""
-            message = self.end_message or f"Job {self.job.job_id}: {self.status}.{model} Past runs: synth-tui history"
-            # The same exit codes as the headless command (WatchEnded.exit_code).
-            return self.ended_code, message
-        if self.session.options.embedded_backend:
-            # The job ends with this process: it did not succeed, and the history must not
-            # list it as running for ever.
-            remember(lambda history: stop_backend_jobs(history, self.session.backend_base))
-            return (ExitCode.JOB_FAILED,
-                    f"Job {self.job.job_id} stopped with the app. {self.session.attach_hint(self.job.job_id)}")
-        return 0, f"Job {self.job.job_id} is {self.status}. {self.session.attach_hint(self.job.job_id)}"
+        dashboard_quit.ask_to_quit(self, interrupted=interrupted)
 
     def on_unmount(self) -> None:
         if self.feed is not None:
             self.feed.stop()
 
-
-def _payload_from_history(job_id: str) -> dict[str, Any] | None:
-    record = read_history(job_id)  # a history that cannot be read knows no payload: never a crash
-    return record.payload if record else None

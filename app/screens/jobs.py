@@ -14,7 +14,6 @@ from textual.widgets import DataTable, Input, Static
 
 from app.core.api.job_paging import JOB_PAGE_SIZE, MAX_LISTED_JOBS
 from app.core.errors import SynthTuiError
-from app.core.launch import service
 from app.core.redact import redact
 from app.core.runs.job_list import (
     NO_VALUE,
@@ -32,8 +31,9 @@ from app.core.runs.job_list import (
     shown_score,
     sort_rows,
 )
-from app.core.runs.jobs import CANCEL_DETAIL, JobContext, read_history
+from app.core.runs.jobs import JobContext, read_history
 from app.core.text import counted
+from app.screens import job_actions
 from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
 from app.screens.dashboard import DashboardScreen
@@ -294,14 +294,11 @@ class JobsScreen(FlowScreen):
         if row.terminal:
             self.notify(f"Job {row.job_id} has already ended ({row.status}).", severity="warning")
             return
-        self.flow_app.confirm(f"Cancel job {row.job_id}?", lambda: self._cancel(row.job_id), label="Cancel job",
-                              detail=CANCEL_DETAIL)
+        job_actions.confirm_cancel(self, row.job_id, lambda: self._cancel(row.job_id))
 
     @work(exclusive=True, group="jobs-cancel", exit_on_error=False, name="Cancel")
     async def _cancel(self, job_id: str) -> None:
-        async with self.session.client() as client:
-            answer = await client.cancel_job(job_id)
-        self.notify(f"Cancel of {job_id} requested: {answer.get('message') or answer.get('status') or 'ok'}")
+        self.notify(f"Cancel of {job_id} requested: {await job_actions.request_cancel(self, job_id)}")
         self.action_refresh()
 
     def action_rerun(self) -> None:
@@ -325,14 +322,10 @@ class JobsScreen(FlowScreen):
 
     @work(exclusive=True, group="jobs-rerun", exit_on_error=False, name="Rerun")
     async def _rerun(self, job_id: str, payload: dict[str, Any], config_path: str | None) -> None:
-        try:
-            submitted = await service.rerun(self.session, payload, rerun_of=job_id, config_path=config_path)
-        except service.JobCreationFailed as exc:
-            self.notify(f"{exc.message}. {exc.hint}", title="Rerun", severity="error", markup=False)
+        job = await job_actions.submit_rerun(self, payload, rerun_of=job_id, config_path=config_path,
+                                             submitted=lambda new_id: f"Rerun of {job_id} submitted as {new_id}")
+        if job is None:
             return
-        job, warning = submitted.job, submitted.history_warning
-        self.notify(f"Rerun of {job_id} submitted as {job.job_id}", title="Rerun")
-        self.flow_app.warn_history(warning)
         self.action_refresh()
         # The run it repeats is read and drawn beside it, dimmed, as a rerun from a dashboard is.
         self.app.push_screen(DashboardScreen(job, back_to_history=True, overlay_ids=[job_id]))

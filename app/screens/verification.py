@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 from app.core.api.errors import ApiError
 from app.core.errors import SynthTuiError
 from app.core.launch import service
+from app.core.launch.asked_model import asked_model
 from app.core.launch.diagnosis import (
     BackendCheck,
     ModelCheck,
@@ -40,7 +41,6 @@ from app.core.launch.diagnosis import (
     pending_task_app_row,
     task_app_rows,
 )
-from app.core.launch.session import asked_model
 from app.core.redact import mask_secret, redact
 from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip

@@ -12,7 +12,8 @@ from textual.widgets import Input, TextArea
 
 from app.core.config import discovery
 from app.core.config import rl as cfg
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.tui import SynthTuiApp
 
 REPO = Path(__file__).resolve().parents[2]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from app.core.api.wire import MetricPoint
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.runs.compare import ComparedRun
 from app.screens.compare import CompareScreen
 from app.tui import SynthTuiApp

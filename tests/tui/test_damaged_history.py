@@ -10,7 +10,8 @@ from pathlib import Path
 
 from textual.widgets import Static
 
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.runs.history import RunHistory, take_repair_notes
 from app.screens.dialogs.common import ErrorDialog
 from app.screens.history import HistoryScreen, HistoryTable

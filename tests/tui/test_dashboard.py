@@ -13,7 +13,8 @@ from textual.widgets import DataTable
 from app.core.api.streaming import WatchEnded
 from app.core.api.wire import JobEvent, JobStatus, MetricPoint
 from app.core.errors import ExitCode
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.paths import run_dir
 from app.core.runs.compare import ComparedRun
 from app.core.runs.feed import FeedBatch
@@ -319,7 +320,7 @@ async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
 async def test_keys_typed_after_rerun_wait_for_its_question(faulty_backend, monkeypatch):
     """r reads the payload from the run history in a worker: a y typed before the question is
     shown answers it, and does not go to the dashboard."""
-    import app.screens.dashboard as dashboard_module
+    import app.screens.job_actions as job_actions
 
     faulty_backend.create_job_template = training_timeline(steps=2)
     faulty_backend.add_job(ScriptedJob("job_old", training_timeline(steps=2)))
@@ -327,14 +328,14 @@ async def test_keys_typed_after_rerun_wait_for_its_question(faulty_backend, monk
     RunHistory().record_submission(job_id="job_old", backend=faulty_backend.url + "/api", config_path=None,
                                    payload=payload, idempotency_key="old-key")
     read_may_finish, read_started = threading.Event(), threading.Event()
-    original = dashboard_module._payload_from_history
+    original = job_actions.payload_from_history
 
     def slow_read(job_id: str):
         read_started.set()
         read_may_finish.wait(timeout=30)
         return original(job_id)
 
-    monkeypatch.setattr(dashboard_module, "_payload_from_history", slow_read)
+    monkeypatch.setattr(job_actions, "payload_from_history", slow_read)
     app = make_dashboard_app(faulty_backend, JobContext("job_old"))
     async with app.run_test(size=(160, 45)) as pilot:
         screen = dashboard(app)

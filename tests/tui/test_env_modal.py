@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 from test_env_review import SYNTH_KEY, env_screen, row, select_row
 
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.screens.dialogs.common import ErrorDialog
 from app.screens.dialogs.modal_service import ModalEndpointPicker, ModalSecretPicker, ModalWait, SendToModalDialog
 from app.screens.env_review import EnvReviewScreen

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import SynthTuiApp
 from fakes import ScriptedJob, event

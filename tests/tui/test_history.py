@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.paths import run_dir
 from app.core.runs import history as history_module
 from app.core.runs.history import RunHistory

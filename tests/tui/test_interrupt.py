@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from app.core.errors import ExitCode
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.runs.history import RunHistory
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dashboard import DashboardScreen, JobContext

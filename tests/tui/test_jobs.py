@@ -7,7 +7,8 @@ import pytest
 from textual import events
 from textual.widgets import DataTable, Input, LoadingIndicator
 
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.runs.history import RunHistory
 from app.core.runs.job_list import JobListing, JobRow
 from app.screens.commands import palette_commands

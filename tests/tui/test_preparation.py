@@ -11,7 +11,8 @@ import pytest
 from textual.widgets import Static
 
 from app.core.errors import ExitCode, UsageError
-from app.core.launch.session import LaunchOptions, LaunchSession, Preparation
+from app.core.launch.options import LaunchOptions, Preparation
+from app.core.launch.session import LaunchSession
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dialogs.common import ErrorDialog
 from app.tui import SynthTuiApp

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable, Static
 
-from app.core.launch.session import LaunchOptions, LaunchSession
+from app.core.launch.options import LaunchOptions
+from app.core.launch.session import LaunchSession
 from app.core.runs.jobs import JobContext
 from app.core.runs.rollouts import Rollout, RolloutSummary, RolloutTurn, rollout_from, summary_from
 from app.local.servers import ServerHandle, start_backend

@@ -132,7 +132,7 @@ async def check_model(session: LaunchSession, *, timeout: float | None = None,
     """The backend's check of the model the payload names (the hosted service's list for a
     backend without one), bounded by the budget."""
     from app.core.api.errors import ApiError
-    from app.core.launch.session import asked_model
+    from app.core.launch.asked_model import asked_model
 
     budget = check_timeout(timeout)
     check = ModelCheck(asked_model(session.prepare().payload).model, budget)

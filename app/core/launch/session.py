@@ -2,27 +2,30 @@
 
 The TUI's screens read and change a :class:`LaunchSession`; every method that touches files
 or the network is called from a worker. No Textual here, so the flow is testable on its own.
+The flags it starts from are in options.py, the attach to an existing job in attaching.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-import math
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from app.core import shell_env
 from app.core.api.backend_url import checked_api_base
 from app.core.env import envfile
-from app.core.env.discovery import resolved_user_path, user_path
-from app.core.env.keys import header_value_problem, secret_parts
+from app.core.env.discovery import resolved_user_path
+from app.core.env.keys import secret_parts
 from app.core.env.resolve import ResolvedKey, missing_required
-from app.core.errors import EnvFileError, MissingSecretsError, SynthTuiError, UnusableSecretError, UsageError
+from app.core.errors import MissingSecretsError, SynthTuiError, UsageError
+from app.core.launch import attaching
+from app.core.launch.asked_model import asked_model
+from app.core.launch.options import LaunchOptions, Overrides
 from app.core.launch.steps import (
     EnvChoice,
     PreparedJob,
@@ -35,7 +38,7 @@ from app.core.launch.steps import (
     resolve_secrets,
     unattended_env_choice,
 )
-from app.core.runs.jobs import JobContext, StoppedWithItsBackend, read_history, remember
+from app.core.runs.jobs import JobContext, remember
 
 # The first screen is drawn before the config schema (pydantic), the HTTP client (httpx), the
 # watch and Modal's modules are imported: each method imports what it uses, once its step comes
@@ -51,140 +54,6 @@ if TYPE_CHECKING:
     from app.core.runs.history import RunRecord
 
 
-@dataclass(frozen=True)
-class LaunchOptions:
-    """The command-line flags that prefill or skip steps (the SDK's, plus --backend), as
-    given: what the user changes later (the preview's overrides) is held by the session."""
-
-    config_paths: Sequence[str] = ()
-    env_files: Sequence[str] = ()
-    task_url: str | None = None
-    model: str | None = None
-    allow_experimental: bool | None = None
-    idempotency: str | None = None
-    backend: str | None = None
-    poll_interval: float = 5.0
-    poll_timeout: float = 3600.0
-    # Seconds a watch waits for a backend that stopped answering (0: until poll_timeout).
-    give_up_after: float = 60.0
-    metric: str | None = None
-    cwd: Path = field(default_factory=Path.cwd)
-    # The backend runs inside this process (synth-tui demo, --backend local): it stops when
-    # the app does.
-    embedded_backend: bool = False
-    # --backend local: the key of the backend started for this run (SYNTH_API_KEY is then not
-    # needed), and how to hand it the ENVIRONMENT_API_KEY it calls the task app with.
-    backend_key: str | None = None
-    hold_env_keys: Callable[[Sequence[str]], None] | None = None
-    backend_key_origin: str = "--backend local"  # what started that backend: shown as the key's source
-    # --modal-secret NAME: ENVIRONMENT_API_KEY from that Modal secret; --modal-app APP[/FUNCTION]:
-    # TASK_APP_URL from that deployed app's web endpoint (docs/modal.md). Fetched by
-    # LaunchSession.fetch_modal_values, not on construction: reading a secret starts a container.
-    modal_secret: str | None = None
-    modal_app: str | None = None
-
-    def __post_init__(self) -> None:
-        # Expanded once here, so no later expanduser() meets an unknown ~user and raises.
-        object.__setattr__(self, "config_paths", tuple(str(user_path(p)) for p in self.config_paths))
-        object.__setattr__(self, "env_files", tuple(str(user_path(p)) for p in self.env_files))
-        check_seconds("--poll-interval", self.poll_interval, allow_zero=False)
-        check_seconds("--poll-timeout", self.poll_timeout, allow_zero=True)
-        check_seconds("--give-up-after", self.give_up_after, allow_zero=True)
-        if self.idempotency:
-            check_idempotency_key(self.idempotency)
-        if self.modal_secret is not None or self.modal_app is not None:
-            from app.core import modal_names
-        if self.modal_secret is not None:
-            object.__setattr__(self, "modal_secret", modal_names.check_object_name(self.modal_secret, "secret"))
-        if self.modal_app is not None:
-            modal_names.split_app_ref(self.modal_app)
-            if self.task_url:
-                raise UsageError("--task-url and --modal-app both name the task app.",
-                                 "Pass one of them: --task-url URL, or --modal-app APP[/FUNCTION].")
-
-    @classmethod
-    def from_args(cls, args: object, *, cwd: Path | None = None) -> LaunchOptions:
-        """From parsed command-line flags; commands without a flag get its default."""
-        def flag(name: str, default: Any = None) -> Any:
-            return getattr(args, name, default)
-
-        return cls(
-            config_paths=list(flag("config", []) or []), env_files=list(flag("env_file", []) or []),
-            task_url=flag("task_url"), model=flag("model"), allow_experimental=flag("allow_experimental"),
-            idempotency=flag("idempotency"), backend=flag("backend"),
-            poll_interval=flag("poll_interval", 5.0), poll_timeout=flag("poll_timeout", 3600.0),
-            give_up_after=flag("give_up_after", 60.0),
-            metric=flag("metric"), cwd=cwd or Path.cwd(), embedded_backend=bool(flag("embedded_backend", False)),
-            backend_key=flag("backend_key"), hold_env_keys=flag("hold_env_keys"),
-            backend_key_origin=flag("backend_key_origin", "--backend local"),
-            modal_secret=flag("modal_secret"), modal_app=flag("modal_app"),
-        )
-
-
-@dataclass(frozen=True)
-class AskedModel:
-    """The model a payload names, as the backend's model check is asked about it."""
-
-    model: str
-    is_base: bool  # data.base_model (a base id), not data.model (which may be fine-tuned)
-    chat_template: str | None = None
-    learning_rate: float | None = None
-    trainer_mode: str | None = None  # "full" or "lora"; the backend's trainer says which it knows
-
-
-def asked_model(payload: Mapping[str, Any]) -> AskedModel:
-    """The model, template and learning rate the payload sends (read tolerantly: a payload is
-    built by this client, but a saved one may be edited)."""
-    def table(value: Any) -> Mapping[str, Any]:
-        return value if isinstance(value, Mapping) else {}
-
-    data = table(payload.get("data"))
-    config = table(data.get("config"))
-    templates = [table(config.get(name)).get("chat_template") for name in ("model", "policy")]
-    template = next((t.strip() for t in templates if isinstance(t, str) and t.strip()), None)
-    modes = [table(config.get(name)).get("trainer_mode") for name in ("policy", "model")]
-    mode = next((m.strip() for m in modes if isinstance(m, str) and m.strip()), None)
-    rate = table(config.get("training")).get("learning_rate")
-    learning_rate = float(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) else None
-    model = data.get("model") or data.get("base_model") or ""
-    return AskedModel(str(model), not data.get("model"), template, learning_rate, mode)
-
-
-def check_seconds(flag: str, value: object, *, allow_zero: bool) -> None:
-    """A UsageError unless ``value`` is a finite number of seconds (above zero, or at least
-    zero when ``allow_zero``): nan fails every comparison, so a wait on it never ends or never
-    starts, and a poll every 0 seconds floods the backend."""
-    low = "0 or more" if allow_zero else "more than 0"
-    ok = isinstance(value, (int, float)) and math.isfinite(value) and (value > 0 or (allow_zero and value == 0))
-    if not ok:
-        example = f"{flag} 3600 (86400 waits a day)" if allow_zero else f"{flag} 5"
-        raise UsageError(f"{flag} must be a number of seconds, {low} (got {value!r}).", f"For example {example}.")
-
-
-def check_idempotency_key(key: str) -> None:
-    """A UsageError unless ``key`` can be sent as the Idempotency-Key header."""
-    from app.core.api.wire import MAX_IDEMPOTENCY_KEY_CHARS  # pydantic: not before the first frame
-
-    problem = header_value_problem(key)
-    if problem is None and len(key) > MAX_IDEMPOTENCY_KEY_CHARS:
-        problem = f"it is {len(key):,} characters long; at most {MAX_IDEMPOTENCY_KEY_CHARS}"
-    if problem:
-        raise UsageError(f"--idempotency cannot be sent as an Idempotency-Key header: {problem}.",
-                         "Use plain ASCII letters, digits and dashes, e.g. a UUID (the default when it is left out).")
-
-
-def attach_command(job_id: str, backend: str, env_path: str | Path | None) -> str:
-    """`synth-tui attach` with every flag it needs to work when copied: the backend, and the
-    .env to read SYNTH_API_KEY from (None: the shell's)."""
-    import shlex
-
-    from app.core.invocation import program
-
-    serve = "serve " if shell_env.variable("SYNTH_TUI_SERVE") else ""  # in a browser tab (docs/browser.md)
-    command = f"{program()} {serve}attach {job_id} --backend {backend}"  # as it was run (docs/product.md#commands)
-    return command if env_path is None else f"{command} --env-file {shlex.quote(str(env_path))}"
-
-
 class _Same:
     """Equal only to a wrapper of the very same object."""
 
@@ -197,27 +66,6 @@ class _Same:
         return isinstance(other, _Same) and other.obj is self.obj
 
     __hash__ = None  # type: ignore[assignment]
-
-
-@dataclass(frozen=True)
-class Overrides:
-    """What the preview lets the user change, over the flags (None: as the config says)."""
-
-    model: str | None = None
-    task_url: str | None = None
-    allow_experimental: bool | None = None
-
-
-@dataclass(frozen=True)
-class Preparation:
-    """Work the guided session waits for, started after its first frame (the demo's servers):
-    ``run`` blocks (call it from a worker) and returns the options the session then adopts and
-    a sentence saying what is ready; ``waiting`` says what is being done meanwhile, ``failed``
-    titles the error when ``run`` raises."""
-
-    waiting: str
-    run: Callable[[], tuple[LaunchOptions, str]]
-    failed: str = "Could not start"
 
 
 @dataclass
@@ -555,38 +403,13 @@ class LaunchSession:
             env_path=os.path.abspath(env_path) if env_path is not None else None))
 
     def attach(self, job_id: str) -> JobContext:
-        """Set up a watch of an existing job, the same for both front ends: a job of the run
-        history as :meth:`use_history_record` says; any other with --backend (or the default),
-        the .env found as for a headless run, and its backend key (missing: MissingSecretsError
-        before anything is shown)."""
-        from app.core.api.wire import check_job_id
-
-        check_job_id(job_id)  # it goes into URL paths: "../x" or "" must stop here
-        record = read_history(job_id)
-        if record is not None and record.end_note and not self.options.backend:
-            raise StoppedWithItsBackend(record)  # its backend is gone: it would say "start a backend"
-        if record is not None:
-            return self.use_history_record(record)
-        self.open_unattended_env()
-        self.synth_api_key()
-        return JobContext.of(job_id)
+        """Set up a watch of an existing job, the same for both front ends (attaching.attach)."""
+        return attaching.attach(self, job_id)
 
     def use_history_record(self, record: RunRecord) -> JobContext:
-        """Set up an attach, a rerun or a status check of a job from the run history; the one
-        way, for the history screen, `history --no-tui` and `attach`. The backend it ran on
-        (unless --backend names one); the .env: --env-file when given, else the one the job was
-        launched with, else (an older record) as for a headless run; then its SYNTH_API_KEY.
-        A remembered .env that is gone or has no SYNTH_API_KEY is an error naming the file and
-        the fix, raised before anything is sent."""
-        if not self.options.backend:
-            self.use_backend(record.backend, "the job history")
-        remembered = self.remembered_env(record)
-        if remembered is None:
-            self.open_unattended_env()
-            self.synth_api_key()
-        else:
-            self._open_remembered_env(record.job_id, remembered)
-        return JobContext.from_record(record)
+        """Set up an attach, a rerun or a status check of a job from the run history
+        (attaching.use_history_record)."""
+        return attaching.use_history_record(self, record)
 
     def remembered_env(self, record: RunRecord) -> Path | None:
         """The .env to use for this job instead of discovery: None when --env-file was given
@@ -617,24 +440,6 @@ class LaunchSession:
         except SynthTuiError as exc:
             return exc
 
-    def _open_remembered_env(self, job_id: str, path: Path) -> None:
-        fix = (f"pass --env-file PATH with its SYNTH_API_KEY: synth-tui history --env-file PATH, or "
-               f"{attach_command(job_id, self.backend_base, 'PATH')}")
-        present = path.is_file()
-        if not present and not self.shell.get("SYNTH_API_KEY"):
-            raise EnvFileError(f"Job {job_id} was launched with {path}, which no longer exists.",
-                               f"Restore that file, or {fix}.")
-        # The shell's SYNTH_API_KEY wins over the file, as everywhere; it also stands in for a
-        # file that is gone.
-        self.open_env(path if present else None, "the job's .env (run history)", [path])
-        try:
-            self.synth_api_key()
-        except UnusableSecretError:
-            raise
-        except MissingSecretsError:
-            raise MissingSecretsError(f"{path}, the .env job {job_id} was launched with, has no SYNTH_API_KEY.",
-                                      f"Add SYNTH_API_KEY to it, or {fix}.") from None
-
     def watch_options(self, *, since_seq: int = 0) -> WatchOptions:
         """How both front ends watch a job: the flags' intervals and bounds."""
         from app.core.api.streaming import WatchOptions
@@ -645,23 +450,15 @@ class LaunchSession:
 
     def attach_hint(self, job_id: str) -> str:
         """How to watch this job again after leaving: the command with every flag it needs."""
-        if self.options.embedded_backend:
-            return (f"The embedded backend stops with this process, and job {job_id} with it: "
-                    "the run history records it as cancelled.")
-        env_path = self.env_choice.path if self.env_choice is not None else None
-        return f"Attach again with:\n  {attach_command(job_id, self.backend_base, env_path)}"
+        return attaching.attach_hint(self, job_id)
 
     def history_attach_command(self, record: RunRecord) -> str:
-        """The attach command for a job of the run history, with the backend and .env
-        :meth:`use_history_record` would use (printed by `history --no-tui`; nothing is read)."""
-        backend = self.backend_base if self.options.backend else record.backend
-        env_path = os.path.abspath(self.options.env_files[0]) if self.options.env_files else record.env_path
-        return attach_command(record.job_id, backend, env_path)
+        """The attach command for a job of the run history (attaching.history_attach_command)."""
+        return attaching.history_attach_command(self, record)
 
     def paused_message(self, job_id: str) -> str:
         """What a watch that ended on a paused job says (the job is not over)."""
-        return (f"Job {job_id} is paused on the backend: it keeps its state there, and this watch has ended. "
-                f"Resume it on the backend, then watch it again. {self.attach_hint(job_id)}")
+        return attaching.paused_message(self, job_id)
 
     def synth_api_key(self) -> str:
         """Only the backend key: enough to attach to a job, which needs no task app."""
