@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -162,7 +163,9 @@ class VerificationScreen(FlowScreen):
         self.backend_check = None
         self.task_app_check = None
         self.model_check = None
-        self.run_worker(self._prepare_then_check(self._run), name=PREPARE_WORKER, group=WORKER_GROUP,
+        # The coroutine is made when the worker starts: one replaced first is never left unawaited.
+        self.run_worker(partial(self._prepare_then_check, self._run),  # type: ignore[arg-type]  # Textual's overloads infer Never
+                        name=PREPARE_WORKER, group=WORKER_GROUP,
                         exclusive=True, exit_on_error=False)
         if self._ticker is None:
             self._ticker = self.set_interval(self.TICK_S, self._show)
