@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,10 +21,8 @@ from typing import Any, ClassVar
 
 import torch
 
-from app.local.parallel.vllm import VllmGenerator
 from app.local.policies.base import MANIFEST, read_manifest, write_json_atomically
-from app.local.policies.lm.grpo_thread import GrpoThread, Training
-from app.local.policies.lm.model import LoadedModel
+from app.local.policies.lm.grpo_thread import GrpoThread
 
 ADAPTER = "adapter"  # the saved folder's subfolder for a LoRA adapter
 OPTIMIZER = "optimizer.pt"  # the trainer's AdamW state (one process, DDP)
@@ -48,14 +45,7 @@ class Checkpoints(GrpoThread):
     """LmPolicy's `save` and `load`, and `_restore` (the trainer calls it as it begins). Built on
     GrpoThread: a save waits for the training thread to park; a load under a vLLM server starts it."""
 
-    kind: ClassVar[str]
-    model: Any
-    tokenizer: Any
-    loaded: LoadedModel
-    lock: threading.Lock
-    generator: VllmGenerator | None
-    training: Training | None
-    steps_done: int
+    kind: ClassVar[str]  # the rest of what it reads is declared by GrpoThread
     base: str
     trainer_mode: str
     lora: dict[str, Any]
