@@ -1,7 +1,7 @@
 """What a trainable RL config is, in numbers: one definition shared by every checker.
 
 `--dry-run`, the config picker and the payload preview (through app.core.config.validation) and the
-embedded backend (app.local.training.trainer, on the job's `data.config`) all call
+embedded backend (app.local.training.runner, on the job's `data.config`) all call
 :func:`size_problems`, so a config the client accepts is never refused by the backend, and a
 typo such as ``batch_size = 1000000000`` is refused everywhere before any work starts.
 docs/hardening.md explains the bounds.

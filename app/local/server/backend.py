@@ -69,7 +69,7 @@ from app.local.state.journal import Journal
 from app.local.state.store import Store
 from app.local.training.admission import Admission, default_max_jobs, lm_devices, rollout_pool
 from app.local.training.retry import client_limits
-from app.local.training.trainer import Trainer
+from app.local.training.runner import Trainer
 
 
 def create_backend_app(

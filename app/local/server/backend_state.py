@@ -26,7 +26,7 @@ from app.local.state.store import Store
 from app.local.training.admission import Admission
 from app.local.training.job_run import policy_settings
 from app.local.training.plan import InvalidJobPayload, plan_from_payload
-from app.local.training.trainer import Trainer
+from app.local.training.runner import Trainer
 
 
 class BackendState:

@@ -5,7 +5,7 @@ Before the first rollout a job learns which rollout contract generation the task
 (0.2 or 0.4/0.5) from its /openapi.json, else from the refusal of a body in the other one
 (rollout_contract.py, docs/rollout-contracts.md), and says so in an `rl.taskapp.contract` event.
 A rollout that gets no answer fails the job with a message that says how many requests were
-sent and what to change. `RolloutClient` is a part of `Trainer` (trainer.py), cut out here.
+sent and what to change. `RolloutClient` is a part of `Trainer` (runner.py), cut out here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The trainer's step loop: one training step (its rollouts, the policy update, the
 checkpoint and the step's events and metrics in one transaction) and the evaluations after it.
 
-`StepLoop` is a part of `Trainer` (trainer.py), cut out here; it plays rollouts through
+`StepLoop` is a part of `Trainer` (runner.py), cut out here; it plays rollouts through
 `RolloutClient` (rollouts.py).
 """
 

@@ -12,7 +12,7 @@ from fastapi.responses import PlainTextResponse
 
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from app.local.training.rollout_contract import TaskAppError
-from app.local.training.trainer import Trainer
+from app.local.training.runner import Trainer
 
 from ..conftest import (
     API_KEY,

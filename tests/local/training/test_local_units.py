@@ -159,7 +159,7 @@ def test_a_flat_step_is_called_solved_only_when_the_score_rose_to_it() -> None:
     helps), at the start or after a fall it points at the task app."""
     from types import SimpleNamespace
 
-    from app.local.training.trainer import Trainer
+    from app.local.training.runner import Trainer
 
     def warning(first: float | None, score: float) -> str:
         run = SimpleNamespace(flat_steps=0, first_score=first)
