@@ -34,7 +34,7 @@ BENCHMARKS = {
     "rollouts": "bench_rollouts",  # 9. the rollout inspector's storage: bytes per rollout, total after 10k
     "lm": "bench_lm",              # 10. the lm policy: generation tokens/s, a GRPO step, chat endpoint overhead
     "admission": "bench_admission",  # 11. 16 demo jobs at once beside two CPU burners: none fails, some queue
-    "dp": "bench_dp",              # 12. the lm trainer data-parallel: one GRPO step with 1 and 2 processes
+    "dp": "bench_dp",              # 12. the lm policy data-parallel: one GRPO step with 1 and 2 processes
 }
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -1,4 +1,4 @@
-"""Figure 6: the demo end to end, and the embedded trainer (``bench_trainer``) folded in.
+"""Figure 6: the demo end to end, and the embedded backend (``bench_trainer``) folded in.
 
 Demo: ``synth-tui demo --no-tui --workdir <tmp>`` as a subprocess, exactly as a user runs it
 (servers start, the job is created and watched, the SDK-style lines are printed); wall time

@@ -2,7 +2,7 @@
 and 2 processes on this machine, the one-process backend being the baseline measured in the
 same run.
 
-For each layout, a real job on the embedded backend (`start_backend(trainer="lm",
+For each layout, a real job on the embedded backend (`start_backend(policy_kind="lm",
 parallel=Parallel(N))`) trains the tiny Qwen3-architecture test model (built here) on the press
 task app, seeded, full fine-tune, 2 groups x 8 episodes a step. From the job's own step events:
 `step_seconds` (the GRPO step as the backend sees it), the whole step (rollouts + step: the
@@ -47,7 +47,7 @@ def one_layout(model: Path, task_url: str, processes: int, steps: int) -> dict[s
     from lm_fixtures import press_payload
 
     with tempfile.TemporaryDirectory() as tmp, \
-            start_backend(api_key=API_KEY, db_path=Path(tmp) / "s.sqlite3", env_api_keys=[ENV_KEY], trainer="lm",
+            start_backend(api_key=API_KEY, db_path=Path(tmp) / "s.sqlite3", env_api_keys=[ENV_KEY], policy_kind="lm",
                           parallel=Parallel(processes)) as backend, \
             httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
                          timeout=30.0) as api:

@@ -141,7 +141,7 @@ def endpoint_overhead(folder: Path, steps: int) -> tuple[float, float, int]:
         with tempfile.TemporaryDirectory() as tmp, \
                 ServerHandle("task app", app, _bind("127.0.0.1", 0)).start("/") as taskapp, \
                 start_backend(api_key=api_key, db_path=Path(tmp) / "s.sqlite3", env_api_keys=[env_key],
-                              trainer="lm") as backend, \
+                              policy_kind="lm") as backend, \
                 httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {api_key}"},
                              timeout=30.0) as api:
             config = copy.deepcopy(load_demo_config())

@@ -74,15 +74,15 @@ def test_any_words_give_the_same_outcome(argv):
 
 
 def test_trainer_flags_choose_the_embedded_backends_policy():
-    from app.cli.parser import TRAINER_CHOICES
+    from app.cli.parser import POLICY_KINDS
     from app.local import policies
 
-    assert TRAINER_CHOICES == policies.TRAINER_CHOICES  # one list, written twice (the parser loads no backend)
+    assert POLICY_KINDS == policies.POLICY_KINDS  # one list, written twice (the parser loads no backend)
     parser = build_parser()
-    assert parser.parse_args(["backend"]).trainer == "auto"
-    assert parser.parse_args(["backend", "--trainer", "lm"]).trainer == "lm"
-    assert parser.parse_args(["train", "--backend", "local", "--trainer", "tabular"]).trainer == "tabular"
-    assert parser.parse_args(["train"]).trainer is None
+    assert parser.parse_args(["backend"]).policy_kind == "auto"
+    assert parser.parse_args(["backend", "--trainer", "lm"]).policy_kind == "lm"
+    assert parser.parse_args(["train", "--backend", "local", "--trainer", "tabular"]).policy_kind == "tabular"
+    assert parser.parse_args(["train"]).policy_kind is None
     with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit):
         parser.parse_args(["backend", "--trainer", "gpt"])
 

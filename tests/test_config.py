@@ -334,7 +334,7 @@ def test_config_facts_for_the_model_example():
     report = validate_rl_file(EXAMPLES / "crafter_qwen4b.toml")
     assert config_facts(report.config) == {
         "model": "Qwen/Qwen3-4B ([model].base)",
-        "trainer": "full, label crafter-rl-from-base",
+        "fine-tune": "full, label crafter-rl-from-base",
         "algorithm": "online/policy_gradient/gspo",
         "task URL": "https://your-org--grpo-crafter-task-app-fastapi-app.modal.run",
         "compute": "H100 x 8",
@@ -351,7 +351,7 @@ def test_config_facts_for_the_policy_example():
     assert facts["task URL"] == "(not set: pass --task-url or set TASK_APP_URL)"
     assert facts["compute"] == "H200 x 2"
     assert facts["evaluation"] == "20 seeds every 5 iters"
-    assert list(facts)[:4] == ["model", "trainer", "algorithm", "task URL"]
+    assert list(facts)[:4] == ["model", "fine-tune", "algorithm", "task URL"]
 
 
 def test_rl_config_round_trips_without_none():

@@ -216,7 +216,7 @@ def test_the_model_check_is_a_flow_line_and_its_problem_exits_3(world):
                                            "problems": [], "warnings": [warning]})
     code, out, err = run(world)
     assert code == 0, err
-    assert "Model check: OK (POST /rl/verify_model · Qwen/Qwen3-4B: the lm trainer trains it: 4.0B parameters)" in out
+    assert "Model check: OK (POST /rl/verify_model · Qwen/Qwen3-4B: the lm policy trains it: 4.0B parameters)" in out
     assert "Model check: learning_rate 0.01 is far too high" in err and "Fix: e.g. learning_rate = 5e-5" in err
 
 

@@ -10,9 +10,9 @@ from collections.abc import Callable, Sequence
 
 from app import __version__
 
-# What the embedded backend trains (app.local.policies.TRAINER_CHOICES; not imported here: the
+# What the embedded backend trains (app.local.policies.POLICY_KINDS; not imported here: the
 # parser must not load the backend).
-TRAINER_CHOICES = ("auto", "lm", "tabular")
+POLICY_KINDS = ("auto", "lm", "tabular")
 
 COMMANDS = ("train", "demo", "attach", "history", "jobs", "compare", "rollouts", "backend", "taskapp", "tiny-model",
             "serve", "ranks-host", "lab")
@@ -38,7 +38,7 @@ def _add_train_flags(parser: argparse.ArgumentParser) -> None:
     add("--backend", metavar="URL",
         help="backend base URL, http(s)://HOST[:PORT] (/api is appended), or `local`: the embedded backend in this "
              "process (it trains any conforming task app here; its jobs stop with the run)")
-    add("--trainer", choices=TRAINER_CHOICES, metavar="{auto,lm,tabular}",
+    add("--trainer", dest="policy_kind", choices=POLICY_KINDS, metavar="{auto,lm,tabular}",
         help="with --backend local: what the embedded backend trains: lm (the config's model, with TRL; needs "
              "pip install 'synth-tui[trainer]'), tabular (a fast stand-in) or auto (lm when it can, else the "
              "stand-in with a warning; the default). docs/embedded-policy.md")
@@ -164,7 +164,7 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
                          help="an ENVIRONMENT_API_KEY the backend holds for verification (visible via ps: prefer "
                               "the environment or --env-file)")
     backend.add_argument("--db", metavar="PATH", help="SQLite state file (default: in the user's state folder)")
-    backend.add_argument("--trainer", choices=TRAINER_CHOICES, default="auto",
+    backend.add_argument("--trainer", dest="policy_kind", choices=POLICY_KINDS, default="auto",
                          help="what jobs train: lm (the config's [model] base, with TRL; needs pip install "
                               "'synth-tui[trainer]'), tabular (a fast stand-in) or auto (lm when the trainer extra "
                               "is installed and the model is on this machine, else the stand-in with a warning; "
@@ -221,7 +221,7 @@ def _add_taskapp_parser(sub: argparse._SubParsersAction) -> None:
     taskapp.add_argument("--game", choices=["gridworld", "crafter-lite", "press"], default="gridworld",
                          help="gridworld (a move tool), crafter-lite (an SDK-style app: an array-of-enum tool, "
                               "tool_choice, trace_ correlation ids) or press (\"Press C.\" → press(label=\"C\"): "
-                              "for the lm trainer, configs/rl/lm_press.toml)")
+                              "for the lm policy, configs/rl/lm_press.toml)")
     taskapp.add_argument("--asks", type=_labels, metavar="LABELS",
                          help="with --game press: the buttons it asks for, e.g. A or A,C (default: all four, "
                               "A,B,C,D; the tool offers all four either way). The tiny model of `synth-tui "
@@ -243,16 +243,16 @@ def _add_lab_parser(sub: argparse._SubParsersAction) -> None:
                      help="the task app, as `synth-tui taskapp --game` (default: %(default)s)")
     lab.add_argument("--asks", type=_labels, metavar="LABELS", help="with --game press: the buttons it asks for")
     lab.add_argument("--processes", type=_count(1, 4096), default=1, metavar="N",
-                     help="train with the lm trainer in N processes, data-parallel (as `synth-tui backend "
+                     help="train with the lm policy in N processes, data-parallel (as `synth-tui backend "
                           "--processes N`)")
 
 
 def _add_tiny_model_parser(sub: argparse._SubParsersAction) -> None:
     tiny = sub.add_parser(
-        "tiny-model", help="write a tiny Qwen3-architecture model (random weights) for trying the lm trainer offline",
+        "tiny-model", help="write a tiny Qwen3-architecture model (random weights) for trying the lm policy offline",
         description="Write a tiny model in Hugging Face format into DIR, built here in seconds without the hub: "
                     "2 layers, about 140k parameters, random weights, a tokenizer for the press task app's chats "
-                    "and a chat template. It is for trying the lm trainer (configs/rl/lm_press.toml with "
+                    "and a chat template. It is for trying the lm policy (configs/rl/lm_press.toml with "
                     "`synth-tui taskapp --game press --asks A`), not a model to use; a real one is any local "
                     "Hugging Face folder with a chat template (e.g. `hf download Qwen/Qwen3-0.6B --local-dir DIR`). "
                     "Needs pip install 'synth-tui[trainer]'.")

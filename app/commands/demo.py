@@ -208,7 +208,7 @@ def _start_servers(folder: DemoFolder) -> DemoSetup:
     try:
         backend = start_backend(api_key=synth_key, db_path=folder.path / "backend.sqlite3", env_api_keys=[env_key],
                                 # it stops with the demo: so do its jobs; the demo trains the fast stand-in
-                                resume=False, trainer="tabular",
+                                resume=False, policy_kind="tabular",
                                 db_elsewhere="pass --workdir DIR to run the demo in another folder")
     except BaseException:
         task_app.stop()

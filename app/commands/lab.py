@@ -64,20 +64,20 @@ def write_lab_env(env_path: Path, values: dict[str, str]) -> None:
 
 
 def _parallel(args: argparse.Namespace):  # -> Parallel; the servers' modules load only here
-    """--processes N: the lm trainer data-parallel, as `synth-tui backend --processes N`."""
+    """--processes N: the lm policy data-parallel, as `synth-tui backend --processes N`."""
     from app.local.parallel.launch import check_flags, launch_setup
     from app.local.policies.base import Parallel
 
     processes = args.processes
-    trainer = args.trainer or "auto"
-    if processes > 1 and trainer == "auto":
-        trainer = "lm"  # several processes train the language model only
-    refused = check_flags(trainer, processes, None, None)
+    policy_kind = args.policy_kind or "auto"
+    if processes > 1 and policy_kind == "auto":
+        policy_kind = "lm"  # several processes train the language model only
+    refused = check_flags(policy_kind, processes, None, None)
     if refused:
         raise UsageError(f"{refused}.", "synth-tui lab --trainer lm --processes N; docs/scaling.md")
     parallel = Parallel(processes, None, None, None)
     launch_setup(parallel)
-    return trainer, parallel
+    return policy_kind, parallel
 
 
 def start_lab(args: argparse.Namespace, stack: ExitStack) -> tuple[Path, object, object]:
@@ -90,18 +90,18 @@ def start_lab(args: argparse.Namespace, stack: ExitStack) -> tuple[Path, object,
                          "Pass --game press with it, or leave --asks out.")
     env_path = lab_env_path(args)
     synth_key, env_key = lab_keys(env_path)
-    trainer, parallel = _parallel(args)
+    policy_kind, parallel = _parallel(args)
     folder = claim_folder(state_dir() / "lab", "lab-")
     stack.callback(folder.release)
     task_app = start_taskapp(env_api_keys=[env_key], game=args.game, asks=args.asks)
     stack.callback(task_app.stop)
     backend = start_backend(api_key=synth_key, db_path=folder.path / "backend.sqlite3", env_api_keys=[env_key],
-                            resume=False, trainer=trainer, parallel=parallel)
+                            resume=False, policy_kind=policy_kind, parallel=parallel)
     stack.callback(backend.stop)
     write_lab_env(env_path, {"SYNTH_API_KEY": synth_key, "ENVIRONMENT_API_KEY": env_key,
                              "TASK_APP_URL": task_app.url, "BACKEND_BASE_URL": backend.url})
     processes = f" × {parallel.processes} processes" if parallel.processes > 1 else ""
-    print(f"Lab (it stops when this run ends):\n  backend:  {backend.url}/api (trainer: {trainer}{processes}; "
+    print(f"Lab (it stops when this run ends):\n  backend:  {backend.url}/api (trainer: {policy_kind}{processes}; "
           f"state: {folder.path})\n  task app: {task_app.url} ({args.game}"
           f"{', asking for ' + ','.join(args.asks) if args.asks else ''})\n"
           f"  .env:     {env_path} (mode 0600; TASK_APP_URL and BACKEND_BASE_URL set to these)",
@@ -117,6 +117,6 @@ def lab_flags(args: argparse.Namespace, env_path: Path, backend, task_app) -> ar
     flags = with_backend(args, backend)
     flags.env_file = [str(env_path)]
     flags.task_url = task_app.url
-    flags.trainer = None  # chosen for the lab's backend already
+    flags.policy_kind = None  # chosen for the lab's backend already
     flags.backend_key_origin = "synth-tui lab"
     return flags

@@ -26,7 +26,7 @@ def wants_local_backend(args: argparse.Namespace) -> bool:
 
 def refuse_trainer_without_local(args: argparse.Namespace) -> None:
     """--trainer chooses what the embedded backend of this run trains; a backend elsewhere chose already."""
-    if getattr(args, "trainer", None) and not wants_local_backend(args):
+    if getattr(args, "policy_kind", None) and not wants_local_backend(args):
         raise UsageError("--trainer chooses what the embedded backend started by --backend local trains; this run "
                          "uses another backend.",
                          "Pass --backend local with it, or start that backend with `synth-tui backend --trainer ...`.")
@@ -55,7 +55,7 @@ def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Nam
     try:
         backend = start_backend(api_key=f"sk_local_{secrets.token_hex(16)}",
                                 db_path=folder.path / "backend.sqlite3", env_api_keys=[], resume=False,
-                                trainer=getattr(args, "trainer", None) or "auto")
+                                policy_kind=getattr(args, "policy_kind", None) or "auto")
         try:
             print(f"Embedded backend: {backend.url}/api (state: {folder.path}; it stops when this run ends)",
                   file=sys.stderr, flush=True)

@@ -1,7 +1,7 @@
 """``synth-tui backend`` and ``synth-tui taskapp``: the embedded servers as commands, with
 their keys from the shell or an --env-file (never from a flag's value if it can be helped:
 a command line is readable by every user of the machine); and ``synth-tui tiny-model``, a
-model for trying the backend's `lm` trainer without the Hugging Face hub."""
+model for trying the backend's `lm` policy without the Hugging Face hub."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ def run_backend_server(args: argparse.Namespace) -> int:
     from app.local.policies.base import Parallel
     from app.local.servers import default_db_path, serve_backend
 
-    trainer, processes = getattr(args, "trainer", "auto"), getattr(args, "processes", 1)
+    policy_kind, processes = getattr(args, "policy_kind", "auto"), getattr(args, "processes", 1)
     config, vllm_server = getattr(args, "accelerate_config", None), getattr(args, "vllm_server", None)
-    if (processes > 1 or vllm_server) and trainer == "auto":
-        trainer = "lm"  # several processes or vLLM train the language model only: auto has nothing to choose
-    refused = check_flags(trainer, processes, config, vllm_server)
+    if (processes > 1 or vllm_server) and policy_kind == "auto":
+        policy_kind = "lm"  # several processes or vLLM train the language model only: auto has nothing to choose
+    refused = check_flags(policy_kind, processes, config, vllm_server)
     if refused:
         raise UsageError(f"{refused}.", "synth-tui backend --trainer lm --processes N [--accelerate-config FILE] "
                                         "[--vllm-server URL]; docs/scaling.md")
@@ -47,7 +47,7 @@ def run_backend_server(args: argparse.Namespace) -> int:
             "(chmod 600) and pass --env-file PATH.")
     serve_backend(args.host, args.port, api_key, _env_keys(args, sources),
                   user_path(args.db) if args.db else default_db_path(),
-                  infra_events=getattr(args, "infra_events", False), trainer=trainer,
+                  infra_events=getattr(args, "infra_events", False), policy_kind=policy_kind,
                   max_jobs=getattr(args, "max_jobs", None), max_rollouts=getattr(args, "max_rollouts", None),
                   parallel=parallel)
     return ExitCode.OK
@@ -165,7 +165,7 @@ def run_tiny_model(args: argparse.Namespace) -> int:
     build_tiny_qwen3(folder, seed=args.seed)
     base = args.folder if args.folder.startswith(LOCAL_PATH_PREFIXES) else f"./{args.folder}"
     print(as_run(f"Wrote a tiny Qwen3-architecture model (random weights, about 140k parameters) to {folder}.\n"
-                 "It is for trying the lm trainer, not a model to use: with the press task app asking for A "
+                 "It is for trying the lm policy, not a model to use: with the press task app asking for A "
                  "(`synth-tui lab --game press --asks A --trainer lm --config configs/rl/lm_press.toml --env-file "
                  "lm.env`), it learns to press A within a few steps (README: Train a language model).\n"
                  f'A config trains it with [model] base = "{base}" (a path from where the backend runs).'))

@@ -1,1 +1,1 @@
-"""The embedded backend, its trainer and the reference task app (one machine, same API)."""
+"""The embedded backend, its job runner and the reference task app (one machine, same API)."""

@@ -136,7 +136,7 @@ class ServerHandle:
 
 def start_backend(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], host: str = "127.0.0.1", port: int = 0,
-    infra_events: bool = False, resume: bool = True, trainer: str = "tabular", db_elsewhere: str | None = None,
+    infra_events: bool = False, resume: bool = True, policy_kind: str = "tabular", db_elsewhere: str | None = None,
     max_jobs: int | None = None, max_rollouts: int | None = None, parallel: Parallel = ONE_PROCESS,
 ) -> ServerHandle:
     """``db_elsewhere``: the caller's other way out of a database that cannot be used, for its
@@ -146,7 +146,7 @@ def start_backend(
     sock = _bind(host, port)
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
                              public_base_url=_url(host, sock.getsockname()[1]), infra_events=infra_events,
-                             resume=resume, trainer=trainer, max_jobs=max_jobs, max_rollouts=max_rollouts,
+                             resume=resume, policy_kind=policy_kind, max_jobs=max_jobs, max_rollouts=max_rollouts,
                              parallel=parallel)
     handle = ServerHandle("backend", app, sock).start("/api/health")
     handle.api_key = api_key  # for a flow in this process (app/commands/local_backend.py)
@@ -198,19 +198,20 @@ def _bind_for_serving(host: str, port: int, what: str) -> socket.socket:
 
 
 def serve_backend(host: str, port: int, api_key: str, env_api_keys: Sequence[str], db_path: Path,
-                  infra_events: bool = False, trainer: str = "auto", max_jobs: int | None = None,
+                  infra_events: bool = False, policy_kind: str = "auto", max_jobs: int | None = None,
                   max_rollouts: int | None = None, parallel: Parallel = ONE_PROCESS) -> None:
     """Serve until Ctrl-C (blocking)."""
     check_store_file(db_path, elsewhere="pass --db PATH to use another file")
     sock = _bind_for_serving(host, port, "backend")
     bound = sock.getsockname()[1]
     app = create_backend_app(api_key=api_key, db_path=db_path, env_api_keys=env_api_keys,
-                             listen_url=_url(host, bound), infra_events=infra_events, trainer=trainer,
+                             listen_url=_url(host, bound), infra_events=infra_events, policy_kind=policy_kind,
                              max_jobs=max_jobs, max_rollouts=max_rollouts, parallel=parallel)
     limits = app.state.admission_limits
-    print(f"synth-tui embedded backend on {_url(host, bound)}/api (state: {db_path}; trainer: {trainer}"
+    print(f"synth-tui embedded backend on {_url(host, bound)}/api (state: {db_path}; trainer: {policy_kind}"
           f"{f' × {parallel.processes} processes' if parallel.processes > 1 else ''}; "
-          f"at most {counted(limits[0], 'job')} at once{'' if trainer == 'tabular' else ' (lm jobs: one per device)'}, "
+          f"at most {counted(limits[0], 'job')} at once"
+          f"{'' if policy_kind == 'tabular' else ' (lm jobs: one per device)'}, "
           f"{counted(limits[1], 'rollout')} in flight)",
           file=sys.stderr, flush=True)
     _Server(_config(app, host, bound), app.state.begin_shutdown).run(sockets=[sock])

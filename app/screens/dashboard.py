@@ -278,7 +278,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             self.query_one(MetricsGrid).flush()  # the final picture now, not at the next due redraw
 
     def _planned_steps_from(self, events: Sequence[JobEvent]) -> None:
-        """A step event that says the job's total steps (the embedded trainer's do) sets the
+        """A step event that says the job's total steps (the embedded backend's do) sets the
         charts' x axis, for a job whose payload is not known here (an attach)."""
         for event in reversed(events):
             total = event.data.get("total_steps")

@@ -178,7 +178,7 @@ def trainer_extra() -> None:
     from app.local.policies import trainer_extra_missing
 
     if (missing := trainer_extra_missing()) is not None:
-        pytest.fail(f"{missing} The lm trainer's tests need it: pip install -e '.[test,trainer]'", pytrace=False)
+        pytest.fail(f"{missing} The lm policy's tests need it: pip install -e '.[test,trainer]'", pytrace=False)
 
 
 @slow_fixture("loads torch and a model", scope="session")

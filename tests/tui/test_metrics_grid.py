@@ -27,7 +27,7 @@ from widgets.plot_canvas import PlotCanvas
 
 
 def four_metric_job(job_id: str, steps: int = 12, offset: float = 0.0) -> ScriptedJob:
-    """train and eval mean score, loss and entropy, as the embedded trainer emits them."""
+    """train and eval mean score, loss and entropy, as the embedded backend emits them."""
     timeline = [("running", [event(1, "rl.train.started")], [])]
     for step in range(steps):
         score = round(0.2 + 0.06 * step + offset, 4)

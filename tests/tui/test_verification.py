@@ -205,7 +205,7 @@ async def test_an_embedded_backends_model_check_stops_a_template_that_cannot_ren
         screen = await checks_done(pilot)
         model_rows = [r for r in rows(screen) if r.check == "model"]
         assert [r.verdict for r in model_rows] == [Verdict.OK, Verdict.WARNING]
-        assert model_rows[0].reason == ("the lm trainer trains it: 135M parameters, 538 MB; "
+        assert model_rows[0].reason == ("the lm policy trains it: 135M parameters, 538 MB; "
                                         "template qwen2_5 (as written) renders a tool call")
         assert "Ready, 1 warning (the ! row above): press enter" in verdict_text(screen)
 

@@ -33,7 +33,7 @@ def _model_fact(config: RLConfig) -> str | None:
     return None
 
 
-def _trainer_fact(config: RLConfig) -> str | None:
+def _fine_tune_fact(config: RLConfig) -> str | None:
     section: ModelSection | PolicySection | None = config.model or config.policy
     if section is None:
         return None
@@ -77,7 +77,7 @@ def config_facts(config: RLConfig) -> dict[str, str]:
     algorithm = config.algorithm
     candidates: list[tuple[str, Callable[[], str | None]]] = [
         ("model", lambda: _model_fact(config)),
-        ("trainer", lambda: _trainer_fact(config)),
+        ("fine-tune", lambda: _fine_tune_fact(config)),
         ("algorithm", lambda: f"{algorithm.type}/{algorithm.method}/{algorithm.variety}"),
         ("task URL", lambda: _task_url_fact(config)),
         ("compute", lambda: f"{config.compute.gpu_type} x {config.compute.gpu_count}" if config.compute else None),

@@ -249,8 +249,8 @@ def _local_model_problem(path: str) -> ConfigError:
     folder = path.removeprefix("./")
     return ModelNotMadeYet(f"{noun} '{path}' does not exist yet.",
                            hint=f"make it first: `synth-tui tiny-model {folder}` writes a tiny random model there "
-                                "(to try the trainer); a real model is its own folder, a .gguf file or a Hugging Face "
-                                "id in base (README: Train a language model); a relative path is read from where "
+                                "(to try the lm policy); a real model is its own folder, a .gguf file or a Hugging Face"
+                                " id in base (README: Train a language model); a relative path is read from where "
                                 "the backend runs")
 
 

@@ -366,7 +366,7 @@ TRAINER_MODE_CUTOFF = 0.6  # "lroa" and "ful" are misspellings; "ppo" (the hoste
 def _check_trainer_modes(data: Mapping[str, Any], problems: _ProblemList) -> None:
     """[model] / [policy] trainer_mode that misspells "full" or "lora" (a lost setting, as a
     misspelt key is: app/core/config/known_keys.py). Another word is the backend's to judge:
-    the hosted docs show "ppo"; the embedded backend's model check names what its trainer knows."""
+    the hosted docs show "ppo"; the embedded backend's model check names what its lm policy knows."""
     for section in ("model", "policy"):
         table = _table(data, section)
         value = table.get("trainer_mode") if table is not None else None

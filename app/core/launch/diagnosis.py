@@ -305,7 +305,7 @@ def model_summary(result: ModelVerifyResult) -> str:
             _magnitude(result.bytes, (" GB", " MB", " kB")) if result.bytes else ""]
     facts = ", ".join(part for part in size if part)
     template = f"; template {result.template} renders a tool call" if result.template else ""
-    return f"the lm trainer trains it{': ' + facts if facts else ''}{template}"
+    return f"the lm policy trains it{': ' + facts if facts else ''}{template}"
 
 
 def _magnitude(value: int, units: tuple[str, str, str]) -> str:
@@ -376,7 +376,7 @@ def _model_problems(check: ModelCheck, backend: BackendCheck) -> Iterable[Proble
     if check.timed_out or isinstance(check.error, BackendTimeout):
         if not backend.timed_out:
             yield Problem(f"The backend's model check did not answer within {check.timeout_s:g} s.",
-                          "Retry (r); the first check on a backend imports its trainer's libraries.")
+                          "Retry (r); the first check on a backend imports its training libraries.")
         return
     if check.error is not None:
         if backend.error is None:

@@ -1,1 +1,1 @@
-"""The `lm` trainer in N processes: launching ranks under accelerate, a rank, other hosts, vLLM."""
+"""The `lm` policy in N processes: launching ranks under accelerate, a rank, other hosts, vLLM."""

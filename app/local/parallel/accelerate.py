@@ -1,4 +1,4 @@
-"""The accelerate side of the data-parallel `lm` trainer: a user's accelerate config read strictly,
+"""The accelerate side of the data-parallel `lm` policy: a user's accelerate config read strictly,
 the YAML and environment we launch with, the `accelerate launch` command line, and the refusal
 of GPU-only requests (NCCL, DeepSpeed, FSDP, bf16, vLLM) on a machine without CUDA.
 
@@ -173,7 +173,7 @@ def _distributed_type(data: Mapping[str, Any], problems: list[Problem]) -> str:
     value = data.get("distributed_type")
     if isinstance(value, str) and value.upper() in DISTRIBUTED_TYPES:
         return value.upper()
-    problems.append(Problem("distributed_type", value, "missing or not one this trainer runs",
+    problems.append(Problem("distributed_type", value, "missing or not one the lm policy runs",
                             f"set distributed_type to one of {', '.join(DISTRIBUTED_TYPES)}"))
     return "NO"
 
@@ -221,7 +221,7 @@ def _precision(data: Mapping[str, Any], problems: list[Problem]) -> str:
     value = "no" if value is None or value is False else value
     if isinstance(value, str) and value.lower() in MIXED_PRECISION:
         return value.lower()
-    problems.append(Problem("mixed_precision", value, "not a precision this trainer runs",
+    problems.append(Problem("mixed_precision", value, "not a precision the lm policy runs",
                             "set mixed_precision to 'no', 'bf16' (GPUs) or 'fp16'"))
     return "no"
 
@@ -251,7 +251,7 @@ def _deepspeed(data: Mapping[str, Any], problems: list[Problem]) -> DeepSpeedSet
     section = _section(data, "deepspeed_config", problems)
     stage = section.pop("zero_stage", 2)
     if stage not in (2, 3) or isinstance(stage, bool):
-        problems.append(Problem("deepspeed_config.zero_stage", stage, "this trainer runs ZeRO stage 2 or 3",
+        problems.append(Problem("deepspeed_config.zero_stage", stage, "the lm policy runs ZeRO stage 2 or 3",
                                 "set deepspeed_config.zero_stage to 2 (optimizer and gradients sharded) "
                                 "or 3 (parameters too)"))
         stage = 2

@@ -96,18 +96,18 @@ def per_device_batch(batch_size: int, group_size: int, processes: int) -> int:
     return total // processes
 
 
-def check_flags(trainer: str, processes: int, accelerate_config: str | None,
+def check_flags(policy_kind: str, processes: int, accelerate_config: str | None,
                 vllm_server: str | None = None) -> str | None:
     """Why `synth-tui backend`'s --processes / --accelerate-config / --vllm-server cannot be
     used, or None. The config file's content (and --shared-dir with it), this machine's share of
     the ranks and the GPU are checked by `launch_setup`."""
     if processes < 1:
         return f"--processes must be 1 or more (got {processes})"
-    if processes > 1 and trainer not in ("lm", "auto"):  # auto with N processes is lm (serve.py)
+    if processes > 1 and policy_kind not in ("lm", "auto"):  # auto, N processes: lm (commands/local_servers)
         return (f"--processes {processes} trains the language model in several processes: it needs --trainer lm "
-                f"(got --trainer {trainer})")
-    if vllm_server is not None and trainer not in ("lm", "auto"):
-        return f"--vllm-server generates for the language model: it needs --trainer lm (got --trainer {trainer})"
+                f"(got --trainer {policy_kind})")
+    if vllm_server is not None and policy_kind not in ("lm", "auto"):
+        return f"--vllm-server generates for the language model: it needs --trainer lm (got --trainer {policy_kind})"
     if processes > cores() and accelerate_config is None:
         return (f"--processes {processes} is more than the {cores()} cores this backend may use; each process "
                 f"needs a core of its own (choose at most {cores()})")

@@ -1,6 +1,6 @@
 """The `lm` policy data-parallel: N rank processes (app/local/parallel/worker.py, each an LmPolicy
 with its share of the batch) launched through `accelerate launch` (app/local/parallel/launch.py),
-behind the same Policy seam as the one-process LmPolicy, so the trainer and the chat endpoint
+behind the same Policy seam as the one-process LmPolicy, so the job runner and the chat endpoint
 do not change.
 
 - act: a correlation id is served by the rank that owns it. A training rollout's id names its

@@ -1,4 +1,4 @@
-"""vLLM generation for the data-parallel `lm` trainer (GPUs only; not run on this project's machines).
+"""vLLM generation for the data-parallel `lm` policy (GPUs only; not run on this project's machines).
 
 Written to TRL 1.16's interfaces: `trl vllm-serve` (trl/scripts/vllm_serve.py, which now runs
 vLLM's own `vllm serve` with the flags TRL needs), GRPOConfig's vllm_* fields, and

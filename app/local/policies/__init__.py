@@ -18,7 +18,7 @@ from app.local.policies.lm.model import TRAINER_EXTRA_HINT, ModelNotDownloaded, 
 from app.local.policies.tabular.policy import TabularPolicy
 
 DEFAULT_POLICY = "tabular"
-TRAINER_CHOICES = ("auto", "lm", "tabular")
+POLICY_KINDS = ("auto", "lm", "tabular")
 KINDS = ("lm", "tabular")
 TRAINER_MODULES = ("torch", "transformers", "trl", "peft", "accelerate", "xgrammar", "datasets")
 
@@ -88,7 +88,7 @@ def make_policy(choice: str, settings: PolicySettings, parallel: Parallel = ONE_
     if choice == "lm":
         return _lm(settings, parallel, stop), None
     if choice != "auto":
-        raise ValueError(f"unknown trainer {choice!r}; choose one of {', '.join(TRAINER_CHOICES)}")
+        raise ValueError(f"unknown policy kind {choice!r}; choose one of {', '.join(POLICY_KINDS)}")
     why = lm_unavailable(settings)
     if why is None:
         return _lm(settings, parallel, stop), None

@@ -1,7 +1,7 @@
-"""The policy seam: what the embedded backend's chat endpoint and trainer ask of a policy.
+"""The policy seam: what the embedded backend's chat endpoint and job runner ask of a policy.
 
 Neither knows which policy it drives. The chat endpoint asks `act` for one assistant message;
-the trainer keeps what came with it (`Act.memo`) under the message's call id, gives the scored
+the job runner keeps what came with it (`Act.memo`) under the message's call id, gives the scored
 episodes back to `update` in groups of one seed each, and saves the policy after every step
 (`save` into a fresh folder, `load` from the last one) so a restarted backend resumes the job
 (docs/embedded-policy.md#checkpoints).
@@ -72,8 +72,8 @@ class Act:
     """One chat answer: the assistant message (with its tool calls) and what the update needs."""
 
     message: dict[str, Any]
-    call_id: str  # the tool call's id (or, for a text answer, the id the trainer files it under)
-    memo: Any  # opaque to the trainer: handed back to `update` inside an Episode
+    call_id: str  # the tool call's id (or, for a text answer, the id the job runner files it under)
+    memo: Any  # opaque to the job runner: handed back to `update` inside an Episode
 
 
 @dataclass

@@ -3,7 +3,7 @@
 Everything lives under /api and needs `Authorization: Bearer <api_key>`, except:
 - `GET /api/health` (reachability, no secret involved);
 - the OpenAI-compatible chat endpoint, `POST /api/v1/chat/completions` (also
-  `/v1/chat/completions`), which serves the job's current policy to the task app. The trainer
+  `/v1/chat/completions`), which serves the job's current policy to the task app. The job runner
   gives the task app `{base}/api/v1/chat/completions?cid=trace_<job_id>:<rollout_id>` (contract
   0.2) or the path form `{base}/api/v1/<job_id>/trace_<job_id>:<rollout_id>`, to which the task
   app appends /chat/completions (0.4/0.5; docs/rollout-contracts.md). The cid names the job
@@ -13,7 +13,7 @@ Everything lives under /api and needs `Authorization: Bearer <api_key>`, except:
   through the seam of app/local/policies (docs/embedded-policy.md).
 
 Jobs left queued or running by a previous run of the backend on the same state file are
-resumed from their last checkpoint as the backend starts (trainer.Trainer.resume): those that
+resumed from their last checkpoint as the backend starts (runner.JobRunner.resume): those that
 were running first, then the queue in its order.
 
 At most `max_jobs` jobs train at once and `max_rollouts` rollouts are in flight across them;
@@ -69,30 +69,30 @@ from app.local.state.journal import Journal
 from app.local.state.store import Store
 from app.local.training.admission import Admission, default_max_jobs, lm_devices, rollout_pool
 from app.local.training.retry import client_limits
-from app.local.training.runner import Trainer
+from app.local.training.runner import JobRunner
 
 
 def create_backend_app(
     *, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None = None,
     listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
-    trainer: str = policies.DEFAULT_POLICY, max_jobs: int | None = None, max_rollouts: int | None = None,
+    policy_kind: str = policies.DEFAULT_POLICY, max_jobs: int | None = None, max_rollouts: int | None = None,
     parallel: Parallel = policies.ONE_PROCESS,
 ) -> FastAPI:
     """`infra_events`: imitate the hosted service's hatchet.* and rl.runtime.modal.* events
     (off unless asked: docs/embedded-policy.md#events). `resume`: go on with the jobs a previous
     run left running (a backend of the demo or `--backend local` stops with its run: False).
-    `trainer`: which policy new jobs train, auto | lm | tabular (docs/embedded-policy.md).
+    `policy_kind`: which policy new jobs train (`--trainer`), auto | lm | tabular (docs/embedded-policy.md).
     `max_jobs`, `max_rollouts`: jobs trained at once and rollouts in flight across them (None:
     sized to the machine; docs/architecture.md#admission)."""
     if not api_key:
         raise ValueError("the embedded backend needs an API key")
-    if trainer not in policies.TRAINER_CHOICES:
-        raise ValueError(f"trainer must be one of {', '.join(policies.TRAINER_CHOICES)} (got {trainer!r})")
-    if parallel.processes > 1 and trainer != "lm":
-        raise ValueError(f"{parallel.processes} processes train the lm trainer only (got trainer {trainer!r})")
+    if policy_kind not in policies.POLICY_KINDS:
+        raise ValueError(f"policy_kind must be one of {', '.join(policies.POLICY_KINDS)} (got {policy_kind!r})")
+    if parallel.processes > 1 and policy_kind != "lm":
+        raise ValueError(f"{parallel.processes} processes train the lm policy only (got {policy_kind!r})")
     admission = Admission(default_max_jobs() if max_jobs is None else max_jobs, max_rollouts or 0,
                           functools.partial(lm_devices, parallel.processes))
-    b = BackendState(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume, trainer,
+    b = BackendState(api_key, db_path, env_api_keys, public_base_url, listen_url, infra_events, resume, policy_kind,
                      admission, parallel)
     app = FastAPI(title="synth-tui embedded backend", lifespan=_lifespan)
     app.state.backend = b  # what every route gets through its `Backend` dependency
@@ -113,22 +113,22 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     b.store = Store(b.db_path)
     b.journal = Journal(b.store)
     b.admission = b.admission.fresh()  # an app served again starts with an empty queue
-    # The trainer has its own client, sized so that a rollout never waits for a pooled
+    # The job runner has its own client, sized so that a rollout never waits for a pooled
     # connection inside its time limit (admission.rollout_pool); verify uses the other.
     async with httpx.AsyncClient(limits=client_limits()) as http, \
             httpx.AsyncClient(limits=rollout_pool(b.admission)) as rollout_http:
         b.http = http
-        b.trainer = Trainer(b.journal, b.env_api_keys, rollout_http, b.checkpoints, other_secrets=[b.api_key],
-                            policy_kind=b.trainer_choice, infra_events=b.infra_events, admission=b.admission,
+        b.runner = JobRunner(b.journal, b.env_api_keys, rollout_http, b.checkpoints, other_secrets=[b.api_key],
+                            policy_kind=b.policy_kind, infra_events=b.infra_events, admission=b.admission,
                             parallel=b.parallel)
-        b.resume_interrupted(b.trainer)
+        b.resume_interrupted(b.runner)
         try:
             yield
         finally:
-            tasks = b.trainer.stop_all()
+            tasks = b.runner.stop_all()
             b.journal.wake_all()
             await asyncio.gather(*tasks, return_exceptions=True)
-            b.trainer = None
+            b.runner = None
             b.store.close()
 
 

@@ -1,5 +1,5 @@
 """The embedded backend's shared object: what every route of the backend reaches through the
-`Backend` dependency (the store, the journal, the trainer and the HTTP client, which exist while
+`Backend` dependency (the store, the journal, the job runner and the HTTP client, which exist while
 serving), the Bearer check of everything under /api, and a job's view as the API shows it.
 
 Kept apart from the app (backend.py) and the routes (routes_jobs.py, routes_chat.py, verify.py),
@@ -26,15 +26,15 @@ from app.local.state.store import Store
 from app.local.training.admission import Admission
 from app.local.training.job_run import policy_settings
 from app.local.training.plan import InvalidJobPayload, plan_from_payload
-from app.local.training.runner import Trainer
+from app.local.training.runner import JobRunner
 
 
 class BackendState:
-    """What the routes share; the store, trainer and HTTP client exist while serving."""
+    """What the routes share; the store, job runner and HTTP client exist while serving."""
 
     def __init__(self, api_key: str, db_path: Path, env_api_keys: Sequence[str], public_base_url: str | None,
                  listen_url: str | None = None, infra_events: bool = False, resume: bool = True,
-                 trainer: str = policies.DEFAULT_POLICY, admission: Admission | None = None,
+                 policy_kind: str = policies.DEFAULT_POLICY, admission: Admission | None = None,
                  parallel: Parallel = policies.ONE_PROCESS):
         self.api_key = api_key
         self.db_path = Path(db_path)
@@ -44,35 +44,35 @@ class BackendState:
         self.listen_url = listen_url.rstrip("/") if listen_url else None
         self.infra_events = infra_events
         self.resume = resume
-        self.trainer_choice = trainer  # auto | lm | tabular (policies.make_policy)
-        self.parallel = parallel  # the lm trainer's processes (docs/design/data-parallel.md)
+        self.policy_kind = policy_kind  # auto | lm | tabular (policies.make_policy)
+        self.parallel = parallel  # the lm policy's processes (docs/design/data-parallel.md)
         self.admission = admission or Admission()  # jobs at once, rollouts in flight (app/local/training/admission.py)
         # Beside the state file: every job's policy, one folder per recorded step.
         self.checkpoints = Checkpoints(self.db_path.parent / "checkpoints")
         self.store: Store
         self.journal: Journal
-        self.trainer: Trainer | None = None
+        self.runner: JobRunner | None = None
         self.http: httpx.AsyncClient
 
     def hold_env_keys(self, keys: Sequence[str]) -> None:
         """Hold these task-app keys from now on (``--backend local`` hands them over in memory:
         the backend runs in the flow's own process, docs/compatibility.md)."""
         self.env_api_keys[:] = [k for k in keys if k]
-        if self.trainer is not None:
-            self.trainer.env_api_keys[:] = self.env_api_keys
+        if self.runner is not None:
+            self.runner.env_api_keys[:] = self.env_api_keys
 
     def begin_shutdown(self) -> None:
         """Called by servers.py as uvicorn starts shutting down: end live streams and
         training now, or uvicorn would wait for them."""
-        if self.trainer is not None:
-            self.trainer.stop_all()
+        if self.runner is not None:
+            self.runner.stop_all()
             self.journal.wake_all()
 
-    def live_trainer(self) -> Trainer:
-        """The trainer, which exists while the app serves (between lifespan start and end)."""
-        if self.trainer is None:
+    def live_runner(self) -> JobRunner:
+        """The job runner, which exists while the app serves (between lifespan start and end)."""
+        if self.runner is None:
             raise HTTPException(503, "The embedded backend is not serving (starting or shutting down)")
-        return self.trainer
+        return self.runner
 
     def bearer_ok(self, request: Request) -> bool:
         scheme, _, token = request.headers.get("authorization", "").partition(" ")
@@ -103,7 +103,7 @@ class BackendState:
         view = job_view(job)
         # An extension of the embedded backend (docs/wire-contract.md#queue-position): the
         # job's 1-based place in the queue, only while it waits for a slot.
-        position = self.admission.position(job["id"]) if job["status"] == "queued" and self.trainer else None
+        position = self.admission.position(job["id"]) if job["status"] == "queued" and self.runner else None
         if position is not None:
             view["queue_position"] = position
         folder = self.model_path(job["id"]) if job["status"] == "succeeded" else None
@@ -111,8 +111,8 @@ class BackendState:
             view["artifacts"] = {"model_path": str(folder)}
         return view
 
-    def resume_interrupted(self, trainer: Trainer) -> None:
-        """Jobs a previous run of the backend left queued or running go on (Trainer.resume):
+    def resume_interrupted(self, runner: JobRunner) -> None:
+        """Jobs a previous run of the backend left queued or running go on (JobRunner.resume):
         the running ones first, then the queued ones in the order they were submitted, so the
         queue keeps its order across a restart."""
         base = self.public_base_url or self.listen_url
@@ -131,7 +131,7 @@ class BackendState:
             if base is None:
                 self.store.fail_interrupted(job_id, "it does not know the address task apps reach it at")
                 continue
-            trainer.resume(job_id, plan, f"{base}/api/v1")
+            runner.resume(job_id, plan, f"{base}/api/v1")
 
 
 def _backend_of(request: Request) -> BackendState:

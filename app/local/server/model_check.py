@@ -67,15 +67,15 @@ class ModelReport:
 
 
 def check_model(model: str, chat_template: str | None, learning_rate: float | None,
-                trainer: str, trainer_mode: str | None = None) -> ModelReport:
+                policy_kind: str, trainer_mode: str | None = None) -> ModelReport:
     """What a job of a backend with this `--trainer` would make of the model (blocking)."""
     started = time.monotonic()
-    report = ModelReport(model=model, trains="lm" if trainer == "lm" else "tabular")
-    if trainer != "tabular":  # the stand-in never loads the model: nothing to check (trains says so)
-        _check_lm(report, chat_template, learning_rate, falls_back=trainer == "auto")
+    report = ModelReport(model=model, trains="lm" if policy_kind == "lm" else "tabular")
+    if policy_kind != "tabular":  # the stand-in never loads the model: nothing to check (trains says so)
+        _check_lm(report, chat_template, learning_rate, falls_back=policy_kind == "auto")
     if report.trains == "lm" and trainer_mode is not None and trainer_mode.strip().lower() not in TRAINER_MODES:
         report.problems.append(Finding(
-            f'[model] trainer_mode {trainer_mode.strip()[:40]!r} is not one the lm trainer knows: "full" trains every '
+            f'[model] trainer_mode {trainer_mode.strip()[:40]!r} is not one the lm policy knows: "full" trains every '
             'weight, "lora" an adapter', 'set [model] trainer_mode = "full" or "lora"'))
     report.seconds = round(time.monotonic() - started, 3)
     return report
@@ -83,7 +83,7 @@ def check_model(model: str, chat_template: str | None, learning_rate: float | No
 
 def _check_lm(report: ModelReport, chat_template: str | None, learning_rate: float | None,
               *, falls_back: bool) -> None:
-    """The lm trainer's view; with `auto`, a model that cannot be had is the stand-in's warning."""
+    """The lm policy's view; with `auto`, a model that cannot be had is the stand-in's warning."""
     missing = policies.trainer_extra_missing()
     try:
         if missing:
@@ -165,17 +165,17 @@ def _architecture(path: Path) -> str | None:
 
 
 async def check_model_bounded(model: str, chat_template: str | None, learning_rate: float | None,
-                              trainer: str, timeout: float = MODEL_CHECK_TIMEOUT_S, *,
+                              policy_kind: str, timeout: float = MODEL_CHECK_TIMEOUT_S, *,
                               trainer_mode: str | None = None) -> dict[str, Any]:
     """check_model in a thread, answered within `timeout` seconds whatever it meets."""
     try:
         report = await asyncio.wait_for(
-            asyncio.to_thread(check_model, model, chat_template, learning_rate, trainer, trainer_mode), timeout)
+            asyncio.to_thread(check_model, model, chat_template, learning_rate, policy_kind, trainer_mode), timeout)
     except TimeoutError:  # slow, not wrong: the job checks the model again as it loads it
         report = ModelReport(model=model, trains="lm", seconds=timeout, warnings=[Finding(
             f"the model check did not finish within {timeout:g} s (reading {model}'s config, tokenizer and "
             "template); the job checks the model again as it loads it",
-            "retry (r) for the check's answer: the first check on a backend imports its trainer's libraries "
+            "retry (r) for the check's answer: the first check on a backend imports its training libraries "
             "(torch, transformers), and a model on a slow disk takes longer")])
     return report.answer()
 

@@ -45,15 +45,15 @@ def chat_access(request: Request, b: Backend) -> None:
     """The Bearer key, or the inference URL of a rollout in flight (its cid is the credential):
     checked before anything of the request is validated."""
     job_id, rollout_id = parse_correlation_id(_cid_of(request))
-    run = b.trainer.runs.get(job_id) if b.trainer else None
+    run = b.runner.runs.get(job_id) if b.runner else None
     if not (b.bearer_ok(request) or (run is not None and rollout_id in run.open_rollouts)):
         raise HTTPException(401, "Missing or invalid credentials: send Authorization: Bearer <SYNTH_API_KEY>, "
-                                 "or call the inference URL the trainer gave for a rollout in flight",
+                                 "or call the inference URL the job runner gave for a rollout in flight",
                             headers={"WWW-Authenticate": "Bearer"})
 
 
 CHAT_ERRORS = error_responses(400, 401, 404, 503, *BODY_ERRORS)
-CID_WORDS = "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the trainer writes it into the inference URL"
+CID_WORDS = "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the job runner writes it into the inference URL"
 
 
 @chat.post("/api/v1/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
@@ -68,7 +68,7 @@ async def chat_completions(body: ChatRequest, request: Request, b: Backend,
 @chat.post("/v1/{trial}/{cid}/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
 async def chat_completions_in_path(
     body: ChatRequest, request: Request, b: Backend,
-    trial: Annotated[str, PathParam(description="the job id, as the trainer writes it into the inference URL")],
+    trial: Annotated[str, PathParam(description="the job id, as the job runner writes it into the inference URL")],
     cid: Annotated[Cid, PathParam(description=CID_WORDS)],
 ) -> dict[str, Any]:
     """Rollout contract 0.4/0.5: the trial (our job id) and the correlation id in the path."""
@@ -76,11 +76,11 @@ async def chat_completions_in_path(
     if trial != job_id:
         raise HTTPException(400, f"The inference URL's path names trial {short_repr(trial)} but its correlation "
                                  f"id names job {short_repr(job_id)}: /v1/<job_id>/trace_<job_id>:<rollout_id>"
-                                 "/chat/completions; use the inference URL the trainer gave")
+                                 "/chat/completions; use the inference URL the job runner gave")
     query_cid = request.query_params.get("cid")
     if query_cid and query_cid != cid:
         raise HTTPException(400, "The inference URL carries two different correlation ids, one in its path "
-                                 "and one as ?cid=; use the inference URL the trainer gave")
+                                 "and one as ?cid=; use the inference URL the job runner gave")
     return await _answer_chat(b, request, cid)
 
 
@@ -91,7 +91,7 @@ async def _answer_chat(b: BackendState, request: Request, cid: str) -> dict[str,
     wait for it."""
     body = await request.json()  # as sent (FastAPI parsed it once): the policy reads it whole
     job_id, rollout_id = parse_correlation_id(cid)
-    run = b.trainer.runs.get(job_id) if b.trainer else None
+    run = b.runner.runs.get(job_id) if b.runner else None
     try:
         if run is not None:
             act = await asyncio.to_thread(run.act, rollout_id, body, cid)
@@ -104,12 +104,12 @@ async def _answer_chat(b: BackendState, request: Request, cid: str) -> dict[str,
             model = job_view(job)["model"]
     except PolicyFailed as exc:  # a rank of a data-parallel policy died: the job fails naming it
         if run is not None:
-            b.live_trainer().policy_broke(job_id, str(exc), exc.data)
+            b.live_runner().policy_broke(job_id, str(exc), exc.data)
         raise HTTPException(503, f"The job's policy stopped: {exc}") from None
     except PolicyCannotAct as exc:
         message = f"The task app's request cannot be answered by the embedded policy: {exc}"
         if run is not None:
-            b.live_trainer().abort(job_id, message)
+            b.live_runner().abort(job_id, message)
         raise HTTPException(422, message) from None
     return _completion(body.get("model") or model, act, body["messages"])
 

@@ -65,7 +65,7 @@ async def create_job(job: JobCreate, request: Request, b: Backend,
     b.journal.event(stored["id"], "rl.job.created", f"Job created: train {plan.model} on {plan.task_url}",
                     data={"model": plan.model, "task_app_url": plan.task_url, "total_steps": plan.total_steps})
     base = b.public_base_url or str(request.base_url).rstrip("/")
-    b.live_trainer().start(stored["id"], plan, f"{base}/api/v1")
+    b.live_runner().start(stored["id"], plan, f"{base}/api/v1")
     return JSONResponse(b.view(stored), status_code=201)
 
 
@@ -100,7 +100,7 @@ async def cancel_job(job_id: str, b: Backend) -> JSONResponse:
     if job["status"] in TERMINAL_STATUSES:
         return JSONResponse({"detail": f"Job {job_id} already {job['status']}; only queued or running jobs "
                                        "can be cancelled", "status": job["status"]}, status_code=409)
-    await b.live_trainer().cancel(job_id)
+    await b.live_runner().cancel(job_id)
     job = b.job_or_404(job_id)
     return JSONResponse({"job_id": job_id, "status": job["status"], "message": "Job cancelled"})
 

@@ -41,7 +41,7 @@ async def verify_model(body: VerifyModelRequest, b: Backend) -> dict[str, Any]:
     """Can a job of this backend train the model, as named (docs/wire-contract.md#model-verification)?
     Answered within model_check.MODEL_CHECK_TIMEOUT_S; the weights are not loaded."""
     return await check_model_bounded(body.model.strip(), (body.chat_template or "").strip() or None,
-                                     body.learning_rate, b.trainer_choice, trainer_mode=body.trainer_mode)
+                                     body.learning_rate, b.policy_kind, trainer_mode=body.trainer_mode)
 
 
 async def _verify(b: BackendState, url: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """What a job records (status, events, metrics) plus a wake-up per job for live streams.
 
-The trainer writes through this; server-sent-event streams wait on `changed(job_id)`, so a
+The job runner writes through this; server-sent-event streams wait on `changed(job_id)`, so a
 new event reaches the client as soon as it is stored, without a polling loop. Everything
 here runs on the backend's event loop thread.
 """

@@ -147,7 +147,7 @@ def _task_info(app_id: str, seed: int) -> dict[str, Any]:
 
 def _max_turns(req: Any) -> int:
     turns = req.env.config.max_turns or req.policy.config.max_turns
-    if not turns:  # else one "agent" op per turn, as the hosted trainer expands ops
+    if not turns:  # else one "agent" op per turn, as the hosted service expands ops
         turns = sum(1 for op in req.ops if op == "agent") or DEFAULT_MAX_TURNS
     return max(1, min(int(turns), 100))
 

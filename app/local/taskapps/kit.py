@@ -104,7 +104,7 @@ class SafetyConfig(_Open):
 
 class _Gen05:
     # A namespace so that the request's OpenAPI name is RolloutRequest, as in the SDK's apps:
-    # the trainer reads the generation from that schema's required fields.
+    # the job runner reads the generation from that schema's required fields.
     class RolloutRequest(BaseModel):
         """The 0.4/0.5 request: a rollout is named by its trace_correlation_id; other keys are
         ignored, as pydantic's default does in the SDK."""

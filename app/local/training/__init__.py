@@ -1,1 +1,1 @@
-"""The RL loop: the trainer, admission of jobs and rollouts, the rollout contract, retries, capped answers."""
+"""The RL loop: the job runner, admission of jobs and rollouts, the rollout contract, retries, capped answers."""

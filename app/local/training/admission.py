@@ -12,7 +12,7 @@ rollouts are in flight across them (docs/architecture.md#admission).
 The defaults come from the CPUs this process may use (os.sched_getaffinity, else
 os.cpu_count): ``max_jobs`` = that count, from 2 to 16 (one backend is one Python process:
 more jobs at once only share the same cores), and ``max_rollouts`` = 8 rollouts per job slot
-(the trainer's default ``max_concurrent_rollouts``), so the default jobs run at full width.
+(the job runner's default ``max_concurrent_rollouts``), so the default jobs run at full width.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from app.local.training.retry import client_limits
 
 MAX_JOBS_LIMIT = 256
 MAX_ROLLOUTS_LIMIT = 4096
-ROLLOUTS_PER_JOB_SLOT = 8  # trainer.DEFAULT_MAX_CONCURRENT: the default job runs at full width
+ROLLOUTS_PER_JOB_SLOT = 8  # runner.DEFAULT_MAX_CONCURRENT: the default job runs at full width
 JOBS_FLAG = "--max-jobs"
 ROLLOUTS_FLAG = "--max-rollouts"
 
@@ -73,7 +73,7 @@ def lm_devices(processes: int = 1) -> int:
 
 
 def rollout_pool(admission: Admission) -> httpx.Limits:
-    """The trainer's HTTP client: a connection for every rollout in flight and every job's
+    """The job runner's HTTP client: a connection for every rollout in flight and every job's
     /openapi.json, so a rollout never waits for a pooled connection inside its time limit
     (httpx counts that wait in the request's timeout)."""
     return client_limits(admission.max_rollouts + admission.max_jobs)

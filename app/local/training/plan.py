@@ -1,9 +1,9 @@
 """The training plan: what a job trains, read from its POST /api/rl/jobs payload.
 
 `plan_from_payload` checks a stored or posted payload (the job body's schema, bodies.py) and
-`training_plan` reads what the trainer needs from it; `policy_options` is what the `lm` policy
+`training_plan` reads what the job runner needs from it; `policy_options` is what the `lm` policy
 reads from the config as written. Kept apart from the loop so the backend's routes can check a
-payload without the trainer.
+payload without the job runner.
 """
 
 from __future__ import annotations

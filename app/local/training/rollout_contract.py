@@ -38,7 +38,7 @@ GENERATION_NAMES = {
     GEN_05: "synth-ai 0.4/0.5: trace_correlation_id; reward_info.outcome_reward",
 }
 
-CID_PREFIX = "trace_"  # what the trainer writes: task apps built on the SDK refuse an id without it
+CID_PREFIX = "trace_"  # what the job runner writes: task apps built on the SDK refuse an id without it
 CID_PREFIXES = ("trace_", "cid_", "eval_")  # every prefix the SDK's helper recognises in a URL path
 
 # Where a score is read, in this order; the first one present decides.

@@ -1,11 +1,11 @@
-"""The trainer's rollouts: a step's rollouts played against the task app at most
+"""The job runner's rollouts: a step's rollouts played against the task app at most
 `max_concurrent` at a time, POST /rollout with its retries, and the contract learning.
 
 Before the first rollout a job learns which rollout contract generation the task app speaks
 (0.2 or 0.4/0.5) from its /openapi.json, else from the refusal of a body in the other one
 (rollout_contract.py, docs/rollout-contracts.md), and says so in an `rl.taskapp.contract` event.
 A rollout that gets no answer fails the job with a message that says how many requests were
-sent and what to change. `RolloutClient` is a part of `Trainer` (runner.py), cut out here.
+sent and what to change. `RolloutClient` is a part of `JobRunner` (runner.py), cut out here.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ NO_POLICY_CALL_DOC = "docs/embedded-policy.md#a-task-app-that-never-calls-the-po
 LARGE_ANSWER_IN_THREAD = 1 << 20  # bytes: a larger answer is parsed off the event loop every client shares
 
 class RolloutClient:
-    """The rollout half of `Trainer`: what it uses of the trainer is declared here."""
+    """The rollout half of `JobRunner`: what it uses of the job runner is declared here."""
 
     journal: Journal
     http: httpx.AsyncClient

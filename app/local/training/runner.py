@@ -19,7 +19,7 @@ Before the first rollout the job learns which rollout contract generation the ta
 (rollout_contract.py, docs/rollout-contracts.md), and says so in an `rl.taskapp.contract` event.
 
 This module is the job's life: start, resume, the wait for a slot, the policy's loading, cancel,
-abort and shutdown, and the job's end. The rest of `Trainer` is cut into its parts: the plan
+abort and shutdown, and the job's end. The rest of `JobRunner` is cut into its parts: the plan
 (plan.py), the job's state (job_run.py), the step loop (steps.py, `StepLoop`) and the rollouts
 with their retries and the contract learning (rollouts.py, `RolloutClient`).
 """
@@ -94,7 +94,7 @@ def _close_when_loaded(loading: asyncio.Future[tuple[Policy, str | None]]) -> No
         threading.Thread(target=loading.result()[0].close, name="close-late-policy", daemon=True).start()
 
 
-class Trainer(StepLoop):
+class JobRunner(StepLoop):
     def __init__(self, journal: Journal, env_api_keys: Sequence[str], http: httpx.AsyncClient,
                  checkpoints: Checkpoints, other_secrets: Sequence[str] = (), *,
                  policy_kind: str = policies.DEFAULT_POLICY, infra_events: bool = False,
@@ -207,7 +207,7 @@ class Trainer(StepLoop):
             j.finish(job_id, "failed", "rl.job.failed", str(exc), level="error",
                      data={"step": run.step, **run.counters(), **getattr(exc, "data", {})}, error=str(exc))
         except Exception as exc:  # a bug here must still end the job, not leave it running
-            message = f"Internal error in the embedded trainer at step {run.step + 1}: {type(exc).__name__}: {exc}"
+            message = f"Internal error in the embedded backend at step {run.step + 1}: {type(exc).__name__}: {exc}"
             j.finish(job_id, "failed", "rl.job.failed", message, level="error",
                      data={"step": run.step}, error=message)
         finally:

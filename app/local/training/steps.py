@@ -1,7 +1,7 @@
-"""The trainer's step loop: one training step (its rollouts, the policy update, the
+"""The job runner's step loop: one training step (its rollouts, the policy update, the
 checkpoint and the step's events and metrics in one transaction) and the evaluations after it.
 
-`StepLoop` is a part of `Trainer` (runner.py), cut out here; it plays rollouts through
+`StepLoop` is a part of `JobRunner` (runner.py), cut out here; it plays rollouts through
 `RolloutClient` (rollouts.py).
 """
 
@@ -30,7 +30,7 @@ def _point(name: str, value: float, phase: str, n: int) -> dict[str, Any]:
 
 
 class StepLoop(RolloutClient):
-    """The step half of `Trainer`: what it uses of the trainer is declared here."""
+    """The step half of `JobRunner`: what it uses of the job runner is declared here."""
 
     checkpoints: Checkpoints
 

@@ -193,7 +193,7 @@ def test_the_dashboard_badge_says_lm_times_n() -> None:
 def dp_backend(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerHandle]:
     """One backend for the module's multi-process tests: its jobs run one after another."""
     db = tmp_path_factory.mktemp("dp-backend") / "state.sqlite3"
-    with start_backend(api_key=API_KEY, db_path=db, env_api_keys=[ENV_KEY], trainer="lm",
+    with start_backend(api_key=API_KEY, db_path=db, env_api_keys=[ENV_KEY], policy_kind="lm",
                        parallel=Parallel(2)) as backend:
         yield backend
 

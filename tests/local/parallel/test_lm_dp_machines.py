@@ -48,7 +48,7 @@ def two_machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ser
                              "ranks-host", "--shared-dir", str(shared), "--machine-rank", "1"],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        with start_backend(api_key=API_KEY, db_path=root / "state.sqlite3", env_api_keys=[ENV_KEY], trainer="lm",
+        with start_backend(api_key=API_KEY, db_path=root / "state.sqlite3", env_api_keys=[ENV_KEY], policy_kind="lm",
                            parallel=Parallel(2, str(config), shared_dir=str(shared))) as backend:
             yield backend, shared, host
     finally:
@@ -158,7 +158,7 @@ def test_a_job_cancelled_while_waiting_for_the_other_machine_leaves_nothing(
     shared = tmp_path / "shared"
     shared.mkdir()
     config = two_machines_config(tmp_path, free_port())
-    with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY], trainer="lm",
+    with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY], policy_kind="lm",
                        parallel=Parallel(2, str(config), shared_dir=str(shared))) as backend, \
             api_client(backend) as api:
         job_id = create_job(api, press_payload(press_app.url, tiny_model, "full", steps=3, lr=1e-2))

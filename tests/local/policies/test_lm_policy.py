@@ -181,7 +181,7 @@ def test_a_job_whose_model_is_missing_fails_at_once_saying_how_to_get_it(press_a
     body = press_payload(press_app.url, tmp_path / "x", "full", steps=2, lr=1e-2)
     body["data"]["base_model"] = body["data"]["config"]["model"]["base"] = "synth-tui-tests/no-such-model"
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
-                       trainer="lm") as backend, api_client(backend) as api:
+                       policy_kind="lm") as backend, api_client(backend) as api:
         job_id = create_job(api, body)
         job = wait_terminal(api, job_id, timeout=60)
         events = events_of(api, job_id)
@@ -354,7 +354,7 @@ def test_an_optimizer_state_saved_in_one_group_follows_its_parameters() -> None:
 
 def _train(model: Path, app: ServerHandle, tmp_path: Path, mode: str, steps: int, lr: float) -> dict[str, Any]:
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
-                       trainer="lm") as backend, api_client(backend) as api:
+                       policy_kind="lm") as backend, api_client(backend) as api:
         job_id = create_job(api, press_payload(app.url, model, mode, steps=steps, lr=lr))
         job = wait_terminal(api, job_id, timeout=600)
         events = events_of(api, job_id)
@@ -471,7 +471,7 @@ def test_the_tiny_model_learns_on_a_task_app_built_with_synth_ai_050(tiny_model:
     with SdkTaskApp("context_free", python=sdk_python, env_api_key=ENV_KEY, workdir=tmp_path,
                     settings={"CONTEXT_FREE_BUTTONS": "1"}).start() as app, \
             start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
-                          trainer="lm") as backend, api_client(backend) as api:
+                          policy_kind="lm") as backend, api_client(backend) as api:
         payload = press_payload(app.url, tiny_model, mode, steps=8, lr=1e-2)
         config = payload["data"]["config"]
         config["rollout"].update(env_name="press-the-button", max_turns=turns)

@@ -101,7 +101,7 @@ def test_the_tiny_model_command_writes_a_model_the_lm_policy_loads(tmp_path, cap
     folder = tmp_path / "tiny"
     assert main(["tiny-model", str(folder)]) == 0
     out = capsys.readouterr().out
-    assert f"to {folder}" in out and "for trying the lm trainer" in out and f'base = "{folder}"' in out
+    assert f"to {folder}" in out and "for trying the lm policy" in out and f'base = "{folder}"' in out
     policy = LmPolicy(PolicySettings(model=str(folder), learning_rate=1e-2, seed=0, total_steps=1, batch_size=1,
                                      group_size=2, options={"trainer_mode": "full"}))
     assert 100_000 < sum(p.numel() for p in policy.model.parameters()) < 200_000
@@ -118,7 +118,7 @@ def test_the_tiny_model_command_writes_a_model_the_lm_policy_loads(tmp_path, cap
 def test_the_shipped_config_trains_the_tiny_model_on_the_commands_press_game(press_cli, tiny_model, tmp_path,
                                                                               monkeypatch, capsys):
     """The README's walk in one process: configs/rl/lm_press.toml as shipped (its model
-    ./tiny-qwen3 where the run is), the press game of `synth-tui taskapp`, the lm trainer.
+    ./tiny-qwen3 where the run is), the press game of `synth-tui taskapp`, the lm policy.
     The score rises from near chance to at least 0.9 (docs/embedded-policy.md)."""
     (tmp_path / "tiny-qwen3").symlink_to(tiny_model)
     monkeypatch.chdir(tmp_path)
@@ -133,7 +133,7 @@ def test_the_shipped_config_trains_the_tiny_model_on_the_commands_press_game(pre
     assert len(scores) == 8 and scores[0] < 0.5 and max(scores[-3:]) >= 0.9, scores
     assert '"kind": "lm"' in out and ENV_KEY not in out + err
     # Issue 37: the checks ask the backend about the model; the job says while it loads it.
-    assert "Model check: OK (POST /rl/verify_model · ./tiny-qwen3: the lm trainer trains it" in out
+    assert "Model check: OK (POST /rl/verify_model · ./tiny-qwen3: the lm policy trains it" in out
     assert "rl.train.policy.loading (info): Loading ./tiny-qwen3 (model.safetensors, " in out
     assert re.search(r"rl\.train\.policy\.loaded \(info\): Loaded \./tiny-qwen3 in \d+ s", out)
 

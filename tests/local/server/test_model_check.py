@@ -165,7 +165,7 @@ def test_chat_template_names_a_template_trl_ships_or_a_jinja_file(tmp_path):
 
 def test_a_trainer_mode_the_lm_trainer_does_not_know_is_a_problem_of_the_check(api, tiny_model):
     """Issue 37 walk: `trainer_mode = "half"` passed the checks and failed the job as it loaded the
-    model. The lm trainer's check names it; the tabular stand-in (which ignores it) does not."""
+    model. The lm policy's check names it; the tabular stand-in (which ignores it) does not."""
     report = model_check.check_model(str(tiny_model), None, None, "lm", "half")
     assert [p.fix for p in report.problems] == ['set [model] trainer_mode = "full" or "lora"']
     assert "'half'" in report.problems[0].message
@@ -265,7 +265,7 @@ def test_a_job_says_when_its_model_starts_loading_and_when_it_is_loaded(tiny_mod
 
     monkeypatch.setattr(lm_model, "PRETRAINED_MIN_PARAMETERS", 100_000)
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
-                       trainer="lm") as backend, api_client(backend) as api:
+                       policy_kind="lm") as backend, api_client(backend) as api:
         job_id = create_job(api, press_payload(press_app.url, tiny_model, "full", steps=1, lr=1e-2))
         job = wait_terminal(api, job_id, timeout=120)
         events = events_of(api, job_id)
@@ -354,7 +354,7 @@ def test_a_job_that_downloads_its_model_says_so_before(trainer_extra, press_app,
     body = press_payload(press_app.url, tmp_path / "x", "full", steps=1, lr=5e-5)
     body["data"]["base_model"] = body["data"]["config"]["model"]["base"] = SMOL
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
-                       trainer="lm") as backend, api_client(backend) as api:
+                       policy_kind="lm") as backend, api_client(backend) as api:
         job_id = create_job(api, body)
         job = wait_terminal(api, job_id, timeout=60)
         events = events_of(api, job_id)

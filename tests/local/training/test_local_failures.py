@@ -12,7 +12,7 @@ from fastapi.responses import PlainTextResponse
 
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from app.local.training.rollout_contract import TaskAppError
-from app.local.training.runner import Trainer
+from app.local.training.runner import JobRunner
 
 from ..conftest import (
     API_KEY,
@@ -57,7 +57,7 @@ def test_a_failed_evaluation_keeps_the_metrics_of_the_step_it_followed(api, task
     async def failing_evaluation(self, run, step):
         raise TaskAppError(f"evaluation after step {step} failed (injected)")
 
-    monkeypatch.setattr(Trainer, "_evaluate", failing_evaluation)
+    monkeypatch.setattr(JobRunner, "_evaluate", failing_evaluation)
     job_id = create_job(api, payload(taskapp.url, small_config()))
     _assert_failed_with(api, job_id, r"evaluation after step 1 failed \(injected\)")
     steps = [e["data"]["step"] for e in events_of(api, job_id) if e["type"] == "rl.train.step"]

@@ -159,11 +159,11 @@ def test_a_flat_step_is_called_solved_only_when_the_score_rose_to_it() -> None:
     helps), at the start or after a fall it points at the task app."""
     from types import SimpleNamespace
 
-    from app.local.training.runner import Trainer
+    from app.local.training.runner import JobRunner
 
     def warning(first: float | None, score: float) -> str:
         run = SimpleNamespace(flat_steps=0, first_score=first)
-        said = Trainer._flat_warning(None, run, 4, [Episode([], score) for _ in range(4)])  # type: ignore[arg-type]
+        said = JobRunner._flat_warning(None, run, 4, [Episode([], score) for _ in range(4)])  # type: ignore[arg-type]
         assert said is not None and "nothing was learned" in said["message"]
         return str(said["message"])
 

@@ -1,7 +1,7 @@
-"""A tiny Qwen3-architecture model for trying the `lm` trainer, built offline in a few seconds.
+"""A tiny Qwen3-architecture model for trying the `lm` policy, built offline in a few seconds.
 
 `synth-tui tiny-model DIR` writes it for a user without the Hugging Face hub at hand (it learns
-the press task app's one-label game, nothing else: a way to watch the trainer work, not a model
+the press task app's one-label game, nothing else: a way to watch the lm policy learn, not a model
 to use); the `lm` policy's tests and benchmarks build the same one.
 
 2 layers, hidden size 64, about 130k parameters, random weights (seeded); a byte-level BPE
