@@ -87,11 +87,11 @@ def test_trainer_flags_choose_the_embedded_backends_policy():
         parser.parse_args(["backend", "--trainer", "gpt"])
 
 
-def test_trainer_without_the_local_backend_is_a_usage_error():
-    from app.commands.local_backend import refuse_trainer_without_local
+def test_trainer_without_the_embedded_backend_is_a_usage_error():
+    from app.commands.embedded_backend import refuse_policy_kind_without_embedded
     from app.core.errors import UsageError
 
     args = build_parser().parse_args(["train", "--backend", "http://127.0.0.1:8000", "--trainer", "lm"])
     with pytest.raises(UsageError, match="--backend local"):
-        refuse_trainer_without_local(args)
-    refuse_trainer_without_local(build_parser().parse_args(["train", "--backend", "local", "--trainer", "lm"]))
+        refuse_policy_kind_without_embedded(args)
+    refuse_policy_kind_without_embedded(build_parser().parse_args(["train", "--backend", "local", "--trainer", "lm"]))

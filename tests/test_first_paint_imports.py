@@ -23,8 +23,8 @@ FIRST_SCREEN = """
 import json, sys
 from app.cli import dispatch, parser
 args = parser.build_parser().parse_args(parser.normalise_argv(sys.argv[1:]))
-from app.commands import local_backend
-local_backend.wants_local_backend(args)
+from app.commands import embedded_backend
+embedded_backend.wants_embedded_backend(args)
 if args.command == "demo":
     from app.commands import demo
     session = demo.LaunchSession(demo.waiting_options(args))

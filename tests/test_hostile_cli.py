@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from app.cli.dispatch import main
-from app.commands.local_backend import LOCAL
+from app.commands.embedded_backend import LOCAL
 from app.core.api.backend_url import backend_url_problem
 from app.core.api.wire import job_id_problem
 from app.core.env.keys import header_value_problem

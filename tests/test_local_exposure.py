@@ -269,7 +269,7 @@ def test_key_flags_still_work_but_warn_without_echoing_the_key(tmp_path):
 
 def test_shell_variables_win_over_the_env_file(tmp_path, monkeypatch):
     from app.cli.parser import build_parser
-    from app.commands.local_servers import _env_keys, _key_sources
+    from app.commands.foreground import _env_keys, _key_sources
 
     env_file = write_env_file(tmp_path / "keys.env", "SYNTH_API_KEY=from_file\nENVIRONMENT_API_KEY=file_env\n"
                                                      "ENVIRONMENT_API_KEY_ALIASES=file_alias\n")
@@ -285,7 +285,7 @@ def test_shell_variables_win_over_the_env_file(tmp_path, monkeypatch):
 
 
 def test_an_env_file_others_can_open_is_warned_about(tmp_path, capsys):
-    from app.commands.local_servers import _key_sources
+    from app.commands.foreground import _key_sources
 
     env_file = write_env_file(tmp_path / "keys.env", f"SYNTH_API_KEY={SYNTH_KEY}\n")
     _key_sources(str(env_file))

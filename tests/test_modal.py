@@ -478,13 +478,13 @@ def test_the_container_is_announced_right_before_it_starts_and_only_then(standin
 
 def test_the_printer_never_sees_the_value(headless_world):
     from app.cli.parser import build_parser, normalise_argv
-    from app.commands.local_backend import run_with_local_backend
+    from app.commands.embedded_backend import run_with_embedded_backend
     from app.headless.printer import Printer
     from app.headless.train import run_train
 
     out, err = io.StringIO(), io.StringIO()
     args = build_parser().parse_args(normalise_argv(train_argv(headless_world, "--modal-secret", "task-app-env")))
-    code = run_with_local_backend(args, lambda flags: run_train(flags, printer=Printer(out=out, err=err),
+    code = run_with_embedded_backend(args, lambda flags: run_train(flags, printer=Printer(out=out, err=err),
                                                                  cwd=headless_world["cwd"]))
     assert code == 0, err.getvalue()
     assert headless_world["key"] not in out.getvalue() + err.getvalue()

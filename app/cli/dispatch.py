@@ -147,11 +147,11 @@ def _dispatch(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, interactive: bool) -> int:
-    from app.commands import local_backend
+    from app.commands import embedded_backend
 
-    local_backend.refuse_trainer_without_local(args)
-    if local_backend.wants_local_backend(args):
-        return local_backend.run_with_local_backend(args, lambda flags: _run_train(flags, interactive))
+    embedded_backend.refuse_policy_kind_without_embedded(args)
+    if embedded_backend.wants_embedded_backend(args):
+        return embedded_backend.run_with_embedded_backend(args, lambda flags: _run_train(flags, interactive))
     return _run_train(args, interactive)
 
 
@@ -175,17 +175,17 @@ def _demo(args: argparse.Namespace, interactive: bool) -> int:
 
 
 def _server(args: argparse.Namespace, interactive: bool) -> int:
-    from app.commands import local_servers
+    from app.commands import foreground
 
-    runner = {"backend": local_servers.run_backend_server, "ranks-host": local_servers.run_ranks_host,
-              "tiny-model": local_servers.run_tiny_model}.get(args.command, local_servers.run_taskapp_server)
+    runner = {"backend": foreground.run_backend_server, "ranks-host": foreground.run_ranks_host,
+              "tiny-model": foreground.run_tiny_model}.get(args.command, foreground.run_taskapp_server)
     return runner(args)
 
 
 def _attach(args: argparse.Namespace, interactive: bool) -> int:
-    from app.commands.local_backend import refuse_local_attach
+    from app.commands.embedded_backend import refuse_embedded_attach
 
-    refuse_local_attach(args)
+    refuse_embedded_attach(args)
     if not interactive:
         from app.headless.watch import run_attach
 
@@ -206,9 +206,9 @@ def _history(args: argparse.Namespace, interactive: bool) -> int:
 
 
 def _compare(args: argparse.Namespace, interactive: bool) -> int:
-    from app.commands.local_backend import refuse_local_attach
+    from app.commands.embedded_backend import refuse_embedded_attach
 
-    refuse_local_attach(args, to="compare")
+    refuse_embedded_attach(args, to="compare")
     if not interactive:
         from app.headless.listings import run_compare
 
@@ -226,17 +226,17 @@ def _serve(args: argparse.Namespace, interactive: bool) -> int:
 
 def _rollouts(args: argparse.Namespace, interactive: bool) -> int:
     """Headless only: the TUI shows the rollouts from the dashboard."""
-    from app.commands.local_backend import refuse_local_attach
+    from app.commands.embedded_backend import refuse_embedded_attach
     from app.headless.listings import run_rollouts
 
-    refuse_local_attach(args, to="show the rollouts of")
+    refuse_embedded_attach(args, to="show the rollouts of")
     return run_rollouts(args)
 
 
 def _jobs(args: argparse.Namespace, interactive: bool) -> int:
-    from app.commands.local_backend import refuse_local_attach
+    from app.commands.embedded_backend import refuse_embedded_attach
 
-    refuse_local_attach(args, to="list")
+    refuse_embedded_attach(args, to="list")
     if not interactive:
         from app.headless.listings import run_jobs
 

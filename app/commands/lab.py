@@ -8,7 +8,7 @@ both listen on ports the OS picks, nothing is in the background, and a failure t
 error on the terminal. The .env (``--env-file``, else ./.env) keeps the keys it has (fresh
 ones are made for a new file, 0600); TASK_APP_URL and BACKEND_BASE_URL are set to the servers'
 addresses, so what the flow shows is what the file says. The servers stop when the run ends,
-and a job still running with them (as with ``--backend local``, app/commands/local_backend.py).
+and a job still running with them (as with ``--backend local``, app/commands/embedded_backend.py).
 docs/product.md#lab.
 """
 
@@ -112,7 +112,7 @@ def start_lab(args: argparse.Namespace, stack: ExitStack) -> tuple[Path, object,
 def lab_flags(args: argparse.Namespace, env_path: Path, backend, task_app) -> argparse.Namespace:
     """The run's flags, pointed at the lab's servers: its backend and key (as --backend local
     hands them over), its task app, its .env."""
-    from app.commands.local_backend import with_backend
+    from app.commands.embedded_backend import with_backend
 
     flags = with_backend(args, backend)
     flags.env_file = [str(env_path)]

@@ -90,7 +90,7 @@ class ServerHandle:
         self._sock = sock
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
-        # Set by start_backend, for a flow in this process (app/commands/local_backend.py).
+        # Set by start_backend, for a flow in this process (app/commands/embedded_backend.py).
         self.api_key: str | None = None
         self.hold_env_keys: Callable[[Sequence[str]], None] | None = None
 
@@ -149,7 +149,7 @@ def start_backend(
                              resume=resume, policy_kind=policy_kind, max_jobs=max_jobs, max_rollouts=max_rollouts,
                              parallel=parallel)
     handle = ServerHandle("backend", app, sock).start("/api/health")
-    handle.api_key = api_key  # for a flow in this process (app/commands/local_backend.py)
+    handle.api_key = api_key  # for a flow in this process (app/commands/embedded_backend.py)
     handle.hold_env_keys = app.state.hold_env_keys
     return handle
 

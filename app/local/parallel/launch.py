@@ -103,7 +103,7 @@ def check_flags(policy_kind: str, processes: int, accelerate_config: str | None,
     the ranks and the GPU are checked by `launch_setup`."""
     if processes < 1:
         return f"--processes must be 1 or more (got {processes})"
-    if processes > 1 and policy_kind not in ("lm", "auto"):  # auto, N processes: lm (commands/local_servers)
+    if processes > 1 and policy_kind not in ("lm", "auto"):  # auto, N processes: lm (commands/foreground)
         return (f"--processes {processes} trains the language model in several processes: it needs --trainer lm "
                 f"(got --trainer {policy_kind})")
     if vllm_server is not None and policy_kind not in ("lm", "auto"):

@@ -423,7 +423,7 @@ def test_an_lm_job_killed_mid_run_resumes_from_its_last_step(tiny_model: Path, p
     assert _adam_steps(torch.load(folder / "optimizer.pt", weights_only=True)) == {float(total)}
 
 
-def test_train_with_the_local_backend_trains_the_model(tiny_model: Path, press_app: ServerHandle,
+def test_train_with_the_embedded_backend_trains_the_model(tiny_model: Path, press_app: ServerHandle,
                                                        tmp_path: Path) -> None:
     """`synth-tui train --backend local --trainer lm` with [model] base = the model's folder."""
     config = Path(__file__).resolve().parents[3] / "configs" / "rl" / "demo.toml"

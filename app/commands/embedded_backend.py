@@ -20,32 +20,32 @@ from app.core.paths import state_dir
 LOCAL = "local"
 
 
-def wants_local_backend(args: argparse.Namespace) -> bool:
+def wants_embedded_backend(args: argparse.Namespace) -> bool:
     return str(getattr(args, "backend", None) or "").strip().lower() == LOCAL
 
 
-def refuse_trainer_without_local(args: argparse.Namespace) -> None:
+def refuse_policy_kind_without_embedded(args: argparse.Namespace) -> None:
     """--trainer chooses what the embedded backend of this run trains; a backend elsewhere chose already."""
-    if getattr(args, "policy_kind", None) and not wants_local_backend(args):
+    if getattr(args, "policy_kind", None) and not wants_embedded_backend(args):
         raise UsageError("--trainer chooses what the embedded backend started by --backend local trains; this run "
                          "uses another backend.",
                          "Pass --backend local with it, or start that backend with `synth-tui backend --trainer ...`.")
 
 
-def refuse_local_attach(args: argparse.Namespace, *, to: str = "attach to") -> None:
+def refuse_embedded_attach(args: argparse.Namespace, *, to: str = "attach to") -> None:
     """A job of an embedded backend ends with the process that ran it: nothing to attach to
     (``to``: what the command would do with earlier jobs, e.g. "list" for `synth-tui jobs`)."""
-    if wants_local_backend(args):
+    if wants_embedded_backend(args):
         raise UsageError(f"--backend local starts a new embedded backend for a `train` run; it has no earlier jobs "
                          f"to {to} (each stops with the run that started it).",
                          "Pass --backend http://HOST:PORT of a backend that keeps running, e.g. one started with "
                          "`synth-tui backend`.")
 
 
-def run_with_local_backend(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
+def run_with_embedded_backend(args: argparse.Namespace, run: Callable[[argparse.Namespace], int]) -> int:
     """Start the embedded backend, run the flow against it, stop it."""
     # The servers (FastAPI, uvicorn) and the demo's folder claim load only when used: every
-    # command asks wants_local_backend first, before its first screen (docs/performance.md).
+    # command asks wants_embedded_backend first, before its first screen (docs/performance.md).
     import secrets
 
     from app.commands.demo import claim_folder
