@@ -84,7 +84,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         prog="synth-tui",
-        description="Launch and watch RL training jobs on Synth or on an embedded local backend.",
+        description="Launch and watch RL training jobs on Synth or on an embedded backend on this machine.",
         epilog="Exit codes: 0 succeeded, 1 job failed/cancelled, 2 usage or invalid config, "
                "3 missing secrets or failed checks, 4 --poll-timeout reached, 5 backend error, "
                "6 job paused on the backend (the watch ended), 130 interrupted, 141 output closed (| head).",

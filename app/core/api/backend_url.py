@@ -24,7 +24,8 @@ def ensure_api_base(url: str) -> str:
 
 
 BACKEND_URL_HINT = ("Write it as http://HOST:PORT or https://HOST (/api is appended), e.g. http://127.0.0.1:8000; "
-                    "`synth-tui backend` runs a local backend and `synth-tui demo` a whole local setup.")
+                    "`synth-tui backend` runs the embedded backend here and `synth-tui demo` a whole setup on "
+                    "this machine.")
 
 
 # A backend takes its key from SYNTH_API_KEY, never from its URL (docs/product.md#secrets).
