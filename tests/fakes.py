@@ -433,6 +433,7 @@ class TinyTaskApp:
     def __init__(self, keys: list[str] | None = None, *, health_status: int | None = None) -> None:
         self.keys = keys if keys is not None else ["env_key_0123456789abcdef0123456789abcdef"]
         self.health_status = health_status
+        self.taskset: dict[str, Any] = {"name": "tiny"}  # what /task_info answers (names no environment)
         self.seen_headers: list[dict[str, str]] = []
         self._server: ThreadingHTTPServer | None = None
 
@@ -473,7 +474,7 @@ class TinyTaskApp:
                 if path == "/health":
                     return self._send(app.health_status or 200, {"healthy": True})
                 if path == "/task_info":
-                    return self._send(200, {"taskset": {"name": "tiny"}})
+                    return self._send(200, {"taskset": app.taskset})
                 return self._send(404, {"detail": "Not Found"})
 
             def _send(self, status: int, body: Any) -> None:

@@ -234,6 +234,19 @@ def test_every_model_problem_is_said_once_with_its_fix(world):
     assert "Also: Model Qwen/Qwen3-4B: chat_template 'nope' is not a template Fix: one of:" in err
 
 
+def test_a_task_app_of_another_environment_is_warned_and_the_job_goes_on(world):
+    """Issue 37: a config for another game than the task app's is said before the job (a
+    warning: the job still runs, as a task app may name its environment differently)."""
+    world["task_app"].taskset = {"name": "tiny", "environment": "gridworld"}
+    code, out, err = run(world)
+    assert code == 0, err
+    assert (f"Task app: The task app at {world['task_app'].url} serves 'gridworld'; the config's [rollout] "
+            "env_name is 'crafter': the job would play 'gridworld'. Fix: Point TASK_APP_URL") in out + err
+    world["task_app"].taskset = {"name": "tiny", "environment": "crafter"}
+    code, out, err = run(world)
+    assert code == 0 and "serves 'crafter'" not in out + err
+
+
 def test_without_a_model_check_the_hosted_list_judges_the_model(world):
     code, out, _ = run(world)
     assert code == 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from app.core.api.health import check_task_app
 from fakes import TinyTaskApp
 
@@ -61,3 +63,24 @@ async def test_auth_optional_health_counts_as_reachable():
         app.keys.append("other")
         report = await check_task_app(app.url, GOOD)
     assert report.ok
+
+
+@pytest.mark.parametrize(("taskset", "served"), [
+    ({"environment": "gridworld"}, ("gridworld",)),
+    ({"environments": ["crafter", "crafter-classic"]}, ("crafter", "crafter-classic")),
+    ({"environments": ["a", 3, None, "", {"x": 1}]}, ("a",)),  # what is not a name is ignored
+    ({"environments": [f"e{i}" for i in range(100)]}, tuple(f"e{i}" for i in range(8))),  # at most 8 said
+    ({"environment": {"name": "x"}}, ()),
+    ({"name": "tiny"}, ()),
+    ("a string", ()),
+])
+def test_the_environments_a_task_app_names_are_read_tolerantly(taskset, served):
+    from app.core.api.health import HealthAttempt, HealthReport
+    from app.core.launch.diagnosis import TaskAppCheck, served_environments
+
+    report = HealthReport("http://t", [HealthAttempt("/health", "http://t/health", "k…", 200, ok=True),
+                                       HealthAttempt("/task_info", "http://t/task_info", "k…", 200, ok=True,
+                                                     body={"taskset": taskset})])
+    assert served_environments(report) == served
+    check = TaskAppCheck("http://t", "k…", 1.0, report=report, env_name="e9")
+    assert (check.other_environment is not None) == bool(served)

@@ -275,6 +275,9 @@ def _print_task_app_health(task_app: TaskAppCheck, printer: Printer) -> None:
         printer.line(f"Task app health: FAILED (no answer within {task_app.timeout_s:g} s)")
     elif report.ok:
         printer.line("Task app health: OK (this machine reached the task app and it accepted ENVIRONMENT_API_KEY)")
+        other = task_app.other_environment
+        if other is not None:
+            printer.warning(f"Task app: {other.message} Fix: {other.fix}")
     else:
         printer.line(f"Task app health: FAILED ({report.detail})")
         for attempt in report.attempts:

@@ -230,6 +230,32 @@ async def test_at_80x24_the_ready_line_says_a_warning_is_below_the_fold(verify_a
                        what="the ready line at 160x45")
 
 
+async def test_a_task_app_serving_another_environment_is_a_warning_row(
+        verify_app, faulty_backend, tiny_task_app, project):
+    """Issue 37: the demo's gridworld app with lm_press.toml chosen trained the stand-in on the
+    gridworld and "succeeded"; a task app that names what it serves is compared with the config's
+    [rollout] env_name (crafter_qwen4b.toml: "crafter"), and the difference is a `!` row."""
+    tiny_task_app.taskset = {"name": "tiny", "environment": "gridworld"}
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        warned = [r for r in rows(screen) if r.check == "task app" and r.verdict is Verdict.WARNING]
+        assert len(warned) == 1
+        assert warned[0].reason == (f"The task app at {tiny_task_app.url} serves 'gridworld'; the config's "
+                                    "[rollout] env_name is 'crafter': the job would play 'gridworld'.")
+        assert "Point TASK_APP_URL at the task app for 'crafter'" in warned[0].fix
+        assert "Ready, 1 warning" in verdict_text(screen)
+
+
+async def test_a_task_app_serving_the_configs_environment_adds_no_row(
+        verify_app, faulty_backend, tiny_task_app, project):
+    tiny_task_app.taskset = {"name": "tiny", "environments": ["crafter", "crafter-classic"]}
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        assert [r for r in rows(screen) if r.verdict is Verdict.WARNING] == []
+
+
 async def test_the_hosted_list_refuses_a_model_off_it_and_names_the_embedded_backend(
         verify_app, faulty_backend, tiny_task_app, project):
     app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)

@@ -107,10 +107,26 @@ class TaskAppCheck:
     report: HealthReport | None = None
     timed_out: bool = False
     error: str | None = None  # the check itself stopped (a bug), not the task app
+    env_name: str | None = None  # the config's [rollout] env_name, compared with what /task_info names
 
     @property
     def ok(self) -> bool:
         return self.report is not None and self.report.ok
+
+    @property
+    def other_environment(self) -> Problem | None:
+        """The config names an environment the task app says it does not serve: the job would
+        train on the app's game and "succeed" learning nothing the config meant (issue 37: the
+        demo's gridworld app with lm_press.toml). A warning, not a refusal: only a task app that
+        names its environments in /task_info is compared (docs/product.md#verification)."""
+        served = served_environments(self.report) if self.report is not None and self.report.ok else ()
+        if not served or self.env_name is None or self.env_name in served:
+            return None
+        names = " or ".join(repr(n) for n in served)
+        return Problem(f"The task app at {self.task_url} serves {names}; the config's [rollout] env_name is "
+                       f"{self.env_name!r}: the job would play {names}.",
+                       f"Point TASK_APP_URL at the task app for {self.env_name!r}, or choose a config written for "
+                       f"{names}.")
 
 
 @dataclass
@@ -317,6 +333,18 @@ def _magnitude(value: int, units: tuple[str, str, str]) -> str:
     return str(value)
 
 
+def served_environments(report: HealthReport) -> tuple[str, ...]:
+    """The environments a task app's /task_info names: its taskset's `environment` (a name) or
+    `environments` (a list of names); none when it names none (the SDK's apps need not)."""
+    answer = next((a.body for a in report.attempts if a.endpoint == "/task_info" and a.ok), None)
+    taskset = answer.get("taskset") if isinstance(answer, dict) else None
+    if not isinstance(taskset, dict):
+        return ()
+    named = taskset.get("environments", taskset.get("environment"))
+    names = [named] if isinstance(named, str) else named if isinstance(named, list) else []
+    return tuple(n for n in names if isinstance(n, str) and n)[:8]
+
+
 def task_app_rows(check: TaskAppCheck) -> list[DiagnosticRow]:
     tried = f"GET /health, /task_info · {check.key_hint}"
     if check.error is not None:
@@ -326,11 +354,15 @@ def task_app_rows(check: TaskAppCheck) -> list[DiagnosticRow]:
         return [DiagnosticRow(TASK_APP_CHECK, tried, Verdict.FAILED, _no_answer(check.timeout_s), None,
                               check.elapsed_s * 1000,
                               "The task app is slow or hung: check its logs, or that TASK_APP_URL points at it.")]
-    return [
+    rows = [
         DiagnosticRow(TASK_APP_CHECK, f"GET {a.endpoint} · {TASK_APP_HEADER_STYLES} · {a.key_hint}",
                       Verdict.OK if a.ok else Verdict.FAILED, a.reason, a.status, a.latency_ms, a.fix)
         for a in check.report.attempts
     ]
+    other = check.other_environment
+    if other is not None:
+        rows.append(DiagnosticRow(TASK_APP_CHECK, "", Verdict.WARNING, other.message, fix=other.fix))
+    return rows
 
 
 def _short(value: Any, limit: int = 160) -> str:
@@ -363,10 +395,10 @@ def overall_verdict(backend: BackendCheck, task_app: TaskAppCheck, model: ModelC
     """Every check passed → ready; else what failed, the cause that blocks the rest first."""
     problems = [*_backend_access_problems(backend), *_task_app_problems(task_app),
                 *_verification_problems(backend, task_app)]
-    warnings = 0
+    warnings = int(task_app.other_environment is not None)
     if model is not None:
         problems += _model_problems(model, backend)
-        warnings = len(model.result.warnings) if model.result is not None else 0
+        warnings += len(model.result.warnings) if model.result is not None else 0
     return OverallVerdict(ready=not problems, problems=problems, warnings=warnings)
 
 

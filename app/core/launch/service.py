@@ -117,7 +117,10 @@ async def check_task_app(session: LaunchSession, *, timeout: float | None = None
     budget = check_timeout(timeout)
     prepared = session.prepare()
     env_key = session.secrets().get("ENVIRONMENT_API_KEY")
-    check = TaskAppCheck(prepared.task_url, mask_secret(env_key), budget)
+    rollout = prepared.payload.get("data", {}).get("config", {}).get("rollout")
+    env_name = rollout.get("env_name") if isinstance(rollout, dict) else None
+    check = TaskAppCheck(prepared.task_url, mask_secret(env_key), budget,
+                         env_name=env_name if isinstance(env_name, str) else None)
     started = clock()
     try:
         check.report = await asyncio.wait_for(session.health(timeout=budget), budget + GUARD_GRACE_S)

@@ -38,6 +38,7 @@ from app.local.training.rollout_contract import GEN_02, cid_in_url
 
 VERSION = "0.1.0"
 APP_ID = "crafter-lite"
+ENVIRONMENT = APP_ID  # what [rollout] env_name names (verification compares: docs/product.md#verification)
 ACTIONS = ("noop", "collect_wood", "collect_stone", "place_table", "make_pickaxe", "sleep")
 DEFAULT_MAX_TURNS = 10
 SYSTEM_PROMPT = ("You play crafter-lite. Make a pickaxe in as few turns as possible. Each turn, call "
@@ -132,7 +133,8 @@ def create_crafter_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_0
 
     @app.get("/task_info", dependencies=authed, responses=AUTH_ERRORS)
     async def task_info() -> dict[str, Any]:
-        return {"taskset": {**_task(), "actions": list(ACTIONS), "default_max_turns": DEFAULT_MAX_TURNS}}
+        return {"taskset": {**_task(), "environment": ENVIRONMENT, "actions": list(ACTIONS),
+                            "default_max_turns": DEFAULT_MAX_TURNS}}
 
     add_rollout_route(app, authed, contract, _play, check=check_correlation_id if contract == GEN_02 else None)
     return app

@@ -33,6 +33,7 @@ from app.local.training.rollout_contract import GEN_02
 
 VERSION = "1.0.0"
 DEFAULT_MAX_TURNS = 12
+ENVIRONMENT = "gridworld"  # what [rollout] env_name names (verification compares: docs/product.md#verification)
 SYSTEM_PROMPT = (
     "You control an agent in a small gridworld. Reach the goal in as few moves as possible. "
     "Answer only by calling the move tool."
@@ -72,6 +73,7 @@ def create_taskapp(*, env_api_keys: Sequence[str], app_id: str = "gridworld", co
         if not wanted:
             return {"taskset": {
                 **_task(app_id),
+                "environment": ENVIRONMENT,
                 "description": gridworld.__doc__.strip().splitlines()[0],
                 "size": gridworld.SIZE,
                 "walls": gridworld.WALLS,
@@ -136,7 +138,7 @@ def _dataset() -> dict[str, Any]:
 def _task_info(app_id: str, seed: int) -> dict[str, Any]:
     return {
         "task": {**_task(app_id), "description": "Walk to the goal."},
-        "environment": "gridworld",
+        "environment": ENVIRONMENT,
         "dataset": _dataset(),
         "rubric": {"outcome": {"criteria": "reach the goal; 0.01 is lost per move"}, "events": None},
         "inference": {"tool": "move"},

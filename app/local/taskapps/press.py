@@ -34,6 +34,7 @@ from app.local.taskapps.kit import (
 from app.local.training.rollout_contract import GEN_02
 
 APP_ID = "press-button"
+ENVIRONMENT = APP_ID  # what [rollout] env_name names (verification compares: docs/product.md#verification)
 LABELS = ("A", "B", "C", "D")
 TURNS = 2
 SYSTEM_PROMPT = "Press the button the user names. Call press."
@@ -82,7 +83,8 @@ def create_press_taskapp(*, env_api_keys: Sequence[str], contract: str = GEN_02,
 
     @app.get("/task_info", dependencies=authed)
     async def task_info() -> dict[str, Any]:
-        return {"taskset": {"id": APP_ID, "labels": list(LABELS), "asks": list(asks), "max_turns": TURNS}}
+        return {"taskset": {"id": APP_ID, "environment": ENVIRONMENT, "labels": list(LABELS), "asks": list(asks),
+                            "max_turns": TURNS}}
 
     async def play(policy: PolicyLink, req: Any) -> dict[str, Any]:
         return await _play(policy, req, asks)
