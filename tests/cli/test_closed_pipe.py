@@ -13,13 +13,13 @@ import pytest
 
 from app.core.runs.history import RunHistory
 from app.core.runs.history_refresh import needs_refresh
-from fakes import training_timeline
-from seeded_backend import API_KEY, start_seeded_backend
+from support.fakes import training_timeline
+from support.seeded_backend import API_KEY, start_seeded_backend
 
 pytestmark = pytest.mark.usefixtures("cli_process")  # a real process per test: seconds each
 
 EXE = str(Path(sys.executable).with_name("synth-tui"))
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 

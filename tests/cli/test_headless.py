@@ -14,9 +14,9 @@ from app.core.errors import ExitCode
 from app.headless.printer import Printer
 from app.headless.train import run_train
 from app.headless.watch import run_attach
-from fakes import ScriptedJob, event, training_timeline
+from support.fakes import ScriptedJob, event, training_timeline
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 

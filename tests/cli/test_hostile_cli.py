@@ -26,10 +26,10 @@ from app.commands.local_backend import LOCAL
 from app.core.api.backend_url import backend_url_problem
 from app.core.api.wire import job_id_problem
 from app.core.env.keys import header_value_problem
-from hostile_inputs import MALFORMED_BACKEND_URLS
+from support.hostile_inputs import MALFORMED_BACKEND_URLS
 from support.tiers import examples
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO_TOML = (REPO / "configs" / "rl" / "demo.toml").read_text(encoding="utf-8")
 # Missing [compute] and [topology]: the flow stops at validation, before any request.
 INVALID_TOML = DEMO_TOML.split("[compute]")[0]

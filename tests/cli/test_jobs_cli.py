@@ -8,7 +8,7 @@ import pytest
 
 from app.cli.dispatch import main
 from app.core.errors import ExitCode
-from seeded_backend import API_KEY, start_seeded_backend
+from support.seeded_backend import API_KEY, start_seeded_backend
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import pytest
 from app.core.env import envfile
 from support.cli import run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "rl" / "demo.toml"
 BUSY_PORTS = (8000, 8102)  # the README's old fixed ports
 

@@ -1,6 +1,6 @@
 """``synth-tui rollouts`` against a real embedded backend on a loopback port, whose SQLite file
 holds rollouts written beforehand through the real store, and against a backend without the
-rollout routes (tests/fakes.py): outputs and exit codes (docs/product.md#rollouts)."""
+rollout routes (tests/support/fakes.py): outputs and exit codes (docs/product.md#rollouts)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from app.cli.dispatch import main
 from app.core.errors import ExitCode
 from app.local.servers import start_backend
 from app.local.state.store import Store
-from fakes import FaultyBackend, finished_job
-from seeded_backend import API_KEY, seed_jobs
+from support.fakes import FaultyBackend, finished_job
+from support.seeded_backend import API_KEY, seed_jobs
 
 JOB = "job_seed000"
 PNG = "data:image/png;base64,iVBORw0KGgo="

@@ -24,7 +24,7 @@ from app.core.api.errors import UnsendableRequest
 from app.core.errors import ExitCode
 from support.cli import CliResult, run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO_TOML = REPO / "configs" / "rl" / "demo.toml"
 SYNTH_KEY = "sk_test_backend_key_0123456789"  # FaultyBackend's key
 ENV_KEY = "envkey_truthful_5d1c0f9a3b7e"

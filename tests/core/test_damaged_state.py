@@ -26,7 +26,7 @@ from app.core.state_files import StateFileError
 from app.local.state.store import SCHEMA_VERSION, Store, UnusableStore, check_store_file
 from support.cli import run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 run = run_cli
 
 

@@ -28,9 +28,9 @@ from app.core.errors import ConfigError, EnvFileError, UnusableSecretError, Usag
 from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
 from app.core.launch.steps import check_task_url, choose_env_file, require_secrets
-from hostile_inputs import MALFORMED_BACKEND_URLS
+from support.hostile_inputs import MALFORMED_BACKEND_URLS
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "rl" / "demo.toml"
 KEYS = {"SYNTH_API_KEY": "sk_test_0123456789", "ENVIRONMENT_API_KEY": "env_0123456789abcdef",
         "TASK_APP_URL": "http://127.0.0.1:9"}

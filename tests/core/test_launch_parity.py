@@ -27,10 +27,10 @@ from app.screens.dashboard import DashboardScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from app.tui import guided_app
-from fakes import FaultyBackend, TinyTaskApp, training_timeline
-from pilot_waits import wait_for
+from support.fakes import FaultyBackend, TinyTaskApp, training_timeline
+from support.pilot_waits import wait_for
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "configs" / "rl" / "crafter_qwen4b.toml"
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 

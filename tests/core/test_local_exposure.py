@@ -27,7 +27,7 @@ from app.core.paths import open_private, private_dir, private_file, run_dir, sta
 from app.core.runs.feed import JobFeed
 from app.core.runs.history import RunHistory
 from app.local.state.store import Store
-from pilot_waits import poll_until, wait_for, wait_for_screen
+from support.pilot_waits import poll_until, wait_for, wait_for_screen
 
 EXE = Path(sys.executable).with_name("synth-tui")
 WIDE_UMASK = 0o022  # the common default: without care, files would be 0644 and folders 0755
@@ -183,7 +183,7 @@ async def test_the_dashboard_export_is_private(faulty_backend, wide_umask):
     from app.core.launch.session import LaunchSession
     from app.screens.dashboard import DashboardScreen, JobContext
     from app.tui import SynthTuiApp
-    from fakes import ScriptedJob, training_timeline
+    from support.fakes import ScriptedJob, training_timeline
 
     faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
     session = LaunchSession(LaunchOptions(backend=faulty_backend.url, poll_interval=0.02),

@@ -28,9 +28,9 @@ from app.core.modal_errors import (
     ModalTimeout,
     ModalUsageError,
 )
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "configs" / "rl" / "demo.toml"
 # Distinctive, and holding what a shell or a .env parser would mangle.
 VALUE = "sk_env_DISTINCTIVE_7f3a9c'q\"$HOME ${USER} `id` x"

@@ -73,7 +73,7 @@ async def wait_for_screen(pilot, screen_type: type[S], what: str | None = None, 
 def what_is_shown(app: App) -> str:
     """The screen a wait ended on, and its text as drawn: a timeout says where the flow stopped
     (a check that failed under load, a key that went elsewhere), not only that it stopped."""
-    from screen_text import screen_lines
+    from support.screen_text import screen_lines
 
     screen = app.screen
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TypeVar
 from urllib.parse import parse_qs, urlsplit
 
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 
 T = TypeVar("T")
 

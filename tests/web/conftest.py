@@ -12,7 +12,7 @@ import threading
 
 import pytest
 
-from serve_harness import CHROMIUM_ARGS, Served, Tab, find_or_install_chromium
+from support.serve_harness import CHROMIUM_ARGS, Served, Tab, find_or_install_chromium
 from support.tiers import slow_fixture
 
 

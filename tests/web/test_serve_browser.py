@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fakes import ScriptedJob, event, metric
+from support.fakes import ScriptedJob, event, metric
 
 
 def test_the_page_needs_the_token(serve, chromium, tab):

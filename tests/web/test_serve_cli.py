@@ -1,5 +1,5 @@
 """`synth-tui serve`'s command line, and how a tab's process knows it draws for a browser
-(docs/browser.md). The server itself is tested in tests/browser/."""
+(docs/browser.md). The server itself is tested in tests/web/."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import socket
 
 import aiohttp
 
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 
 UPGRADE = {"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13",
            "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}

@@ -19,7 +19,7 @@ from app.core.api.errors import (
     RlNotOffered,
     ServerError,
 )
-from fakes import ScriptedJob, event, training_timeline
+from support.fakes import ScriptedJob, event, training_timeline
 
 
 def _client(backend, **kwargs) -> SynthClient:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 from app.core.api.health import check_task_app
-from fakes import TinyTaskApp
+from support.fakes import TinyTaskApp
 
 GOOD = "env_key_0123456789abcdef0123456789abcdef"
 

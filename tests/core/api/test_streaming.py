@@ -24,7 +24,7 @@ from app.core.api.streaming import (
 )
 from app.core.api.wire import JobEvent, JobStatus, MetricPoint
 from app.core.errors import ExitCode
-from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
+from support.fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 
 FAST = dict(poll_interval=0.02, poll_timeout=20.0, max_backoff=0.05)
 

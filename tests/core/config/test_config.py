@@ -33,9 +33,9 @@ from app.core.config.rl import (
 from app.core.config.toml_source import TomlLineIndex
 from app.core.errors import ConfigError
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "configs" / "rl"
-BAD = Path(__file__).resolve().parent / "data" / "configs"
+BAD = Path(__file__).resolve().parents[2] / "data" / "configs"
 
 RL_TOML = '[algorithm]\ntype = "online"\nmethod = "policy_gradient"\nvariety = "gspo"\n'
 SFT_TOML = '[algorithm]\ntype = "offline"\nmethod = "sft"\nvariety = "fft"\n'

@@ -16,7 +16,7 @@ from app.core.config.picker import load_config_entry
 from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 RL_TOML = '[algorithm]\ntype = "online"\nmethod = "policy_gradient"\nvariety = "gspo"\n'
 PYPROJECT = '[project]\nname = "synth-tui"\nversion = "0.1.0"\n'
 SITE = Path(".venv/lib/python3.11/site-packages")

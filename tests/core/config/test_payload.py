@@ -17,7 +17,7 @@ from app.core.config.models import (
 from app.core.config.rl import RLConfig, build_rl_payload, resolve_task_url, validate_rl_file, validate_rl_text
 from app.core.errors import ConfigError
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "configs" / "rl"
+EXAMPLES = Path(__file__).resolve().parents[3] / "configs" / "rl"
 BACKEND = "https://agent-learning.onrender.com/api"
 TASK_URL = "https://acme--grpo-crafter-task-app-fastapi-app.modal.run/"
 

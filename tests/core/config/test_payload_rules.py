@@ -16,7 +16,7 @@ from app.core.config.validation import validate_rl_text
 from app.local.servers import start_backend
 from support.cli import run_cli
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
 DEMO = (REPO / "configs" / "rl" / "demo.toml").read_text(encoding="utf-8")
 API_KEY = "sk_test_rules_0123456789abcdef"
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"

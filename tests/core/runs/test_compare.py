@@ -7,7 +7,7 @@ from app.core.api.client import SynthClient
 from app.core.api.wire import MetricPoint
 from app.core.errors import ExitCode
 from app.core.runs.compare import ComparedRun, compare_rows, read_run
-from fakes import finished_job
+from support.fakes import finished_job
 
 
 def test_compare_prints_each_metric_of_each_job(faulty_backend, monkeypatch, capsys):

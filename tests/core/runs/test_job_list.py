@@ -23,7 +23,7 @@ from app.core.runs.job_list import (
     sort_rows,
     table_lines,
 )
-from fakes import FaultyBackend, ScriptedJob, metric
+from support.fakes import FaultyBackend, ScriptedJob, metric
 
 
 def _client(backend: FaultyBackend) -> SynthClient:

@@ -19,7 +19,7 @@ from app.core.paths import history_db_path
 from app.core.runs.history import RunHistory
 from app.core.runs.history_refresh import problem_notes, refresh_statuses
 from app.core.runs.jobs import JobContext
-from fakes import ScriptedJob
+from support.fakes import ScriptedJob
 
 DEAD_BACKEND = "http://127.0.0.1:1/api"
 
@@ -286,7 +286,7 @@ def test_a_silent_backend_costs_one_timeout(tmp_path, faulty_backend):
 
 
 def test_each_job_is_asked_with_the_key_of_its_own_env(tmp_path, faulty_backend):
-    from fakes import FaultyBackend
+    from support.fakes import FaultyBackend
 
     with FaultyBackend(api_key="sk_other_backend_key_0123") as other:
         faulty_backend.add_job(ScriptedJob("job_a", [("succeeded", [], [])]))
@@ -373,7 +373,7 @@ def test_a_status_check_never_sends_the_env_file_key_to_another_jobs_backend(tmp
     """--env-file is for the job attached to; the automatic check asks each job's backend
     with the key of the .env that job was launched with, so a key never reaches a backend
     it was not used with."""
-    from fakes import FaultyBackend
+    from support.fakes import FaultyBackend
 
     with FaultyBackend(api_key="sk_other_backend_key_0123") as other:
         faulty_backend.add_job(ScriptedJob("job_a", [("succeeded", [], [])]))

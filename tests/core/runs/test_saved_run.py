@@ -7,7 +7,7 @@ import json
 
 from app.core.paths import run_dir
 from app.core.runs.saved_run import read_saved_run, run_span
-from fakes import event
+from support.fakes import event
 
 
 def write_events(job_id: str, lines: list[str]) -> None:
