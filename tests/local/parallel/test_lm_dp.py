@@ -31,8 +31,8 @@ from app.local.parallel.policy import RankMemo, owner_by_position, shares
 from app.local.policies.base import Episode, Parallel, PolicySettings
 from app.local.servers import ServerHandle, start_backend
 from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
-from lm_fixtures import press_payload
-from pilot_waits import poll_until
+from support.lm_fixtures import press_payload
+from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 

@@ -20,9 +20,9 @@ import pytest
 from app.local.policies.base import Episode, PolicySettings
 from app.local.servers import ServerHandle, start_backend
 from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
-from lm_fixtures import press_payload
-from pilot_waits import poll_until
 from support.cli import run_cli
+from support.lm_fixtures import press_payload
+from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 from ..state.test_local_resume import backend_process

@@ -14,7 +14,7 @@ docs/embedded-policy.md#the-lm-policy. torch and xgrammar are imported at module
 in acting.py, grpo_thread.py and checkpoint.py; transformers, trl, peft, datasets and
 safetensors inside the functions that use them. This module is imported only when an `lm` job
 starts: by `policies.make_policy` and by a data-parallel rank (app/local/parallel/worker.py),
-never at start-up (tests/test_first_paint_imports.py).
+never at start-up (tests/cli/test_first_paint_imports.py).
 """
 
 from __future__ import annotations
