@@ -237,6 +237,8 @@ class MetricPoint(_Tolerant):
             data["value"] = None
         if not isinstance(data.get("data"), dict):
             data["data"] = {}
+        if not isinstance(data.get("job_id"), str):
+            data.pop("job_id", None)
         data["epoch"] = _as_int(data["epoch"], 0) if data.get("epoch") is not None else None
         return data
 

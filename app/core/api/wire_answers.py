@@ -196,8 +196,14 @@ class ModelFindingAnswer(_Answer):
     fix: str | None
 
 
+MAX_FINDINGS_READ = 20  # of each kind, read by the client
+MAX_FIELD_CHARS_READ = 2000
+
+
 class ModelCheckAnswer(_Answer):
-    """POST /rl/verify_model: can a job of this backend train the model (app/local/server/model_check.py)."""
+    """POST /rl/verify_model: can a job of this backend train the model (app/local/server/model_check.py).
+    The backend's answer is checked as declared; the client reads another backend's through
+    `read`, which keeps what is usable of it."""
 
     ok: bool
     model: str
@@ -211,6 +217,37 @@ class ModelCheckAnswer(_Answer):
     architecture: str | None
     template: str | None
     seconds: float
+
+    @classmethod
+    def read(cls, body: Any) -> ModelCheckAnswer | None:
+        """What the client takes from an answer (results.ModelVerifyResult): None without a
+        boolean `ok`; a field of the wrong type as absent, texts cut, at most 20 findings of each kind."""
+        if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+            return None
+        texts = {key: _short_text(body.get(key)) for key in ("trains", "path", "source", "architecture", "template")}
+        return cls(ok=body["ok"], model=_short_text(body.get("model")) or "", trains=texts["trains"] or "",
+                   problems=_findings(body.get("problems")), warnings=_findings(body.get("warnings")),
+                   path=texts["path"], source=texts["source"], bytes=_size(body.get("bytes")),
+                   parameters=_size(body.get("parameters")), architecture=texts["architecture"],
+                   template=texts["template"], seconds=_seconds(body.get("seconds")))
+
+
+def _findings(value: Any) -> list[ModelFindingAnswer]:
+    items = value if isinstance(value, list) else []
+    return [ModelFindingAnswer(message=str(item.get("message") or "no message"), fix=_short_text(item.get("fix")))
+            for item in items[:MAX_FINDINGS_READ] if isinstance(item, dict)]
+
+
+def _short_text(value: Any) -> str | None:
+    return value[:MAX_FIELD_CHARS_READ] if isinstance(value, str) and value.strip() else None
+
+
+def _size(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _seconds(value: Any) -> float:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else 0.0
 
 
 # -- the chat endpoint (OpenAI's chat completion, as far as the embedded policy answers it) ---------
