@@ -25,7 +25,7 @@ def test_each_body_section_is_its_schema_section(body: type[BaseModel], section:
     for bound in NUMBER_BOUNDS:
         if bound.location.startswith(f"{name}."):
             schema = properties[bound.location.partition(".")[2]]
-            number = next((s for s in schema.get("anyOf", [schema]) if "minimum" in s))
+            number = next(s for s in schema.get("anyOf", [schema]) if "minimum" in s)
             assert (number["minimum"], number["maximum"]) == (bound.low, bound.high)
 
 
