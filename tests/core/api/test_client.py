@@ -213,7 +213,7 @@ async def test_cancel_and_list(faulty_backend):
     async with _client(faulty_backend) as client:
         answer = await client.cancel_job("job_a")
         jobs = await client.list_jobs()
-    assert answer["status"] == "cancelled"
+    assert answer.status == "cancelled"
     assert [j.job_id for j in jobs] == ["job_a"]
 
 
