@@ -7,7 +7,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import events, on, work
@@ -25,12 +25,14 @@ from app.core.invocation import as_run
 from app.core.launch.options import LaunchOptions, Preparation
 from app.core.launch.session import LaunchSession
 from app.core.redact import redact
-from app.core.runs.jobs import JobContext
 from app.screens.base import FlowScreen
 from app.screens.commands import ScreenCommands
 from widgets.compat.textual_compat import give_empty_result_callback, has_queued_callbacks, withdraw_notification
 from widgets.textual_speedups import identity_hashed_rule_sets
 from widgets.worker_errors import WorkerFailed
+
+if TYPE_CHECKING:  # the run history's module comes with a job, after the first frame (docs/performance.md#first-paint)
+    from app.core.runs.jobs import JobContext
 
 # Each screen's module is imported when the screen is first shown: the first frame waits only
 # for its own screen, not for the dashboard's charts or the HTTP client (docs/performance.md).
