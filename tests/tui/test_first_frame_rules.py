@@ -1,6 +1,7 @@
-"""The picker's first frame is styled with styles.tcss's part above the first-frame line; the
-later steps' rules are parsed after it (docs/performance.md#first-paint), and change nothing the
-first frame showed."""
+"""What the picker's first frame waits for (docs/performance.md#first-paint): it is styled with
+styles.tcss's part above the first-frame line, the later steps' rules parsed after it, and they
+change nothing the first frame showed; the preview's parts, empty until a config is shown, are
+mounted after it."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import pytest
 from app.screens.config_picker import ConfigPickerScreen
 from app.tui import FIRST_FRAME_LINE, LATER_RULES, SynthTuiApp, stylesheet_parts, stylesheet_path
 from pilot_waits import wait_until
+from widgets.config_preview import ConfigPreview
 
 pytestmark = pytest.mark.usefixtures("project_configs_only", "fixed_home")
 
@@ -45,7 +47,8 @@ async def test_the_pickers_first_frame_waits_for_none_of_the_later_rules_and_the
             seen.update(screen=type(app.screen), before=styles_by_node(app), later_in=later_rules_in(app),
                         env_rules="#env-status" in selectors(app))
         add_later_rules(app)
-        seen.setdefault("after", styles_by_node(app))
+        after = styles_by_node(app)
+        seen.setdefault("after", {node: after[node] for node in seen["before"]})
 
     monkeypatch.setattr(SynthTuiApp, "_add_later_rules", record)
     app = make_app()
@@ -65,3 +68,18 @@ def test_a_first_screen_other_than_the_picker_has_every_rule_from_the_start(make
     assert later_rules_in(app)
     app._add_later_rules()  # nothing left to add: the same source, once
     assert sum(where == LATER_RULES for _path, where in app.stylesheet.source) == 1
+
+
+def test_the_preview_composes_nothing_for_the_first_frame():
+    assert list(ConfigPreview().compose()) == []
+
+
+async def test_the_previews_parts_are_there_after_the_first_frame_with_nothing_shown(make_app):
+    app = make_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        preview = app.screen.query_one(ConfigPreview)
+        await wait_until(pilot, lambda: preview.built, "the preview's parts")
+        for part in ("#preview-verdict", "#verdict-heading", "#verdict-problems", "#preview-facts", "#preview-source"):
+            assert len(preview.query(part)) == 1, part
+        preview.build()  # once
+        assert len(preview.query("#preview-source")) == 1
