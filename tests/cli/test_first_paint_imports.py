@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.syntax", "fastapi", "uvicorn",
          "app.core.config.schema", "app.core.api.client", "app.core.api.streaming", "app.headless", "app.local.servers",
          "app.screens.dashboard", "app.screens.env_review",
+         # The run history's and an attach's: a job's, after the first frame.
+         "app.core.runs.jobs", "app.core.launch.attaching", "app.core.launch.asked_model",
          # The trainer extra (pip install 'synth-tui[trainer]'): only the embedded backend's lm policy loads it.
          "torch", "transformers", "trl", "peft", "xgrammar", "app.local.policies.lm.policy",
          "app.local.policies.lm.acting", "app.local.policies.lm.grpo_thread", "app.local.policies.lm.checkpoint")
