@@ -9,7 +9,7 @@ import pytest
 
 from app.screens.config_picker import ConfigPickerScreen
 from app.tui import FIRST_FRAME_LINE, LATER_RULES, SynthTuiApp, stylesheet_parts, stylesheet_path
-from pilot_waits import wait_until
+from support.pilot_waits import wait_until
 from widgets.config_preview import ConfigPreview
 
 pytestmark = pytest.mark.usefixtures("project_configs_only", "fixed_home")
