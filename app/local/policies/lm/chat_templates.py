@@ -147,7 +147,7 @@ def history_message(message: dict[str, Any]) -> dict[str, Any]:
     """A chat message as the policy renders it: tool calls' `arguments` as objects where the task
     app echoed OpenAI's JSON string (templates render `arguments | tojson` or iterate `arguments |
     items`: a string is encoded twice, or fails), content parts joined into text. The wire
-    answer keeps OpenAI's string (docs/embedded-policy.md#tool-call-arguments)."""
+    answer keeps OpenAI's string (docs/embedded-policy.md#tool-call-arguments-and-the-templates-scaffold)."""
     clean = dict(message)
     if isinstance(clean.get("content"), list):
         clean["content"] = message_text(clean)
@@ -159,8 +159,7 @@ def history_message(message: dict[str, Any]) -> dict[str, Any]:
 
 def _call_with_object_arguments(call: Any) -> Any:
     function = call.get("function") if isinstance(call, dict) else None
-    arguments = function.get("arguments") if isinstance(function, dict) else None
-    if not isinstance(arguments, str):
+    if not isinstance(function, dict) or not isinstance(arguments := function.get("arguments"), str):
         return call
     try:
         parsed = json.loads(arguments)

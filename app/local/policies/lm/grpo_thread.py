@@ -134,8 +134,8 @@ class GrpoThread:
             f"{self.template_kind}), no longer extends the text the model generated, from character "
             f"{part['offset']} (generated {part['generated']!r}, rendered {part['rendered']!r}). The turns before "
             "a restart are trained as prompt, without loss; `episode_restarts` in each step event counts them"),
-            "data": {"episode_restarts": self.restarts, "chat_template": template, "acting_template": self.template_kind,
-                     **{f"part_{k}": v for k, v in part.items()}}}]
+            "data": {"episode_restarts": self.restarts, "chat_template": template,
+                     "acting_template": self.template_kind, **{f"part_{k}": v for k, v in part.items()}}}]
 
     def _batch(self, groups: list[list[Episode]]) -> _Batch:
         samples: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],

@@ -141,8 +141,10 @@ class LmPolicy(Acting, Checkpoints):
         """The template's tool-call scaffold (what it renders back for a call: generating it keeps
         every turn of an episode in one sequence), else Qwen's, said in the policy event."""
         problem = "has no end-of-turn token"
-        for eos in self.eos_ids:
-            found = tool_call_scaffold(self.tokenizer, self.template, self.tokenizer.decode([eos], skip_special_tokens=False))
+        for eos in self.eos_ids if self.template else []:
+            assert self.template is not None
+            end_of_turn = self.tokenizer.decode([eos], skip_special_tokens=False)
+            found = tool_call_scaffold(self.tokenizer, self.template, end_of_turn)
             if isinstance(found, ToolCallScaffold):
                 return found
             problem = found

@@ -39,7 +39,8 @@ LLAMA3 = ChatTokens(("<|endoftext|>", "<|begin_of_text|>", "<|start_header_id|>"
                      "<|eom_id|>", "<|python_tag|>"), "<|eot_id|>", "<|begin_of_text|>")
 # TRL's templates (trl/chat_templates/<name>.jinja) the tiny tokenizer can be built for, by their chat tokens.
 TEMPLATE_TOKENS: dict[str, ChatTokens] = {
-    "qwen3": CHATML, "qwen2_5": CHATML, "qwen3_instruct_2507": CHATML, "llama3_1": LLAMA3, "llama3_2": LLAMA3,
+    "qwen3": CHATML, "qwen2_5": CHATML, "qwen3_instruct_2507": CHATML, "qwen3_5_nothink": CHATML,
+    "llama3_1": LLAMA3, "llama3_2": LLAMA3,
     "phi3_5": ChatTokens(("<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"), "<|end|>"),
     "gemma3": ChatTokens(("<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"), "<end_of_turn>", "<bos>"),
 }
