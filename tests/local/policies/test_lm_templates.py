@@ -18,7 +18,7 @@ import pytest
 from app.local.policies.base import Episode, PolicySettings
 from app.local.servers import start_backend
 from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
-from lm_fixtures import press_payload
+from support.lm_fixtures import press_payload
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 from ..misbehaving_taskapps import history_editing_taskapp
