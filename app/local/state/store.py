@@ -128,8 +128,9 @@ class _NotOurs(Exception):
     """A database, but not one this backend wrote (or one a newer synth-tui wrote)."""
 
 
-def _check_contents(db: sqlite3.Connection) -> None:
-    """Reads only: SQLite's damage shows on the first page read; then the tables and version."""
+def _check_contents(db: sqlite3.Connection, *, every_page: bool = True) -> None:
+    """Reads only: SQLite's damage shows on the first page read; then the tables and version,
+    and (`every_page`) the damage a read of page 1 does not show (_quick_check)."""
     tables = {name: kind for name, kind in db.execute("SELECT name, type FROM sqlite_master")}
     (version,) = db.execute("PRAGMA user_version").fetchone()
     if version > SCHEMA_VERSION:
@@ -145,7 +146,8 @@ def _check_contents(db: sqlite3.Connection) -> None:
     missing += [f"jobs.{name}" for name in _FIRST_JOB_COLUMNS if name not in columns]
     if missing:
         raise _NotOurs(f"it lacks what every synth-tui backend database has ({', '.join(missing)})")
-    _quick_check(db)
+    if every_page:
+        _quick_check(db)
 
 
 def _quick_check(db: sqlite3.Connection) -> None:
@@ -204,7 +206,8 @@ class Store:
         self._conn.row_factory = sqlite3.Row
         try:
             with self._lock:
-                _check_contents(self._conn)  # again, on this connection: nothing is written before it
+                # Again on this connection, nothing written before it (its pages: check_store_file, above).
+                _check_contents(self._conn, every_page=False)
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute("PRAGMA foreign_keys=ON")
