@@ -240,6 +240,7 @@ class Evaluation(_Open):
     instances: Annotated[int, Within("evaluation.instances")]
     every_n_iters: Annotated[int, Within("evaluation.every_n_iters")]
     seeds: Seeds
+    samples: Annotated[int | None, Within("evaluation.samples")] = None  # pass@k; None: greedy
 
 
 class Compute(_Open):

@@ -127,7 +127,10 @@ class RolloutClient:
 
     async def _rollout(self, run: JobRun, mode: str, step: int, index: int, seed: int) -> Episode:
         plan = run.plan
-        rollout_id = f"{mode}-{step}-{index}-{secrets.token_hex(6)}"
+        # The policy reads from the id whether to act greedily (policies/base.acts_greedily): an
+        # evaluation's are `eval-…`, unless `[evaluation] samples` asks for sampled ones (`evalk-…`).
+        tag = "evalk" if mode == "eval" and plan.eval_samples else mode
+        rollout_id = f"{tag}-{step}-{index}-{secrets.token_hex(6)}"
         where = f"seed {seed}, iteration {step}" if mode == "rl" else f"eval seed {seed}, after iteration {step}"
         url = f"{plan.task_url}/rollout"
         ask = RolloutAsk(job_id=run.job_id, rollout_id=rollout_id, mode=mode, seed=seed, env_name=plan.env_name,
