@@ -37,7 +37,10 @@ def wilson(successes: int, n: int, z: float = Z95) -> tuple[float, float]:
     denominator = 1 + z * z / n
     centre = (p + z * z / (2 * n)) / denominator
     spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denominator
-    return max(0.0, centre - spread), min(1.0, centre + spread)
+    # Exactly 0 (1) when none (all) succeeded: the formula's rounding would leave 2.8e-17 (or 1 - 1e-16).
+    low = 0.0 if successes == 0 else max(0.0, centre - spread)
+    high = 1.0 if successes == n else min(1.0, centre + spread)
+    return low, high
 
 
 def bootstrap(values: Sequence[float], resamples: int = BOOTSTRAP_RESAMPLES,
