@@ -329,7 +329,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             # The model first: the JSON is long, and the panel shows a few rows (docs/product.md#dashboard).
             self.model = saved_model(payload)
             model_lines = self.model.lines() if self.model is not None else []
-            moved = baseline_change(self.store)  # eval 0.31 -> 0.92, +0.61 +/- 0.09 (docs/product.md#dashboard)
+            moved = baseline_change(self.store)  # eval 0.31 -> 0.92, +0.61 +/- 0.09 (docs/product.md#live-dashboard)
             text = "\n".join([f"Final status: {status}", *([moved] if moved else []), *model_lines,
                               json.dumps(payload, indent=2)])
             severity: SeverityLevel = "information" if status in SUCCESS_STATUSES else "error"

@@ -237,7 +237,7 @@ BASELINE_METRIC = "eval.mean_score"
 
 def baseline_change(store: MetricStore, name: str = BASELINE_METRIC) -> str | None:
     """The final line's change from the step-0 evaluation to the last one (`eval 0.31 -> 0.92,
-    +0.61 +/- 0.09`; docs/product.md#dashboard), or None without an evaluation at step 0 and a
+    +0.61 +/- 0.09`; docs/product.md#live-dashboard), or None without an evaluation at step 0 and a
     later one (the hosted service's jobs have none at step 0)."""
     series = store.get(name)
     if series is None or len(series) < 2 or series.steps[0] != 0:

@@ -6,10 +6,10 @@ policy is served by the backend's own chat endpoint while the task app plays epi
 Per iteration: `batch_size` groups, each of `group_size` rollouts on one seed (so
 batch_size × group_size episodes; the hosted example config has episodes_per_batch =
 batch_size × group_size), at most `rollout.max_concurrent_rollouts` in flight. Then one
-policy-gradient step with group-relative advantages (policy.py). Evaluation: every
-`every_n_iters` iterations and after the last one, `instances` episodes cycling over the
-eval seeds, in mode "eval", with the same sampled policy (a greedy memoryless policy can
-loop forever around a wall).
+policy-gradient step with group-relative advantages (policy.py). Evaluation: at step 0
+(before any update), every `every_n_iters` iterations and after the last one, `instances`
+episodes cycling over the eval seeds, in mode "eval", greedy; or k sampled episodes per
+instance, scored pass@k, with `[evaluation] samples = k` (steps.py; docs/embedded-policy.md#evaluation).
 
 Every rollout gets its own RNG seeded from (job seed, mode, step, index), so a job with
 `[training] seed` set is reproducible whatever order the concurrent turns arrive in.
