@@ -151,7 +151,7 @@ async def _compare(args: argparse.Namespace, printer: Printer) -> int:
     def number(value: float | None) -> str:
         return "-" if value is None else shown_number(value)
 
-    printer.line(f"{'METRIC':<{metric_width}}  {'JOB':<{job_width}}  {'POINTS':>6}  {'LAST':>10}  {'95% CI':>17}  "
+    printer.line(f"{'METRIC':<{metric_width}}  {'JOB':<{job_width}}  {'POINTS':>6}  {'LAST':>10}  {'CI95':>17}  "
                  f"{'BEST':>10}  STEP")
     for row in rows:
         step = "-" if row.step is None else str(row.step)
