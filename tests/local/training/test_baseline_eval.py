@@ -155,3 +155,23 @@ def test_a_state_file_from_before_step_0_metrics_takes_them(db_path):
     assert [(p["step"], p["name"]) for p in store.metrics("job_1", after_step=-1, limit=10)] == [
         (0, "eval.mean_score"), (1, "train.loss")]
     store.close()
+
+
+def test_a_final_eval_below_the_step_0_one_is_said_to_have_got_worse():
+    from types import SimpleNamespace
+
+    finished: list[tuple] = []
+    runner = SimpleNamespace(journal=SimpleNamespace(finish=lambda *args, **kwargs: finished.append((args, kwargs))))
+    run = SimpleNamespace(job_id="job_1", step=12, eval_score=0.25, eval_ci=[0.1, 0.4], baseline_score=0.5,
+                          baseline_ci=[0.3, 0.7], first_score=0.1, last_train_score=0.3, flat_steps=0,
+                          counters=lambda: {})
+    JobRunner._complete(runner, run)
+    (args, kwargs), = finished
+    assert kwargs["level"] == "warning" and kwargs["data"]["got_worse"] is True
+    assert args[3] == ("Training finished after 12 steps, but the policy GOT WORSE: its final eval mean score "
+                       "0.250 is below the step-0 evaluation's mean score 0.500")
+    run.eval_score, run.eval_ci = 0.75, [0.6, 0.9]
+    JobRunner._complete(runner, run)
+    (args, kwargs) = finished[-1]
+    assert "level" not in kwargs and kwargs["data"]["eval_change"] == 0.25
+    assert args[3] == "Training finished after 12 steps; eval 0.50 -> 0.75, +0.25 +/- 0.25"
