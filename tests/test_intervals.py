@@ -84,3 +84,17 @@ def test_readouts_compare_rows_and_the_export_rows_carry_the_last_interval():
     plain = MetricStore()
     plain.add([MetricPoint(name="train.loss", step=1, value=0.5)])
     assert format_readouts(plain.get("train.loss").readouts(), full=False) == "last 0.5000  min 0.5000  step 1"
+
+
+def test_a_saved_runs_eval_summaries_keep_their_interval():
+    from app.core.api.wire import JobEvent
+    from app.core.runs.saved_run import metrics_from_events
+
+    events = [JobEvent.model_validate({"seq": 1, "type": "rl.eval.summary", "message": "Eval at step 0",
+                                       "data": {"step": 0, "mean_score": 0.25, "ci95": [0.1, 0.4]}}),
+              JobEvent.model_validate({"seq": 2, "type": "rl.train.step", "message": "Step 1",
+                                       "data": {"step": 1, "mean_score": 0.5}})]
+    store = MetricStore()
+    store.add(metrics_from_events(events))
+    assert store.rows() == [("eval.mean_score", 0, 0.25, Interval(0.1, 0.4, "")),
+                            ("train.mean_score", 1, 0.5, None)]
