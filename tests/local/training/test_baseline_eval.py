@@ -175,3 +175,18 @@ def test_a_final_eval_below_the_step_0_one_is_said_to_have_got_worse():
     (args, kwargs) = finished[-1]
     assert "level" not in kwargs and kwargs["data"]["eval_change"] == 0.25
     assert args[3] == "Training finished after 12 steps; eval 0.50 -> 0.75, +0.25 +/- 0.25"
+
+
+def test_samples_out_of_bounds_is_refused_naming_the_key(api, taskapp):
+    import pytest
+
+    from app.core.config.validation import ConfigValidationError
+
+    config = small_config()
+    body = payload(taskapp.url, config)
+    config["evaluation"]["samples"] = 65
+    with pytest.raises(ConfigValidationError, match=r"evaluation\.samples: 65 is out of range: allowed 1 to 64"):
+        payload(taskapp.url, config)  # the client refuses it before sending
+    body["data"]["config"]["evaluation"]["samples"] = 65
+    answer = api.post("/rl/jobs", json=body)  # and so does the backend
+    assert answer.status_code == 422 and "evaluation.samples" in answer.text, answer.text
