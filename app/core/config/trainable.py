@@ -94,6 +94,8 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
                 "bytes of one task-app answer the backend reads; a larger answer fails the job"),
     NumberBound("evaluation.instances", True, 1, 10_000),
     NumberBound("evaluation.every_n_iters", True, 0, 100_000, "0 evaluates after the last iteration only"),
+    NumberBound("evaluation.samples", True, 1, 64, "sampled episodes per eval instance, scored pass@k; left out, "
+                "one greedy episode each"),
     NumberBound("compute.gpu_count", True, 1, 1_024),
     NumberBound("compute.nodes", True, 1, 128),
     NumberBound("policy.max_tokens", True, 1, 1_000_000),

@@ -140,6 +140,22 @@ class Watched(Protocol):
     def watch(self, failed: Callable[[str, dict[str, Any]], None]) -> None: ...
 
 
+# An evaluation's rollouts act greedily (docs/embedded-policy.md#evaluation): the job runner names
+# them `eval-<step>-<index>-…` in their correlation id (`trace_<job_id>:eval-…`); a caller of a
+# finished job's chat endpoint asks for the same with the SDK's `eval_` prefix. The sampled
+# episodes of a pass@k evaluation (`[evaluation] samples = k`) are named `evalk-…`: they sample.
+GREEDY_ROLLOUT_PREFIX = "eval-"
+SAMPLED_EVAL_ROLLOUT_PREFIX = "evalk-"
+
+
+def acts_greedily(correlation_id: str) -> bool:
+    """Whether a chat turn is an evaluation's that takes the policy's best action (temperature 0)
+    instead of sampling: its correlation id says so."""
+    if correlation_id.startswith("eval_"):
+        return True
+    return correlation_id.partition(":")[2].startswith(GREEDY_ROLLOUT_PREFIX)
+
+
 def group_advantages(episodes: list[Episode], eps: float = 1e-6) -> None:
     """Score minus the group mean, over the group's std: a group that all failed (or all
     succeeded equally) teaches nothing, as in GRPO."""

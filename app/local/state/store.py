@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS metrics (
     job_id TEXT NOT NULL REFERENCES jobs (id),
     name TEXT NOT NULL,
-    step INTEGER NOT NULL CHECK (step >= 1),
+    step INTEGER NOT NULL CHECK (step >= 0),
     value REAL NOT NULL,
     epoch INTEGER,
     phase TEXT,
@@ -161,6 +161,20 @@ def _quick_check(db: sqlite3.Connection) -> None:
         raise sqlite3.DatabaseError(f"database disk image is malformed (PRAGMA quick_check: {shown})")
 
 
+def _allow_step_zero(db: sqlite3.Connection) -> None:
+    """A state file from before the step-0 evaluation (docs/embedded-policy.md#evaluation) refuses
+    metrics at step 0 (CHECK step >= 1): its metrics table is rebuilt with the new check, every
+    row kept. SQLite cannot change a CHECK in place. The file stays readable by older versions."""
+    (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'metrics'").fetchone()
+    if "step >= 1" not in sql:
+        return
+    with db:
+        db.execute("ALTER TABLE metrics RENAME TO metrics_before_step_zero")
+        db.executescript(_SCHEMA)  # the new metrics table (the others exist)
+        db.execute("INSERT INTO metrics SELECT * FROM metrics_before_step_zero")
+        db.execute("DROP TABLE metrics_before_step_zero")
+
+
 def utc_now() -> str:
     """ISO-8601 UTC with microseconds, so two status changes never share a timestamp."""
     return datetime.now(UTC).isoformat(timespec="microseconds")
@@ -215,6 +229,7 @@ class Store:
                 columns = {r["name"] for r in self._conn.execute("PRAGMA table_info(jobs)")}
                 if "checkpoint" not in columns:  # a state file from before checkpoints
                     self._conn.execute("ALTER TABLE jobs ADD COLUMN checkpoint TEXT")
+                _allow_step_zero(self._conn)
                 self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self.rollouts = RolloutStore(self._conn, self._lock)  # the inspector's rollouts: rollout_store.py
             # Jobs a previous run of the backend left queued or running: the backend resumes them.

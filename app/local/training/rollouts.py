@@ -107,7 +107,7 @@ class RolloutClient:
     def _note_progress(self, run: JobRun, mode: str, step: int, progress: _RolloutProgress) -> None:
         """`Step 1: 4/16 rollouts done`: the dashboard's sign of life within a long step
         (docs/wire-contract.md#event-types)."""
-        what = f"Step {step}" if mode == "rl" else f"Eval after step {step}"
+        what = f"Step {step}" if mode == "rl" else f"Eval after step {step}" if step else "Eval at step 0"
         self.journal.event(run.job_id, ROLLOUT_PROGRESS_EVENT,
                            f"{what}: {progress.done}/{progress.total} rollouts done",
                            data={"step": step, "phase": PHASES.get(mode, mode), "done": progress.done,
@@ -134,8 +134,12 @@ class RolloutClient:
 
     async def _rollout(self, run: JobRun, mode: str, step: int, index: int, seed: int) -> Episode:
         plan = run.plan
-        rollout_id = f"{mode}-{step}-{index}-{secrets.token_hex(6)}"
-        where = f"seed {seed}, iteration {step}" if mode == "rl" else f"eval seed {seed}, after iteration {step}"
+        # The policy reads from the id whether to act greedily (policies/base.acts_greedily): an
+        # evaluation's are `eval-…`, unless `[evaluation] samples` asks for sampled ones (`evalk-…`).
+        tag = "evalk" if mode == "eval" and plan.eval_samples else mode
+        rollout_id = f"{tag}-{step}-{index}-{secrets.token_hex(6)}"
+        where = (f"seed {seed}, iteration {step}" if mode == "rl" else f"eval seed {seed}, after iteration {step}"
+                 if step else f"eval seed {seed}, before any update")
         url = f"{plan.task_url}/rollout"
         ask = RolloutAsk(job_id=run.job_id, rollout_id=rollout_id, mode=mode, seed=seed, env_name=plan.env_name,
                          policy_name=plan.policy_name, model=plan.model, max_turns=plan.max_turns, ops=plan.ops,

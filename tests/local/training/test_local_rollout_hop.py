@@ -42,7 +42,7 @@ from ..misbehaving_taskapps import hanging_up_taskapp, huge_answer_taskapp, poli
 
 # What no message may quote: anyio's cancel scopes, object reprs and addresses, hex ids.
 INTERNALS = re.compile(r"cancel scope|object at 0x|<\w+[.\w]* |[0-9a-f]{8,}|Error\(", re.IGNORECASE)
-WHERE = r"\(seed \d+, iteration 1\)"
+WHERE = r"\(eval seed \d+, before any update\)"  # a job's first rollout: its step-0 evaluation's
 
 
 def _failed(api, job_id: str, timeout: float = 30.0) -> str:

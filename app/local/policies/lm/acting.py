@@ -33,7 +33,7 @@ import torch
 import xgrammar as xgr
 
 from app.local.parallel.vllm import VllmGenerator
-from app.local.policies.base import Act, PolicyCannotAct
+from app.local.policies.base import Act, PolicyCannotAct, acts_greedily
 from app.local.policies.lm.chat_templates import CHAT_KWARGS, ToolCallScaffold, history_message, where_texts_part
 from app.local.policies.lm.model import LoadedModel
 
@@ -104,7 +104,8 @@ class Acting:
         required = _required_tools(tool_list, tool_choice)
         offered = tool_list if tool_choice != "none" else []
         text = self._render(messages, offered)
-        seed = rng.getrandbits(63)
+        # An evaluation's turn takes the most probable token (None: no generator, argmax).
+        seed = None if acts_greedily(correlation_id) else rng.getrandbits(63)
         with self.lock:  # one generation at a time on the model (and one compile per tool set)
             grammar = self._grammar(required) if required else None
             sequence = self._sequence_for(correlation_id, text)
@@ -184,20 +185,20 @@ class Acting:
             self._grammars[key] = (self._compiler.compile_grammar(grammar), str(grammar))
         return self._grammars[key]
 
-    def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int) -> _Turn:
+    def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None) -> _Turn:
         started = time.perf_counter()
         ids, logprobs, chosen = self._generate(prompt, grammar[0] if grammar else None,
-                                               torch.Generator().manual_seed(seed))
+                                               None if seed is None else torch.Generator().manual_seed(seed))
         return _Turn(ids, logprobs, chosen, time.perf_counter() - started)
 
-    def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int) -> _Turn:
+    def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None) -> _Turn:
         """One turn from the vLLM server: its sampled ids and their logprobs, the tool-call grammar
         sent as EBNF. vLLM does not say which tokens the grammar forced: a token is taken as
         forced where the grammar allowed it alone (replayed here with xgrammar)."""
         assert self.generator is not None
         try:
             turn = self.generator.turn(prompt, seed=seed, grammar=grammar[1] if grammar else None,
-                                       max_tokens=self.max_tokens)
+                                       max_tokens=self.max_tokens, greedy=seed is None)
         except Exception as exc:  # noqa: BLE001 - the server's failure, as the turn's problem
             raise PolicyCannotAct(f"the vLLM server did not generate this turn ({type(exc).__name__}: "
                                   f"{str(exc)[:200]})") from None
@@ -223,7 +224,7 @@ class Acting:
         return chosen + [1] * (len(ids) - len(chosen))
 
     def _generate(self, prompt: list[int], grammar: Any,
-                  generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
+                  generator: torch.Generator | None) -> tuple[list[int], list[float], list[int]]:
         """Sample a completion (ending with an end-of-turn token unless max_tokens cut it),
         each token's log-probability under the unconstrained model at the sampling temperature
         (what GRPO's loss computes), and whether the model chose it (1) or the grammar forced
@@ -239,7 +240,7 @@ class Acting:
             model.train(was_training)
 
     def _sample_completion(self, prompt: list[int], grammar: Any,
-                           generator: torch.Generator) -> tuple[list[int], list[float], list[int]]:
+                           generator: torch.Generator | None) -> tuple[list[int], list[float], list[int]]:
         model = self.model
         device = self.loaded.device
         matcher = xgr.GrammarMatcher(grammar) if grammar is not None else None
@@ -298,8 +299,8 @@ class Acting:
     def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
         return logits.float() / max(self.temperature, 1e-6)
 
-    def _sample(self, row: torch.Tensor, generator: torch.Generator) -> int:
-        if self.temperature <= 0.0:
+    def _sample(self, row: torch.Tensor, generator: torch.Generator | None) -> int:
+        if self.temperature <= 0.0 or generator is None:  # None: an evaluation's greedy turn
             return int(torch.argmax(row))
         probs = torch.softmax(row, -1)
         if self.top_p < 1.0:
