@@ -502,11 +502,16 @@ def launch_env(setup: AccelerateSetup | None, processes: int = 1, cores: int | N
     return env
 
 
+ACCELERATE_LAUNCHER = "accelerate.commands.launch"
+
+
 def accelerate_launch_command(python: str, yaml_path: str | Path, processes: int, port: int | None,
-                              module_args: Sequence[str], *, launcher_args: Sequence[str] = ()) -> list[str]:
+                              module_args: Sequence[str], *, launcher_args: Sequence[str] = (),
+                              launcher: str = ACCELERATE_LAUNCHER) -> list[str]:
     """`python -m accelerate.commands.launch … --module <module> <args>`: what the backend starts.
     `port`: the rendezvous port (one machine: a free one per job; several machines: None, the YAML's
     main_process_port, the same on every machine). `processes` counts every rank of every machine.
+    `launcher`: accelerate's, or app.local.parallel.loopback (the same, its store on loopback).
     No secret goes on it (argv is readable by every user of the machine): a per-job token travels
     in the environment; a flag named like a secret is refused."""
     if not module_args:
@@ -518,5 +523,5 @@ def accelerate_launch_command(python: str, yaml_path: str | Path, processes: int
     if processes < 1 or (port is not None and not 0 < port < 65536):
         raise ValueError(f"processes must be at least 1 and port a TCP port (got {processes}, {port})")
     rendezvous = [] if port is None else ["--main_process_port", str(port)]
-    return [python, "-m", "accelerate.commands.launch", "--config_file", str(yaml_path),
+    return [python, "-m", launcher, "--config_file", str(yaml_path),
             "--num_processes", str(processes), *rendezvous, *launcher_args, "--module", *module_args]

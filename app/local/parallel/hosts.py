@@ -37,6 +37,7 @@ from app.local.parallel.launch import (
     RankInfo,
     cores,
     machine_exit_file,
+    open_port_warning,
     read_ranks,
     root_cause,
 )
@@ -142,7 +143,7 @@ class RanksHost:
         assert group.proc is not None
         self.running[folder] = HostedJob(folder, group)
         self.say(f"{folder.name}: started {local} rank(s) of machine {self.machine} on {launch.env[HOST_ENV]} "
-                 f"(launcher pid {group.proc.pid})")
+                 f"(launcher pid {group.proc.pid}); {open_port_warning(launch)}")
 
     def _stop(self, job: HostedJob, why: str) -> None:
         job.group.ranks = self._ranks(job.folder)  # stop() signals this machine's among them
