@@ -437,6 +437,8 @@ class JobRunner(StepLoop):
         info = run.policy.describe()
         self.journal.event(run.job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
                            data={**info.data, "seed": run.seed})
+        for warning in info.warnings:  # say, a resumed checkpoint without its optimizer state
+            self.journal.event(run.job_id, "rl.train.policy.warning", warning, level="warning")
         badge = {"kind": info.kind, "label": info.label, "stand_in": info.stand_in}
         if run.policy_warning:
             badge["why"] = run.policy_warning
