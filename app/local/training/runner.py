@@ -277,13 +277,7 @@ class JobRunner(StepLoop):
             if run.resumed is not None:  # a job left running waits again: it is queued meanwhile
                 self.journal.store.requeue(job_id)
             place = "first in the queue" if ahead == 0 else f"{ahead} job{'s' * (ahead != 1)} ahead in the queue"
-            if for_device:
-                why = (f"`lm` jobs train one per device and this backend has {admission.device_slots or 1} "
-                       "(each CUDA device, else the CPU)")
-            else:
-                why = (f"the backend runs at most {admission.max_jobs} job{'s' * (admission.max_jobs != 1)} at "
-                       f"once ({JOBS_FLAG}), and {admission.running} {'is' if admission.running == 1 else 'are'} "
-                       "running")
+            why = admission.why_waiting(ahead, for_device)
             self.journal.event(job_id, "rl.job.queued", f"Waiting for a slot: {place}; {why}",
                                data={"queue_position": ahead + 1, "ahead": ahead, "max_jobs": admission.max_jobs,
                                      "running": admission.running, "waits_for_device": for_device})
