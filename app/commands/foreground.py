@@ -15,7 +15,7 @@ from pathlib import Path
 
 from app.core.env import envfile
 from app.core.env.discovery import user_path
-from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageError
+from app.core.errors import INTERRUPTED, ExitCode, MissingSecretsError, SynthTuiError, UsageError
 from app.core.invocation import as_run
 
 
@@ -127,8 +127,10 @@ def run_ranks_host(args: argparse.Namespace) -> int:
     if not shared.is_dir():
         raise UsageError(f"--shared-dir {shared} is not a folder here.",
                          "Mount the backend's --shared-dir at the same path on this machine, then start again.")
-    wait_forever_until_signalled(RanksHost(shared, args.machine_rank, args.host,
-                                           say=lambda line: print(line, flush=True)))
+    if wait_forever_until_signalled(RanksHost(shared, args.machine_rank, args.host,
+                                              say=lambda line: print(line, flush=True))):
+        print(f"\n{INTERRUPTED}", file=sys.stderr, flush=True)
+        return ExitCode.INTERRUPTED
     return ExitCode.OK
 
 

@@ -170,15 +170,20 @@ class RanksHost:
             return []
 
 
-def wait_forever_until_signalled(host: RanksHost) -> None:
-    """Run the host in this thread; SIGTERM and Ctrl+C stop it (and its ranks) cleanly."""
+def wait_forever_until_signalled(host: RanksHost) -> bool:
+    """Run the host in this thread; SIGTERM and Ctrl+C stop it (and its ranks) cleanly. True when
+    Ctrl+C stopped it: the command then exits 130, as every server command (docs/product.md)."""
     import signal
 
     def stop(signum: int, frame: Any) -> None:
         host.stopping.set()
 
-    signal.signal(signal.SIGTERM, stop)
+    before = signal.signal(signal.SIGTERM, stop)
     try:
         host.run()
     except KeyboardInterrupt:
         host.stopping.set()
+        return True
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    return False

@@ -196,6 +196,26 @@ def test_a_ranks_host_refuses_a_folder_it_cannot_see(tmp_path: Path, capsys: pyt
     assert main(["ranks-host", "--shared-dir", str(tmp_path), "--machine-rank", "0"]) == 2  # 0 is the backend's
 
 
+@pytest.mark.usefixtures("cli_process")  # a real process: the slow tier
+def test_a_ranks_host_stopped_with_ctrl_c_exits_130(tmp_path: Path) -> None:
+    """docs/product.md: Ctrl+C ends a server command with 130; ranks-host exited 0 (issue 41 item 7)."""
+    log = tmp_path / "host.log"
+    with log.open("wb") as out:
+        host = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli.dispatch import main; "
+                                 "sys.exit(main())", "ranks-host", "--shared-dir", str(tmp_path), "--machine-rank",
+                                 "1"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        poll_until(lambda: "watching" in log.read_text(), timeout=120, what="the ranks host to start")
+        host.send_signal(signal.SIGINT)
+        assert host.wait(timeout=60) == 130, log.read_text()
+        assert "Interrupted." in log.read_text()
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(timeout=10)
+
+
 def test_another_machines_launch_is_the_backends_with_its_machine_rank(tmp_path: Path) -> None:
     from app.local.parallel.hosts import address_towards, machine_launch, ready_jobs
     from app.local.parallel.launch import (
