@@ -208,7 +208,7 @@ def _loader_without_aliases(yaml: Any) -> Any:
     """PyYAML's safe loader refusing anchors and aliases: accelerate's configs use none, and nine
     lines of aliases expand into gigabytes once anything walks the value (docs/hardening.md#8)."""
 
-    class NoAliases(yaml.SafeLoader):  # type: ignore[misc,name-defined]
+    class NoAliases(yaml.SafeLoader):  # type: ignore[misc]
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()

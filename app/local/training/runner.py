@@ -49,7 +49,7 @@ from app.local.policies.lm.model import ModelUnavailable, learning_rate_warning
 from app.local.server.model_check import loading_words
 from app.local.state.checkpoints import Checkpoints
 from app.local.state.journal import Journal
-from app.local.training.admission import JOBS_FLAG, Admission
+from app.local.training.admission import Admission
 from app.local.training.job_run import JobRun, policy_settings
 from app.local.training.plan import TrainingPlan
 from app.local.training.rollout_contract import TaskAppError
