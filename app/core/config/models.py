@@ -254,7 +254,7 @@ def _local_model_problem(path: str) -> ConfigError:
     model there); one that exists and holds no model is wrong."""
     why = _why_not_a_model(path)
     is_file = path.lower().endswith(GGUF_SUFFIX)
-    noun = "Model file" if is_file else "Model"
+    noun = "Model file" if is_file else "Model" if why.startswith(("is a file", "is inside")) else "Model folder"
     if why != "does not exist":
         return ConfigError(f"{noun} '{path}' {why}.",
                            hint="point [model] base at a folder in Hugging Face format (config.json, the weights and "

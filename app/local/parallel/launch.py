@@ -424,7 +424,10 @@ class RankGroup:
                     said = json.loads((self.rendezvous / machine_exit_file(machine)).read_text(encoding="utf-8"))
                 except (OSError, ValueError):
                     continue
-                cause = said.get("cause")
+                cause, why = said.get("cause"), said.get("why")
+                if isinstance(why, str):  # its ranks host was killed: one of its ranks says so (worker.py)
+                    return (f"the ranks of machine {machine} stopped: {why}",
+                            {"machine": machine, "ranks_host_gone": True})
                 if isinstance(cause, list) and len(cause) == 3:
                     rank, code, pid = (int(x) for x in cause)
                     return (f"{death_of(rank, pid, code)} on machine {machine}",

@@ -158,8 +158,11 @@ class DistributedLmPolicy:
         if resp.status_code == 422 and "cannot_act" in body:
             raise PolicyCannotAct(body["cannot_act"])
         if resp.status_code != 200:
-            raise PolicyFailed(f"rank {rank} (pid {self.ranks[rank].pid}) failed {path}: "
-                               f"{body.get('error', resp.status_code)}", {"rank": rank, "pid": self.ranks[rank].pid})
+            failed = (f"rank {rank} (pid {self.ranks[rank].pid}) failed {path}: "
+                      f"{body.get('error', resp.status_code)}")
+            if self.group.machines > 1:  # a collective broken by another machine: that machine is the cause
+                raise self._failure(failed, wait_s=3.0)
+            raise PolicyFailed(failed, {"rank": rank, "pid": self.ranks[rank].pid})
         result: dict[str, Any] = body
         return result
 
