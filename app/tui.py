@@ -7,7 +7,7 @@ import gc
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
 from textual import events, on, work
@@ -25,12 +25,14 @@ from app.core.invocation import as_run
 from app.core.launch.options import LaunchOptions, Preparation
 from app.core.launch.session import LaunchSession
 from app.core.redact import redact
-from app.core.runs.jobs import JobContext
 from app.screens.base import FlowScreen
 from app.screens.commands import ScreenCommands
 from widgets.compat.textual_compat import give_empty_result_callback, has_queued_callbacks, withdraw_notification
 from widgets.textual_speedups import identity_hashed_rule_sets
 from widgets.worker_errors import WorkerFailed
+
+if TYPE_CHECKING:  # the run history's module comes with a job, after the first frame (docs/performance.md#first-paint)
+    from app.core.runs.jobs import JobContext
 
 # Each screen's module is imported when the screen is first shown: the first frame waits only
 # for its own screen, not for the dashboard's charts or the HTTP client (docs/performance.md).
@@ -92,12 +94,29 @@ def stylesheet_path() -> Path:
     return installed if installed.exists() else Path(__file__).resolve().parents[1] / "styles.tcss"
 
 
+# styles.tcss's line between what the config picker draws (and its dialogs) and the later steps'
+# rules: a picker that is the first screen is drawn with the part above it, and the rest is parsed
+# after its first frame (docs/performance.md#first-paint).
+FIRST_FRAME_LINE = "/* ======================== the first frame:"
+LATER_RULES = "after the first frame"  # where Textual says the later part came from (its read_from)
+
+
+def stylesheet_parts(css: str) -> tuple[str, str]:
+    """styles.tcss as (its part above the first-frame line, the rest). The rest keeps its line
+    numbers (blank lines in place of the first part), so a CSS error names its line in the file."""
+    at = css.find(FIRST_FRAME_LINE)
+    if at < 0:
+        return css, ""
+    first = css[:at]
+    return first, "\n" * first.count("\n") + css[at:]
+
+
 # Textual's own keys the help leaves out: super+c copies as ctrl+c does (its row says so).
 HELP_LEFT_OUT = frozenset({"screen.copy_text"})
 
 
 class SynthTuiApp(App[int]):
-    CSS_PATH = str(stylesheet_path())
+    # No CSS_PATH: __init__ adds styles.tcss itself, in two parts when the picker comes first.
     TITLE = "synth-tui"
     SUB_TITLE = "RL training jobs"
     ENABLE_COMMAND_PALETTE = True
@@ -140,12 +159,52 @@ class SynthTuiApp(App[int]):
         self._ready_notice: Notification | None = None
         if preparation is not None:  # set before the first screen mounts, which reads it
             self.set_reactive(SynthTuiApp.preparing, preparation.waiting)
+        self._later_rules: str | None = self._add_styles()
+
+    def _add_styles(self) -> str | None:
+        """styles.tcss into the stylesheet, as Textual's CSS_PATH would add it. When the first
+        screen is the picker, only its part above the first-frame line: the later steps' rules
+        (two thirds of the file) are parsed after the first frame (_add_later_rules), and each
+        widget of the first frame is styled against a third of the rules. Returns that later
+        part, or None when everything is in."""
+        path = str(stylesheet_path())
+        first, later = stylesheet_parts(Path(path).read_text(encoding="utf-8"))
+        self.stylesheet.add_source(first, read_from=(path, ""))
+        if not later or self._first_screen_is_picker():
+            return later or None
+        self.stylesheet.add_source(later, read_from=(path, LATER_RULES))
+        return None
+
+    def _first_screen_is_picker(self) -> bool:
+        if self.first_screen is not None or self.attach is not None or self.start == "history":
+            return False
+        return self.STEPS.get(self.start, picker_screen) is picker_screen  # as _first_screen chooses
+
+    def _add_later_rules(self) -> None:
+        """The later steps' rules, once, before any screen but the first is shown (after the
+        first frame, or when a screen is pushed first). The screens already built are styled
+        again: a later rule that matches one of their widgets applies, as if parsed at start."""
+        later, self._later_rules = self._later_rules, None
+        if later is None:
+            return
+        self.stylesheet.add_source(later, read_from=(str(stylesheet_path()), LATER_RULES))
+        for screen in self.screen_stack:
+            self.stylesheet.update(screen)
+
+    def push_screen(self, *args: Any, **kwargs: Any) -> Any:
+        self._add_later_rules()  # a screen pushed before the first frame's callbacks ran
+        return super().push_screen(*args, **kwargs)
+
+    def switch_screen(self, screen: Screen | str) -> Any:
+        self._add_later_rules()
+        return super().switch_screen(screen)
 
     def on_mount(self) -> None:
         # What exists once the first screen is drawn (Textual's and our modules, the first
         # screen) lives as long as the app: moved out of the collector's reach, each full pass
         # walks only what came later; the collector, off for the start when the command line
         # started the app (app/cli/dispatch.py), is on from then (docs/performance.md#a-quiet-dashboard).
+        self.call_after_refresh(self._add_later_rules)
         self.call_after_refresh(self._first_frame_drawn)
         if self.preparation is not None:
             self.call_after_refresh(self._prepare, self.preparation)

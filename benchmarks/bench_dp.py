@@ -28,7 +28,7 @@ from typing import Any
 
 from benchmarks.common import REPO, Figure, child_main, say
 
-# One copy of the tests' press job payload (tests/lm_fixtures.py).
+# One copy of the tests' press job payload (tests/support/lm_fixtures.py).
 sys.path[:0] = [str(REPO / "tests")]
 
 API_KEY, ENV_KEY = "sk_bench_dp_0123456789", "e" * 32
@@ -44,7 +44,7 @@ def one_layout(model: Path, task_url: str, processes: int, steps: int) -> dict[s
 
     from app.local.policies.base import Parallel
     from app.local.servers import start_backend
-    from lm_fixtures import press_payload
+    from support.lm_fixtures import press_payload
 
     with tempfile.TemporaryDirectory() as tmp, \
             start_backend(api_key=API_KEY, db_path=Path(tmp) / "s.sqlite3", env_api_keys=[ENV_KEY], policy_kind="lm",

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from fakes import FaultyBackend, TinyTaskApp
+from support.fakes import FaultyBackend, TinyTaskApp
 from support.tiers import QuickTierGuard, choose_hypothesis_profile, slow_fixture, slow_reasons, worker_group
 
 # Variables that would make tests depend on the developer's shell or terminal.

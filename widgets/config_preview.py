@@ -11,6 +11,7 @@ from textual.widgets import Static
 
 from app.core.redact import printable
 from app.core.text import counted
+from widgets.compat.textual_compat import is_being_removed
 
 if TYPE_CHECKING:  # the schema's modules come with the first config, after the first frame (docs/performance.md)
     from app.core.config.picker import ConfigEntry
@@ -80,20 +81,33 @@ class ConfigPreview(VerticalScroll):
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)
         self.entry: ConfigEntry | None = None
+        self.built = False
 
-    def compose(self) -> ComposeResult:
-        with Vertical(id="preview-verdict"):
-            yield Static(id="verdict-heading")
-            yield Vertical(id="verdict-problems")
-        yield Vertical(id="preview-facts")
-        yield Static(id="preview-source")
+    # No compose: the preview is empty until a config is shown, which comes after discovery, after
+    # the picker's first frame. Its parts (empty, they draw nothing) are mounted after that frame,
+    # or when first needed, so the first frame styles, lays out and draws five widgets fewer
+    # (docs/performance.md#first-paint).
+    def build(self) -> bool:
+        """Mount the preview's parts, once; whether they are there (they can be queried as soon
+        as this returns). A preview being removed (its screen closed as it opened) gets none,
+        and shows nothing."""
+        if not self.built:
+            if is_being_removed(self) or not self.is_attached:
+                return False
+            self.built = True
+            self.mount(Vertical(Static(id="verdict-heading"), Vertical(id="verdict-problems"), id="preview-verdict"),
+                       Vertical(id="preview-facts"), Static(id="preview-source"))
+        return True
 
     def on_mount(self) -> None:
         self.watch(self.app, "theme", lambda _theme: self._show_source(), init=False)
+        self.call_after_refresh(self.build)  # the result is for show(): nothing to do here
 
     def show(self, entry: ConfigEntry | None) -> None:
         if entry is self.entry and entry is not None:
             return  # entries are immutable: a re-read file arrives as a new entry
+        if not self.build():
+            return
         self.entry = entry
         heading = self.query_one("#verdict-heading", Static)
         problems = self.query_one("#verdict-problems")
@@ -124,12 +138,16 @@ class ConfigPreview(VerticalScroll):
 
     def flash(self) -> None:
         """Draw the eye to the verdict when the user tried to choose an invalid config."""
+        if not self.build():
+            return
         verdict = self.query_one("#preview-verdict")
         verdict.add_class("-flash")
         self.scroll_home(animate=False)
         self.set_timer(FLASH_SECONDS, lambda: verdict.remove_class("-flash"))
 
     def _show_source(self) -> None:
+        if not self.build():
+            return
         source = self.query_one("#preview-source", Static)
         entry = self.entry
         if entry is None or entry.text is None:

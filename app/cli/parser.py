@@ -80,7 +80,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The command line; ``only`` names the one command to add (main knows it from the first
     word): the others' flags are not built for nothing (about 6 ms of a TUI's first paint,
     docs/performance.md#first-paint). A parse gives the same result either way
-    (tests/test_cli_parser.py)."""
+    (tests/cli/test_cli_parser.py)."""
 
     parser = argparse.ArgumentParser(
         prog="synth-tui",

@@ -24,7 +24,7 @@ async def request_cancel(screen: FlowScreen, job_id: str) -> str:
     """Ask the screen's backend to cancel the job; what it answered, in a word."""
     async with screen.session.client() as client:
         answer = await client.cancel_job(job_id)
-    return str(answer.get("message") or answer.get("status") or "ok")
+    return answer.message or answer.status or "ok"
 
 
 def payload_from_history(job_id: str) -> dict[str, Any] | None:

@@ -17,7 +17,7 @@ from app.core.api.retry import Backoff
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from app.local.training import rollouts
 from app.local.training.retry import DEFAULT_BACKOFF
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 from support.secrets_for_tests import random_key
 from support.tiers import slow_fixture
 

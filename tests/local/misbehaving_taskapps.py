@@ -8,6 +8,8 @@
 - `hanging_up_taskapp`: accepts each connection and closes it without a byte of answer.
 - `policy_shy_taskapp`: plays its rollouts without calling the policy at all (or, with
   `call_every=2`, in every other rollout only) and scores a constant.
+- `history_editing_taskapp`: rewrites its first turn's system message before its second turn,
+  so each episode's sequence restarts (the `lm` policy's tests).
 """
 
 from __future__ import annotations
@@ -118,3 +120,37 @@ def policy_shy_taskapp(env_api_keys: Sequence[str], *, call_every: int = 0, scor
 
     add_rollout_route(app, authed, "0.2", play)
     return ServerHandle("policy-shy task app", app, _bind("127.0.0.1", 0)).start("/docs")
+
+
+def history_editing_taskapp(env_api_keys: Sequence[str]) -> ServerHandle:
+    """Two turns whose second request rewrites the first one's system message (as a task app that
+    re-serializes or trims its history does): every episode's sequence restarts at its second
+    turn. Scores 1 when the first call picks 1, so groups differ."""
+    app, authed = base_taskapp(app_id="history-editing", title="a task app that edits its history",
+                               version="0.1.0", env_api_keys=env_api_keys)
+
+    @app.get("/task_info", dependencies=authed)
+    async def task_info() -> dict[str, Any]:
+        return {"taskset": {"id": "history-editing"}}
+
+    async def play(policy: Any, req: Any) -> dict[str, Any]:
+        url = chat_url(req.policy.config.inference_url)
+        messages: list[dict[str, Any]] = [{"role": "system", "content": "Pick a number."},
+                                          {"role": "user", "content": "Pick one."}]
+        steps, score = [], 0.0
+        for turn in (1, 2):
+            body = {"model": "policy", "messages": messages, "tools": [PICK_TOOL], "tool_choice": "required"}
+            tool_calls = await ask_policy(policy, url, body, f"turn {turn}")
+            if turn == 1:
+                score = float('"n": 1' in str(tool_calls))
+            steps.append({"obs": {"text": "pick"}, "tool_calls": tool_calls, "reward": score, "done": turn == 2,
+                          "truncated": False, "info": {}})
+            messages = [{"role": "system", "content": "Pick a number again."}, *messages[1:],
+                        {"role": "assistant", "content": None, "tool_calls": tool_calls},
+                        {"role": "tool", "tool_call_id": (tool_calls or [{}])[0].get("id", ""), "content": "Again."}]
+        return rollout_response(req, env_id=f"history-editing:{req.env.seed}", steps=steps, score=score,
+                                final={"observation": {"text": "done"}, "reward": score}, details={},
+                                system_prompt="")
+
+    add_rollout_route(app, authed, "0.2", play)
+    return ServerHandle("history-editing task app", app, _bind("127.0.0.1", 0)).start("/docs")

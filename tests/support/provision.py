@@ -1,6 +1,6 @@
 """What a few tests need that is fetched or built once per machine, outside the timed test run:
 
-- chromium: Debian's Chromium for the browser tests (tests/browser/serve_harness.py);
+- chromium: Debian's Chromium for the browser tests (tests/support/serve_harness.py);
 - sdk: a venv with synth-ai 0.5.0 for the task apps written on its framework
   (tests/local/sdk_taskapps/harness.py);
 - smollm2: SmolLM2-135M-Instruct as a Hugging Face folder, from the registry's GGUF
@@ -25,7 +25,7 @@ TESTS = Path(__file__).resolve().parents[1]
 
 
 def _chromium() -> str:
-    from serve_harness import find_or_install_chromium
+    from support.serve_harness import find_or_install_chromium
 
     found, tried = find_or_install_chromium()
     if found is None:
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", choices=list(STEPS), action="append", help="provision only this (repeatable)")
     args = parser.parse_args(argv)
-    sys.path[:0] = [str(TESTS), str(TESTS / "browser")]  # the tests' own import roots
+    sys.path[:0] = [str(TESTS)]  # the tests' own import root (support.*)
     failed = 0
     for name in args.only or list(STEPS):
         started = time.monotonic()

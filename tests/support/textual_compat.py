@@ -9,7 +9,7 @@ widget's DEFAULT_CSS): about 15 % of an app's start in a Pilot test, hundreds of
 Parsing is a pure function of the CSS text, where it came from and the theme's variables, so
 the rules parsed once are shared by every App in the test process. Textual keeps the same cache
 per stylesheet (``Stylesheet._parse_cache``, keyed without the variables, cleared when they
-change); this one adds the variables to the key. tests/test_textual_compat.py fails loudly when
+change); this one adds the variables to the key. tests/compat/test_textual_compat.py fails loudly when
 Textual's ``Stylesheet._parse_rules`` changes shape.
 """
 

@@ -8,8 +8,8 @@ from app.core.launch.session import LaunchSession
 from app.core.runs.compare import ComparedRun
 from app.screens.compare import CompareScreen
 from app.tui import SynthTuiApp
-from fakes import finished_job
-from pilot_waits import wait_for
+from support.fakes import finished_job
+from support.pilot_waits import wait_for
 from widgets.metrics_grid import MetricsGrid
 
 

@@ -14,8 +14,8 @@ from app.screens.commands import palette_commands
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
-from pilot_waits import wait_for, wait_for_screen, wait_until
-from screen_text import footer_text, notifications
+from support.pilot_waits import wait_for, wait_for_screen, wait_until
+from support.screen_text import footer_text, notifications
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
 

@@ -16,8 +16,8 @@ from app.core.runs.history import RunHistory, take_repair_notes
 from app.screens.dialogs.common import ErrorDialog
 from app.screens.history import HistoryScreen, HistoryTable
 from app.tui import SynthTuiApp
-from pilot_waits import wait_for, wait_for_screen
-from screen_text import notifications
+from support.pilot_waits import wait_for, wait_for_screen
+from support.screen_text import notifications
 
 NOISE = hashlib.sha512(b"damaged").digest() * 64
 
@@ -83,7 +83,7 @@ async def test_a_history_that_cannot_be_moved_shows_the_path_and_the_fix(project
 
 async def test_the_jobs_view_tells_a_history_moved_aside_by_its_rerun_lookup(faulty_backend):
     from app.screens.jobs import JobsScreen
-    from fakes import ScriptedJob
+    from support.fakes import ScriptedJob
 
     take_repair_notes()
     faulty_backend.add_job(ScriptedJob("job_a", [("succeeded", [], [])]))

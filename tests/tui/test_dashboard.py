@@ -24,9 +24,9 @@ from app.screens.dashboard import DashboardScreen, JobContext
 from app.screens.dialogs.common import ConfirmDialog, ErrorDialog, HelpDialog
 from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
-from fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
-from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text, notifications, screen_lines
+from support.fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
+from support.pilot_waits import wait_for, wait_for_screen
+from support.screen_text import footer_text, notifications, screen_lines
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine

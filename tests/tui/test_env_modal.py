@@ -19,8 +19,8 @@ from app.screens.dialogs.common import ErrorDialog
 from app.screens.dialogs.modal_service import ModalEndpointPicker, ModalSecretPicker, ModalWait, SendToModalDialog
 from app.screens.env_review import EnvReviewScreen
 from app.tui import SynthTuiApp, guided_app
-from pilot_waits import wait_for_process, wait_for_screen
-from screen_text import notifications
+from support.pilot_waits import wait_for_process, wait_for_screen
+from support.screen_text import notifications
 
 MODAL_KEY = "envk_MODAL_FAKE_5f4e3d2c1b0a99887766554433"
 TASK_URL = "https://ws--task-app-fastapi-app.modal.run"

@@ -18,8 +18,8 @@ from app.screens.dialogs.common import ConfirmDialog, ErrorDialog
 from app.screens.dialogs.env import AddKeyDialog, EditValueDialog, ReloadDialog, SaveBeforeContinueDialog
 from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
-from pilot_waits import wait_for, wait_for_screen, wait_until
-from screen_text import footer_text, notifications
+from support.pilot_waits import wait_for, wait_for_screen, wait_until
+from support.screen_text import footer_text, notifications
 from widgets.env_table import MaskedEnvTable, describe
 
 # Long fake secrets: any of them in full on screen is a leak.

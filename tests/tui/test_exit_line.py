@@ -9,8 +9,8 @@ from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import SynthTuiApp
-from fakes import ScriptedJob, event
-from pilot_waits import wait_for
+from support.fakes import ScriptedJob, event
+from support.pilot_waits import wait_for
 
 TYPED = ".venv/bin/synth-tui"
 

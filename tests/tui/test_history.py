@@ -19,9 +19,9 @@ from app.screens.dashboard import DashboardScreen
 from app.screens.dialogs.common import ConfirmDialog, ErrorDialog
 from app.screens.history import HistoryScreen, HistoryTable
 from app.tui import SynthTuiApp
-from fakes import ScriptedJob, event, training_timeline
-from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text
+from support.fakes import ScriptedJob, event, training_timeline
+from support.pilot_waits import wait_for, wait_for_screen
+from support.screen_text import footer_text
 from widgets.event_log import EventLog
 
 # Nothing listens on port 1 of the loopback: connecting is refused at once.
@@ -413,7 +413,7 @@ async def test_a_job_whose_backend_is_gone_opens_read_only_from_its_saved_events
 async def test_the_backend_column_is_never_cut_mid_port(project, width):
     """Issue 37: `history` cut the backend column mid-port. At every width that shows the
     column, a real job id, config and metrics leave host:port whole on screen."""
-    from screen_text import screen_lines
+    from support.screen_text import screen_lines
 
     env = write_env(project, "sk_test_history_key_0123456789")
     record("job_5f0c2a9e41b7d3c8a6e2f1b0", "http://127.0.0.1:43123/api", status="succeeded", final=True,

@@ -19,8 +19,8 @@ from app.screens.history import HistoryScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from app.tui import SynthTuiApp
-from fakes import ScriptedJob, event, training_timeline
-from pilot_waits import wait_for, wait_for_screen
+from support.fakes import ScriptedJob, event, training_timeline
+from support.pilot_waits import wait_for, wait_for_screen
 
 pytestmark = pytest.mark.usefixtures("project_configs_only")
 

@@ -16,9 +16,9 @@ from app.screens.dashboard import DashboardScreen
 from app.screens.dialogs.common import ConfirmDialog
 from app.screens.jobs import JobsScreen
 from app.tui import SynthTuiApp
-from fakes import FaultyBackend, ScriptedJob, metric, training_timeline
-from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text, notifications
+from support.fakes import FaultyBackend, ScriptedJob, metric, training_timeline
+from support.pilot_waits import wait_for, wait_for_screen
+from support.screen_text import footer_text, notifications
 from widgets.metrics_grid import MetricsGrid
 
 STATUSES = ["running", "succeeded", "failed", "queued", "cancelled", "running", "succeeded"]

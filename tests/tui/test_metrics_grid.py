@@ -20,8 +20,8 @@ from app.core.runs.jobs import JobContext
 from app.core.runs.series import MetricStore
 from app.screens.dialogs.common import ErrorDialog
 from app.screens.dialogs.overlay_picker import OverlayPickerDialog, RunChecklist
-from fakes import ScriptedJob, event, metric
-from pilot_waits import type_ahead, wait_for, wait_for_screen
+from support.fakes import ScriptedJob, event, metric
+from support.pilot_waits import type_ahead, wait_for, wait_for_screen
 from widgets.metrics_grid import MetricChart, MetricsGrid
 from widgets.plot_canvas import PlotCanvas
 

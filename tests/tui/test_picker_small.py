@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from app.screens.config_picker import ConfigPickerScreen
-from pilot_waits import wait_for, wait_until
-from screen_text import screen_lines
+from support.pilot_waits import wait_for, wait_until
+from support.screen_text import screen_lines
 from widgets.config_list import ConfigList
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "configs" / "rl"

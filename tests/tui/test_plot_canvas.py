@@ -12,7 +12,7 @@ from textual.geometry import Region
 from textual.visual import Visual, visualize
 from textual_plotext import PlotextPlot
 
-from pilot_waits import wait_for
+from support.pilot_waits import wait_for
 from widgets.metric_chart import OVERLAY_COLORS, integer_ticks, plot_line
 from widgets.plot_canvas import PlotCanvas
 

@@ -16,8 +16,8 @@ from app.core.launch.session import LaunchSession
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dialogs.common import ErrorDialog
 from app.tui import SynthTuiApp
-from pilot_waits import wait_for_screen, wait_until
-from screen_text import notifications
+from support.pilot_waits import wait_for_screen, wait_until
+from support.screen_text import notifications
 
 REPO = Path(__file__).resolve().parents[2]
 WAITING = "Starting the test servers…"

@@ -21,8 +21,8 @@ from app.screens.dashboard import DashboardScreen
 from app.screens.dialogs.common import ErrorDialog
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
-from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text, notifications
+from support.pilot_waits import wait_for, wait_for_screen
+from support.screen_text import footer_text, notifications
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 SYNTH_KEY = "sk_test_backend_key_0123456789"

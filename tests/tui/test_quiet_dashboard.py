@@ -16,8 +16,8 @@ from app.core.runs.feed import JobFeed
 from app.core.runs.series import MetricStore
 from app.screens.dashboard import DashboardScreen, JobContext
 from app.tui import stylesheet_path
-from fakes import ScriptedJob, event
-from pilot_waits import wait_for
+from support.fakes import ScriptedJob, event
+from support.pilot_waits import wait_for
 from support.textual_compat import on_each_layout
 from widgets.event_log import EventLog, LogLines
 from widgets.job_header import JobHeader

@@ -10,7 +10,7 @@ from textual.screen import Screen
 
 from app.core.runs.jobs import JobContext
 from app.tui import SynthTuiApp
-from pilot_waits import type_ahead
+from support.pilot_waits import type_ahead
 
 UNUSED = "http://127.0.0.1:9"
 
@@ -86,7 +86,7 @@ async def test_the_readmes_keys_typed_at_once_reach_the_dashboard(demo_app):
     when the next key comes."""
     from app.screens.config_picker import ConfigPickerScreen
     from app.screens.dashboard import DashboardScreen
-    from pilot_waits import wait_for_screen
+    from support.pilot_waits import wait_for_screen
 
     app = demo_app
     async with app.run_test(size=(120, 36)) as pilot:
@@ -101,7 +101,7 @@ async def test_a_key_and_its_value_typed_at_once_fill_both_fields_of_the_add_key
     """`a`, then KEY tab value enter, typed before the dialog is even shown: the name and the
     value land in their own fields and the key is added."""
     from app.screens.env_review import EnvReviewScreen
-    from pilot_waits import wait_for, wait_for_screen
+    from support.pilot_waits import wait_for, wait_for_screen
 
     (project / ".env").write_text("SYNTH_API_KEY=sk_test_0123456789abcdef\nENVIRONMENT_API_KEY=env_0123456789abcdef\n"
                                   "TASK_APP_URL=http://127.0.0.1:9\n")

@@ -26,10 +26,10 @@ from app.local.servers import ServerHandle, start_backend
 from app.local.state.store import Store
 from app.screens.rollouts import RolloutCompareScreen, RolloutReader, RolloutScreen, RolloutsScreen
 from app.tui import SynthTuiApp
-from fakes import FaultyBackend, finished_job
-from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text, notifications, screen_lines
-from seeded_backend import API_KEY, seed_jobs
+from support.fakes import FaultyBackend, finished_job
+from support.pilot_waits import wait_for, wait_for_screen
+from support.screen_text import footer_text, notifications, screen_lines
+from support.seeded_backend import API_KEY, seed_jobs
 from widgets.rollout_image import RolloutImage, decode_image
 from widgets.rollout_view import RolloutView, changed_words
 

@@ -7,7 +7,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input
 
-from pilot_waits import wait_for
+from support.pilot_waits import wait_for
 from widgets.compat.textual_compat import FooterKey
 from widgets.steady_footer import SteadyFooter
 

@@ -26,7 +26,7 @@ from textual.widgets import DataTable
 
 from app.core.launch.diagnosis import format_latency
 from app.screens.history import HistoryTable
-from pilot_waits import wait_for
+from support.pilot_waits import wait_for
 from support.textual_compat import compositor
 from widgets.cells import cell, wrapped_cell
 from widgets.config_list import ConfigList

@@ -29,8 +29,8 @@ from app.screens.dialogs.json_report import JsonReportDialog
 from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
-from pilot_waits import wait_for, wait_for_screen
-from screen_text import footer_text, notifications
+from support.pilot_waits import wait_for, wait_for_screen
+from support.screen_text import footer_text, notifications
 from widgets.diagnostics import DiagnosticsTable
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"

@@ -1,4 +1,4 @@
-"""The tests' own waits (pilot_waits.py): a wait for a screen that never comes says which screen
+"""The tests' own waits (support/pilot_waits.py): a wait for a screen that never comes says which screen
 was shown instead and what it showed, so a failure under load says where the flow stopped."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from textual.app import App
 from textual.screen import Screen
 from textual.widgets import Static
 
-from pilot_waits import wait_for_screen
+from support.pilot_waits import wait_for_screen
 
 
 class NeverShown(Screen):

@@ -42,9 +42,9 @@ from app.core.api.wire import (
     JobStatus,
     MetricPoint,
     check_job_id,
-    items_of,
     job_id_problem,
 )
+from app.core.api.wire_answers import EventPage, JobAction, JobPage, MetricsPage
 from app.core.redact import mask_prefixes
 from app.core.text import counted
 
@@ -198,14 +198,13 @@ class SynthClient(ApiTransport):
                      retries: int | None = None) -> list[JobEvent]:
         response = await self._job_request(job_id, "/events", what=f"events of job {job_id}",
                                            params={"since_seq": since_seq, "limit": limit}, retries=retries)
-        return [JobEvent.model_validate(item) for item in items_of(response.body, "events") if isinstance(item, dict)]
+        return EventPage.model_validate(response.body).events
 
     async def metrics(self, job_id: str, after_step: int, *, limit: int = PAGE_LIMIT,
                       retries: int | None = None) -> list[MetricPoint]:
         response = await self._job_request(job_id, "/metrics", what=f"metrics of job {job_id}",
                                            params={"after_step": after_step, "limit": limit}, retries=retries)
-        return [MetricPoint.model_validate(item) for item in items_of(response.body, "points", "metrics")
-                if isinstance(item, dict)]
+        return MetricsPage.model_validate(response.body).points
 
     async def rollouts_page(self, job_id: str, *, step: int | None = None, phase: str | None = None,
                             limit: int = ROLLOUT_PAGE_LIMIT, after: str | None = None,
@@ -229,18 +228,19 @@ class SynthClient(ApiTransport):
                                            what=f"rollout {rollout_id!r} of job {job_id}", retries=retries)
         return response.body
 
-    async def cancel_job(self, job_id: str) -> dict[str, Any]:
+    async def cancel_job(self, job_id: str) -> JobAction:
+        """What the backend said of the cancel (the hosted service may say little: every field may be None)."""
         prefix = self._job_prefix.get(job_id, "/rl/jobs")
         response = await self.request("POST", job_path(prefix, job_id, "/cancel"), what=f"cancel of job {job_id}",
                                       json_body={}, retries=1)
-        return response.body if isinstance(response.body, dict) else {}
+        return JobAction.model_validate(response.body)
 
     async def list_jobs(self, *, limit: int = 50, status: str | None = None) -> list[JobStatus]:
         params: dict[str, Any] = {"limit": limit}
         if status:
             params["status"] = status
         response = await self.request("GET", "/rl/jobs", what="job list", params=params)
-        return [JobStatus.model_validate(item) for item in items_of(response.body, "jobs") if isinstance(item, dict)]
+        return JobPage.model_validate(response.body).jobs
 
     async def list_all_jobs(self, *, max_jobs: int = MAX_LISTED_JOBS, page_size: int = JOB_PAGE_SIZE,
                             status: str | None = None, retries: int | None = None) -> JobList:
@@ -262,8 +262,8 @@ class SynthClient(ApiTransport):
                 params["after"] = after
             response = await self.request("GET", "/rl/jobs", what="job list", params=params, retries=retries)
             pages += 1
-            items = [JobStatus.model_validate(item) for item in items_of(response.body, "jobs")
-                     if isinstance(item, dict)]
+            page = JobPage.model_validate(response.body)
+            items = page.jobs
             fresh, unusable = _new_usable_jobs(items, seen)
             skipped += unusable
             if pages > 1 and items and not fresh and not skipped:
@@ -273,15 +273,14 @@ class SynthClient(ApiTransport):
             jobs.extend(fresh[:room])
             if len(fresh) > room:
                 capped = True
-            body = response.body if isinstance(response.body, dict) else {}
-            more = _more_pages(body, len(items), page_size)
+            more = _more_pages(page, page_size)
             if not fresh or not more:
                 break
             if len(jobs) >= max_jobs:
                 capped = True
                 break
-            cursor = body.get("next_cursor")
-            after = str(cursor) if isinstance(cursor, (str, int)) and cursor != "" else items[-1].job_id
+            cursor = page.next_cursor
+            after = str(cursor) if cursor is not None and cursor != "" else items[-1].job_id
         if capped:
             note = f"only the newest {max_jobs:,} jobs are listed; the backend may hold more"
         if skipped:
@@ -357,14 +356,14 @@ def _new_usable_jobs(items: list[JobStatus], seen: set[str]) -> tuple[list[JobSt
     return fresh, unusable
 
 
-def _more_pages(body: Mapping[str, Any], count: int, page_size: int) -> bool:
+def _more_pages(page: JobPage, page_size: int) -> bool:
     """Whether a job-list page says more follow: its ``has_more`` or ``next_cursor`` when it
     sends one, else a full page (docs/wire-contract.md#job-list)."""
-    if isinstance(body.get("has_more"), bool):
-        return bool(body["has_more"])
-    if "next_cursor" in body:
-        return bool(body["next_cursor"])
-    return count >= page_size
+    if page.has_more is not None:
+        return page.has_more
+    if "next_cursor" in page.model_fields_set:
+        return bool(page.next_cursor)
+    return len(page.jobs) >= page_size
 
 
 def job_path(prefix: str, job_id: str, suffix: str = "") -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.core.api.wire import JobStatus
+from app.core.api.wire_answers import ModelCheckAnswer
 
 
 @dataclass(frozen=True)
@@ -83,31 +84,18 @@ class ModelVerifyResult:
 
     @classmethod
     def from_body(cls, body: Any) -> ModelVerifyResult:
-        if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
+        answer = ModelCheckAnswer.read(body)
+        if answer is None:
             return cls(False, body=body, problems=[ModelFinding(
                 "the backend's model check answered without a verdict (no boolean `ok`)",
                 "This backend's /rl/verify_model is not the one docs/wire-contract.md describes; the full "
                 "diagnostics (d) show its answer.")])
-        problems, warnings = _findings(body.get("problems")), _findings(body.get("warnings"))
-        if not body["ok"] and not problems:
+        problems = [ModelFinding(p.message, p.fix) for p in answer.problems]
+        warnings = [ModelFinding(w.message, w.fix) for w in answer.warnings]
+        if not answer.ok and not problems:
             problems = [ModelFinding("the backend's model check failed without saying why")]
-        return cls(body["ok"], _text_or_none(body.get("trains")), problems, warnings,
-                   _int_or_none(body.get("parameters")), _int_or_none(body.get("bytes")),
-                   _text_or_none(body.get("template")), _text_or_none(body.get("path")), body)
-
-
-def _findings(value: Any) -> list[ModelFinding]:
-    items = value if isinstance(value, list) else []
-    return [ModelFinding(str(item.get("message") or "no message"), _text_or_none(item.get("fix")))
-            for item in items[:20] if isinstance(item, dict)]
-
-
-def _text_or_none(value: Any) -> str | None:
-    return value[:2000] if isinstance(value, str) and value.strip() else None
-
-
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+        return cls(answer.ok, answer.trains or None, problems, warnings, answer.parameters, answer.bytes,
+                   answer.template, answer.path, body)
 
 
 @dataclass(frozen=True)

@@ -106,12 +106,43 @@ def _as_int(value: Any, default: int) -> int:
         return default
 
 
+def _is_none(value: Any) -> bool:
+    return value is None
+
+
+def omitted_when_none(default: Any = None) -> Any:
+    """A field the embedded backend leaves out of its answer when it has no value (rather than
+    sending null): serialised only when set, so the answer's bytes stay as docs/wire-contract.md
+    shows them."""
+    return Field(default, exclude_if=_is_none)
+
+
+class JobArtifacts(BaseModel):
+    """What a succeeded job of the embedded backend left (docs/wire-contract.md#job-status)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model_path: str
+
+
 class JobStatus(_Tolerant):
+    """A job as a backend describes it: the answer of GET /rl/jobs/{id}, of a job's creation and
+    each entry of the job list. The embedded backend answers with this model
+    (app/local/server/backend_state.py); the hosted service's other fields are kept as extras."""
+
     job_id: str = ""
     status: str = "unknown"
-    created_at: str | None = None
-    updated_at: str | None = None
-    error: Any = None
+    training_type: str | None = omitted_when_none()
+    model: str | None = omitted_when_none()
+    created_at: str | None = omitted_when_none()
+    updated_at: str | None = omitted_when_none()
+    metadata: dict[str, Any] | None = omitted_when_none()
+    error: Any = omitted_when_none()
+    # The job's 1-based place in its backend's queue while it is queued: an extension of the
+    # embedded backend (docs/wire-contract.md#queue-position); the hosted service never sends
+    # it, and anything but a whole number from 1 (or a job not queued) counts as none.
+    queue_position: int | None = omitted_when_none()
+    artifacts: JobArtifacts | None = omitted_when_none()
 
     @model_validator(mode="before")
     @classmethod
@@ -122,24 +153,29 @@ class JobStatus(_Tolerant):
         data["job_id"] = str(data.get("job_id") or data.get("id") or "")
         status = data.get("status") or data.get("state") or "unknown"
         data["status"] = str(status).lower()
+        for key in ("training_type", "model", "created_at", "updated_at"):
+            if not isinstance(data.get(key), str):
+                data.pop(key, None)
+        if not isinstance(data.get("metadata"), dict):
+            data.pop("metadata", None)
+        if not _believed_position(data["status"], data.get("queue_position")):
+            data.pop("queue_position", None)
+        artifacts = data.get("artifacts")
+        if not (isinstance(artifacts, dict) and isinstance(artifacts.get("model_path"), str)):
+            data.pop("artifacts", None)
         return data
 
     @property
     def terminal(self) -> bool:
         return is_terminal_status(self.status)
 
-    @property
-    def queue_position(self) -> int | None:
-        """The job's 1-based place in its backend's queue while it is queued: an extension of
-        the embedded backend (docs/wire-contract.md#queue-position); the hosted service never
-        sends it, and anything but a whole number from 1 counts as none."""
-        value = (self.model_extra or {}).get("queue_position")
-        if self.status != "queued" or isinstance(value, bool) or not isinstance(value, int):
-            return None
-        return value if 1 <= value <= QUEUE_POSITION_MAX else None
-
     def as_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude_none=True)
+
+
+def _believed_position(status: str, value: Any) -> bool:
+    return (status == "queued" and isinstance(value, int) and not isinstance(value, bool)
+            and 1 <= value <= QUEUE_POSITION_MAX)
 
 
 def shown_status(status: str, queue_position: int | None = None) -> str:
@@ -149,13 +185,15 @@ def shown_status(status: str, queue_position: int | None = None) -> str:
 
 
 class JobEvent(_Tolerant):
+    """One event of a job, as the events page and the event stream carry it."""
+
+    job_id: str | None = None
     seq: int = 0
     type: str = ""
     level: str | None = None
     message: str = ""
     data: dict[str, Any] = Field(default_factory=dict)
     created_at: str | None = None
-    job_id: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -174,6 +212,9 @@ class JobEvent(_Tolerant):
 
 
 class MetricPoint(_Tolerant):
+    """One point of a job's metrics page."""
+
+    job_id: str | None = omitted_when_none()
     name: str = ""
     value: float | None = None
     step: int = 0
@@ -196,6 +237,8 @@ class MetricPoint(_Tolerant):
             data["value"] = None
         if not isinstance(data.get("data"), dict):
             data["data"] = {}
+        if not isinstance(data.get("job_id"), str):
+            data.pop("job_id", None)
         data["epoch"] = _as_int(data["epoch"], 0) if data.get("epoch") is not None else None
         return data
 

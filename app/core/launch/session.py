@@ -23,8 +23,6 @@ from app.core.env.discovery import resolved_user_path
 from app.core.env.keys import secret_parts
 from app.core.env.resolve import ResolvedKey, missing_required
 from app.core.errors import MissingSecretsError, SynthTuiError, UsageError
-from app.core.launch import attaching
-from app.core.launch.asked_model import asked_model
 from app.core.launch.options import LaunchOptions, Overrides
 from app.core.launch.steps import (
     EnvChoice,
@@ -38,10 +36,9 @@ from app.core.launch.steps import (
     resolve_secrets,
     unattended_env_choice,
 )
-from app.core.runs.jobs import JobContext, remember
 
 # The first screen is drawn before the config schema (pydantic), the HTTP client (httpx), the
-# watch and Modal's modules are imported: each method imports what it uses, once its step comes
+# watch, the run history's and Modal's modules are imported: each method imports what it uses, once its step comes
 # (docs/performance.md#first-paint).
 if TYPE_CHECKING:
     from app.core import modal as modal_cli
@@ -52,6 +49,7 @@ if TYPE_CHECKING:
     from app.core.config import rl as cfg
     from app.core.modal_errors import ModalError
     from app.core.runs.history import RunRecord
+    from app.core.runs.jobs import JobContext
 
 
 class _Same:
@@ -390,12 +388,16 @@ class LaunchSession:
     def submitted_job(self, job_id: str, prepared: PreparedJob) -> JobContext:
         """The job that submitting ``prepared`` created: its context for the dashboard."""
         self.job_id = job_id
+        from app.core.runs.jobs import JobContext
+
         return JobContext.of(job_id, prepared.payload, str(self.config_path) if self.config_path else None)
 
     def remember_submission(self, job: JobContext, *, idempotency_key: str | None = None,
                             rerun_of: str | None = None) -> str | None:
         """Record a created job in the run history, with the path (never the contents) of the
         .env it was launched with; a warning when the history could not be written."""
+        from app.core.runs.jobs import remember  # after the first frame (docs/performance.md#first-paint)
+
         env_path = self.env.path if self.env is not None and self.env.exists else None
         return remember(lambda history: history.record_submission(
             job_id=job.job_id, backend=self.backend_base, config_path=job.config_path, payload=job.payload,
@@ -404,11 +406,15 @@ class LaunchSession:
 
     def attach(self, job_id: str) -> JobContext:
         """Set up a watch of an existing job, the same for both front ends (attaching.attach)."""
+        from app.core.launch import attaching  # after the first frame (docs/performance.md#first-paint)
+
         return attaching.attach(self, job_id)
 
     def use_history_record(self, record: RunRecord) -> JobContext:
         """Set up an attach, a rerun or a status check of a job from the run history
         (attaching.use_history_record)."""
+        from app.core.launch import attaching  # after the first frame (docs/performance.md#first-paint)
+
         return attaching.use_history_record(self, record)
 
     def remembered_env(self, record: RunRecord) -> Path | None:
@@ -450,14 +456,20 @@ class LaunchSession:
 
     def attach_hint(self, job_id: str) -> str:
         """How to watch this job again after leaving: the command with every flag it needs."""
+        from app.core.launch import attaching  # after the first frame (docs/performance.md#first-paint)
+
         return attaching.attach_hint(self, job_id)
 
     def history_attach_command(self, record: RunRecord) -> str:
         """The attach command for a job of the run history (attaching.history_attach_command)."""
+        from app.core.launch import attaching  # after the first frame (docs/performance.md#first-paint)
+
         return attaching.history_attach_command(self, record)
 
     def paused_message(self, job_id: str) -> str:
         """What a watch that ended on a paused job says (the job is not over)."""
+        from app.core.launch import attaching  # after the first frame (docs/performance.md#first-paint)
+
         return attaching.paused_message(self, job_id)
 
     def synth_api_key(self) -> str:
@@ -516,6 +528,7 @@ class LaunchSession:
         from app.core.api.results import ModelFinding, ModelVerifyResult
         from app.core.config.models import check_rl_model, experimental_allowed
         from app.core.errors import ConfigError
+        from app.core.launch.asked_model import asked_model
 
         asked = asked_model(self.prepare().payload)
         async with self.client(timeout=timeout, retries=0) as client:

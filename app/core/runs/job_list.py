@@ -60,7 +60,7 @@ def row_of(job: JobStatus) -> JobRow:
     """A row from a listed job: the model as the job names it (``model``), else as its payload
     does (``payload_model``) when the listing carries one."""
     extra: Mapping[str, Any] = job.model_extra or {}
-    model = extra.get("model") or extra.get("base_model")
+    model: Any = job.model or extra.get("base_model")
     if not isinstance(model, str) or not model:
         for payload in (extra.get("payload"), extra.get("request"), extra):
             model = payload_model(payload) if isinstance(payload, Mapping) else None

@@ -104,6 +104,7 @@ class DistributedLmPolicy:
         self.loaded_steps: list[int] | None = None  # each rank's loaded checkpoint's steps (a resumed job)
         self.owners: dict[str, int] = {}
         self.load_by_rank: Counter[int] = Counter()
+        self.restart_warned = False  # each rank warns at its first episode restart; the job, once
         self.lock = threading.Lock()
         self.closed = threading.Event()
         self.watcher: threading.Thread | None = None
@@ -284,7 +285,7 @@ class DistributedLmPolicy:
         extra: dict[str, float] = {k: float(v) for k, v in first["extra"].items() if isinstance(v, int | float)}
         for key in ("completion_tokens", "model_turns"):
             extra[key] = float(sum(a["extra"].get(key, 0.0) for a in answers))
-        for key in ("episode_restarts", "unfinished_calls"):
+        for key in ("episode_restarts", "unfinished_calls"):  # each rank's own figure for the step: summed
             extra[key] = float(sum(a["extra"].get(key, 0.0) for a in answers))
         rates = [float(a["extra"].get("generation_tokens_per_s", 0.0)) for a in answers]
         extra["generation_tokens_per_s"] = round(sum(rates), 2)  # the ranks generate side by side
@@ -294,7 +295,11 @@ class DistributedLmPolicy:
         extra["allreduce_s"] = round(statistics.fmean(float(a.get("allreduce_s", 0.0)) for a in answers), 4)
         extra["world_size"] = float(self.world)
         extra["step_seconds"] = round(seconds, 3)
-        return UpdateStats(loss=float(first["loss"]), entropy=float(first["entropy"]), extra=extra)
+        events = [e for a in answers for e in a.get("events") or [] if isinstance(e, dict)][:1]
+        if self.restart_warned:
+            events = []
+        self.restart_warned = self.restart_warned or bool(events)
+        return UpdateStats(loss=float(first["loss"]), entropy=float(first["entropy"]), extra=extra, events=events)
 
     def save(self, folder: Path) -> None:
         """Every rank into the same folder (the checkpoint store's temporary one), at once."""

@@ -160,7 +160,7 @@ class Rank:
             episodes.append(Episode(memos, float(item["score"])))
         self.clock.take()
         stats = self.policy.update([episodes])
-        return {"loss": stats.loss, "entropy": stats.entropy, "extra": stats.extra,
+        return {"loss": stats.loss, "entropy": stats.entropy, "extra": stats.extra, "events": stats.events,
                 "allreduce_s": round(self.clock.take(), 4)}
 
     def save(self, body: dict[str, Any]) -> dict[str, Any]:

@@ -89,6 +89,8 @@ class UpdateStats:
     loss: float
     entropy: float
     extra: dict[str, float] = field(default_factory=dict)  # policy-specific numbers for the step event
+    # events the policy has to say about the step ({"type", "message", "level", "data"}), after its step event
+    events: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

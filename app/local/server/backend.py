@@ -44,6 +44,7 @@ from typing import Any
 import httpx
 from fastapi import APIRouter, Depends, FastAPI
 
+from app.core.api.wire_answers import BackendHealth
 from app.local import policies
 from app.local.policies.base import Parallel
 from app.local.server.backend_state import BackendState, require_key
@@ -138,9 +139,9 @@ public = APIRouter()  # no key
 api = APIRouter(prefix="/api", dependencies=[Depends(require_key)])
 
 
-@public.get("/api/health")
-async def health() -> dict[str, Any]:
-    return {"status": "ok", "service": "synth-tui-embedded-backend"}
+@public.get("/api/health", response_model=BackendHealth)
+async def health() -> BackendHealth:
+    return BackendHealth(status="ok", service="synth-tui-embedded-backend")
 
 
 # Registered once: every path of /api/rl/jobs is also served under /api/learning/jobs.

@@ -7,7 +7,9 @@ fuzzer in the tests read the same rules the backend applies.
 
 The bounds are app.core.config.trainable's, the client's too: a number is checked by
 `trainable.number_problem` with its `NumberBound`, and its JSON schema is built from the same
-bound, so a config the client accepts is never refused here. So are the config's names
+bound, so a config the client accepts is never refused here. The sections both sides model
+([algorithm], [training], [evaluation]) are made from the client's schema (`section_body` of
+app.core.config.schema's sections), not written again. So are the config's names
 (app.core.config.known_keys): an unknown section, or a key that misspells a known one, is
 refused with the name it meant; another key the backend does not read is allowed and not
 typed. What JSON Schema cannot say (a string's length anywhere in the body, the products of
@@ -30,6 +32,7 @@ from pydantic import (
     StrictStr,
     ValidationInfo,
     WithJsonSchema,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -39,12 +42,14 @@ from pydantic_core import CoreSchema, PydanticCustomError, core_schema
 from app.core.api.urls import MAX_URL_CHARS, http_url_problem
 from app.core.api.wire import MAX_IDEMPOTENCY_KEY_CHARS
 from app.core.config.known_keys import TOP_LEVEL_VALUES, known_keys, unknown_key_problems
+from app.core.config.schema import AlgorithmSection, EvaluationSection, TrainingSection
 from app.core.config.trainable import (
     INT64,
     MAX_EVAL_SEEDS,
     MAX_NAME_CHARS,
     MAX_OPS,
     MAX_TEXT_CHARS,
+    NUMBER_BOUNDS,
     NumberBound,
     bound_at,
     is_int,
@@ -178,10 +183,6 @@ def _none_if_falsy(value: Any) -> Any:
 # -- the job-creation body (docs/wire-contract.md#job-creation) -------------------------------------
 
 
-class Algorithm(_Open):
-    type: Annotated[str, AnyCase("online")]
-    method: Annotated[str, AnyCase("policy_gradient")]
-    variety: Annotated[str, AnyCase("gspo")]
 
 
 class Rollout(_Open):
@@ -212,19 +213,33 @@ class Rollout(_Open):
         return value
 
 
-class Training(_Open):
-    num_epochs: Annotated[int, Within("training.num_epochs")]
-    iterations_per_epoch: Annotated[int, Within("training.iterations_per_epoch")]
-    max_turns: Annotated[int, Within("training.max_turns")]
-    batch_size: Annotated[int, Within("training.batch_size")]
-    group_size: Annotated[int, Within("training.group_size")]
-    learning_rate: Annotated[float, Within("training.learning_rate")]
-    gradient_accumulation_steps: Annotated[int | None, Within("training.gradient_accumulation_steps")] = None
-    max_accumulated_minibatch: Annotated[int | None, Within("training.max_accumulated_minibatch")] = None
-    log_interval: Annotated[int | None, Within("training.log_interval")] = None
-    weight_sync_interval: Annotated[int | None, Within("training.weight_sync_interval")] = None
-    seed: Annotated[int | None, Within("training.seed")] = None
-    kl_coef: Annotated[float | None, Within("training.kl_coef")] = None
+def section_body(section: type[BaseModel], name: str, **checked_otherwise: Any) -> type[_Open]:
+    """The backend's model of a config section, made from the client's (app.core.config.schema):
+    the same names, required or defaulted the same, each key with a NumberBound in
+    app.core.config.trainable checked within it (`Within`), and `checked_otherwise` the keys
+    the backend checks another way. The section's other keys are allowed and not typed, as
+    every key the backend does not read (docs/wire-contract.md#config-schema)."""
+    fields: dict[str, Any] = {}
+    for key, info in section.model_fields.items():
+        annotation = checked_otherwise.get(key)
+        bound = next((b for b in NUMBER_BOUNDS if b.location == f"{name}.{key}"), None)
+        if annotation is None and bound is not None:
+            annotation = Annotated[info.annotation, Within(bound)]
+        if annotation is not None:
+            fields[key] = (annotation, ... if info.is_required() else info.default)
+    model: type[_Open] = create_model(section.__name__.removesuffix("Section"), __base__=_Open,
+                                      __module__=__name__, **fields)
+    return model
+
+
+class Algorithm(section_body(AlgorithmSection, "algorithm", type=Annotated[str, AnyCase("online")],  # type: ignore[misc]
+                             method=Annotated[str, AnyCase("policy_gradient")],
+                             variety=Annotated[str, AnyCase("gspo")])):
+    """[algorithm]: the one algorithm the backend trains, its words in any case."""
+
+
+class Training(section_body(TrainingSection, "training")):  # type: ignore[misc]
+    """[training]: the schema's keys within their bounds, and the products of its sizes."""
 
     @model_validator(mode="after")
     def _products_within_bounds(self) -> Training:
@@ -236,10 +251,8 @@ class Training(_Open):
         return self
 
 
-class Evaluation(_Open):
-    instances: Annotated[int, Within("evaluation.instances")]
-    every_n_iters: Annotated[int, Within("evaluation.every_n_iters")]
-    seeds: Seeds
+class Evaluation(section_body(EvaluationSection, "evaluation", seeds=Seeds)):  # type: ignore[misc]
+    """[evaluation]: the schema's instances and every_n_iters within their bounds, and its seeds."""
 
 
 class Compute(_Open):

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi import Path as PathParam
 
+from app.core.api.wire_answers import ChatCompletion
 from app.core.config.trainable import short_repr
 from app.local.policies.base import Act, PolicyCannotAct, PolicyFailed
 from app.local.server.api_schemas import BODY_ERRORS, error_responses
@@ -56,16 +57,20 @@ CHAT_ERRORS = error_responses(400, 401, 404, 503, *BODY_ERRORS)
 CID_WORDS = "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the job runner writes it into the inference URL"
 
 
-@chat.post("/api/v1/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
-@chat.post("/v1/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
+@chat.post("/api/v1/chat/completions", dependencies=[Depends(chat_access)], response_model=ChatCompletion,
+           responses=CHAT_ERRORS)
+@chat.post("/v1/chat/completions", dependencies=[Depends(chat_access)], response_model=ChatCompletion,
+           responses=CHAT_ERRORS)
 async def chat_completions(body: ChatRequest, request: Request, b: Backend,
                            cid: Annotated[Cid, Query(description=CID_WORDS)]) -> dict[str, Any]:
     """Rollout contract 0.2: the correlation id as ?cid=."""
     return await _answer_chat(b, request, cid)
 
 
-@chat.post("/api/v1/{trial}/{cid}/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
-@chat.post("/v1/{trial}/{cid}/chat/completions", dependencies=[Depends(chat_access)], responses=CHAT_ERRORS)
+@chat.post("/api/v1/{trial}/{cid}/chat/completions", dependencies=[Depends(chat_access)],
+           response_model=ChatCompletion, responses=CHAT_ERRORS)
+@chat.post("/v1/{trial}/{cid}/chat/completions", dependencies=[Depends(chat_access)],
+           response_model=ChatCompletion, responses=CHAT_ERRORS)
 async def chat_completions_in_path(
     body: ChatRequest, request: Request, b: Backend,
     trial: Annotated[str, PathParam(description="the job id, as the job runner writes it into the inference URL")],

@@ -15,7 +15,8 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from app.core.api.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER
+from app.core.api.wire import JOB_ID_MAX_CHARS, KNOWN_GENERATIONS, RL_CONTRACT_HEADER, JobStatus
+from app.core.api.wire_answers import EventPage, JobAction, JobPage, MetricsPage, RolloutPage, RolloutRecord
 from app.core.config.trainable import short_repr
 from app.local.server.api_schemas import BODY_ERRORS, error_responses
 from app.local.server.backend_state import Backend, BackendState
@@ -43,15 +44,16 @@ rl = APIRouter(prefix="/rl")  # under /api: job creation
 jobs = APIRouter()  # under /api/rl/jobs and /api/learning/jobs: the same data, the same event seq numbers
 
 
-@rl.post("/jobs", status_code=201,
+# Every JSON answer is a model of app/core/api/wire.py or wire_answers.py, which the client reads too.
+@rl.post("/jobs", status_code=201, response_model=JobStatus,
          responses={200: {"description": "The job this Idempotency-Key created before, for the same body",
-                          "content": {"application/json": {"schema": {"type": "object"}}}},
+                          "model": JobStatus},
                     **error_responses(400, 401, 409, 503, *BODY_ERRORS)})
-async def create_job(job: JobCreate, request: Request, b: Backend,
+async def create_job(job: JobCreate, request: Request, response: Response, b: Backend,
                      idempotency_key: Annotated[IdempotencyKey, Header(
                          alias="Idempotency-Key",
                          description="the same key and body answer the same job (200); another body, 409")] = None,
-                     ) -> JSONResponse:
+                     ) -> dict[str, Any]:
     body = await request.json()  # as sent, for the store and the key's hash (FastAPI parsed it once)
     plan = training_plan(job, body["data"]["config"])
     body_hash = hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
@@ -61,15 +63,16 @@ async def create_job(job: JobCreate, request: Request, b: Backend,
         raise HTTPException(409, f"Idempotency-Key {exc.key!r} was already used for job {exc.job_id} "
                                  "with a different request body; send a new key to create another job") from None
     if not created:
-        return JSONResponse(b.view(stored), status_code=200)
+        response.status_code = 200
+        return b.view(stored)
     b.journal.event(stored["id"], "rl.job.created", f"Job created: train {plan.model} on {plan.task_url}",
                     data={"model": plan.model, "task_app_url": plan.task_url, "total_steps": plan.total_steps})
     base = b.public_base_url or str(request.base_url).rstrip("/")
     b.live_runner().start(stored["id"], plan, f"{base}/api/v1")
-    return JSONResponse(b.view(stored), status_code=201)
+    return b.view(stored)
 
 
-@jobs.get("", responses=error_responses(400, 401, 422))
+@jobs.get("", response_model=JobPage, responses=error_responses(400, 401, 422))
 async def list_jobs(response: Response, b: Backend, limit: int = Query(50, ge=1, le=500),
                     status: str | None = None,
                     after: str | None = Query(None, min_length=1, max_length=JOB_ID_MAX_CHARS)) -> dict[str, Any]:
@@ -83,41 +86,40 @@ async def list_jobs(response: Response, b: Backend, limit: int = Query(50, ge=1,
     return {"jobs": [b.view(j) for j in listed]}
 
 
-@jobs.get("/{job_id}", responses=error_responses(401, 404))
+@jobs.get("/{job_id}", response_model=JobStatus, responses=error_responses(401, 404))
 async def get_job(job_id: str, b: Backend) -> dict[str, Any]:
     return b.view(b.job_or_404(job_id))
 
 
-@jobs.post("/{job_id}/start", responses=error_responses(401, 404))
+@jobs.post("/{job_id}/start", response_model=JobAction, responses=error_responses(401, 404))
 async def start_job(job_id: str, b: Backend) -> dict[str, Any]:
     job = b.job_or_404(job_id)
     return {"job_id": job_id, "status": job["status"], "message": "Jobs start when they are created"}
 
 
-@jobs.post("/{job_id}/cancel", responses=error_responses(401, 404, 409, 503))
-async def cancel_job(job_id: str, b: Backend) -> JSONResponse:
+@jobs.post("/{job_id}/cancel", response_model=JobAction, responses=error_responses(401, 404, 409, 503))
+async def cancel_job(job_id: str, b: Backend) -> JSONResponse | dict[str, Any]:
     job = b.job_or_404(job_id)
     if job["status"] in TERMINAL_STATUSES:
         return JSONResponse({"detail": f"Job {job_id} already {job['status']}; only queued or running jobs "
                                        "can be cancelled", "status": job["status"]}, status_code=409)
     await b.live_runner().cancel(job_id)
     job = b.job_or_404(job_id)
-    return JSONResponse({"job_id": job_id, "status": job["status"], "message": "Job cancelled"})
+    return {"job_id": job_id, "status": job["status"], "message": "Job cancelled"}
 
 
-# JSON or an event stream, by the Accept header: no response model.
+# JSON or an event stream, by the Accept header: the JSON answer's model is declared, and checked here.
 @jobs.get("/{job_id}/events", response_model=None,
           responses={200: {"description": "The events after since_seq: JSON, or an event stream "
                                           "when the client accepts text/event-stream",
-                           "content": {"application/json": {"schema": {"type": "object"}},
-                                       EVENT_STREAM: {"schema": {"type": "string"}}}},
+                           "model": EventPage, "content": {EVENT_STREAM: {"schema": {"type": "string"}}}},
                      **error_responses(401, 404, 422)})
 async def events(request: Request, job_id: str, b: Backend, since_seq: int = Query(0, ge=-1, le=MAX_CURSOR),
-                 limit: int = Query(200, ge=1, le=1000)) -> Response | dict[str, Any]:
+                 limit: int = Query(200, ge=1, le=1000)) -> Response | EventPage:
     b.job_or_404(job_id)
     if "text/event-stream" in request.headers.get("accept", ""):
         return _event_stream(b, job_id, _resume_from(request, since_seq))
-    return {"events": b.store.events(job_id, since_seq=since_seq, limit=limit)}
+    return EventPage.model_validate({"events": b.store.events(job_id, since_seq=since_seq, limit=limit)})
 
 
 @jobs.get("/{job_id}/events/stream", response_class=EventStreamResponse, responses=error_responses(401, 404, 422))
@@ -127,7 +129,7 @@ async def event_stream(request: Request, job_id: str, b: Backend,
     return _event_stream(b, job_id, _resume_from(request, since_seq))
 
 
-@jobs.get("/{job_id}/metrics", responses=error_responses(401, 404, 422))
+@jobs.get("/{job_id}/metrics", response_model=MetricsPage, responses=error_responses(401, 404, 422))
 async def metrics(job_id: str, b: Backend, after_step: int = Query(-1, ge=-1, le=MAX_CURSOR),
                   limit: int = Query(200, ge=1, le=1000)) -> dict[str, Any]:
     b.job_or_404(job_id)
@@ -135,7 +137,7 @@ async def metrics(job_id: str, b: Backend, after_step: int = Query(-1, ge=-1, le
 
 
 # A bad query is a 400 naming it (ROLLOUTS_REFUSAL), as docs/wire-contract.md#rollouts says.
-@jobs.get("/{job_id}/rollouts", responses=error_responses(400, 401, 404))
+@jobs.get("/{job_id}/rollouts", response_model=RolloutPage, responses=error_responses(400, 401, 404))
 async def rollouts(
     job_id: str, b: Backend,
     step: Annotated[int | None, Query(ge=0, le=MAX_CURSOR, description=(
@@ -153,7 +155,7 @@ async def rollouts(
     return {"job_id": job_id, "rollouts": items, "next_after": next_after}
 
 
-@jobs.get("/{job_id}/rollouts/{rollout_id}", responses=error_responses(401, 404))
+@jobs.get("/{job_id}/rollouts/{rollout_id}", response_model=RolloutRecord, responses=error_responses(401, 404))
 async def rollout(job_id: str, rollout_id: str, b: Backend) -> dict[str, Any]:
     b.job_or_404(job_id)
     found = b.store.rollouts.get(job_id, rollout_id)

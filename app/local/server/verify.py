@@ -14,6 +14,7 @@ import httpx
 from fastapi import APIRouter
 
 from app.core.api.failures import describe_http_error, response_detail
+from app.core.api.wire_answers import ModelCheckAnswer, VerifyAnswer
 from app.core.redact import held_key_prefix, scrub_key_fragments
 from app.local.server.api_schemas import BODY_ERRORS, error_responses
 from app.local.server.backend_state import Backend, BackendState
@@ -31,12 +32,12 @@ HEADER_STYLES: dict[str, Callable[[str], dict[str, str]]] = {
 verify = APIRouter(prefix="/rl")  # under /api
 
 
-@verify.post("/verify_task_app", responses=error_responses(401, *BODY_ERRORS))
+@verify.post("/verify_task_app", response_model=VerifyAnswer, responses=error_responses(401, *BODY_ERRORS))
 async def verify_task_app(body: VerifyRequest, b: Backend) -> dict[str, Any]:
     return await _verify(b, body.endpoint_base_url)
 
 
-@verify.post("/verify_model", responses=error_responses(401, *BODY_ERRORS))
+@verify.post("/verify_model", response_model=ModelCheckAnswer, responses=error_responses(401, *BODY_ERRORS))
 async def verify_model(body: VerifyModelRequest, b: Backend) -> dict[str, Any]:
     """Can a job of this backend train the model, as named (docs/wire-contract.md#model-verification)?
     Answered within model_check.MODEL_CHECK_TIMEOUT_S; the weights are not loaded."""

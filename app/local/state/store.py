@@ -128,8 +128,9 @@ class _NotOurs(Exception):
     """A database, but not one this backend wrote (or one a newer synth-tui wrote)."""
 
 
-def _check_contents(db: sqlite3.Connection) -> None:
-    """Reads only: SQLite's damage shows on the first page read; then the tables and version."""
+def _check_contents(db: sqlite3.Connection, *, every_page: bool = True) -> None:
+    """Reads only: SQLite's damage shows on the first page read; then the tables and version,
+    and (`every_page`) the damage a read of page 1 does not show (_quick_check)."""
     tables = {name: kind for name, kind in db.execute("SELECT name, type FROM sqlite_master")}
     (version,) = db.execute("PRAGMA user_version").fetchone()
     if version > SCHEMA_VERSION:
@@ -145,6 +146,19 @@ def _check_contents(db: sqlite3.Connection) -> None:
     missing += [f"jobs.{name}" for name in _FIRST_JOB_COLUMNS if name not in columns]
     if missing:
         raise _NotOurs(f"it lacks what every synth-tui backend database has ({', '.join(missing)})")
+    if every_page:
+        _quick_check(db)
+
+
+def _quick_check(db: sqlite3.Connection) -> None:
+    """SQLite's own check of every page (PRAGMA quick_check: the b-trees, not the indexes'
+    contents; linear in the file's size). A file garbled in its middle pages opened fine, was
+    written to, and answered 500 on every list (issue 41): only its first page had been read."""
+    findings = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
+    if findings != ["ok"]:
+        shown = " ".join(" ".join(str(finding) for finding in findings).split())
+        shown = shown if len(shown) <= 160 else shown[:160].rstrip() + "…"
+        raise sqlite3.DatabaseError(f"database disk image is malformed (PRAGMA quick_check: {shown})")
 
 
 def utc_now() -> str:
@@ -192,7 +206,8 @@ class Store:
         self._conn.row_factory = sqlite3.Row
         try:
             with self._lock:
-                _check_contents(self._conn)  # again, on this connection: nothing is written before it
+                # Again on this connection, nothing written before it (its pages: check_store_file, above).
+                _check_contents(self._conn, every_page=False)
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute("PRAGMA foreign_keys=ON")

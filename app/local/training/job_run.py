@@ -88,6 +88,7 @@ class JobRun:
     sample: StepSample | None = None  # the train rollouts of the current step the inspector may keep
     inspect_warned: bool = False  # a rollout could not be stored (said once: _keep)
     calling_rollouts: int = 0  # rollouts that called the policy at least once (_require_policy_calls)
+    slow_noted: dict[tuple[str, int], int] = field(default_factory=dict)  # (mode, step): slow rollouts said
     lm: bool | None = None  # trains a language model (needs a device: admission.py); None: by the job runner choice
     admitted: bool = False  # it holds one of the backend's job slots (admission.py)
 

@@ -64,6 +64,7 @@ class StepLoop(RolloutClient):
                                              for e in episodes for m in e.memos),
                             "turns": sum(e.turns or 0 for e in episodes),
                             "seconds": round(time.monotonic() - started, 3), **stats.extra}}]
+        events += stats.events  # what the policy says about the step (an lm job's first episode restart)
         flat = self._flat_warning(run, step, episodes)
         if flat is not None:
             events.append(flat)

@@ -32,8 +32,8 @@ from app.local.parallel.policy import RankMemo, owner_by_position, shares
 from app.local.policies.base import Episode, Parallel, PolicySettings
 from app.local.servers import ServerHandle, start_backend
 from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
-from lm_fixtures import press_payload
-from pilot_waits import poll_until
+from support.lm_fixtures import press_payload
+from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 
@@ -151,6 +151,24 @@ def test_a_training_rollout_is_served_by_the_rank_that_trains_its_place() -> Non
     episodes = [Episode([RankMemo(i // 4, f"c{i}", f"k{i}")], float(i)) for i in range(8)]
     split = shares([episodes[:4], episodes[4:]], 2)
     assert [[p for p, _ in s] for s in split] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
+def test_the_ranks_step_figures_are_summed_and_the_restart_warning_passed_on_once() -> None:
+    from types import SimpleNamespace
+
+    from app.local.parallel.policy import DistributedLmPolicy
+
+    warning = {"type": "rl.train.policy.warning", "level": "warning", "message": "An episode restarted", "data": {}}
+
+    def answer(restarts: float, events: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"loss": 0.0, "entropy": 1.0, "extra": {"episode_restarts": restarts, "unfinished_calls": 0.0},
+                "events": events, "allreduce_s": 0.01}
+
+    policy = SimpleNamespace(world=2, restart_warned=False)
+    first = DistributedLmPolicy._merged(policy, [answer(2.0, [warning]), answer(1.0, [warning])], 1.0)  # type: ignore[arg-type]
+    assert first.extra["episode_restarts"] == 3.0 and first.events == [warning]  # each rank's own step figure
+    later = DistributedLmPolicy._merged(policy, [answer(0.0, []), answer(1.0, [warning])], 1.0)  # type: ignore[arg-type]
+    assert later.extra["episode_restarts"] == 1.0 and later.events == []  # the job was warned already
 
 
 def test_a_batch_that_does_not_split_evenly_is_refused() -> None:

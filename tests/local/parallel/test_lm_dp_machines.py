@@ -23,8 +23,8 @@ from app.cli.dispatch import main
 from app.local.parallel.launch import TOKEN_FILE, alive, free_port
 from app.local.policies.base import Parallel
 from app.local.servers import ServerHandle, start_backend
-from lm_fixtures import press_payload
-from pilot_waits import poll_until
+from support.lm_fixtures import press_payload
+from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_event, wait_terminal
 from .test_lm_dp import NEEDS_TRAINER, NEEDS_TWO_CORES

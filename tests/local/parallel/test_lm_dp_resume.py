@@ -17,8 +17,8 @@ import pytest
 
 from app.local.parallel.launch import alive
 from app.local.servers import ServerHandle
-from lm_fixtures import press_payload
-from pilot_waits import poll_until
+from support.lm_fixtures import press_payload
+from support.pilot_waits import poll_until
 
 from ..conftest import api_client, create_job, events_of, wait_terminal
 from ..state.test_local_resume import backend_process

@@ -20,9 +20,9 @@ import pytest
 from app.local.policies.base import Episode, PolicySettings
 from app.local.servers import ServerHandle, start_backend
 from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
-from lm_fixtures import press_payload
-from pilot_waits import poll_until
 from support.cli import run_cli
+from support.lm_fixtures import press_payload
+from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 from ..state.test_local_resume import backend_process
@@ -546,7 +546,8 @@ def test_a_real_pretrained_model_calls_tools_that_parse_and_takes_a_grpo_step() 
     """SmolLM2-135M-Instruct, pretrained, offline (tests/support/smollm2.py: the registry's GGUF,
     dequantized and saved once as a Hugging Face folder, with a tool-calling template): its
     required calls parse and match the tool's schema, an `auto` answer comes back as a message,
-    and one GRPO step runs with LoRA."""
+    and one GRPO step runs with LoRA on two-turn episodes that never restart (the history echoes
+    the wire answer's JSON-string arguments; Qwen2.5's template renders them `| tojson`)."""
     import jsonschema
 
     from app.local.policies.lm.policy import LmPolicy
@@ -559,11 +560,17 @@ def test_a_real_pretrained_model_calls_tools_that_parse_and_takes_a_grpo_step() 
     try:
         group = []
         for i in range(2):
-            act = policy.act(press_messages("C"), [PRESS_TOOL], TOOL_CHOICE, f"smol{i}", rng)
-            call = act.message["tool_calls"][0]["function"]
-            assert call["name"] == "press"
-            jsonschema.validate(json.loads(call["arguments"]), PRESS_TOOL["function"]["parameters"])
-            group.append(Episode([act.memo], float(i)))
+            messages, memos = press_messages("C"), []
+            for said in ("Right. Press D.", "Right."):
+                act = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, f"smol{i}", rng)
+                call = act.message["tool_calls"][0]["function"]
+                assert call["name"] == "press"
+                jsonschema.validate(json.loads(call["arguments"]), PRESS_TOOL["function"]["parameters"])
+                memos.append(act.memo)
+                messages = [*messages, act.message, {"role": "tool", "tool_call_id": act.call_id, "content": said}]
+            assert memos[0].sequence is memos[1].sequence  # one sequence: both turns carry loss
+            group.append(Episode(memos, float(i)))
+        assert policy.restarts == 0
         free = policy.act(press_messages("C"), [PRESS_TOOL], "auto", "smol-auto", rng)
         assert free.message["role"] == "assistant" and (free.message.get("content") or free.message.get("tool_calls"))
         stats = policy.update([group])

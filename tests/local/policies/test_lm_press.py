@@ -18,8 +18,8 @@ import pytest
 from app.cli.dispatch import main
 from app.core.config.payload import build_rl_payload
 from app.core.config.validation import validate_rl_file
-from lm_fixtures import press_payload
-from pilot_waits import poll_until
+from support.lm_fixtures import press_payload
+from support.pilot_waits import poll_until
 from support.tiers import slow_fixture
 
 from ..conftest import ENV_KEY, create_job, events_of, wait_terminal

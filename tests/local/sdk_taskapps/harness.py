@@ -27,8 +27,8 @@ from pathlib import Path
 
 import httpx
 
-from pilot_waits import poll_until
 from support.machine_cache import CACHE
+from support.pilot_waits import poll_until
 
 HERE = Path(__file__).resolve().parent
 SDK_VERSION = "0.5.0"

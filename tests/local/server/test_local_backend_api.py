@@ -16,7 +16,7 @@ from fastapi import FastAPI, Request
 
 import app.local.server.routes_jobs as routes_jobs
 from app.local.servers import ServerHandle, _bind
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 
 from ..conftest import (
     API_KEY,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from seeded_backend import API_KEY, start_seeded_backend
+from support.seeded_backend import API_KEY, start_seeded_backend
 
 
 @pytest.fixture

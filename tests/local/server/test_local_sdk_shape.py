@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 
 from app.commands.demo import demo_payload as job_payload
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, small_config
 

@@ -27,7 +27,7 @@ from app.local.policies.lm.model import (
 )
 from app.local.server import model_check
 from app.local.servers import start_backend
-from lm_fixtures import press_payload
+from support.lm_fixtures import press_payload
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
 

@@ -7,7 +7,7 @@ import time
 
 from app.local.servers import start_backend
 from app.local.state.store import Store
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 
 from ..conftest import (
     API_KEY,

@@ -20,7 +20,7 @@ import pytest
 
 from app.commands.demo import demo_payload
 from app.local.servers import ServerHandle
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, seeded_demo_config, wait_terminal
 

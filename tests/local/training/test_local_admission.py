@@ -20,7 +20,7 @@ from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.taskapps.gridworld_app import create_taskapp
 from app.local.training import admission as admission_module
 from app.local.training.admission import MAX_JOBS_LIMIT, MAX_ROLLOUTS_LIMIT, Admission, default_max_jobs, rollout_pool
-from pilot_waits import poll_until
+from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, payload, small_config, wait_terminal
 

@@ -15,8 +15,8 @@ import pytest
 
 from app.local.server.backend import create_backend_app
 from app.local.servers import ServerHandle, _bind, start_taskapp
-from chaos_proxy import ChaosProxy, Mode
-from pilot_waits import poll_until
+from support.chaos_proxy import ChaosProxy, Mode
+from support.pilot_waits import poll_until
 
 from ..conftest import (
     API_KEY,

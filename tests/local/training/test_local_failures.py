@@ -129,5 +129,5 @@ def test_a_slow_task_app_gets_the_configs_rollout_timeout(api):
     config["rollout"]["timeout_s"] = 1
     with ServerHandle("slow task app", slow, _bind("127.0.0.1", 0)).start("/docs") as taskapp:
         job_id = create_job(api, payload(taskapp.url, config))
-        _assert_failed_with(api, job_id,
-                            r"failed after 1 attempt: no answer within 1 s \(the task app is slow or overloaded\)")
+        _assert_failed_with(api, job_id, r"failed after 1 attempt: no whole answer within 1 s "
+                                         r"\(the task app is slow or overloaded\)")

@@ -33,8 +33,8 @@ import torch
 import xgrammar as xgr
 
 from app.local.parallel.vllm import VllmGenerator
-from app.local.policies.base import Act, PolicyCannotAct, message_text
-from app.local.policies.lm.chat_templates import CHAT_KWARGS
+from app.local.policies.base import Act, PolicyCannotAct
+from app.local.policies.lm.chat_templates import CHAT_KWARGS, ToolCallScaffold, history_message, where_texts_part
 from app.local.policies.lm.model import LoadedModel
 
 MAX_EPISODES_KEPT = 4096  # sequences of episodes in flight (an abandoned one is dropped oldest first)
@@ -89,8 +89,10 @@ class Acting:
     top_p: float
     max_tokens: int
     eos_ids: list[int]
+    scaffold: ToolCallScaffold
     episodes: OrderedDict[str, EpisodeSequence]
     restarts: int
+    first_restart: dict[str, Any] | None  # where the first restart's texts parted (a warning event)
     unfinished_calls: int
     _info: Any
     _compiler: Any
@@ -118,13 +120,13 @@ class Acting:
             sequence.text += answer
             memo = TurnMemo(sequence, len(sequence.ids), len(turn.ids), turn.seconds)
         call_id = f"call_{secrets.token_hex(8)}"
-        message = self._message(answer, call_id, bool(offered))
+        message = self._message(answer, call_id, offered)
         if required and not message.get("tool_calls"):
             self.unfinished_calls += 1
         return Act(message, call_id, memo)
 
     def _render(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
-        clean = [_clean_message(m) for m in messages]
+        clean = [history_message(m) for m in messages]
         try:
             text = self.tokenizer.apply_chat_template(clean, tools=tools or None, tokenize=False,
                                                       add_generation_prompt=True, chat_template=self.template,
@@ -148,6 +150,8 @@ class Acting:
             return sequence
         if sequence is not None:
             self.restarts += 1
+            if self.first_restart is None:
+                self.first_restart = where_texts_part(sequence.text, text)
         ids = self._encode(text)
         sequence = EpisodeSequence(ids, [0] * len(ids), [0.0] * len(ids), len(ids), text)
         self.episodes[correlation_id] = sequence
@@ -168,14 +172,14 @@ class Acting:
             for tool in tools:
                 function = tool["function"]
                 schema = function.get("parameters") or {"type": "object"}
-                head = '<tool_call>\n{"name": ' + json.dumps(function["name"]) + ', "arguments": '
+                head = self.scaffold.head(function["name"])
                 try:
                     arguments = xgr.Grammar.from_json_schema(json.dumps(schema), any_whitespace=False,
                                                              separators=(", ", ": "))
                 except Exception as exc:  # noqa: BLE001 - xgrammar's refusal, as a sentence
                     raise PolicyCannotAct(f"the parameters schema of tool {function['name']!r} cannot be "
                                           f"compiled to a grammar ({str(exc)[:200]})") from None
-                alternatives.append(xgr.Grammar.concat(_literal(head), arguments, _literal("}\n</tool_call>")))
+                alternatives.append(xgr.Grammar.concat(_literal(head), arguments, _literal(self.scaffold.after)))
             grammar = alternatives[0] if len(alternatives) == 1 else xgr.Grammar.union(*alternatives)
             self._grammars[key] = (self._compiler.compile_grammar(grammar), str(grammar))
         return self._grammars[key]
@@ -304,27 +308,21 @@ class Acting:
             probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
         return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
-    def _message(self, answer: str, call_id: str, tools_offered: bool) -> dict[str, Any]:
-        """The assistant message of an answer: its tool call (the first well-formed one) and
-        any text before it; the text alone when it holds none."""
+    def _message(self, answer: str, call_id: str, tools: list[dict[str, Any]]) -> dict[str, Any]:
+        """The assistant message of an answer: its tool call (the first well-formed one, in the
+        template's scaffold, else Qwen's `<tool_call>` form) and any text before it; the text alone
+        when it holds none. `arguments` is the JSON text as generated (OpenAI's wire format)."""
         text = answer
         for eos in {self.tokenizer.decode([i], skip_special_tokens=False) for i in self.eos_ids}:
             text = text.removesuffix(eos)
         message: dict[str, Any] = {"role": "assistant", "content": text}
-        if not tools_offered:
+        if not tools:
             return message
-        for match in _TOOL_CALL.finditer(text):
-            try:
-                call = json.loads(match.group(1))
-            except ValueError:
-                continue
-            if isinstance(call, dict) and isinstance(call.get("name"), str):
-                arguments = call.get("arguments", {})
-                raw = _raw_arguments(match.group(1))
-                message["tool_calls"] = [{"id": call_id, "type": "function", "function": {
-                    "name": call["name"], "arguments": raw if raw is not None else json.dumps(arguments)}}]
-                message["content"] = text[:match.start()].strip() or None
-                break
+        found = _scaffold_call(text, self.scaffold) or _hermes_call(text)
+        if found is not None:
+            start, name, raw = found
+            message["tool_calls"] = [{"id": call_id, "type": "function", "function": {"name": name, "arguments": raw}}]
+            message["content"] = text[:start].strip() or None
         return message
 
 
@@ -332,18 +330,38 @@ def _literal(text: str) -> Any:
     return xgr.Grammar.from_ebnf(f"root ::= {json.dumps(text)}")
 
 
-def _raw_arguments(call_json: str) -> str | None:
-    """The arguments exactly as generated (so the template renders them back byte for byte)."""
-    marker = '"arguments": '
-    at = call_json.find(marker)
-    if at < 0 or not call_json.endswith("}"):
-        return None
-    raw = call_json[at + len(marker):-1].strip()
-    try:
-        json.loads(raw)
-    except ValueError:
-        return None
-    return raw
+def _scaffold_call(text: str, scaffold: ToolCallScaffold) -> tuple[int, str, str] | None:
+    """(where it starts, the tool's name, its arguments' JSON text) of the first call written in
+    the template's scaffold, or None."""
+    decoder = json.JSONDecoder()
+    start = text.find(scaffold.before)
+    while start >= 0:
+        named = start + len(scaffold.before)
+        middle = text.find(scaffold.middle, named)
+        if middle > named and "\n" not in text[named:middle]:
+            at = middle + len(scaffold.middle)
+            try:
+                arguments, end = decoder.raw_decode(text, at)
+            except ValueError:
+                arguments, end = None, at
+            if isinstance(arguments, dict) and text[end:].lstrip().startswith(scaffold.after.strip()):
+                return start, text[named:middle], text[at:end]
+        start = text.find(scaffold.before, start + 1)
+    return None
+
+
+def _hermes_call(text: str) -> tuple[int, str, str] | None:
+    """The first `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Qwen's form, which a
+    model may write unconstrained whatever its template)."""
+    for match in _TOOL_CALL.finditer(text):
+        try:
+            call = json.loads(match.group(1))
+        except ValueError:
+            continue
+        if isinstance(call, dict) and isinstance(call.get("name"), str):
+            arguments = call.get("arguments", {})
+            return match.start(), call["name"], json.dumps(arguments if isinstance(arguments, dict) else {})
+    return None
 
 
 def _required_tools(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[str, Any]]:
@@ -360,11 +378,3 @@ def _required_tools(tools: list[dict[str, Any]], tool_choice: Any) -> list[dict[
             raise PolicyCannotAct(f"tool_choice names tool {name!r}, which the request does not offer")
         return chosen
     return []
-
-
-def _clean_message(message: dict[str, Any]) -> dict[str, Any]:
-    """A chat message as templates expect it: text content (content parts joined)."""
-    clean = dict(message)
-    if isinstance(clean.get("content"), list):
-        clean["content"] = message_text(clean)
-    return clean

@@ -14,11 +14,13 @@ functions that need them (they import torch).
 from __future__ import annotations
 
 import importlib.util
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.local.policies.base import message_text
 from app.local.policies.lm.model import ModelUnavailable
 
 TEMPLATE_FOLDER = "chat_templates"
@@ -141,13 +143,121 @@ def _probe_conversations() -> list[list[dict[str, Any]]]:
     return [PROBE_MESSAGES, without]
 
 
+def history_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as the policy renders it: tool calls' `arguments` as objects where the task
+    app echoed OpenAI's JSON string (templates render `arguments | tojson` or iterate `arguments |
+    items`: a string is encoded twice, or fails), content parts joined into text. The wire
+    answer keeps OpenAI's string (docs/embedded-policy.md#tool-call-arguments-and-the-templates-scaffold)."""
+    clean = dict(message)
+    if isinstance(clean.get("content"), list):
+        clean["content"] = message_text(clean)
+    calls = clean.get("tool_calls")
+    if isinstance(calls, list):
+        clean["tool_calls"] = [_call_with_object_arguments(call) for call in calls]
+    return clean
+
+
+def _call_with_object_arguments(call: Any) -> Any:
+    function = call.get("function") if isinstance(call, dict) else None
+    if not isinstance(function, dict) or not isinstance(arguments := function.get("arguments"), str):
+        return call
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return call  # not JSON: rendered as the task app sent it
+    if not isinstance(parsed, dict):
+        return call
+    return {**call, "function": {**function, "arguments": parsed}}
+
+
+@dataclass(frozen=True)
+class ToolCallScaffold:
+    """What the template renders for an assistant turn that calls one tool, around the tool's
+    name and its arguments (JSON): `before` NAME `middle` ARGUMENTS `after`, then the end of
+    turn. Generating exactly this makes the next turn's render extend the generated text."""
+
+    before: str
+    middle: str
+    after: str
+
+    def head(self, name: str) -> str:
+        return f"{self.before}{name}{self.middle}"
+
+
+# Qwen's (Hermes') scaffold: the one used when a template's own cannot be learned (said so).
+HERMES_SCAFFOLD = ToolCallScaffold('<tool_call>\n{"name": "', '", "arguments": ', "}\n</tool_call>")
+_PROBE_ARGUMENTS = {"label": "A"}
+
+
+def _render(tokenizer: Any, template: str, messages: list[dict[str, Any]], generation: bool) -> str:
+    return str(tokenizer.apply_chat_template(messages, tools=PROBE_TOOLS, tokenize=False,
+                                             add_generation_prompt=generation, chat_template=template,
+                                             **CHAT_KWARGS))
+
+
+def tool_call_scaffold(tokenizer: Any, template: str, end_of_turn: str) -> ToolCallScaffold | str:
+    """The template's tool-call scaffold, learned by rendering a probe call (the text the
+    assistant's turn adds to the generation prompt, with the name and arguments found in it),
+    or why it cannot be learned, in words. `end_of_turn`: the eos token's text."""
+    prompt_messages = [history_message(m) for m in PROBE_MESSAGES[:2]]
+    call = {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+        "name": PROBE_TOOL, "arguments": dict(_PROBE_ARGUMENTS)}}]}
+    try:
+        prompt = _render(tokenizer, template, prompt_messages, True)
+        turn = _render(tokenizer, template, [*prompt_messages, call], False)
+    except Exception as exc:  # noqa: BLE001 - any template error is the answer
+        return f"cannot render a tool call ({type(exc).__name__}: {str(exc)[:200]})"
+    if not turn.startswith(prompt):
+        return "renders an assistant's turn that does not extend its own generation prompt"
+    turn = turn[len(prompt):]
+    arguments = json.dumps(_PROBE_ARGUMENTS)
+    at_name = turn.find(PROBE_TOOL)
+    at_arguments = turn.find(arguments, at_name + len(PROBE_TOOL)) if at_name >= 0 else -1
+    if at_arguments < 0:
+        return "does not render a tool call as its name followed by its arguments as a JSON object"
+    after = turn[at_arguments + len(arguments):]
+    if not end_of_turn or end_of_turn not in after:
+        return f"does not end an assistant's tool call with the end-of-turn token {end_of_turn!r}"
+    return ToolCallScaffold(turn[:at_name], turn[at_name + len(PROBE_TOOL):at_arguments],
+                            after[:after.index(end_of_turn)])
+
+
+def where_texts_part(old: str, new: str, width: int = 40) -> dict[str, Any]:
+    """Where a new render stops extending the episode's text: the offset and a few characters of
+    each side from there (with a little context before), for a warning."""
+    at = next((i for i, (a, b) in enumerate(zip(old, new, strict=False)) if a != b), min(len(old), len(new)))
+    return {"offset": at, "before": old[max(0, at - 20):at], "generated": old[at:at + width],
+            "rendered": new[at:at + width]}
+
+
+def episode_problem(tokenizer: Any, template: str, end_of_turn: str) -> str | None:
+    """Why a two-turn tool-calling episode would restart with `template` (the next turn's render
+    does not extend the text generated with the template's scaffold), or None."""
+    scaffold = tool_call_scaffold(tokenizer, template, end_of_turn)
+    if isinstance(scaffold, str):
+        return scaffold
+    messages = [history_message(m) for m in PROBE_MESSAGES]
+    try:
+        prompt = _render(tokenizer, template, messages[:2], True)
+        second = _render(tokenizer, template, messages, True)
+    except Exception as exc:  # noqa: BLE001 - any template error is the answer
+        return f"cannot render a tool-calling conversation ({type(exc).__name__}: {str(exc)[:200]})"
+    generated = prompt + scaffold.head(PROBE_TOOL) + json.dumps(_PROBE_ARGUMENTS) + scaffold.after + end_of_turn
+    if second.startswith(generated):
+        return None
+    part = where_texts_part(generated, second)
+    return (f"is not prefix-preserving in a tool-calling episode: the second turn's render parts from the first "
+            f"turn's generated text at character {part['offset']} (generated {part['generated']!r}, rendered "
+            f"{part['rendered']!r}), so every episode would restart and train on its last turn only")
+
+
 def render_problem(tokenizer: Any, template: str) -> str | None:
     """Why `template` cannot act in a tool-calling episode, or None: it renders the second turn
-    of one (a tool call and its result), shows the tool to the model and keeps the call."""
+    of one (a tool call and its result), shows the tool to the model, keeps the call, and
+    renders that turn so that the next render extends what the model generated (every turn of
+    an episode is then trained: docs/embedded-policy.md#the-acting-template-and-the-joined-sequence)."""
     try:
-        texts = [str(tokenizer.apply_chat_template(messages, tools=PROBE_TOOLS, tokenize=False,
-                                                   add_generation_prompt=True, chat_template=template,
-                                                   **CHAT_KWARGS))
+        texts = [_render(tokenizer, template, [history_message(m) for m in messages], True)
                  for messages in _probe_conversations()]
     except Exception as exc:  # noqa: BLE001 - any template error is the answer
         return f"cannot render a tool-calling conversation ({type(exc).__name__}: {str(exc)[:200]})"
@@ -156,7 +266,7 @@ def render_problem(tokenizer: Any, template: str) -> str | None:
         return "ignores tools: the task app's tools would never be shown to the model"
     if '"A"' not in text or "You pressed A." not in text:
         return "drops the assistant's tool call or its result from the conversation"
-    return None
+    return episode_problem(tokenizer, template, str(getattr(tokenizer, "eos_token", None) or ""))
 
 
 def suggested_template(tokenizer: Any) -> str:

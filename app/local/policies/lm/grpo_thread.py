@@ -83,6 +83,12 @@ class GrpoThread:
     eos_ids: list[int]
     episodes: OrderedDict[str, EpisodeSequence]
     restarts: int
+    restarts_reported: int
+    first_restart: dict[str, Any] | None
+    restart_warned: bool
+    template_kind: str
+    chat_template: str | None
+    base: str
     unfinished_calls: int
     grpo_overrides: dict[str, Any]
     trainer_hooks: list[Any]
@@ -113,7 +119,23 @@ class GrpoThread:
             if theirs in logs and (ours != "kl" or self.kl_coef > 0):
                 extra[ours] = float(logs[theirs])
         return UpdateStats(loss=float(logs.get("loss", math.nan)), entropy=float(logs.get("entropy", math.nan)),
-                           extra=extra)
+                           extra=extra, events=self._restart_warning())
+
+    def _restart_warning(self) -> list[dict[str, Any]]:
+        """At the job's first restart, once: a warning naming the template and where the texts
+        parted (the turns before a restart sit in the prompt, without loss)."""
+        part = self.first_restart
+        if part is None or self.restart_warned:
+            return []
+        self.restart_warned = True
+        template = f"[model] chat_template {self.chat_template!r}" if self.chat_template else f"{self.base}'s own"
+        return [{"type": "rl.train.policy.warning", "level": "warning", "message": (
+            f"An episode restarted: the task app's history, rendered with the chat template ({template}; "
+            f"{self.template_kind}), no longer extends the text the model generated, from character "
+            f"{part['offset']} (generated {part['generated']!r}, rendered {part['rendered']!r}). The turns before "
+            "a restart are trained as prompt, without loss; `episode_restarts` in each step event counts them"),
+            "data": {"episode_restarts": self.restarts, "chat_template": template,
+                     "acting_template": self.template_kind, **{f"part_{k}": v for k, v in part.items()}}}]
 
     def _batch(self, groups: list[list[Episode]]) -> _Batch:
         samples: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
@@ -140,9 +162,10 @@ class GrpoThread:
                 tokens += sum(m.tokens for m in memos)
                 seconds += sum(m.seconds for m in memos)
                 turns += len(memos)
+        restarts, self.restarts_reported = self.restarts - self.restarts_reported, self.restarts  # this step's
         stats = {"completion_tokens": float(tokens), "model_turns": float(turns),
                  "generation_tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else 0.0,
-                 "episode_restarts": float(self.restarts), "unfinished_calls": float(self.unfinished_calls)}
+                 "episode_restarts": float(restarts), "unfinished_calls": float(self.unfinished_calls)}
         return _Batch(samples, stats)
 
     def _wait_for_logs(self, training: Training) -> dict[str, float]:

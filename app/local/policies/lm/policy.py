@@ -14,7 +14,7 @@ docs/embedded-policy.md#the-lm-policy. torch and xgrammar are imported at module
 in acting.py, grpo_thread.py and checkpoint.py; transformers, trl, peft, datasets and
 safetensors inside the functions that use them. This module is imported only when an `lm` job
 starts: by `policies.make_policy` and by a data-parallel rank (app/local/parallel/worker.py),
-never at start-up (tests/test_first_paint_imports.py).
+never at start-up (tests/cli/test_first_paint_imports.py).
 """
 
 from __future__ import annotations
@@ -32,7 +32,13 @@ import xgrammar as xgr
 from app.local.parallel.vllm import VllmGenerator, VllmPlan
 from app.local.policies.base import PolicyInfo, PolicySettings
 from app.local.policies.lm.acting import Acting, EpisodeSequence
-from app.local.policies.lm.chat_templates import acting_template, judge_template
+from app.local.policies.lm.chat_templates import (
+    HERMES_SCAFFOLD,
+    ToolCallScaffold,
+    acting_template,
+    judge_template,
+    tool_call_scaffold,
+)
 from app.local.policies.lm.checkpoint import Checkpoints, Resume
 from app.local.policies.lm.grpo_thread import Training
 from app.local.policies.lm.model import TRAINER_MODES, LoadedModel, ModelUnavailable, load, load_tokenizer, resolve
@@ -93,12 +99,16 @@ class LmPolicy(Acting, Checkpoints):
         if self.chat_template:
             self.template_kind = f"[model] chat_template {self.chat_template!r}, {self.template_kind}"
         self.eos_ids = self._eos_ids()
+        self.scaffold = self._scaffold()
         self._info = xgr.TokenizerInfo.from_huggingface(self.tokenizer, vocab_size=self._vocab_size(),
                                                         stop_token_ids=self.eos_ids)
         self._compiler = xgr.GrammarCompiler(self._info)
         self._grammars: dict[str, tuple[Any, str]] = {}  # tool set -> (compiled grammar, its EBNF)
         self.episodes: OrderedDict[str, EpisodeSequence] = OrderedDict()
-        self.restarts = 0
+        self.restarts = 0  # episodes whose history stopped extending their sequence, since the job began
+        self.restarts_reported = 0  # of which the step events counted so far (each step says its own)
+        self.first_restart: dict[str, Any] | None = None
+        self.restart_warned = False  # the warning at a job's first restart is given once
         self.unfinished_calls = 0
         self.training: Training | None = None
         # A resumed job's checkpoint: its optimizer state goes into the trainer's optimizer once the
@@ -126,6 +136,21 @@ class LmPolicy(Acting, Checkpoints):
                             task_type="CAUSAL_LM")
         torch.manual_seed(self.settings.seed)
         self.model = get_peft_model(self.model, config)
+
+    def _scaffold(self) -> ToolCallScaffold:
+        """The template's tool-call scaffold (what it renders back for a call: generating it keeps
+        every turn of an episode in one sequence), else Qwen's, said in the policy event."""
+        problem = "has no end-of-turn token"
+        for eos in self.eos_ids if self.template else []:
+            assert self.template is not None
+            end_of_turn = self.tokenizer.decode([eos], skip_special_tokens=False)
+            found = tool_call_scaffold(self.tokenizer, self.template, end_of_turn)
+            if isinstance(found, ToolCallScaffold):
+                return found
+            problem = found
+        self.template_kind += (f"; its tool-call form could not be learned (the template {problem}): calls are "
+                               "generated in Qwen's <tool_call> form and multi-turn episodes may restart")
+        return HERMES_SCAFFOLD
 
     def _vocab_size(self) -> int:
         return int(max(self.model.get_input_embeddings().weight.shape[0], len(self.tokenizer)))

@@ -14,6 +14,7 @@ Needs the trainer extra (callers check first: app.local.policies.trainer_extra_m
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,28 @@ from typing import Any
 # tokens: the tool-call scaffold is matched as text by the grammar, so it must not be "special".
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<think>", "</think>"]
+
+
+@dataclass(frozen=True)
+class ChatTokens:
+    """The turn markers a TRL template writes (special tokens of the tiny tokenizer), its end of
+    turn (the eos) and its bos, if any: what a tokenizer needs to carry that template."""
+
+    special: tuple[str, ...]
+    eos: str
+    bos: str | None = None
+
+
+CHATML = ChatTokens(tuple(SPECIAL_TOKENS), "<|im_end|>")
+LLAMA3 = ChatTokens(("<|endoftext|>", "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
+                     "<|eom_id|>", "<|python_tag|>"), "<|eot_id|>", "<|begin_of_text|>")
+# TRL's templates (trl/chat_templates/<name>.jinja) the tiny tokenizer can be built for, by their chat tokens.
+TEMPLATE_TOKENS: dict[str, ChatTokens] = {
+    "qwen3": CHATML, "qwen2_5": CHATML, "qwen3_instruct_2507": CHATML, "qwen3_5_nothink": CHATML,
+    "llama3_1": LLAMA3, "llama3_2": LLAMA3,
+    "phi3_5": ChatTokens(("<|endoftext|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"), "<|end|>"),
+    "gemma3": ChatTokens(("<pad>", "<bos>", "<eos>", "<start_of_turn>", "<end_of_turn>"), "<end_of_turn>", "<bos>"),
+}
 LABELS = ("A", "B", "C", "D")
 VOCAB = 1024
 
@@ -42,7 +65,8 @@ def _corpus() -> list[str]:
     return lines * 20
 
 
-def build_tokenizer(folder: Path) -> Any:
+def build_tokenizer(folder: Path, template: str = "qwen3") -> Any:
+    """The tiny tokenizer with `template`'s chat tokens and TRL's template of that name."""
     import trl
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
@@ -50,19 +74,21 @@ def build_tokenizer(folder: Path) -> Any:
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(ADDED_TOKENS), special_tokens=SPECIAL_TOKENS,
+    tokens = TEMPLATE_TOKENS[template]
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB - len(ADDED_TOKENS), special_tokens=list(tokens.special),
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(_corpus(), trainer)
     tok.add_tokens([AddedToken(t, special=False, normalized=False) for t in ADDED_TOKENS])
     tokenizer = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
-        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
+        tokenizer_object=tok, eos_token=tokens.eos, pad_token=tokens.special[0], bos_token=tokens.bos)
+    tokenizer.chat_template = (Path(trl.__file__).parent / "chat_templates" / f"{template}.jinja").read_text()
     tokenizer.save_pretrained(folder)
     return tokenizer
 
 
-def build_tiny_qwen3(folder: Path, seed: int = 0, initializer_range: float = 0.1) -> Path:
+def build_tiny_qwen3(folder: Path, seed: int = 0, initializer_range: float = 0.1, template: str = "qwen3") -> Path:
     """Write the tiny model and its tokenizer into `folder` (Hugging Face format); returns it.
+    `template`: the TRL chat template (a key of TEMPLATE_TOKENS) its tokenizer speaks.
 
     Weights are drawn with std 0.1, not Qwen3's 0.02: the embeddings are tied to the output
     layer, and at 0.02 the logits have so little range that a LoRA adapter (which cannot touch
@@ -71,7 +97,7 @@ def build_tiny_qwen3(folder: Path, seed: int = 0, initializer_range: float = 0.1
     from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
     folder.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(folder)
+    tokenizer = build_tokenizer(folder, template)
     config = Qwen3Config(vocab_size=max(VOCAB, len(tokenizer)), hidden_size=64, intermediate_size=128,
                          num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                          max_position_embeddings=2048, tie_word_embeddings=True,

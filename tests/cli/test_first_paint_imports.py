@@ -1,0 +1,50 @@
+"""The first screen imports only what it draws: the modules the later steps need (the config
+schema, the HTTP client, the charts, the servers) wait for their step (docs/performance.md)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# What the first frame must not wait for: each costs tens of milliseconds or more to import.
+LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.syntax", "fastapi", "uvicorn",
+         "app.core.config.schema", "app.core.api.client", "app.core.api.streaming", "app.headless", "app.local.servers",
+         "app.screens.dashboard", "app.screens.env_review",
+         # The run history's and an attach's: a job's, after the first frame.
+         "app.core.runs.jobs", "app.core.launch.attaching", "app.core.launch.asked_model",
+         # The trainer extra (pip install 'synth-tui[trainer]'): only the embedded backend's lm policy loads it.
+         "torch", "transformers", "trl", "peft", "xgrammar", "app.local.policies.lm.policy",
+         "app.local.policies.lm.acting", "app.local.policies.lm.grpo_thread", "app.local.policies.lm.checkpoint")
+
+FIRST_SCREEN = """
+import json, sys
+from app.cli import dispatch, parser
+args = parser.build_parser().parse_args(parser.normalise_argv(sys.argv[1:]))
+from app.commands import embedded_backend
+embedded_backend.wants_embedded_backend(args)
+if args.command == "demo":
+    from app.commands import demo
+    session = demo.LaunchSession(demo.waiting_options(args))
+    demo.DemoServers(args).preparation()
+else:
+    session = dispatch._session(args)
+from app.tui import SynthTuiApp, picker_screen
+SynthTuiApp(session)
+picker_screen()
+print(json.dumps(sorted(name for name in {later} if name in sys.modules)))
+"""
+
+
+@pytest.mark.usefixtures("cli_process")  # a fresh interpreter: what it has imported is the point
+@pytest.mark.parametrize("command", [[], ["demo"]], ids=["synth-tui", "synth-tui demo"])
+def test_the_first_screen_imports_nothing_a_later_step_needs(command, tmp_path):
+    script = FIRST_SCREEN.replace("{later}", repr(LATER))
+    done = subprocess.run([sys.executable, "-c", script, *command], cwd=tmp_path, capture_output=True, text=True,
+                          env={"PYTHONPATH": str(REPO), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == []
