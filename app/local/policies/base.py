@@ -102,6 +102,9 @@ class PolicyInfo:
     stand_in: bool  # True when it does not train the model the config names
     message: str
     data: dict[str, Any]
+    # What the job should be told besides (a warning event each): say, a resumed job whose
+    # checkpoint held no optimizer state (docs/hardening.md#8).
+    warnings: tuple[str, ...] = ()
 
 
 class Policy(Protocol):

@@ -50,7 +50,7 @@ from app.local.policies.lm.model import ModelUnavailable, learning_rate_warning
 from app.local.server.model_check import loading_words
 from app.local.state.checkpoints import Checkpoints
 from app.local.state.journal import Journal
-from app.local.training.admission import JOBS_FLAG, Admission
+from app.local.training.admission import Admission
 from app.local.training.job_run import JobRun, policy_settings
 from app.local.training.plan import TrainingPlan
 from app.local.training.rollout_contract import TaskAppError
@@ -288,13 +288,7 @@ class JobRunner(StepLoop):
             if run.resumed is not None:  # a job left running waits again: it is queued meanwhile
                 self.journal.store.requeue(job_id)
             place = "first in the queue" if ahead == 0 else f"{ahead} job{'s' * (ahead != 1)} ahead in the queue"
-            if for_device:
-                why = (f"`lm` jobs train one per device and this backend has {admission.device_slots or 1} "
-                       "(each CUDA device, else the CPU)")
-            else:
-                why = (f"the backend runs at most {admission.max_jobs} job{'s' * (admission.max_jobs != 1)} at "
-                       f"once ({JOBS_FLAG}), and {admission.running} {'is' if admission.running == 1 else 'are'} "
-                       "running")
+            why = admission.why_waiting(ahead, for_device)
             self.journal.event(job_id, "rl.job.queued", f"Waiting for a slot: {place}; {why}",
                                data={"queue_position": ahead + 1, "ahead": ahead, "max_jobs": admission.max_jobs,
                                      "running": admission.running, "waits_for_device": for_device})
@@ -459,6 +453,8 @@ class JobRunner(StepLoop):
         info = run.policy.describe()
         self.journal.event(run.job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
                            data={**info.data, "seed": run.seed})
+        for warning in info.warnings:  # say, a resumed checkpoint without its optimizer state
+            self.journal.event(run.job_id, "rl.train.policy.warning", warning, level="warning")
         badge = {"kind": info.kind, "label": info.label, "stand_in": info.stand_in}
         if run.policy_warning:
             badge["why"] = run.policy_warning
