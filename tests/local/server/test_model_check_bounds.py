@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import httpx
 import pytest
