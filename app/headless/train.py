@@ -286,12 +286,21 @@ def _print_task_app_health(task_app: TaskAppCheck, printer: Printer) -> None:
                 printer.diag(f"  {attempt.endpoint}: {attempt.reason}.{fix}")
 
 
+HEADLESS_UNFINISHED_FIX = ("run the command again for the check's answer (the backend goes on with the check and "
+                           "answers at once when it has finished), or let the job check the model as it loads it")
+
+
 def _print_model_check(check: ModelCheck, printer: Printer) -> None:
     """`Model check: OK (…)` or FAILED, and each warning (docs/wire-contract.md#flow-lines)."""
     result = check.result
     if result is None:
         why = check.error.message if check.error is not None else f"no answer within {check.timeout_s:g} s"
         printer.line(f"Model check: FAILED ({check.tried}: {why})")
+        return
+    if not result.finished:  # no verdict on the model; the fix says what a headless run can do
+        said = result.warnings[0].message if result.warnings else "no answer within the backend's bound"
+        printer.line(f"Model check: NOT FINISHED ({check.tried}: {said})")
+        printer.warning(f"Model check: {said}. Fix: {HEADLESS_UNFINISHED_FIX}")
         return
     # Its problems are the verdict's: run_checks ends with them (Error:, Also:), each said once.
     printer.line(f"Model check: {'OK' if result.ok else 'FAILED'} ({check.tried}: {model_summary(result)})")

@@ -81,6 +81,7 @@ class ModelVerifyResult:
     path: str | None = None
     body: Any = None
     by_list: bool = False
+    finished: bool = True  # False: the backend's check did not finish in its bound (its warning says so)
 
     @classmethod
     def from_body(cls, body: Any) -> ModelVerifyResult:
@@ -95,7 +96,7 @@ class ModelVerifyResult:
         if not answer.ok and not problems:
             problems = [ModelFinding("the backend's model check failed without saying why")]
         return cls(answer.ok, answer.trains or None, problems, warnings, answer.parameters, answer.bytes,
-                   answer.template, answer.path, body)
+                   answer.template, answer.path, body, finished=answer.finished)
 
 
 @dataclass(frozen=True)

@@ -217,11 +217,13 @@ class ModelCheckAnswer(_Answer):
     architecture: str | None
     template: str | None
     seconds: float
+    finished: bool = True  # false: the check did not finish within the backend's bound (a warning says so)
 
     @classmethod
     def read(cls, body: Any) -> ModelCheckAnswer | None:
         """What the client takes from an answer (results.ModelVerifyResult): None without a
-        boolean `ok`; a field of the wrong type as absent, texts cut, at most 20 findings of each kind."""
+        boolean `ok`; a field of the wrong type as absent, texts cut, at most 20 findings of each
+        kind; `finished` only false when the backend said so."""
         if not isinstance(body, dict) or not isinstance(body.get("ok"), bool):
             return None
         texts = {key: _short_text(body.get(key)) for key in ("trains", "path", "source", "architecture", "template")}
@@ -229,7 +231,8 @@ class ModelCheckAnswer(_Answer):
                    problems=_findings(body.get("problems")), warnings=_findings(body.get("warnings")),
                    path=texts["path"], source=texts["source"], bytes=_size(body.get("bytes")),
                    parameters=_size(body.get("parameters")), architecture=texts["architecture"],
-                   template=texts["template"], seconds=_seconds(body.get("seconds")))
+                   template=texts["template"], seconds=_seconds(body.get("seconds")),
+                   finished=body.get("finished") is not False)
 
 
 def _findings(value: Any) -> list[ModelFindingAnswer]:

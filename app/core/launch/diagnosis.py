@@ -303,10 +303,20 @@ def model_rows(check: ModelCheck) -> list[DiagnosticRow]:
                               latency, check.error.hint)]
     result = check.result
     assert result is not None, "a finished model check has a result or an error"
+    if not result.finished:  # no verdict on the model: a warning row, never a ✓ (issue 37)
+        said = result.warnings[0] if result.warnings else None
+        return [DiagnosticRow(MODEL_CHECK, check.tried, Verdict.WARNING,
+                              said.message if said else "not finished within the backend's bound", 200, latency,
+                              UNFINISHED_FIX)]
     rows = [DiagnosticRow(MODEL_CHECK, check.tried, Verdict.OK if result.ok else Verdict.FAILED,
                           model_summary(result), None if result.by_list else 200, latency)]
     rows += [DiagnosticRow(MODEL_CHECK, "", Verdict.WARNING, w.message, fix=w.fix) for w in result.warnings]
     return rows
+
+
+# The TUI's words for an unfinished check (headless says "run the command again": app/headless/train.py).
+UNFINISHED_FIX = ("Check again (r): the backend goes on with the check and answers at once when it has finished. "
+                  "Or go on: the job checks the model again as it loads it.")
 
 
 def model_summary(result: ModelVerifyResult) -> str:
@@ -408,7 +418,8 @@ def _model_problems(check: ModelCheck, backend: BackendCheck) -> Iterable[Proble
     if check.timed_out or isinstance(check.error, BackendTimeout):
         if not backend.timed_out:
             yield Problem(f"The backend's model check did not answer within {check.timeout_s:g} s.",
-                          "Retry (r); the first check on a backend imports its training libraries.")
+                          "Check again (r in the TUI, or run the command again); the first check on a backend "
+                          "imports its training libraries.")
         return
     if check.error is not None:
         if backend.error is None:

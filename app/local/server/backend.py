@@ -114,6 +114,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     b.store = Store(b.db_path)
     b.journal = Journal(b.store)
     b.admission = b.admission.fresh()  # an app served again starts with an empty queue
+    b.stopping = asyncio.Event()  # of this serving's loop
     # The job runner has its own client, sized so that a rollout never waits for a pooled
     # connection inside its time limit (admission.rollout_pool); verify uses the other.
     async with httpx.AsyncClient(limits=client_limits()) as http, \

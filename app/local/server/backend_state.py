@@ -8,6 +8,7 @@ which all import it.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 from collections.abc import Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from app.core.api.urls import without_credentials
 from app.local import policies
 from app.local.policies.base import Parallel, Policy
 from app.local.policies.tabular.policy import TabularPolicy
+from app.local.server.model_checks import ModelChecks
 from app.local.state.checkpoints import Checkpoints
 from app.local.state.journal import Journal
 from app.local.state.store import Store
@@ -53,6 +55,8 @@ class BackendState:
         self.journal: Journal
         self.runner: JobRunner | None = None
         self.http: httpx.AsyncClient
+        self.model_checks = ModelChecks()  # running and finished model checks (model_checks.py)
+        self.stopping = asyncio.Event()  # set as the server begins to stop; a new one each serving (lifespan)
 
     def hold_env_keys(self, keys: Sequence[str]) -> None:
         """Hold these task-app keys from now on (``--backend local`` hands them over in memory:
@@ -63,7 +67,8 @@ class BackendState:
 
     def begin_shutdown(self) -> None:
         """Called by servers.py as uvicorn starts shutting down: end live streams and
-        training now, or uvicorn would wait for them."""
+        training now, and a model check's waiting request, or uvicorn would wait for them."""
+        self.stopping.set()
         if self.runner is not None:
             self.runner.stop_all()
             self.journal.wake_all()

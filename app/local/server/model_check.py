@@ -11,7 +11,11 @@ downloaded here. What the backend's `--trainer` makes of the answer: `lm` trains
 every problem stops the launch; `auto` trains the stand-in instead when the model cannot be had
 (a warning); `tabular` never loads it.
 
-The check runs in a thread, bounded by MODEL_CHECK_TIMEOUT_S (the client's own budget is 30 s).
+The check runs in a daemon thread of its own (ModelChecks), bounded by MODEL_CHECK_TIMEOUT_S
+(the client's own budget is 30 s): a check that outlasts its bound goes on, and its answer is
+kept for the next request of the same check; a backend that stops answers a waiting request
+at once (503) and never waits for the thread (issue 37: Ctrl+C during a check hung the process
+while asyncio's executor joined its thread).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from app.core.config.models import is_hub_id
 from app.local import policies
+from app.local.policies.lm.gguf_header import GgufHeader, NotGguf, read_gguf_header
 from app.local.policies.lm.model import (
     TRAINER_MODES,
     ModelNotDownloaded,
@@ -36,6 +41,7 @@ from app.local.policies.lm.model import (
     weight_files,
     weights_bytes,
 )
+from app.local.server.model_checks import ModelChecks, check_key, wait_for_check
 
 MODEL_CHECK_TIMEOUT_S = 20.0
 
@@ -61,6 +67,7 @@ class ModelReport:
     architecture: str | None = None
     template: str | None = None  # the template it acts with, in words
     seconds: float = 0.0
+    finished: bool = True  # False: no answer within the bound; the warning says so, `ok` says nothing
 
     def answer(self) -> dict[str, Any]:
         return {"ok": not self.problems, **asdict(self)}
@@ -104,8 +111,9 @@ def _check_lm(report: ModelReport, chat_template: str | None, learning_rate: flo
             report.problems.append(Finding(str(exc), _resolve_fix(report.model)))
         return
     report.trains = "lm"
-    _describe(report, path)
-    _check_tokenizer(report, path, chat_template)
+    header = _describe(report, path)
+    if not report.problems:
+        _check_tokenizer(report, path, chat_template, header)
     if learning_rate is not None and (warning := learning_rate_warning(learning_rate, report.parameters)):
         report.warnings.append(Finding(warning, "e.g. learning_rate = 5e-5 in [training]"))
 
@@ -125,22 +133,39 @@ _GGUF_FIX = ("fetch the .gguf file again (it may be cut short or not a GGUF mode
              "fetches SmolLM2-135M's), or point [model] base at a folder in Hugging Face format")
 
 
-def _describe(report: ModelReport, path: Path) -> None:
+def _describe(report: ModelReport, path: Path) -> GgufHeader | None:
+    """Where the model is, its size and parameters; a .gguf file's header, read once here, also
+    answers its architecture and template (_check_tokenizer)."""
+    folder, gguf_file = gguf_of(path)
     report.path = str(path)
-    report.source = "gguf" if gguf_of(path)[1] else (
+    report.source = "gguf" if gguf_file else (
         "folder" if Path(report.model.strip()).expanduser().exists() else "cache")
     report.bytes = weights_bytes(path)
-    report.parameters = parameter_count(path)
+    if gguf_file is None:
+        report.parameters = parameter_count(path)
+        return None
+    try:
+        header = read_gguf_header(folder / gguf_file)
+    except NotGguf as exc:
+        report.problems.append(Finding(f"{path} is not a GGUF model this backend can read ({exc})", _GGUF_FIX))
+        return None
+    report.parameters = header.parameters or None
+    return header
 
 
-def _check_tokenizer(report: ModelReport, path: Path, chat_template: str | None) -> None:
-    """The config and tokenizer load, and the template they act with renders a tool call."""
-    from app.local.policies.lm.chat_templates import judge_template
+def _check_tokenizer(report: ModelReport, path: Path, chat_template: str | None, header: GgufHeader | None) -> None:
+    """The config and tokenizer load (a .gguf file: its header names them), and the template
+    they act with renders a tool call."""
+    from app.local.policies.lm.chat_templates import judge_template, stand_in_tokenizer
     from app.local.policies.lm.model import load_tokenizer
 
     try:
-        report.architecture = _architecture(path)
-        tokenizer = load_tokenizer(path)
+        if header is not None:  # the render needs the template and the special tokens, not the vocabulary
+            report.architecture = _gguf_architecture(header)
+            tokenizer = stand_in_tokenizer(header.chat_template, header.special_tokens)
+        else:
+            report.architecture = _architecture(path)
+            tokenizer = load_tokenizer(path)
     except ModelUnavailable as exc:
         report.problems.append(Finding(str(exc), _GGUF_FIX if gguf_of(path)[1] else _WHOLE_MODEL_FIX))
         return
@@ -151,12 +176,25 @@ def _check_tokenizer(report: ModelReport, path: Path, chat_template: str | None)
         report.problems.append(Finding(verdict.problem, verdict.fix))
 
 
+def _gguf_architecture(header: GgufHeader) -> str:
+    """The file's architecture, when transformers can load it (its GGUF architectures, under
+    llama.cpp's names or transformers' own: modeling_gguf_pytorch_utils.load_gguf_checkpoint)."""
+    from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
+
+    name = header.architecture
+    renamed = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gpt-oss": "gpt_oss", "minimax-m2": "minimax_m2",
+               "t5encoder": "t5"}.get(name, name)
+    if name not in GGUF_SUPPORTED_ARCHITECTURES and renamed not in GGUF_SUPPORTED_ARCHITECTURES:
+        raise ModelUnavailable(f"the GGUF architecture {name[:60]!r} is not one transformers can load (it loads "
+                               f"{', '.join(sorted(GGUF_SUPPORTED_ARCHITECTURES))[:300]})")
+    return name
+
+
 def _architecture(path: Path) -> str | None:
     from transformers import AutoConfig
 
-    folder, gguf_file = gguf_of(path)
     try:
-        config = AutoConfig.from_pretrained(folder, **({"gguf_file": gguf_file} if gguf_file else {}))
+        config = AutoConfig.from_pretrained(path)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelUnavailable(f"the config of {path} could not be loaded ({type(exc).__name__}: "
                                f"{str(exc)[:300]})") from None
@@ -164,19 +202,28 @@ def _architecture(path: Path) -> str | None:
     return str(names[0]) if names and names[0] else None
 
 
+_DEFAULT_CHECKS = ModelChecks()  # a caller without a backend's own (tests, one process)
+
+
 async def check_model_bounded(model: str, chat_template: str | None, learning_rate: float | None,
                               policy_kind: str, timeout: float = MODEL_CHECK_TIMEOUT_S, *,
-                              trainer_mode: str | None = None) -> dict[str, Any]:
-    """check_model in a thread, answered within `timeout` seconds whatever it meets."""
-    try:
-        report = await asyncio.wait_for(
-            asyncio.to_thread(check_model, model, chat_template, learning_rate, policy_kind, trainer_mode), timeout)
-    except TimeoutError:  # slow, not wrong: the job checks the model again as it loads it
-        report = ModelReport(model=model, trains="lm", seconds=timeout, warnings=[Finding(
-            f"the model check did not finish within {timeout:g} s (reading {model}'s config, tokenizer and "
-            "template); the job checks the model again as it loads it",
-            "retry (r) for the check's answer: the first check on a backend imports its training libraries "
-            "(torch, transformers), and a model on a slow disk takes longer")])
+                              trainer_mode: str | None = None, checks: ModelChecks | None = None,
+                              stopping: asyncio.Event | None = None) -> dict[str, Any]:
+    """check_model in a daemon thread, answered within `timeout` seconds whatever it meets:
+    a check that did not finish is a warning (`finished` false), and goes on for the next
+    request; BackendStopping when `stopping` is set first."""
+    checks = checks if checks is not None else _DEFAULT_CHECKS
+    key = check_key(model, chat_template, learning_rate, trainer_mode, policy_kind)
+    future = checks.start(key, lambda: check_model(model, chat_template, learning_rate, policy_kind, trainer_mode),
+                          keep=lambda report: report.path is not None)  # one not found may be fetched next
+    report = await wait_for_check(future, timeout, stopping)
+    if report is None:  # slow, not wrong: the job checks the model again as it loads it
+        report = ModelReport(model=model, trains="lm", seconds=timeout, finished=False, warnings=[Finding(
+            f"not finished within {timeout:g} s (reading {model}'s config, tokenizer and template); the job "
+            "checks the model again as it loads it",
+            "check again (r in the TUI, or run the command again): the check goes on here and answers at once "
+            "when it has finished. The first check on a backend imports its training libraries (torch, "
+            "transformers), and a model on a slow disk takes longer")])
     return report.answer()
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from fastapi import APIRouter
+from fastapi import APIRouter, HTTPException
 
 from app.core.api.failures import describe_http_error, response_detail
 from app.core.api.wire_answers import ModelCheckAnswer, VerifyAnswer
@@ -20,6 +20,7 @@ from app.local.server.api_schemas import BODY_ERRORS, error_responses
 from app.local.server.backend_state import Backend, BackendState
 from app.local.server.bodies import VerifyModelRequest, VerifyRequest
 from app.local.server.model_check import check_model_bounded
+from app.local.server.model_checks import BackendStopping
 from app.local.training.answers import NOT_COMPRESSED, SMALL_ANSWER_BYTES, AnswerTooLarge, send_capped
 
 VERIFY_TIMEOUT = httpx.Timeout(10.0, connect=5.0)
@@ -40,9 +41,14 @@ async def verify_task_app(body: VerifyRequest, b: Backend) -> dict[str, Any]:
 @verify.post("/verify_model", response_model=ModelCheckAnswer, responses=error_responses(401, *BODY_ERRORS))
 async def verify_model(body: VerifyModelRequest, b: Backend) -> dict[str, Any]:
     """Can a job of this backend train the model, as named (docs/wire-contract.md#model-verification)?
-    Answered within model_check.MODEL_CHECK_TIMEOUT_S; the weights are not loaded."""
-    return await check_model_bounded(body.model.strip(), (body.chat_template or "").strip() or None,
-                                     body.learning_rate, b.policy_kind, trainer_mode=body.trainer_mode)
+    Answered within model_check.MODEL_CHECK_TIMEOUT_S, and at once (503) when the backend
+    begins to stop; the weights are not loaded."""
+    try:
+        return await check_model_bounded(body.model.strip(), (body.chat_template or "").strip() or None,
+                                         body.learning_rate, b.policy_kind, trainer_mode=body.trainer_mode,
+                                         checks=b.model_checks, stopping=b.stopping)
+    except BackendStopping:
+        raise HTTPException(503, "The backend is stopping: the model check ends with it") from None
 
 
 async def _verify(b: BackendState, url: str) -> dict[str, Any]:

@@ -34,3 +34,6 @@ def test_other_pages_and_answers() -> None:
     read = ModelCheckAnswer.read({"ok": False, "bytes": True, "problems": [{"message": "x" * 3000}] * 30 + ["junk"]})
     assert read is not None and read.bytes is None and len(read.problems) == 20
     assert read.problems[0].message == "x" * 3000 and read.path is None
+    assert read.finished is True  # an answer that does not say: finished
+    unfinished = ModelCheckAnswer.read({"ok": True, "finished": False})
+    assert unfinished is not None and unfinished.finished is False

@@ -11,6 +11,7 @@ import json
 import re
 import shutil
 import struct
+import sys
 import threading
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from app.local.policies.lm.model import (
     size_words,
 )
 from app.local.server import model_check
+from app.local.server.model_checks import ModelChecks
 from app.local.servers import start_backend
 from support.lm_fixtures import press_payload
 
@@ -78,12 +80,12 @@ async def test_a_check_that_takes_too_long_is_answered_in_time_as_a_warning(monk
 
     monkeypatch.setattr(model_check, "check_model", slow_check)
     try:
-        answer = await model_check.check_model_bounded(SMOL, None, None, "lm", timeout=0.2)
+        answer = await model_check.check_model_bounded(SMOL, None, None, "lm", timeout=0.2, checks=ModelChecks())
     finally:
         release.set()
-    assert answer["ok"] is True and answer["problems"] == []
-    assert "did not finish within 0.2 s" in answer["warnings"][0]["message"]
-    assert "retry (r)" in answer["warnings"][0]["fix"]
+    assert answer["ok"] is True and answer["problems"] == [] and answer["finished"] is False
+    assert answer["warnings"][0]["message"].startswith("not finished within 0.2 s")
+    assert "check again (r in the TUI, or run the command again)" in answer["warnings"][0]["fix"]
 
 
 def test_the_check_never_downloads_a_model_the_job_would(monkeypatch):
@@ -376,3 +378,52 @@ def test_a_file_named_gguf_that_is_not_one_is_told_to_fetch_it_again(trainer_ext
     assert len(report.problems) == 1, report.problems
     fix = report.problems[0].fix
     assert fix.startswith("fetch the .gguf file again") and "whole folder" not in fix
+
+
+def test_a_gguf_check_reads_the_file_once_and_never_loads_it_with_transformers(tiny_model, tmp_path):
+    """Issue 37 walk: the check parsed SmolLM2's .gguf three times (its parameters, AutoConfig,
+    AutoTokenizer: about a minute on a busy machine). Its header answers all three: one open."""
+    from support.tiny_gguf import write_tiny_gguf
+
+    gguf_file = write_tiny_gguf(tmp_path / "tiny.F32.gguf", tiny_model, chat_template_text("qwen2_5")[0])
+    opened: list[str] = []
+    watching = [True]
+
+    def audit(event: str, args: tuple) -> None:
+        if watching[0] and event == "open" and args and str(args[0]) == str(gguf_file):
+            opened.append(event)
+
+    sys.addaudithook(audit)  # an audit hook cannot be removed: `watching` turns it off
+    try:
+        report = model_check.check_model(str(gguf_file), None, 5e-5, "lm")
+    finally:
+        watching[0] = False
+    assert report.problems == [], report.problems
+    assert len(opened) == 1, f"the .gguf file was opened {len(opened)} times"
+    assert report.architecture == "qwen2" and report.parameters and report.parameters > 60_000
+    assert report.template == "own (prefix-preserving)"
+
+
+def test_a_file_that_is_not_a_gguf_model_is_named_by_its_header(tmp_path):
+    from app.local.policies.lm.gguf_header import NotGguf, read_gguf_header
+
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"GGUF" + struct.pack("<IQQ", 3, 1 << 40, 0))
+    with pytest.raises(NotGguf, match="counts are not those of a model"):
+        read_gguf_header(junk)
+    junk.write_text("not a model")
+    with pytest.raises(NotGguf, match="GGUF magic"):
+        read_gguf_header(junk)
+
+
+def test_loading_a_gguf_model_prints_no_progress_bar(tiny_model, tmp_path, capfd):
+    """Issue 37 walk: transformers' "Converting and de-quantizing GGUF tensors" bar reached a
+    headless run's output (the backend's stderr)."""
+    from app.local.policies.lm.model import load
+    from support.tiny_gguf import write_tiny_gguf
+
+    gguf_file = write_tiny_gguf(tmp_path / "tiny.F32.gguf", tiny_model, chat_template_text("qwen2_5")[0])
+    capfd.readouterr()
+    load(gguf_file)
+    out, err = capfd.readouterr()
+    assert "de-quantizing" not in out + err and "%|" not in out + err, err[-500:]

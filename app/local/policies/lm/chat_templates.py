@@ -308,3 +308,23 @@ def judge_template(tokenizer: Any, base: str, chat_template: str | None) -> Temp
     named = f"[model] chat_template {chat_template!r}" if chat_template else f"the chat template of {base}"
     fix = ("fix the template, or name another: " if chat_template else "set ") + suggestion
     return TemplateVerdict(template, how, f"{named} {problem}", fix)
+
+
+def stand_in_tokenizer(template: str | None, special_tokens: dict[str, str]) -> Any:
+    """A tokenizer that can render and judge `template` and nothing more: one token per byte,
+    with the model's special tokens (`bos_token` → its text) as templates name them. The model
+    check of a .gguf file judges its template with it (app/local/server/model_check.py): building
+    the real one means reading the file's whole vocabulary (seconds to a minute), and rendering a
+    template needs none of it. Token ids differ from the model's; whether a render keeps its
+    prefix (TRL's test) does not, as it compares a text with its continuation."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
+    backend = Tokenizer(models.BPE(vocab={text: index for index, text in enumerate(alphabet)}, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    fast: Any = PreTrainedTokenizerFast  # untyped
+    tokenizer = fast(tokenizer_object=backend, **special_tokens)
+    tokenizer.chat_template = template
+    return tokenizer

@@ -251,12 +251,8 @@ def load(path: Path, chat_template: str | None = None) -> LoadedModel:
     using this process's cores. `path` is a folder or a .gguf file (`resolve`)."""
     import torch
     from transformers import AutoModelForCausalLM
-    from transformers.utils import logging as hf_logging
 
-    # The backend reports through its job events: no progress bars or advice on its stderr.
-    quiet: Any = hf_logging  # untyped functions
-    quiet.disable_progress_bar()
-    quiet.set_verbosity_error()
+    quiet_progress_bars()
     cuda = torch.cuda.is_available()
     if not cuda:
         torch.set_num_threads(cpu_threads())
@@ -277,6 +273,27 @@ def load(path: Path, chat_template: str | None = None) -> LoadedModel:
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     return LoadedModel(model, tokenizer, folder, device, str(dtype).removeprefix("torch."), gguf_file)
+
+
+def quiet_progress_bars() -> None:
+    """The backend reports through its job events: no progress bar or advice on its stderr,
+    which is a headless run's output and under the TUI (issue 37). transformers' own bars and
+    the hub's obey their switches; the GGUF converter calls tqdm itself ("Converting and
+    de-quantizing GGUF tensors"), and tqdm reads its environment only as it is imported, so it
+    is given a silent tqdm."""
+    import functools
+
+    from huggingface_hub.utils import disable_progress_bars
+    from transformers import modeling_gguf_pytorch_utils as gguf_loading
+    from transformers.utils import logging as hf_logging
+
+    quiet: Any = hf_logging  # untyped functions
+    quiet.disable_progress_bar()
+    quiet.set_verbosity_error()
+    disable_progress_bars()
+    bar = getattr(gguf_loading, "tqdm", None)
+    if bar is not None and not isinstance(bar, functools.partial):  # once
+        gguf_loading.tqdm = functools.partial(bar, disable=True)
 
 
 def _trainable(model: Any, dtype: Any) -> Any:
