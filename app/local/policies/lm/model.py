@@ -281,19 +281,16 @@ def quiet_progress_bars() -> None:
     the hub's obey their switches; the GGUF converter calls tqdm itself ("Converting and
     de-quantizing GGUF tensors"), and tqdm reads its environment only as it is imported, so it
     is given a silent tqdm."""
-    import functools
-
     from huggingface_hub.utils import disable_progress_bars
-    from transformers import modeling_gguf_pytorch_utils as gguf_loading
     from transformers.utils import logging as hf_logging
+
+    from app.local.policies.transformers_compat import silence_gguf_loader_bar
 
     quiet: Any = hf_logging  # untyped functions
     quiet.disable_progress_bar()
     quiet.set_verbosity_error()
     disable_progress_bars()
-    bar = getattr(gguf_loading, "tqdm", None)
-    if bar is not None and not isinstance(bar, functools.partial):  # once
-        gguf_loading.tqdm = functools.partial(bar, disable=True)
+    silence_gguf_loader_bar()
 
 
 def _trainable(model: Any, dtype: Any) -> Any:
