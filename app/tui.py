@@ -13,7 +13,7 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.notifications import Notification, Notify
+from textual.notifications import Notification, Notify, SeverityLevel
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
@@ -169,6 +169,12 @@ class SynthTuiApp(App[int]):
         self.preparing = ""
         self._ready_notice = Notification(ready, "Ready", "information", 8, markup=False)
         self.post_message(Notify(self._ready_notice))
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast is plain text: its words come from messages (a config's `[model]`, a path,
+        an error) that markup would swallow (docs/product.md, "Toasts"); ``markup`` is ignored."""
+        super().notify(message, title=title, severity=severity, timeout=timeout, markup=False)
 
     def _flow_moved_on(self) -> None:
         """A step after the picker opens: the "Ready" notice has said what it had to."""
