@@ -42,3 +42,15 @@ def home_relative(path: Path) -> str:
     except (ValueError, RuntimeError):
         return str(path)
     return "~" if not relative.parts else f"~/{relative}"
+
+
+def cut_at_line(text: str, limit: int, whole_at: str) -> str:
+    """``text`` whole when it has at most ``limit`` characters; else its lines that fit (a JSON
+    printed with indent=2 is cut between two of its values, not mid-key), then a line saying
+    how much is left and where the whole is: "… (1,234 more characters: WHOLE_AT)". A first line
+    longer than ``limit`` is cut at ``limit``; the marker says so just the same."""
+    if len(text) <= limit:
+        return text
+    end = text.rfind("\n", 0, limit + 1)
+    kept = text[:end] if end > 0 else text[:limit]
+    return f"{kept}\n… ({counted(len(text) - len(kept), 'more character')}: {whole_at})"

@@ -24,8 +24,12 @@ from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
 from app.core.launch.steps import PreparedJob
 from app.core.redact import mask_secret
+from app.core.text import cut_at_line
 from app.headless.printer import Printer
 from app.headless.watch import stream_job
+
+# The SDK prints this much of the payload before it is sent (docs/wire-contract.md#flow-lines).
+PAYLOAD_PREVIEW_CHARS = 800
 
 
 @dataclass(frozen=True)
@@ -302,7 +306,8 @@ def _print_model_check(check: ModelCheck, printer: Printer) -> None:
 async def create_job(session: LaunchSession, prepared: PreparedJob, printer: Printer) -> str:
     """The launch service's submit, with the SDK's lines: the payload, the answer."""
     printer.line("Payload preview:")
-    printer.line(json.dumps(prepared.payload, indent=2, ensure_ascii=False)[:800])
+    printer.line(cut_at_line(json.dumps(prepared.payload, indent=2, ensure_ascii=False), PAYLOAD_PREVIEW_CHARS,
+                             "--dry-run prints the whole payload"))
     printer.diag(f"Idempotency-Key: {session.idempotency_key}")
 
     def answered(result: CreateResult) -> None:

@@ -15,3 +15,13 @@ def test_counted_agrees_in_number(count, expected):
 def test_an_irregular_plural_is_given():
     assert counted(1, "entry", "entries") == "1 entry" and counted(3, "entry", "entries") == "3 entries"
     assert plural(1, "key") == "key" and plural(2, "key") == "keys"
+
+
+def test_a_cut_text_ends_between_lines_and_says_how_much_is_left_and_where():
+    from app.core.text import cut_at_line
+
+    text = '{\n  "a": "xxxx",\n  "model_name": "/tmp/walk"\n}'
+    assert cut_at_line(text, 100, "elsewhere") == text
+    assert cut_at_line(text, 30, "--dry-run prints it") == (
+        '{\n  "a": "xxxx",\n… (29 more characters: --dry-run prints it)')
+    assert cut_at_line("x" * 2000, 10, "w") == "xxxxxxxxxx\n… (1,990 more characters: w)"

@@ -159,4 +159,13 @@ def export_run(job_id: str, points: Iterable[tuple[str, int, float]], when: date
     return folder
 
 
-__all__ = ["JobContext", "export_run", "payload_model", "read_history", "remember"]
+def save_final_status(job_id: str, text: str) -> Path:
+    """The job's last status JSON as printed at the end of a headless watch, whole, in the run
+    folder (final-status.json, 0600): the printed copy is cut (docs/wire-contract.md)."""
+    path = run_dir(job_id) / "final-status.json"
+    with open_private(path, "w", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+    return path
+
+
+__all__ = ["JobContext", "export_run", "payload_model", "read_history", "remember", "save_final_status"]
