@@ -23,5 +23,5 @@ def test_a_cut_text_ends_between_lines_and_says_how_much_is_left_and_where():
     text = '{\n  "a": "xxxx",\n  "model_name": "/tmp/walk"\n}'
     assert cut_at_line(text, 100, "elsewhere") == text
     assert cut_at_line(text, 30, "--dry-run prints it") == (
-        '{\n  "a": "xxxx",\n… (29 more characters: --dry-run prints it)')
+        '{\n  "a": "xxxx",\n… (30 more characters: --dry-run prints it)')
     assert cut_at_line("x" * 2000, 10, "w") == "xxxxxxxxxx\n… (1,990 more characters: w)"
