@@ -16,7 +16,7 @@ from app.core.api.results import CreateResult
 from app.core.config import rl as cfg
 from app.core.config.toml_source import read_config_text
 from app.core.env.keys import REQUIRED_KEYS
-from app.core.env.resolve import ResolvedKey
+from app.core.env.resolve import ResolvedKey, source_of_flag_key
 from app.core.errors import INTERRUPTED_BEFORE_A_JOB, ExitCode, SynthTuiError, UsageError
 from app.core.launch import service
 from app.core.launch.diagnosis import BackendCheck, ModelCheck, TaskAppCheck, model_summary
@@ -218,7 +218,7 @@ def _print_found_keys(resolved: list[ResolvedKey], printer: Printer) -> None:
 
 
 def _source_words(key: ResolvedKey) -> str:
-    return {"flag": f"flag {key.origin}", "shell": "shell environment", "file": ".env file",
+    return {"flag": source_of_flag_key(key), "shell": "shell environment", "file": ".env file",
             "modal": str(key.origin)}.get(key.source, key.source)
 
 
