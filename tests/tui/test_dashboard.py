@@ -126,6 +126,26 @@ async def test_the_chart_hint_line_drops_whole_hints_never_cut(faulty_backend, s
             assert shown == whole, (job_id, "60x20")
 
 
+async def test_at_80x24_the_final_panel_scrolls_to_the_lines_that_load_the_model(faulty_backend, tmp_path):
+    """Walk 37 item 10: at 80x24 a long model path filled the end panel and the "Load it in
+    Python" lines under it could not be reached. The panel takes the focus and ↓ scrolls it."""
+    folder = tmp_path / ("a-long-folder-name-for-the-checkpoints-of-this-walk-" * 2) / "step-000006"
+    folder.mkdir(parents=True)
+    (folder / "policy.json").write_text(json.dumps({"kind": "lm", "trainer_mode": "lora"}))
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2), artifacts={"model_path": str(folder)}))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+
+        await wait_for(pilot, lambda: any("↑↓ scroll" in line for line in screen_lines(app)),
+                       what="the end panel saying it scrolls")
+        for _ in range(4):
+            await pilot.press("down")
+        await wait_for(pilot, lambda: any("from peft import AutoPeftModelForCausalLM" in line
+                                          for line in screen_lines(app)), what="the lines that load the model")
+
+
 async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
     faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=4)))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"))
