@@ -65,10 +65,10 @@ class TextChart:
         if series is not None and len(series):
             readouts = series.readouts()
             # A score's best and min; any other measure's min only once (Readouts.best_label).
-            low = f"min: {shown_number(readouts.minimum)}  " if readouts.best_label == "best" else ""
-            lines.append(f"latest: {shown_number(readouts.last)} (step {readouts.step})  "
-                         f"{readouts.best_label}: {shown_number(readouts.best)}  {low}"
-                         f"max: {shown_number(readouts.maximum)}")
+            low = f"min: {_number(readouts.minimum)}  " if readouts.best_label == "best" else ""
+            lines.append(f"latest: {_number(readouts.last)} (step {readouts.step})  "
+                         f"{readouts.best_label}: {_number(readouts.best)}  {low}"
+                         f"max: {_number(readouts.maximum)}")
         if self.last_event is not None:
             lines.append(f"event: {event_line(self.last_event)}")
         return "\n".join(lines)
@@ -86,3 +86,8 @@ class TextChart:
         self.out.flush()
         self._drawn_at = now
         self._dirty = False
+
+
+def _number(value: float | None) -> str:
+    """A readout as the dashboard writes it (series.shown_number: 1.49e-08, never 0.0000)."""
+    return "—" if value is None else shown_number(value)
