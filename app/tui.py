@@ -13,7 +13,7 @@ from rich.text import Text
 from textual import events, on, work
 from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.notifications import Notification, Notify
+from textual.notifications import Notification, Notify, SeverityLevel
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.timer import Timer
@@ -228,6 +228,13 @@ class SynthTuiApp(App[int]):
         self.preparing = ""
         self._ready_notice = Notification(ready, "Ready", "information", 8, markup=False)
         self.post_message(Notify(self._ready_notice))
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = False) -> None:
+        """Every toast is plain text: its words come from messages (a config's `[model]`, a path,
+        an error) that markup would swallow (docs/product.md, "Toasts"); ``markup`` is ignored. A
+        command they name is named as it was run (app/core/invocation.py)."""
+        super().notify(as_run(message), title=title, severity=severity, timeout=timeout, markup=False)
 
     def _flow_moved_on(self) -> None:
         """A step after the picker opens: the "Ready" notice has said what it had to."""
@@ -556,7 +563,8 @@ class SynthTuiApp(App[int]):
         else:
             message = f"{type(error).__name__}: {error}"
             hint = "This is a bug in synth-tui; please report it with the steps that led here."
-        self.push_screen(ErrorDialog(title, redact(message, secrets), redact(hint, secrets) if hint else None))
+        shown_hint = as_run(redact(hint, secrets)) if hint else None
+        self.push_screen(ErrorDialog(title, as_run(redact(message, secrets)), shown_hint))
 
 
 def initial_step(session: LaunchSession) -> str:

@@ -1,6 +1,6 @@
 """Every repository path README.md and docs/ name exists: a file or folder (`app/local/`), or a
 module and a name defined in it (`widgets/app_header.AppHeader`). A move that forgets the docs
-fails here, not in a newcomer's hands."""
+fails here, not in a newcomer's hands. The same for the test files app/ and widgets/ name."""
 
 from __future__ import annotations
 
@@ -48,3 +48,21 @@ def test_every_path_the_docs_name_exists():
 def test_made_later_paths_are_still_named():
     named = {path for _, path in named_paths()}
     assert set(MADE_LATER) <= named, set(MADE_LATER) - named
+
+
+# A test file the code names (`tests/compat/test_trl_names.py` in a docstring or a comment).
+TEST_FILE = re.compile(r"(?<![\w./-])(tests/[\w./-]*\.py)\b")
+
+
+def code_named_test_files() -> list[tuple[str, str]]:
+    sources = sorted([*(ROOT / "app").rglob("*.py"), *(ROOT / "widgets").rglob("*.py")])
+    return [(str(source.relative_to(ROOT)), match.group(1))
+            for source in sources for match in TEST_FILE.finditer(source.read_text(encoding="utf-8"))]
+
+
+def test_every_test_file_the_code_names_exists():
+    """Walk 37 item 9: the compat modules named test files renamed to *_names.py."""
+    named = code_named_test_files()
+    assert len(named) > 5
+    missing = sorted({f"{source}: {path}" for source, path in named if not (ROOT / path).is_file()})
+    assert not missing, "named in app/ or widgets/ but not in tests/:\n" + "\n".join(missing)

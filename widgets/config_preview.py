@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.widgets import Static
 
+from app.core.invocation import as_run
 from app.core.redact import printable
 from app.core.text import counted
 from widgets.compat.textual_compat import is_being_removed
@@ -38,7 +39,9 @@ def problem_text(problem: Problem) -> Content:
     location = "TOML" if problem.location == TOML_LOCATION else problem.location
     parts: list[tuple[str, str] | str] = [(location, "bold"), "  ", problem.message]
     if problem.hint:
-        parts += ["\n", (f"{'next step' if problem.next_step else 'hint'}: {problem.hint}", "$text-muted")]
+        # A command it names (`synth-tui tiny-model …`) is named as it was run (app/core/invocation.py).
+        hint = as_run(problem.hint)
+        parts += ["\n", (f"{'next step' if problem.next_step else 'hint'}: {hint}", "$text-muted")]
     return Content.assemble(*parts)
 
 

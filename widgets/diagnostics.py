@@ -17,6 +17,7 @@ from rich.table import Table
 from rich.text import Text
 from textual.widget import Widget
 
+from app.core.invocation import as_run
 from app.core.launch.diagnosis import DiagnosticRow, Verdict, format_latency
 from app.core.redact import printable
 from widgets.cells import wrapped_cell
@@ -78,7 +79,7 @@ class DiagnosticsTable(Widget):
             reason = wrapped_cell(printable(row.reason), style=verdict_style if row.verdict is Verdict.PENDING else "")
             if row.fix:
                 reason.append("\nFix: ", style=fix_label)
-                reason.append(row.fix)
+                reason.append(as_run(row.fix))  # a command it names, as it was run
             table.add_row(
                 wrapped_cell(row.check),
                 wrapped_cell(printable(row.tried)),

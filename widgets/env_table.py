@@ -14,7 +14,7 @@ from textual.binding import Binding
 from textual.color import Color, ColorParseError
 from textual.widgets import DataTable
 
-from app.core.env.resolve import ResolvedKey
+from app.core.env.resolve import ResolvedKey, source_of_flag_key
 from app.core.redact import printable
 from widgets.cells import cell
 
@@ -32,7 +32,7 @@ def source_label(key: ResolvedKey, *, edited: bool = False) -> str:
     if key.source == "alias":
         return f"alias {key.origin}"
     if key.source == "flag":
-        return f"flag {key.origin}"
+        return source_of_flag_key(key)
     if key.source == "modal":
         return "Modal"
     return key.source  # shell, file or missing

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.events import Resize
 from textual.markup import escape as escape_markup
 from textual.reactive import reactive
@@ -239,6 +240,7 @@ class MetricsGrid(Vertical):
 
     def on_resize(self, event: Resize) -> None:
         self.arrange_charts()
+        self._show_status()  # the hints fitted to the new width (arrange_charts waits for charts)
 
     def arrange_charts(self) -> None:
         """Two columns when wide, plots when tall enough, else text rows; full size shows
@@ -299,5 +301,17 @@ class MetricsGrid(Vertical):
         parts = [f"[b]{focused.title}[/b]" if focused else "waiting for metrics…",
                  escape_markup(self.rollout_progress),
                  "m chart", f"f {'grid' if self.full else 'full size'}", f"s {self.smoothing}", f"z {view}", overlays]
-        parts = [part for part in parts if part]
-        self.query_one("#grid-status", Static).update(" · ".join(parts), layout=False)
+        status = self.query_one("#grid-status", Static)
+        width = self.content_size.width - status.styles.padding.width
+        status.update(" · ".join(fitted_hints([part for part in parts if part], width)), layout=False)
+
+
+def fitted_hints(parts: list[str], width: int) -> list[str]:
+    """The status line's parts (markup) that fit ``width`` cells joined by " · ": whole hints
+    dropped from the end (o, then z, s…), never a word cut, as the footer drops its keys
+    (widgets/flow_footer.py); the first part (the chart or "waiting for metrics…") always
+    stays. Before the first layout (no width yet) every part is shown."""
+    shown = list(parts)
+    while len(shown) > 1 and 0 < width < Content.from_markup(" · ".join(shown)).cell_length:
+        shown.pop()
+    return shown

@@ -118,5 +118,5 @@ def lab_flags(args: argparse.Namespace, env_path: Path, backend, task_app) -> ar
     flags.env_file = [str(env_path)]
     flags.task_url = task_app.url
     flags.policy_kind = None  # chosen for the lab's backend already
-    flags.backend_key_origin = "synth-tui lab"
+    flags.backend_key_origin = "lab"  # the key's source reads "made by lab"
     return flags

@@ -4,7 +4,8 @@ A hint that says `synth-tui attach …` is "command not found" for a user who ra
 `.venv/bin/synth-tui` without activating the virtualenv (issue 37). So a printed hint names the
 program as it was started: `synth-tui` when that name on PATH is this very program, else the
 path as it was typed. :func:`as_run` rewrites a sentence's `synth-tui SUBCOMMAND` mentions;
-the printers (app/cli/, app/headless/, app/commands/foreground.py) pass what they print through it.
+the printers (app/cli/, app/headless/, app/commands/foreground.py) pass what they print through it,
+the screens what they show (hints, fixes, toasts, error dialogs).
 No Textual import.
 """
 

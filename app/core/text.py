@@ -42,3 +42,26 @@ def home_relative(path: Path) -> str:
     except (ValueError, RuntimeError):
         return str(path)
     return "~" if not relative.parts else f"~/{relative}"
+
+
+def cut_at_line(text: str, limit: int, whole_at: str) -> str:
+    """``text`` whole when it has at most ``limit`` characters; else its lines that fit (a JSON
+    printed with indent=2 is cut between two of its values, not mid-key), then a line saying
+    how much is left and where the whole is: "… (1,234 more characters: WHOLE_AT)". A first line
+    longer than ``limit`` is cut at ``limit``; the marker says so just the same."""
+    if len(text) <= limit:
+        return text
+    end = text.rfind("\n", 0, limit + 1)
+    kept = text[:end] if end > 0 else text[:limit]
+    return f"{kept}\n… ({counted(len(text) - len(kept), 'more character')}: {whole_at})"
+
+
+def size_words(size: int) -> str:
+    """A size in bytes as a person reads it, in decimal units (1 kB = 1,000 bytes, 1 MB = 10^6,
+    1 GB = 10^9), the one unit every message about a model's size uses: "98 MB" for the
+    98,362,432 bytes of SmolLM2-135M-Instruct.Q4_1.gguf (93.8 MiB), "1.2 GB", "130 kB"."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if size >= scale:
+            value = size / scale
+            return f"{value:.1f} {unit}" if value < 10 else f"{value:,.0f} {unit}"
+    return counted(size, "byte")

@@ -15,7 +15,7 @@ import plotext as plt
 
 from app.core.api.wire import JobEvent, MetricPoint
 from app.core.runs.events import event_line
-from app.core.runs.series import MetricStore, default_metric, downsample
+from app.core.runs.series import MetricStore, default_metric, downsample, shown_number
 
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
 ANSI_SEQUENCE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -65,9 +65,10 @@ class TextChart:
         if series is not None and len(series):
             readouts = series.readouts()
             # A score's best and min; any other measure's min only once (Readouts.best_label).
-            low = f"min: {readouts.minimum:.4f}  " if readouts.best_label == "best" else ""
-            lines.append(f"latest: {readouts.last:.4f} (step {readouts.step})  "
-                         f"{readouts.best_label}: {readouts.best:.4f}  {low}max: {readouts.maximum:.4f}")
+            low = f"min: {_number(readouts.minimum)}  " if readouts.best_label == "best" else ""
+            lines.append(f"latest: {_number(readouts.last)} (step {readouts.step})  "
+                         f"{readouts.best_label}: {_number(readouts.best)}  {low}"
+                         f"max: {_number(readouts.maximum)}")
         if self.last_event is not None:
             lines.append(f"event: {event_line(self.last_event)}")
         return "\n".join(lines)
@@ -85,3 +86,8 @@ class TextChart:
         self.out.flush()
         self._drawn_at = now
         self._dirty = False
+
+
+def _number(value: float | None) -> str:
+    """A readout as the dashboard writes it (series.shown_number: 1.49e-08, never 0.0000)."""
+    return "—" if value is None else shown_number(value)

@@ -16,7 +16,7 @@ from app.core.api.results import CreateResult
 from app.core.config import rl as cfg
 from app.core.config.toml_source import read_config_text
 from app.core.env.keys import REQUIRED_KEYS
-from app.core.env.resolve import ResolvedKey
+from app.core.env.resolve import ResolvedKey, source_of_flag_key
 from app.core.errors import INTERRUPTED_BEFORE_A_JOB, ExitCode, SynthTuiError, UsageError
 from app.core.launch import service
 from app.core.launch.diagnosis import BackendCheck, ModelCheck, TaskAppCheck, model_summary
@@ -24,8 +24,12 @@ from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
 from app.core.launch.steps import PreparedJob
 from app.core.redact import mask_secret
+from app.core.text import cut_at_line
 from app.headless.printer import Printer
 from app.headless.watch import stream_job
+
+# The SDK prints this much of the payload before it is sent (docs/wire-contract.md#flow-lines).
+PAYLOAD_PREVIEW_CHARS = 800
 
 
 @dataclass(frozen=True)
@@ -214,7 +218,7 @@ def _print_found_keys(resolved: list[ResolvedKey], printer: Printer) -> None:
 
 
 def _source_words(key: ResolvedKey) -> str:
-    return {"flag": f"flag {key.origin}", "shell": "shell environment", "file": ".env file",
+    return {"flag": source_of_flag_key(key), "shell": "shell environment", "file": ".env file",
             "modal": str(key.origin)}.get(key.source, key.source)
 
 
@@ -311,7 +315,8 @@ def _print_model_check(check: ModelCheck, printer: Printer) -> None:
 async def create_job(session: LaunchSession, prepared: PreparedJob, printer: Printer) -> str:
     """The launch service's submit, with the SDK's lines: the payload, the answer."""
     printer.line("Payload preview:")
-    printer.line(json.dumps(prepared.payload, indent=2, ensure_ascii=False)[:800])
+    printer.line(cut_at_line(json.dumps(prepared.payload, indent=2, ensure_ascii=False), PAYLOAD_PREVIEW_CHARS,
+                             "--dry-run prints the whole payload"))
     printer.diag(f"Idempotency-Key: {session.idempotency_key}")
 
     def answered(result: CreateResult) -> None:

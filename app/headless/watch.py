@@ -24,11 +24,16 @@ from app.core.launch import service
 from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
 from app.core.runs.events import event_line, is_noise, metric_line, status_line
+from app.core.runs.jobs import save_final_status
 from app.core.runs.model import saved_model
 from app.core.runs.series import BASELINE_METRIC, MetricStore, baseline_change
 from app.core.runs.watch import WatchSink, run_sinks, watch
+from app.core.text import cut_at_line
 from app.headless.printer import Printer
 from app.headless.text_chart import TextChart
+
+# The SDK prints this much of the job's final JSON (docs/wire-contract.md#flow-lines).
+FINAL_JSON_CHARS = 600
 
 
 class LineView:
@@ -141,10 +146,23 @@ async def stream_job(job_id: str, stream_format: str, printer: Printer, session:
         printer.line(f"Final status: {ended.status}")
         if (moved := baseline_change(shown.evals)) is not None:  # eval 0.31 -> 0.92, +0.61 +/- 0.09
             printer.line(moved)
-    printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])  # the SDK's cut
+    printer.line(_final_json(job_id, ended.payload))
     _print_model(printer, ended.payload)
     # Differs from the SDK on purpose: it exits 0 even when the job failed.
     return ended.exit_code
+
+
+def _final_json(job_id: str, payload: dict[str, Any]) -> str:
+    """The SDK's 600 characters of the final JSON, cut between two values, and where the whole
+    is: written to the run folder when longer (docs/wire-contract.md#flow-lines)."""
+    text = json.dumps(payload, indent=2, ensure_ascii=False)
+    if len(text) <= FINAL_JSON_CHARS:
+        return text
+    try:
+        whole_at = f"the whole is in {save_final_status(job_id, text)}"
+    except OSError as exc:
+        whole_at = f"the whole could not be saved: {exc.strerror or exc}"
+    return cut_at_line(text, FINAL_JSON_CHARS, whole_at)
 
 
 def _print_model(printer: Printer, payload: dict[str, Any]) -> None:

@@ -343,6 +343,16 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             if self.seen_running:  # a job that had ended before it was opened here is no news
                 self.app.bell()
         self.query_one("#dash-final-text", Static).update(text)
+        self.watch(self.query_one("#dash-final"), "virtual_size", self._offer_final_panel)
+
+    def _offer_final_panel(self, *_: object) -> None:
+        """An end panel naming a model and holding more than it shows (80x24: the lines that load
+        the model under a long path) takes the focus once, so ↑↓ scroll it, and says so."""
+        panel = self.query_one("#dash-final", VerticalScroll)
+        overflows = self.model is not None and panel.max_scroll_y > 0
+        if overflows and not panel.border_subtitle:
+            panel.focus(scroll_visible=False)
+        panel.border_subtitle = "↑↓ scroll" if overflows else ""
 
     def _elapsed(self) -> int:
         """The job's age from its created_at (the backend's clock), frozen at its end."""

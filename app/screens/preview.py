@@ -23,6 +23,7 @@ from textual.widgets import Button, Input, Label, Static, Switch
 from app.core.api.errors import ApiError, ConflictError, PayloadRefused
 from app.core.api.results import CreateResult
 from app.core.errors import SynthTuiError
+from app.core.invocation import as_run
 from app.core.launch import service
 from app.core.launch.steps import PreparedJob
 from app.core.redact import redact
@@ -298,8 +299,9 @@ class PayloadPreviewScreen(FlowScreen):
         if isinstance(self.submit_error, ConflictError):
             # The key already names a job with the payload as it was before an override changed it.
             return [("✗ Submit failed: ", "bold $text-error"),
-                    "the backend already has a job for this Idempotency-Key with another payload, so an earlier "
-                    "submit reached it; nothing new was created. Check synth-tui history or the backend's jobs."]
+                    as_run("the backend already has a job for this Idempotency-Key with another payload, so an "
+                           "earlier submit reached it; nothing new was created. Check synth-tui history or the "
+                           "backend's jobs.")]
         if isinstance(self.submit_error, PayloadRefused):
             # The same payload is refused again: no retry is offered, the config is what to fix.
             return [("✗ Refused: ", "bold $text-error"), self.submit_error.message, " ",

@@ -26,6 +26,7 @@ from textual.worker import Worker, WorkerState
 
 from app.core.api.errors import ApiError
 from app.core.errors import SynthTuiError
+from app.core.invocation import as_run
 from app.core.launch import service
 from app.core.launch.asked_model import asked_model
 from app.core.launch.diagnosis import (
@@ -338,7 +339,8 @@ class VerificationScreen(FlowScreen):
 
 
 def _redacted(part: str | tuple[str, str], secrets: list[str]) -> str | tuple[str, str]:
-    """Messages can quote what a server sent back; no full secret reaches the screen."""
+    """Messages can quote what a server sent back; no full secret reaches the screen. A command
+    they name is named as it was run (app/core/invocation.py)."""
     if isinstance(part, tuple):
-        return redact(part[0], secrets), part[1]
-    return redact(part, secrets)
+        return as_run(redact(part[0], secrets)), part[1]
+    return as_run(redact(part, secrets))

@@ -4,7 +4,7 @@ textual-serve 1.1.3.
 textual-serve 1.x offers no public hook for an app process's environment or for how the process
 starts, and no public handle on the process or its task: ``AppService``'s private methods
 ``_build_environment`` and ``_open_app_process`` are its seams, overridden here once and given
-names. tests/compat/test_textual_serve.py fails, naming the version this was written against,
+names. tests/compat/test_textual_serve_names.py fails, naming the version this was written against,
 when textual-serve changes or removes one of them.
 """
 

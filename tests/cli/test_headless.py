@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
 
 from app.cli.dispatch import main
 from app.cli.parser import build_parser, normalise_argv
+from app.core.api.wire import MetricPoint
 from app.core.errors import ExitCode
+from app.core.runs.events import metric_line
 from app.headless.printer import Printer
 from app.headless.train import run_train
 from app.headless.watch import run_attach
@@ -479,6 +482,50 @@ def test_dry_run_prints_the_whole_payload(world, tmp_path):
     assert code == 0
     payload = out.split("Payload preview:\n", 1)[1].split("\nDry run: no job was created.", 1)[0]
     assert json.loads(payload)["data"]["endpoint_base_url"] == world["task_app"].url  # whole, so it parses
+
+
+CUT_MARKER = re.compile(r"^… \(([\d,]+) more characters: (.+)\)$")
+
+
+def printed_json(block: str, whole: str) -> str:
+    """A printed JSON that was cut: its lines are the whole one's first lines, then the marker;
+    returns what the marker says about where the whole is."""
+    *lines, marker = block.split("\n")
+    found = CUT_MARKER.match(marker)
+    assert found, f"no marker after the cut: {marker!r}"
+    assert lines == whole.split("\n")[:len(lines)], "cut inside a line"
+    assert int(found.group(1).replace(",", "")) == len(whole) - len("\n".join(lines))
+    return found.group(2)
+
+
+def test_a_cut_payload_preview_and_final_json_end_between_values_and_say_where_the_whole_is(world):
+    """Walk 37 item 6: the preview was cut mid-string (`"model_name": "/tmp/wa`) and the final
+    JSON mid-key (`"chat_comp`) with no marker; each now ends on a line of its own saying how
+    much is left and where the whole is."""
+    world["backend"].create_job_artifacts = {"model_path": "/models/run", "files": [f"file-{i}" for i in range(60)]}
+    _, dry, _ = run(world, "--dry-run")
+    whole_payload = dry.split("Payload preview:\n", 1)[1].split("\nDry run: no job was created.", 1)[0]
+    assert len(whole_payload) > 800  # the example's payload is longer than the preview
+    code, out, _ = run(world)
+    assert code == 0
+    preview = out.split("Payload preview:\n", 1)[1].split("\nResponse 201: ", 1)[0]
+    assert printed_json(preview, whole_payload) == "--dry-run prints the whole payload"
+
+    final = out.split("Final status: succeeded\n", 1)[1].split("\nModel: /models/run\n", 1)[0]
+    marker = CUT_MARKER.match(final.split("\n")[-1])
+    assert marker, final
+    saved = Path(marker.group(2).removeprefix("the whole is in "))
+    assert saved.name == "final-status.json" and oct(saved.stat().st_mode & 0o777) == "0o600"
+    whole_final = saved.read_text().rstrip("\n")
+    assert json.loads(whole_final)["artifacts"]["files"][-1] == "file-59"
+    assert printed_json(final, whole_final).startswith("the whole is in ")
+
+
+def test_the_metric_line_writes_a_tiny_loss_as_the_event_does():
+    """Walk 37 item 6: `train.loss=0.0000` beside the event's `loss 1.49e-08`."""
+    point = MetricPoint(name="train.loss", step=3, value=1.49e-08)
+    assert "[metric] train.loss=1.49e-08 (step=3)" in metric_line(point)
+    assert "train.loss=0.5000 (step=3)" in metric_line(MetricPoint(name="train.loss", step=3, value=0.5))
 
 
 def test_the_config_task_url_is_used_without_task_app_url(world, tmp_path):

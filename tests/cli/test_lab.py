@@ -52,6 +52,9 @@ def test_lab_runs_on_free_ports_and_writes_their_urls(tmp_path, busy_ports):
     assert f"backend:  {backend_url}/api" in result.stderr and f"task app: {task_url}" in result.stderr
     assert "Backend verify: OK" in result.stdout + result.stderr
     assert values.get("SYNTH_API_KEY") not in result.stdout + result.stderr
+    # Walk 37 item 10: the key's source read `(flag .venv/bin/synth-tui lab)`, a flag that is not one.
+    assert "Found SYNTH_API_KEY in current sources: sk_l…" in result.stdout
+    assert "(made by lab)" in result.stdout and "lab)" not in result.stdout.replace("(made by lab)", "")
 
 
 def test_lab_keeps_the_env_files_keys_and_lines_and_replaces_stale_urls(tmp_path, busy_ports):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from textual.content import Content
 from textual.notifications import Notification
 
 from support.textual_compat import compositor
@@ -21,3 +22,9 @@ def footer_text(app) -> str:
 def notifications(app) -> list[Notification]:
     """The notifications (toasts) the app shows now, oldest first."""
     return textual_compat.notifications(app)
+
+
+def toast_text(notification: Notification) -> str:
+    """The words a toast draws for a notification: its message read as markup unless it says not."""
+    message = notification.message
+    return str(Content.from_markup(message) if notification.markup else Content(message))

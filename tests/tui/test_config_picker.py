@@ -203,6 +203,24 @@ async def test_the_lm_example_before_its_model_is_made_shows_a_next_step_not_an_
         assert next(p for p in prompts(screen) if "many_problems" in p).startswith("✗ ")
 
 
+async def test_the_next_step_names_the_command_as_it_was_run(make_app, configs, monkeypatch):
+    """Walk 37 item 8: run as `/work/walk37/.venv/bin/synth-tui`, the picker said
+    `synth-tui tiny-model tiny-qwen3` ("command not found" without the virtualenv activated);
+    the preview's next step and the toast name the program as it was started."""
+    started_as = "/nowhere/walk37/.venv/bin/synth-tui"
+    monkeypatch.setattr("sys.argv", [started_as, "lab"])
+    shutil.copy(EXAMPLES / "lm_press.toml", configs / "lm_press.toml")
+    app = make_app()
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await discovered(pilot)
+        highlight(screen, "configs/lm_press.toml")
+        await pilot.pause()
+        assert f"next step: make it first: `{started_as} tiny-model tiny-qwen3`" in preview_text(screen)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("Next step" in m for m in notice_messages(app)), what="the toast")
+        assert any(f"`{started_as} tiny-model tiny-qwen3`" in m for m in notice_messages(app)), notice_messages(app)
+
+
 async def test_valid_config_preview_shows_facts_and_verdict(make_app, configs):
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:

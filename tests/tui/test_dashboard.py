@@ -88,6 +88,64 @@ async def test_the_final_panel_and_the_quit_line_show_the_model(faulty_backend, 
     assert app.exit_message == f"Job job_a: succeeded. Model: {folder}. Past runs: synth-tui history"
 
 
+def status_line_shown(app, grid: MetricsGrid) -> tuple[str, str]:
+    """The chart-hint line's whole text, and what the terminal shows of it."""
+    status = grid.query_one("#grid-status")
+    whole = str(status.render()).strip()
+    region = status.region
+    return whole, screen_lines(app)[region.y][region.x:region.right].strip()
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_chart_hint_line_drops_whole_hints_never_cut(faulty_backend, size):
+    """Walk 37 item 7: at 160x45 the line read `… s none · z all steps · o` ("overlay" cut)
+    while steps ran and `… s none · z all` while waiting for metrics. It drops whole hints."""
+    waiting = [("queued", [event(1, "rl.job.created", message="job created")], []),
+               ("running", [event(2, "rl.train.started", message="training started")], [])]
+    faulty_backend.add_job(ScriptedJob("job_wait", waiting))
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=4)))
+    hints = ("m chart", "f full size", "s none", "z all steps", "o overlay")
+    for job_id in ("job_a", "job_wait"):
+        app = make_dashboard_app(faulty_backend, JobContext(job_id))
+        async with app.run_test(size=size) as pilot:
+            screen = dashboard(app)
+            grid = screen.query_one(MetricsGrid)
+            if job_id == "job_a":
+                await wait_for(pilot, lambda s=screen, g=grid: s.ended and len(g.charts) == 2)
+                grid.set_rollout_progress("step 12: 14/16 rollouts done")  # as while a step runs
+            else:
+                await wait_for(pilot, lambda s=screen: s.status == "running")
+            await pilot.pause()
+            whole, shown = status_line_shown(app, grid)
+            assert shown == whole, (job_id, size)
+            assert "m chart" in whole  # the first key hint fits at both sizes
+            assert whole.split(" · ")[-1] in hints or "overlay" not in whole, whole
+            await pilot.resize_terminal(60, 20)
+            await pilot.pause()
+            whole, shown = status_line_shown(app, grid)
+            assert shown == whole, (job_id, "60x20")
+
+
+async def test_at_80x24_the_final_panel_scrolls_to_the_lines_that_load_the_model(faulty_backend, tmp_path):
+    """Walk 37 item 10: at 80x24 a long model path filled the end panel and the "Load it in
+    Python" lines under it could not be reached. The panel takes the focus and ↓ scrolls it."""
+    folder = tmp_path / ("a-long-folder-name-for-the-checkpoints-of-this-walk-" * 2) / "step-000006"
+    folder.mkdir(parents=True)
+    (folder / "policy.json").write_text(json.dumps({"kind": "lm", "trainer_mode": "lora"}))
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2), artifacts={"model_path": str(folder)}))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+
+        await wait_for(pilot, lambda: any("↑↓ scroll" in line for line in screen_lines(app)),
+                       what="the end panel saying it scrolls")
+        for _ in range(4):
+            await pilot.press("down")
+        await wait_for(pilot, lambda: any("from peft import AutoPeftModelForCausalLM" in line
+                                          for line in screen_lines(app)), what="the lines that load the model")
+
+
 async def test_metric_smoothing_zoom_and_noise_keys(faulty_backend):
     faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=4)))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"))

@@ -30,7 +30,7 @@ from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from support.pilot_waits import wait_for, wait_for_screen
-from support.screen_text import footer_text, notifications
+from support.screen_text import footer_text, notifications, toast_text
 from widgets.diagnostics import DiagnosticsTable
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
@@ -657,3 +657,21 @@ async def test_the_help_key_is_in_the_footer_at_80x24(verify_app, monkeypatch):
         await checks_done(pilot)
         # The footer is filled after the screen is: wait for what it reads.
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+
+
+async def test_a_toast_made_from_a_message_keeps_its_brackets(verify_app, monkeypatch):
+    """Issue 37 (walk 5): Enter on the Hugging Face id's ✗ showed `…or point  base at a folder`:
+    the toast read the message as markup and swallowed `[model]`. Every toast is plain text."""
+    problem = {"message": "HuggingFaceTB/SmolLM2-135M-Instruct is not in the backend's Hugging Face cache: "
+                          "point [model] base at a folder in Hugging Face format",
+               "fix": "fetch it with `hf download HuggingFaceTB/SmolLM2-135M-Instruct`"}
+    result = ModelVerifyResult.from_body({"ok": False, "model": SMOL, "trains": "lm",
+                                          "problems": [problem], "warnings": []})
+    app = snapshot_app(verify_app, monkeypatch, model_result=result)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await checks_done(pilot)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("Cannot continue" in n.message for n in notifications(app)),
+                       what="the toast saying why")
+        toasts = [toast_text(n) for n in notifications(app)]
+        assert any("point [model] base at a folder" in text for text in toasts), toasts

@@ -3,7 +3,7 @@
 plotext's public API ends at ``build`` (the figure as one ANSI string); the canvas
 (widgets/plot_canvas.py) stops once the figure's matrix is filled and reads the matrix itself,
 and the speedups (widgets/plotext_speedups.py) replace two of plotext's helpers while it does.
-tests/compat/test_plotext.py fails, naming the version this was written against, when plotext
+tests/compat/test_plotext_names.py fails, naming the version this was written against, when plotext
 changes or removes one of them. pyproject pins plotext below 6.
 """
 

@@ -1,6 +1,6 @@
 """Textual's private names the app relies on, in one place. Written against Textual 8.2.8.
 
-Textual 8.2 has no public way to do what each of these does. tests/compat/test_textual.py fails,
+Textual 8.2 has no public way to do what each of these does. tests/compat/test_textual_names.py fails,
 naming the version this was written against, when Textual changes or removes one of them.
 """
 

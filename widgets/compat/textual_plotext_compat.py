@@ -1,7 +1,7 @@
 """textual-plotext's private names the charts rely on, in one place. Written against
 textual-plotext 1.0.1.
 
-tests/compat/test_textual_plotext.py fails, naming the version this was written against, when
+tests/compat/test_textual_plotext_names.py fails, naming the version this was written against, when
 textual-plotext changes or removes one of them.
 """
 

@@ -41,7 +41,7 @@ class ResolvedKey:
     def where(self) -> str:
         """Where the value comes from, in words, for messages."""
         return {
-            "flag": f"the {self.origin} flag",
+            "flag": f"the {self.origin} flag" if str(self.origin).startswith("-") else f"the key {self.origin} made",
             "shell": "the shell environment",
             "file": str(self.origin),
             "alias": f"its alias {self.origin}",
@@ -57,6 +57,13 @@ class ResolvedKey:
 
     __str__ = __repr__
 
+
+
+def source_of_flag_key(key: ResolvedKey) -> str:
+    """Where a key of source "flag" comes from, in a few words: "flag --task-url", or, for the
+    key of a backend a command started, that command: "made by lab" (an origin not a flag)."""
+    origin = str(key.origin)
+    return f"flag {origin}" if origin.startswith("-") else f"made by {origin}"
 
 def resolve_keys(
     env_file: EnvFile | None,

@@ -30,6 +30,7 @@ from app.core.api.failures import error_detail
 from app.core.api.health import HealthReport
 from app.core.api.results import ModelVerifyResult, VerifyResult
 from app.core.redact import key_prefix, mask_prefixes, redact
+from app.core.text import size_words
 
 VERIFY_ENDPOINT = "POST /rl/verify_task_app"
 MODEL_ENDPOINT = "POST /rl/verify_model"
@@ -328,7 +329,7 @@ def model_summary(result: ModelVerifyResult) -> str:
     if result.trains != "lm":
         return "the tabular stand-in trains (the model is not loaded)"
     size = [f"{_magnitude(result.parameters, ('B', 'M', 'k'))} parameters" if result.parameters else "",
-            _magnitude(result.bytes, (" GB", " MB", " kB")) if result.bytes else ""]
+            size_words(result.bytes) if result.bytes else ""]
     facts = ", ".join(part for part in size if part)
     template = f"; template {result.template} renders a tool call" if result.template else ""
     return f"the lm policy trains it{': ' + facts if facts else ''}{template}"

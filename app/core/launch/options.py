@@ -41,7 +41,9 @@ class LaunchOptions:
     # needed), and how to hand it the ENVIRONMENT_API_KEY it calls the task app with.
     backend_key: str | None = None
     hold_env_keys: Callable[[Sequence[str]], None] | None = None
-    backend_key_origin: str = "--backend local"  # what started that backend: shown as the key's source
+    # What started that backend, shown as the key's source: the flag ("--backend local"), or the
+    # command that made the key ("lab": "made by lab", docs/product.md#lab).
+    backend_key_origin: str = "--backend local"
     # --modal-secret NAME: ENVIRONMENT_API_KEY from that Modal secret; --modal-app APP[/FUNCTION]:
     # TASK_APP_URL from that deployed app's web endpoint (docs/modal.md). Fetched by
     # LaunchSession.fetch_modal_values, not on construction: reading a secret starts a container.

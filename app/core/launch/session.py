@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from app.core.api.streaming import WatchOptions
     from app.core.config import rl as cfg
     from app.core.modal_errors import ModalError
-    from app.core.runs.history import RunRecord
+    from app.core.runs.history import RunHistory, RunRecord
     from app.core.runs.jobs import JobContext
 
 
@@ -395,14 +395,26 @@ class LaunchSession:
     def remember_submission(self, job: JobContext, *, idempotency_key: str | None = None,
                             rerun_of: str | None = None) -> str | None:
         """Record a created job in the run history, with the path (never the contents) of the
-        .env it was launched with; a warning when the history could not be written."""
-        from app.core.runs.jobs import remember  # after the first frame (docs/performance.md#first-paint)
+        .env it was launched with; a warning when the history could not be written. A backend
+        this process started (--backend local, demo) holds a key of its own, not the .env's: the
+        record names a 0600 file of the run folder holding that key instead, so `history` and
+        `attach` from another terminal reach it (docs/product.md#commands)."""
+        # after the first frame (docs/performance.md#first-paint)
+        from app.core.runs.jobs import remember, save_backend_key
 
         env_path = self.env.path if self.env is not None and self.env.exists else None
-        return remember(lambda history: history.record_submission(
-            job_id=job.job_id, backend=self.backend_base, config_path=job.config_path, payload=job.payload,
-            idempotency_key=idempotency_key or self.idempotency_key, rerun_of=rerun_of,
-            env_path=os.path.abspath(env_path) if env_path is not None else None))
+
+        def record(history: RunHistory) -> None:
+            remembered = env_path
+            own_key = self.options.backend_key
+            if own_key and (self.env is None or env_path is None or self.env.get("SYNTH_API_KEY") != own_key):
+                remembered = save_backend_key(job.job_id, own_key)
+            history.record_submission(
+                job_id=job.job_id, backend=self.backend_base, config_path=job.config_path, payload=job.payload,
+                idempotency_key=idempotency_key or self.idempotency_key, rerun_of=rerun_of,
+                env_path=os.path.abspath(remembered) if remembered is not None else None)
+
+        return remember(record)
 
     def attach(self, job_id: str) -> JobContext:
         """Set up a watch of an existing job, the same for both front ends (attaching.attach)."""

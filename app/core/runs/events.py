@@ -6,6 +6,7 @@ import re
 from datetime import datetime
 
 from app.core.api.wire import JobEvent, JobStatus, MetricPoint, shown_status
+from app.core.runs.series import shown_number
 
 NOISE_MARKERS = ("hatchet", "modal")
 
@@ -47,7 +48,8 @@ def event_line(event: JobEvent, now: datetime | None = None) -> str:
 
 
 def metric_line(point: MetricPoint, now: datetime | None = None) -> str:
-    value = "nan" if point.value is None else f"{point.value:.4f}"
+    # As the events and the dashboard write it: a loss of 1.49e-08 never reads "0.0000".
+    value = "nan" if point.value is None else shown_number(point.value)
     n = point.data.get("n")
     suffix = f" n={n}" if n is not None else ""
     return f"[{clock(now)}] [metric] {point.name}={value} (step={point.step}){suffix}"

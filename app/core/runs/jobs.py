@@ -162,4 +162,26 @@ def export_run(job_id: str, points: Iterable[tuple[str, int, float, Interval | N
     return folder
 
 
-__all__ = ["JobContext", "export_run", "payload_model", "read_history", "remember"]
+def save_backend_key(job_id: str, key: str) -> Path:
+    """The key of a backend this process started (--backend local, demo), as a .env of the run
+    folder only its owner can read (backend-key.env, 0600): the run history names it, so `attach`
+    and `history` from another terminal reach that backend while it runs (docs/product.md#commands).
+    The key dies with the backend; it is never put on a command line."""
+    path = run_dir(job_id) / "backend-key.env"
+    with open_private(path, "w", encoding="utf-8") as handle:
+        handle.write(f"# The key of the embedded backend job {job_id} runs on; it stops with the run that "
+                     f"started it.\nSYNTH_API_KEY={key}\n")
+    return path
+
+
+def save_final_status(job_id: str, text: str) -> Path:
+    """The job's last status JSON as printed at the end of a headless watch, whole, in the run
+    folder (final-status.json, 0600): the printed copy is cut (docs/wire-contract.md)."""
+    path = run_dir(job_id) / "final-status.json"
+    with open_private(path, "w", encoding="utf-8") as handle:
+        handle.write(text + "\n")
+    return path
+
+
+__all__ = ["JobContext", "export_run", "payload_model", "read_history", "remember", "save_backend_key",
+           "save_final_status"]

@@ -1,7 +1,7 @@
 """TRL's private names the embedded backend relies on, in one place. Written against TRL 1.16.0.
 
 Nothing here imports TRL: each function takes the TRL object it works on.
-tests/compat/test_trl.py fails, naming the version this was written against, when TRL changes
+tests/compat/test_trl_names.py fails, naming the version this was written against, when TRL changes
 or removes one of them.
 """
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from app.core.config.models import is_hub_id
+from app.core.text import size_words
 from app.local import policies
 from app.local.policies.lm.gguf_header import GgufHeader, NotGguf, read_gguf_header
 from app.local.policies.lm.model import (
@@ -37,7 +38,6 @@ from app.local.policies.lm.model import (
     learning_rate_warning,
     parameter_count,
     resolve,
-    size_words,
     weight_files,
     weights_bytes,
 )

@@ -446,3 +446,49 @@ def test_history_no_tui_lists_the_trained_models(tmp_path, monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert code == 0, err
     assert out.rstrip().splitlines()[-2:] == ["Trained models:", f"  {'job_m':<28} /srv/ck/job_m/step-000003"]
+
+
+def test_a_job_of_a_backend_this_run_started_is_attached_with_that_backends_key(tmp_path, faulty_backend,
+                                                                                 monkeypatch, capsys):
+    """Walk 37 item 4: during `train --backend local --env-file lm.env`, `history --no-tui` was
+    refused (HTTP 401) and printed an attach command with lm.env, whose key (sk_l…a8) is not the
+    one the run's own backend holds (sk_l…1f): that command exited 5. The run writes its
+    backend's key to a 0600 file of the run folder and the history names that file."""
+    monkeypatch.chdir(tmp_path)
+    stale = env_file(tmp_path, key="sk_local_an_earlier_backends_key_0123", name="lm.env")
+    api = faulty_backend.url + "/api"
+    # The run as --backend local leaves it: its backend's key handed over as a flag.
+    session = LaunchSession(LaunchOptions(cwd=tmp_path, env_files=[str(stale)], backend=faulty_backend.url,
+                                          embedded_backend=True, backend_key=faulty_backend.api_key), shell={})
+    session.open_unattended_env()
+    faulty_backend.add_job(ScriptedJob("job_local", [("running", [], [])]))
+    assert session.remember_submission(JobContext.of("job_local", {"job_type": "rl"})) is None
+    remembered = Path(RunHistory().get("job_local").env_path)
+    assert remembered != stale and stat.S_IMODE(remembered.stat().st_mode) == 0o600
+    assert b"sk_local_an_earlier" not in history_db_path().read_bytes()
+    assert faulty_backend.api_key.encode() not in history_db_path().read_bytes()
+
+    # Another terminal: the history asks that backend with its key, and the command it prints works.
+    code = main(["history", "--no-tui"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "refused the key" not in err
+    assert f"  synth-tui attach job_local --backend {api} --env-file {remembered}" in out
+    assert faulty_backend.api_key not in out + err
+    faulty_backend.jobs["job_local"].timeline.append(("succeeded", [], []))
+    code = main(["attach", "job_local", "--no-tui", "--backend", api, "--env-file", str(remembered),
+                 "--poll-interval", "0.02"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "Final status: succeeded" in out
+
+
+def test_a_lab_run_whose_env_holds_its_backends_key_remembers_that_env(tmp_path):
+    """The lab writes its backend's key into its .env: that file is what the history names."""
+    env = env_file(tmp_path, key="sk_local_the_labs_own_key_0123456789")
+    session = LaunchSession(LaunchOptions(cwd=tmp_path, env_files=[str(env)], backend="http://127.0.0.1:5/",
+                                          embedded_backend=True, backend_key="sk_local_the_labs_own_key_0123456789"),
+                            shell={})
+    session.open_unattended_env()
+    session.remember_submission(JobContext.of("job_1"))
+    assert RunHistory().get("job_1").env_path == str(env)

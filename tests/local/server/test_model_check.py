@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from app.core.text import size_words
 from app.local.policies.lm.chat_templates import chat_template_text, trl_template_names
 from app.local.policies.lm.model import (
     ModelUnavailable,
@@ -24,7 +25,6 @@ from app.local.policies.lm.model import (
     learning_rate_warning,
     parameter_count,
     resolve,
-    size_words,
 )
 from app.local.server import model_check
 from app.local.server.model_checks import ModelChecks

@@ -187,15 +187,6 @@ def learning_rate_warning(learning_rate: float, parameters: int | None) -> str |
             "`synth-tui tiny-model` writes)")
 
 
-def size_words(size: int) -> str:
-    """540 MB, 93 MB, 1.2 GB, 130 kB."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if size >= scale:
-            value = size / scale
-            return f"{value:.1f} {unit}" if value < 10 else f"{value:,.0f} {unit}"
-    return f"{size} bytes"
-
-
 @dataclass
 class LoadedModel:
     model: Any  # a transformers PreTrainedModel
