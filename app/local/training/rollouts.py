@@ -148,7 +148,9 @@ class RolloutClient:
         rollout.record = plan.inspect_max_bytes > 0 and (
             mode == "eval" or (run.sample is not None and run.sample.wants_turns()))
         run.open_rollouts[rollout_id] = rollout
-        which = (f"Rollout {index} of step {step}" if mode == "rl" else f"Eval rollout {index} after step {step}")
+        # the step is in `where` for a step-0 evaluation ("before any update")
+        which = (f"Rollout {index} of step {step}" if mode == "rl" else
+                 f"Eval rollout {index}" + (f" after step {step}" if step else ""))
         slow = loop_later(plan.rollout_timeout_s * SLOW_AT, self._note_slow, run, mode, step, f"{which} ({where})")
         try:
             resp = await self._post_rollout(run, url, ask, where)

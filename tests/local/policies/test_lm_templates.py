@@ -146,7 +146,7 @@ def test_restarts_are_counted_per_step_and_the_first_is_a_warning_once(tiny_mode
 
 def _job(model: Path, task_url: str, tmp_path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
-                       trainer="lm") as backend, api_client(backend) as api:
+                       policy_kind="lm") as backend, api_client(backend) as api:
         job_id = create_job(api, press_payload(task_url, model, "full", steps=2, lr=1e-2))
         job = wait_terminal(api, job_id, timeout=600)
         events = events_of(api, job_id)

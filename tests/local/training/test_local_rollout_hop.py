@@ -122,7 +122,8 @@ def test_a_trickling_task_app_is_cut_at_timeout_s_and_named_slow_on_the_way(api,
     assert posts[0] < 25, posts  # cut near 5 bytes (1 s), never the minute's 300
     slow = [e for e in events_of(api, job_id) if e["type"] == "rl.rollout.slow"]
     assert len(slow) == 1 and slow[0]["level"] == "warning", slow
-    assert re.match(r"Rollout 0 of step 1 \(seed \d+, iteration 1\): no answer after 0\.5 s of 1 s "
+    # a job's first rollout is its step-0 evaluation's
+    assert re.match(r"Eval rollout 0 \(eval seed \d+, before any update\): no answer after 0\.5 s of 1 s "
                     r"\(\[rollout\] timeout_s\); it is cut at 1 s$", slow[0]["message"]), slow[0]["message"]
 
 
