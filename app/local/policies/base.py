@@ -28,6 +28,11 @@ class PolicyCannotAct(ValueError):
     The message is a sentence for the task app's author; the job fails with it."""
 
 
+class PolicyLoading(PolicyCannotAct):
+    """The job's policy is not loaded yet (the job is queued or loading its model): a caller
+    asks again later; the job is not to blame (docs/hardening.md)."""
+
+
 class PolicyFailed(RuntimeError):
     """The policy broke while the job ran (say, a rank of a data-parallel policy died); the
     message names what and why, and the job fails with it. `data` goes into the event."""

@@ -21,7 +21,7 @@ from fastapi import Path as PathParam
 
 from app.core.api.wire_answers import ChatCompletion
 from app.core.config.trainable import short_repr
-from app.local.policies.base import Act, PolicyCannotAct, PolicyFailed
+from app.local.policies.base import Act, PolicyCannotAct, PolicyFailed, PolicyLoading
 from app.local.server.api_schemas import BODY_ERRORS, error_responses
 from app.local.server.backend_state import Backend, BackendState, job_view
 from app.local.server.bodies import ChatRequest, Cid
@@ -53,7 +53,7 @@ def chat_access(request: Request, b: Backend) -> None:
                             headers={"WWW-Authenticate": "Bearer"})
 
 
-CHAT_ERRORS = error_responses(400, 401, 404, 503, *BODY_ERRORS)
+CHAT_ERRORS = error_responses(400, 401, 404, 409, 503, *BODY_ERRORS)
 CID_WORDS = "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the job runner writes it into the inference URL"
 
 
@@ -111,10 +111,14 @@ async def _answer_chat(b: BackendState, request: Request, cid: str) -> dict[str,
         if run is not None:
             b.live_runner().policy_broke(job_id, str(exc), exc.data)
         raise HTTPException(503, f"The job's policy stopped: {exc}") from None
+    except PolicyLoading as exc:  # a queued or loading job: the caller asks again; the job goes on
+        raise HTTPException(409, f"The job's policy cannot answer yet: {exc}") from None
     except PolicyCannotAct as exc:
+        # Only the job's own rollouts can fail it, and only when they keep being refused: a call
+        # the job did not make gets its 422 and leaves the job alone (docs/hardening.md).
         message = f"The task app's request cannot be answered by the embedded policy: {exc}"
-        if run is not None:
-            b.live_runner().abort(job_id, message)
+        if run is not None and run.refused_rollout(rollout_id):
+            b.live_runner().abort(job_id, f"{message} ({len(run.refused_rollouts)} rollouts in a row were refused)")
         raise HTTPException(422, message) from None
     return _completion(body.get("model") or model, act, body["messages"])
 
