@@ -8,6 +8,7 @@ policy gave it (recorded by `JobRun.act`, which the backend's chat endpoint call
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import time
@@ -17,6 +18,7 @@ from typing import Any
 
 from app.local.policies.base import (
     Act,
+    ActOptions,
     Policy,
     PolicyLoading,
     PolicySettings,
@@ -31,7 +33,6 @@ from app.local.training.rollout_record import (
     turn_chars,
     within_budget,
 )
-
 
 REFUSED_ROLLOUTS_TO_FAIL = 3  # distinct rollouts in a row whose chat call the policy refused
 
@@ -101,15 +102,21 @@ class JobRun:
         self.seed = job_seed(self.job_id, self.plan)
         self.rng = random.Random(self.seed)
 
-    def act(self, rollout_id: str | None, request: dict[str, Any], correlation_id: str) -> Act:
+    def act(self, rollout_id: str | None, request: dict[str, Any], correlation_id: str,
+            options: ActOptions | None = None) -> Act:
         """The policy's answer to one chat turn, recorded if the rollout is ours (and, for the
         inspector, what the chat `request` showed, when it keeps it)."""
         rollout = self.open_rollouts.get(rollout_id or "")
         if self.policy is None:
             raise PolicyLoading("the job's policy is still loading; call again once its rollouts start")
+        options = options or ActOptions()
+        if rollout is not None and str(rollout_id).startswith("rl-"):  # a training rollout (rollouts.py names it)
+            # It samples as the job samples, whatever the request says: GRPO's loss assumes the
+            # distribution the turn came from (docs/wire-contract.md#the-chat-answer).
+            options = dataclasses.replace(options, temperature=None, top_p=None, training=True)
         # A call from outside the job's rollouts never draws from the job's own RNG.
         act = self.policy.act(request["messages"], request.get("tools"), request.get("tool_choice"),
-                              correlation_id, rollout.rng if rollout else random.Random())
+                              correlation_id, rollout.rng if rollout else random.Random(), options)
         if rollout is not None:
             rollout.memos[act.call_id] = act.memo
             if rollout.record:
