@@ -126,7 +126,7 @@ def format_readouts(readouts: Readouts, *, full: bool) -> str:
     """A chart's numbers: last, best (min for a measure that is not a score) and step always;
     min, max and the rate when there is room."""
     step = readouts.step if readouts.step is not None else "—"
-    text = f"last {number(readouts.last)}  {best_text(readouts)}  step {step}"
+    text = f"last {readouts.last_text}  {best_text(readouts)}  step {step}"
     if full:
         rate = "—" if readouts.steps_per_minute is None else f"{readouts.steps_per_minute:.1f} steps/min"
         low = f"  min {number(readouts.minimum)}" if readouts.best_label == "best" else ""
@@ -360,7 +360,7 @@ class MetricChart(Vertical):
             # A lone line is the live run's, unnamed; an earlier run's is always named.
             name = f"{line.label:<{widths[line.overlay]}}  " if len(lines) > 1 or line.overlay else ""
             readouts = line.series.readouts()
-            short = f"{name}{number(readouts.last)}  {best_text(readouts)}"
+            short = f"{name}{readouts.last_text}  {best_text(readouts)}"
             # An earlier run's row: last, best and step, as the live run's short row (not its rate).
             choices = [name + format_readouts(readouts, full=False), short] if line.overlay else [
                 name + format_readouts(readouts, full=True), name + format_readouts(readouts, full=False), short]
@@ -387,7 +387,7 @@ class MetricChart(Vertical):
         for line, steps, values in views:
             readouts = line.series.readouts()
             name = f"{line.label[:24]:<{label_width}}"
-            numbers = f"{number(readouts.last)}  {best_text(readouts)}"
+            numbers = f"{readouts.last_text}  {best_text(readouts)}"
             spark_width = max(4, width - 2 - len(name) - 2 - len(numbers))
             spark = sparkline(steps, values, spark_width, span=span, scale=scale)
             style = rich_color(line.color)

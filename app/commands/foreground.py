@@ -15,7 +15,7 @@ from pathlib import Path
 
 from app.core.env import envfile
 from app.core.env.discovery import user_path
-from app.core.errors import ExitCode, MissingSecretsError, SynthTuiError, UsageError
+from app.core.errors import INTERRUPTED, ExitCode, MissingSecretsError, SynthTuiError, UsageError
 from app.core.invocation import as_run
 
 
@@ -81,10 +81,14 @@ def _env_file_values(env_file: str | None) -> dict[str, str]:
 
 
 def _warn_if_others_can_read(path: Path) -> None:
-    mode = stat.S_IMODE(path.stat().st_mode)
+    info = path.stat()
+    mode = stat.S_IMODE(info.st_mode)
     if mode & 0o077:
-        print(f"Warning: {path} holds keys but other users of this machine can open it (mode {mode:04o}); "
-              f"run: chmod 600 {path}", file=sys.stderr, flush=True)
+        # chmod is advice for the user's own file only (docs/hardening.md#8)
+        fix = f"run: chmod 600 {path}" if info.st_uid == os.getuid() else \
+            "it belongs to another user: copy the keys into a file of your own (chmod 600)"
+        print(f"Warning: {path} holds keys but other users of this machine can open it (mode {mode:04o}); {fix}",
+              file=sys.stderr, flush=True)
 
 
 def _where_keys_were_sought(env_file: str | None) -> str:
@@ -123,8 +127,10 @@ def run_ranks_host(args: argparse.Namespace) -> int:
     if not shared.is_dir():
         raise UsageError(f"--shared-dir {shared} is not a folder here.",
                          "Mount the backend's --shared-dir at the same path on this machine, then start again.")
-    wait_forever_until_signalled(RanksHost(shared, args.machine_rank, args.host,
-                                           say=lambda line: print(line, flush=True)))
+    if wait_forever_until_signalled(RanksHost(shared, args.machine_rank, args.host,
+                                              say=lambda line: print(line, flush=True))):
+        print(f"\n{INTERRUPTED}", file=sys.stderr, flush=True)
+        return ExitCode.INTERRUPTED
     return ExitCode.OK
 
 

@@ -128,8 +128,8 @@ async def _jobs_table(args: argparse.Namespace, printer: Printer) -> int:
 
 
 def run_compare(args: argparse.Namespace, *, printer: Printer | None = None) -> int:
-    """``synth-tui compare JOB_A JOB_B --no-tui``: per metric and job, the points read, last,
-    best and step, as a table (docs/product.md#compare-runs)."""
+    """``synth-tui compare JOB_A JOB_B --no-tui``: per metric and job, the points read, last (with
+    its 95 % interval when the backend sent one), best and step, as a table (docs/product.md#compare-runs)."""
     printer = printer or Printer()
     return _run_listing(_compare(args, printer), printer)
 
@@ -151,11 +151,14 @@ async def _compare(args: argparse.Namespace, printer: Printer) -> int:
     def number(value: float | None) -> str:
         return "-" if value is None else shown_number(value)
 
-    printer.line(f"{'METRIC':<{metric_width}}  {'JOB':<{job_width}}  {'POINTS':>6}  {'LAST':>10}  {'BEST':>10}  STEP")
+    printer.line(f"{'METRIC':<{metric_width}}  {'JOB':<{job_width}}  {'POINTS':>6}  {'LAST':>10}  {'CI95':>17}  "
+                 f"{'BEST':>10}  STEP")
     for row in rows:
         step = "-" if row.step is None else str(row.step)
+        # An evaluation's interval, when the backend sent one (docs/wire-contract.md#metrics).
+        ci = "-" if row.interval is None else f"{number(row.interval.low)}-{number(row.interval.high)}"
         printer.line(f"{printable(row.metric):<{metric_width}}  {printable(row.job_id):<{job_width}}  {row.points:>6}  "
-                     f"{number(row.last):>10}  {number(row.best):>10}  {step}")
+                     f"{number(row.last):>10}  {ci:>17}  {number(row.best):>10}  {step}")
     for run in runs:
         if run.truncated:
             printer.diag(f"{run.job_id}: more points than are read for a comparison; its start is shown.")

@@ -25,6 +25,7 @@ from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
 from app.core.runs.events import event_line, is_noise, metric_line, status_line
 from app.core.runs.model import saved_model
+from app.core.runs.series import BASELINE_METRIC, MetricStore, baseline_change
 from app.core.runs.watch import WatchSink, run_sinks, watch
 from app.headless.printer import Printer
 from app.headless.text_chart import TextChart
@@ -85,6 +86,7 @@ class PrinterSink(WatchSink):
         self.view = view
         self.hidden = 0
         self.ended: WatchEnded | None = None
+        self.evals = MetricStore()  # the evaluations, for the final line's change from step 0
 
     def take(self, update: Update) -> None:
         if isinstance(update, StatusChanged):
@@ -97,6 +99,7 @@ class PrinterSink(WatchSink):
                     self.view.event(event)
         elif isinstance(update, NewMetrics):
             self.view.metrics(update.points)
+            self.evals.add(p for p in update.points if p.name == BASELINE_METRIC)
         elif isinstance(update, ConnectionState):
             if update.reconnecting:
                 self.printer.diag(f"Reconnecting in {update.retry_in:.1f}s: {update.message}")
@@ -136,6 +139,8 @@ async def stream_job(job_id: str, stream_format: str, printer: Printer, session:
         printer.line(f"Final status: {ended.status} (the job is paused on the backend; watch ended)")
     else:
         printer.line(f"Final status: {ended.status}")
+        if (moved := baseline_change(shown.evals)) is not None:  # eval 0.31 -> 0.92, +0.61 +/- 0.09
+            printer.line(moved)
     printer.line(json.dumps(ended.payload, indent=2, ensure_ascii=False)[:600])  # the SDK's cut
     _print_model(printer, ended.payload)
     # Differs from the SDK on purpose: it exits 0 even when the job failed.

@@ -27,6 +27,7 @@ from app.core.text import counted
 from app.local.policies import ONE_PROCESS
 from app.local.policies.base import Parallel
 from app.local.server.backend import create_backend_app
+from app.local.server.connections import MAX_CONNECTIONS, HeaderDeadlineProtocol
 from app.local.state.store import check_store_file
 from app.local.taskapps.crafter import create_crafter_taskapp
 from app.local.taskapps.gridworld_app import create_taskapp
@@ -58,9 +59,10 @@ class _Server(uvicorn.Server):
 
 def _config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
     # Idle connections outlive our clients' (app/local/training/retry.py): a client never reuses one the server
-    # is closing at that moment.
+    # is closing at that moment. Late request headers and too many connections: server/connections.py.
     return uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                          lifespan="on", timeout_graceful_shutdown=3, timeout_keep_alive=SERVER_KEEPALIVE_S)
+                          lifespan="on", timeout_graceful_shutdown=3, timeout_keep_alive=SERVER_KEEPALIVE_S,
+                          http=HeaderDeadlineProtocol, limit_concurrency=MAX_CONNECTIONS)
 
 
 def _bind(host: str, port: int) -> socket.socket:

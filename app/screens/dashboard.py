@@ -39,7 +39,7 @@ from app.core.runs.jobs import JobContext, export_run
 from app.core.runs.model import SavedModel, saved_model
 from app.core.runs.ranks import rank_figures
 from app.core.runs.saved_run import run_span
-from app.core.runs.series import MetricStore
+from app.core.runs.series import MetricStore, baseline_change
 from app.screens import dashboard_quit, job_actions
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, ChartKeys
@@ -329,7 +329,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             # The model first: the JSON is long, and the panel shows a few rows (docs/product.md#dashboard).
             self.model = saved_model(payload)
             model_lines = self.model.lines() if self.model is not None else []
-            text = "\n".join([f"Final status: {status}", *model_lines, json.dumps(payload, indent=2)])
+            moved = baseline_change(self.store)  # eval 0.31 -> 0.92, +0.61 +/- 0.09 (docs/product.md#live-dashboard)
+            text = "\n".join([f"Final status: {status}", *([moved] if moved else []), *model_lines,
+                              json.dumps(payload, indent=2)])
             severity: SeverityLevel = "information" if status in SUCCESS_STATUSES else "error"
             if status in SUCCESS_STATUSES and self.completion_warning:
                 text = f"Warning: {self.completion_warning}\n{text}"
@@ -548,7 +550,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     @work(exclusive=True, group="export", exit_on_error=False, name="Export")
     async def action_export(self) -> None:
-        points = self.store.points()  # read here, on the UI thread that adds to the store
+        points = self.store.rows()  # read here, on the UI thread that adds to the store
         folder = await asyncio.to_thread(export_run, self.job.job_id, points, datetime.now())
         self.notify(f"Exported to {folder}", title="Export")
 

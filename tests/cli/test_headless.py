@@ -360,6 +360,24 @@ def test_attach_headless_streams_an_existing_job(world, monkeypatch, capsys):
     assert "job_x" not in capsys.readouterr().out
 
 
+def test_the_last_lines_say_the_eval_change_from_step_0_with_its_interval(world, monkeypatch, capsys):
+    from app.cli.dispatch import main
+
+    timeline = training_timeline(steps=2)
+    timeline[2][2].append({"name": "eval.mean_score", "step": 0, "value": 0.31, "phase": "eval",
+                           "data": {"ci95": [0.25, 0.37], "ci_method": "bootstrap"}})
+    timeline[-2][2].append({"name": "eval.mean_score", "step": 1, "value": 0.92, "phase": "eval",
+                            "data": {"ci95": [0.86, 0.98], "ci_method": "bootstrap"}})
+    world["backend"].add_job(ScriptedJob("job_x", timeline))
+    monkeypatch.chdir(world["cwd"])
+    code = main(["attach", "job_x", "--no-tui", "--backend", world["backend"].url, "--env-file", str(world["env"]),
+                 "--poll-interval", "0.02"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 0
+    at = lines.index("Final status: succeeded")
+    assert lines[at + 1] == "eval 0.31 -> 0.92, +0.61 +/- 0.08"
+
+
 def test_attach_to_nothing_listening_gives_up_with_exit_5(world, monkeypatch, capsys):
     from app.cli.dispatch import main
 

@@ -16,6 +16,7 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
 from app.core.config import discovery
@@ -23,6 +24,7 @@ from app.core.runs import saved_run
 from app.core.runs.history import RunHistory, take_repair_notes
 from app.core.runs.jobs import remember
 from app.core.state_files import StateFileError
+from app.local.servers import start_backend
 from app.local.state.store import SCHEMA_VERSION, Store, UnusableStore, check_store_file
 from support.cli import run_cli
 
@@ -305,6 +307,21 @@ def db_missing_table(path: Path) -> None:
     db.close()
 
 
+def db_garbled_pages(path: Path) -> None:
+    """Issue 41: the middle third of a backend's pages overwritten with noise, page 1 (the
+    header and the schema) intact: SQLite opens it, and only a read of those pages fails."""
+    _a_backend_db(path)
+    data = bytearray(path.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    pages = len(data) // page_size
+    noise = hashlib.sha512(b"garbled").digest() * (page_size // 64)
+    for page in range(max(1, pages // 3), 2 * pages // 3):
+        data[page * page_size:(page + 1) * page_size] = noise
+    path.write_bytes(bytes(data))
+    with contextlib.closing(sqlite3.connect(path)) as db:  # page 1 still reads: the damage is deeper
+        assert db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0] > 0
+
+
 DAMAGED_DATABASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "random bytes": (random_bytes, "file is not a database"),
     "truncated": (db_truncated, "malformed"),
@@ -314,6 +331,7 @@ DAMAGED_DATABASES: dict[str, tuple[Callable[[Path], None], str]] = {
     "another program's": (db_other_program, "not a synth-tui backend's"),
     "a newer schema": (db_future, "a newer synth-tui wrote it"),
     "a missing table": (db_missing_table, "idempotency"),
+    "garbled middle pages": (db_garbled_pages, "malformed (PRAGMA quick_check: "),
 }
 
 
@@ -381,6 +399,38 @@ def test_store_itself_refuses_what_the_start_check_refuses(tmp_path):
     with pytest.raises(UnusableStore) as caught:
         Store(db)
     assert str(db) in caught.value.message and caught.value.exit_code == 2
+
+
+def _raising(exc: Exception) -> Callable[..., object]:
+    def query(*args: object, **kwargs: object) -> object:
+        raise exc
+
+    return query
+
+
+def test_a_database_error_after_start_is_a_503_in_words_without_a_traceback(tmp_path, monkeypatch, caplog, capfd):
+    """Issue 41: a database that fails under a request (damaged after the start check) answered
+    500 with a traceback in the log for each request; now a 503 that says what to do, one log
+    line, and nothing of what SQLite quoted from the file in the answer."""
+    secret_text = "sk_live_stored_value_0123456789"
+    with start_backend(api_key="sk_test_damaged", db_path=tmp_path / "db.sqlite3", env_api_keys=["ek_test"]) as server:
+        store = server._app.state.backend.store
+        monkeypatch.setattr(store, "list_jobs", _raising(sqlite3.OperationalError(
+            f"Could not decode to UTF-8 column 'payload' with text '{secret_text}'")))
+        monkeypatch.setattr(store, "get_job", _raising(sqlite3.DatabaseError("database disk image is malformed")))
+        with httpx.Client(base_url=server.url + "/api", headers={"Authorization": "Bearer sk_test_damaged"},
+                          timeout=15) as api:
+            listed = api.get("/rl/jobs")
+            one = api.get("/rl/jobs/job_0")
+    for answer, kind in ((listed, "OperationalError"), (one, "DatabaseError")):
+        assert answer.status_code == 503, answer.text
+        assert answer.headers["content-type"] == "application/json"
+        detail = answer.json()["detail"]
+        assert detail.startswith(f"The backend's database could not be read or written ({kind})"), detail
+        assert "start it again" in detail and secret_text not in detail
+    logged = caplog.text + "".join(capfd.readouterr())
+    assert "Traceback" not in logged and not any(record.exc_info for record in caplog.records), logged
+    assert "GET /api/rl/jobs: the database failed (OperationalError: Could not decode to UTF-8" in caplog.text
 
 
 # --------------------------------------------------------------------------- other state read at start

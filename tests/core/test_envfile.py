@@ -155,8 +155,19 @@ def test_load_binary_or_undecodable_is_an_error(tmp_path, data):
 def test_load_unreadable_is_an_error(tmp_path, refuse_os_access):
     path = write(tmp_path / ".env", "A=1\n")
     refuse_os_access(path)  # as chmod 0 does for anyone but root (CI runs as root)
-    with pytest.raises(EnvFileError, match="permission denied"):
+    with pytest.raises(EnvFileError, match="permission denied") as info:
         EnvFile.load(path)
+    assert "chmod 600" in (info.value.hint or "")  # the user's own file
+
+
+def test_an_unreadable_file_of_another_user_gets_no_chmod_advice(tmp_path, refuse_os_access, monkeypatch):
+    """`--env-file /etc/shadow` advised `chmod 600 /etc/shadow` (issue 41 item 7)."""
+    path = write(tmp_path / "shadow", "root:x\n")
+    refuse_os_access(path)
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(path).st_uid + 1)
+    with pytest.raises(EnvFileError, match="permission denied; it belongs to another user") as info:
+        EnvFile.load(path)
+    assert "chmod" not in (info.value.hint or "") and "of your own" in (info.value.hint or "")
 
 
 def test_load_junk_line_warns_without_value_and_keeps_good_lines(tmp_path):

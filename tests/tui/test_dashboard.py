@@ -361,7 +361,8 @@ async def test_export_holds_exactly_the_events_seen(faulty_backend):
     seqs = [json.loads(line)["seq"] for line in (export / "events.jsonl").read_text().splitlines()]
     assert seqs == [e["seq"] for _, events, _ in timeline for e in events]
     rows = (export / "metrics.csv").read_text().splitlines()
-    assert rows[0] == "name,step,value" and len(rows) == 1 + 6
+    assert rows[0] == "name,step,value,ci95_low,ci95_high" and len(rows) == 1 + 6
+    assert all(row.endswith(",,") for row in rows[1:])  # these points carry no interval
 
 
 async def test_backend_restart_shows_reconnecting_and_loses_nothing():
@@ -828,3 +829,32 @@ async def test_a_long_step_shows_its_rollouts_done_before_its_metrics(faulty_bac
         job.timeline = [*job.timeline, ("running", [event(3, "rl.train.step", message="Step 1/2", step=1)],
                                         [metric("train.mean_score", 1, 0.5)])]
         await wait_for(pilot, lambda: "rollouts done" not in status(), what="the progress gone with the step")
+
+
+async def test_an_evaluations_interval_shows_in_the_readouts_the_final_panel_and_the_export(faulty_backend):
+    """The step-0 evaluation and the last one, each with its 95 % interval (ci95, as the embedded
+    backend sends it): the chart reads `±` the half-width, the final panel says the change from
+    step 0 with its interval, the export carries both ends."""
+    timeline = training_timeline(steps=3)
+    timeline[2][2].append({"name": "eval.mean_score", "step": 0, "value": 0.25, "phase": "eval",
+                           "data": {"n": 16, "ci95": [0.1, 0.4], "ci_method": "wilson"}})
+    timeline[-2][2].append({"name": "eval.mean_score", "step": 2, "value": 0.75, "phase": "eval",
+                            "data": {"n": 16, "ci95": [0.6, 0.9], "ci_method": "wilson"}})
+    faulty_backend.add_job(ScriptedJob("job_a", timeline))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended)
+        final = str(screen.query_one("#dash-final-text").render())
+        # MOVER: 0.5 -/+ hypot(0.15, 0.15) = 0.2121
+        assert final.splitlines()[:2] == ["Final status: succeeded", "eval 0.25 -> 0.75, +0.50 +/- 0.21"]
+        # What the charts' readout and sparkline rows say (a toast may cover part of the screen).
+        def chart_rows() -> str:
+            return "\n".join(str(row.render()) for row in screen.query(".chart-lines, .chart-readouts"))
+
+        await wait_for(pilot, lambda: "0.7500 ±0.1500" in chart_rows(), what="the eval readout with its interval")
+        await pilot.press("e")
+        folder = run_dir("job_a")
+        await wait_for(pilot, lambda: any(folder.glob("export-*/metrics.csv")))
+    rows = (next(folder.glob("export-*")) / "metrics.csv").read_text().splitlines()
+    assert "eval.mean_score,0,0.25,0.1,0.4" in rows and "eval.mean_score,2,0.75,0.6,0.9" in rows

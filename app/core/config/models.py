@@ -206,13 +206,30 @@ def is_hub_id(model_id: str) -> bool:
             and "--" not in model_id and ".." not in model_id)
 
 
+def file_in_the_way(place: Path) -> Path | None:
+    """The file that `place` is, or that stands where one of its folders should be (`a.txt/model`),
+    or None. Such a base is "a file, not a model folder" on both sides (docs/hardening.md#8)."""
+    for candidate in (place, *place.parents):
+        try:
+            if candidate.is_file():
+                return candidate
+            if candidate.exists():
+                return None
+        except (OSError, ValueError):
+            return None
+    return None
+
+
+FILE_NOT_FOLDER = "is a file, not a model folder (nor a .gguf file)"
+
+
 def _why_not_a_model(path: str) -> str:
     try:
         place = Path(path).expanduser()
+        if (blocking := file_in_the_way(place)) is not None:
+            return FILE_NOT_FOLDER if blocking == place else f"is inside '{blocking}', which {FILE_NOT_FOLDER}"
         if not place.exists():
             return "does not exist"
-        if place.is_file():
-            return "is a file but not a .gguf file"
     except (OSError, ValueError, RuntimeError) as exc:
         return f"cannot be read ({exc.__class__.__name__})"
     return "holds no model (no config.json and no .gguf file)"
@@ -237,7 +254,7 @@ def _local_model_problem(path: str) -> ConfigError:
     model there); one that exists and holds no model is wrong."""
     why = _why_not_a_model(path)
     is_file = path.lower().endswith(GGUF_SUFFIX)
-    noun = "Model file" if is_file or why.startswith("is a file") else "Model folder"
+    noun = "Model file" if is_file else "Model" if why.startswith(("is a file", "is inside")) else "Model folder"
     if why != "does not exist":
         return ConfigError(f"{noun} '{path}' {why}.",
                            hint="point [model] base at a folder in Hugging Face format (config.json, the weights and "

@@ -179,6 +179,9 @@ class EvaluationSection(_Section):
     instances: int
     every_n_iters: int
     seeds: list[int]
+    # The embedded backend: k sampled episodes per instance, scored pass@k; left out, one greedy
+    # episode per instance (docs/embedded-policy.md#evaluation).
+    samples: int | None = None
 
 
 class JudgeOptions(_Section):

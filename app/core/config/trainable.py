@@ -94,10 +94,13 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
                 "bytes of one task-app answer the backend reads; a larger answer fails the job"),
     NumberBound("evaluation.instances", True, 1, 10_000),
     NumberBound("evaluation.every_n_iters", True, 0, 100_000, "0 evaluates after the last iteration only"),
+    NumberBound("evaluation.samples", True, 1, 64, "sampled episodes per eval instance, scored pass@k; left out, "
+                "one greedy episode each"),
     NumberBound("compute.gpu_count", True, 1, 1_024),
     NumberBound("compute.nodes", True, 1, 128),
     NumberBound("policy.max_tokens", True, 1, 1_000_000),
-    NumberBound("policy.max_prompt_tokens", True, 1, 1_000_000, "tokens of one chat prompt the embedded lm policy reads"),
+    NumberBound("policy.max_prompt_tokens", True, 1, 1_000_000,
+                "tokens of one chat prompt the embedded lm policy reads"),
     NumberBound("policy.temperature", False, 0.0, 10.0),
     NumberBound("policy.top_p", False, 0.0, 1.0),
 )

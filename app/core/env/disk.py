@@ -58,16 +58,30 @@ def read_bytes(path: Path) -> bytes | None:
     except FileNotFoundError:
         return None
     except PermissionError:
-        raise EnvFileError(
-            f"Cannot read {path}: permission denied",
-            hint=f"Check the file's permissions (for example: chmod 600 {path}).",
-        ) from None
+        raise _not_readable(path) from None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
             raise EnvFileError(
                 f"Cannot read {path}: it is a symlink loop (ELOOP): following its links leads back to itself",
                 hint="Point the link at the real .env file, or pass that file itself.") from None
         raise EnvFileError(f"Cannot read {path}: {_reason(exc)}", hint="Pass a readable .env file.") from None
+
+
+def _not_readable(path: Path) -> EnvFileError:
+    """Permission denied: chmod is advice only for the user's own file. Another user's (say
+    /etc/shadow) is not theirs to change, and not a .env file (docs/hardening.md#8)."""
+    try:
+        owner: int | None = os.stat(path).st_uid
+    except OSError:
+        owner = None
+    if owner is None or not hasattr(os, "getuid"):
+        return EnvFileError(f"Cannot read {path}: permission denied (a folder on its way may not be searched)",
+                            hint="Pass a .env file this user can read.")
+    if owner != os.getuid():
+        return EnvFileError(f"Cannot read {path}: permission denied; it belongs to another user",
+                            hint="Pass a .env file of your own (copy the KEY=value lines you need into one).")
+    return EnvFileError(f"Cannot read {path}: permission denied",
+                        hint=f"It is your file: give yourself read access (for example: chmod 600 {path}).")
 
 
 # Byte-order marks of UTF-16 and UTF-32 text: an editor's "Unicode" save, named as such.

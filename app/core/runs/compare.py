@@ -16,6 +16,7 @@ from app.core.api.streaming import MetricCursor
 from app.core.api.wire import MetricPoint, check_job_id
 from app.core.errors import UsageError
 from app.core.runs.history import RunHistory, RunRecord
+from app.core.runs.intervals import Interval
 from app.core.runs.series import MetricStore, chart_panels
 from app.core.state_files import StateFileError
 
@@ -107,6 +108,7 @@ class CompareRow:
     last: float | None
     best: float | None
     step: int | None
+    interval: Interval | None = None  # the last value's 95 % interval (an evaluation's, when sent)
 
 
 def compare_rows(runs: Sequence[ComparedRun]) -> list[CompareRow]:
@@ -124,7 +126,8 @@ def compare_rows(runs: Sequence[ComparedRun]) -> list[CompareRow]:
                 rows.append(CompareRow(name, run.job_id, 0, None, None, None))
                 continue
             readouts = series.readouts()
-            rows.append(CompareRow(name, run.job_id, len(series), readouts.last, readouts.best, readouts.step))
+            rows.append(CompareRow(name, run.job_id, len(series), readouts.last, readouts.best, readouts.step,
+                                   readouts.interval))
     return rows
 
 

@@ -22,6 +22,7 @@ CANCEL_DETAIL = "The backend stops the job, or takes it out of the queue; its ev
 if TYPE_CHECKING:  # the feed imports the watcher; a context is built long before a feed runs
     from app.core.runs.feed import FeedBatch
     from app.core.runs.history import RunHistory, RunRecord
+    from app.core.runs.intervals import Interval
 
 # The run history (SQLite) and the export's csv are imported when first used: the first screen
 # reads neither (docs/performance.md#first-paint).
@@ -140,9 +141,10 @@ def read_history(job_id: str) -> RunRecord | None:
         return None
 
 
-def export_run(job_id: str, points: Iterable[tuple[str, int, float]], when: datetime) -> Path:
+def export_run(job_id: str, points: Iterable[tuple[str, int, float, Interval | None]], when: datetime) -> Path:
     """The dashboard's export: the job's events as streamed (events.jsonl) and its metrics
-    (metrics.csv: name, step, value) in a new private folder of the run's; returns it."""
+    (metrics.csv: name, step, value, and an evaluation's 95 % interval, ci95_low and ci95_high,
+    empty where the point carried none) in a new private folder of the run's; returns it."""
     import csv
     import shutil
 
@@ -154,8 +156,9 @@ def export_run(job_id: str, points: Iterable[tuple[str, int, float]], when: date
                 shutil.copyfileobj(source, copy)
     with open_private(folder / "metrics.csv", "w", newline="") as handle:
         writer = csv.writer(handle)
-        writer.writerow(["name", "step", "value"])
-        writer.writerows([name, step, repr(value)] for name, step, value in points)
+        writer.writerow(["name", "step", "value", "ci95_low", "ci95_high"])
+        writer.writerows([name, step, repr(value), *((repr(ci.low), repr(ci.high)) if ci else ("", ""))]
+                         for name, step, value, ci in points)
     return folder
 
 

@@ -73,8 +73,10 @@ def metrics_from_events(events: list[JobEvent]) -> list[MetricPoint]:
         for field, name in fields.items():
             value = event.data.get(field)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
+                # An evaluation's interval rides along (its summary carries ci95, as its point does).
+                extra = {"ci95": event.data["ci95"]} if phase == "eval" and "ci95" in event.data else {}
                 points.append(MetricPoint(name=name, value=float(value), step=step, phase=phase,
-                                          created_at=event.created_at))
+                                          created_at=event.created_at, data=extra))
     return points
 
 

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from app.core.api.wire import MetricPoint, parse_iso
+from app.core.runs.intervals import Interval, change, change_words, point_interval
 
 # The default series (docs/product.md#metrics-grid): the GEPA metric when present, else the first present of the
 # job's mean-score / reward metrics.
@@ -103,11 +104,13 @@ class MetricSeries:
         self.maximum = -math.inf
         self._arrivals: list[tuple[float, float]] = []  # (time, step), recent only
         self._backend_clock: bool | None = None  # whether _arrivals hold the backend's times
+        # An evaluation's 95 % interval by step, where its point carries one (intervals.py).
+        self.intervals: dict[float, Interval] = {}
 
     def __len__(self) -> int:
         return len(self.steps)
 
-    def add(self, step: float, value: float, now: float | None = None) -> None:
+    def add(self, step: float, value: float, now: float | None = None, interval: Interval | None = None) -> None:
         # Beyond ±1e15 a chart's range overflows (1e308 - -1e308 is inf) and plotext fails;
         # such a value says "diverged", which the event log still shows in full.
         if not math.isfinite(value) or abs(value) > MAX_CHARTED or not math.isfinite(step) or abs(step) > MAX_CHARTED:
@@ -120,6 +123,8 @@ class MetricSeries:
             self._smooth_next()
         self.minimum = min(self.minimum, value)
         self.maximum = max(self.maximum, value)
+        if interval is not None:
+            self.intervals[step] = interval
         if self._backend_clock != (now is not None):  # two clocks' times are never compared
             self._backend_clock, self._arrivals = now is not None, []
         self._arrivals.append((time.monotonic() if now is None else now, step))
@@ -149,6 +154,10 @@ class MetricSeries:
     def smoothed(self, mode: str) -> array[float]:
         return {"ema": self.ema, "moving average": self.moving}.get(mode, self.values)
 
+    def interval_at(self, index: int) -> Interval | None:
+        """The interval of the point at `index` (-1: the last), if its point carried one."""
+        return self.intervals.get(self.steps[index]) if self.steps else None
+
     def readouts(self) -> Readouts:
         if not self.values:
             return Readouts(self.name, None, None, None, None, None, None)
@@ -158,7 +167,8 @@ class MetricSeries:
             (t0, s0), (t1, s1) = self._arrivals[0], self._arrivals[-1]
             if t1 - t0 >= MIN_RATE_SPAN_S:
                 rate = (s1 - s0) / (t1 - t0) * 60.0
-        return Readouts(self.name, self.values[-1], best, self.minimum, self.maximum, int(self.steps[-1]), rate)
+        return Readouts(self.name, self.values[-1], best, self.minimum, self.maximum, int(self.steps[-1]), rate,
+                        self.interval_at(-1))
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,15 @@ class Readouts:
     maximum: float | None
     step: int | None
     steps_per_minute: float | None
+    interval: Interval | None = None  # the last value's 95 % interval, when its point carried one
+
+    @property
+    def last_text(self) -> str:
+        """The last value, with its interval's half-width when it has one: `0.9200 ±0.0900`."""
+        if self.last is None:
+            return "—"
+        text = shown_number(self.last)
+        return text if self.interval is None else f"{text} ±{shown_number(self.interval.half_width)}"
 
     @property
     def best_label(self) -> str:
@@ -191,7 +210,8 @@ class MetricStore:
             series = self.series.get(point.name)
             if series is None:
                 series = self.series[point.name] = MetricSeries(point.name)
-            series.add(float(point.step), float(point.value), now=_timestamp(point.created_at))
+            series.add(float(point.step), float(point.value), now=_timestamp(point.created_at),
+                       interval=point_interval(point.data))
             changed.add(point.name)
         return changed
 
@@ -205,6 +225,25 @@ class MetricStore:
 
     def get(self, name: str | None) -> MetricSeries | None:
         return self.series.get(name) if name else None
+
+    def rows(self) -> list[tuple[str, int, float, Interval | None]]:
+        """`points()` with each point's interval (None where it carried none): the export's rows."""
+        return [(name, int(step), value, series.intervals.get(step)) for name, series in self.series.items()
+                for step, value in zip(series.steps, series.values, strict=True)]
+
+
+BASELINE_METRIC = "eval.mean_score"
+
+
+def baseline_change(store: MetricStore, name: str = BASELINE_METRIC) -> str | None:
+    """The final line's change from the step-0 evaluation to the last one (`eval 0.31 -> 0.92,
+    +0.61 +/- 0.09`; docs/product.md#live-dashboard), or None without an evaluation at step 0 and a
+    later one (the hosted service's jobs have none at step 0)."""
+    series = store.get(name)
+    if series is None or len(series) < 2 or series.steps[0] != 0:
+        return None
+    moved = change(series.values[0], series.interval_at(0), series.values[-1], series.interval_at(-1))
+    return change_words(name.partition(".")[0], moved)
 
 
 def _timestamp(created_at: str | None) -> float | None:

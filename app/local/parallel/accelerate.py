@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import reprlib
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +36,7 @@ ACCELERATE_KEYS = frozenset({
 # Flags whose values are secrets: never on a command line (any user on the machine can read argv).
 SECRET_FLAGS = ("--token", "--api-key", "--api_key", "--secret", "--password", "--key")
 VLLM_CPU_HINT = "leave --vllm-server out (each process then generates with the model itself)"
+MAX_CONFIG_BYTES = 1 << 20  # an accelerate config is a few hundred bytes; /dev/zero or a 5 GB file is not one
 CPU_HINT = ("run `--processes N` on CPU with gloo (no --accelerate-config, or "
             "--accelerate-config configs/accelerate/cpu-gloo.yaml)")
 
@@ -48,7 +51,19 @@ class Problem:
     fix: str
 
     def sentence(self) -> str:
-        return f"{self.field} = {self.value!r}: {self.what}"
+        return f"{self.field} = {shown(self.value)}: {self.what}"
+
+
+_SHOWN = reprlib.Repr()  # Python 3.11's Repr takes no keywords
+_SHOWN.maxlevel, _SHOWN.maxdict, _SHOWN.maxlist, _SHOWN.maxstring, _SHOWN.maxother = 2, 4, 4, 80, 80
+SHOWN_CHARS = 200
+
+
+def shown(value: Any) -> str:
+    """A value from the user's file as a refusal quotes it: bounded in depth and length, so a
+    huge or deeply nested value costs nothing to show (docs/hardening.md#8)."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 1] + "…"
 
 
 class AccelerateConfigError(ConfigError):
@@ -156,10 +171,15 @@ def _load_yaml(path: Path) -> dict[str, Any]:
         raise AccelerateConfigError(str(path), [Problem("file", str(path), "cannot be read without PyYAML",
                                                         "pip install 'synth-tui[trainer]'")]) from None
     fix = "give the path of an accelerate config YAML (`accelerate config` writes one; examples: configs/accelerate/)"
-    if not path.is_file():
-        raise AccelerateConfigError(str(path), [Problem("file", str(path), "no such file", fix)])
+    if (what := _not_a_config_file(path)) is not None:
+        raise AccelerateConfigError(str(path), [Problem("file", str(path), what, fix)])
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_CONFIG_BYTES + 1)
+        if len(raw) > MAX_CONFIG_BYTES:
+            what = f"is over {MAX_CONFIG_BYTES // 1024} KiB, far more than an accelerate config"
+            raise AccelerateConfigError(str(path), [Problem("file", str(path), what, fix)])
+        data = yaml.load(raw.decode("utf-8"), Loader=_loader_without_aliases(yaml))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         what = f"not readable YAML ({type(exc).__name__}: {str(exc).splitlines()[0][:160]})"
         raise AccelerateConfigError(str(path), [Problem("file", str(path), what, fix)]) from None
@@ -167,6 +187,36 @@ def _load_yaml(path: Path) -> dict[str, Any]:
         what = f"holds a {type(data).__name__}, not a mapping of accelerate's keys"
         raise AccelerateConfigError(str(path), [Problem("file", str(path), what, fix)])
     return {str(key): value for key, value in data.items()}
+
+
+def _not_a_config_file(path: Path) -> str | None:
+    """Why `path` cannot be a config file (missing, a folder, a device or a FIFO), or None."""
+    try:
+        mode = path.stat().st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"cannot be read ({exc.strerror or type(exc).__name__})"
+    if stat.S_ISDIR(mode):
+        return "is a folder, not a file"
+    if not stat.S_ISREG(mode):
+        return "is not a regular file (a device, a FIFO or a socket)"
+    return None
+
+
+def _loader_without_aliases(yaml: Any) -> Any:
+    """PyYAML's safe loader refusing anchors and aliases: accelerate's configs use none, and nine
+    lines of aliases expand into gigabytes once anything walks the value (docs/hardening.md#8)."""
+
+    class NoAliases(yaml.SafeLoader):  # type: ignore[misc]
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise yaml.composer.ComposerError(None, None, "an alias (*name) is not taken here: write the "
+                                                  "value out", event.start_mark)
+            return super().compose_node(parent, index)
+
+    return NoAliases
 
 
 def _distributed_type(data: Mapping[str, Any], problems: list[Problem]) -> str:
@@ -452,11 +502,16 @@ def launch_env(setup: AccelerateSetup | None, processes: int = 1, cores: int | N
     return env
 
 
+ACCELERATE_LAUNCHER = "accelerate.commands.launch"
+
+
 def accelerate_launch_command(python: str, yaml_path: str | Path, processes: int, port: int | None,
-                              module_args: Sequence[str], *, launcher_args: Sequence[str] = ()) -> list[str]:
+                              module_args: Sequence[str], *, launcher_args: Sequence[str] = (),
+                              launcher: str = ACCELERATE_LAUNCHER) -> list[str]:
     """`python -m accelerate.commands.launch … --module <module> <args>`: what the backend starts.
     `port`: the rendezvous port (one machine: a free one per job; several machines: None, the YAML's
     main_process_port, the same on every machine). `processes` counts every rank of every machine.
+    `launcher`: accelerate's, or app.local.parallel.loopback (the same, its store on loopback).
     No secret goes on it (argv is readable by every user of the machine): a per-job token travels
     in the environment; a flag named like a secret is refused."""
     if not module_args:
@@ -468,5 +523,5 @@ def accelerate_launch_command(python: str, yaml_path: str | Path, processes: int
     if processes < 1 or (port is not None and not 0 < port < 65536):
         raise ValueError(f"processes must be at least 1 and port a TCP port (got {processes}, {port})")
     rendezvous = [] if port is None else ["--main_process_port", str(port)]
-    return [python, "-m", "accelerate.commands.launch", "--config_file", str(yaml_path),
+    return [python, "-m", launcher, "--config_file", str(yaml_path),
             "--num_processes", str(processes), *rendezvous, *launcher_args, "--module", *module_args]

@@ -37,6 +37,7 @@ from app.local.parallel.launch import (
     RankInfo,
     cores,
     machine_exit_file,
+    open_port_warning,
     read_ranks,
     root_cause,
 )
@@ -142,7 +143,7 @@ class RanksHost:
         assert group.proc is not None
         self.running[folder] = HostedJob(folder, group)
         self.say(f"{folder.name}: started {local} rank(s) of machine {self.machine} on {launch.env[HOST_ENV]} "
-                 f"(launcher pid {group.proc.pid})")
+                 f"(launcher pid {group.proc.pid}); {open_port_warning(launch)}")
 
     def _stop(self, job: HostedJob, why: str) -> None:
         job.group.ranks = self._ranks(job.folder)  # stop() signals this machine's among them
@@ -169,15 +170,20 @@ class RanksHost:
             return []
 
 
-def wait_forever_until_signalled(host: RanksHost) -> None:
-    """Run the host in this thread; SIGTERM and Ctrl+C stop it (and its ranks) cleanly."""
+def wait_forever_until_signalled(host: RanksHost) -> bool:
+    """Run the host in this thread; SIGTERM and Ctrl+C stop it (and its ranks) cleanly. True when
+    Ctrl+C stopped it: the command then exits 130, as every server command (docs/product.md)."""
     import signal
 
     def stop(signum: int, frame: Any) -> None:
         host.stopping.set()
 
-    signal.signal(signal.SIGTERM, stop)
+    before = signal.signal(signal.SIGTERM, stop)
     try:
         host.run()
     except KeyboardInterrupt:
         host.stopping.set()
+        return True
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    return False

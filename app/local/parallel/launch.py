@@ -28,6 +28,7 @@ from app.core.errors import ConfigError, UsageError
 from app.core.paths import open_private
 from app.core.processes import signal_group
 from app.local.parallel.accelerate import (
+    ACCELERATE_LAUNCHER,
     AccelerateSetup,
     accelerate_launch_command,
     accelerate_yaml,
@@ -199,6 +200,7 @@ class Launch:
 
 
 WORKER_MODULE = "app.local.parallel.worker"
+LOOPBACK_LAUNCHER = "app.local.parallel.loopback"  # accelerate's launcher, the rendezvous store on loopback
 
 
 def build_launch(parallel: Parallel, rendezvous: Path, *, port: int | None = None,
@@ -217,11 +219,26 @@ def build_launch(parallel: Parallel, rendezvous: Path, *, port: int | None = Non
     config_path.write_text(json.dumps(config, indent=1), encoding="utf-8")  # JSON is YAML
     # Several machines meet at the config's main_process_port; one machine takes a free port.
     rendezvous_port = None if setup is not None and setup.multi_node else (port or free_port())
+    one_machine = rendezvous_port is not None
     command = accelerate_launch_command(python, config_path, processes, rendezvous_port,
                                         [WORKER_MODULE, "--rendezvous", str(rendezvous)],
-                                        launcher_args=["--monitor_interval", "0.2"])
+                                        launcher_args=["--monitor_interval", "0.2"],
+                                        # one machine: the rendezvous store on loopback (docs/hardening.md#8)
+                                        launcher=LOOPBACK_LAUNCHER if one_machine else ACCELERATE_LAUNCHER)
     env = {**launch_env(setup, processes, cores()), "TOKENIZERS_PARALLELISM": "false"}
+    if one_machine and (setup is None or setup.on_cpu):
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's own connections between the ranks: loopback too
     return Launch(command, env, config)
+
+
+def open_port_warning(launch: Launch) -> str | None:
+    """What a multi-machine job says when it starts: its rendezvous port takes anyone who reaches it."""
+    if int(launch.config.get("num_machines", 1) or 1) < 2:
+        return None
+    port = launch.config.get("main_process_port") or 29500  # accelerate's default
+    return (f"the ranks meet on {launch.config.get('main_process_ip')}:{port}, which torch serves on every "
+            f"interface without a key: only the job's machines may reach that port (a firewall rule; "
+            f"docs/scaling.md#several-machines)")
 
 
 @dataclass(frozen=True)
@@ -407,7 +424,10 @@ class RankGroup:
                     said = json.loads((self.rendezvous / machine_exit_file(machine)).read_text(encoding="utf-8"))
                 except (OSError, ValueError):
                     continue
-                cause = said.get("cause")
+                cause, why = said.get("cause"), said.get("why")
+                if isinstance(why, str):  # its ranks host was killed: one of its ranks says so (worker.py)
+                    return (f"the ranks of machine {machine} stopped: {why}",
+                            {"machine": machine, "ranks_host_gone": True})
                 if isinstance(cause, list) and len(cause) == 3:
                     rank, code, pid = (int(x) for x in cause)
                     return (f"{death_of(rank, pid, code)} on machine {machine}",

@@ -24,6 +24,7 @@ import re
 import secrets
 import shutil
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -98,6 +99,7 @@ class DistributedLmPolicy:
         self.group = RankGroup(self.world, self.rendezvous, launch)
         if self.group.machines > 1:  # what the other machines' ranks hosts start their ranks from
             dp_launch.write_for_other_machines(self.rendezvous, launch, self.token)
+            print(f"Warning: {dp_launch.open_port_warning(launch)}.", file=sys.stderr, flush=True)
         (self.rendezvous / dp_launch.SETTINGS_FILE).write_text(  # last: a ranks host starts once it is there
             json.dumps({"settings": asdict(settings), "vllm_server": parallel.vllm_server}), encoding="utf-8")
         self.loaded_steps: list[int] | None = None  # each rank's loaded checkpoint's steps (a resumed job)
@@ -158,8 +160,11 @@ class DistributedLmPolicy:
         if resp.status_code == 422 and "cannot_act" in body:
             raise PolicyCannotAct(body["cannot_act"])
         if resp.status_code != 200:
-            raise PolicyFailed(f"rank {rank} (pid {self.ranks[rank].pid}) failed {path}: "
-                               f"{body.get('error', resp.status_code)}", {"rank": rank, "pid": self.ranks[rank].pid})
+            failed = (f"rank {rank} (pid {self.ranks[rank].pid}) failed {path}: "
+                      f"{body.get('error', resp.status_code)}")
+            if self.group.machines > 1:  # a collective broken by another machine: that machine is the cause
+                raise self._failure(failed, wait_s=3.0)
+            raise PolicyFailed(failed, {"rank": rank, "pid": self.ranks[rank].pid})
         result: dict[str, Any] = body
         return result
 

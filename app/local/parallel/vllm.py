@@ -164,16 +164,18 @@ class VllmGenerator:
                    **sampling)
 
     def turn(self, prompt_ids: Sequence[int], *, seed: int | None = None, grammar: str | None = None,
-             max_tokens: int | None = None) -> GeneratedTurn:
+             max_tokens: int | None = None, greedy: bool = False) -> GeneratedTurn:
         """Sample one completion of `prompt_ids`. `grammar`: an EBNF grammar (str() of the policy's
-        xgrammar Grammar) sent as vLLM's structured_outputs; `seed` makes the sample reproducible."""
+        xgrammar Grammar) sent as vLLM's structured_outputs; `seed` makes the sample reproducible;
+        `greedy`: temperature 0 (an evaluation's turn)."""
         extra: dict[str, Any] = {}
         if seed is not None:
             extra["seed"] = seed
         if grammar is not None:
             extra["structured_outputs"] = {"grammar": grammar}
         started = time.perf_counter()
-        out = self.client.generate(prompts=[list(prompt_ids)], n=1, temperature=self.temperature, top_p=self.top_p,
+        temperature = 0.0 if greedy else self.temperature
+        out = self.client.generate(prompts=[list(prompt_ids)], n=1, temperature=temperature, top_p=self.top_p,
                                    max_tokens=max_tokens or self.max_tokens, logprobs=0,
                                    generation_kwargs=extra or None)
         seconds = time.perf_counter() - started

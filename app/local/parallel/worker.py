@@ -42,6 +42,7 @@ from app.local.parallel.launch import (
     TOKEN_HEADER,
     alive,
     collective_timeout_s,
+    machine_exit_file,
     per_device_batch,
     vllm_plan,
 )
@@ -243,9 +244,23 @@ def _orphan_guard(rank: int, rendezvous: Path, machine: int) -> None:
                       file=sys.stderr, flush=True)
                 if backend_gone and machine == 0:
                     shutil.rmtree(rendezvous, ignore_errors=True)
+                elif backend_gone:  # another machine's ranks host was killed: the backend names the machine
+                    _say_host_gone(rendezvous, machine, backend)
                 os._exit(3)
 
     threading.Thread(target=watch, name="orphan-guard", daemon=True).start()
+
+
+def _say_host_gone(rendezvous: Path, machine: int, host_pid: int) -> None:
+    """What the ranks host would have written when its ranks end (machine-K.exit.json), had it not
+    been killed: without it the job failed quoting gloo's broken connection (docs/hardening.md#8)."""
+    said = rendezvous / machine_exit_file(machine)
+    if rendezvous.is_dir() and not said.exists():
+        try:
+            write_json_atomically(said, {"machine": machine, "exitcode": None, "cause": None,
+                                         "why": f"its ranks host (pid {host_pid}) is gone"})
+        except OSError:
+            pass
 
 
 def main(argv: list[str] | None = None) -> None:

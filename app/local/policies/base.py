@@ -136,6 +136,9 @@ class PolicyInfo:
     stand_in: bool  # True when it does not train the model the config names
     message: str
     data: dict[str, Any]
+    # What the job should be told besides (a warning event each): say, a resumed job whose
+    # checkpoint held no optimizer state (docs/hardening.md#8).
+    warnings: tuple[str, ...] = ()
 
 
 class Policy(Protocol):
@@ -173,6 +176,22 @@ class Watched(Protocol):
     trainer hands it a callback, called once, from any thread, with (message, data)."""
 
     def watch(self, failed: Callable[[str, dict[str, Any]], None]) -> None: ...
+
+
+# An evaluation's rollouts act greedily (docs/embedded-policy.md#evaluation): the job runner names
+# them `eval-<step>-<index>-…` in their correlation id (`trace_<job_id>:eval-…`); a caller of a
+# finished job's chat endpoint asks for the same with the SDK's `eval_` prefix. The sampled
+# episodes of a pass@k evaluation (`[evaluation] samples = k`) are named `evalk-…`: they sample.
+GREEDY_ROLLOUT_PREFIX = "eval-"
+SAMPLED_EVAL_ROLLOUT_PREFIX = "evalk-"
+
+
+def acts_greedily(correlation_id: str) -> bool:
+    """Whether a chat turn is an evaluation's that takes the policy's best action (temperature 0)
+    instead of sampling: its correlation id says so."""
+    if correlation_id.startswith("eval_"):
+        return True
+    return correlation_id.partition(":")[2].startswith(GREEDY_ROLLOUT_PREFIX)
 
 
 def group_advantages(episodes: list[Episode], eps: float = 1e-6) -> None:

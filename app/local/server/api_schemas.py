@@ -36,7 +36,7 @@ ERROR_MEANINGS = {
     415: "The request body is not sent as Content-Type: application/json",
     422: "The request is well-formed HTTP but its body or parameters are invalid (detail names each problem)",
     502: "A call this request depends on failed (detail names the call and why)",
-    503: "The server cannot serve this now (starting, stopping or without its key)",
+    503: "The server cannot serve this now (starting, stopping, without its key, or its database failed)",
 }
 BODY_ERRORS = (413, 415, 422)  # what the request guard answers before any route with a body (app/local/server/guard.py)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sqlite3
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -119,6 +120,9 @@ def _what_is_wrong(error: Mapping[str, Any], root: bool) -> str | None:
 
 
 GENERIC_REFUSAL = Refusal()
+DATABASE_FAILED = ("The backend's database could not be read or written ({kind}); its file may be damaged. "
+                   "Stop the backend and start it again: a damaged file is then refused with its path and what to "
+                   "do (docs/hardening.md section 6).")
 
 
 def install_json_errors(app: FastAPI, refusals: Mapping[Callable[..., Any], Refusal] | None = None) -> None:
@@ -148,6 +152,15 @@ def install_json_errors(app: FastAPI, refusals: Mapping[Callable[..., Any], Refu
         refusal = known.get(getattr(request.scope.get("route"), "endpoint", None), GENERIC_REFUSAL)
         errors = exc.errors()
         return JSONResponse({"detail": refusal.detail(errors)}, status_code=refusal.status(errors))
+
+    @app.exception_handler(sqlite3.DatabaseError)
+    async def _database(request: Request, exc: sqlite3.DatabaseError) -> JSONResponse:
+        # The backend's database failed under a request (damaged after start, locked, a full
+        # disk): a 503 in words and one log line, no traceback (issue 41). SQLite's text can
+        # quote a stored value, so the answer names the kind only; the log has the text.
+        _log.error("%s %s: the database failed (%s: %s)", request.method, request.url.path, type(exc).__name__,
+                   " ".join(str(exc).split())[:200])
+        return JSONResponse({"detail": DATABASE_FAILED.format(kind=type(exc).__name__)}, status_code=503)
 
     @app.exception_handler(Exception)
     async def _crash(request: Request, exc: Exception) -> JSONResponse:

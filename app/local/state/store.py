@@ -55,7 +55,7 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS metrics (
     job_id TEXT NOT NULL REFERENCES jobs (id),
     name TEXT NOT NULL,
-    step INTEGER NOT NULL CHECK (step >= 1),
+    step INTEGER NOT NULL CHECK (step >= 0),
     value REAL NOT NULL,
     epoch INTEGER,
     phase TEXT,
@@ -128,8 +128,9 @@ class _NotOurs(Exception):
     """A database, but not one this backend wrote (or one a newer synth-tui wrote)."""
 
 
-def _check_contents(db: sqlite3.Connection) -> None:
-    """Reads only: SQLite's damage shows on the first page read; then the tables and version."""
+def _check_contents(db: sqlite3.Connection, *, every_page: bool = True) -> None:
+    """Reads only: SQLite's damage shows on the first page read; then the tables and version,
+    and (`every_page`) the damage a read of page 1 does not show (_quick_check)."""
     tables = {name: kind for name, kind in db.execute("SELECT name, type FROM sqlite_master")}
     (version,) = db.execute("PRAGMA user_version").fetchone()
     if version > SCHEMA_VERSION:
@@ -145,6 +146,33 @@ def _check_contents(db: sqlite3.Connection) -> None:
     missing += [f"jobs.{name}" for name in _FIRST_JOB_COLUMNS if name not in columns]
     if missing:
         raise _NotOurs(f"it lacks what every synth-tui backend database has ({', '.join(missing)})")
+    if every_page:
+        _quick_check(db)
+
+
+def _quick_check(db: sqlite3.Connection) -> None:
+    """SQLite's own check of every page (PRAGMA quick_check: the b-trees, not the indexes'
+    contents; linear in the file's size). A file garbled in its middle pages opened fine, was
+    written to, and answered 500 on every list (issue 41): only its first page had been read."""
+    findings = [row[0] for row in db.execute("PRAGMA quick_check(3)")]
+    if findings != ["ok"]:
+        shown = " ".join(" ".join(str(finding) for finding in findings).split())
+        shown = shown if len(shown) <= 160 else shown[:160].rstrip() + "…"
+        raise sqlite3.DatabaseError(f"database disk image is malformed (PRAGMA quick_check: {shown})")
+
+
+def _allow_step_zero(db: sqlite3.Connection) -> None:
+    """A state file from before the step-0 evaluation (docs/embedded-policy.md#evaluation) refuses
+    metrics at step 0 (CHECK step >= 1): its metrics table is rebuilt with the new check, every
+    row kept. SQLite cannot change a CHECK in place. The file stays readable by older versions."""
+    (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'metrics'").fetchone()
+    if "step >= 1" not in sql:
+        return
+    with db:
+        db.execute("ALTER TABLE metrics RENAME TO metrics_before_step_zero")
+        db.executescript(_SCHEMA)  # the new metrics table (the others exist)
+        db.execute("INSERT INTO metrics SELECT * FROM metrics_before_step_zero")
+        db.execute("DROP TABLE metrics_before_step_zero")
 
 
 def utc_now() -> str:
@@ -192,7 +220,8 @@ class Store:
         self._conn.row_factory = sqlite3.Row
         try:
             with self._lock:
-                _check_contents(self._conn)  # again, on this connection: nothing is written before it
+                # Again on this connection, nothing written before it (its pages: check_store_file, above).
+                _check_contents(self._conn, every_page=False)
                 self._conn.execute("PRAGMA journal_mode=WAL")
                 self._conn.execute("PRAGMA synchronous=NORMAL")
                 self._conn.execute("PRAGMA foreign_keys=ON")
@@ -200,6 +229,7 @@ class Store:
                 columns = {r["name"] for r in self._conn.execute("PRAGMA table_info(jobs)")}
                 if "checkpoint" not in columns:  # a state file from before checkpoints
                     self._conn.execute("ALTER TABLE jobs ADD COLUMN checkpoint TEXT")
+                _allow_step_zero(self._conn)
                 self._conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
             self.rollouts = RolloutStore(self._conn, self._lock)  # the inspector's rollouts: rollout_store.py
             # Jobs a previous run of the backend left queued or running: the backend resumes them.

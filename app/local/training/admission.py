@@ -143,6 +143,21 @@ class Admission:
     def device_slots(self) -> int | None:
         return self._device_count
 
+    def why_waiting(self, ahead: int, for_device: bool) -> str:
+        """Why a job waits, in words true of the moment: after a restart the jobs ahead of it may
+        not have started yet, so "0 are running" is not the reason (docs/hardening.md#8)."""
+        if for_device:
+            return (f"`lm` jobs train one per device and this backend has {self.device_slots or 1} "
+                    "(each CUDA device, else the CPU)")
+        at_most = f"the backend runs at most {self.max_jobs} job{'s' * (self.max_jobs != 1)} at once ({JOBS_FLAG})"
+        running = self.running
+        if running >= self.max_jobs or ahead == 0:
+            return f"{at_most}, and {running} {'is' if running == 1 else 'are'} running"
+        starting = min(ahead, self.max_jobs - running)
+        now = f"{running} {'is' if running == 1 else 'are'} running and " if running else ""
+        return (f"{at_most}: {now}{starting} job{'s' * (starting != 1)} ahead of it "
+                f"{'is' if starting == 1 else 'are'} starting first")
+
     async def admit(self, job_id: str, *, device: bool, on_wait: Callable[[int, bool], None] | None = None) -> None:
         """Wait for the job's slot (and a device for an `lm` job). ``on_wait(ahead, for_device)``
         is called once when the job has to wait. Cancelling the wait leaves the queue."""

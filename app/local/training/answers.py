@@ -14,6 +14,8 @@ bounds are in app/core/config/trainable.py, checked by the client and the backen
 
 from __future__ import annotations
 
+import asyncio
+
 import httpx
 
 # 32 MiB: far above any answer of the reference task apps (a few kB) or of the SDK's Crafter
@@ -40,6 +42,16 @@ class AnswerTooLarge(Exception):
         if self.size is not None:
             return f"declared {show_bytes(self.size)} (Content-Length), over the limit of {show_bytes(self.cap)}"
         return f"exceeded {show_bytes(self.cap)} (reading stopped there)"
+
+
+class AnswerDeadline(httpx.ReadTimeout):
+    """No whole answer within `seconds` of the send: connecting, the headers and the body
+    together. A read timeout, so it is not retried (app/local/training/retry.py): the other side
+    is working, just slowly, or trickling bytes to keep a per-read timeout from firing."""
+
+    def __init__(self, seconds: float, request: httpx.Request) -> None:
+        self.seconds = seconds
+        super().__init__(f"no whole answer within {seconds:g} s", request=request)
 
 
 def show_bytes(count: int) -> str:
@@ -76,3 +88,17 @@ async def send_capped(http: httpx.AsyncClient, request: httpx.Request, cap: int)
     headers = [(k, v) for k, v in response.headers.multi_items() if k.lower() not in _DROPPED_HEADERS]
     return httpx.Response(response.status_code, headers=headers, content=b"".join(chunks), request=request,
                           extensions={"http_version": response.extensions.get("http_version", b"HTTP/1.1")})
+
+
+async def send_within(http: httpx.AsyncClient, request: httpx.Request, cap: int, deadline_s: float) -> httpx.Response:
+    """`send_capped`, cut at `deadline_s` from now: httpx's timeouts are per read, and a task app
+    that sends a byte every few seconds never trips one (issue 41, docs/hardening.md section 3).
+    The connection is closed when the deadline passes; AnswerDeadline says so."""
+    deadline = asyncio.timeout(deadline_s)
+    try:
+        async with deadline:
+            return await send_capped(http, request, cap)
+    except TimeoutError:
+        if not deadline.expired():
+            raise
+        raise AnswerDeadline(deadline_s, request) from None

@@ -84,7 +84,11 @@ class JobRun:
     flat_steps: int = 0  # steps whose rollouts all scored the same
     first_score: float | None = None  # step 1's train mean score
     last_train_score: float | None = None
-    eval_score: float | None = None  # the latest evaluation's mean score
+    eval_score: float | None = None  # the latest evaluation's mean score (after a step)
+    eval_ci: list[float] | None = None  # its 95 % interval [low, high], if any
+    baseline_done: bool = False  # the step-0 evaluation is recorded (steps._evaluate_baseline)
+    baseline_score: float | None = None  # its mean score
+    baseline_ci: list[float] | None = None  # its 95 % interval
     eval_pending: list[dict[str, Any]] | None = None  # `step` trained, its evaluation not yet recorded
     resumed: dict[str, Any] | None = None  # the checkpoint this run started from, if any
     contract: str = GEN_02  # the rollout contract generation spoken to the task app
@@ -92,6 +96,7 @@ class JobRun:
     sample: StepSample | None = None  # the train rollouts of the current step the inspector may keep
     inspect_warned: bool = False  # a rollout could not be stored (said once: _keep)
     calling_rollouts: int = 0  # rollouts that called the policy at least once (_require_policy_calls)
+    slow_noted: dict[tuple[str, int], int] = field(default_factory=dict)  # (mode, step): slow rollouts said
     lm: bool | None = None  # trains a language model (needs a device: admission.py); None: by the job runner choice
     admitted: bool = False  # it holds one of the backend's job slots (admission.py)
     # Rollouts whose own chat call the policy refused since one was last answered
@@ -162,7 +167,8 @@ class JobRun:
                 "eval_pending": self.eval_pending,
                 "rng": [version, list(internal), gauss], "flat_steps": self.flat_steps,
                 "first_score": self.first_score, "last_train_score": self.last_train_score,
-                "eval_score": self.eval_score, "contract": self.contract,
+                "eval_score": self.eval_score, "eval_ci": self.eval_ci, "baseline_done": self.baseline_done,
+                "baseline_score": self.baseline_score, "baseline_ci": self.baseline_ci, "contract": self.contract,
                 "counters": {"rollouts": self.rollouts, "chat_completions": self.chat_completions,
                              "retries": self.retries, "seconds": self.counters()["seconds"]}}
 
@@ -175,6 +181,10 @@ class JobRun:
         self.first_score = state.get("first_score")
         self.last_train_score = state.get("last_train_score")
         self.eval_score = state.get("eval_score")
+        self.eval_ci = state.get("eval_ci")
+        self.baseline_done = bool(state.get("baseline_done", False))
+        self.baseline_score = state.get("baseline_score")
+        self.baseline_ci = state.get("baseline_ci")
         self.contract = state.get("contract", GEN_02)
         counters = state.get("counters") or {}
         self.rollouts = int(counters.get("rollouts", 0))

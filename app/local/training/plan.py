@@ -43,6 +43,7 @@ class TrainingPlan:
     eval_seeds: tuple[int, ...] = ()
     eval_instances: int = 0
     eval_every: int = 0
+    eval_samples: int = 0  # [evaluation] samples: k sampled episodes per instance (pass@k); 0: one greedy each
     seed: int | None = None
     # What the inspector keeps (rollout_record.py): train rollouts per step, bytes per job.
     inspect_per_step: int = DEFAULT_PER_STEP
@@ -95,6 +96,7 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
         eval_seeds=tuple(evaluation.seeds) if evaluation else (),
         eval_instances=evaluation.instances if evaluation else 0,
         eval_every=evaluation.every_n_iters if evaluation else 0,
+        eval_samples=(evaluation.samples or 0) if evaluation else 0,
         seed=training.seed,
         inspect_per_step=rollout.inspect_per_step,
         inspect_max_bytes=rollout.inspect_max_bytes,

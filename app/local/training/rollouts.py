@@ -29,7 +29,7 @@ from app.local.policies.base import Episode
 from app.local.state.journal import Journal
 from app.local.state.store import utc_now
 from app.local.training.admission import Admission
-from app.local.training.answers import NOT_COMPRESSED, AnswerTooLarge, send_capped, show_bytes
+from app.local.training.answers import NOT_COMPRESSED, AnswerDeadline, AnswerTooLarge, send_within, show_bytes
 from app.local.training.job_run import JobRun, OpenRollout
 from app.local.training.plan import TrainingPlan
 from app.local.training.retry import ROLLOUT_BACKOFF, send_with_retries
@@ -52,6 +52,13 @@ from app.local.training.rollout_record import (
 )
 
 RETRY_EVENTS_SHOWN = 5
+# A rollout still unanswered at this share of `[rollout] timeout_s` is named in a warning event,
+# once; at most SLOW_EVENTS_SHOWN of a step's rollouts are (docs/hardening.md section 3).
+SLOW_AT = 0.5
+SLOW_EVENTS_SHOWN = 5
+SLOW_ROLLOUT_EVENT = "rl.rollout.slow"
+# httpx's own read timeout, a backstop behind the deadline (answers.send_within) that cuts first.
+READ_TIMEOUT_AFTER_DEADLINE_S = 5.0
 # A phase's rollouts done so far, said at most this often (never for a phase done sooner): a
 # real model on a CPU takes minutes a step, and a job that says nothing looks frozen (issue 37).
 ROLLOUT_PROGRESS_EVERY_S = 10.0
@@ -100,7 +107,7 @@ class RolloutClient:
     def _note_progress(self, run: JobRun, mode: str, step: int, progress: _RolloutProgress) -> None:
         """`Step 1: 4/16 rollouts done`: the dashboard's sign of life within a long step
         (docs/wire-contract.md#event-types)."""
-        what = f"Step {step}" if mode == "rl" else f"Eval after step {step}"
+        what = f"Step {step}" if mode == "rl" else f"Eval after step {step}" if step else "Eval at step 0"
         self.journal.event(run.job_id, ROLLOUT_PROGRESS_EVENT,
                            f"{what}: {progress.done}/{progress.total} rollouts done",
                            data={"step": step, "phase": PHASES.get(mode, mode), "done": progress.done,
@@ -127,8 +134,12 @@ class RolloutClient:
 
     async def _rollout(self, run: JobRun, mode: str, step: int, index: int, seed: int) -> Episode:
         plan = run.plan
-        rollout_id = f"{mode}-{step}-{index}-{secrets.token_hex(6)}"
-        where = f"seed {seed}, iteration {step}" if mode == "rl" else f"eval seed {seed}, after iteration {step}"
+        # The policy reads from the id whether to act greedily (policies/base.acts_greedily): an
+        # evaluation's are `eval-…`, unless `[evaluation] samples` asks for sampled ones (`evalk-…`).
+        tag = "evalk" if mode == "eval" and plan.eval_samples else mode
+        rollout_id = f"{tag}-{step}-{index}-{secrets.token_hex(6)}"
+        where = (f"seed {seed}, iteration {step}" if mode == "rl" else f"eval seed {seed}, after iteration {step}"
+                 if step else f"eval seed {seed}, before any update")
         url = f"{plan.task_url}/rollout"
         ask = RolloutAsk(job_id=run.job_id, rollout_id=rollout_id, mode=mode, seed=seed, env_name=plan.env_name,
                          policy_name=plan.policy_name, model=plan.model, max_turns=plan.max_turns, ops=plan.ops,
@@ -137,9 +148,12 @@ class RolloutClient:
         rollout.record = plan.inspect_max_bytes > 0 and (
             mode == "eval" or (run.sample is not None and run.sample.wants_turns()))
         run.open_rollouts[rollout_id] = rollout
+        which = (f"Rollout {index} of step {step}" if mode == "rl" else f"Eval rollout {index} after step {step}")
+        slow = loop_later(plan.rollout_timeout_s * SLOW_AT, self._note_slow, run, mode, step, f"{which} ({where})")
         try:
             resp = await self._post_rollout(run, url, ask, where)
         finally:
+            slow.cancel()
             run.open_rollouts.pop(rollout_id, None)
         if rollout.memos:
             run.calling_rollouts += 1
@@ -214,9 +228,11 @@ class RolloutClient:
             attempts = Attempts()
 
             async def send(body: dict[str, Any] = body) -> httpx.Response:
-                request = self.http.build_request("POST", url, json=body, headers=headers,
-                                                  timeout=plan.rollout_timeout_s)
-                return await send_capped(self.http, request, plan.max_answer_bytes)
+                # timeout_s is a deadline for the whole answer, not per read (send_within).
+                timeout = httpx.Timeout(plan.rollout_timeout_s,
+                                        read=plan.rollout_timeout_s + READ_TIMEOUT_AFTER_DEADLINE_S)
+                request = self.http.build_request("POST", url, json=body, headers=headers, timeout=timeout)
+                return await send_within(self.http, request, plan.max_answer_bytes, plan.rollout_timeout_s)
 
             try:
                 resp = await send_with_retries(send, backoff=ROLLOUT_BACKOFF, on_retry=retried, attempts=attempts)
@@ -252,6 +268,21 @@ class RolloutClient:
                 f"No rollout called the policy in step {step} ({rollouts} rollouts): the task app must call the "
                 "chat endpoint it is given for each rollout (policy.config.inference_url of the /rollout request) "
                 f"to choose its actions, or there is nothing to learn; see {NO_POLICY_CALL_DOC}")
+
+    def _note_slow(self, run: JobRun, mode: str, step: int, which: str) -> None:
+        """`Rollout 3 of step 1 (seed 3, iteration 1): no answer after 8 s of 15 s`, said once a
+        rollout, for at most SLOW_EVENTS_SHOWN of a step's: which rollout holds the step up."""
+        said = run.slow_noted.get((mode, step), 0)
+        if said >= SLOW_EVENTS_SHOWN:
+            return
+        run.slow_noted[(mode, step)] = said + 1
+        limit = run.plan.rollout_timeout_s
+        more = " (further slow rollouts of this step are not said)" if said + 1 == SLOW_EVENTS_SHOWN else ""
+        self.journal.event(run.job_id, SLOW_ROLLOUT_EVENT,
+                           f"{which}: no answer after {limit * SLOW_AT:g} s of {limit:g} s ([rollout] timeout_s); "
+                           f"it is cut at {limit:g} s{more}", level="warning",
+                           data={"step": step, "phase": PHASES.get(mode, mode), "after_s": limit * SLOW_AT,
+                                 "timeout_s": limit})
 
     def _note_retry(self, run: JobRun, message: str) -> None:
         """Retries are counted in every step's data; the first few are also events, so a
@@ -298,6 +329,11 @@ async def _parsed(resp: httpx.Response) -> Any:
     return resp.json()
 
 
+def loop_later(delay_s: float, callback: Any, *args: Any) -> asyncio.TimerHandle:
+    """`callback(*args)` after `delay_s` on the running loop, unless cancelled first."""
+    return asyncio.get_running_loop().call_later(delay_s, callback, *args)
+
+
 def _tries(made: int) -> str:
     return "after 1 attempt" if made == 1 else f"after {made} attempts"
 
@@ -314,7 +350,9 @@ def _transport_failure(plan: TrainingPlan, url: str, exc: httpx.HTTPError, made:
     No library internals: describe_http_error leaves them out."""
     fewer = f"[rollout] max_concurrent_rollouts (now {plan.max_concurrent})"
     if isinstance(exc, httpx.ReadTimeout | httpx.WriteTimeout):
-        doing = "no answer" if isinstance(exc, httpx.ReadTimeout) else "the request could not be sent"
+        # A deadline for the whole answer (answers.send_within); httpx's own timeouts are per read.
+        doing = ("no whole answer" if isinstance(exc, AnswerDeadline)
+                 else "no answer" if isinstance(exc, httpx.ReadTimeout) else "the request could not be sent")
         why = f"{doing} within {plan.rollout_timeout_s:g} s (the task app is slow or overloaded)"
         hint = (f"Give each rollout more time with [rollout] timeout_s (now {plan.rollout_timeout_s:g}), or send "
                 f"fewer at once with {fewer}.")

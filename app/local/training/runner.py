@@ -6,10 +6,10 @@ policy is served by the backend's own chat endpoint while the task app plays epi
 Per iteration: `batch_size` groups, each of `group_size` rollouts on one seed (so
 batch_size × group_size episodes; the hosted example config has episodes_per_batch =
 batch_size × group_size), at most `rollout.max_concurrent_rollouts` in flight. Then one
-policy-gradient step with group-relative advantages (policy.py). Evaluation: every
-`every_n_iters` iterations and after the last one, `instances` episodes cycling over the
-eval seeds, in mode "eval", with the same sampled policy (a greedy memoryless policy can
-loop forever around a wall).
+policy-gradient step with group-relative advantages (policy.py). Evaluation: at step 0
+(before any update), every `every_n_iters` iterations and after the last one, `instances`
+episodes cycling over the eval seeds, in mode "eval", greedy; or k sampled episodes per
+instance, scored pass@k, with `[evaluation] samples = k` (steps.py; docs/embedded-policy.md#evaluation).
 
 Every rollout gets its own RNG seeded from (job seed, mode, step, index), so a job with
 `[training] seed` set is reproducible whatever order the concurrent turns arrive in.
@@ -36,6 +36,7 @@ from typing import Any
 
 import httpx
 
+from app.core.runs.intervals import Interval, change, change_words
 from app.local import policies
 from app.local.policies.base import (
     Parallel,
@@ -49,7 +50,7 @@ from app.local.policies.lm.model import ModelUnavailable, learning_rate_warning
 from app.local.server.model_check import loading_words
 from app.local.state.checkpoints import Checkpoints
 from app.local.state.journal import Journal
-from app.local.training.admission import JOBS_FLAG, Admission
+from app.local.training.admission import Admission
 from app.local.training.job_run import JobRun, policy_settings
 from app.local.training.plan import TrainingPlan
 from app.local.training.rollout_contract import TaskAppError
@@ -59,6 +60,10 @@ from app.local.training.steps import StepLoop
 
 class PolicyUnavailable(Exception):
     """The job's policy cannot be loaded (say, the model is missing); the message says how to fix it."""
+
+
+def _interval(pair: list[float] | None) -> Interval | None:
+    return None if not pair else Interval(pair[0], pair[1], "")
 
 
 def _load_saved(folder: Any, settings: PolicySettings, parallel: Parallel,
@@ -128,8 +133,11 @@ class JobRunner(StepLoop):
         settings = policy_settings(job_id, plan)
         policy: Policy | None = None
         loader: Callable[..., tuple[Policy, str | None]] | None = None
+        kind: str | None = None
         try:
-            if state is None:
+            if state is None or int(state["step"]) == 0:
+                # No step recorded (at most the step-0 evaluation, which saves no policy): the
+                # policy starts again from the beginning, as it was evaluated.
                 loader = partial(policies.make_policy, self.policy_kind, settings, self.parallel)
             else:
                 folder = self.checkpoints.step_dir(job_id, int(state["step"]))
@@ -142,7 +150,7 @@ class JobRunner(StepLoop):
             store.fail_interrupted(job_id, f"its checkpoint could not be read ({type(exc).__name__}: {exc})")
             return
         run = JobRun(job_id, plan, api_base.rstrip("/"), policy, loader)
-        if state is not None:
+        if kind is not None:
             run.lm = kind == "lm"
         job = store.get_job(job_id)
         if state is not None:
@@ -152,7 +160,8 @@ class JobRunner(StepLoop):
             return
         run.resumed = state or {"step": 0}
         # Rollouts kept for what will be played again would show twice in the inspector.
-        store.rollouts.forget_replayed(job_id, run.step, eval_too=run.eval_pending is not None)
+        store.rollouts.forget_replayed(job_id, run.step, eval_too=run.eval_pending is not None or (
+            run.step == 0 and not run.baseline_done))  # a step-0 evaluation cut short
         self._launch(run)
 
     def _launch(self, run: JobRun) -> None:
@@ -237,6 +246,8 @@ class JobRunner(StepLoop):
             )
         if not run.contract_announced:
             await self._learn_contract(run)
+        if run.step == 0 and plan.eval_instances and not run.baseline_done:
+            await self._evaluate_baseline(run)  # where the model started (steps.py)
         if run.eval_pending is not None:  # resumed between a step's training and its evaluation
             await self._evaluate_step(run, run.step, run.eval_pending)
         while run.step < plan.total_steps:
@@ -277,13 +288,7 @@ class JobRunner(StepLoop):
             if run.resumed is not None:  # a job left running waits again: it is queued meanwhile
                 self.journal.store.requeue(job_id)
             place = "first in the queue" if ahead == 0 else f"{ahead} job{'s' * (ahead != 1)} ahead in the queue"
-            if for_device:
-                why = (f"`lm` jobs train one per device and this backend has {admission.device_slots or 1} "
-                       "(each CUDA device, else the CPU)")
-            else:
-                why = (f"the backend runs at most {admission.max_jobs} job{'s' * (admission.max_jobs != 1)} at "
-                       f"once ({JOBS_FLAG}), and {admission.running} {'is' if admission.running == 1 else 'are'} "
-                       "running")
+            why = admission.why_waiting(ahead, for_device)
             self.journal.event(job_id, "rl.job.queued", f"Waiting for a slot: {place}; {why}",
                                data={"queue_position": ahead + 1, "ahead": ahead, "max_jobs": admission.max_jobs,
                                      "running": admission.running, "waits_for_device": for_device})
@@ -396,22 +401,33 @@ class JobRunner(StepLoop):
 
     def _complete(self, run: JobRun) -> None:
         """The job succeeded; its completion event says so at warning level when it learned
-        nothing or ended worse than it began (docs/embedded-policy.md#saying-when-nothing-is-learned)."""
+        nothing or ended worse than it began (docs/embedded-policy.md#saying-when-nothing-is-learned),
+        and says the change from the step-0 evaluation (docs/embedded-policy.md#evaluation)."""
         step, eval_score = run.step, run.eval_score
         final = eval_score if eval_score is not None else run.last_train_score
-        got_worse = run.first_score is not None and final is not None and final < run.first_score
+        # Where it began: the step-0 evaluation, for an eval score (same seeds, same way of acting).
+        baseline = eval_score is not None and run.baseline_score is not None
+        start = run.baseline_score if baseline else run.first_score
+        got_worse = start is not None and final is not None and final < start
         summary = {"steps": step, "final_eval_mean_score": eval_score, "flat_steps": run.flat_steps,
-                   "first_step_mean_score": run.first_score, "got_worse": got_worse, **run.counters()}
+                   "first_step_mean_score": run.first_score, "baseline_eval_mean_score": run.baseline_score,
+                   "got_worse": got_worse, **run.counters()}
         score = "" if eval_score is None else f"; final eval mean score {eval_score:.3f}"
+        if baseline and eval_score is not None and run.baseline_score is not None:
+            moved = change(run.baseline_score, _interval(run.baseline_ci), eval_score, _interval(run.eval_ci))
+            summary["eval_change"] = moved.delta
+            summary["eval_change_ci95"] = None if moved.low is None else [moved.low, moved.high]
+            score = f"; {change_words('eval', moved)}"
         finish = partial(self.journal.finish, run.job_id, "succeeded", "rl.job.completed", data=summary)
         if run.flat_steps == step:
             # Never a quiet success: the job ran, but no step had anything to learn from.
             finish(f"Training finished after {step} steps{score}, but LEARNED NOTHING: in every step all "
                    "rollouts scored the same", level="warning")
-        elif got_worse and final is not None and run.first_score is not None:
+        elif got_worse and final is not None and start is not None:
             which = "final eval mean score" if eval_score is not None else "last step's mean score"
+            began = "step-0 evaluation's mean score" if baseline else "first step's mean score"
             finish(f"Training finished after {step} steps, but the policy GOT WORSE: its {which} {final:.3f} is "
-                   f"below the first step's mean score {run.first_score:.3f}", level="warning")
+                   f"below the {began} {start:.3f}", level="warning")
         else:
             finish(f"Training finished after {step} steps{score}")
 
@@ -437,6 +453,8 @@ class JobRunner(StepLoop):
         info = run.policy.describe()
         self.journal.event(run.job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
                            data={**info.data, "seed": run.seed})
+        for warning in info.warnings:  # say, a resumed checkpoint without its optimizer state
+            self.journal.event(run.job_id, "rl.train.policy.warning", warning, level="warning")
         badge = {"kind": info.kind, "label": info.label, "stand_in": info.stand_in}
         if run.policy_warning:
             badge["why"] = run.policy_warning

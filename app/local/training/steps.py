@@ -12,6 +12,7 @@ import math
 import time
 from typing import Any
 
+from app.core.runs.intervals import Interval, interval_data, mean_interval
 from app.core.runs.series import shown_number
 from app.local.policies.base import Episode
 from app.local.state.checkpoints import Checkpoints
@@ -93,7 +94,7 @@ class StepLoop(RolloutClient):
         """The evaluation after a recorded step; then the step's metrics, all together
         (store.add_metrics says why)."""
         try:
-            mean, event = await self._evaluate(run, step)
+            mean, interval, event = await self._evaluate(run, step)
         except BaseException:
             # The step trained (its event says so): its metrics are kept even when the
             # evaluation after it fails or the job is cancelled; not at a shutdown, after which
@@ -102,24 +103,47 @@ class StepLoop(RolloutClient):
                 run.eval_pending = None
                 self.journal.commit_step(run.job_id, [], run.saved_state(), metrics=(step, points))
             raise
-        run.eval_pending, run.eval_score = None, mean
+        run.eval_pending, run.eval_score, run.eval_ci = None, mean, _pair(interval)
         epoch = points[0]["epoch"] if points else 0
-        eval_point = {**_point("eval.mean_score", mean, "eval", run.plan.eval_instances), "epoch": epoch}
+        eval_point = {**_eval_point(run, mean, interval), "epoch": epoch}
         self.journal.commit_step(run.job_id, [event], run.saved_state(), metrics=(step, [*points, eval_point]))
         self._progress(run, step, eval_mean_score=mean)
         await asyncio.to_thread(self.checkpoints.prune, run.job_id, step)
 
-    async def _evaluate(self, run: JobRun, step: int) -> tuple[float, dict[str, Any]]:
+    async def _evaluate_baseline(self, run: JobRun) -> None:
+        """The evaluation at step 0, before any update, on the same seeds as every later one: where
+        the eval chart starts (docs/embedded-policy.md#evaluation). Recorded with the job's state
+        (`baseline_done`), so a resumed job never plays it twice."""
+        mean, interval, event = await self._evaluate(run, 0)
+        run.baseline_done, run.baseline_score, run.baseline_ci = True, mean, _pair(interval)
+        point = {**_eval_point(run, mean, interval), "epoch": 0}
+        self.journal.commit_step(run.job_id, [event], run.saved_state(), metrics=(0, [point]))
+        self._progress(run, 0, eval_mean_score=mean)
+
+    async def _evaluate(self, run: JobRun, step: int) -> tuple[float, Interval | None, dict[str, Any]]:
+        """One evaluation on the fixed eval seeds: an episode per instance, greedy; or, with
+        `[evaluation] samples = k`, k sampled episodes per instance, each instance scored by its
+        best (pass@k for 0/1 rewards). The mean of the instances' scores, its 95 % interval
+        (app/core/runs/intervals.py) and the `rl.eval.summary` event."""
         plan = run.plan
         seeds = [plan.eval_seeds[i % len(plan.eval_seeds)] for i in range(plan.eval_instances)]
-        episodes = await self._play_all(run, "eval", step, seeds)
-        mean = sum(e.score for e in episodes) / len(episodes)
-        solved = sum(e.score > 0 for e in episodes) / len(episodes)
-        return mean, {"type": "rl.eval.summary",
-                      "message": f"Eval after step {step}: mean score {mean:.3f} over {len(episodes)} episodes "
-                                 f"({solved:.0%} scored above 0)",
-                      "data": {"step": step, "mean_score": mean, "seeds": sorted(set(seeds)),
-                               "instances": len(episodes), "success_rate": solved}}
+        k = max(plan.eval_samples, 1)
+        episodes = await self._play_all(run, "eval", step, [s for s in seeds for _ in range(k)])
+        scores = [max(e.score for e in episodes[i * k:(i + 1) * k]) for i in range(len(seeds))]
+        mean = sum(scores) / len(scores)
+        interval = mean_interval(scores)
+        solved = sum(score > 0 for score in scores) / len(scores)
+        what = f"pass@{k}" if plan.eval_samples else "mean score"
+        spread = "" if interval is None else f" (95% CI {interval.low:.3f}-{interval.high:.3f})"
+        when = "at step 0, before any update" if step == 0 else f"after step {step}"
+        played = (f"{len(scores)} instances x {k} sampled episodes" if plan.eval_samples
+                  else f"{len(scores)} greedy episodes")
+        return mean, interval, {
+            "type": "rl.eval.summary",
+            "message": f"Eval {when}: {what} {mean:.3f}{spread} over {played} ({solved:.0%} scored above 0)",
+            "data": {"step": step, "mean_score": mean, "seeds": sorted(set(seeds)), "instances": len(scores),
+                     "episodes": len(episodes), "samples": plan.eval_samples, "greedy": not plan.eval_samples,
+                     "success_rate": solved, **interval_data(interval)}}
 
     def _flat_warning(self, run: JobRun, step: int, episodes: list[Episode]) -> dict[str, Any] | None:
         """Rollouts that all score the same teach nothing (every advantage is 0): say so the
@@ -147,3 +171,14 @@ class StepLoop(RolloutClient):
         metadata.update(scores, step=step, total_steps=run.plan.total_steps, counters=run.counters())
         self.journal.store.set_metadata(run.job_id, metadata)
 
+
+
+def _eval_point(run: JobRun, mean: float, interval: Interval | None) -> dict[str, Any]:
+    """An evaluation's `eval.mean_score` point, its interval in its data (docs/wire-contract.md#metrics)."""
+    point = _point("eval.mean_score", mean, "eval", run.plan.eval_instances)
+    point["data"].update(interval_data(interval))
+    return point
+
+
+def _pair(interval: Interval | None) -> list[float] | None:
+    return None if interval is None else [interval.low, interval.high]

@@ -744,7 +744,8 @@ def test_a_local_model_folder_is_accepted_as_model_base(tmp_path):
                               allow_fine_tuned=False) == str(tmp_path / accepted)
     (tmp_path / "file").write_text("")
     # Each refusal says what is wrong with the path, not that a model "is not supported".
-    for refused, why in ((tmp_path / "empty", "holds no model"), (tmp_path / "file", "is a file but not a .gguf")):
+    for refused, why in ((tmp_path / "empty", "holds no model"), (tmp_path / "file", "is a file, not a model folder"),
+                         (tmp_path / "file" / "model", "is inside '.*file', which is a file, not a model folder")):
         with pytest.raises(ConfigError, match=why) as caught:
             check_rl_model(str(refused), allow_experimental=False, allow_fine_tuned=False)
         assert not isinstance(caught.value, ModelNotMadeYet)

@@ -30,7 +30,7 @@ OVERSIZED = [
     ("max_turns = 12\nbatch_size", "max_turns = 99999999\nbatch_size", "training.max_turns", "allowed 1 to 1,000"),
     ("iterations_per_epoch = 8", "iterations_per_epoch = 1000000000", "training.iterations_per_epoch", "100,000"),
     ("num_epochs = 2", "num_epochs = 5000", "training.num_epochs", "allowed 1 to 1,000"),
-    ("instances = 32", "instances = 1000000000", "evaluation.instances", "allowed 1 to 10,000"),
+    ("instances = 16", "instances = 1000000000", "evaluation.instances", "allowed 1 to 10,000"),
     ("learning_rate = 5e-5", "learning_rate = inf", "training.learning_rate", "finite"),
     ("learning_rate = 5e-5", "learning_rate = nan", "training.learning_rate", "finite"),
     ("group_size = 8", "group_size = 0", "training.group_size", "at least 2 rollouts"),

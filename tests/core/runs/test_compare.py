@@ -18,11 +18,26 @@ def test_compare_prints_each_metric_of_each_job(faulty_backend, monkeypatch, cap
     out, err = capsys.readouterr()
     assert code == ExitCode.OK, err
     rows = [line.split() for line in out.splitlines()]
-    assert rows[0] == ["METRIC", "JOB", "POINTS", "LAST", "BEST", "STEP"]
-    assert ["train.mean_score", "job_a", "5", "0.4000", "0.4000", "4"] in rows
-    assert ["train.mean_score", "job_b", "3", "0.2500", "0.2500", "2"] in rows
-    assert ["train.loss", "job_b", "3", "0.8000", "0.8000", "2"] in rows
+    assert rows[0] == ["METRIC", "JOB", "POINTS", "LAST", "CI95", "BEST", "STEP"]
+    assert ["train.mean_score", "job_a", "5", "0.4000", "-", "0.4000", "4"] in rows  # no interval sent
+    assert ["train.mean_score", "job_b", "3", "0.2500", "-", "0.2500", "2"] in rows
+    assert ["train.loss", "job_b", "3", "0.8000", "-", "0.8000", "2"] in rows
     assert faulty_backend.api_key not in out + err
+
+
+def test_compare_prints_an_evaluations_interval(faulty_backend, monkeypatch, capsys):
+    for job_id, ci in (("job_a", [0.1, 0.4]), ("job_b", [0.62, 0.97])):
+        job = finished_job(job_id, 2, 0.0)
+        job.timeline[0][2].append({"name": "eval.mean_score", "step": 0, "value": 0.25,
+                                   "data": {"n": 16, "ci95": [0.05, 0.5]}})
+        job.timeline[1][2].append({"name": "eval.mean_score", "step": 1, "value": 0.8,
+                                   "data": {"n": 16, "ci95": ci, "ci_method": "wilson"}})
+        faulty_backend.add_job(job)
+    monkeypatch.setenv("SYNTH_API_KEY", faulty_backend.api_key)
+    assert main(["compare", "job_a", "job_b", "--no-tui", "--backend", faulty_backend.url]) == ExitCode.OK
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()]
+    assert ["eval.mean_score", "job_a", "2", "0.8000", "0.1000-0.4000", "0.8000", "1"] in rows
+    assert ["eval.mean_score", "job_b", "2", "0.8000", "0.6200-0.9700", "0.8000", "1"] in rows
 
 
 def test_compare_needs_two_jobs_and_says_which_is_missing(faulty_backend, monkeypatch, capsys):

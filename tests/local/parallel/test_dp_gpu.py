@@ -171,6 +171,57 @@ def test_a_file_that_is_not_a_config_is_refused(tmp_path: Path, content: str | b
     assert isinstance(caught.value, ConfigError)  # the CLI's usage exit code and `Hint:` line
 
 
+ALIAS_BOMB = (
+    'a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]'"\n"
+    'b: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]'"\n"
+    'c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]'"\n"
+    'd: &d [*c, *c, *c, *c, *c, *c, *c, *c, *c]'"\n"
+    'e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d]'"\n"
+    'f: &f [*e, *e, *e, *e, *e, *e, *e, *e, *e]'"\n"
+    'g: &g [*f, *f, *f, *f, *f, *f, *f, *f, *f]'"\n"
+    'h: &h [*g, *g, *g, *g, *g, *g, *g, *g, *g]'"\n"
+    'i: &i [*h, *h, *h, *h, *h, *h, *h, *h, *h]'"\n"
+)
+
+
+def test_an_alias_bomb_is_refused_before_it_grows(tmp_path: Path) -> None:
+    """Nine lines of YAML aliases are 9**9 strings once walked: issue 41 item 6 (docs/hardening.md#8)."""
+    path = tmp_path / "bomb.yaml"
+    path.write_text(ALIAS_BOMB, encoding="utf-8")
+    assert len(ALIAS_BOMB.splitlines()) == 9 and "*h" in ALIAS_BOMB
+    with pytest.raises(AccelerateConfigError) as caught:
+        read_accelerate_config(path)
+    assert "an alias (*name) is not taken here" in caught.value.message
+    assert len(caught.value.message) < 600
+
+
+def test_a_huge_value_is_shown_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "big.yaml"
+    path.write_text("distributed_type: MULTI_CPU\ntypo: [" + ", ".join(["'" + "x" * 500 + "'"] * 1500) + "]\n",
+                    encoding="utf-8")
+    with pytest.raises(AccelerateConfigError) as caught:
+        read_accelerate_config(path)
+    assert "typo = ['xxx" in caught.value.message and "not a key accelerate knows" in caught.value.message
+    assert len(caught.value.message) < 600
+
+
+@pytest.mark.parametrize(("make", "what"), [
+    (lambda tmp: Path("/dev/zero"), "is not a regular file (a device, a FIFO or a socket)"),
+    (lambda tmp: tmp, "is a folder, not a file"),
+    (lambda tmp: _sparse(tmp / "huge.yaml", 5 << 30), "is over 1024 KiB, far more than an accelerate config")])
+def test_what_is_not_a_config_file_is_named(tmp_path: Path, make: Any, what: str) -> None:
+    """/dev/zero and a folder said "no such file" (issue 41 item 7); a 5 GB file was read whole."""
+    with pytest.raises(AccelerateConfigError) as caught:
+        read_accelerate_config(make(tmp_path))
+    assert what in caught.value.message and "no such file" not in caught.value.message
+
+
+def _sparse(path: Path, size: int) -> Path:
+    with open(path, "wb") as handle:
+        handle.truncate(size)
+    return path
+
+
 @trainer_only
 def test_our_key_list_is_accelerates() -> None:
     from accelerate.commands.config.config_args import ClusterConfig

@@ -24,6 +24,7 @@ from app.local.parallel.launch import (
     check_flags,
     cores,
     death_of,
+    open_port_warning,
     per_device_batch,
     root_cause,
 )
@@ -46,7 +47,9 @@ NEEDS_TWO_CORES = pytest.mark.skipif(cores() < 2, reason="two rank processes nee
 def test_the_launch_command_and_our_accelerate_config(tmp_path: Path) -> None:
     launch = build_launch(Parallel(2), tmp_path, port=29611, python="/py")
     cmd = launch.command
-    assert cmd[:3] == ["/py", "-m", "accelerate.commands.launch"]
+    # one machine: accelerate's launcher with the rendezvous store on loopback (issue 41 item 5)
+    assert cmd[:3] == ["/py", "-m", "app.local.parallel.loopback"]
+    assert launch.env["GLOO_SOCKET_IFNAME"] == "lo" and open_port_warning(launch) is None
     assert cmd[cmd.index("--num_processes") + 1] == "2" and cmd[cmd.index("--main_process_port") + 1] == "29611"
     assert cmd[cmd.index("--module"):] == ["--module", "app.local.parallel.worker", "--rendezvous", str(tmp_path)]
     assert cmd[cmd.index("--monitor_interval") + 1] == "0.2"  # torchrun sees a dead rank within 0.2 s
@@ -57,6 +60,83 @@ def test_the_launch_command_and_our_accelerate_config(tmp_path: Path) -> None:
     # torchrun's launcher (MULTI_GPU, use_cpu false); the ranks then pick MULTI_CPU and gloo
     assert written["distributed_type"] == "MULTI_GPU" and written["use_cpu"] is False
     assert launch.env["ACCELERATE_USE_CPU"] == "true" and launch.env["OMP_NUM_THREADS"] == str(max(1, cores() // 2))
+
+
+def test_several_machines_meet_on_the_configs_port_and_are_warned(tmp_path: Path) -> None:
+    config = tmp_path / "two.yaml"
+    config.write_text("distributed_type: MULTI_CPU\nnum_machines: 2\nmachine_rank: 0\n"
+                      "main_process_ip: 10.0.0.5\nmain_process_port: 29555\n", encoding="utf-8")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    launch = build_launch(Parallel(2, accelerate_config=str(config), shared_dir=str(shared)), shared, python="/py")
+    assert launch.command[:3] == ["/py", "-m", "accelerate.commands.launch"]  # the other machines reach its store
+    assert "--main_process_port" not in launch.command and "GLOO_SOCKET_IFNAME" not in launch.env
+    warning = open_port_warning(launch)
+    assert warning is not None and "10.0.0.5:29555" in warning and "firewall" in warning
+
+
+@NEEDS_TRAINER
+def test_the_loopback_launcher_serves_the_rendezvous_store_on_loopback_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torch's TCPStore listens on every interface whatever host it is given: anyone on the machine
+    (or the network) could join with TCPStore(host, port).set(...). Ours listens on 127.0.0.1."""
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+    from torch.distributed.elastic.rendezvous import static_tcp_rendezvous as static
+
+    from app.local.parallel.loopback import bind_store_to_loopback, loopback_socket
+
+    with loopback_socket(0) as probe:
+        port = probe.getsockname()[1]
+    monkeypatch.setattr(static, "TCPStore", static.TCPStore)  # restored after the test
+    bind_store_to_loopback()
+    rendezvous = static.StaticTCPRendezvous("127.0.0.1", port, 0, 1, "job", 30)
+    info = rendezvous.next_rendezvous()
+    client = TCPStore("127.0.0.1", port, 1, False, timedelta(seconds=10))
+    static.PrefixStore("job", client).set("k", "v")
+    assert info.store.get("k") == b"v"  # the store serves
+    assert listening_on(port) == {"127.0.0.1"}
+
+
+def listening_on(port: int) -> set[str]:
+    """The local addresses on which something listens on TCP `port` (from /proc/net/tcp and tcp6)."""
+    return {address for address, at, _ in _listening() if at == port}
+
+
+def listening_of(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket process `pid` listens on."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    return {(address, port) for address, port, inode in _listening() if inode in inodes}
+
+
+def _listening() -> list[tuple[str, int, str]]:
+    found = []
+    for name in ("tcp", "tcp6"):
+        for line in Path(f"/proc/net/{name}").read_text().splitlines()[1:]:
+            fields = line.split()
+            address, _, hex_port = fields[1].rpartition(":")
+            if fields[3] == "0A":
+                found.append((_address(address), int(hex_port, 16), fields[9]))
+    return found
+
+
+def _address(hexed: str) -> str:
+    raw = bytes.fromhex(hexed)
+    if len(raw) == 4:
+        return ".".join(str(b) for b in raw[::-1])
+    words = [raw[i:i + 4][::-1] for i in range(0, 16, 4)]  # /proc prints each 32-bit word in host order
+    ip6 = b"".join(words)
+    if ip6[:12] == b"\0" * 10 + b"\xff\xff":
+        return ".".join(str(b) for b in ip6[12:])
+    import ipaddress
+    return str(ipaddress.IPv6Address(ip6))
 
 
 def test_a_training_rollout_is_served_by_the_rank_that_trains_its_place() -> None:
@@ -258,6 +338,11 @@ def test_two_processes_train_the_tiny_model_and_its_score_rises(tiny_model: Path
         # two rank processes, neither the backend, hold torch at the same time
         assert len(set(pids)) == 2 and os.getpid() not in pids
         assert all(_holds_torch(pid) for pid in pids), pids
+        # the launcher's rendezvous store, gloo's and the ranks' own ports: loopback only (issue 41 item 5)
+        launcher = int(Path(f"/proc/{pids[0]}/stat").read_text().rpartition(")")[2].split()[1])
+        ports = {pid: listening_of(pid) for pid in [launcher, *pids]}
+        assert ports[launcher] and all(ports[pid] for pid in pids), ports
+        assert {address for found in ports.values() for address, _ in found} == {"127.0.0.1"}, ports
         job = wait_terminal(api, job_id, timeout=600)
         events = events_of(api, job_id)
         assert job["status"] == "succeeded", (job, [e["message"] for e in events][-5:])

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +37,9 @@ def two_machines_config(folder: Path, port: int) -> Path:
     return config
 
 
-@pytest.fixture(scope="module")
-def two_machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerHandle, Path, Any]]:
-    """The backend (machine 0) and a ranks host (machine 1) sharing a folder."""
-    root = tmp_path_factory.mktemp("two-machines")
+@contextmanager
+def backend_and_host(root: Path) -> Iterator[tuple[ServerHandle, Path, Any]]:
+    """The backend (machine 0) and a ranks host (machine 1) sharing a folder under `root`."""
     shared = root / "shared"
     shared.mkdir()
     config = two_machines_config(root, free_port())
@@ -52,12 +52,19 @@ def two_machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Ser
                            parallel=Parallel(2, str(config), shared_dir=str(shared))) as backend:
             yield backend, shared, host
     finally:
-        host.send_signal(signal.SIGTERM)
+        if host.poll() is None:
+            host.send_signal(signal.SIGTERM)
         try:
             host.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(host.pid, signal.SIGKILL)
         log.close()
+
+
+@pytest.fixture(scope="module")
+def two_machines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerHandle, Path, Any]]:
+    with backend_and_host(tmp_path_factory.mktemp("two-machines")) as started:
+        yield started
 
 
 def _policy(api: Any, job_id: str) -> dict[str, Any]:
@@ -136,6 +143,26 @@ def test_a_rank_killed_on_the_other_machine_fails_its_job_by_name_and_cancel_rea
     assert host.poll() is None
 
 
+@NEEDS_TRAINER
+@NEEDS_TWO_CORES
+def test_a_killed_ranks_host_fails_its_job_naming_its_machine(tiny_model: Path, press_app: ServerHandle,
+                                                              tmp_path: Path) -> None:
+    """It failed quoting gloo's internals (`pair.cc:553 … GLHF!`), issue 41 item 7: machine 1's rank,
+    orphaned, writes why into the job's folder before it exits, and the backend names machine 1."""
+    with backend_and_host(tmp_path) as (backend, _shared, host), api_client(backend) as api:
+        job_id = create_job(api, press_payload(press_app.url, tiny_model, "full", steps=40, lr=1e-2))
+        remote = next(r for r in _policy(api, job_id)["ranks"] if r["machine"] == 1)
+        poll_until(lambda: any(e["type"] == "rl.train.step" for e in events_of(api, job_id)), timeout=300,
+                   what="the first step")
+        host.send_signal(signal.SIGKILL)
+        job = wait_terminal(api, job_id, timeout=120)
+        assert job["status"] == "failed"
+        assert f"the ranks of machine 1 stopped: its ranks host (pid {host.pid}) is gone" in job["error"], \
+            job["error"]
+        assert "pair.cc" not in job["error"] and api.get("/health").status_code == 200
+    poll_until(lambda: not alive(remote["pid"]), timeout=30, what="machine 1's rank to exit")
+
+
 def _launchers_of(folder: Path) -> list[int]:
     """The pids whose command line names `folder` (a job's launcher and ranks name their folder)."""
     found = []
@@ -194,6 +221,26 @@ def test_a_ranks_host_refuses_a_folder_it_cannot_see(tmp_path: Path, capsys: pyt
     assert main(["ranks-host", "--shared-dir", str(tmp_path / "nope"), "--machine-rank", "1"]) == 2
     assert "is not a folder here" in capsys.readouterr().err
     assert main(["ranks-host", "--shared-dir", str(tmp_path), "--machine-rank", "0"]) == 2  # 0 is the backend's
+
+
+@pytest.mark.usefixtures("cli_process")  # a real process: the slow tier
+def test_a_ranks_host_stopped_with_ctrl_c_exits_130(tmp_path: Path) -> None:
+    """docs/product.md: Ctrl+C ends a server command with 130; ranks-host exited 0 (issue 41 item 7)."""
+    log = tmp_path / "host.log"
+    with log.open("wb") as out:
+        host = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli.dispatch import main; "
+                                 "sys.exit(main())", "ranks-host", "--shared-dir", str(tmp_path), "--machine-rank",
+                                 "1"], stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        poll_until(lambda: "watching" in log.read_text(), timeout=120, what="the ranks host to start")
+        host.send_signal(signal.SIGINT)
+        assert host.wait(timeout=60) == 130, log.read_text()
+        assert "Interrupted." in log.read_text()
+    finally:
+        if host.poll() is None:
+            host.kill()
+            host.wait(timeout=10)
 
 
 def test_another_machines_launch_is_the_backends_with_its_machine_rank(tmp_path: Path) -> None:

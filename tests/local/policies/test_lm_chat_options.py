@@ -74,7 +74,8 @@ def test_temperature_0_is_greedy_and_logprobs_come_in_openais_shape(policy: Any)
         policy.act(_messages(), None, None, "trace_j:t", random.Random(3), ActOptions(top_logprobs=21))
 
 
-def test_a_prompt_over_the_bound_is_refused_naming_both_lengths(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_prompt_over_the_bound_is_refused_naming_both_lengths(tiny_model: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     bounded = _policy(tiny_model, max_prompt_tokens=64)
     with pytest.raises(PolicyCannotAct) as refused:
         bounded.act(_messages("Press B. " * 40), None, None, "trace_j:long", random.Random(0))

@@ -289,6 +289,55 @@ def test_a_resumed_policy_goes_on_with_the_saved_adam_moments(tiny_model: Path, 
     assert _adam_steps(now) == {3.0}  # the moments went on: a fresh AdamW would be at step 1
 
 
+@pytest.mark.parametrize("damage", ["garbage", "sparse 5 GB"])
+def test_a_damaged_checkpoint_says_it_could_not_be_read(tiny_model: Path, tmp_path: Path, damage: str) -> None:
+    """It said "Internal error in the embedded backend at step N: SafetensorError…" (issue 41 item 7);
+    the tabular job's words: "could not resume: its checkpoint could not be read (…)"."""
+    from app.local.policies.lm.model import ModelUnavailable
+    from app.local.policies.lm.policy import LmPolicy
+
+    first = LmPolicy(settings(tiny_model))
+    try:
+        first.save(tmp_path)
+    finally:
+        first.close()
+    weights = tmp_path / "model.safetensors"
+    with open(weights, "r+b") as handle:
+        if damage == "garbage":
+            handle.write(b"\xff" * 64)
+        else:
+            handle.truncate(5 << 30)  # sparse: no disk used
+    second = LmPolicy(settings(tiny_model))
+    try:
+        with pytest.raises(ModelUnavailable, match=r"^could not resume: its checkpoint could not be read \("):
+            second.load(tmp_path)
+    finally:
+        second.close()
+
+
+def test_a_checkpoint_without_its_optimizer_state_says_so_in_the_jobs_events(tiny_model: Path,
+                                                                              tmp_path: Path) -> None:
+    """A deleted optimizer.pt resumed "from its checkpoint" with Adam reset, said only in the server's
+    log and blamed there on another layout (issue 41 item 7): the job's policy now warns."""
+    from app.local.policies.lm.checkpoint import OPTIMIZER
+    from app.local.policies.lm.policy import LmPolicy
+
+    first = LmPolicy(settings(tiny_model))
+    try:
+        first.save(tmp_path)  # before any step: the model, no optimizer state
+    finally:
+        first.close()
+    assert not (tmp_path / OPTIMIZER).exists()
+    second = LmPolicy(settings(tiny_model))
+    try:
+        assert second.describe().warnings == ()
+        second.load(tmp_path)
+        warnings = second.describe().warnings
+    finally:
+        second.close()
+    assert len(warnings) == 1 and "optimizer.pt is missing" in warnings[0] and "Adam moments" in warnings[0]
+
+
 def test_the_engines_save_and_load_through_accelerate_on_the_real_trainer(
         tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """DeepSpeed and FSDP do not run without CUDA; their branch does: chosen here for this

@@ -54,7 +54,8 @@ def press_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 def test_the_taskapp_command_serves_the_press_game_asking_for_the_buttons_given(press_cli):
     info = httpx.get(press_cli + "/task_info", headers={"X-API-Key": ENV_KEY}, timeout=5.0).json()
-    assert info["taskset"] == {"id": "press-button", "labels": ["A", "B", "C", "D"], "asks": ["A"], "max_turns": 2}
+    assert info["taskset"] == {"id": "press-button", "environment": "press-button", "labels": ["A", "B", "C", "D"],
+                               "asks": ["A"], "max_turns": 2}
     assert httpx.get(press_cli + "/task_info", headers={"X-API-Key": "not_the_key"}, timeout=5.0).status_code == 400
 
 

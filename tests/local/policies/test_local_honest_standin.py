@@ -36,22 +36,25 @@ def _run(api, whole_job, url: str, config: dict) -> tuple[list[float], float, di
     assert job["status"] == "succeeded", job
     points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
     train = [p["value"] for p in points if p["name"] == "train.mean_score"]
-    final = [p["value"] for p in points if p["name"] == "eval.mean_score"][-1]
+    baseline, *_, final = [p["value"] for p in points if p["name"] == "eval.mean_score"]
     done = events_of(api, job_id)[-1]
     assert done["type"] == "rl.job.completed"
-    # Never silently worse: below the first step's score is a warning that says so.
-    worse = final < train[0]
-    assert done["data"]["got_worse"] is worse and done["data"]["first_step_mean_score"] == train[0]
+    # Never silently worse: a final eval below the step-0 evaluation's is a warning that says so.
+    worse = final < baseline
+    assert done["data"]["got_worse"] is worse and done["data"]["baseline_eval_mean_score"] == baseline
     assert (done["level"] == "warning" and "GOT WORSE" in done["message"]) is worse
     return train, final, done
 
 
 def test_a_feedback_driven_task_is_learned_or_said_to_have_got_worse(api, guess_app, whole_job):
     # Seed 1 (measured, reproducible): the stand-in keys on the tool result ("3 is too low:
-    # ..."), but 12 steps of a memoryless table over 8 numbers collapse onto a few guesses and
-    # the final eval (about 0.11) ends below the first step (about 0.27). The job still
-    # succeeds, and its completion event says, at warning level, that it got worse.
+    # ..."), but 12 steps of a memoryless table over 8 numbers collapse onto a few guesses: the
+    # final greedy eval (0.156) ends below the first step's sampled train score (0.273), yet not
+    # below the step-0 evaluation (0.125: the untrained table's greedy guess is always its first
+    # number), which is what a job is judged from (docs/embedded-policy.md#evaluation). The
+    # completion event then says the change with its interval, at info level.
     train, final, done = _run(api, whole_job, guess_app.url, guess_config(seed=1))
-    assert final < train[0], (train, final)
-    assert done["level"] == "warning" and "GOT WORSE" in done["message"]
-    assert f"{train[0]:.3f}" in done["message"] and f"{final:.3f}" in done["message"]
+    baseline = done["data"]["baseline_eval_mean_score"]
+    assert baseline < final < train[0], (baseline, train, final)
+    assert done["level"] == "info"
+    assert f"eval {baseline:.2f} -> {final:.2f}, +{final - baseline:.2f} +/- " in done["message"]

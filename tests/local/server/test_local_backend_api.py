@@ -185,7 +185,7 @@ def test_status_events_and_metrics_of_a_finished_job(api, taskapp):
         assert [e["data"]["step"] for e in steps] == [1, 2]
         assert ({"step", "total_steps", "mean_score", "loss", "entropy", "rollouts", "seconds"}
                 <= steps[0]["data"].keys())
-        assert [e["data"]["step"] for e in events if e["type"] == "rl.eval.summary"] == [1, 2]
+        assert [e["data"]["step"] for e in events if e["type"] == "rl.eval.summary"] == [0, 1, 2]
         assert any("tabular" in e["message"] for e in events)
         assert not any("hatchet" in t or "modal" in t for t in types)  # only with --infra-events
         assert all(e["job_id"] == job_id and e["level"] in {"info", "warning", "error"} for e in events)
@@ -200,7 +200,7 @@ def test_status_events_and_metrics_of_a_finished_job(api, taskapp):
         for p in pts:
             by_name.setdefault(p["name"], []).append(p["step"])
         assert by_name == {"train.mean_score": [1, 2], "train.loss": [1, 2], "train.entropy": [1, 2],
-                           "eval.mean_score": [1, 2]}
+                           "eval.mean_score": [0, 1, 2]}
         later = api.get(f"/learning/jobs/{job_id}/metrics", params={"after_step": 1}).json()["points"]
         assert {p["step"] for p in later} == {2}
 

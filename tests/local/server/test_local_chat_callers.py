@@ -129,7 +129,8 @@ def test_what_a_request_asks_is_honoured_or_refused_saying_why(api: httpx.Client
 
 def test_a_client_that_goes_away_sets_the_policys_cancel_flag(api: httpx.Client, backend: Any, taskapp: Any,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    """The route's half of stopping a generation (the lm policy's half: tests/local/policies/test_lm_chat_options.py)."""
+    """The route's half of stopping a generation (the lm policy's half:
+    tests/local/policies/test_lm_chat_options.py)."""
     generating, stopped = threading.Event(), threading.Event()
     original = TabularPolicy.act
 

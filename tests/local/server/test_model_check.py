@@ -8,6 +8,7 @@ tests use the tiny model or SmolLM2 (the slow tier)."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import struct
 import threading
@@ -141,8 +142,11 @@ def test_a_gguf_file_is_a_model_and_another_file_is_refused(tmp_path):
     assert gguf_of(gguf) == (tmp_path, gguf.name)
     text = tmp_path / "notes.txt"
     text.write_text("")
-    with pytest.raises(ModelUnavailable, match="is a file but not a .gguf file"):
+    # the client's words (issue 41 item 7: the backend said "does not exist", the client "is not a folder")
+    with pytest.raises(ModelUnavailable, match="is a file, not a model folder"):
         resolve(str(text))
+    with pytest.raises(ModelUnavailable, match=f"is inside '{re.escape(str(text))}', which is a file, not a model"):
+        resolve(str(text / "model"))
 
 
 def test_chat_template_names_a_template_trl_ships_or_a_jinja_file(tmp_path):

@@ -92,10 +92,10 @@ def test_a_job_killed_mid_run_resumes_and_records_every_step_once(tmp_path, task
     assert [e["type"] for e in events].count("rl.train.resumed") == 1
     assert [e["data"]["step"] for e in events if e["type"] == "rl.train.step"] == list(range(1, total + 1))
     evals = [e["data"]["step"] for e in events if e["type"] == "rl.eval.summary"]
-    assert evals == sorted(set(evals)) and evals[-1] == total
+    assert evals == sorted(set(evals)) and evals[0] == 0 and evals[-1] == total  # step 0's once
     per_step = Counter((step, name) for step, name, _ in points)
     assert set(per_step.values()) == {1}
-    assert sorted({s for s, _ in per_step}) == list(range(1, total + 1))
+    assert sorted({s for s, _ in per_step}) == list(range(0, total + 1))  # 0: the evaluation before any update
     # The final policy is a folder beside the state file, the table as JSON.
     folder = Path(job["artifacts"]["model_path"])
     assert folder.parent.parent == tmp_path / "checkpoints"

@@ -304,3 +304,25 @@ def test_a_job_of_n_processes_takes_n_devices(monkeypatch: pytest.MonkeyPatch) -
     assert [admission_module.lm_devices(n) for n in (1, 2, 3, 8, 16)] == [8, 4, 2, 1, 1]
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert admission_module.lm_devices(2) == 1
+
+
+def test_a_job_queued_behind_one_still_starting_is_not_told_none_are_running() -> None:
+    """After a restart the resumed job ahead has not started yet: the one behind it said "1 job ahead
+    in the queue … and 0 are running" (issue 41 item 7). The words name the job starting first."""
+    said: list[str] = []
+
+    async def restart() -> None:
+        queue = Admission(max_jobs=1, max_rollouts=4, devices=lambda: 1)
+        queue.enqueue("resumed")  # launched first, has not said yet what it needs
+        behind = asyncio.ensure_future(queue.admit(
+            "next", device=False, on_wait=lambda ahead, device: said.append(queue.why_waiting(ahead, device))))
+        await asyncio.sleep(0)
+        await queue.admit("resumed", device=False)
+        assert queue.running == 1 and not behind.done()
+        queue.release("resumed")
+        await behind
+
+    asyncio.run(restart())
+    assert said == ["the backend runs at most 1 job at once (--max-jobs): 1 job ahead of it is starting first"]
+    full = Admission(max_jobs=1, max_rollouts=4)
+    assert "and 0 are running" in full.why_waiting(0, False)  # first in line: nothing to blame but the limit

@@ -67,7 +67,7 @@ def test_lost_requests_on_both_hops_are_retried_and_nothing_is_counted_twice(cha
         assert step["rollouts"] == 2 * 4
         assert step["decisions"] == step["turns"] > 0, step
     summary = next(e["data"] for e in events if e["type"] == "rl.job.completed")
-    assert summary["rollouts"] == 4 * 8 + 2 * 4  # training + two evaluations, each once
+    assert summary["rollouts"] == 4 * 8 + 3 * 4  # training + three evaluations (step 0, 2, 4), each once
     assert summary["retries"] >= 1
 
 

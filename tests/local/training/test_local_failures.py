@@ -54,7 +54,11 @@ def test_a_failed_evaluation_keeps_the_metrics_of_the_step_it_followed(api, task
     """The step trained and its event says so; the evaluation after it fails: the step's
     training metrics are still recorded before the job fails (the backend runs in this process,
     so the evaluation is made to fail where it starts)."""
+    original = JobRunner._evaluate
+
     async def failing_evaluation(self, run, step):
+        if step == 0:  # the step-0 evaluation, before any update, passes
+            return await original(self, run, step)
         raise TaskAppError(f"evaluation after step {step} failed (injected)")
 
     monkeypatch.setattr(JobRunner, "_evaluate", failing_evaluation)
@@ -82,7 +86,8 @@ def test_task_app_errors_fail_the_job_with_the_reason(api, answer, needle, quick
     with _broken_taskapp(answer) as broken:
         job_id = create_job(api, payload(broken.url))
         _assert_failed_with(api, job_id, rf"^POST {re.escape(broken.url)}/rollout failed( after 6 attempts)?: {needle}",
-                            r"\(seed \d+, iteration 1\)"
+                            # a job's first rollout is its step-0 evaluation's
+                            r"\(eval seed \d+, before any update\)"
                             r"(\. The task app failed to answer each time; its log says why\.)?$")
 
 
@@ -91,7 +96,7 @@ def test_an_unreachable_task_app_says_connection_refused(api, quick_rollout_retr
         url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     job_id = create_job(api, payload(url))
     _assert_failed_with(api, job_id, rf"^POST {url}/rollout failed after 6 attempts: connection refused "
-                                     r"\(nothing is listening there\) \(seed \d+, iteration 1\)\. "
+                                     r"\(nothing is listening there\) \(eval seed \d+, before any update\)\. "
                                      r"Check that the task app")
 
 
@@ -129,5 +134,5 @@ def test_a_slow_task_app_gets_the_configs_rollout_timeout(api):
     config["rollout"]["timeout_s"] = 1
     with ServerHandle("slow task app", slow, _bind("127.0.0.1", 0)).start("/docs") as taskapp:
         job_id = create_job(api, payload(taskapp.url, config))
-        _assert_failed_with(api, job_id,
-                            r"failed after 1 attempt: no answer within 1 s \(the task app is slow or overloaded\)")
+        _assert_failed_with(api, job_id, r"failed after 1 attempt: no whole answer within 1 s "
+                                         r"\(the task app is slow or overloaded\)")

@@ -38,8 +38,10 @@ def _assert_learns(api, whole_job, task_url: str, config: dict, *, steps: int, e
     points = api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000}).json()["points"]
     train = [p["value"] for p in points if p["name"] == "train.mean_score"]
     scores = [p["value"] for p in points if p["name"] == "eval.mean_score"]
-    assert len(train) == steps and len(scores) == evals
+    assert [p["step"] for p in points if p["name"] == "eval.mean_score"][0] == 0  # before any update
+    assert len(train) == steps and len(scores) == evals + 1
     assert train[0] <= 0.5, f"the first step should be near chance, got {train[0]:.3f}"
+    assert scores[0] <= 0.5, f"the step-0 evaluation should be near chance, got {scores[0]:.3f}"
     assert scores[-1] >= 0.8, f"the final eval should be high, got {scores}"
     done = events_of(api, job_id)[-1]
     assert done["type"] == "rl.job.completed"

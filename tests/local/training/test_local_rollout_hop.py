@@ -15,7 +15,7 @@ import tracemalloc
 import httpx
 import pytest
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
 from app.cli.parser import build_parser
 from app.commands.demo import demo_config_path
@@ -42,7 +42,7 @@ from ..misbehaving_taskapps import hanging_up_taskapp, huge_answer_taskapp, poli
 
 # What no message may quote: anyio's cancel scopes, object reprs and addresses, hex ids.
 INTERNALS = re.compile(r"cancel scope|object at 0x|<\w+[.\w]* |[0-9a-f]{8,}|Error\(", re.IGNORECASE)
-WHERE = r"\(seed \d+, iteration 1\)"
+WHERE = r"\(eval seed \d+, before any update\)"  # a job's first rollout: its step-0 evaluation's
 
 
 def _failed(api, job_id: str, timeout: float = 30.0) -> str:
@@ -77,10 +77,53 @@ def test_a_slow_task_app_is_one_attempt_and_named_slow_not_gone(api):
     config["rollout"].update(timeout_s=1, max_concurrent_rollouts=3)
     with _app(slow) as taskapp:
         message = _failed(api, create_job(api, payload(taskapp.url, config)))
-    assert re.match(rf"POST {re.escape(taskapp.url)}/rollout failed after 1 attempt: no answer within 1 s "
+    assert re.match(rf"POST {re.escape(taskapp.url)}/rollout failed after 1 attempt: no whole answer within 1 s "
                     rf"\(the task app is slow or overloaded\) {WHERE}\. ", message), message
     assert "[rollout] timeout_s (now 1)" in message and "[rollout] max_concurrent_rollouts (now 3)" in message
     assert "is running" not in message and "6 attempts" not in message
+
+
+def test_a_trickling_task_app_is_cut_at_timeout_s_and_named_slow_on_the_way(api, quick_rollout_retries):
+    """Issue 41: headers at once, then a byte every 0.2 s for a minute. `[rollout] timeout_s` is
+    a deadline for the whole answer, not per read: the rollout is cut at 1 s (a read timeout:
+    one attempt, docs/hardening.md section 3), and a warning named it at half its time."""
+    posts: list[int] = []  # bytes sent on each POST /rollout, when its stream ended
+    started: list[int] = []
+
+    async def trickle(request: Request):
+        started.append(1)
+
+        async def body():
+            sent = 0
+            try:
+                for _ in range(300):
+                    if await request.is_disconnected():
+                        return
+                    yield b" "
+                    sent += 1
+                    await asyncio.sleep(0.2)
+            finally:
+                posts.append(sent)
+
+        return StreamingResponse(body(), media_type="application/json")
+
+    config = small_config()
+    config["rollout"].update(timeout_s=1, max_concurrent_rollouts=1)
+    with _app(trickle) as taskapp:
+        job_id = create_job(api, payload(taskapp.url, config))
+        message = _failed(api, job_id)
+        deadline = time.monotonic() + 10  # a bound on the wait, not a measurement
+        while len(posts) < len(started) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    assert re.match(rf"POST {re.escape(taskapp.url)}/rollout failed after 1 attempt: no whole answer within 1 s "
+                    rf"\(the task app is slow or overloaded\) {WHERE}\. Give each rollout more time with "
+                    r"\[rollout\] timeout_s \(now 1\)", message), message
+    assert len(started) == 1 and len(posts) == 1, (started, posts)  # not retried; its stream was hung up
+    assert posts[0] < 25, posts  # cut near 5 bytes (1 s), never the minute's 300
+    slow = [e for e in events_of(api, job_id) if e["type"] == "rl.rollout.slow"]
+    assert len(slow) == 1 and slow[0]["level"] == "warning", slow
+    assert re.match(r"Rollout 0 of step 1 \(seed \d+, iteration 1\): no answer after 0\.5 s of 1 s "
+                    r"\(\[rollout\] timeout_s\); it is cut at 1 s$", slow[0]["message"]), slow[0]["message"]
 
 
 def test_a_refused_connection_is_six_attempts_and_is_it_running(api, closed_url, quick_rollout_retries):

@@ -37,12 +37,14 @@ def test_a_long_step_says_how_many_of_its_rollouts_are_done(api, taskapp, monkey
     events = events_of(api, job_id)
     progress = [e for e in events if e["type"] == rollouts.ROLLOUT_PROGRESS_EVENT]
     assert [e["message"] for e in progress] == [
+        "Eval at step 0: 1/2 rollouts done",  # the evaluation before any update
         "Step 1: 1/4 rollouts done", "Step 1: 2/4 rollouts done", "Step 1: 3/4 rollouts done",
         "Eval after step 1: 1/2 rollouts done"]
-    assert progress[2]["data"] == {"step": 1, "phase": "train", "done": 3, "total": 4}
-    assert progress[3]["data"] == {"step": 1, "phase": "eval", "done": 1, "total": 2}
+    assert progress[0]["data"] == {"step": 0, "phase": "eval", "done": 1, "total": 2}
+    assert progress[3]["data"] == {"step": 1, "phase": "train", "done": 3, "total": 4}
+    assert progress[4]["data"] == {"step": 1, "phase": "eval", "done": 1, "total": 2}
     step_seq = next(e["seq"] for e in events if e["type"] == "rl.train.step")
-    assert all(e["seq"] < step_seq for e in progress[:3])
+    assert all(e["seq"] < step_seq for e in progress[:4])
 
 
 def test_a_quick_step_says_nothing_of_its_rollouts(api, taskapp):

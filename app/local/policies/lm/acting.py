@@ -33,7 +33,7 @@ import torch
 import xgrammar as xgr
 
 from app.local.parallel.vllm import VllmGenerator
-from app.local.policies.base import Act, ActCancelled, ActOptions, PolicyCannotAct, PolicySettings
+from app.local.policies.base import Act, ActCancelled, ActOptions, PolicyCannotAct, PolicySettings, acts_greedily
 from app.local.policies.lm.chat_templates import CHAT_KWARGS, ToolCallScaffold, history_message, where_texts_part
 from app.local.policies.lm.model import LoadedModel
 
@@ -134,7 +134,10 @@ class Acting:
             raise PolicyCannotAct(f"the prompt is {len(text):,} characters, more than {bound:,} tokens could hold "
                                   f"(a token of this model holds at most {self._token_chars()} characters); "
                                   f"this job's prompts are bounded at {bound:,} tokens ({why})")
-        seed = rng.getrandbits(63)
+        # An evaluation's turn, or a request's temperature 0, takes the most probable token
+        # (None: no generator, argmax).
+        greedy = acts_greedily(correlation_id) or call.temperature <= 0.0
+        seed = None if greedy else rng.getrandbits(63)
         with self.lock:  # one generation at a time on the model (and one compile per tool set)
             grammar = self._grammar(required) if required else None
             sequence = self._sequence_for(correlation_id, text)
@@ -260,20 +263,22 @@ class Acting:
             self._grammars[key] = (self._compiler.compile_grammar(grammar), str(grammar))
         return self._grammars[key]
 
-    def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int, call: _Call) -> _Turn:
+    def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None,
+                  call: _Call) -> _Turn:
         started = time.perf_counter()
         ids, logprobs, chosen = self._generate(prompt, grammar[0] if grammar else None,
-                                               torch.Generator().manual_seed(seed), call)
+                                               None if seed is None else torch.Generator().manual_seed(seed), call)
         return _Turn(ids, logprobs, chosen, time.perf_counter() - started)
 
-    def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int, call: _Call) -> _Turn:
+    def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None,
+                   call: _Call) -> _Turn:
         """One turn from the vLLM server: its sampled ids and their logprobs, the tool-call grammar
         sent as EBNF. vLLM does not say which tokens the grammar forced: a token is taken as
         forced where the grammar allowed it alone (replayed here with xgrammar)."""
         assert self.generator is not None
         try:
             turn = self.generator.turn(prompt, seed=seed, grammar=grammar[1] if grammar else None,
-                                       max_tokens=call.max_tokens)
+                                       max_tokens=call.max_tokens, greedy=seed is None)
         except Exception as exc:  # noqa: BLE001 - the server's failure, as the turn's problem
             raise PolicyCannotAct(f"the vLLM server did not generate this turn ({type(exc).__name__}: "
                                   f"{str(exc)[:200]})") from None
@@ -301,7 +306,7 @@ class Acting:
                 break
         return chosen + [1] * (len(ids) - len(chosen))
 
-    def _generate(self, prompt: list[int], grammar: Any, generator: torch.Generator,
+    def _generate(self, prompt: list[int], grammar: Any, generator: torch.Generator | None,
                   call: _Call) -> tuple[list[int], list[float], list[int]]:
         """Sample a completion (ending with an end-of-turn token unless max_tokens cut it),
         each token's log-probability under the unconstrained model at the sampling temperature
@@ -317,7 +322,7 @@ class Acting:
         finally:
             model.train(was_training)
 
-    def _sample_completion(self, prompt: list[int], grammar: Any, generator: torch.Generator,
+    def _sample_completion(self, prompt: list[int], grammar: Any, generator: torch.Generator | None,
                            call: _Call) -> tuple[list[int], list[float], list[int]]:
         model = self.model
         device = self.loaded.device
@@ -380,8 +385,8 @@ class Acting:
     def _scaled(self, logits: torch.Tensor, call: _Call) -> torch.Tensor:
         return logits.float() / max(call.temperature, 1e-6)
 
-    def _sample(self, row: torch.Tensor, generator: torch.Generator, call: _Call) -> int:
-        if call.temperature <= 0.0:  # greedy
+    def _sample(self, row: torch.Tensor, generator: torch.Generator | None, call: _Call) -> int:
+        if call.temperature <= 0.0 or generator is None:  # greedy (None: an evaluation's turn)
             return int(torch.argmax(row))
         probs = torch.softmax(row, -1)
         if call.top_p < 1.0:

@@ -23,6 +23,7 @@ import torch
 
 from app.local.policies.base import MANIFEST, read_manifest, write_json_atomically
 from app.local.policies.lm.grpo_thread import GrpoThread
+from app.local.policies.lm.model import ModelUnavailable
 
 ADAPTER = "adapter"  # the saved folder's subfolder for a LoRA adapter
 OPTIMIZER = "optimizer.pt"  # the trainer's AdamW state (one process, DDP)
@@ -51,6 +52,7 @@ class Checkpoints(GrpoThread):
     lora: dict[str, Any]
     main_process: bool
     _resume: Resume | None
+    resume_warning: str | None = None  # a resumed job's checkpoint held no optimizer state: said in an event
 
     def _trainable(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
@@ -70,9 +72,10 @@ class Checkpoints(GrpoThread):
         elif resume.optimizer is not None:
             trainer.optimizer.load_state_dict(regrouped(resume.optimizer, trainer.optimizer, self._trainable()))
             return
-        log.warning("the checkpoint %s holds no optimizer state this layout can load (it was written by another: "
-                    "one process or DDP write %s, DeepSpeed/FSDP %s/); the Adam moments start again",
-                    resume.folder, OPTIMIZER, ENGINE_STATE)
+        if self.resume_warning is None:  # the file the other layout writes is there: said in the log only
+            log.warning("the checkpoint %s holds no optimizer state this layout can load (it was written by "
+                        "another: one process or DDP write %s, DeepSpeed/FSDP %s/); the Adam moments start again",
+                        resume.folder, OPTIMIZER, ENGINE_STATE)
 
     def save(self, folder: Path) -> None:
         """lora: the adapter (peft) and the tokenizer, the base named in the manifest; full: the
@@ -135,18 +138,18 @@ class Checkpoints(GrpoThread):
         with self.lock:
             if self.training is not None:
                 raise RuntimeError("a checkpoint is loaded before the policy trains, not into a running trainer")
-            if self.trainer_mode == "lora":
-                from peft import set_peft_model_state_dict
-                from safetensors.torch import load_file
-
-                set_peft_model_state_dict(self.model, load_file(str(folder / "adapter_model.safetensors")))
-            else:
-                from transformers import AutoModelForCausalLM
-
-                saved = AutoModelForCausalLM.from_pretrained(folder, dtype=self.model.dtype)
-                self.model.load_state_dict(saved.state_dict())
-            state = folder / OPTIMIZER
-            self._resume = Resume(folder, torch.load(state, weights_only=True) if state.is_file() else None)
+            try:
+                self._read_weights(folder)
+                state = folder / OPTIMIZER
+                self._resume = Resume(folder, torch.load(state, weights_only=True) if state.is_file() else None)
+            except Exception as exc:  # noqa: BLE001 - safetensors', torch's and transformers' many errors
+                # The tabular job's words for the same fault (training/runner.py resume), not "Internal error".
+                raise ModelUnavailable(f"could not resume: its checkpoint could not be read ({type(exc).__name__}: "
+                                       f"{' '.join(str(exc).split())[:200]})") from None
+            if not state.is_file() and not (folder / ENGINE_STATE).is_dir():
+                self.resume_warning = (f"The checkpoint of step {manifest.get('steps_done', '?')} holds no optimizer "
+                                       f"state ({OPTIMIZER} is missing): the job goes on from its weights, with "
+                                       "the optimizer's Adam moments started again")
         self.steps_done = int(manifest.get("steps_done", 0))
         if self.generator is not None:
             # The vLLM server holds the base weights: the trainer starts now and pushes the loaded
@@ -156,6 +159,19 @@ class Checkpoints(GrpoThread):
             if self.training.error is not None:
                 raise RuntimeError(f"the trainer could not push the loaded weights to the vLLM server: "
                                    f"{type(self.training.error).__name__}: {self.training.error}")
+
+
+    def _read_weights(self, folder: Path) -> None:
+        if self.trainer_mode == "lora":
+            from peft import set_peft_model_state_dict
+            from safetensors.torch import load_file
+
+            set_peft_model_state_dict(self.model, load_file(str(folder / "adapter_model.safetensors")))
+        else:
+            from transformers import AutoModelForCausalLM
+
+            saved = AutoModelForCausalLM.from_pretrained(folder, dtype=self.model.dtype)
+            self.model.load_state_dict(saved.state_dict())
 
 
 def uses_engine(trainer: Any) -> bool:

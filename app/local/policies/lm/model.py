@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from app.core.config.models import FILE_NOT_FOLDER, file_in_the_way
+
 DOWNLOAD_ENV = "SYNTH_TUI_MODEL_DOWNLOAD"
 GGUF_SUFFIX = ".gguf"
 TRAINER_EXTRA_HINT = "pip install 'synth-tui[trainer]'"
@@ -68,11 +70,12 @@ def resolve(base: str, *, download: bool = True) -> Path:
     downloads unless allowed (and `download`: else ModelNotDownloaded when it would)."""
     text = base.strip()
     path = Path(text).expanduser()
-    if path.is_file():
-        if path.suffix.lower() == GGUF_SUFFIX:
-            return path
-        raise ModelUnavailable(f"[model] base {text!r} is a file but not a .gguf file: point it at a .gguf file, "
-                               "or at a folder in Hugging Face format")
+    if path.is_file() and path.suffix.lower() == GGUF_SUFFIX:
+        return path
+    if (blocking := file_in_the_way(path)) is not None:  # the client's words (app/core/config/models.py)
+        where = "" if blocking == path else f" is inside '{blocking}', which"
+        raise ModelUnavailable(f"[model] base {text!r}{where} {FILE_NOT_FOLDER}: point it at a folder in Hugging "
+                               "Face format or a .gguf file")
     if path.is_dir():
         if missing := _missing_parts(path):
             raise ModelUnavailable(f"[model] base {text!r} has config.json but lacks {' and '.join(missing)}: "

@@ -189,7 +189,8 @@ class LmPolicy(Acting, Checkpoints):
         if self.loaded.gguf_file:
             data["gguf_file"] = self.loaded.gguf_file
         lib = ", ".join(f"{k} {v}" for k, v in versions.items())
-        return PolicyInfo(kind=self.kind, label=label, stand_in=False, data=data, message=(
+        return PolicyInfo(kind=self.kind, label=label, stand_in=False, data=data, warnings=(
+            () if self.resume_warning is None else (self.resume_warning,)), message=(
             f"The embedded backend trains {self.base} ({total:,} parameters, {trainable:,} trainable, "
             f"{self.trainer_mode}) on {self.loaded.device} in {self.loaded.dtype} with TRL's GRPOTrainer; {lib}"))
 

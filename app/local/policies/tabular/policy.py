@@ -41,6 +41,7 @@ from app.local.policies.base import (
     PolicyInfo,
     PolicySettings,
     UpdateStats,
+    acts_greedily,
     group_advantages,
     latest_observation,
     read_manifest,
@@ -144,7 +145,8 @@ class TabularPolicy:
             space = compile_tool(tool) if tool is not None else TEXT_ANSWER
         except UnsupportedSchema as exc:
             raise PolicyCannotAct(f"{exc}. {UNSUPPORTED_HINT}") from None
-        arguments, decisions = choose(self, latest_observation(messages), space, rng)
+        greedy = acts_greedily(correlation_id)  # an evaluation's turn: the best action
+        arguments, decisions = choose(self, latest_observation(messages), space, rng, greedy=greedy)
         call_id = f"call_{secrets.token_hex(8)}"
         message: dict[str, Any] = {"role": "assistant", "content": None}
         if space is not TEXT_ANSWER:
@@ -179,8 +181,13 @@ class TabularPolicy:
         prior = self.table.get(prior_key, {}) if prior_key else {}
         return softmax([row.get(a, 0.0) + prior.get(a, 0.0) for a in actions])
 
-    def sample(self, key: str, actions: Sequence[str], rng: random.Random, prior_key: str | None = None) -> str:
-        return rng.choices(list(actions), weights=self.probs(key, actions, prior_key))[0]
+    def sample(self, key: str, actions: Sequence[str], rng: random.Random, prior_key: str | None = None,
+               greedy: bool = False) -> str:
+        """An action drawn from the row's softmax; `greedy`: its most probable one (the first of equals)."""
+        probs = self.probs(key, actions, prior_key)
+        if greedy:
+            return actions[probs.index(max(probs))]
+        return rng.choices(list(actions), weights=probs)[0]
 
     def step(self, episodes: list[Episode], lr: float) -> UpdateStats:
         """One policy-gradient step on a batch sampled from this very policy (on-policy);
@@ -219,17 +226,18 @@ class TabularPolicy:
 
 
 def choose(policy: TabularPolicy, observation: str, space: ActionSpace,
-           rng: random.Random) -> tuple[dict[str, Any], list[Decision]]:
+           rng: random.Random, *, greedy: bool = False) -> tuple[dict[str, Any], list[Decision]]:
     """One composite action: a pick per slot of the tool's action space, each sampled from
-    the policy's row for (state, slot). Returns the tool call's arguments and the decisions
-    that show in them (array elements past the chosen length are not learned from)."""
+    the policy's row for (state, slot) (`greedy`: its most probable pick). Returns the tool
+    call's arguments and the decisions that show in them (array elements past the chosen
+    length are not learned from)."""
     state = state_key(observation)
     shared = is_generic(state)
     picks, decisions = [], []
     for slot in space.slots:
         where = f"{space.tool}.{slot.name}"
         prior = f"*|{where}" if shared else None
-        label = policy.sample(f"{state}|{where}", slot.labels, rng, prior)
+        label = policy.sample(f"{state}|{where}", slot.labels, rng, prior, greedy=greedy)
         picks.append(slot.labels.index(label))
         decisions.append(Decision(f"{state}|{where}", slot.labels, label, prior))
     return space.build(picks), [decisions[i] for i in space.used_slots(picks)]
