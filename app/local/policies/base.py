@@ -183,6 +183,7 @@ class Watched(Protocol):
 # finished job's chat endpoint asks for the same with the SDK's `eval_` prefix. The sampled
 # episodes of a pass@k evaluation (`[evaluation] samples = k`) are named `evalk-…`: they sample.
 GREEDY_ROLLOUT_PREFIX = "eval-"
+TRAINING_ROLLOUT_PREFIX = "rl-"  # a training rollout's id: its turns sample as the job does (job_run.py)
 SAMPLED_EVAL_ROLLOUT_PREFIX = "evalk-"
 
 

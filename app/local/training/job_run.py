@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.local.policies.base import (
+    TRAINING_ROLLOUT_PREFIX,
     Act,
     ActOptions,
     Policy,
@@ -115,7 +116,7 @@ class JobRun:
         if self.policy is None:
             raise PolicyLoading("the job's policy is still loading; call again once its rollouts start")
         options = options or ActOptions()
-        if rollout is not None and str(rollout_id).startswith("rl-"):  # a training rollout (rollouts.py names it)
+        if rollout is not None and str(rollout_id).startswith(TRAINING_ROLLOUT_PREFIX):  # rollouts.py names it
             # It samples as the job samples, whatever the request says: GRPO's loss assumes the
             # distribution the turn came from (docs/wire-contract.md#the-chat-answer).
             options = dataclasses.replace(options, temperature=None, top_p=None, training=True)
