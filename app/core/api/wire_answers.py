@@ -259,8 +259,8 @@ def _seconds(value: Any) -> float:
 class ChatChoice(_Answer):
     index: int
     message: dict[str, Any]
-    logprobs: None
-    finish_reason: Literal["stop", "tool_calls"]
+    logprobs: dict[str, Any] | None  # OpenAI's {"content": [{token, logprob, bytes, top_logprobs}]}, when asked
+    finish_reason: Literal["stop", "tool_calls", "length"]
 
 
 class ChatUsage(_Answer):

@@ -92,6 +92,7 @@ class PolicySection(_Section):
     trainer_mode: str
     label: str
     max_tokens: int = 512
+    max_prompt_tokens: int | None = None  # the embedded lm policy's bound on a chat prompt (docs/hardening.md)
     temperature: float = 0.7
     top_p: float = 0.95
     top_k: int | None = None

@@ -99,6 +99,8 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("compute.gpu_count", True, 1, 1_024),
     NumberBound("compute.nodes", True, 1, 128),
     NumberBound("policy.max_tokens", True, 1, 1_000_000),
+    NumberBound("policy.max_prompt_tokens", True, 1, 1_000_000,
+                "tokens of one chat prompt the embedded lm policy reads"),
     NumberBound("policy.temperature", False, 0.0, 10.0),
     NumberBound("policy.top_p", False, 0.0, 1.0),
 )

@@ -41,6 +41,7 @@ from app.local.parallel import launch as dp_launch
 from app.local.parallel.launch import RankGroup, RankInfo, build_launch, per_device_batch
 from app.local.policies.base import (
     Act,
+    ActOptions,
     Episode,
     Parallel,
     PolicyCannotAct,
@@ -225,13 +226,16 @@ class DistributedLmPolicy:
             return owner
 
     def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, tool_choice: Any,
-            correlation_id: str, rng: Any) -> Act:
+            correlation_id: str, rng: Any, options: ActOptions | None = None) -> Act:
         rank = self._owner(correlation_id)
+        asked = options or ActOptions()  # the rank honours them; a disconnect does not reach it
         answer = self._post(rank, "/act", {"cid": correlation_id, "messages": list(messages),
                                            "tools": list(tools) if tools is not None else None,
-                                           "tool_choice": tool_choice, "seed": rng.getrandbits(63)},
+                                           "tool_choice": tool_choice, "seed": rng.getrandbits(63),
+                                           "options": {k: v for k, v in vars(asked).items() if k != "cancel"}},
                             timeout=ACT_TIMEOUT_S)
-        return Act(answer["message"], answer["call_id"], RankMemo(rank, correlation_id, answer["call_id"]))
+        return Act(answer["message"], answer["call_id"], RankMemo(rank, correlation_id, answer["call_id"]),
+                   **answer.get("usage", {}))
 
     def _item(self, rank: int, episode: Episode) -> dict[str, Any]:
         """An episode as rank `rank` trains it: its calls if it holds them, else its tokens."""

@@ -46,7 +46,7 @@ from app.local.parallel.launch import (
     per_device_batch,
     vllm_plan,
 )
-from app.local.policies.base import Episode, PolicyCannotAct, PolicySettings, write_json_atomically
+from app.local.policies.base import ActOptions, Episode, PolicyCannotAct, PolicySettings, write_json_atomically
 
 MEMOS_KEPT = 16384  # turns of episodes in flight on this rank (an abandoned one is dropped oldest first)
 
@@ -121,11 +121,13 @@ class Rank:
 
     def act(self, body: dict[str, Any]) -> dict[str, Any]:
         act = self.policy.act(body["messages"], body.get("tools"), body.get("tool_choice"), body["cid"],
-                              random.Random(int(body["seed"])))
+                              random.Random(int(body["seed"])), ActOptions(**(body.get("options") or {})))
         self.memos[act.call_id] = (body["cid"], act.memo)
         while len(self.memos) > MEMOS_KEPT:
             self.memos.popitem(last=False)
-        return {"message": act.message, "call_id": act.call_id}
+        return {"message": act.message, "call_id": act.call_id,
+                "usage": {"prompt_tokens": act.prompt_tokens, "completion_tokens": act.completion_tokens,
+                          "finish_reason": act.finish_reason, "logprobs": act.logprobs}}
 
     def _take(self, calls: list[str]) -> list[Any]:
         return [memo for call in calls if (kept := self.memos.pop(call, None)) is not None for memo in [kept[1]]]

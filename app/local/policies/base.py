@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,16 @@ MANIFEST = "policy.json"  # every saved policy's folder holds one: {"kind": ...,
 class PolicyCannotAct(ValueError):
     """The request asks for what this policy cannot answer (say, a tool schema it cannot fill).
     The message is a sentence for the task app's author; the job fails with it."""
+
+
+class PolicyLoading(PolicyCannotAct):
+    """The job's policy is not loaded yet (the job is queued or loading its model): a caller
+    asks again later; the job is not to blame (docs/hardening.md)."""
+
+
+class ActCancelled(Exception):
+    """The caller went away while the policy generated (ActOptions.cancel was set): the
+    generation stopped between tokens and nothing of it was kept."""
 
 
 class PolicyFailed(RuntimeError):
@@ -67,6 +78,22 @@ class PolicySettings:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class ActOptions:
+    """What one chat request asks of its answer beyond the messages (docs/wire-contract.md#the-chat-answer):
+    sampling (None: the job's [policy] values), logprobs, and a cancel flag the endpoint sets when
+    the caller disconnects. `training`: the call is one of the job's training rollouts, whose
+    sampling is the job's (GRPO's loss assumes the distribution the turn was sampled from)."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    logprobs: bool = False
+    top_logprobs: int = 0
+    training: bool = False
+    cancel: threading.Event | None = None
+
+
 @dataclass
 class Act:
     """One chat answer: the assistant message (with its tool calls) and what the update needs."""
@@ -74,6 +101,13 @@ class Act:
     message: dict[str, Any]
     call_id: str  # the tool call's id (or, for a text answer, the id the job runner files it under)
     memo: Any  # opaque to the job runner: handed back to `update` inside an Episode
+    # What the chat answer reports: tokens of the prompt the model read and of its completion
+    # (0 and 0 for the tabular stand-in, which reads no tokens), "length" when max_tokens cut
+    # the turn, and OpenAI's `logprobs` object when asked.
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    logprobs: dict[str, Any] | None = None
 
 
 @dataclass
@@ -113,8 +147,9 @@ class Policy(Protocol):
     def describe(self) -> PolicyInfo: ...
 
     def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, tool_choice: Any,
-            correlation_id: str, rng: random.Random) -> Act:
-        """Answer one chat turn. Raises PolicyCannotAct for a request it cannot answer."""
+            correlation_id: str, rng: random.Random, options: ActOptions | None = None) -> Act:
+        """Answer one chat turn. Raises PolicyCannotAct for a request it cannot answer (options
+        it cannot honour included), ActCancelled when options.cancel was set meanwhile."""
         ...
 
     def update(self, groups: list[list[Episode]]) -> UpdateStats:
@@ -148,6 +183,7 @@ class Watched(Protocol):
 # finished job's chat endpoint asks for the same with the SDK's `eval_` prefix. The sampled
 # episodes of a pass@k evaluation (`[evaluation] samples = k`) are named `evalk-…`: they sample.
 GREEDY_ROLLOUT_PREFIX = "eval-"
+TRAINING_ROLLOUT_PREFIX = "rl-"  # a training rollout's id: its turns sample as the job does (job_run.py)
 SAMPLED_EVAL_ROLLOUT_PREFIX = "evalk-"
 
 

@@ -29,6 +29,8 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     PlainValidator,
+    StrictBool,
+    StrictInt,
     StrictStr,
     ValidationInfo,
     WithJsonSchema,
@@ -262,6 +264,7 @@ class Compute(_Open):
 
 class PolicySection(_Open):
     max_tokens: Annotated[int | None, Within("policy.max_tokens")] = None
+    max_prompt_tokens: Annotated[int | None, Within("policy.max_prompt_tokens")] = None
     temperature: Annotated[float | None, Within("policy.temperature")] = None
     top_p: Annotated[float | None, Within("policy.top_p")] = None
 
@@ -420,6 +423,15 @@ class ChatRequest(_Open):
     messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_CHAT_MESSAGES)
     tools: list[ChatTool] | None = None
     tool_choice: Any = None
+    # Sampling and logprobs, as OpenAI's; the policy honours them or refuses saying why
+    # (docs/wire-contract.md#the-chat-answer).
+    temperature: Annotated[float | None, Field(ge=0, le=2, allow_inf_nan=False)] = None
+    top_p: Annotated[float | None, Field(gt=0, le=1, allow_inf_nan=False)] = None
+    max_tokens: Annotated[StrictInt | None, Field(ge=1)] = None
+    max_completion_tokens: Annotated[StrictInt | None, Field(ge=1)] = None  # OpenAI's newer name (the SDK's)
+    n: Annotated[StrictInt | None, Field(ge=1, le=1)] = None
+    logprobs: StrictBool | None = None
+    top_logprobs: Annotated[StrictInt | None, Field(ge=0, le=20)] = None
 
 
 CHAT_REFUSAL = Refusal("Invalid chat completion request", problem_words={
@@ -430,6 +442,14 @@ CHAT_REFUSAL = Refusal("Invalid chat completion request", problem_words={
     "tools[].function": 'must be {"name": ...}',
     "tools[].function.parameters": "must be a JSON schema object",
     "model": "must be a string",
+    "temperature": "must be a number from 0 to 2 (0: greedy)",
+    "top_p": "must be a number above 0 and at most 1",
+    "max_tokens": "must be a whole number of at least 1",
+    "max_completion_tokens": "must be a whole number of at least 1",
+    "n": ("must be 1: the embedded policy answers one choice per call (a rollout's episode is one sequence "
+          "of turns; ask again for another sample)"),
+    "logprobs": "must be true or false",
+    "top_logprobs": "must be a whole number from 0 to 20",
     "cid": "is required: the inference URL must name the job (?cid=trace_<job_id>[:<rollout_id>])",
 }, parameter_status=400)
 

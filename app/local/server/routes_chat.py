@@ -13,7 +13,9 @@ import asyncio
 import random
 import re
 import secrets
+import threading
 import time
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
@@ -21,13 +23,14 @@ from fastapi import Path as PathParam
 
 from app.core.api.wire_answers import ChatCompletion
 from app.core.config.trainable import short_repr
-from app.local.policies.base import Act, PolicyCannotAct, PolicyFailed
+from app.local.policies.base import Act, ActCancelled, ActOptions, PolicyCannotAct, PolicyFailed, PolicyLoading
 from app.local.server.api_schemas import BODY_ERRORS, error_responses
 from app.local.server.backend_state import Backend, BackendState, job_view
 from app.local.server.bodies import ChatRequest, Cid
 from app.local.training.job_run import answer_of
 from app.local.training.rollout_contract import parse_correlation_id
 
+DISCONNECT_POLL_S = 0.25  # how often a generating request checks that its client is still there
 CHAT_BODY_LIMIT = 4 << 20  # chat histories can be long; every other body stays under guard.MAX_BODY_BYTES
 CHAT_PATHS = ("/api/v1/chat/completions", "/v1/chat/completions")
 # The path form of rollout contract 0.4/0.5: the trial (our job id) and the correlation id in the path.
@@ -53,7 +56,7 @@ def chat_access(request: Request, b: Backend) -> None:
                             headers={"WWW-Authenticate": "Bearer"})
 
 
-CHAT_ERRORS = error_responses(400, 401, 404, 503, *BODY_ERRORS)
+CHAT_ERRORS = error_responses(400, 401, 404, 409, 503, *BODY_ERRORS)
 CID_WORDS = "trace_<job_id>:<rollout_id> (or with cid_ or eval_), as the job runner writes it into the inference URL"
 
 
@@ -93,42 +96,76 @@ async def _answer_chat(b: BackendState, request: Request, cid: str) -> dict[str,
     """The policy's answer to a checked chat request (ChatRequest): the job's live policy while
     it trains, else its last recorded one. The policy answers in a worker thread, whichever it
     is: a language model generates for seconds, and /health, events and other rollouts must not
-    wait for it."""
+    wait for it. A caller that disconnects meanwhile stops the generation (ActOptions.cancel)."""
     body = await request.json()  # as sent (FastAPI parsed it once): the policy reads it whole
     job_id, rollout_id = parse_correlation_id(cid)
     run = b.runner.runs.get(job_id) if b.runner else None
+    options = _options(body)
     try:
         if run is not None:
-            act = await asyncio.to_thread(run.act, rollout_id, body, cid)
+            act = await _until_disconnect(request, options, asyncio.to_thread(run.act, rollout_id, body, cid, options))
             model = run.plan.model
         else:
             job = b.job_or_404(job_id)
             policy = await asyncio.to_thread(b.saved_policy, job)
-            act = await asyncio.to_thread(policy.act, body["messages"], body.get("tools"),
-                                          body.get("tool_choice"), cid, random.Random())
+            act = await _until_disconnect(request, options, asyncio.to_thread(
+                policy.act, body["messages"], body.get("tools"), body.get("tool_choice"), cid, random.Random(),
+                options))
             model = job_view(job)["model"]
     except PolicyFailed as exc:  # a rank of a data-parallel policy died: the job fails naming it
         if run is not None:
             b.live_runner().policy_broke(job_id, str(exc), exc.data)
         raise HTTPException(503, f"The job's policy stopped: {exc}") from None
+    except ActCancelled:  # nobody is left to read the answer
+        raise HTTPException(499, "The client closed the request; generation stopped") from None
+    except PolicyLoading as exc:  # a queued or loading job: the caller asks again; the job goes on
+        raise HTTPException(409, f"The job's policy cannot answer yet: {exc}") from None
     except PolicyCannotAct as exc:
+        # Only the job's own rollouts can fail it, and only when they keep being refused: a call
+        # the job did not make gets its 422 and leaves the job alone (docs/hardening.md).
         message = f"The task app's request cannot be answered by the embedded policy: {exc}"
-        if run is not None:
-            b.live_runner().abort(job_id, message)
+        if run is not None and run.refused_rollout(rollout_id):
+            b.live_runner().abort(job_id, f"{message} ({len(run.refused_rollouts)} rollouts in a row were refused)")
         raise HTTPException(422, message) from None
-    return _completion(body.get("model") or model, act, body["messages"])
+    return _completion(body.get("model") or model, act)
 
 
-def _completion(model: str, act: Act, messages: list[Any]) -> dict[str, Any]:
+def _options(body: dict[str, Any]) -> ActOptions:
+    """What the request asks of its answer (checked by ChatRequest), with a fresh cancel flag."""
+    top = body.get("top_logprobs") or 0
+    return ActOptions(temperature=body.get("temperature"), top_p=body.get("top_p"),
+                      max_tokens=body.get("max_completion_tokens") or body.get("max_tokens"),
+                      logprobs=bool(body.get("logprobs")) or top > 0, top_logprobs=top,
+                      cancel=threading.Event())
+
+
+async def _until_disconnect(request: Request, options: ActOptions, acting: Awaitable[Act]) -> Act:
+    """The policy's answer, watching the client meanwhile: when it disconnects, options.cancel
+    is set and the policy stops between tokens (issue 41: a prompt whose client went away held
+    the model for minutes)."""
+    task = asyncio.ensure_future(acting)
+    try:
+        while not task.done():
+            await asyncio.wait([task], timeout=DISCONNECT_POLL_S)
+            if not task.done() and await request.is_disconnected() and options.cancel is not None:
+                options.cancel.set()
+        return task.result()
+    finally:
+        if not task.done() and options.cancel is not None:  # this coroutine was cancelled: so is the act
+            options.cancel.set()
+
+
+def _completion(model: str, act: Act) -> dict[str, Any]:
+    """OpenAI's chat completion of one answer: its tokens counted by the policy (0 for the
+    tabular stand-in, which reads none), finish_reason "length" when max_tokens cut it."""
     tool, _ = answer_of(act.message)
-    prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages if isinstance(m, dict))
     return {
         "id": f"chatcmpl-{secrets.token_hex(12)}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": act.message, "logprobs": None,
-                     "finish_reason": "tool_calls" if tool else "stop"}],
-        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": 1, "total_tokens": prompt_tokens + 1},
+        "choices": [{"index": 0, "message": act.message, "logprobs": act.logprobs,
+                     "finish_reason": act.finish_reason or ("tool_calls" if tool else "stop")}],
+        "usage": {"prompt_tokens": act.prompt_tokens, "completion_tokens": act.completion_tokens,
+                  "total_tokens": act.prompt_tokens + act.completion_tokens},
     }
-

@@ -8,6 +8,7 @@ policy gave it (recorded by `JobRun.act`, which the backend's chat endpoint call
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import random
 import time
@@ -16,9 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.local.policies.base import (
+    TRAINING_ROLLOUT_PREFIX,
     Act,
+    ActOptions,
     Policy,
-    PolicyCannotAct,
+    PolicyLoading,
     PolicySettings,
 )
 from app.local.training.plan import TrainingPlan
@@ -31,6 +34,8 @@ from app.local.training.rollout_record import (
     turn_chars,
     within_budget,
 )
+
+REFUSED_ROLLOUTS_TO_FAIL = 3  # distinct rollouts in a row whose chat call the policy refused
 
 
 @dataclass
@@ -95,20 +100,29 @@ class JobRun:
     slow_noted: dict[tuple[str, int], int] = field(default_factory=dict)  # (mode, step): slow rollouts said
     lm: bool | None = None  # trains a language model (needs a device: admission.py); None: by the job runner choice
     admitted: bool = False  # it holds one of the backend's job slots (admission.py)
+    # Rollouts whose own chat call the policy refused since one was last answered
+    # (refused_rollout): the job fails only when its rollouts keep failing.
+    refused_rollouts: set[str] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.seed = job_seed(self.job_id, self.plan)
         self.rng = random.Random(self.seed)
 
-    def act(self, rollout_id: str | None, request: dict[str, Any], correlation_id: str) -> Act:
+    def act(self, rollout_id: str | None, request: dict[str, Any], correlation_id: str,
+            options: ActOptions | None = None) -> Act:
         """The policy's answer to one chat turn, recorded if the rollout is ours (and, for the
         inspector, what the chat `request` showed, when it keeps it)."""
         rollout = self.open_rollouts.get(rollout_id or "")
         if self.policy is None:
-            raise PolicyCannotAct("the job's policy is still loading; call again once its rollouts start")
+            raise PolicyLoading("the job's policy is still loading; call again once its rollouts start")
+        options = options or ActOptions()
+        if rollout is not None and str(rollout_id).startswith(TRAINING_ROLLOUT_PREFIX):  # rollouts.py names it
+            # It samples as the job samples, whatever the request says: GRPO's loss assumes the
+            # distribution the turn came from (docs/wire-contract.md#the-chat-answer).
+            options = dataclasses.replace(options, temperature=None, top_p=None, training=True)
         # A call from outside the job's rollouts never draws from the job's own RNG.
         act = self.policy.act(request["messages"], request.get("tools"), request.get("tool_choice"),
-                              correlation_id, rollout.rng if rollout else random.Random())
+                              correlation_id, rollout.rng if rollout else random.Random(), options)
         if rollout is not None:
             rollout.memos[act.call_id] = act.memo
             if rollout.record:
@@ -121,8 +135,20 @@ class JobRun:
                     rollout.turn_chars += turn_chars(turn)
                 else:
                     rollout.turns_cut += 1
+        if rollout is not None:
+            self.refused_rollouts.clear()
         self.chat_completions += 1
         return act
+
+    def refused_rollout(self, rollout_id: str | None) -> bool:
+        """A call of one of the job's rollouts was refused (PolicyCannotAct): that rollout fails
+        (its task app gets the 422). True when REFUSED_ROLLOUTS_TO_FAIL rollouts in a row were
+        refused: the task app keeps asking what the policy cannot answer and the job fails.
+        Calls the job did not make (no open rollout) never count (docs/hardening.md)."""
+        if rollout_id not in self.open_rollouts:
+            return False
+        self.refused_rollouts.add(str(rollout_id))
+        return len(self.refused_rollouts) >= REFUSED_ROLLOUTS_TO_FAIL
 
     def counters(self) -> dict[str, Any]:
         seconds = max(self.elapsed_before + time.monotonic() - self.started, 1e-9)

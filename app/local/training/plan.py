@@ -108,7 +108,7 @@ def policy_options(config: dict[str, Any]) -> dict[str, Any]:
     """The options of the `lm` policy, from the config as written (docs/embedded-policy.md#the-lm-policy):
     [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef; [training.lora] (or
     the older top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p,
-    max_tokens."""
+    max_tokens, max_prompt_tokens."""
     def table(value: Any) -> dict[str, Any]:
         return value if isinstance(value, dict) else {}
 
@@ -120,6 +120,7 @@ def policy_options(config: dict[str, Any]) -> dict[str, Any]:
         "kl_coef": training.get("kl_coef"),
         "lora": {k: lora.get(k) for k in ("r", "alpha", "dropout", "target_modules") if lora.get(k) is not None},
         "temperature": policy.get("temperature"), "top_p": policy.get("top_p"), "max_tokens": policy.get("max_tokens"),
+        "max_prompt_tokens": policy.get("max_prompt_tokens"),
     }
     return {k: v for k, v in options.items() if v is not None}
 

@@ -26,18 +26,22 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 import xgrammar as xgr
 
 from app.local.parallel.vllm import VllmGenerator
-from app.local.policies.base import Act, PolicyCannotAct, acts_greedily
+from app.local.policies.base import Act, ActCancelled, ActOptions, PolicyCannotAct, PolicySettings, acts_greedily
 from app.local.policies.lm.chat_templates import CHAT_KWARGS, ToolCallScaffold, history_message, where_texts_part
 from app.local.policies.lm.model import LoadedModel
 
 MAX_EPISODES_KEPT = 4096  # sequences of episodes in flight (an abandoned one is dropped oldest first)
+MAX_TOP_LOGPROBS = 20  # OpenAI's bound on top_logprobs
+# A rendered prompt longer than this many times (its token bound x the longest token's characters)
+# is refused before it is tokenised: it cannot fit (the margin covers a normaliser's changes).
+PROMPT_CHARS_MARGIN = 2
 _TOOL_CALL = re.compile(r"<tool_call>\s*(\{.*?\})\s*</tool_call>", re.DOTALL)
 
 
@@ -63,6 +67,24 @@ class TurnMemo:
     seconds: float
 
 
+@dataclass
+class _Call:
+    """One chat request's sampling (the job's [policy] values where the request says none), its
+    cancel flag, and the logprobs it collects when asked (OpenAI's `logprobs.content`)."""
+
+    temperature: float
+    top_p: float
+    max_tokens: int
+    logprobs: bool = False
+    top_logprobs: int = 0
+    cancel: Any = None  # a threading.Event, set when the caller went away
+    content: list[dict[str, Any]] = field(default_factory=list)
+
+    def check_cancel(self) -> None:
+        if self.cancel is not None and self.cancel.is_set():
+            raise ActCancelled("the caller went away; generation stopped")
+
+
 @dataclass(frozen=True)
 class _Turn:
     """One generated completion: its ids, each one's logprob, whether the model chose it (1) or
@@ -78,6 +100,7 @@ class Acting:
     """LmPolicy's `act` and what it takes: rendering, the episodes' sequences, the tool-call
     grammar, sampling (own forward passes or the vLLM server), the answer's message."""
 
+    settings: PolicySettings
     tokenizer: Any
     model: Any
     loaded: LoadedModel
@@ -97,22 +120,35 @@ class Acting:
     _info: Any
     _compiler: Any
     _grammars: dict[str, tuple[Any, str]]
+    _max_token_chars: int | None = None
 
     def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, tool_choice: Any,
-            correlation_id: str, rng: random.Random) -> Act:
+            correlation_id: str, rng: random.Random, options: ActOptions | None = None) -> Act:
+        call = self._call(options or ActOptions())
         tool_list = [t for t in (tools or []) if isinstance(t, dict)]
         required = _required_tools(tool_list, tool_choice)
         offered = tool_list if tool_choice != "none" else []
         text = self._render(messages, offered)
-        # An evaluation's turn takes the most probable token (None: no generator, argmax).
-        seed = None if acts_greedily(correlation_id) else rng.getrandbits(63)
+        bound, why = self._prompt_bound(call)
+        if len(text) > PROMPT_CHARS_MARGIN * self._token_chars() * bound:  # cannot fit: never tokenised
+            raise PolicyCannotAct(f"the prompt is {len(text):,} characters, more than {bound:,} tokens could hold "
+                                  f"(a token of this model holds at most {self._token_chars()} characters); "
+                                  f"this job's prompts are bounded at {bound:,} tokens ({why})")
+        # An evaluation's turn, or a request's temperature 0, takes the most probable token
+        # (None: no generator, argmax).
+        greedy = acts_greedily(correlation_id) or call.temperature <= 0.0
+        seed = None if greedy else rng.getrandbits(63)
         with self.lock:  # one generation at a time on the model (and one compile per tool set)
             grammar = self._grammar(required) if required else None
             sequence = self._sequence_for(correlation_id, text)
             prompt = list(sequence.ids)
-            turn = self._own_turn(prompt, grammar, seed) if self.generator is None else None
+            if len(prompt) > bound:
+                raise PolicyCannotAct(f"the prompt is {len(prompt):,} tokens; this job's prompts are bounded at "
+                                      f"{bound:,} tokens ({why})")
+            turn = self._own_turn(prompt, grammar, seed, call) if self.generator is None else None
         if turn is None:  # a vLLM server serves turns side by side: not under the model's lock
-            turn = self._vllm_turn(prompt, grammar, seed)
+            turn = self._vllm_turn(prompt, grammar, seed, call)
+        call.check_cancel()  # the caller went away: the episode keeps nothing of this turn
         with self.lock:
             sequence.ids += turn.ids
             sequence.mask += turn.chosen
@@ -124,7 +160,49 @@ class Acting:
         message = self._message(answer, call_id, offered)
         if required and not message.get("tool_calls"):
             self.unfinished_calls += 1
-        return Act(message, call_id, memo)
+        cut = len(turn.ids) >= call.max_tokens and (not turn.ids or turn.ids[-1] not in self.eos_ids)
+        return Act(message, call_id, memo, prompt_tokens=len(prompt), completion_tokens=len(turn.ids),
+                   finish_reason="length" if cut else None,
+                   logprobs={"content": call.content} if call.logprobs else None)
+
+    def _call(self, options: ActOptions) -> _Call:
+        """The request's sampling within the job's bounds, or PolicyCannotAct saying why: max_tokens
+        is honoured up to the job's (a larger one is the job's: finish_reason "length" says when it
+        cut; the SDK's task apps ask for 512 whatever the job); a vLLM server samples at the job's
+        temperature and top_p and gives no top logprobs (docs/wire-contract.md#the-chat-answer)."""
+        for name, asked, job in (("temperature", options.temperature, self.temperature),
+                                 ("top_p", options.top_p, self.top_p)):
+            if self.generator is not None and asked is not None and asked != job:
+                raise PolicyCannotAct(f"{name} {asked:g} cannot be honoured: a job generating through a vLLM server "
+                                      f"samples at its [policy] {name} {job:g} (send {job:g} or leave it out)")
+        if options.top_logprobs > MAX_TOP_LOGPROBS or (options.top_logprobs and self.generator is not None):
+            raise PolicyCannotAct(f"top_logprobs must be 0 to {MAX_TOP_LOGPROBS}, and 0 with a vLLM server")
+        return _Call(temperature=self.temperature if options.temperature is None else options.temperature,
+                     top_p=self.top_p if options.top_p is None else options.top_p,
+                     max_tokens=min(options.max_tokens or self.max_tokens, self.max_tokens),
+                     logprobs=options.logprobs or options.top_logprobs > 0, top_logprobs=options.top_logprobs,
+                     cancel=options.cancel)
+
+    def _prompt_bound(self, call: _Call) -> tuple[int, str]:
+        """How many tokens a prompt may have, and why: the model's context less the turn's
+        max_tokens, and [policy] max_prompt_tokens when set (issue 41: an unbounded prompt held
+        the model for minutes)."""
+        bounds: list[tuple[int, str]] = []
+        context = getattr(getattr(self.model, "config", None), "max_position_embeddings", None)
+        if isinstance(context, int) and context > 0:
+            bounds.append((max(context - call.max_tokens, 1), f"the model's context of {context:,} tokens "
+                                                               f"less max_tokens {call.max_tokens:,}"))
+        configured = self.settings.options.get("max_prompt_tokens")
+        if isinstance(configured, int) and configured > 0:
+            bounds.append((configured, "[policy] max_prompt_tokens"))
+        return min(bounds) if bounds else (1 << 62, "no bound")
+
+    def _token_chars(self) -> int:
+        """The most characters one token of this tokenizer stands for (its longest vocabulary entry:
+        a byte-level or sentencepiece entry is at least as long as the text it decodes to)."""
+        if self._max_token_chars is None:
+            self._max_token_chars = max((len(t) for t in self.tokenizer.get_vocab()), default=1) or 1
+        return self._max_token_chars
 
     def _render(self, messages: Sequence[dict[str, Any]], tools: list[dict[str, Any]]) -> str:
         clean = [history_message(m) for m in messages]
@@ -185,24 +263,29 @@ class Acting:
             self._grammars[key] = (self._compiler.compile_grammar(grammar), str(grammar))
         return self._grammars[key]
 
-    def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None) -> _Turn:
+    def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None,
+                  call: _Call) -> _Turn:
         started = time.perf_counter()
         ids, logprobs, chosen = self._generate(prompt, grammar[0] if grammar else None,
-                                               None if seed is None else torch.Generator().manual_seed(seed))
+                                               None if seed is None else torch.Generator().manual_seed(seed), call)
         return _Turn(ids, logprobs, chosen, time.perf_counter() - started)
 
-    def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None) -> _Turn:
+    def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None,
+                   call: _Call) -> _Turn:
         """One turn from the vLLM server: its sampled ids and their logprobs, the tool-call grammar
         sent as EBNF. vLLM does not say which tokens the grammar forced: a token is taken as
         forced where the grammar allowed it alone (replayed here with xgrammar)."""
         assert self.generator is not None
         try:
             turn = self.generator.turn(prompt, seed=seed, grammar=grammar[1] if grammar else None,
-                                       max_tokens=self.max_tokens, greedy=seed is None)
+                                       max_tokens=call.max_tokens, greedy=seed is None)
         except Exception as exc:  # noqa: BLE001 - the server's failure, as the turn's problem
             raise PolicyCannotAct(f"the vLLM server did not generate this turn ({type(exc).__name__}: "
                                   f"{str(exc)[:200]})") from None
         chosen = self._chosen(grammar[0], turn.completion_ids) if grammar else [1] * len(turn.completion_ids)
+        if call.logprobs:  # at the job's sampling temperature: what the server gave
+            pairs = zip(turn.completion_ids, turn.logprobs, strict=False)
+            call.content = [self._logprob_entry(token, logprob, []) for token, logprob in pairs]
         return _Turn(turn.completion_ids, turn.logprobs, chosen, turn.seconds)
 
     def _chosen(self, grammar: Any, ids: list[int]) -> list[int]:
@@ -223,8 +306,8 @@ class Acting:
                 break
         return chosen + [1] * (len(ids) - len(chosen))
 
-    def _generate(self, prompt: list[int], grammar: Any,
-                  generator: torch.Generator | None) -> tuple[list[int], list[float], list[int]]:
+    def _generate(self, prompt: list[int], grammar: Any, generator: torch.Generator | None,
+                  call: _Call) -> tuple[list[int], list[float], list[int]]:
         """Sample a completion (ending with an end-of-turn token unless max_tokens cut it),
         each token's log-probability under the unconstrained model at the sampling temperature
         (what GRPO's loss computes), and whether the model chose it (1) or the grammar forced
@@ -235,12 +318,12 @@ class Acting:
         model.eval()  # no dropout while acting; the trainer's mode is put back after
         try:
             with torch.no_grad():
-                return self._sample_completion(prompt, grammar, generator)
+                return self._sample_completion(prompt, grammar, generator, call)
         finally:
             model.train(was_training)
 
-    def _sample_completion(self, prompt: list[int], grammar: Any,
-                           generator: torch.Generator | None) -> tuple[list[int], list[float], list[int]]:
+    def _sample_completion(self, prompt: list[int], grammar: Any, generator: torch.Generator | None,
+                           call: _Call) -> tuple[list[int], list[float], list[int]]:
         model = self.model
         device = self.loaded.device
         matcher = xgr.GrammarMatcher(grammar) if grammar is not None else None
@@ -250,33 +333,36 @@ class Acting:
         ids: list[int] = []
         logprobs: list[float] = []
         chosen: list[int] = []
-        while len(ids) < self.max_tokens:
-            forced = self._forced(matcher, self.max_tokens - len(ids))
+        while len(ids) < call.max_tokens:
+            call.check_cancel()  # between tokens: a caller that went away stops the generation
+            forced = self._forced(matcher, call.max_tokens - len(ids))
             if forced:
                 out = model(input_ids=torch.tensor([forced], device=device), past_key_values=cache, use_cache=True)
                 before = torch.cat([last.unsqueeze(0), out.logits[0, :-1]])
-                scores = torch.log_softmax(self._scaled(before), -1)
+                scores = torch.log_softmax(self._scaled(before, call), -1)
                 logprobs += [float(scores[pos, token]) for pos, token in enumerate(forced)]
+                self._note_logprobs(call, before, forced)
                 ids += forced
                 chosen += [0] * len(forced)
                 cache, last = out.past_key_values, out.logits[0, -1]
                 continue
-            row = self._scaled(last)
+            row = self._scaled(last, call)
             choice = 1
             if matcher is not None and bitmask is not None:
                 matcher.fill_next_token_bitmask(bitmask)
                 masked = row.clone().unsqueeze(0)
                 xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device))
                 choice = int(torch.isfinite(masked[0]).sum() > 1)  # one allowed token: forced
-                token = self._sample(masked[0], generator)
+                token = self._sample(masked[0], generator, call)
                 if not matcher.accept_token(token):
                     break  # cannot happen for a token the mask allowed; stop rather than loop
             else:
-                token = self._sample(row, generator)
+                token = self._sample(row, generator, call)
             logprobs.append(float(torch.log_softmax(row, -1)[token]))
+            self._note_logprobs(call, last.unsqueeze(0), [token])
             ids.append(token)
             chosen.append(choice)
-            if token in self.eos_ids or len(ids) >= self.max_tokens:
+            if token in self.eos_ids or len(ids) >= call.max_tokens:
                 break
             out = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
             cache, last = out.past_key_values, out.logits[0, -1]
@@ -296,18 +382,39 @@ class Acting:
             forced.append(token)
         return forced
 
-    def _scaled(self, logits: torch.Tensor) -> torch.Tensor:
-        return logits.float() / max(self.temperature, 1e-6)
+    def _scaled(self, logits: torch.Tensor, call: _Call) -> torch.Tensor:
+        return logits.float() / max(call.temperature, 1e-6)
 
-    def _sample(self, row: torch.Tensor, generator: torch.Generator | None) -> int:
-        if self.temperature <= 0.0 or generator is None:  # None: an evaluation's greedy turn
+    def _sample(self, row: torch.Tensor, generator: torch.Generator | None, call: _Call) -> int:
+        if call.temperature <= 0.0 or generator is None:  # greedy (None: an evaluation's turn)
             return int(torch.argmax(row))
         probs = torch.softmax(row, -1)
-        if self.top_p < 1.0:
+        if call.top_p < 1.0:
             ordered, order = torch.sort(probs, descending=True)
-            keep = torch.cumsum(ordered, -1) - ordered < self.top_p
+            keep = torch.cumsum(ordered, -1) - ordered < call.top_p
             probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
         return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+
+    def _note_logprobs(self, call: _Call, logits: torch.Tensor, tokens: list[int]) -> None:
+        """OpenAI's logprobs entries of `tokens` (row i of `logits` chose tokens[i]), when the
+        request asked: the model's own log-probabilities (temperature 1, before the tool-call
+        grammar's mask), with the `top_logprobs` most probable tokens."""
+        if not call.logprobs:
+            return
+        scores = torch.log_softmax(logits.float(), -1)
+        for row, token in zip(scores, tokens, strict=True):
+            tops = []
+            if call.top_logprobs:
+                values, indices = torch.topk(row, call.top_logprobs)
+                tops = [self._logprob_entry(int(i), float(v)) for v, i in zip(values, indices, strict=True)]
+            call.content.append(self._logprob_entry(token, float(row[token]), tops))
+
+    def _logprob_entry(self, token: int, logprob: float, tops: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        text = self.tokenizer.decode([token], skip_special_tokens=False)
+        entry: dict[str, Any] = {"token": text, "logprob": logprob, "bytes": list(text.encode("utf-8"))}
+        if tops is not None:
+            entry["top_logprobs"] = tops
+        return entry
 
     def _message(self, answer: str, call_id: str, tools: list[dict[str, Any]]) -> dict[str, Any]:
         """The assistant message of an answer: its tool call (the first well-formed one, in the

@@ -35,6 +35,7 @@ from typing import Any, ClassVar
 from app.local.policies.base import (
     MANIFEST,
     Act,
+    ActOptions,
     Episode,
     PolicyCannotAct,
     PolicyInfo,
@@ -137,7 +138,8 @@ class TabularPolicy:
     # -- the seam ---------------------------------------------------------------------------
 
     def act(self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None, tool_choice: Any,
-            correlation_id: str, rng: random.Random) -> Act:
+            correlation_id: str, rng: random.Random, options: ActOptions | None = None) -> Act:
+        _check_options(options)
         try:
             tool = choose_tool(list(tools or []), tool_choice)
             space = compile_tool(tool) if tool is not None else TEXT_ANSWER
@@ -239,3 +241,18 @@ def choose(policy: TabularPolicy, observation: str, space: ActionSpace,
         picks.append(slot.labels.index(label))
         decisions.append(Decision(f"{state}|{where}", slot.labels, label, prior))
     return space.build(picks), [decisions[i] for i in space.used_slots(picks)]
+
+
+def _check_options(options: ActOptions | None) -> None:
+    """The stand-in samples its table as it is and reads no tokens: a temperature or top_p
+    other than 1 and logprobs are refused, saying why; max_tokens has nothing to cut
+    (docs/wire-contract.md#the-chat-answer)."""
+    if options is None:
+        return
+    for name, value in (("temperature", options.temperature), ("top_p", options.top_p)):
+        if value is not None and value != 1.0:
+            raise PolicyCannotAct(f"{name} {value:g} cannot be honoured: the tabular stand-in samples its table "
+                                  f"as it is (send {name} 1 or leave it out)")
+    if options.logprobs or options.top_logprobs:
+        raise PolicyCannotAct("logprobs cannot be returned: the tabular stand-in chooses from a table and "
+                              "reads no tokens")
