@@ -163,6 +163,12 @@ class TrainingSection(_Section):
     # The embedded backend's: the rollouts' seed, and the lm policy's KL weight (docs/embedded-policy.md).
     seed: int | None = None
     kl_coef: float | None = None
+    # The lm policy's objective, TRL's GRPOConfig fields (docs/embedded-policy.md#the-objective).
+    loss_type: str | None = None
+    num_iterations: int | None = None
+    epsilon: float | None = None
+    epsilon_high: float | None = None
+    zero_std_filter: bool | None = None
     # Flat reward fields (older configs; the nested [training.rewards] is newer).
     step_rewards_enabled: bool | None = None
     step_rewards_mode: str | None = None

@@ -83,6 +83,10 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("training.seed", True, -INT64, INT64),
     # The embedded backend's lm policy: GRPO's KL weight (beta); 0 loads no reference model.
     NumberBound("training.kl_coef", False, 0.0, 10.0, "the KL penalty's weight; 0 turns it off"),
+    # Its objective (docs/embedded-policy.md#the-objective): passes over each batch, the ratio's clip.
+    NumberBound("training.num_iterations", True, 1, 16, "optimizer passes over each step's rollouts"),
+    NumberBound("training.epsilon", False, 1e-4, 10.0, "the ratio's clip below 1 (and above, unless epsilon_high)"),
+    NumberBound("training.epsilon_high", False, 1e-4, 10.0, "the ratio's clip above 1"),
     NumberBound("rollout.max_turns", True, 1, 1_000),
     NumberBound("rollout.episodes_per_batch", True, 1, 262_144),
     NumberBound("rollout.max_concurrent_rollouts", True, 1, 256),
@@ -104,6 +108,10 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("policy.temperature", False, 0.0, 10.0),
     NumberBound("policy.top_p", False, 0.0, 1.0),
 )
+
+# [training] loss_type values the embedded backend trains (TRL's GRPOConfig.loss_type; left out:
+# TRL's own default). docs/embedded-policy.md#the-objective.
+LOSS_TYPES = ("grpo", "dapo", "dr_grpo")
 
 MAX_EPISODES_PER_ITERATION = 4_096  # training.batch_size × training.group_size
 MAX_TOTAL_ITERATIONS = 1_000_000  # training.num_epochs × training.iterations_per_epoch

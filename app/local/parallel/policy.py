@@ -251,8 +251,11 @@ class DistributedLmPolicy:
 
     def update(self, groups: list[list[Episode]]) -> UpdateStats:
         started = time.perf_counter()
-        bodies = [{"episodes": [self._item(r, e) for _, e in share]} for r, share in enumerate(shares(groups,
-                                                                                                       self.world))]
+        # Each rank sees its share, not the groups: it is told which of its episodes' groups scored
+        # all alike, and whether any group of the step did not (grpo_thread.py: the zero-std step).
+        alike = [len({e.score for e in group}) <= 1 for group in groups for _ in group]
+        bodies = [{"episodes": [self._item(r, e) for _, e in share], "zero_std": [alike[p] for p, _ in share],
+                   "learns": not all(alike)} for r, share in enumerate(shares(groups, self.world))]
         futures = [self.pool.submit(self._post, r, "/update", body) for r, body in enumerate(bodies)]
         answers = self._gather(futures)
         for cid in {m.cid for g in groups for e in g for m in e.memos if isinstance(m, RankMemo)}:

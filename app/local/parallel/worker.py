@@ -160,6 +160,9 @@ class Rank:
             else:
                 memos = self._take(list(item.get("calls") or []))
             episodes.append(Episode(memos, float(item["score"])))
+        if "zero_std" in body:  # the step's groups, which this rank's share does not show
+            self.policy.zero_std_share = [bool(v) for v in body["zero_std"]]
+            self.policy.step_learns = bool(body["learns"])
         self.clock.take()
         stats = self.policy.update([episodes])
         return {"loss": stats.loss, "entropy": stats.entropy, "extra": stats.extra, "events": stats.events,

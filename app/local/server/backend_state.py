@@ -111,7 +111,8 @@ class BackendState:
         position = self.admission.position(job["id"]) if job["status"] == "queued" and self.runner else None
         if position is not None:
             view["queue_position"] = position
-        folder = self.model_path(job["id"]) if job["status"] == "succeeded" else None
+        # A cancelled job's too: its last recorded step's folder (docs/embedded-policy.md#checkpoints-and-artifacts).
+        folder = self.model_path(job["id"]) if job["status"] in ("succeeded", "cancelled") else None
         if folder is not None:
             view["artifacts"] = {"model_path": str(folder)}
         return view

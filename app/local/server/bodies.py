@@ -47,6 +47,7 @@ from app.core.config.known_keys import TOP_LEVEL_VALUES, known_keys, unknown_key
 from app.core.config.schema import AlgorithmSection, EvaluationSection, TrainingSection
 from app.core.config.trainable import (
     INT64,
+    LOSS_TYPES,
     MAX_EVAL_SEEDS,
     MAX_NAME_CHARS,
     MAX_OPS,
@@ -124,6 +125,18 @@ class AnyCase:
     def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         letters = "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in self.word)
         return {"type": "string", "pattern": f"^{letters}$"}
+
+
+def _check_loss_type(value: Any) -> str | None:
+    if value is None or (isinstance(value, str) and value.lower() in LOSS_TYPES):
+        return value
+    listed = ", ".join(f'"{word}"' for word in LOSS_TYPES)
+    raise refused(("", f"must be one of {listed}, or left out for TRL's own default (got {short_repr(value)})"))
+
+
+# [training] loss_type: the losses the embedded backend trains (docs/embedded-policy.md#the-objective).
+LossType = Annotated[str | None, PlainValidator(_check_loss_type), WithJsonSchema(
+    {"anyOf": [{"enum": list(LOSS_TYPES)}, {"type": "null"}]})]
 
 
 def _check_task_url(value: Any) -> str:
@@ -240,7 +253,7 @@ class Algorithm(section_body(AlgorithmSection, "algorithm", type=Annotated[str, 
     """[algorithm]: the one algorithm the backend trains, its words in any case."""
 
 
-class Training(section_body(TrainingSection, "training")):  # type: ignore[misc]
+class Training(section_body(TrainingSection, "training", loss_type=LossType)):  # type: ignore[misc]
     """[training]: the schema's keys within their bounds, and the products of its sizes."""
 
     @model_validator(mode="after")

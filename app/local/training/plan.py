@@ -18,6 +18,8 @@ from app.local.training.answers import DEFAULT_MAX_ANSWER_BYTES
 from app.local.training.rollout_record import DEFAULT_MAX_BYTES, DEFAULT_PER_STEP
 
 ROLLOUT_TIMEOUT_S = 120.0
+# [training] keys of the lm policy's objective (app/local/policies/lm/objective.py).
+OBJECTIVE_KEYS = ("loss_type", "num_iterations", "epsilon", "epsilon_high", "zero_std_filter")
 DEFAULT_MAX_CONCURRENT = 8
 
 
@@ -51,7 +53,7 @@ class TrainingPlan:
     # The most of one /rollout answer read (app/local/training/answers.py): a larger one fails the job.
     max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES
     # What the `lm` policy reads from the config as written (policy_options): trainer_mode,
-    # kl_coef, lora, temperature, top_p, max_tokens. The stand-in ignores them.
+    # kl_coef, the objective, lora, temperature, top_p, max_tokens. The stand-in ignores them.
     policy_options: dict[str, Any] = field(default_factory=dict, compare=False)
 
     @property
@@ -106,18 +108,21 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
 
 def policy_options(config: dict[str, Any]) -> dict[str, Any]:
     """The options of the `lm` policy, from the config as written (docs/embedded-policy.md#the-lm-policy):
-    [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef; [training.lora] (or
-    the older top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p,
-    max_tokens, max_prompt_tokens."""
+    [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef and the objective
+    (loss_type, num_iterations, epsilon, epsilon_high, zero_std_filter; [algorithm] variety:
+    docs/embedded-policy.md#the-objective); [training.lora] (or the older top-level [lora]) r, alpha,
+    dropout, target_modules; [policy] temperature, top_p, max_tokens, max_prompt_tokens."""
     def table(value: Any) -> dict[str, Any]:
         return value if isinstance(value, dict) else {}
 
     model, policy, training = table(config.get("model")), table(config.get("policy")), table(config.get("training"))
+    algorithm = table(config.get("algorithm"))
     lora = table(training.get("lora")) or table(config.get("lora"))
     options: dict[str, Any] = {
         "trainer_mode": model.get("trainer_mode") or policy.get("trainer_mode"),
         "chat_template": model.get("chat_template") or policy.get("chat_template"),
         "kl_coef": training.get("kl_coef"),
+        **{key: training.get(key) for key in OBJECTIVE_KEYS}, "variety": algorithm.get("variety"),
         "lora": {k: lora.get(k) for k in ("r", "alpha", "dropout", "target_modules") if lora.get(k) is not None},
         "temperature": policy.get("temperature"), "top_p": policy.get("top_p"), "max_tokens": policy.get("max_tokens"),
         "max_prompt_tokens": policy.get("max_prompt_tokens"),

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from datetime import datetime
+from pathlib import Path
 
 import httpx
 import pytest
@@ -241,6 +242,18 @@ def test_cancel_stops_a_running_job_within_a_second(api, taskapp):
     again = api.post(f"/rl/jobs/{job_id}/cancel", json={})
     assert again.status_code == 409
     assert again.json()["status"] == "cancelled" and "cancelled" in _json_detail(again)
+
+
+def test_a_cancelled_jobs_model_path_names_its_last_saved_step(api, taskapp):
+    job_id = create_job(api, payload(taskapp.url, long_config()))
+    wait_event(api, job_id, "rl.train.step")
+    api.post(f"/rl/jobs/{job_id}/cancel", json={})
+    job = api.get(f"/rl/jobs/{job_id}").json()
+    assert job["status"] == "cancelled"
+    steps = [e["data"]["step"] for e in events_of(api, job_id) if e["type"] == "rl.train.step"]
+    saved = job["artifacts"]["model_path"]
+    assert int(re.search(r"step-(\d+)$", saved).group(1)) == steps[-1]
+    assert (Path(saved) / "policy.json").is_file()
 
 
 def test_verify_task_app_with_the_right_key(api, taskapp):

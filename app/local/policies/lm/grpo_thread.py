@@ -14,6 +14,7 @@ docs/embedded-policy.md#grpotrainer-wiring.
 
 from __future__ import annotations
 
+import functools
 import math
 import queue
 import secrets
@@ -28,6 +29,7 @@ from app.local.parallel.vllm import VllmGenerator
 from app.local.policies.base import Episode, PolicySettings, UpdateStats
 from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
 from app.local.policies.lm.model import LoadedModel
+from app.local.policies.lm.objective import Objective
 
 if TYPE_CHECKING:
     from app.local.policies.lm.checkpoint import Resume
@@ -43,6 +45,7 @@ class _Closed(Exception):
 class _Batch:
     samples: dict[str, list[Any]]
     stats: dict[str, float]
+    learns: bool = True  # some group's scores differ: else the step leaves the weights as they are
 
 
 @dataclass
@@ -59,6 +62,7 @@ class Training:
     # no collective, so a save's collectives (ZeRO-3/FSDP) may run in the rank's other thread.
     parked: threading.Event = field(default_factory=threading.Event)
     holding: bool = False  # the training thread holds the model's lock (a step between rollout_func and on_log)
+    learns: bool = True  # the batch being trained has a group whose scores differ (_guard_optimizer)
 
     def release(self, lock: threading.Lock) -> None:
         if self.holding:
@@ -91,6 +95,11 @@ class GrpoThread:
     base: str
     unfinished_calls: int
     grpo_overrides: dict[str, Any]
+    objective: Objective
+    # Set by a data-parallel rank (app/local/parallel/worker.py) from the whole step, which it does
+    # not see: each of its episodes' group scored all alike, and whether any group of the step did not.
+    zero_std_share: list[bool] | None
+    step_learns: bool | None
     trainer_hooks: list[Any]
     _resume: Resume | None
 
@@ -104,7 +113,8 @@ class GrpoThread:
         batch = self._batch(groups)
         started = time.perf_counter()
         training.batches.put(batch)
-        logs = self._wait_for_logs(training)
+        for _ in range(self.objective.num_iterations):  # one optimizer step per pass over the batch
+            logs = self._wait_for_logs(training)
         self.steps_done += 1
         for group in groups:  # their sequences are learned from: forget them
             for episode in group:
@@ -142,8 +152,10 @@ class GrpoThread:
                                          "env_reward": []}
         tokens = turns = 0
         seconds = 0.0
+        zero_std = iter(self._zero_std(groups))
         for group in groups:
             for episode in group:
+                alike = next(zero_std)
                 memos = [m for m in episode.memos if isinstance(m, TurnMemo)]
                 samples["env_reward"].append(float(episode.score))
                 if not memos:  # the task app never asked the model: nothing of it to learn from
@@ -158,7 +170,10 @@ class GrpoThread:
                 samples["prompt_ids"].append(sequence.ids[:start])
                 samples["completion_ids"].append(sequence.ids[start:end])
                 samples["logprobs"].append(sequence.logprobs[start:end])
-                samples["env_mask"].append(sequence.mask[start:end])
+                # DAPO's dynamic sampling ([training] zero_std_filter): a group that scored all alike
+                # carries no loss and leaves the loss's token count (docs/embedded-policy.md#the-objective).
+                filtered = alike and self.objective.zero_std_filter
+                samples["env_mask"].append([0] * (end - start) if filtered else sequence.mask[start:end])
                 tokens += sum(m.tokens for m in memos)
                 seconds += sum(m.seconds for m in memos)
                 turns += len(memos)
@@ -166,7 +181,14 @@ class GrpoThread:
         stats = {"completion_tokens": float(tokens), "model_turns": float(turns),
                  "generation_tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else 0.0,
                  "episode_restarts": float(restarts), "unfinished_calls": float(self.unfinished_calls)}
-        return _Batch(samples, stats)
+        learns = self.step_learns if self.step_learns is not None else not all(self._zero_std(groups))
+        return _Batch(samples, stats, learns=learns)
+
+    def _zero_std(self, groups: list[list[Episode]]) -> list[bool]:
+        """Per episode: its group scored all alike (no advantage; a rank is told, zero_std_share)."""
+        if self.zero_std_share is not None:
+            return list(self.zero_std_share)
+        return [len({e.score for e in group}) <= 1 for group in groups for _ in group]
 
     def _wait_for_logs(self, training: Training) -> dict[str, float]:
         deadline = time.monotonic() + STEP_TIMEOUT_S
@@ -197,13 +219,14 @@ class GrpoThread:
         per_step = settings.batch_size * settings.group_size
         output = Path(os.environ.get("TMPDIR", "/tmp")) / f"synth-tui-grpo-{secrets.token_hex(4)}"
         arguments: dict[str, Any] = dict(
-            output_dir=str(output), max_steps=remaining, per_device_train_batch_size=per_step,
-            num_generations=settings.group_size, gradient_accumulation_steps=1, steps_per_generation=1,
-            num_iterations=1, learning_rate=settings.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
+            output_dir=str(output), max_steps=remaining * self.objective.num_iterations,
+            per_device_train_batch_size=per_step, num_generations=settings.group_size,
+            gradient_accumulation_steps=1, steps_per_generation=1, learning_rate=settings.learning_rate,
+            lr_scheduler_type="constant", warmup_steps=0,
             optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0,
             beta=self.kl_coef, seed=settings.seed, save_strategy="no", report_to="none", logging_steps=1,
-            use_cpu=not cuda, bf16=cuda, temperature=max(self.temperature, 1e-6), loss_type="grpo",
-            importance_sampling_level="sequence", max_completion_length=self.max_tokens,
+            use_cpu=not cuda, bf16=cuda, temperature=max(self.temperature, 1e-6),
+            **self.objective.grpo_arguments(), max_completion_length=self.max_tokens,
             scale_rewards="group", mask_truncated_completions=False, log_completions=False,
             shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
         vllm = self.generator.trainer_kwargs() if self.generator is not None else {}
@@ -234,6 +257,7 @@ class GrpoThread:
         policy = self
 
         def on_train_begin(callback: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            _guard_optimizer(training_ref[0])
             resumed = policy._resume is not None
             policy._restore(training_ref[0].trainer)  # the model and the optimizer are prepared by now
             if resumed and policy.generator is not None:  # the server still has the base weights
@@ -242,10 +266,7 @@ class GrpoThread:
         def on_log(callback: Any, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                    **kwargs: Any) -> None:
             if logs and "loss" in logs:
-                if policy.generator is not None:  # the new weights to the server before the next rollouts
-                    policy.generator.after_step(training_ref[0].trainer)
-                training_ref[0].release(policy.lock)
-                training_ref[0].logs.put(dict(logs))
+                policy._step_logged(training_ref[0], state.global_step, logs)
 
         # Made with type(): mypy then checks this module the same with or without transformers.
         callback = type("StepLogs", (TrainerCallback,), {"on_log": on_log, "on_train_begin": on_train_begin})
@@ -257,6 +278,7 @@ class GrpoThread:
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # its logs go to the job's events, not to stdout
+        _generation_logprobs_as_old(trainer)
         for hook in self.trainer_hooks:
             hook(trainer)
 
@@ -276,6 +298,15 @@ class GrpoThread:
         thread.start()
         return training_ref[0]
 
+    def _step_logged(self, training: Training, global_step: int, logs: dict[str, float]) -> None:
+        """An optimizer step's logs (on_log). After the batch's last pass (num_iterations): the new
+        weights to the vLLM server before the next rollouts, and the model back to acting."""
+        if global_step % self.objective.num_iterations == 0:
+            if self.generator is not None:
+                self.generator.after_step(training.trainer)
+            training.release(self.lock)
+        training.logs.put(dict(logs))
+
     def _next_batch(self, training: Training) -> dict[str, list[Any]]:
         """GRPOTrainer's rollout_func: the samples update() hands over, holding the policy's
         lock until the step's logs arrive (on_log)."""
@@ -291,6 +322,7 @@ class GrpoThread:
                 raise _Closed
             self.lock.acquire()  # released when the step's logs arrive (on_log)
             training.holding = True
+            training.learns = batch.learns
             training.parked.clear()
             return batch.samples
 
@@ -311,3 +343,42 @@ class GrpoThread:
                 return
             if time.monotonic() > deadline:
                 raise RuntimeError(f"the GRPO step did not end within {STEP_TIMEOUT_S:.0f} s; nothing was saved")
+
+
+def _guard_optimizer(training: Training) -> None:
+    """A step whose every group scored all alike leaves the weights, and Adam's moments, as they
+    are: its advantages are all 0, yet AdamW's momentum would still move the weights (the entropy
+    fell over such steps while the job said nothing was learned). The trainer's optimizer step is
+    skipped, and accelerate, told it was (`step_was_skipped`), skips the scheduler's too."""
+    optimizer = training.trainer.optimizer
+    step = optimizer.step
+
+    @functools.wraps(step)  # keeps the marks torch's LR scheduler left on it
+    def step_when_learning(*args: Any, **kwargs: Any) -> Any:
+        if not training.learns:
+            optimizer._is_overflow = True  # accelerate's AcceleratedOptimizer.step_was_skipped
+            return None
+        optimizer._is_overflow = False
+        return step(*args, **kwargs)
+
+    optimizer.step = step_when_learning
+
+
+def _generation_logprobs_as_old(trainer: Any) -> None:
+    """With `num_iterations` > 1 the batch is trained on several times, and the ratio and its
+    clipping compare the policy with the one that sampled: the old logprobs are then the ones
+    recorded at generation (the model's own, at the sampling temperature: acting.py), not a
+    forward pass of the trainer's. Under a vLLM server TRL's own importance-sampling correction
+    (the trainer's forward pass against vLLM's logprobs) is left as it is."""
+    if trainer.num_iterations <= 1 or getattr(trainer, "use_vllm", False):
+        return
+    generate = trainer._generate_and_score_completions
+
+    def with_generation_logprobs(*args: Any, **kwargs: Any) -> dict[str, Any]:
+        output: dict[str, Any] = generate(*args, **kwargs)
+        sampled = output.get("sampling_per_token_logps")
+        if sampled is not None:
+            output["old_per_token_logps"] = sampled
+        return output
+
+    trainer._generate_and_score_completions = with_generation_logprobs

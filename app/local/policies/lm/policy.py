@@ -42,6 +42,7 @@ from app.local.policies.lm.chat_templates import (
 from app.local.policies.lm.checkpoint import Checkpoints, Resume
 from app.local.policies.lm.grpo_thread import Training
 from app.local.policies.lm.model import TRAINER_MODES, LoadedModel, ModelUnavailable, load, load_tokenizer, resolve
+from app.local.policies.lm.objective import objective_from
 
 # The libraries' notices of their own renamings (transformers 5 -> 6, TRL's internals) are not the
 # user's to act on: in a backend's log they bury the lines that are.
@@ -58,7 +59,9 @@ DEFAULT_TEMPERATURE = 1.0
 DEFAULT_TOP_P = 1.0
 DEFAULT_MAX_TOKENS = 256
 MAX_MAX_TOKENS = 4096
-LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.05, "target_modules": "all-linear"}
+# LoRA dropout 0: RL practice (a dropped-out forward pass is not the policy that sampled, so the
+# ratio and the logprobs would be another model's); [training.lora] dropout sets it.
+LORA_DEFAULTS: dict[str, Any] = {"r": 16, "alpha": 32, "dropout": 0.0, "target_modules": "all-linear"}
 
 
 def _option(options: dict[str, Any], key: str, default: Any) -> Any:
@@ -81,6 +84,13 @@ class LmPolicy(Acting, Checkpoints):
                                    f"(got {self.trainer_mode!r})")
         self.kl_coef = float(_option(options, "kl_coef", 0.0))
         self.temperature = float(_option(options, "temperature", DEFAULT_TEMPERATURE))
+        if self.temperature <= 0.0:
+            raise ModelUnavailable(
+                f"[policy] temperature {self.temperature:g} is greedy decoding: every rollout of a group would be "
+                "the same answer, so GRPO has nothing to compare and its logprobs are not the sampling "
+                "distribution's. Set [policy] temperature = 1.0 (the model's own distribution) or another value "
+                "above 0 for training")
+        self.objective = objective_from(options)
         self.top_p = float(_option(options, "top_p", DEFAULT_TOP_P))
         self.max_tokens = min(int(_option(options, "max_tokens", DEFAULT_MAX_TOKENS)), MAX_MAX_TOKENS)
         self.lora = {**LORA_DEFAULTS, **{k: v for k, v in dict(options.get("lora") or {}).items() if v is not None}}
@@ -120,6 +130,8 @@ class LmPolicy(Acting, Checkpoints):
         # main_process.
         self.grpo_overrides: dict[str, Any] = {}
         self.trainer_hooks: list[Any] = []
+        self.zero_std_share: list[bool] | None = None  # a rank's, told by the backend (worker.py)
+        self.step_learns: bool | None = None
         # Generation through a vLLM server (`--vllm-server`; docs/scaling.md), else our own forward passes.
         self.generator: VllmGenerator | None = None
         if vllm is not None and vllm.mode != "off":
@@ -182,17 +194,19 @@ class LmPolicy(Acting, Checkpoints):
                 "device": self.loaded.device, "dtype": self.loaded.dtype, "trainer_mode": self.trainer_mode,
                 "learning_rate": self.settings.learning_rate, "kl_coef": self.kl_coef,
                 "temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
-                "chat_template": self.template_kind, "versions": versions,
+                **self.objective.describe(), "chat_template": self.template_kind, "versions": versions,
                 "generation": self.generator.describe() if self.generator else "own forward passes (xgrammar)"}
         if self.trainer_mode == "lora":
             data["lora"] = self.lora
         if self.loaded.gguf_file:
             data["gguf_file"] = self.loaded.gguf_file
         lib = ", ".join(f"{k} {v}" for k, v in versions.items())
+        goal = self.objective
         return PolicyInfo(kind=self.kind, label=label, stand_in=False, data=data, warnings=(
             () if self.resume_warning is None else (self.resume_warning,)), message=(
             f"The embedded backend trains {self.base} ({total:,} parameters, {trainable:,} trainable, "
-            f"{self.trainer_mode}) on {self.loaded.device} in {self.loaded.dtype} with TRL's GRPOTrainer; {lib}"))
+            f"{self.trainer_mode}) on {self.loaded.device} in {self.loaded.dtype} with TRL's GRPOTrainer "
+            f"(loss_type {goal.loss_type}, variety {goal.variety}, num_iterations {goal.num_iterations}); {lib}"))
 
 
 def _version(name: str) -> str:
