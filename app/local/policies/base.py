@@ -187,6 +187,12 @@ TRAINING_ROLLOUT_PREFIX = "rl-"  # a training rollout's id: its turns sample as 
 SAMPLED_EVAL_ROLLOUT_PREFIX = "evalk-"
 
 
+def plays_training(correlation_id: str) -> bool:
+    """Whether a chat turn is a training rollout's (`trace_<job>:rl-…`): what a step's figures
+    count (an evaluation's turns, played before or after a step, are not that step's)."""
+    return correlation_id.partition(":")[2].startswith(TRAINING_ROLLOUT_PREFIX)
+
+
 def acts_greedily(correlation_id: str) -> bool:
     """Whether a chat turn is an evaluation's that takes the policy's best action (temperature 0)
     instead of sampling: its correlation id says so."""

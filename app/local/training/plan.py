@@ -27,6 +27,11 @@ class InvalidJobPayload(ValueError):
     """The POST /rl/jobs body cannot be trained; the message says what to fix."""
 
 
+# The seeds a job without [evaluation] is evaluated on, greedily, at step 0 and after its last
+# step: few, as a real model's episode can take a minute on a CPU (docs/embedded-policy.md#evaluation).
+DEFAULT_EVAL_SEEDS = (0, 1, 2, 3)
+
+
 @dataclass(frozen=True)
 class TrainingPlan:
     task_url: str
@@ -46,6 +51,7 @@ class TrainingPlan:
     eval_instances: int = 0
     eval_every: int = 0
     eval_samples: int = 0  # [evaluation] samples: k sampled episodes per instance (pass@k); 0: one greedy each
+    eval_by_default: bool = False  # no [evaluation]: DEFAULT_EVAL_SEEDS at step 0 and after the last step
     seed: int | None = None
     # What the inspector keeps (rollout_record.py): train rollouts per step, bytes per job.
     inspect_per_step: int = DEFAULT_PER_STEP
@@ -95,10 +101,13 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
         ops=tuple(rollout.ops or ("agent", "env")),
         rollout_timeout_s=float(rollout.timeout_s or ROLLOUT_TIMEOUT_S),
         max_answer_bytes=int(rollout.max_answer_bytes or DEFAULT_MAX_ANSWER_BYTES),
-        eval_seeds=tuple(evaluation.seeds) if evaluation else (),
-        eval_instances=evaluation.instances if evaluation else 0,
+        # Without [evaluation] a job still has its baseline and its end, on a few fixed seeds
+        # (docs/embedded-policy.md#evaluation): a score with nothing to compare it with says little.
+        eval_seeds=tuple(evaluation.seeds) if evaluation else DEFAULT_EVAL_SEEDS,
+        eval_instances=evaluation.instances if evaluation else len(DEFAULT_EVAL_SEEDS),
         eval_every=evaluation.every_n_iters if evaluation else 0,
         eval_samples=(evaluation.samples or 0) if evaluation else 0,
+        eval_by_default=evaluation is None,
         seed=training.seed,
         inspect_per_step=rollout.inspect_per_step,
         inspect_max_bytes=rollout.inspect_max_bytes,

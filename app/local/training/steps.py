@@ -138,6 +138,9 @@ class StepLoop(RolloutClient):
         when = "at step 0, before any update" if step == 0 else f"after step {step}"
         played = (f"{len(scores)} instances x {k} sampled episodes" if plan.eval_samples
                   else f"{len(scores)} greedy episodes")
+        if plan.eval_by_default:
+            played += " (no [evaluation] in the config: seeds " + ", ".join(map(str, plan.eval_seeds)) + \
+                ", at step 0 and after the last step; [evaluation] chooses)"
         return mean, interval, {
             "type": "rl.eval.summary",
             "message": f"Eval {when}: {what} {mean:.3f}{spread} over {played} ({solved:.0%} scored above 0)",

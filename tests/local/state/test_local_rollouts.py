@@ -80,7 +80,8 @@ def test_a_demo_job_keeps_a_sample_of_each_step_and_every_eval_episode(demo_job)
     assert [(r["step"], r["phase"] == "eval", r["index"]) for r in rollouts] == sorted(
         (r["step"], r["phase"] == "eval", r["index"]) for r in rollouts)
     evals = [r for r in rollouts if r["phase"] == "eval"]
-    assert sorted({r["step"] for r in evals}) == [4, 8] and len(evals) == 2 * 32  # every eval episode
+    # every eval episode: at step 0 (before any update), after step 4 and after step 8
+    assert sorted({r["step"] for r in evals}) == [0, 4, 8] and len(evals) == 3 * 16
     train_means = {p["step"]: p["value"] for p in api.get(f"/rl/jobs/{job_id}/metrics", params={"limit": 1000})
                    .json()["points"] if p["name"] == "train.mean_score"}
     for step in range(1, 9):

@@ -35,6 +35,22 @@ def _eval_points(api, job_id: str) -> list[dict]:
     return [p for p in points if p["name"] == "eval.mean_score"]
 
 
+def test_a_job_without_an_evaluation_section_still_has_its_baseline_and_its_end(api, taskapp):
+    """Issue 39's done-when: every job evaluates at step 0. Without [evaluation] (the lm walk's
+    config had none) the job is evaluated on the default seeds at step 0 and after its last step."""
+    config = small_config(iterations_per_epoch=3, seed=7)
+    del config["evaluation"]
+    job_id = create_job(api, payload(taskapp.url, config))
+    assert wait_terminal(api, job_id)["status"] == "succeeded"
+    evals = _evals(api, job_id)
+    assert [e["data"]["step"] for e in evals] == [0, 3]
+    assert all(e["data"]["seeds"] == [0, 1, 2, 3] and e["data"]["greedy"] for e in evals)
+    assert "(no [evaluation] in the config: seeds 0, 1, 2, 3, at step 0 and after the last step" in evals[0]["message"]
+    assert [p["step"] for p in _eval_points(api, job_id)] == [0, 3]
+    completed = events_of(api, job_id)[-1]
+    assert completed["type"] == "rl.job.completed" and " +/- " in completed["message"]
+
+
 def test_a_job_evaluates_its_initial_policy_at_step_0_before_any_update(api, taskapp):
     config = small_config(seed=7)
     config["evaluation"].update(instances=6, seeds=[0, 1, 2])

@@ -33,7 +33,15 @@ import torch
 import xgrammar as xgr
 
 from app.local.parallel.vllm import VllmGenerator
-from app.local.policies.base import Act, ActCancelled, ActOptions, PolicyCannotAct, PolicySettings, acts_greedily
+from app.local.policies.base import (
+    Act,
+    ActCancelled,
+    ActOptions,
+    PolicyCannotAct,
+    PolicySettings,
+    acts_greedily,
+    plays_training,
+)
 from app.local.policies.lm.chat_templates import CHAT_KWARGS, ToolCallScaffold, history_message, where_texts_part
 from app.local.policies.lm.model import LoadedModel
 
@@ -228,7 +236,8 @@ class Acting:
             self.episodes.move_to_end(correlation_id)
             return sequence
         if sequence is not None:
-            self.restarts += 1
+            # a step's episode_restarts counts its own training episodes, not an evaluation's
+            self.restarts += plays_training(correlation_id)
             if self.first_restart is None:
                 self.first_restart = where_texts_part(sequence.text, text)
         ids = self._encode(text)
