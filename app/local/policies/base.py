@@ -187,10 +187,11 @@ TRAINING_ROLLOUT_PREFIX = "rl-"  # a training rollout's id: its turns sample as 
 SAMPLED_EVAL_ROLLOUT_PREFIX = "evalk-"
 
 
-def plays_training(correlation_id: str) -> bool:
-    """Whether a chat turn is a training rollout's (`trace_<job>:rl-…`): what a step's figures
-    count (an evaluation's turns, played before or after a step, are not that step's)."""
-    return correlation_id.partition(":")[2].startswith(TRAINING_ROLLOUT_PREFIX)
+def plays_evaluation(correlation_id: str) -> bool:
+    """Whether a chat turn is an evaluation's (greedy or pass@k): a step's figures count its
+    own training episodes, not an evaluation's, played before or after it."""
+    rollout = correlation_id.partition(":")[2]
+    return acts_greedily(correlation_id) or rollout.startswith(SAMPLED_EVAL_ROLLOUT_PREFIX)
 
 
 def acts_greedily(correlation_id: str) -> bool:

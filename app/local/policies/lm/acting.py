@@ -40,7 +40,7 @@ from app.local.policies.base import (
     PolicyCannotAct,
     PolicySettings,
     acts_greedily,
-    plays_training,
+    plays_evaluation,
 )
 from app.local.policies.lm.chat_templates import CHAT_KWARGS, ToolCallScaffold, history_message, where_texts_part
 from app.local.policies.lm.model import LoadedModel
@@ -237,7 +237,7 @@ class Acting:
             return sequence
         if sequence is not None:
             # a step's episode_restarts counts its own training episodes, not an evaluation's
-            self.restarts += plays_training(correlation_id)
+            self.restarts += not plays_evaluation(correlation_id)
             if self.first_restart is None:
                 self.first_restart = where_texts_part(sequence.text, text)
         ids = self._encode(text)
