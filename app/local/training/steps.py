@@ -47,10 +47,16 @@ class StepLoop(RolloutClient):
         self._require_policy_calls(run, step, len(episodes), run.calling_rollouts - calling)
         kept, run.sample = run.sample.chosen(), None
         await self._keep(run, kept)
+        rollout_seconds = time.monotonic() - started
         groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
         # In a thread: a large batch must not stall the event loop that answers every client.
         assert run.policy is not None  # _load_policy ran
+        updating = time.monotonic()
         stats = await asyncio.to_thread(run.policy.update, groups)
+        # The rollout phase and the update apart; a policy's own step_seconds (the lm policy's GRPO
+        # step alone) wins over the update's wall time. docs/embedded-policy.md#metrics.
+        stats.extra.setdefault("step_seconds", round(time.monotonic() - updating, 3))
+        stats.extra["rollout_seconds"] = round(rollout_seconds, 3)
         mean = sum(e.score for e in episodes) / len(episodes)
         loss = shown_number(stats.loss)  # an lm job's tiny loss in scientific notation, not "-0.0000"
         events = [{"type": "rl.train.step",

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.local.parallel.vllm import VllmGenerator
-from app.local.policies.base import Episode, PolicySettings, UpdateStats
+from app.local.policies.base import Episode, PolicySettings, UpdateStats, reward_spread
 from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
 from app.local.policies.lm.model import LoadedModel
 
@@ -113,13 +113,20 @@ class GrpoThread:
                         for key in [k for k, v in self.episodes.items() if v is memo.sequence]:
                             del self.episodes[key]
         extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3)}
-        for ours, theirs in (("reward_mean", "reward"), ("reward_std", "reward_std"), ("kl", "kl"),
-                             ("clip_ratio", "clip_ratio/region_mean"), ("grad_norm", "grad_norm"),
-                             ("learning_rate", "learning_rate"), ("frac_reward_zero_std", "frac_reward_zero_std")):
+        # reward_std and frac_reward_zero_std are the batch's (reward_spread), not TRL's: its reward_std
+        # is the whole batch's, which is not what the group advantages divide by.
+        for ours, theirs in (("reward_mean", "reward"), ("kl", "kl"), ("clip_ratio", "clip_ratio/region_mean"),
+                             ("grad_norm", "grad_norm"), ("learning_rate", "learning_rate"),
+                             ("entropy_full_vocab", "entropy")):
             if theirs in logs and (ours != "kl" or self.kl_coef > 0):
                 extra[ours] = float(logs[theirs])
-        return UpdateStats(loss=float(logs.get("loss", math.nan)), entropy=float(logs.get("entropy", math.nan)),
-                           extra=extra, events=self._restart_warning())
+        # The entropy over the tokens the model chose (docs/embedded-policy.md#metrics); TRL's, over
+        # the whole vocabulary, when no turn measured it (a vLLM server's).
+        entropy = extra.pop("sampled_entropy", math.nan)
+        if not math.isfinite(entropy):
+            entropy = float(logs.get("entropy", math.nan))
+        return UpdateStats(loss=float(logs.get("loss", math.nan)), entropy=entropy, extra=extra,
+                           events=self._restart_warning())
 
     def _restart_warning(self) -> list[dict[str, Any]]:
         """At the job's first restart, once: a warning naming the template and where the texts
@@ -140,8 +147,8 @@ class GrpoThread:
     def _batch(self, groups: list[list[Episode]]) -> _Batch:
         samples: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
                                          "env_reward": []}
-        tokens = turns = 0
-        seconds = 0.0
+        tokens = sampled = measured = turns = 0
+        seconds = entropy = 0.0
         for group in groups:
             for episode in group:
                 memos = [m for m in episode.memos if isinstance(m, TurnMemo)]
@@ -160,11 +167,20 @@ class GrpoThread:
                 samples["logprobs"].append(sequence.logprobs[start:end])
                 samples["env_mask"].append(sequence.mask[start:end])
                 tokens += sum(m.tokens for m in memos)
+                sampled += sum(m.sampled for m in memos)
                 seconds += sum(m.seconds for m in memos)
                 turns += len(memos)
+                known = [m for m in memos if math.isfinite(m.entropy_sum)]
+                measured += sum(m.sampled for m in known)
+                entropy += sum(m.entropy_sum for m in known)
         restarts, self.restarts_reported = self.restarts - self.restarts_reported, self.restarts  # this step's
-        stats = {"completion_tokens": float(tokens), "model_turns": float(turns),
-                 "generation_tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else 0.0,
+        # Tokens/s over the sampled tokens only: a forced scaffold costs one forward pass for many tokens.
+        stats = {"completion_tokens": float(tokens), "sampled_tokens": float(sampled),
+                 "forced_tokens": float(tokens - sampled), "model_turns": float(turns),
+                 "generation_tokens_per_s": round(sampled / seconds, 2) if seconds > 0 else 0.0,
+                 "generation_seconds": round(seconds, 3), "entropy_tokens": float(measured),
+                 "sampled_entropy": entropy / measured if measured else math.nan,
+                 **reward_spread(groups, bessel=True),  # TRL's advantages divide by the Bessel-corrected std
                  "episode_restarts": float(restarts), "unfinished_calls": float(self.unfinished_calls)}
         return _Batch(samples, stats)
 
