@@ -43,7 +43,6 @@ from app.local.policies.base import (
     group_advantages,
     latest_observation,
     read_manifest,
-    reward_spread,
     write_json_atomically,
 )
 from app.local.policies.tabular.action_space import (
@@ -160,7 +159,6 @@ class TabularPolicy:
         episodes = [e for group in groups for e in group]
         stats = self.step(episodes, lr)
         stats.extra["policy_states"] = len(self.table)
-        stats.extra.update(reward_spread(groups, bessel=False))  # the std group_advantages divides by
         return stats
 
     def save(self, folder: Path) -> None:
