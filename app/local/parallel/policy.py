@@ -251,8 +251,9 @@ class DistributedLmPolicy:
             with self.lock:
                 self.owners.pop(cid, None)
         merged = self._merged(answers, time.perf_counter() - started)
-        # A rank sees its share as one list, not the step's groups: the spread is the step's own.
-        merged.extra.update(reward_spread(groups, bessel=True))
+        # A rank sees its share as one list, not the step's groups: the std is the step's groups'.
+        # (frac_reward_zero_std stays rank 0's TRL figure: TRL groups every rank's rewards.)
+        merged.extra["reward_std"] = reward_spread(groups, bessel=True)["reward_std"]
         return merged
 
     def _gather(self, futures: list[Future[dict[str, Any]]]) -> list[dict[str, Any]]:

@@ -113,11 +113,12 @@ class GrpoThread:
                         for key in [k for k, v in self.episodes.items() if v is memo.sequence]:
                             del self.episodes[key]
         extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3)}
-        # reward_std and frac_reward_zero_std are the batch's (reward_spread), not TRL's: its reward_std
-        # is the whole batch's, which is not what the group advantages divide by.
+        # reward_std is the groups' (reward_spread), not TRL's: its reward_std is the whole batch's,
+        # which the group advantages never divide by. frac_reward_zero_std is TRL's when it logs it
+        # (the groups as its advantages formed them, from every rank's rewards).
         for ours, theirs in (("reward_mean", "reward"), ("kl", "kl"), ("clip_ratio", "clip_ratio/region_mean"),
                              ("grad_norm", "grad_norm"), ("learning_rate", "learning_rate"),
-                             ("entropy_full_vocab", "entropy")):
+                             ("entropy_full_vocab", "entropy"), ("frac_reward_zero_std", "frac_reward_zero_std")):
             if theirs in logs and (ours != "kl" or self.kl_coef > 0):
                 extra[ours] = float(logs[theirs])
         # The entropy over the tokens the model chose (docs/embedded-policy.md#metrics); TRL's, over
