@@ -566,7 +566,7 @@ async def test_a_data_parallel_job_shows_each_ranks_figures_under_the_header(siz
         assert "all-reduce s" in text and "0.0228" in text, text
         assert len(text) <= size[0] - 2 and line.size.height == 1
         if size[0] == 160:
-            assert "generation tokens/s" in text and "r1 0.0014" in text and "mean 0.0121" in text, text
+            assert "sampled tokens/s" in text and "r1 0.0014" in text and "mean 0.0121" in text, text
         header = str(app.screen.query_one("#dash-header").render())
         assert "lm × 2" in header, header
         # The next step's figures replace them: four ranks now, rank 3 the slowest.

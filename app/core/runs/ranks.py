@@ -1,4 +1,4 @@
-"""A data-parallel job's ranks at its latest step: each rank's generation tokens/s and its
+"""A data-parallel job's ranks at its latest step: each rank's sampled tokens/s and its
 time in the gradients' all-reduce, from the embedded backend's step events
 (app/local/parallel/policy.py puts them in `rl.train.step`'s data: `rank<r>_generation_tokens_per_s`,
 `rank<r>_allreduce_s`, `allreduce_s`, `world_size`). The dashboard shows them under its header
@@ -79,7 +79,7 @@ def rank_texts(figures: RankFigures) -> list[str]:
     mean = f"mean {_seconds(figures.mean_allreduce_s)}"
     tokens = " · ".join(f"r{r} {_rate(figures.tokens_per_s[r])}" for r in ranks)
     reduce = " · ".join(f"r{r} {_seconds(figures.allreduce_s[r])}" for r in ranks)
-    full = f"{figures.world} ranks, {at}:  generation tokens/s {tokens}  ·  all-reduce s {reduce} ({mean})"
+    full = f"{figures.world} ranks, {at}:  sampled tokens/s {tokens}  ·  all-reduce s {reduce} ({mean})"
     tokens_short = " ".join(f"r{r} {_rate(figures.tokens_per_s[r])}" for r in ranks)
     reduce_short = " ".join(f"r{r} {_seconds(figures.allreduce_s[r])}" for r in ranks)
     medium = f"× {figures.world} {at}: tok/s {tokens_short}  all-reduce s {reduce_short}"

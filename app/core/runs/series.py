@@ -294,8 +294,9 @@ SPLITS = ("train", "eval")
 
 
 # A measure whose title is not its name with spaces: the same words as the ranks line
-# (app/core/runs/ranks.py), so the chart and the line read as one figure.
-MEASURE_TITLES = {"allreduce_s": "all-reduce s"}
+# (app/core/runs/ranks.py), so the chart and the line read as one figure. Tokens/s counts the
+# tokens the model sampled, not those a grammar forced (docs/embedded-policy.md#metrics).
+MEASURE_TITLES = {"allreduce_s": "all-reduce s", "generation_tokens_per_s": "sampled tokens/s"}
 
 
 @dataclass(frozen=True)

@@ -49,6 +49,7 @@ from app.local.policies.base import (
     PolicyInfo,
     PolicySettings,
     UpdateStats,
+    reward_spread,
 )
 from app.local.policies.lm.model import ModelUnavailable, resolve
 
@@ -261,7 +262,11 @@ class DistributedLmPolicy:
         for cid in {m.cid for g in groups for e in g for m in e.memos if isinstance(m, RankMemo)}:
             with self.lock:
                 self.owners.pop(cid, None)
-        return self._merged(answers, time.perf_counter() - started)
+        merged = self._merged(answers, time.perf_counter() - started)
+        # A rank sees its share as one list, not the step's groups: the std is the step's groups'.
+        # (frac_reward_zero_std stays rank 0's TRL figure: TRL groups every rank's rewards.)
+        merged.extra["reward_std"] = reward_spread(groups, bessel=True)["reward_std"]
+        return merged
 
     def _gather(self, futures: list[Future[dict[str, Any]]]) -> list[dict[str, Any]]:
         """Every rank's answer; the first failure (a dead rank, diagnosed) fails the step, and
@@ -288,25 +293,31 @@ class DistributedLmPolicy:
         raise PolicyFailed(f"a GRPO step took more than {STEP_TIMEOUT_S:.0f} s", {})
 
     def _merged(self, answers: list[dict[str, Any]], seconds: float) -> UpdateStats:
+        """One step's figures from every rank's: counts summed, the entropy weighted by the sampled
+        tokens each rank measured it over, rates summed (the ranks generate side by side)."""
         first = answers[0]
         extra: dict[str, float] = {k: float(v) for k, v in first["extra"].items() if isinstance(v, int | float)}
-        for key in ("completion_tokens", "model_turns"):
+        for key in ("completion_tokens", "sampled_tokens", "forced_tokens", "model_turns", "entropy_tokens",
+                    "episode_restarts", "unfinished_calls"):  # each rank's own count for the step: summed
             extra[key] = float(sum(a["extra"].get(key, 0.0) for a in answers))
-        for key in ("episode_restarts", "unfinished_calls"):  # each rank's own figure for the step: summed
-            extra[key] = float(sum(a["extra"].get(key, 0.0) for a in answers))
+        entropy = float(first["entropy"])
+        if extra.get("entropy_tokens"):
+            entropy = sum(float(a["entropy"]) * float(a["extra"].get("entropy_tokens", 0.0))
+                          for a in answers if a["extra"].get("entropy_tokens")) / extra["entropy_tokens"]
         rates = [float(a["extra"].get("generation_tokens_per_s", 0.0)) for a in answers]
         extra["generation_tokens_per_s"] = round(sum(rates), 2)  # the ranks generate side by side
         for rank, answer in enumerate(answers):
             extra[f"rank{rank}_generation_tokens_per_s"] = rates[rank]
             extra[f"rank{rank}_allreduce_s"] = float(answer.get("allreduce_s", 0.0))
         extra["allreduce_s"] = round(statistics.fmean(float(a.get("allreduce_s", 0.0)) for a in answers), 4)
+        extra["generation_seconds"] = max(float(a["extra"].get("generation_seconds", 0.0)) for a in answers)
         extra["world_size"] = float(self.world)
         extra["step_seconds"] = round(seconds, 3)
         events = [e for a in answers for e in a.get("events") or [] if isinstance(e, dict)][:1]
         if self.restart_warned:
             events = []
         self.restart_warned = self.restart_warned or bool(events)
-        return UpdateStats(loss=float(first["loss"]), entropy=float(first["entropy"]), extra=extra, events=events)
+        return UpdateStats(loss=float(first["loss"]), entropy=entropy, extra=extra, events=events)
 
     def save(self, folder: Path) -> None:
         """Every rank into the same folder (the checkpoint store's temporary one), at once."""

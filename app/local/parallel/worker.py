@@ -21,6 +21,7 @@ import argparse
 import datetime
 import hmac
 import json
+import math
 import os
 import random
 import shutil
@@ -134,7 +135,7 @@ class Rank:
 
     def export(self, body: dict[str, Any]) -> dict[str, Any]:
         """An episode's sequence for another rank: up to its last used turn, with each turn's
-        end, tokens and seconds. It leaves this rank."""
+        end, tokens, seconds, sampled tokens and entropy sum (None: unknown). It leaves this rank."""
         memos = self._take(list(body["calls"]))
         if not memos:
             return {"sequence": None}
@@ -145,7 +146,8 @@ class Rank:
             del self.policy.episodes[key]
         return {"sequence": {"ids": sequence.ids[:end], "mask": sequence.mask[:end],
                              "logprobs": sequence.logprobs[:end], "prompt_len": sequence.prompt_len,
-                             "turns": [[m.end, m.tokens, m.seconds] for m in mine]}}
+                             "turns": [[m.end, m.tokens, m.seconds, m.sampled,
+                                        m.entropy_sum if math.isfinite(m.entropy_sum) else None] for m in mine]}}
 
     def update(self, body: dict[str, Any]) -> dict[str, Any]:
         from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
@@ -156,7 +158,8 @@ class Rank:
             if shipped:
                 sequence = EpisodeSequence(list(shipped["ids"]), list(shipped["mask"]), list(shipped["logprobs"]),
                                             int(shipped["prompt_len"]), "")
-                memos: list[Any] = [TurnMemo(sequence, int(e), int(t), float(s)) for e, t, s in shipped["turns"]]
+                memos: list[Any] = [TurnMemo(sequence, int(e), int(t), float(s), int(n),
+                                             math.nan if h is None else float(h)) for e, t, s, n, h in shipped["turns"]]
             else:
                 memos = self._take(list(item.get("calls") or []))
             episodes.append(Episode(memos, float(item["score"])))

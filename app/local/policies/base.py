@@ -241,3 +241,23 @@ def read_manifest(folder: Path) -> dict[str, Any]:
     if not isinstance(data, dict) or not isinstance(data.get("kind"), str):
         raise ValueError(f"{folder / MANIFEST} names no policy kind")
     return data
+
+
+def reward_spread(groups: list[list[Episode]], *, bessel: bool) -> dict[str, float]:
+    """The spread the advantages see: `reward_std`, the mean over groups of each group's
+    standard deviation (with Bessel's correction when `bessel`, as TRL's GRPOTrainer divides
+    by; without it, as `group_advantages`), and `frac_reward_zero_std`, the share of episodes
+    whose group scored all alike (their advantages are 0). A group of one has std 0."""
+    stds: list[float] = []
+    alike = total = 0
+    for group in (g for g in groups if g):
+        scores = [e.score for e in group]
+        mean = sum(scores) / len(scores)
+        squares = sum((s - mean) ** 2 for s in scores)
+        dof = len(scores) - 1 if bessel else len(scores)
+        std = math.sqrt(squares / dof) if dof > 0 else 0.0
+        stds.append(std)
+        total += len(group)
+        alike += len(group) if math.isclose(std, 0.0, abs_tol=1e-8) else 0
+    return {"reward_std": sum(stds) / len(stds) if stds else 0.0,
+            "frac_reward_zero_std": alike / total if total else 0.0}

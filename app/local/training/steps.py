@@ -14,7 +14,7 @@ from typing import Any
 
 from app.core.runs.intervals import Interval, interval_data, mean_interval
 from app.core.runs.series import shown_number
-from app.local.policies.base import Episode
+from app.local.policies.base import Episode, reward_spread
 from app.local.state.checkpoints import Checkpoints
 from app.local.training.job_run import JobRun
 from app.local.training.rollout_record import StepSample
@@ -48,10 +48,17 @@ class StepLoop(RolloutClient):
         self._require_policy_calls(run, step, len(episodes), run.calling_rollouts - calling)
         kept, run.sample = run.sample.chosen(), None
         await self._keep(run, kept)
+        rollout_seconds = time.monotonic() - started
         groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
         # In a thread: a large batch must not stall the event loop that answers every client.
         assert run.policy is not None  # _load_policy ran
+        updating = time.monotonic()
         stats = await asyncio.to_thread(run.policy.update, groups)
+        # The rollout phase and the update apart, and the groups' spread; a policy's own figures
+        # (the lm policy's GRPO step alone, its Bessel-corrected std) win. Event data only: the
+        # metrics are the policy's own (GRID_STATS). docs/embedded-policy.md#metrics.
+        timing = {"rollout_seconds": round(rollout_seconds, 3), "step_seconds": round(time.monotonic() - updating, 3),
+                  **reward_spread(groups, bessel=False)}
         mean = sum(e.score for e in episodes) / len(episodes)
         loss = shown_number(stats.loss)  # an lm job's tiny loss in scientific notation, not "-0.0000"
         events = [{"type": "rl.train.step",
@@ -64,7 +71,7 @@ class StepLoop(RolloutClient):
                             "decisions": sum(len(m) if isinstance(m, list) else 1
                                              for e in episodes for m in e.memos),
                             "turns": sum(e.turns or 0 for e in episodes),
-                            "seconds": round(time.monotonic() - started, 3), **stats.extra}}]
+                            "seconds": round(time.monotonic() - started, 3), **timing, **stats.extra}}]
         events += stats.events  # what the policy says about the step (an lm job's first episode restart)
         flat = self._flat_warning(run, step, episodes)
         if flat is not None:

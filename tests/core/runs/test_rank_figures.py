@@ -21,7 +21,7 @@ def test_the_latest_step_of_two_or_more_processes_gives_the_figures():
     assert figures.tokens_per_s == (498.7, 123.45) and figures.allreduce_s == (0.0228, 0.0014)
     full, medium, short, shortest = rank_texts(figures)
     # One name and unit with the `all-reduce s` chart, numbers as its readouts write them.
-    assert full == ("2 ranks, step 2:  generation tokens/s r0 499 · r1 123  ·  all-reduce s r0 0.0228 · r1 0.0014 "
+    assert full == ("2 ranks, step 2:  sampled tokens/s r0 499 · r1 123  ·  all-reduce s r0 0.0228 · r1 0.0014 "
                     "(mean 0.0121)")
     assert medium == "× 2 step 2: tok/s r0 499 r1 123  all-reduce s r0 0.0228 r1 0.0014"
     assert short == "× 2 step 2: tok/s 123-499 (slowest r1) · all-reduce s 0.0121, max 0.0228 (r0)"
@@ -42,7 +42,7 @@ def test_a_figure_missing_or_not_a_number_is_a_dash_never_a_crash():
     assert figures is not None and figures.step is None
     assert figures.tokens_per_s == (None, 7.25) and figures.allreduce_s == (None, None)
     full, _, short, _ = rank_texts(figures)
-    assert full == ("2 ranks, latest step:  generation tokens/s r0 — · r1 7.2  ·  all-reduce s r0 — · r1 — "
+    assert full == ("2 ranks, latest step:  sampled tokens/s r0 — · r1 7.2  ·  all-reduce s r0 — · r1 — "
                     "(mean —)")
     assert short == "× 2 latest step: tok/s 7.2-7.2 (slowest r1) · all-reduce s —"
 
@@ -61,3 +61,11 @@ def test_the_chart_of_the_all_reduce_has_the_ranks_lines_name_and_unit():
 
     titles = [panel.title for panel in chart_panels(["train.mean_score", "train.allreduce_s", "train.kl"])]
     assert titles == ["mean score", "all-reduce s", "kl"]
+
+
+def test_the_tokens_per_s_chart_says_it_counts_sampled_tokens():
+    """Issue 39: a grammar's forced scaffold is not generation; the chart says what it counts."""
+    from app.core.runs.series import chart_panels
+
+    titles = [panel.title for panel in chart_panels(["train.mean_score", "train.generation_tokens_per_s"])]
+    assert titles == ["mean score", "sampled tokens/s"]

@@ -171,6 +171,27 @@ def test_the_ranks_step_figures_are_summed_and_the_restart_warning_passed_on_onc
     assert later.extra["episode_restarts"] == 1.0 and later.events == []  # the job was warned already
 
 
+def test_the_ranks_token_counts_are_summed_and_the_entropy_weighted_by_sampled_tokens() -> None:
+    """Issue 39: counts are sums; the entropy is the mean over every rank's sampled positions
+    (rank 0 alone is not the step's); tokens/s add up (the ranks generate side by side)."""
+    from types import SimpleNamespace
+
+    from app.local.parallel.policy import DistributedLmPolicy
+
+    def answer(sampled: float, forced: float, entropy: float, rate: float) -> dict[str, Any]:
+        return {"loss": 0.0, "entropy": entropy, "events": [], "allreduce_s": 0.01,
+                "extra": {"completion_tokens": sampled + forced, "sampled_tokens": sampled, "forced_tokens": forced,
+                          "entropy_tokens": sampled, "generation_tokens_per_s": rate, "generation_seconds": 1.0}}
+
+    policy = SimpleNamespace(world=2, restart_warned=False)
+    merged = DistributedLmPolicy._merged(policy, [answer(2.0, 38.0, 1.0, 2.0), answer(6.0, 114.0, 0.2, 6.0)],  # type: ignore[arg-type]
+                                         3.0)
+    extra = merged.extra
+    assert (extra["sampled_tokens"], extra["forced_tokens"], extra["completion_tokens"]) == (8.0, 152.0, 160.0)
+    assert merged.entropy == pytest.approx((2 * 1.0 + 6 * 0.2) / 8)
+    assert extra["generation_tokens_per_s"] == pytest.approx(8.0)
+
+
 def test_a_batch_that_does_not_split_evenly_is_refused() -> None:
     assert per_device_batch(2, 8, 2) == 8
     assert per_device_batch(1, 4, 4) == 1
@@ -439,7 +460,8 @@ def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: 
                       for i in (0, 2, 4)]
             stats = policy.update(groups)
             assert stats.extra["reward_mean"] == pytest.approx(statistics.fmean(scores))
-            assert stats.extra["reward_std"] == pytest.approx(statistics.stdev(scores), abs=1e-4)
+            # the mean of the groups' stds (issue 39): 0.7071, 0 and 0
+            assert stats.extra["reward_std"] == pytest.approx(statistics.stdev(scores[:2]) / 3, abs=1e-4)
             assert stats.extra["frac_reward_zero_std"] == pytest.approx(4 / 6), stats.extra
     finally:
         policy.close()

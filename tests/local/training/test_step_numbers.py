@@ -4,7 +4,11 @@ rollouts are done before it ends (issue 37: a real model on a CPU looked frozen 
 
 from __future__ import annotations
 
-from app.local.policies.base import UpdateStats
+import math
+
+import pytest
+
+from app.local.policies.base import Episode, UpdateStats, reward_spread
 from app.local.policies.tabular.policy import TabularPolicy
 from app.local.training import rollouts
 
@@ -51,3 +55,26 @@ def test_a_quick_step_says_nothing_of_its_rollouts(api, taskapp):
     job_id = create_job(api, payload(taskapp.url))
     assert wait_terminal(api, job_id)["status"] == "succeeded"
     assert not [e for e in events_of(api, job_id) if e["type"] == rollouts.ROLLOUT_PROGRESS_EVENT]
+
+
+def test_reward_std_is_the_mean_of_the_groups_stds_on_known_rewards() -> None:
+    """What the advantages see (issue 39): each group's own spread, not the batch's."""
+    groups = [[Episode([], s) for s in scores] for scores in ((0.0, 1.0), (1.0, 1.0), (0.0, 0.0, 1.0, 1.0))]
+    population = reward_spread(groups, bessel=False)
+    assert population["reward_std"] == pytest.approx((0.5 + 0.0 + 0.5) / 3)
+    assert population["frac_reward_zero_std"] == pytest.approx(2 / 8)  # the (1, 1) group's two episodes
+    bessel = reward_spread(groups, bessel=True)  # TRL's advantages divide by this one
+    assert bessel["reward_std"] == pytest.approx((math.sqrt(0.5) + 0.0 + math.sqrt(1 / 3)) / 3)
+    assert reward_spread([[Episode([], 1.0)]], bessel=True) == {"reward_std": 0.0, "frac_reward_zero_std": 1.0}
+
+
+def test_a_step_event_times_its_rollouts_apart_from_its_update(api, taskapp):
+    job_id = create_job(api, payload(taskapp.url))
+    assert wait_terminal(api, job_id)["status"] == "succeeded"
+    steps = [e["data"] for e in events_of(api, job_id) if e["type"] == "rl.train.step"]
+    assert steps
+    for data in steps:
+        assert data["rollout_seconds"] > 0 and data["step_seconds"] >= 0
+        assert data["rollout_seconds"] + data["step_seconds"] <= data["seconds"] + 0.01
+        # the stand-in's spread: the population std its advantages divide by (group_advantages)
+        assert 0.0 <= data["reward_std"] and 0.0 <= data["frac_reward_zero_std"] <= 1.0

@@ -19,6 +19,7 @@ declared here); torch and xgrammar are imported at module level: it is imported 
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import secrets
@@ -67,12 +68,17 @@ class EpisodeSequence:
 
 @dataclass
 class TurnMemo:
-    """What one answer leaves for `update`: its sequence and where its completion ends."""
+    """What one answer leaves for `update`: its sequence, where its completion ends, its tokens
+    (`sampled` of them chosen by the model, the rest forced by the grammar), the generation's
+    seconds, and the sum over the sampled tokens of the entropy of the distribution each was
+    drawn from (NaN when unknown: a vLLM server's turn). docs/embedded-policy.md#metrics."""
 
     sequence: EpisodeSequence
     end: int
     tokens: int
     seconds: float
+    sampled: int
+    entropy_sum: float
 
 
 @dataclass
@@ -96,12 +102,33 @@ class _Call:
 @dataclass(frozen=True)
 class _Turn:
     """One generated completion: its ids, each one's logprob, whether the model chose it (1) or
-    the grammar forced it (0), and the generation's seconds."""
+    the grammar forced it (0), the generation's seconds, and the entropy summed over the chosen
+    positions (NaN when unknown)."""
 
     ids: list[int]
     logprobs: list[float]
     chosen: list[int]
     seconds: float
+    entropy_sum: float
+
+
+def sampling_entropy(row: torch.Tensor, top_p: float = 1.0) -> float:
+    """The entropy (nats) of the distribution a token is drawn from: softmax of `row` (logits
+    at the sampling temperature, -inf where the grammar forbids a token), kept to the nucleus
+    `top_p` and renormalized. A choice among k allowed tokens reads at most ln k."""
+    probs = _nucleus(torch.softmax(row.float(), -1), top_p)
+    probs = probs / probs.sum()
+    kept = probs[probs > 0]
+    return max(float(-(kept * kept.log()).sum()), 0.0)
+
+
+def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """`probs` with what falls outside the top_p nucleus set to 0 (not renormalized)."""
+    if top_p >= 1.0:
+        return probs
+    ordered, order = torch.sort(probs, descending=True)
+    keep = torch.cumsum(ordered, -1) - ordered < top_p
+    return torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
 
 
 class Acting:
@@ -163,7 +190,8 @@ class Acting:
             sequence.logprobs += turn.logprobs
             answer = self.tokenizer.decode(turn.ids, skip_special_tokens=False)
             sequence.text += answer
-            memo = TurnMemo(sequence, len(sequence.ids), len(turn.ids), turn.seconds)
+            memo = TurnMemo(sequence, len(sequence.ids), len(turn.ids), turn.seconds, sum(turn.chosen),
+                            turn.entropy_sum)
         call_id = f"call_{secrets.token_hex(8)}"
         message = self._message(answer, call_id, offered)
         if required and not message.get("tool_calls"):
@@ -275,15 +303,17 @@ class Acting:
     def _own_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None,
                   call: _Call) -> _Turn:
         started = time.perf_counter()
-        ids, logprobs, chosen = self._generate(prompt, grammar[0] if grammar else None,
-                                               None if seed is None else torch.Generator().manual_seed(seed), call)
-        return _Turn(ids, logprobs, chosen, time.perf_counter() - started)
+        ids, logprobs, chosen, entropy = self._generate(prompt, grammar[0] if grammar else None,
+                                                        None if seed is None else torch.Generator().manual_seed(seed),
+                                                        call)
+        return _Turn(ids, logprobs, chosen, time.perf_counter() - started, entropy)
 
     def _vllm_turn(self, prompt: list[int], grammar: tuple[Any, str] | None, seed: int | None,
                    call: _Call) -> _Turn:
         """One turn from the vLLM server: its sampled ids and their logprobs, the tool-call grammar
         sent as EBNF. vLLM does not say which tokens the grammar forced: a token is taken as
-        forced where the grammar allowed it alone (replayed here with xgrammar)."""
+        forced where the grammar allowed it alone (replayed here with xgrammar). Nor does it return
+        the distributions: the turn's entropy is unknown (NaN)."""
         assert self.generator is not None
         try:
             turn = self.generator.turn(prompt, seed=seed, grammar=grammar[1] if grammar else None,
@@ -295,7 +325,7 @@ class Acting:
         if call.logprobs:  # at the job's sampling temperature: what the server gave
             pairs = zip(turn.completion_ids, turn.logprobs, strict=False)
             call.content = [self._logprob_entry(token, logprob, []) for token, logprob in pairs]
-        return _Turn(turn.completion_ids, turn.logprobs, chosen, turn.seconds)
+        return _Turn(turn.completion_ids, turn.logprobs, chosen, turn.seconds, math.nan)
 
     def _chosen(self, grammar: Any, ids: list[int]) -> list[int]:
         """1 where the grammar allowed more than one token, 0 where it allowed only the one taken."""
@@ -316,12 +346,13 @@ class Acting:
         return chosen + [1] * (len(ids) - len(chosen))
 
     def _generate(self, prompt: list[int], grammar: Any, generator: torch.Generator | None,
-                  call: _Call) -> tuple[list[int], list[float], list[int]]:
+                  call: _Call) -> tuple[list[int], list[float], list[int], float]:
         """Sample a completion (ending with an end-of-turn token unless max_tokens cut it),
         each token's log-probability under the unconstrained model at the sampling temperature
-        (what GRPO's loss computes), and whether the model chose it (1) or the grammar forced
+        (what GRPO's loss computes), whether the model chose it (1) or the grammar forced
         it (0: the scaffold, fed in one forward pass; a forced token's probability under the
-        constrained policy is 1, so it carries no gradient and is masked out of the loss)."""
+        constrained policy is 1, so it carries no gradient and is masked out of the loss), and
+        the sum over the chosen tokens of the entropy they were drawn with (`sampling_entropy`)."""
         model = self.model
         was_training = model.training
         model.eval()  # no dropout while acting; the trainer's mode is put back after
@@ -332,7 +363,7 @@ class Acting:
             model.train(was_training)
 
     def _sample_completion(self, prompt: list[int], grammar: Any, generator: torch.Generator | None,
-                           call: _Call) -> tuple[list[int], list[float], list[int]]:
+                           call: _Call) -> tuple[list[int], list[float], list[int], float]:
         model = self.model
         device = self.loaded.device
         matcher = xgr.GrammarMatcher(grammar) if grammar is not None else None
@@ -342,6 +373,7 @@ class Acting:
         ids: list[int] = []
         logprobs: list[float] = []
         chosen: list[int] = []
+        entropy = 0.0
         while len(ids) < call.max_tokens:
             call.check_cancel()  # between tokens: a caller that went away stops the generation
             forced = self._forced(matcher, call.max_tokens - len(ids))
@@ -356,17 +388,21 @@ class Acting:
                 cache, last = out.past_key_values, out.logits[0, -1]
                 continue
             row = self._scaled(last, call)
+            drawn_from = row
             choice = 1
             if matcher is not None and bitmask is not None:
                 matcher.fill_next_token_bitmask(bitmask)
                 masked = row.clone().unsqueeze(0)
                 xgr.apply_token_bitmask_inplace(masked, bitmask.to(masked.device))
                 choice = int(torch.isfinite(masked[0]).sum() > 1)  # one allowed token: forced
-                token = self._sample(masked[0], generator, call)
+                drawn_from = masked[0]
+                token = self._sample(drawn_from, generator, call)
                 if not matcher.accept_token(token):
                     break  # cannot happen for a token the mask allowed; stop rather than loop
             else:
                 token = self._sample(row, generator, call)
+            if choice and call.temperature > 0.0 and generator is not None:  # greedy: no spread, entropy 0
+                entropy += sampling_entropy(drawn_from, call.top_p)
             logprobs.append(float(torch.log_softmax(row, -1)[token]))
             self._note_logprobs(call, last.unsqueeze(0), [token])
             ids.append(token)
@@ -375,7 +411,7 @@ class Acting:
                 break
             out = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
             cache, last = out.past_key_values, out.logits[0, -1]
-        return ids, logprobs, chosen
+        return ids, logprobs, chosen, entropy
 
     def _forced(self, matcher: Any, room: int) -> list[int]:
         """The tokens of the text the grammar forces next (accepted by the matcher), if any."""
@@ -397,11 +433,7 @@ class Acting:
     def _sample(self, row: torch.Tensor, generator: torch.Generator | None, call: _Call) -> int:
         if call.temperature <= 0.0 or generator is None:  # greedy (None: an evaluation's turn)
             return int(torch.argmax(row))
-        probs = torch.softmax(row, -1)
-        if call.top_p < 1.0:
-            ordered, order = torch.sort(probs, descending=True)
-            keep = torch.cumsum(ordered, -1) - ordered < call.top_p
-            probs = torch.zeros_like(probs).scatter(0, order[keep], ordered[keep])
+        probs = _nucleus(torch.softmax(row, -1), call.top_p)
         return int(torch.multinomial(probs.cpu(), 1, generator=generator))
 
     def _note_logprobs(self, call: _Call, logits: torch.Tensor, tokens: list[int]) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.local.parallel.vllm import VllmGenerator
-from app.local.policies.base import Episode, PolicySettings, UpdateStats
+from app.local.policies.base import Episode, PolicySettings, UpdateStats, reward_spread
 from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
 from app.local.policies.lm.model import LoadedModel
 from app.local.policies.lm.objective import Objective
@@ -123,13 +123,21 @@ class GrpoThread:
                         for key in [k for k, v in self.episodes.items() if v is memo.sequence]:
                             del self.episodes[key]
         extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3)}
-        for ours, theirs in (("reward_mean", "reward"), ("reward_std", "reward_std"), ("kl", "kl"),
-                             ("clip_ratio", "clip_ratio/region_mean"), ("grad_norm", "grad_norm"),
-                             ("learning_rate", "learning_rate"), ("frac_reward_zero_std", "frac_reward_zero_std")):
+        # reward_std is the groups' (reward_spread), not TRL's: its reward_std is the whole batch's,
+        # which the group advantages never divide by. frac_reward_zero_std is TRL's when it logs it
+        # (the groups as its advantages formed them, from every rank's rewards).
+        for ours, theirs in (("reward_mean", "reward"), ("kl", "kl"), ("clip_ratio", "clip_ratio/region_mean"),
+                             ("grad_norm", "grad_norm"), ("learning_rate", "learning_rate"),
+                             ("entropy_full_vocab", "entropy"), ("frac_reward_zero_std", "frac_reward_zero_std")):
             if theirs in logs and (ours != "kl" or self.kl_coef > 0):
                 extra[ours] = float(logs[theirs])
-        return UpdateStats(loss=float(logs.get("loss", math.nan)), entropy=float(logs.get("entropy", math.nan)),
-                           extra=extra, events=self._restart_warning())
+        # The entropy over the tokens the model chose (docs/embedded-policy.md#metrics); TRL's, over
+        # the whole vocabulary, when no turn measured it (a vLLM server's).
+        entropy = extra.pop("sampled_entropy", math.nan)
+        if not math.isfinite(entropy):
+            entropy = float(logs.get("entropy", math.nan))
+        return UpdateStats(loss=float(logs.get("loss", math.nan)), entropy=entropy, extra=extra,
+                           events=self._restart_warning())
 
     def _restart_warning(self) -> list[dict[str, Any]]:
         """At the job's first restart, once: a warning naming the template and where the texts
@@ -150,8 +158,8 @@ class GrpoThread:
     def _batch(self, groups: list[list[Episode]]) -> _Batch:
         samples: dict[str, list[Any]] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
                                          "env_reward": []}
-        tokens = turns = 0
-        seconds = 0.0
+        tokens = sampled = measured = turns = 0
+        seconds = entropy = 0.0
         zero_std = iter(self._zero_std(groups))
         for group in groups:
             for episode in group:
@@ -175,11 +183,20 @@ class GrpoThread:
                 filtered = alike and self.objective.zero_std_filter
                 samples["env_mask"].append([0] * (end - start) if filtered else sequence.mask[start:end])
                 tokens += sum(m.tokens for m in memos)
+                sampled += sum(m.sampled for m in memos)
                 seconds += sum(m.seconds for m in memos)
                 turns += len(memos)
+                known = [m for m in memos if math.isfinite(m.entropy_sum)]
+                measured += sum(m.sampled for m in known)
+                entropy += sum(m.entropy_sum for m in known)
         restarts, self.restarts_reported = self.restarts - self.restarts_reported, self.restarts  # this step's
-        stats = {"completion_tokens": float(tokens), "model_turns": float(turns),
-                 "generation_tokens_per_s": round(tokens / seconds, 2) if seconds > 0 else 0.0,
+        # Tokens/s over the sampled tokens only: a forced scaffold costs one forward pass for many tokens.
+        stats = {"completion_tokens": float(tokens), "sampled_tokens": float(sampled),
+                 "forced_tokens": float(tokens - sampled), "model_turns": float(turns),
+                 "generation_tokens_per_s": round(sampled / seconds, 2) if seconds > 0 else 0.0,
+                 "generation_seconds": round(seconds, 3), "entropy_tokens": float(measured),
+                 "sampled_entropy": entropy / measured if measured else math.nan,
+                 **reward_spread(groups, bessel=True),  # TRL's advantages divide by the Bessel-corrected std
                  "episode_restarts": float(restarts), "unfinished_calls": float(self.unfinished_calls)}
         learns = self.step_learns if self.step_learns is not None else not all(self._zero_std(groups))
         return _Batch(samples, stats, learns=learns)
