@@ -13,7 +13,7 @@ from app.local import policies
 from app.local.policies.base import ActCancelled, ActOptions, PolicyCannotAct
 from app.local.policies.tabular.policy import TabularPolicy
 
-from ..conftest import API_KEY, create_job, long_config, payload, small_config, wait_terminal
+from ..conftest import API_KEY, create_job, long_config, payload, small_config, wait_event, wait_terminal
 
 MOVE = {"type": "function", "function": {"name": "move", "parameters": {
     "type": "object", "properties": {"direction": {"type": "string", "enum": ["up", "down"]}},
@@ -91,7 +91,11 @@ def test_rollouts_refused_again_and_again_fail_the_job_naming_why(api: httpx.Cli
 
 
 def _running_job(api: httpx.Client, taskapp: Any) -> str:
-    return create_job(api, payload(taskapp.url, long_config()))
+    """A job whose policy is loaded (its rl.train.policy event): before it, a call is answered
+    409 "still loading" at once, whatever it asks (a loaded machine showed it)."""
+    job_id = create_job(api, payload(taskapp.url, long_config()))
+    wait_event(api, job_id, "rl.train.policy", timeout=30)
+    return job_id
 
 
 def test_the_stand_ins_usage_counts_no_tokens_not_words(api: httpx.Client, backend: Any, taskapp: Any) -> None:
