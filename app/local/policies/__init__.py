@@ -61,6 +61,11 @@ def lm_footprint(settings: PolicySettings) -> Path | Literal["download"] | None:
 
 
 ONE_PROCESS = Parallel()
+# One language model is built or loaded at a time in this process: TRL's and transformers' first
+# imports and a model's load are not safe from two threads at once (a lazy import seen half made,
+# a tensor copied off the meta device), and a chat call to a finished job loads one while a job
+# may be loading its own (docs/hardening.md, issue 41).
+BUILDING = threading.RLock()
 
 
 def _lm(settings: PolicySettings, parallel: Parallel = ONE_PROCESS, stop: threading.Event | None = None) -> Policy:
@@ -72,9 +77,11 @@ def _lm(settings: PolicySettings, parallel: Parallel = ONE_PROCESS, stop: thread
 
         return DistributedLmPolicy(settings, parallel, stop)
     from app.local.parallel.launch import vllm_plan
-    from app.local.policies.lm.policy import LmPolicy  # torch and friends: only now
 
-    return LmPolicy(settings, vllm=vllm_plan(parallel.vllm_server))
+    with BUILDING:
+        from app.local.policies.lm.policy import LmPolicy  # torch and friends: only now
+
+        return LmPolicy(settings, vllm=vllm_plan(parallel.vllm_server))
 
 
 def make_policy(choice: str, settings: PolicySettings, parallel: Parallel = ONE_PROCESS,
@@ -110,6 +117,7 @@ def create(kind: str, settings: PolicySettings, parallel: Parallel = ONE_PROCESS
 def load(folder: Path, settings: PolicySettings, parallel: Parallel = ONE_PROCESS,
          stop: threading.Event | None = None) -> Policy:
     """The policy saved in `folder` (its manifest names the kind)."""
-    policy = create(read_manifest(folder)["kind"], settings, parallel, stop)
-    policy.load(folder)
+    with BUILDING:
+        policy = create(read_manifest(folder)["kind"], settings, parallel, stop)
+        policy.load(folder)
     return policy

@@ -22,6 +22,7 @@ from app.local import policies
 from app.local.policies.base import Parallel, Policy
 from app.local.policies.tabular.policy import TabularPolicy
 from app.local.server.model_checks import ModelChecks
+from app.local.server.saved_policies import SavedPolicies
 from app.local.state.checkpoints import Checkpoints
 from app.local.state.journal import Journal
 from app.local.state.store import Store
@@ -56,6 +57,7 @@ class BackendState:
         self.runner: JobRunner | None = None
         self.http: httpx.AsyncClient
         self.model_checks = ModelChecks()  # running and finished model checks (model_checks.py)
+        self.saved_policies = SavedPolicies()  # finished jobs' policies the chat endpoint answers with
         self.stopping = asyncio.Event()  # set as the server begins to stop; a new one each serving (lifespan)
 
     def hold_env_keys(self, keys: Sequence[str]) -> None:
@@ -72,6 +74,7 @@ class BackendState:
         if self.runner is not None:
             self.runner.stop_all()
             self.journal.wake_all()
+        self.saved_policies.close()
 
     def live_runner(self) -> JobRunner:
         """The job runner, which exists while the app serves (between lifespan start and end)."""
@@ -100,7 +103,9 @@ class BackendState:
         plan = plan_from_payload(job["payload"])
         folder = self.model_path(job["id"])
         if folder is not None:
-            return policies.load(folder, policy_settings(job["id"], plan))
+            saved = folder
+            return self.saved_policies.get(job["id"], folder,
+                                           lambda: policies.load(saved, policy_settings(job["id"], plan)))
         # A job finished before checkpoints kept its table in the database.
         return TabularPolicy.from_json(self.store.get_policy(job["id"]))
 

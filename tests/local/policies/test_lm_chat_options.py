@@ -116,3 +116,39 @@ def test_a_cancelled_generation_stops_between_tokens_and_keeps_nothing(policy: A
     assert len(sequence.ids) == sequence.prompt_len  # nothing of the cancelled turn was kept
     assert policy.lock.acquire(timeout=5)  # the model is free again
     policy.lock.release()
+
+
+def test_calls_to_a_finished_job_at_once_load_it_once_and_break_no_other_job(
+        tiny_model: Path, press_app: Any, tmp_path: Path) -> None:
+    """Issue 41's probe: two calls at once to a finished lm job's chat endpoint answered 500
+    ("Cannot copy out of meta tensor") and broke the backend's next lm job; one call at a time
+    made a job loading beside it fail ("cannot import name 'GRPOConfig'"). The saved policy is
+    loaded once and kept, and loads never run side by side."""
+    import httpx
+
+    from app.local.servers import start_backend
+    from support.lm_fixtures import press_payload
+
+    from ..conftest import API_KEY, ENV_KEY, api_client, create_job, wait_terminal
+
+    with start_backend(api_key=API_KEY, db_path=tmp_path / "state.sqlite3", env_api_keys=[ENV_KEY],
+                       policy_kind="lm") as backend, api_client(backend) as api:
+        done = create_job(api, press_payload(press_app.url, tiny_model, "full", steps=1, lr=1e-2))
+        assert wait_terminal(api, done, timeout=300)["status"] == "succeeded"
+        answers: list[int] = []
+
+        def call() -> None:
+            answer = httpx.post(f"{backend.url}/v1/chat/completions", params={"cid": f"trace_{done}"},
+                                json={"messages": _messages(), "tools": [PRESS_TOOL], "tool_choice": TOOL_CHOICE,
+                                      "max_tokens": 8},
+                                headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
+            answers.append(answer.status_code)
+
+        following = create_job(api, press_payload(press_app.url, tiny_model, "full", steps=1, lr=1e-2))
+        callers = [threading.Thread(target=call) for _ in range(3)]
+        for caller in callers:
+            caller.start()
+        for caller in callers:
+            caller.join(180)
+        assert answers == [200, 200, 200], answers
+        assert wait_terminal(api, following, timeout=300)["status"] == "succeeded"
