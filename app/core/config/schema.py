@@ -162,6 +162,10 @@ class TrainingSection(_Section):
     # The embedded backend's: the rollouts' seed, and the lm policy's KL weight (docs/embedded-policy.md).
     seed: int | None = None
     kl_coef: float | None = None
+    # The lm policy's memory of a step and its checkpoints (docs/embedded-policy.md#memory-of-a-step).
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool | None = None
+    save_every: int | None = None
     # Flat reward fields (older configs; the nested [training.rewards] is newer).
     step_rewards_enabled: bool | None = None
     step_rewards_mode: str | None = None

@@ -83,6 +83,8 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("training.seed", True, -INT64, INT64),
     # The embedded backend's lm policy: GRPO's KL weight (beta); 0 loads no reference model.
     NumberBound("training.kl_coef", False, 0.0, 10.0, "the KL penalty's weight; 0 turns it off"),
+    NumberBound("training.micro_batch_size", True, 1, 4_096, "sequences per forward and backward of a step"),
+    NumberBound("training.save_every", True, 1, 100_000, "steps between two checkpoints; the last step is saved"),
     NumberBound("rollout.max_turns", True, 1, 1_000),
     NumberBound("rollout.episodes_per_batch", True, 1, 262_144),
     NumberBound("rollout.max_concurrent_rollouts", True, 1, 256),

@@ -106,7 +106,8 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
 
 def policy_options(config: dict[str, Any]) -> dict[str, Any]:
     """The options of the `lm` policy, from the config as written (docs/embedded-policy.md#the-lm-policy):
-    [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef; [training.lora] (or
+    [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef, micro_batch_size and
+    gradient_checkpointing; [training.lora] (or
     the older top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p,
     max_tokens."""
     def table(value: Any) -> dict[str, Any]:
@@ -118,6 +119,8 @@ def policy_options(config: dict[str, Any]) -> dict[str, Any]:
         "trainer_mode": model.get("trainer_mode") or policy.get("trainer_mode"),
         "chat_template": model.get("chat_template") or policy.get("chat_template"),
         "kl_coef": training.get("kl_coef"),
+        "micro_batch_size": training.get("micro_batch_size"),
+        "gradient_checkpointing": training.get("gradient_checkpointing"),
         "lora": {k: lora.get(k) for k in ("r", "alpha", "dropout", "target_modules") if lora.get(k) is not None},
         "temperature": policy.get("temperature"), "top_p": policy.get("top_p"), "max_tokens": policy.get("max_tokens"),
     }

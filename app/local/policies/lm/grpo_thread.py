@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from app.local.parallel.vllm import VllmGenerator
 from app.local.policies.base import Episode, PolicySettings, UpdateStats
 from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
+from app.local.policies.lm.memory import memory_arguments
 from app.local.policies.lm.model import LoadedModel
 
 if TYPE_CHECKING:
@@ -194,11 +195,14 @@ class GrpoThread:
         settings = self.settings
         remaining = max(settings.total_steps - self.steps_done, 1)
         cuda = self.loaded.device == "cuda"
-        per_step = settings.batch_size * settings.group_size
+        overrides = dict(self.grpo_overrides)
+        # One process's share of the step (a data-parallel rank's is set by app/local/parallel/worker.py),
+        # cut into micro-batches (app/local/policies/lm/memory.py).
+        share = int(overrides.pop("per_device_train_batch_size", settings.batch_size * settings.group_size))
         output = Path(os.environ.get("TMPDIR", "/tmp")) / f"synth-tui-grpo-{secrets.token_hex(4)}"
         arguments: dict[str, Any] = dict(
-            output_dir=str(output), max_steps=remaining, per_device_train_batch_size=per_step,
-            num_generations=settings.group_size, gradient_accumulation_steps=1, steps_per_generation=1,
+            output_dir=str(output), max_steps=remaining, **memory_arguments(settings.options, share),
+            num_generations=settings.group_size,
             num_iterations=1, learning_rate=settings.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
             optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0,
             beta=self.kl_coef, seed=settings.seed, save_strategy="no", report_to="none", logging_steps=1,
@@ -207,7 +211,7 @@ class GrpoThread:
             scale_rewards="group", mask_truncated_completions=False, log_completions=False,
             shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
         vllm = self.generator.trainer_kwargs() if self.generator is not None else {}
-        return GRPOConfig(**{**arguments, **vllm, **self.grpo_overrides})
+        return GRPOConfig(**{**arguments, **vllm, **overrides})
 
     def _start_training(self) -> Training:
         """The job's GRPOTrainer (docs/embedded-policy.md#grpotrainer-wiring), training in a thread.
