@@ -43,6 +43,7 @@ class TrainingPlan:
     eval_seeds: tuple[int, ...] = ()
     eval_instances: int = 0
     eval_every: int = 0
+    save_every: int = 1  # [training] save_every: steps between two checkpoints; the last step is saved
     eval_samples: int = 0  # [evaluation] samples: k sampled episodes per instance (pass@k); 0: one greedy each
     seed: int | None = None
     # What the inspector keeps (rollout_record.py): train rollouts per step, bytes per job.
@@ -57,6 +58,11 @@ class TrainingPlan:
     @property
     def total_steps(self) -> int:
         return self.epochs * self.iterations_per_epoch
+
+    def save_due(self, step: int) -> bool:
+        """A checkpoint after `step`: every `save_every` steps, the last one, and one with an
+        evaluation after it (docs/embedded-policy.md#checkpoints)."""
+        return step % self.save_every == 0 or step == self.total_steps or self.eval_due(step)
 
     def eval_due(self, step: int) -> bool:
         if not self.eval_instances:
@@ -96,6 +102,7 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
         eval_seeds=tuple(evaluation.seeds) if evaluation else (),
         eval_instances=evaluation.instances if evaluation else 0,
         eval_every=evaluation.every_n_iters if evaluation else 0,
+        save_every=int(training.save_every or 1),
         eval_samples=(evaluation.samples or 0) if evaluation else 0,
         seed=training.seed,
         inspect_per_step=rollout.inspect_per_step,

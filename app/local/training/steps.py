@@ -79,16 +79,51 @@ class StepLoop(RolloutClient):
         run.step, run.last_train_score = step, mean
         if run.first_score is None:
             run.first_score = mean
-        await asyncio.to_thread(self.checkpoints.save, job_id, step, run.policy)
+        if plan.eval_due(step) or step == plan.total_steps:  # saved before the evaluation, or to end the job
+            await self.checkpoint_written(run)
+            await asyncio.to_thread(self.checkpoints.save, job_id, step, run.policy)
         if plan.eval_due(step):
             run.eval_pending = points
-            self.journal.commit_step(job_id, events, run.saved_state())
+            self.journal.commit_step(job_id, self._new(run, step, events), run.saved_state())
             self._progress(run, step, train_mean_score=mean)
             await self._evaluate_step(run, step, points)
-        else:
-            self.journal.commit_step(job_id, events, run.saved_state(), metrics=(step, points))
-            self._progress(run, step, train_mean_score=mean)
+        elif step == plan.total_steps:
+            self._record(run, step, events, points, run.saved_state())
             await asyncio.to_thread(self.checkpoints.prune, job_id, step)
+        else:
+            # Recorded now, resumed from once written (docs/embedded-policy.md#checkpoints): the
+            # next step's rollouts play while the policy is written.
+            state = run.saved_state()
+            self._record(run, step, events, points, None)
+            if plan.save_due(step):
+                await self.checkpoint_written(run)  # one write at a time, in step order
+                run.writing = asyncio.create_task(self._write(run, step, state))
+
+    def _new(self, run: JobRun, step: int, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A step's events, or none when it was recorded before the backend restarted and is
+        played again from an older checkpoint (JobRun.recorded_step)."""
+        return events if step > run.recorded_step else []
+
+    def _record(self, run: JobRun, step: int, events: list[dict[str, Any]], points: list[dict[str, Any]],
+                state: dict[str, Any] | None) -> None:
+        replayed = step <= run.recorded_step
+        self.journal.commit_step(run.job_id, [] if replayed else events, state,
+                                 metrics=None if replayed else (step, points))
+        self._progress(run, step, train_mean_score=run.last_train_score)
+
+    async def _write(self, run: JobRun, step: int, state: dict[str, Any]) -> None:
+        """Write the policy after `step`, then make it the one the job resumes from."""
+        assert run.policy is not None
+        await asyncio.to_thread(self.checkpoints.save, run.job_id, step, run.policy)
+        self.journal.commit_step(run.job_id, [], state)
+        await asyncio.to_thread(self.checkpoints.prune, run.job_id, step)
+
+    @staticmethod
+    async def checkpoint_written(run: JobRun) -> None:
+        """Until the last checkpoint's write ended (its error, if any, raised here)."""
+        writing, run.writing = run.writing, None
+        if writing is not None:
+            await asyncio.shield(writing)
 
     async def _evaluate_step(self, run: JobRun, step: int, points: list[dict[str, Any]]) -> None:
         """The evaluation after a recorded step; then the step's metrics, all together

@@ -42,7 +42,8 @@ def _episodes(model: Path) -> list[list[Episode]]:
         for label, scores in (("A", (0.0, 1.0)), ("B", (1.0, 0.25))):
             group = []
             for i, score in enumerate(scores):
-                messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": f"Press {label}."}]
+                messages = [{"role": "system", "content": SYSTEM_PROMPT},
+                            {"role": "user", "content": f"Press {label}."}]
                 act = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, f"{label}-{i}", rng)
                 group.append(Episode([act.memo], score))
             groups.append(group)
