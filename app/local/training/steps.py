@@ -51,6 +51,7 @@ class StepLoop(RolloutClient):
         groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
         # In a thread: a large batch must not stall the event loop that answers every client.
         assert run.policy is not None  # _load_policy ran
+        await self.checkpoint_written(run)  # the last checkpoint is written before the policy changes
         stats = await asyncio.to_thread(run.policy.update, groups)
         mean = sum(e.score for e in episodes) / len(episodes)
         loss = shown_number(stats.loss)  # an lm job's tiny loss in scientific notation, not "-0.0000"
@@ -93,11 +94,13 @@ class StepLoop(RolloutClient):
         else:
             # Recorded now, resumed from once written (docs/embedded-policy.md#checkpoints): the
             # next step's rollouts play while the policy is written.
-            state = run.saved_state()
-            self._record(run, step, events, points, None)
             if plan.save_due(step):
+                state = run.saved_state()
                 await self.checkpoint_written(run)  # one write at a time, in step order
+                # Started before the record, with no wait between: a job stopped after its record
+                # finishes this write (runner._train), and resumes after the step it recorded last.
                 run.writing = asyncio.create_task(self._write(run, step, state))
+            self._record(run, step, events, points, None)
 
     def _new(self, run: JobRun, step: int, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """A step's events, or none when it was recorded before the backend restarted and is
@@ -121,9 +124,11 @@ class StepLoop(RolloutClient):
     @staticmethod
     async def checkpoint_written(run: JobRun) -> None:
         """Until the last checkpoint's write ended (its error, if any, raised here)."""
-        writing, run.writing = run.writing, None
+        writing = run.writing
         if writing is not None:
-            await asyncio.shield(writing)
+            await asyncio.shield(writing)  # cancelled here, the job's end waits for it again
+            if run.writing is writing:
+                run.writing = None
 
     async def _evaluate_step(self, run: JobRun, step: int, points: list[dict[str, Any]]) -> None:
         """The evaluation after a recorded step; then the step's metrics, all together
