@@ -1,5 +1,6 @@
-"""The job runner's step loop: one training step (its rollouts, the policy update, the
-checkpoint and the step's events and metrics in one transaction) and the evaluations after it.
+"""The job runner's step loop: one training step (its rollouts, the policy update, the step's
+events and metrics in one transaction, its checkpoint written in the background) and the
+evaluations after it.
 
 `StepLoop` is a part of `JobRunner` (runner.py), cut out here; it plays rollouts through
 `RolloutClient` (rollouts.py).
@@ -36,8 +37,10 @@ class StepLoop(RolloutClient):
     checkpoints: Checkpoints
 
     async def _train_step(self, run: JobRun, step: int) -> None:
-        """Play a step's rollouts, update the policy, save it, and record the step (its events,
-        metrics and checkpoint in one transaction; with an evaluation, in two)."""
+        """Play a step's rollouts, update the policy, record the step (its events and metrics in
+        one transaction) and, when due (`[training] save_every`), write its checkpoint in the
+        background, the job resuming from it once written. The last step and an evaluated one
+        are saved first and recorded with their checkpoint (with an evaluation, in two parts)."""
         plan, job_id = run.plan, run.job_id
         epoch = (step - 1) // plan.iterations_per_epoch
         started = time.monotonic()
