@@ -480,16 +480,16 @@ class JobRunner(StepLoop):
         j.set_running(job_id)  # a job left queued; one left running stays so
         events = j.store.events(job_id, since_seq=0, limit=100_000)
         run.contract_announced = any(e["type"] == "rl.taskapp.contract" for e in events)
+        replayed = max(run.recorded_step - run.step, 0)  # recorded after the last checkpoint ([training] save_every)
         if run.step == 0:
-            where = "from the start (no step had been recorded)"
+            where = f"from the start (no step had been {'saved' if replayed else 'recorded'})"
         elif run.eval_pending is not None:
             where = f"with the evaluation after step {run.step}/{total} (the step itself was recorded)"
         else:
             where = f"after step {run.step}/{total}, from its checkpoint"
-        replayed = max(run.recorded_step - run.step, 0)  # recorded after the last checkpoint ([training] save_every)
         if replayed:
-            where += (f"; step{'s' * (replayed > 1)} {run.step + 1}"
-                      f"{f'-{run.recorded_step}' if replayed > 1 else ''} (recorded, not saved) are played again")
+            where += (f"; step {run.step + 1} (recorded, not saved) is played again" if replayed == 1 else
+                      f"; steps {run.step + 1}-{run.recorded_step} (recorded, not saved) are played again")
         j.event(job_id, "rl.train.resumed", f"The embedded backend restarted; the job resumes {where}",
                 data={"step": run.step, "total_steps": total, "eval_pending": run.eval_pending is not None,
                       "replayed_steps": replayed})
