@@ -14,9 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# Sequences per forward and backward when the config does not say: the whole step of the
-# README's walk (2 seeds x 4 episodes = 8) in two halves; docs/performance.md has the peak RSS.
-DEFAULT_MICRO_BATCH_SIZE = 4
+# Sequences per forward and backward when the config does not say: the README walk's step
+# (2 seeds x 4 episodes = 8) in four: SmolLM2-135M's step peaked at 2,484 MB on CPU, 5,290 MB whole
+# (docs/embedded-policy.md#memory-of-a-step has the figures).
+DEFAULT_MICRO_BATCH_SIZE = 2
 
 
 @dataclass(frozen=True)
