@@ -173,6 +173,108 @@ def endpoint_overhead(folder: Path, steps: int) -> tuple[float, float, int]:
     return statistics.median(walls) * 1000, statistics.median(inside) * 1000, len(walls)
 
 
+def _rss_mb() -> float:
+    with open("/proc/self/statm", encoding="ascii") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _episodes(policy: Any, rng: random.Random, label: str) -> list[list[Any]]:
+    """2 groups x 4 episodes of one turn each: the README walk's step."""
+    from app.local.policies.base import Episode
+
+    groups = []
+    for g in range(2):
+        acts = [policy.act(MESSAGES, [TOOL], CHOICE, f"{label}-{g}-{i}", rng) for i in range(4)]
+        groups.append([Episode([a.memo], float(i % 2)) for i, a in enumerate(acts)])
+    return groups
+
+
+def rss_child(folder: str, micro: int, checkpointing: bool) -> None:
+    """In a process of its own (peak RSS only grows): a warm GRPO step's peak RSS, sampled every
+    5 ms during the update, printed as JSON (MB): the process at the peak, and above the step's start."""
+    import json
+    import threading
+
+    from app.local.policies.base import PolicySettings
+    from app.local.policies.lm.policy import LmPolicy
+
+    policy = LmPolicy(PolicySettings(model=folder, learning_rate=1e-4, seed=0, total_steps=100, batch_size=2,
+                                     group_size=4, options={"trainer_mode": "lora", "micro_batch_size": micro,
+                                                            "gradient_checkpointing": checkpointing}))
+    rng = random.Random(1)
+    try:
+        policy.update(_episodes(policy, rng, "first"))  # builds the trainer and its thread
+        groups = _episodes(policy, rng, "warm")
+        start, peak, done = _rss_mb(), [0.0], threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.005):
+                peak[0] = max(peak[0], _rss_mb())
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        policy.update(groups)
+        done.set()
+        sampler.join()
+    finally:
+        policy.close()
+    print(json.dumps({"peak_mb": max(peak[0], start), "above_start_mb": max(peak[0] - start, 0.0)}))
+
+
+def step_peak_rss(folder: Path, micro: int, checkpointing: bool = True) -> dict[str, float]:
+    import json
+    import subprocess
+
+    code = (f"import sys; sys.path[:0] = [{str(REPO)!r}, {str(REPO / 'tests')!r}]; "
+            f"from benchmarks.bench_lm import rss_child; rss_child({str(folder)!r}, {micro}, {checkpointing})")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=1800)
+    result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def checkpoint_stall(policy: Any, steps: int) -> dict[str, float]:
+    """What a checkpoint stalls per step (median seconds), `steps` steps in a row each way:
+    `sync_s`, the write inside the step (as every step did before [training] save_every);
+    `async_s`, the wait before the next update for the write started after the previous step,
+    made while this step's rollouts played (app/local/training/steps.py); and each way's step
+    wall time (rollouts + update + the checkpoint's part), `none_wall_s` without a checkpoint."""
+    import concurrent.futures
+
+    from app.local.state.checkpoints import Checkpoints
+
+    rng = random.Random(2)
+    walls: dict[str, list[float]] = {"none": [], "sync": [], "async": []}
+    stalls: dict[str, list[float]] = {"sync": [], "async": []}
+    with tempfile.TemporaryDirectory() as tmp, concurrent.futures.ThreadPoolExecutor(1) as pool:
+        checkpoints = Checkpoints(Path(tmp))
+        policy.update(_episodes(policy, rng, "ck-warm"))
+        step = 0
+        for mode in ("none", "sync", "async"):
+            writing: concurrent.futures.Future[Path] | None = None
+            for r in range(steps):
+                step += 1
+                started = time.perf_counter()
+                groups = _episodes(policy, rng, f"ck-{mode}-{r}")
+                if writing is not None:
+                    waited = time.perf_counter()
+                    writing.result()
+                    stalls["async"].append(time.perf_counter() - waited)
+                policy.update(groups)
+                if mode == "sync":
+                    saving = time.perf_counter()
+                    checkpoints.save("bench", step, policy)
+                    stalls["sync"].append(time.perf_counter() - saving)
+                elif mode == "async":
+                    writing = pool.submit(checkpoints.save, "bench", step, policy)
+                walls[mode].append(time.perf_counter() - started)
+            if writing is not None:
+                writing.result()
+    median = statistics.median
+    return {"sync_s": median(stalls["sync"]), "async_s": median(stalls["async"]),
+            "none_wall_s": median(walls["none"]), "sync_wall_s": median(walls["sync"]),
+            "async_wall_s": median(walls["async"][1:] or walls["async"])}
+
+
 def run(quick: bool) -> list[Figure]:
     from app.local.policies import trainer_extra_missing
 
@@ -211,8 +313,24 @@ def run(quick: bool) -> list[Figure]:
                 figures.append(Figure(f"lm GRPO step, {label}: 2 groups x 4 episodes, LoRA", step * 1000, "ms",
                                       baseline=plain * 1000, baseline_label="one forward + backward of the same batch",
                                       goal="lower is better"))
+                stall = checkpoint_stall(policy, 2 if quick else 4)
+                figures.append(Figure(f"lm checkpoint stall per step, {label}: write off the step", stall["async_s"]
+                                      * 1000, "ms", baseline=stall["sync_s"] * 1000,
+                                      baseline_label="the write inside the step", goal="lower is better",
+                                      note=f"step wall {stall['none_wall_s']:.2f} s without a checkpoint, "
+                                           f"{stall['sync_wall_s']:.2f} s written in the step, "
+                                           f"{stall['async_wall_s']:.2f} s written during the next rollouts"))
             finally:
                 policy.close()
+        for label, folder in models:
+            say(f"{label}: peak RSS of a warm step, whole batch and in micro-batches (a process each)")
+            whole = step_peak_rss(folder, 8)
+            micro = step_peak_rss(folder, 2)
+            figures.append(Figure(f"lm step peak RSS, {label}: 8 sequences in micro-batches of 2", micro["peak_mb"],
+                                  "MB", baseline=whole["peak_mb"], baseline_label="the 8 in one forward + backward",
+                                  goal="lower is better",
+                                  note=f"above the step's start: {micro['above_start_mb']:.0f} MB in micro-batches, "
+                                       f"{whole['above_start_mb']:.0f} MB whole; gradient checkpointing on in both"))
         say("chat endpoint overhead: a real job on the tiny model")
         wall_ms, model_ms, calls = endpoint_overhead(models[0][1], 1 if quick else 3)
         overhead = (wall_ms - model_ms) / model_ms

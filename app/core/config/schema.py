@@ -169,6 +169,10 @@ class TrainingSection(_Section):
     epsilon: float | None = None
     epsilon_high: float | None = None
     zero_std_filter: bool | None = None
+    # The lm policy's memory of a step and its checkpoints (docs/embedded-policy.md#memory-of-a-step).
+    micro_batch_size: int | None = None
+    gradient_checkpointing: bool | None = None
+    save_every: int | None = None
     # Flat reward fields (older configs; the nested [training.rewards] is newer).
     step_rewards_enabled: bool | None = None
     step_rewards_mode: str | None = None

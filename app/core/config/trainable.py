@@ -87,6 +87,8 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("training.num_iterations", True, 1, 16, "optimizer passes over each step's rollouts"),
     NumberBound("training.epsilon", False, 1e-4, 10.0, "the ratio's clip below 1 (and above, unless epsilon_high)"),
     NumberBound("training.epsilon_high", False, 1e-4, 10.0, "the ratio's clip above 1"),
+    NumberBound("training.micro_batch_size", True, 1, 4_096, "sequences per forward and backward of a step"),
+    NumberBound("training.save_every", True, 1, 100_000, "steps between two checkpoints; the last step is saved"),
     NumberBound("rollout.max_turns", True, 1, 1_000),
     NumberBound("rollout.episodes_per_batch", True, 1, 262_144),
     NumberBound("rollout.max_concurrent_rollouts", True, 1, 256),

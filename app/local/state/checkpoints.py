@@ -3,11 +3,12 @@
     <folder of the SQLite file>/checkpoints/<job_id>/step-000003/policy.json
 
 A step's folder is written under a temporary name and renamed into place, so it is whole or
-absent. Which step counts is what the database says (Store.commit_step records it in the
-same transaction as that step's events and metrics); only then are the older folders
-removed. A backend killed between the two finds the committed folder still there and an
-uncommitted newer one, which is written again when that step is replayed.
-docs/embedded-policy.md#checkpoints.
+absent. Which step counts is what the database says (Store.commit_step records the state that
+resumes after it once the folder is written: with the step's events for the last step and an
+evaluated one, after them otherwise); only then are the older folders removed. A backend
+killed between the two finds the committed folder still there and an uncommitted newer one,
+which is written again when that step is replayed. Every `[training] save_every` steps only
+(app/local/training/steps.py). docs/embedded-policy.md#checkpoints.
 """
 
 from __future__ import annotations

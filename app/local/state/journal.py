@@ -52,7 +52,7 @@ class Journal:
         self.store.add_metrics(job_id, step, points)
         self._wake(job_id)
 
-    def commit_step(self, job_id: str, events: list[dict[str, Any]], checkpoint: dict[str, Any],
+    def commit_step(self, job_id: str, events: list[dict[str, Any]], checkpoint: dict[str, Any] | None,
                     metrics: tuple[int, list[dict[str, Any]]] | None = None) -> None:
         self.store.commit_step(job_id, events, checkpoint, metrics)
         self._wake(job_id)

@@ -386,18 +386,30 @@ class Store:
 
     # -- checkpoints --------------------------------------------------------------------
 
-    def commit_step(self, job_id: str, events: list[dict[str, Any]], checkpoint: dict[str, Any],
+    def commit_step(self, job_id: str, events: list[dict[str, Any]], checkpoint: dict[str, Any] | None,
                     metrics: tuple[int, list[dict[str, Any]]] | None = None) -> list[dict[str, Any]]:
         """A step's events (each {type, message, level?, data?}), its metrics (step, points)
         and the checkpoint that resumes after it, in one transaction: a backend killed at
-        any moment has recorded all of them or none (docs/embedded-policy.md#checkpoints)."""
+        any moment has recorded all of them or none (docs/embedded-policy.md#checkpoints).
+        `checkpoint` None: a step recorded before its checkpoint is written, or without one
+        (`[training] save_every`); the job still resumes from the last one."""
         with self._lock, self._conn:
             stored = [self._insert_event(job_id, e["type"], e.get("level", "info"), e["message"],
                                          e.get("data") or {}) for e in events]
             if metrics is not None:
                 self._insert_metrics(job_id, *metrics)
-            self._conn.execute("UPDATE jobs SET checkpoint = ? WHERE id = ?", (json.dumps(checkpoint), job_id))
+            if checkpoint is not None:
+                self._conn.execute("UPDATE jobs SET checkpoint = ? WHERE id = ?", (json.dumps(checkpoint), job_id))
         return stored
+
+    def last_recorded_step(self, job_id: str) -> int:
+        """The last step whose `rl.train.step` event is stored: a resumed job replays the steps
+        after its checkpoint and records none of them twice."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT MAX(CAST(json_extract(data, '$.step') AS INTEGER)) FROM events"
+                " WHERE job_id = ? AND type = 'rl.train.step'", (job_id,)).fetchone()
+        return int(row[0]) if row is not None and row[0] is not None else 0
 
     def get_checkpoint(self, job_id: str) -> dict[str, Any] | None:
         with self._lock:

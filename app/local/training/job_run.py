@@ -92,6 +92,8 @@ class JobRun:
     baseline_ci: list[float] | None = None  # its 95 % interval
     eval_pending: list[dict[str, Any]] | None = None  # `step` trained, its evaluation not yet recorded
     resumed: dict[str, Any] | None = None  # the checkpoint this run started from, if any
+    recorded_step: int = 0  # the last step whose events and metrics are stored: a replayed one's are not again
+    writing: asyncio.Task[None] | None = None  # the last checkpoint's write, off the step (steps.py)
     contract: str = GEN_02  # the rollout contract generation spoken to the task app
     contract_announced: bool = False
     sample: StepSample | None = None  # the train rollouts of the current step the inspector may keep

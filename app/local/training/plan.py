@@ -50,6 +50,7 @@ class TrainingPlan:
     eval_seeds: tuple[int, ...] = ()
     eval_instances: int = 0
     eval_every: int = 0
+    save_every: int = 1  # [training] save_every: steps between two checkpoints; the last step is saved
     eval_samples: int = 0  # [evaluation] samples: k sampled episodes per instance (pass@k); 0: one greedy each
     eval_by_default: bool = False  # no [evaluation]: DEFAULT_EVAL_SEEDS at step 0 and after the last step
     seed: int | None = None
@@ -65,6 +66,11 @@ class TrainingPlan:
     @property
     def total_steps(self) -> int:
         return self.epochs * self.iterations_per_epoch
+
+    def save_due(self, step: int) -> bool:
+        """A checkpoint after `step`: every `save_every` steps, the last one, and one with an
+        evaluation after it (docs/embedded-policy.md#checkpoints)."""
+        return step % self.save_every == 0 or step == self.total_steps or self.eval_due(step)
 
     def eval_due(self, step: int) -> bool:
         if not self.eval_instances:
@@ -106,6 +112,7 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
         eval_seeds=tuple(evaluation.seeds) if evaluation else DEFAULT_EVAL_SEEDS,
         eval_instances=evaluation.instances if evaluation else len(DEFAULT_EVAL_SEEDS),
         eval_every=evaluation.every_n_iters if evaluation else 0,
+        save_every=int(training.save_every or 1),
         eval_samples=(evaluation.samples or 0) if evaluation else 0,
         eval_by_default=evaluation is None,
         seed=training.seed,
@@ -117,10 +124,11 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
 
 def policy_options(config: dict[str, Any]) -> dict[str, Any]:
     """The options of the `lm` policy, from the config as written (docs/embedded-policy.md#the-lm-policy):
-    [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef and the objective
-    (loss_type, num_iterations, epsilon, epsilon_high, zero_std_filter; [algorithm] variety:
-    docs/embedded-policy.md#the-objective); [training.lora] (or the older top-level [lora]) r, alpha,
-    dropout, target_modules; [policy] temperature, top_p, max_tokens, max_prompt_tokens."""
+    [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef, micro_batch_size,
+    gradient_checkpointing and the objective (loss_type, num_iterations, epsilon, epsilon_high,
+    zero_std_filter; [algorithm] variety: docs/embedded-policy.md#the-objective); [training.lora]
+    (or the older top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p,
+    max_tokens, max_prompt_tokens."""
     def table(value: Any) -> dict[str, Any]:
         return value if isinstance(value, dict) else {}
 
@@ -132,6 +140,8 @@ def policy_options(config: dict[str, Any]) -> dict[str, Any]:
         "chat_template": model.get("chat_template") or policy.get("chat_template"),
         "kl_coef": training.get("kl_coef"),
         **{key: training.get(key) for key in OBJECTIVE_KEYS}, "variety": algorithm.get("variety"),
+        "micro_batch_size": training.get("micro_batch_size"),
+        "gradient_checkpointing": training.get("gradient_checkpointing"),
         "lora": {k: lora.get(k) for k in ("r", "alpha", "dropout", "target_modules") if lora.get(k) is not None},
         "temperature": policy.get("temperature"), "top_p": policy.get("top_p"), "max_tokens": policy.get("max_tokens"),
         "max_prompt_tokens": policy.get("max_prompt_tokens"),

@@ -159,6 +159,7 @@ class JobRunner(StepLoop):
             self._launch(run)  # it never started: a plain start
             return
         run.resumed = state or {"step": 0}
+        run.recorded_step = store.last_recorded_step(job_id)  # the steps after the checkpoint are replayed
         # Rollouts kept for what will be played again would show twice in the inspector.
         store.rollouts.forget_replayed(job_id, run.step, eval_too=run.eval_pending is not None or (
             run.step == 0 and not run.baseline_done))  # a step-0 evaluation cut short
@@ -221,6 +222,10 @@ class JobRunner(StepLoop):
                      data={"step": run.step}, error=message)
         finally:
             self.runs.pop(job_id, None)
+            try:  # a checkpoint being written is finished before the policy closes
+                await asyncio.shield(self.checkpoint_written(run))
+            except BaseException:  # noqa: BLE001 - the job has ended; the previous checkpoint is whole
+                pass
             if run.policy is not None:
                 try:  # the lm policy's training thread ends here, whatever ended the job
                     await asyncio.shield(_in_own_thread(run.policy.close))
@@ -475,13 +480,18 @@ class JobRunner(StepLoop):
         j.set_running(job_id)  # a job left queued; one left running stays so
         events = j.store.events(job_id, since_seq=0, limit=100_000)
         run.contract_announced = any(e["type"] == "rl.taskapp.contract" for e in events)
+        replayed = max(run.recorded_step - run.step, 0)  # recorded after the last checkpoint ([training] save_every)
         if run.step == 0:
-            where = "from the start (no step had been recorded)"
+            where = f"from the start (no step had been {'saved' if replayed else 'recorded'})"
         elif run.eval_pending is not None:
             where = f"with the evaluation after step {run.step}/{total} (the step itself was recorded)"
         else:
             where = f"after step {run.step}/{total}, from its checkpoint"
+        if replayed:
+            where += (f"; step {run.step + 1} (recorded, not saved) is played again" if replayed == 1 else
+                      f"; steps {run.step + 1}-{run.recorded_step} (recorded, not saved) are played again")
         j.event(job_id, "rl.train.resumed", f"The embedded backend restarted; the job resumes {where}",
-                data={"step": run.step, "total_steps": total, "eval_pending": run.eval_pending is not None})
+                data={"step": run.step, "total_steps": total, "eval_pending": run.eval_pending is not None,
+                      "replayed_steps": replayed})
         self._announce_policy(run)
 

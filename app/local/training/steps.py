@@ -1,5 +1,6 @@
-"""The job runner's step loop: one training step (its rollouts, the policy update, the
-checkpoint and the step's events and metrics in one transaction) and the evaluations after it.
+"""The job runner's step loop: one training step (its rollouts, the policy update, the step's
+events and metrics in one transaction, its checkpoint written in the background) and the
+evaluations after it.
 
 `StepLoop` is a part of `JobRunner` (runner.py), cut out here; it plays rollouts through
 `RolloutClient` (rollouts.py).
@@ -36,8 +37,10 @@ class StepLoop(RolloutClient):
     checkpoints: Checkpoints
 
     async def _train_step(self, run: JobRun, step: int) -> None:
-        """Play a step's rollouts, update the policy, save it, and record the step (its events,
-        metrics and checkpoint in one transaction; with an evaluation, in two)."""
+        """Play a step's rollouts, update the policy, record the step (its events and metrics in
+        one transaction) and, when due (`[training] save_every`), write its checkpoint in the
+        background, the job resuming from it once written. The last step and an evaluated one
+        are saved first and recorded with their checkpoint (with an evaluation, in two parts)."""
         plan, job_id = run.plan, run.job_id
         epoch = (step - 1) // plan.iterations_per_epoch
         started = time.monotonic()
@@ -52,6 +55,7 @@ class StepLoop(RolloutClient):
         groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
         # In a thread: a large batch must not stall the event loop that answers every client.
         assert run.policy is not None  # _load_policy ran
+        await self.checkpoint_written(run)  # the last checkpoint is written before the policy changes
         updating = time.monotonic()
         stats = await asyncio.to_thread(run.policy.update, groups)
         # The rollout phase and the update apart, and the groups' spread; a policy's own figures
@@ -86,16 +90,55 @@ class StepLoop(RolloutClient):
         run.step, run.last_train_score = step, mean
         if run.first_score is None:
             run.first_score = mean
-        await asyncio.to_thread(self.checkpoints.save, job_id, step, run.policy)
+        if plan.eval_due(step) or step == plan.total_steps:  # saved before the evaluation, or to end the job
+            await self.checkpoint_written(run)
+            await asyncio.to_thread(self.checkpoints.save, job_id, step, run.policy)
         if plan.eval_due(step):
             run.eval_pending = points
-            self.journal.commit_step(job_id, events, run.saved_state())
+            self.journal.commit_step(job_id, self._new(run, step, events), run.saved_state())
             self._progress(run, step, train_mean_score=mean)
             await self._evaluate_step(run, step, points)
-        else:
-            self.journal.commit_step(job_id, events, run.saved_state(), metrics=(step, points))
-            self._progress(run, step, train_mean_score=mean)
+        elif step == plan.total_steps:
+            self._record(run, step, events, points, run.saved_state())
             await asyncio.to_thread(self.checkpoints.prune, job_id, step)
+        else:
+            # Recorded now, resumed from once written (docs/embedded-policy.md#checkpoints): the
+            # next step's rollouts play while the policy is written.
+            if plan.save_due(step):
+                state = run.saved_state()
+                await self.checkpoint_written(run)  # one write at a time, in step order
+                # Started before the record, with no wait between: a job stopped after its record
+                # finishes this write (runner._train), and resumes after the step it recorded last.
+                run.writing = asyncio.create_task(self._write(run, step, state))
+            self._record(run, step, events, points, None)
+
+    def _new(self, run: JobRun, step: int, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """A step's events, or none when it was recorded before the backend restarted and is
+        played again from an older checkpoint (JobRun.recorded_step)."""
+        return events if step > run.recorded_step else []
+
+    def _record(self, run: JobRun, step: int, events: list[dict[str, Any]], points: list[dict[str, Any]],
+                state: dict[str, Any] | None) -> None:
+        replayed = step <= run.recorded_step
+        self.journal.commit_step(run.job_id, [] if replayed else events, state,
+                                 metrics=None if replayed else (step, points))
+        self._progress(run, step, train_mean_score=run.last_train_score)
+
+    async def _write(self, run: JobRun, step: int, state: dict[str, Any]) -> None:
+        """Write the policy after `step`, then make it the one the job resumes from."""
+        assert run.policy is not None
+        await asyncio.to_thread(self.checkpoints.save, run.job_id, step, run.policy)
+        self.journal.commit_step(run.job_id, [], state)
+        await asyncio.to_thread(self.checkpoints.prune, run.job_id, step)
+
+    @staticmethod
+    async def checkpoint_written(run: JobRun) -> None:
+        """Until the last checkpoint's write ended (its error, if any, raised here)."""
+        writing = run.writing
+        if writing is not None:
+            await asyncio.shield(writing)  # cancelled here, the job's end waits for it again
+            if run.writing is writing:
+                run.writing = None
 
     async def _evaluate_step(self, run: JobRun, step: int, points: list[dict[str, Any]]) -> None:
         """The evaluation after a recorded step; then the step's metrics, all together

@@ -822,3 +822,18 @@ def test_a_trainer_mode_other_than_full_or_lora_is_named_with_the_close_one():
         assert repr(value) in problem.message and problem.hint == f'did you mean "{close}"?' and problem.line
     for accepted in ("full", "lora", "Full", "ppo"):
         assert found(accepted) == [], accepted
+
+
+def test_the_memory_and_checkpoint_keys_are_known_and_checked():
+    """Issue 40: [training] micro_batch_size, gradient_checkpointing and save_every are the
+    embedded backend's keys (docs/embedded-policy.md#memory-of-a-step), their numbers bounded."""
+    text = (EXAMPLES / "lm_press.toml").read_text()
+
+    def problems(lines: str) -> list[str]:
+        report = validate_rl_text(text.replace("[training]\n", f"[training]\n{lines}\n", 1))
+        assert not unknown_key_problems(report.raw)
+        return [p.location for p in report.problems if p.location != "model.base"]
+
+    assert problems("micro_batch_size = 2\ngradient_checkpointing = false\nsave_every = 5") == []
+    assert problems("micro_batch_size = 0") == ["training.micro_batch_size"]
+    assert problems("save_every = 0") == ["training.save_every"]

@@ -105,3 +105,50 @@ def test_a_job_killed_mid_run_resumes_and_records_every_step_once(tmp_path, task
 
     # Seeded: the same config trained without a kill (once a run, shared) scores the same at every step.
     assert _points(api, seeded_demo_job[0]) == points
+
+
+def _checkpoint_step(db: Path, job_id: str) -> int:
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:
+        (text,) = conn.execute("SELECT checkpoint FROM jobs WHERE id = ?", (job_id,)).fetchone()
+    return int(json.loads(text)["step"]) if text else 0
+
+
+@pytest.mark.usefixtures("cli_process")  # the backend as a process, killed
+def test_save_every_2_resumes_from_the_last_saved_step_and_replays_the_rest_once(tmp_path, taskapp, api,
+                                                                                 seeded_demo_job):
+    """[training] save_every = 2 (docs/embedded-policy.md#checkpoints): a step is recorded at once
+    and the job resumes from its last written checkpoint (an even step, or one evaluated); the
+    steps recorded after it are played again, their events and metrics not stored twice."""
+    config = _seeded_demo()
+    config["training"]["save_every"] = 2
+    total = config["training"]["iterations_per_epoch"]
+    evaluated = {s for s in range(1, total + 1) if s % config["evaluation"]["every_n_iters"] == 0} | {total}
+    db = tmp_path / "state.sqlite3"
+    with backend_process(db, tmp_path) as (proc, server), api_client(server) as first:
+        job_id = create_job(first, demo_payload(config, taskapp.url))
+        poll_until(lambda: (first.get(f"/rl/jobs/{job_id}").json()["metadata"].get("step") or 0) >= 3,
+                   timeout=120, what="step 3")
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    saved = _checkpoint_step(db, job_id)
+    assert saved % 2 == 0 or saved in evaluated, saved  # never an odd step that no evaluation follows
+    with backend_process(db, tmp_path) as (proc, server), api_client(server) as second:
+        job = wait_terminal(second, job_id, timeout=180)
+        assert job["status"] == "succeeded", job
+        events = events_of(second, job_id)
+        points = _points(second, job_id)
+    resumed = [e for e in events if e["type"] == "rl.train.resumed"]
+    assert len(resumed) == 1 and resumed[0]["data"]["step"] == saved, resumed
+    steps = [e["data"]["step"] for e in events if e["type"] == "rl.train.step"]
+    assert steps == list(range(1, total + 1))  # the replayed steps recorded once
+    recorded_before = max(s for s in steps if _index(events, s) < events.index(resumed[0]))
+    assert resumed[0]["data"]["replayed_steps"] == recorded_before - saved
+    assert f"after step {saved}/{total}" in resumed[0]["message"]
+    assert set(Counter((step, name) for step, name, _ in points).values()) == {1}
+    assert _points(api, seeded_demo_job[0]) == points  # seeded: the run without a kill, save_every 1
+
+
+def _index(events: list[dict], step: int) -> int:
+    return next(i for i, e in enumerate(events) if e["type"] == "rl.train.step" and e["data"]["step"] == step)

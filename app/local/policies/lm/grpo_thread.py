@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from app.local.parallel.vllm import VllmGenerator
 from app.local.policies.base import Episode, PolicySettings, UpdateStats, reward_spread
 from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
+from app.local.policies.lm.memory import memory_arguments
 from app.local.policies.lm.model import LoadedModel
 from app.local.policies.lm.objective import Objective
 
@@ -233,13 +234,15 @@ class GrpoThread:
         settings = self.settings
         remaining = max(settings.total_steps - self.steps_done, 1)
         cuda = self.loaded.device == "cuda"
-        per_step = settings.batch_size * settings.group_size
+        overrides = dict(self.grpo_overrides)
+        # One process's share of the step (a data-parallel rank's is set by app/local/parallel/worker.py),
+        # cut into micro-batches (app/local/policies/lm/memory.py).
+        share = int(overrides.pop("per_device_train_batch_size", settings.batch_size * settings.group_size))
         output = Path(os.environ.get("TMPDIR", "/tmp")) / f"synth-tui-grpo-{secrets.token_hex(4)}"
         arguments: dict[str, Any] = dict(
             output_dir=str(output), max_steps=remaining * self.objective.num_iterations,
-            per_device_train_batch_size=per_step, num_generations=settings.group_size,
-            gradient_accumulation_steps=1, steps_per_generation=1, learning_rate=settings.learning_rate,
-            lr_scheduler_type="constant", warmup_steps=0,
+            **memory_arguments(settings.options, share), num_generations=settings.group_size,
+            learning_rate=settings.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
             optim="adamw_torch", adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, weight_decay=0.0,
             beta=self.kl_coef, seed=settings.seed, save_strategy="no", report_to="none", logging_steps=1,
             use_cpu=not cuda, bf16=cuda, temperature=max(self.temperature, 1e-6),
@@ -247,7 +250,7 @@ class GrpoThread:
             scale_rewards="group", mask_truncated_completions=False, log_completions=False,
             shuffle_dataset=False, dataloader_num_workers=0, disable_tqdm=True)
         vllm = self.generator.trainer_kwargs() if self.generator is not None else {}
-        return GRPOConfig(**{**arguments, **vllm, **self.grpo_overrides})
+        return GRPOConfig(**{**arguments, **vllm, **overrides})
 
     def _start_training(self) -> Training:
         """The job's GRPOTrainer (docs/embedded-policy.md#grpotrainer-wiring), training in a thread.
