@@ -54,7 +54,7 @@ def _run_until_killed(db: Path, home: Path, processes: int, start: Any, run: int
                             timeout=300, what="the policy to be ready")[0]
         pids = [r["pid"] for r in policy["data"].get("ranks", [])]
         assert len(set(pids)) == (processes if processes > 1 else 0) and all(alive(pid) for pid in pids), pids
-        # the step committed: its event is written with its checkpoint, in one transaction
+        # the step recorded (its checkpoint may still be being written: the next run replays it)
         poll_until(lambda: any(e["type"] == "rl.train.step" and e["data"]["step"] >= past_step
                                for e in events_of(api, job_id)) or _failed(api, job_id),
                    timeout=300, what=f"step {past_step}")
@@ -91,17 +91,22 @@ def test_a_data_parallel_job_survives_backend_kills_and_resumes_on_every_rank(
 
     resumed = [e for e in events if e["type"] == "rl.train.resumed"]
     assert len(resumed) == 2, resumed
-    afters = [e["data"]["step"] for e in resumed]
-    assert 2 <= afters[0] < afters[1] < STEPS and afters[1] >= 4, afters
+    afters = [e["data"]["step"] for e in resumed]  # where each run resumed: its last saved step
+    # what each killed run had recorded: a step's checkpoint is written after its record, so the
+    # kill may land between the two and the next run plays that step again (docs/embedded-policy.md)
+    recorded = [e["data"]["step"] + e["data"]["replayed_steps"] for e in resumed]
+    assert 2 <= recorded[0] < recorded[1] < STEPS and recorded[1] >= 4, recorded
+    assert all(r - 1 <= a <= r for a, r in zip(afters, recorded, strict=True)), (afters, recorded)
     assert all(f"resumes after step {after}/{STEPS}" in e["message"] for after, e in zip(afters, resumed, strict=True))
     # every step once: none lost, none played twice
     steps = [e["data"] for e in events if e["type"] == "rl.train.step"]
     assert [d["step"] for d in steps] == list(range(1, STEPS + 1))
     per_step = Counter((p["step"], p["name"]) for p in points)
-    assert set(per_step.values()) == {1} and sorted({s for s, _ in per_step}) == list(range(1, STEPS + 1))
+    # 0: the step-0 evaluation's point (every job has one: docs/embedded-policy.md#evaluation)
+    assert set(per_step.values()) == {1} and sorted({s for s, _ in per_step}) == list(range(0, STEPS + 1))
     # each run's steps were trained by its processes: 2, then 1, then 2
     assert [d.get("world_size", 1) for d in steps] == \
-        [2] * afters[0] + [1] * (afters[1] - afters[0]) + [2] * (STEPS - afters[1])
+        [2] * recorded[0] + [1] * (recorded[1] - recorded[0]) + [2] * (STEPS - recorded[1])
     # each resumed run's policy: new ranks, each of which loaded the checkpoint of the step before
     policies = [e for e in events if e["type"] == "rl.train.policy"]
     assert len(policies) == 3 and policies[1]["seq"] > resumed[0]["seq"] and policies[2]["seq"] > resumed[1]["seq"]
@@ -114,6 +119,8 @@ def test_a_data_parallel_job_survives_backend_kills_and_resumes_on_every_rank(
     assert job["metadata"]["policy"]["kind"] == "lm"
     # the Adam moments went on across both kills (and both changes of process count): the last
     # checkpoint's optimizer has taken every step, not only those since the last resume
+    # (a step whose every group scored alike leaves the optimizer alone: docs/embedded-policy.md#the-objective)
+    learned = [d for d in steps if d["frac_reward_zero_std"] < 1.0]
     saved = torch.load(Path(job["artifacts"]["model_path"]) / "optimizer.pt", weights_only=True)
-    assert {float(s["step"]) for s in saved["state"].values()} == {float(STEPS)}
+    assert {float(s["step"]) for s in saved["state"].values()} == {float(len(learned))} and len(learned) >= 2
     poll_until(lambda: not any(alive(r["pid"]) for r in ranks), timeout=30, what="the new ranks to exit")

@@ -205,4 +205,5 @@ def test_the_stand_in_on_the_guess_number_app_learns_or_says_it_got_worse(api, s
     worse = final < baseline
     assert done["data"]["got_worse"] is worse and done["data"]["first_step_mean_score"] == train[0]
     assert (done["level"] == "warning" and "GOT WORSE" in done["message"]) is worse
-    assert f"{train[0]:.3f}" in done["message"] and f"{final:.3f}" in done["message"]
+    # the words of the change from step 0 (the final line's), not the first step's train score
+    assert f"eval {baseline:.2f} -> {final:.2f}, " in done["message"] and " +/- " in done["message"]
