@@ -76,7 +76,8 @@ def test_a_bad_call_outside_the_rollouts_is_422_and_the_job_goes_on(api: httpx.C
 
 
 def test_rollouts_refused_again_and_again_fail_the_job_naming_why(api: httpx.Client, taskapp: Any,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+                                                                 monkeypatch: pytest.MonkeyPatch,
+                                                                 quick_rollout_retries: Any) -> None:
     def refuse(self: TabularPolicy, *args: Any, **kwargs: Any) -> Any:
         raise PolicyCannotAct("tool 'move': its parameters: nothing this policy can fill")
 

@@ -71,7 +71,7 @@ def _one_tool_taskapp(tool: dict, score: float) -> ServerHandle:
     return ServerHandle("one-tool task app", app, _bind("127.0.0.1", 0)).start("/docs")
 
 
-def test_a_tool_the_policy_cannot_act_in_fails_the_job_at_once(api):
+def test_a_tool_the_policy_cannot_act_in_fails_the_job_at_once(api, quick_rollout_retries):
     speak = {"type": "function", "function": {"name": "speak", "parameters": {
         "type": "object", "properties": {"say": {"type": "string"}}, "required": ["say"]}}}
     with _one_tool_taskapp(speak, 1.0) as taskapp:
