@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rich.text import Text
@@ -27,46 +26,14 @@ from app.core.launch.session import LaunchSession
 from app.core.redact import redact
 from app.screens.base import FlowScreen
 from app.screens.commands import ScreenCommands
+from app.screens.steps import dashboard_screen, env_screen, picker_screen, preview_screen, verification_screen
+from app.screens.stylesheet import add_later_styles, add_styles
 from widgets.compat.textual_compat import give_empty_result_callback, has_queued_callbacks, withdraw_notification
 from widgets.textual_speedups import identity_hashed_rule_sets
 from widgets.worker_errors import WorkerFailed
 
 if TYPE_CHECKING:  # the run history's module comes with a job, after the first frame (docs/performance.md#first-paint)
     from app.core.runs.jobs import JobContext
-
-# Each screen's module is imported when the screen is first shown: the first frame waits only
-# for its own screen, not for the dashboard's charts or the HTTP client (docs/performance.md).
-
-
-def picker_screen() -> FlowScreen:
-    from app.screens.config_picker import ConfigPickerScreen
-
-    return ConfigPickerScreen()
-
-
-def env_screen() -> FlowScreen:
-    from app.screens.env_review import EnvReviewScreen
-
-    return EnvReviewScreen()
-
-
-def verification_screen() -> FlowScreen:
-    from app.screens.verification import VerificationScreen
-
-    return VerificationScreen()
-
-
-def preview_screen() -> FlowScreen:
-    from app.screens.preview import PayloadPreviewScreen
-
-    return PayloadPreviewScreen()
-
-
-def dashboard_screen(job: JobContext) -> FlowScreen:
-    from app.screens.dashboard import DashboardScreen
-
-    return DashboardScreen(job)
-
 
 # Never held behind keys typed ahead (SynthTuiApp.on_event): the user wants out now.
 UNHELD_KEYS = frozenset({"ctrl+c", "ctrl+q"})
@@ -86,29 +53,6 @@ WORKER_FAILURE_TOASTS: dict[str, str] = {
 
 # Whether this process has frozen what existed at its first frame (SynthTuiApp._first_frame_drawn).
 _startup_frozen = False
-
-
-def stylesheet_path() -> Path:
-    """``styles.tcss`` sits at the repo root in a checkout and inside ``app/`` in a wheel."""
-    installed = Path(__file__).with_name("styles.tcss")
-    return installed if installed.exists() else Path(__file__).resolve().parents[1] / "styles.tcss"
-
-
-# styles.tcss's line between what the config picker draws (and its dialogs) and the later steps'
-# rules: a picker that is the first screen is drawn with the part above it, and the rest is parsed
-# after its first frame (docs/performance.md#first-paint).
-FIRST_FRAME_LINE = "/* ======================== the first frame:"
-LATER_RULES = "after the first frame"  # where Textual says the later part came from (its read_from)
-
-
-def stylesheet_parts(css: str) -> tuple[str, str]:
-    """styles.tcss as (its part above the first-frame line, the rest). The rest keeps its line
-    numbers (blank lines in place of the first part), so a CSS error names its line in the file."""
-    at = css.find(FIRST_FRAME_LINE)
-    if at < 0:
-        return css, ""
-    first = css[:at]
-    return first, "\n" * first.count("\n") + css[at:]
 
 
 # Textual's own keys the help leaves out: super+c copies as ctrl+c does (its row says so).
@@ -162,18 +106,8 @@ class SynthTuiApp(App[int]):
         self._later_rules: str | None = self._add_styles()
 
     def _add_styles(self) -> str | None:
-        """styles.tcss into the stylesheet, as Textual's CSS_PATH would add it. When the first
-        screen is the picker, only its part above the first-frame line: the later steps' rules
-        (two thirds of the file) are parsed after the first frame (_add_later_rules), and each
-        widget of the first frame is styled against a third of the rules. Returns that later
-        part, or None when everything is in."""
-        path = str(stylesheet_path())
-        first, later = stylesheet_parts(Path(path).read_text(encoding="utf-8"))
-        self.stylesheet.add_source(first, read_from=(path, ""))
-        if not later or self._first_screen_is_picker():
-            return later or None
-        self.stylesheet.add_source(later, read_from=(path, LATER_RULES))
-        return None
+        """styles.tcss, in two parts when the picker comes first (app/screens/stylesheet.py)."""
+        return add_styles(self, first_part_only=self._first_screen_is_picker())
 
     def _first_screen_is_picker(self) -> bool:
         if self.first_screen is not None or self.attach is not None or self.start == "history":
@@ -182,14 +116,10 @@ class SynthTuiApp(App[int]):
 
     def _add_later_rules(self) -> None:
         """The later steps' rules, once, before any screen but the first is shown (after the
-        first frame, or when a screen is pushed first). The screens already built are styled
-        again: a later rule that matches one of their widgets applies, as if parsed at start."""
+        first frame, or when a screen is pushed first)."""
         later, self._later_rules = self._later_rules, None
-        if later is None:
-            return
-        self.stylesheet.add_source(later, read_from=(str(stylesheet_path()), LATER_RULES))
-        for screen in self.screen_stack:
-            self.stylesheet.update(screen)
+        if later is not None:
+            add_later_styles(self, later)
 
     def push_screen(self, *args: Any, **kwargs: Any) -> Any:
         self._add_later_rules()  # a screen pushed before the first frame's callbacks ran

@@ -43,7 +43,7 @@ from textual.widgets import Footer, Header, Static
 from textual_plotext import PlotextPlot
 
 from app.core.runs.series import MetricSeries, MetricStore
-from app.tui import stylesheet_path
+from app.screens.stylesheet import stylesheet_path
 from benchmarks.common import Figure, below, child_main, median, say, time_calls
 from widgets.compat.textual_plotext_compat import plotext_theme_name
 from widgets.event_log import EventLog

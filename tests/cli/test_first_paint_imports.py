@@ -33,7 +33,8 @@ if args.command == "demo":
     demo.DemoServers(args).preparation()
 else:
     session = dispatch._session(args)
-from app.tui import SynthTuiApp, picker_screen
+from app.screens.steps import picker_screen
+from app.tui import SynthTuiApp
 SynthTuiApp(session)
 picker_screen()
 print(json.dumps(sorted(name for name in {later} if name in sys.modules)))

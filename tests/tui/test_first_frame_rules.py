@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from app.screens.config_picker import ConfigPickerScreen
-from app.tui import FIRST_FRAME_LINE, LATER_RULES, SynthTuiApp, stylesheet_parts, stylesheet_path
+from app.screens.stylesheet import FIRST_FRAME_LINE, LATER_RULES, stylesheet_parts, stylesheet_path
+from app.tui import SynthTuiApp
 from support.pilot_waits import wait_until
 from widgets.config_preview import ConfigPreview
 

@@ -15,7 +15,7 @@ from app.core.api.wire import JobEvent, JobStatus, MetricPoint
 from app.core.runs.feed import JobFeed
 from app.core.runs.series import MetricStore
 from app.screens.dashboard import DashboardScreen, JobContext
-from app.tui import stylesheet_path
+from app.screens.stylesheet import stylesheet_path
 from support.fakes import ScriptedJob, event
 from support.pilot_waits import wait_for
 from support.textual_compat import on_each_layout
