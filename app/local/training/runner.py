@@ -94,6 +94,16 @@ async def _in_own_thread(fn: Callable[[], None]) -> None:
     await done
 
 
+def _can_generate_ahead(run: JobRun) -> None:
+    """[training] async_generation needs a policy whose update lets acting in between: the lm
+    policy's (docs/embedded-policy.md#async-generation). The tabular stand-in's is refused."""
+    if run.plan.async_generation and run.policy is not None and run.policy.kind != "lm":
+        raise PolicyUnavailable(
+            f"[training] async_generation = true needs the lm policy, and this job trains the {run.policy.kind} "
+            "policy (the stand-in plays and learns in turn). Set async_generation = false, or train a language "
+            "model: `--trainer lm` with the trainer extra installed")
+
+
 def _close_when_loaded(loading: asyncio.Future[tuple[Policy, str | None]]) -> None:
     if not loading.cancelled() and loading.exception() is None:
         threading.Thread(target=loading.result()[0].close, name="close-late-policy", daemon=True).start()
@@ -240,9 +250,11 @@ class JobRunner(StepLoop):
             if not j.set_running(job_id):
                 return
             await self._load_policy(run)
+            _can_generate_ahead(run)
             self._announce(run)
         else:
             await self._load_policy(run)
+            _can_generate_ahead(run)
             self._announce_resume(run)
         if not self.env_api_keys:
             raise TaskAppError(
@@ -255,6 +267,8 @@ class JobRunner(StepLoop):
             await self._evaluate_baseline(run)  # where the model started (steps.py)
         if run.eval_pending is not None:  # resumed between a step's training and its evaluation
             await self._evaluate_step(run, run.step, run.eval_pending)
+        if plan.async_generation:
+            await self._train_ahead(run)  # one step off-policy (steps.py)
         while run.step < plan.total_steps:
             await self._train_step(run, run.step + 1)
             if self.infra_events and run.step % 5 == 0:
@@ -456,8 +470,9 @@ class JobRunner(StepLoop):
         resumed job loaded its policy (a data-parallel one runs in new rank processes)."""
         assert run.policy is not None  # _load_policy ran
         info = run.policy.describe()
+        mode = {"async_generation": True} if run.plan.async_generation else {}  # the dashboard's badge says so
         self.journal.event(run.job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
-                           data={**info.data, "seed": run.seed})
+                           data={**info.data, "seed": run.seed, **mode})
         for warning in info.warnings:  # say, a resumed checkpoint without its optimizer state
             self.journal.event(run.job_id, "rl.train.policy.warning", warning, level="warning")
         badge = {"kind": info.kind, "label": info.label, "stand_in": info.stand_in}
