@@ -94,16 +94,6 @@ async def _in_own_thread(fn: Callable[[], None]) -> None:
     await done
 
 
-def _can_generate_ahead(run: JobRun) -> None:
-    """[training] async_generation needs a policy whose update lets acting in between: the lm
-    policy's (docs/embedded-policy.md#async-generation). The tabular stand-in's is refused."""
-    if run.plan.async_generation and run.policy is not None and run.policy.kind != "lm":
-        raise PolicyUnavailable(
-            f"[training] async_generation = true needs the lm policy, and this job trains the {run.policy.kind} "
-            "policy (the stand-in plays and learns in turn). Set async_generation = false, or train a language "
-            "model: `--trainer lm` with the trainer extra installed")
-
-
 def _close_when_loaded(loading: asyncio.Future[tuple[Policy, str | None]]) -> None:
     if not loading.cancelled() and loading.exception() is None:
         threading.Thread(target=loading.result()[0].close, name="close-late-policy", daemon=True).start()
@@ -250,11 +240,9 @@ class JobRunner(StepLoop):
             if not j.set_running(job_id):
                 return
             await self._load_policy(run)
-            _can_generate_ahead(run)
             self._announce(run)
         else:
             await self._load_policy(run)
-            _can_generate_ahead(run)
             self._announce_resume(run)
         if not self.env_api_keys:
             raise TaskAppError(
