@@ -192,3 +192,13 @@ def test_an_async_job_killed_mid_run_draws_the_same_seeds_after_its_resume(tmp_p
     assert [e["type"] for e in events].count("rl.train.resumed") == 1
     assert [s["step"] for s in _steps(events)] == list(range(1, total + 1))
     assert seeds == _seeds_by_step(api, reference, total)
+
+
+def test_async_generation_is_off_unless_the_config_says_true(taskapp):
+    from app.local.training.plan import plan_from_payload
+
+    assert plan_from_payload(payload(taskapp.url, small_config())).async_generation is False
+    on = plan_from_payload(payload(taskapp.url, small_config(async_generation=True, importance_sampling_cap=2.0)))
+    assert on.async_generation is True
+    assert on.policy_options["async_generation"] is True and on.policy_options["importance_sampling_cap"] == 2.0
+    assert "async_generation" not in plan_from_payload(payload(taskapp.url, small_config())).policy_options
