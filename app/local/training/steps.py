@@ -1,6 +1,7 @@
 """The job runner's step loop: one training step (its rollouts, the policy update, the step's
 events and metrics in one transaction, its checkpoint written in the background) and the
-evaluations after it.
+evaluations after it; with `[training] async_generation`, the next step's rollouts played
+during the update (`_train_ahead`).
 
 `StepLoop` is a part of `JobRunner` (runner.py), cut out here; it plays rollouts through
 `RolloutClient` (rollouts.py).

@@ -6,6 +6,8 @@ a queue that `update` fills (prompt = the episode's first prompt, completion = t
 sequence, `env_mask` 0 on the task app's tokens), and `update` waits for that step's logs. The
 training thread holds the policy's lock from `rollout_func` until the step's logs (on_log), so
 acting and a step never share the model; between two steps it waits parked, in no collective.
+With `[training] async_generation` it holds the lock per micro-batch and optimizer step instead,
+so the next step's turns act in between (off_policy.py).
 
 `GrpoThread` is a part of app/local/policies/lm/policy.py's LmPolicy (which sets the attributes
 declared here); transformers, trl and datasets are imported inside the functions that use them.
