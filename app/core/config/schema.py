@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, StrictBool, model_validator
 
 __all__ = [
     "AlgorithmSection",
@@ -173,6 +173,11 @@ class TrainingSection(_Section):
     micro_batch_size: int | None = None
     gradient_checkpointing: bool | None = None
     save_every: int | None = None
+    # The job loop's overlap of generation and training, and its off-policy correction: TRL's
+    # importance sampling (docs/embedded-policy.md#async-generation). Strict: "yes" or 1 is refused.
+    async_generation: StrictBool | None = None
+    importance_sampling_correction: StrictBool | None = None
+    importance_sampling_cap: float | None = None
     # Flat reward fields (older configs; the nested [training.rewards] is newer).
     step_rewards_enabled: bool | None = None
     step_rewards_mode: str | None = None

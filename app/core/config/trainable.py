@@ -88,6 +88,8 @@ NUMBER_BOUNDS: tuple[NumberBound, ...] = (
     NumberBound("training.epsilon", False, 1e-4, 10.0, "the ratio's clip below 1 (and above, unless epsilon_high)"),
     NumberBound("training.epsilon_high", False, 1e-4, 10.0, "the ratio's clip above 1"),
     NumberBound("training.micro_batch_size", True, 1, 4_096, "sequences per forward and backward of a step"),
+    NumberBound("training.importance_sampling_cap", False, 1.0, 1_000.0,
+                "the most an off-policy token's importance ratio weighs (TRL's vllm_importance_sampling_clip_max)"),
     NumberBound("training.save_every", True, 1, 100_000, "steps between two checkpoints; the last step is saved"),
     NumberBound("rollout.max_turns", True, 1, 1_000),
     NumberBound("rollout.episodes_per_batch", True, 1, 262_144),

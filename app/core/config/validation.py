@@ -313,7 +313,9 @@ def _check_schema(data: Mapping[str, Any], problems: _ProblemList) -> RLConfig |
         for error in exc.errors():
             location = ".".join(str(part) for part in error["loc"]) or TOML_LOCATION
             if not problems.covers(location):
-                problems.add(location, _pydantic_message(error))
+                boolean = error.get("type") in ("bool_type", "bool_parsing")
+                problems.add(location, _pydantic_message(error),
+                             hint="write true or false, a TOML boolean without quotes" if boolean else None)
         return None
 
 

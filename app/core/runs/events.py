@@ -60,7 +60,8 @@ POLICY_EVENT = "rl.train.policy"  # the embedded backend's: which policy trains 
 
 def policy_badge(events: list[JobEvent]) -> tuple[str, bool] | None:
     """What trains the job, from the embedded backend's policy event: ("lm", False) when the
-    model the config names is trained (("lm × 2", False) in 2 data-parallel processes);
+    model the config names is trained (("lm × 2", False) in 2 data-parallel processes; ("lm async",
+    False) when its next step's rollouts play during the update, `[training] async_generation`);
     ("tabular stand-in", True) when a stand-in trains in its
     place; None when no event says (the hosted service sends none)."""
     for event in reversed(events):
@@ -72,6 +73,8 @@ def policy_badge(events: list[JobEvent]) -> tuple[str, bool] | None:
         world = event.data.get("world_size")
         if not stand_in and isinstance(text, str) and isinstance(world, int) and world > 1:
             text = f"{text} × {world}"  # data-parallel: "lm × 2"
+        if not stand_in and isinstance(text, str) and event.data.get("async_generation") is True:
+            text = f"{text} async"  # [training] async_generation: one step off-policy
         if isinstance(text, str) and text:
             return text[:40], stand_in
     return None

@@ -253,7 +253,12 @@ class Algorithm(section_body(AlgorithmSection, "algorithm", type=Annotated[str, 
     """[algorithm]: the one algorithm the backend trains, its words in any case."""
 
 
-class Training(section_body(TrainingSection, "training", loss_type=LossType)):  # type: ignore[misc]
+# The job loop's switches: a boolean, never "yes" or 1 (docs/embedded-policy.md#async-generation).
+Switch = StrictBool | None
+
+
+class Training(section_body(TrainingSection, "training", loss_type=LossType, async_generation=Switch,  # type: ignore[misc]
+                            importance_sampling_correction=Switch)):
     """[training]: the schema's keys within their bounds, and the products of its sizes."""
 
     @model_validator(mode="after")

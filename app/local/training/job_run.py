@@ -102,6 +102,9 @@ class JobRun:
     slow_noted: dict[tuple[str, int], int] = field(default_factory=dict)  # (mode, step): slow rollouts said
     lm: bool | None = None  # trains a language model (needs a device: admission.py); None: by the job runner choice
     admitted: bool = False  # it holds one of the backend's job slots (admission.py)
+    # async_generation: the seeds' RNG before the step played ahead drew its seeds, saved with
+    # the step being updated meanwhile (a resumed job draws them again: steps._train_ahead).
+    rng_ahead: tuple[Any, ...] | None = None
     # Rollouts whose own chat call the policy refused since one was last answered
     # (refused_rollout): the job fails only when its rollouts keep failing.
     refused_rollouts: set[str] = field(default_factory=set)
@@ -165,7 +168,7 @@ class JobRun:
 
     def saved_state(self) -> dict[str, Any]:
         """What resumes this job after `step` (with the policy saved in that step's folder)."""
-        version, internal, gauss = self.rng.getstate()
+        version, internal, gauss = self.rng_ahead or self.rng.getstate()
         return {"step": self.step, "policy": self.policy.kind if self.policy else None,
                 "eval_pending": self.eval_pending,
                 "rng": [version, list(internal), gauss], "flat_steps": self.flat_steps,

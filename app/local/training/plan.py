@@ -20,6 +20,8 @@ from app.local.training.rollout_record import DEFAULT_MAX_BYTES, DEFAULT_PER_STE
 ROLLOUT_TIMEOUT_S = 120.0
 # [training] keys of the lm policy's objective (app/local/policies/lm/objective.py).
 OBJECTIVE_KEYS = ("loss_type", "num_iterations", "epsilon", "epsilon_high", "zero_std_filter")
+# [training] keys of generation overlapping training (app/local/policies/lm/off_policy.py).
+ASYNC_KEYS = ("async_generation", "importance_sampling_correction", "importance_sampling_cap")
 DEFAULT_MAX_CONCURRENT = 8
 
 
@@ -51,6 +53,9 @@ class TrainingPlan:
     eval_instances: int = 0
     eval_every: int = 0
     save_every: int = 1  # [training] save_every: steps between two checkpoints; the last step is saved
+    # [training] async_generation: the next step's rollouts play while this step's update runs, one
+    # step off-policy (steps.py `_train_ahead`; docs/embedded-policy.md#async-generation).
+    async_generation: bool = False
     eval_samples: int = 0  # [evaluation] samples: k sampled episodes per instance (pass@k); 0: one greedy each
     eval_by_default: bool = False  # no [evaluation]: DEFAULT_EVAL_SEEDS at step 0 and after the last step
     seed: int | None = None
@@ -113,6 +118,7 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
         eval_instances=evaluation.instances if evaluation else len(DEFAULT_EVAL_SEEDS),
         eval_every=evaluation.every_n_iters if evaluation else 0,
         save_every=int(training.save_every or 1),
+        async_generation=training.async_generation is True,
         eval_samples=(evaluation.samples or 0) if evaluation else 0,
         eval_by_default=evaluation is None,
         seed=training.seed,
@@ -125,7 +131,8 @@ def training_plan(job: JobCreate, config: dict[str, Any]) -> TrainingPlan:
 def policy_options(config: dict[str, Any]) -> dict[str, Any]:
     """The options of the `lm` policy, from the config as written (docs/embedded-policy.md#the-lm-policy):
     [model] (or [policy]) trainer_mode and chat_template; [training] kl_coef, micro_batch_size,
-    gradient_checkpointing and the objective (loss_type, num_iterations, epsilon, epsilon_high,
+    gradient_checkpointing, async_generation with its importance sampling (ASYNC_KEYS), and the
+    objective (loss_type, num_iterations, epsilon, epsilon_high,
     zero_std_filter; [algorithm] variety: docs/embedded-policy.md#the-objective); [training.lora]
     (or the older top-level [lora]) r, alpha, dropout, target_modules; [policy] temperature, top_p,
     max_tokens, max_prompt_tokens."""
@@ -142,6 +149,7 @@ def policy_options(config: dict[str, Any]) -> dict[str, Any]:
         **{key: training.get(key) for key in OBJECTIVE_KEYS}, "variety": algorithm.get("variety"),
         "micro_batch_size": training.get("micro_batch_size"),
         "gradient_checkpointing": training.get("gradient_checkpointing"),
+        **{key: training.get(key) for key in ASYNC_KEYS},
         "lora": {k: lora.get(k) for k in ("r", "alpha", "dropout", "target_modules") if lora.get(k) is not None},
         "temperature": policy.get("temperature"), "top_p": policy.get("top_p"), "max_tokens": policy.get("max_tokens"),
         "max_prompt_tokens": policy.get("max_prompt_tokens"),

@@ -255,6 +255,8 @@ class JobRunner(StepLoop):
             await self._evaluate_baseline(run)  # where the model started (steps.py)
         if run.eval_pending is not None:  # resumed between a step's training and its evaluation
             await self._evaluate_step(run, run.step, run.eval_pending)
+        if plan.async_generation:
+            await self._train_ahead(run)  # one step off-policy (steps.py)
         while run.step < plan.total_steps:
             await self._train_step(run, run.step + 1)
             if self.infra_events and run.step % 5 == 0:
@@ -456,8 +458,9 @@ class JobRunner(StepLoop):
         resumed job loaded its policy (a data-parallel one runs in new rank processes)."""
         assert run.policy is not None  # _load_policy ran
         info = run.policy.describe()
+        mode = {"async_generation": True} if run.plan.async_generation else {}  # the dashboard's badge says so
         self.journal.event(run.job_id, "rl.train.policy", info.message, level="warning" if info.stand_in else "info",
-                           data={**info.data, "seed": run.seed})
+                           data={**info.data, "seed": run.seed, **mode})
         for warning in info.warnings:  # say, a resumed checkpoint without its optimizer state
             self.journal.event(run.job_id, "rl.train.policy.warning", warning, level="warning")
         badge = {"kind": info.kind, "label": info.label, "stand_in": info.stand_in}

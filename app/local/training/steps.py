@@ -1,6 +1,7 @@
 """The job runner's step loop: one training step (its rollouts, the policy update, the step's
 events and metrics in one transaction, its checkpoint written in the background) and the
-evaluations after it.
+evaluations after it; with `[training] async_generation`, the next step's rollouts played
+during the update (`_train_ahead`).
 
 `StepLoop` is a part of `JobRunner` (runner.py), cut out here; it plays rollouts through
 `RolloutClient` (rollouts.py).
@@ -11,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+import typing
+from dataclasses import dataclass
 from typing import Any
 
 from app.core.runs.intervals import Interval, interval_data, mean_interval
@@ -27,6 +30,36 @@ GRID_STATS = ("reward_std", "kl", "clip_ratio", "completion_tokens", "generation
               "allreduce_s")  # allreduce_s: data-parallel jobs only (app/local/parallel/policy.py)
 
 
+@dataclass(frozen=True)
+class Played:
+    """A step's rollouts, played, waiting for their update."""
+
+    step: int
+    episodes: list[Episode]
+    started: float  # time.monotonic() as the rollouts began
+    started_at: float  # time.time() then
+    rollout_seconds: float
+    off_policy: bool  # played while the previous step's update ran (async_generation)
+
+
+async def _both(learning: asyncio.Task[None], playing: asyncio.Task[Played]) -> Played:
+    """Step k's update and step k+1's rollouts, side by side: the rollouts once both ended. The
+    first to fail stops the other (its error raised here); so does a cancel of the job."""
+    try:
+        await asyncio.wait({learning, playing}, return_when=asyncio.FIRST_EXCEPTION)
+        for task in (learning, playing):
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise typing.cast(BaseException, task.exception())
+        await learning  # a task cancelled on its own (a shutdown) raises its CancelledError here
+        return await playing
+    finally:
+        stopped = [task for task in (learning, playing) if not task.done()]
+        for task in stopped:
+            task.cancel()
+        if stopped:
+            await asyncio.wait(stopped)
+
+
 def _point(name: str, value: float, phase: str, n: int) -> dict[str, Any]:
     return {"name": name, "value": value, "phase": phase, "data": {"n": n}}
 
@@ -41,9 +74,38 @@ class StepLoop(RolloutClient):
         one transaction) and, when due (`[training] save_every`), write its checkpoint in the
         background, the job resuming from it once written. The last step and an evaluated one
         are saved first and recorded with their checkpoint (with an evaluation, in two parts)."""
-        plan, job_id = run.plan, run.job_id
-        epoch = (step - 1) // plan.iterations_per_epoch
-        started = time.monotonic()
+        await self._learn_step(run, await self._play_step(run, step, off_policy=False))
+
+    async def _train_ahead(self, run: JobRun) -> None:
+        """The steps with `[training] async_generation`: step k+1's rollouts play while step k's
+        update runs (one step off-policy), and step k+1's update waits for step k's to be recorded.
+        Never more than one step ahead; nothing is played past a step that is evaluated or the last
+        one, so an evaluation never meets a model mid-update (docs/embedded-policy.md#async-generation)."""
+        plan = run.plan
+        played: Played | None = None
+        while run.step < plan.total_steps:
+            step = run.step + 1
+            if played is None:
+                played = await self._play_step(run, step, off_policy=False)
+            if step == plan.total_steps or plan.eval_due(step):
+                await self._learn_step(run, played)
+                played = None
+                continue
+            learning = asyncio.create_task(self._learn_step(run, played), name=f"update-{run.job_id}-{step}")
+            # What step `step` records as the seeds' RNG: as it was before the step played ahead drew.
+            run.rng_ahead = run.rng.getstate()
+            playing = asyncio.create_task(self._play_step(run, step + 1, off_policy=True),
+                                          name=f"rollouts-{run.job_id}-{step + 1}")
+            try:
+                played = await _both(learning, playing)
+            finally:
+                run.rng_ahead = None
+
+    async def _play_step(self, run: JobRun, step: int, *, off_policy: bool) -> Played:
+        """A step's rollouts, played and kept for the inspector; `off_policy`: played while the
+        previous step's update runs (async_generation)."""
+        plan = run.plan
+        started, started_at = time.monotonic(), time.time()
         seeds = [run.rng.randrange(1_000_000) for _ in range(plan.batch_size)]
         run.sample = StepSample(plan.inspect_per_step, plan.batch_size * plan.group_size)
         calling = run.calling_rollouts
@@ -51,23 +113,34 @@ class StepLoop(RolloutClient):
         self._require_policy_calls(run, step, len(episodes), run.calling_rollouts - calling)
         kept, run.sample = run.sample.chosen(), None
         await self._keep(run, kept)
-        rollout_seconds = time.monotonic() - started
+        return Played(step, episodes, started, started_at, time.monotonic() - started, off_policy)
+
+    async def _learn_step(self, run: JobRun, played: Played) -> None:
+        """The update of a played step, its record, its checkpoint and its evaluation."""
+        plan, job_id, step, episodes, started = run.plan, run.job_id, played.step, played.episodes, played.started
+        epoch = (step - 1) // plan.iterations_per_epoch
         groups = [episodes[i:i + plan.group_size] for i in range(0, len(episodes), plan.group_size)]
         # In a thread: a large batch must not stall the event loop that answers every client.
         assert run.policy is not None  # _load_policy ran
         await self.checkpoint_written(run)  # the last checkpoint is written before the policy changes
         updating = time.monotonic()
         stats = await asyncio.to_thread(run.policy.update, groups)
+        updated_at = time.time()
         # The rollout phase and the update apart, and the groups' spread; a policy's own figures
         # (the lm policy's GRPO step alone, its Bessel-corrected std) win. Event data only: the
         # metrics are the policy's own (GRID_STATS). docs/embedded-policy.md#metrics.
-        timing = {"rollout_seconds": round(rollout_seconds, 3), "step_seconds": round(time.monotonic() - updating, 3),
-                  **reward_spread(groups, bessel=False)}
+        timing = {"rollout_seconds": round(played.rollout_seconds, 3),
+                  "step_seconds": round(time.monotonic() - updating, 3), **reward_spread(groups, bessel=False)}
+        if plan.async_generation:  # whether the step was played one step off-policy, and when (unix
+            # seconds) its rollouts began and its update ended: step k+1's begin before step k's end.
+            timing.update(off_policy=played.off_policy, rollouts_started_at=round(played.started_at, 3),
+                          update_ended_at=round(updated_at, 3))
         mean = sum(e.score for e in episodes) / len(episodes)
         loss = shown_number(stats.loss)  # an lm job's tiny loss in scientific notation, not "-0.0000"
         events = [{"type": "rl.train.step",
                    "message": f"Step {step}/{plan.total_steps}: mean score {mean:.3f}, loss {loss}, "
-                              f"entropy {stats.entropy:.3f}",
+                              f"entropy {stats.entropy:.3f}" + ("; generated one step off-policy"
+                                                                if played.off_policy else ""),
                    "data": {"step": step, "total_steps": plan.total_steps, "epoch": epoch, "mean_score": mean,
                             "loss": stats.loss, "entropy": stats.entropy, "rollouts": len(episodes),
                             # One memo per chat answer learned from; for the stand-in, one decision per

@@ -837,3 +837,26 @@ def test_the_memory_and_checkpoint_keys_are_known_and_checked():
     assert problems("micro_batch_size = 2\ngradient_checkpointing = false\nsave_every = 5") == []
     assert problems("micro_batch_size = 0") == ["training.micro_batch_size"]
     assert problems("save_every = 0") == ["training.save_every"]
+
+
+def test_async_generation_is_a_known_boolean():
+    """Issue 40: [training] async_generation (docs/embedded-policy.md#async-generation) and its
+    importance sampling are known keys; a value that is not a TOML boolean is refused with the
+    fix, and the cap is bounded (its default, off, is the backend's: tests/local/training)."""
+    text = (EXAMPLES / "lm_press.toml").read_text()
+
+    def problems(lines: str) -> list[Problem]:
+        found = validate_rl_text(text.replace("[training]\n", f"[training]\n{lines}\n", 1))
+        assert not unknown_key_problems(found.raw)
+        return [p for p in found.problems if p.location != "model.base"]
+
+    assert problems("async_generation = true\nimportance_sampling_correction = false") == []
+    assert problems("async_generation = false\nimportance_sampling_cap = 2.0") == []
+    for value in ('"yes"', "1", '"true"'):
+        [problem] = problems(f"async_generation = {value}")
+        assert problem.location == "training.async_generation" and "valid boolean" in problem.message
+        assert problem.hint == "write true or false, a TOML boolean without quotes" and problem.line
+    [cap] = problems("importance_sampling_cap = 0.5")
+    assert cap.location == "training.importance_sampling_cap" and "allowed 1 to 1000" in cap.message
+    [switch] = problems('importance_sampling_correction = "no"')
+    assert switch.location == "training.importance_sampling_correction"

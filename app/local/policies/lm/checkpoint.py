@@ -88,6 +88,10 @@ class Checkpoints(GrpoThread):
         FSDP's full state dict; the main process writes) and save_state on every rank under an
         engine; the main process writes the rest. Before the trainer exists, the main process
         writes the model as loaded."""
+        if self.training is not None:
+            # Parked first, then the lock: with async_generation the training thread takes the lock
+            # on its way to the next batch (grpo_thread.py _next_batch), so the other order could wait forever.
+            self._wait_parked(self.training)
         with self.lock:
             training = self.training
             if training is None:

@@ -6,6 +6,8 @@ a queue that `update` fills (prompt = the episode's first prompt, completion = t
 sequence, `env_mask` 0 on the task app's tokens), and `update` waits for that step's logs. The
 training thread holds the policy's lock from `rollout_func` until the step's logs (on_log), so
 acting and a step never share the model; between two steps it waits parked, in no collective.
+With `[training] async_generation` it holds the lock per micro-batch and optimizer step instead,
+so the next step's turns act in between (off_policy.py).
 
 `GrpoThread` is a part of app/local/policies/lm/policy.py's LmPolicy (which sets the attributes
 declared here); transformers, trl and datasets are imported inside the functions that use them.
@@ -31,6 +33,7 @@ from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
 from app.local.policies.lm.memory import memory_arguments
 from app.local.policies.lm.model import LoadedModel
 from app.local.policies.lm.objective import Objective
+from app.local.policies.lm.off_policy import OffPolicy, install_correction, lock_per_micro_batch
 
 if TYPE_CHECKING:
     from app.local.policies.lm.checkpoint import Resume
@@ -64,6 +67,11 @@ class Training:
     parked: threading.Event = field(default_factory=threading.Event)
     holding: bool = False  # the training thread holds the model's lock (a step between rollout_func and on_log)
     learns: bool = True  # the batch being trained has a group whose scores differ (_guard_optimizer)
+    # async_generation (off_policy.py): the lock per micro-batch. `entered`: the first micro-batch
+    # began (the trainer's setup, done under the lock, is over); `locked[0]`: the thread holds it.
+    entered: threading.Event = field(default_factory=threading.Event)
+    locked: list[bool] = field(default_factory=lambda: [False])
+    is_ratios: dict[str, float] = field(default_factory=dict)  # the last batch's importance ratios
 
     def release(self, lock: threading.Lock) -> None:
         if self.holding:
@@ -97,6 +105,7 @@ class GrpoThread:
     unfinished_calls: int
     grpo_overrides: dict[str, Any]
     objective: Objective
+    off_policy: OffPolicy
     # Set by a data-parallel rank (app/local/parallel/worker.py) from the whole step, which it does
     # not see: each of its episodes' group scored all alike, and whether any group of the step did not.
     zero_std_share: list[bool] | None
@@ -109,21 +118,23 @@ class GrpoThread:
 
     def update(self, groups: list[list[Episode]]) -> UpdateStats:
         if self.training is None:
-            self.training = self._start_training()
+            self.training = self._first_training()
         training = self.training
+        training.is_ratios.clear()
         batch = self._batch(groups)
         started = time.perf_counter()
         training.batches.put(batch)
         for _ in range(self.objective.num_iterations):  # one optimizer step per pass over the batch
             logs = self._wait_for_logs(training)
         self.steps_done += 1
-        for group in groups:  # their sequences are learned from: forget them
-            for episode in group:
-                for memo in episode.memos:
-                    if isinstance(memo, TurnMemo):
-                        for key in [k for k, v in self.episodes.items() if v is memo.sequence]:
-                            del self.episodes[key]
-        extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3)}
+        with self.lock:  # the next step's turns may be adding theirs (async_generation)
+            for group in groups:  # their sequences are learned from: forget them
+                for episode in group:
+                    for memo in episode.memos:
+                        if isinstance(memo, TurnMemo):
+                            for key in [k for k, v in self.episodes.items() if v is memo.sequence]:
+                                del self.episodes[key]
+        extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3), **training.is_ratios}
         # reward_std is the groups' (reward_spread), not TRL's: its reward_std is the whole batch's,
         # which the group advantages never divide by. frac_reward_zero_std is TRL's when it logs it
         # (the groups as its advantages formed them, from every rank's rewards).
@@ -252,6 +263,20 @@ class GrpoThread:
         vllm = self.generator.trainer_kwargs() if self.generator is not None else {}
         return GRPOConfig(**{**arguments, **vllm, **overrides})
 
+    def _first_training(self) -> Training:
+        """The trainer, started. With async_generation the next step's turns act meanwhile: its
+        setup (peft, accelerate, gradient checkpointing, a resumed optimizer state) changes the
+        model, so it runs under the lock, up to its first micro-batch (off_policy.py)."""
+        if not self.off_policy.generate_ahead:
+            return self._start_training()
+        with self.lock:
+            training = self._start_training()
+            deadline = time.monotonic() + STEP_TIMEOUT_S
+            while not training.entered.wait(0.1) and training.thread.is_alive():
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"the GRPO trainer did not start within {STEP_TIMEOUT_S:.0f} s")
+        return training
+
     def _start_training(self) -> Training:
         """The job's GRPOTrainer (docs/embedded-policy.md#grpotrainer-wiring), training in a thread.
         No optimizer is handed to it: the trainer's own (grpo_config) is the one DeepSpeed and FSDP
@@ -277,7 +302,7 @@ class GrpoThread:
         policy = self
 
         def on_train_begin(callback: Any, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
-            _guard_optimizer(training_ref[0])
+            _guard_optimizer(training_ref[0], policy.lock if policy.off_policy.generate_ahead else None)
             resumed = policy._resume is not None
             policy._restore(training_ref[0].trainer)  # the model and the optimizer are prepared by now
             if resumed and policy.generator is not None:  # the server still has the base weights
@@ -298,9 +323,6 @@ class GrpoThread:
         from transformers.trainer_callback import PrinterCallback
 
         trainer.remove_callback(PrinterCallback)  # its logs go to the job's events, not to stdout
-        _generation_logprobs_as_old(trainer)
-        for hook in self.trainer_hooks:
-            hook(trainer)
 
         def run() -> None:
             training = training_ref[0]
@@ -315,8 +337,23 @@ class GrpoThread:
 
         thread = threading.Thread(target=run, name="grpo-trainer", daemon=True)
         training_ref.append(Training(trainer, thread))
+        self._wrap_trainer(training_ref[0])
+        for hook in self.trainer_hooks:
+            hook(trainer)
+
         thread.start()
         return training_ref[0]
+
+    def _wrap_trainer(self, training: Training) -> None:
+        """async_generation's lock per micro-batch and importance sampling (off_policy.py); without
+        it, the recorded logprobs as the old ones (`_generation_logprobs_as_old`)."""
+        trainer, off_policy = training.trainer, self.off_policy
+        if off_policy.generate_ahead:
+            lock_per_micro_batch(trainer, self.lock, training.entered, training.locked)
+        if off_policy.corrects and self.generator is None:  # a vLLM server's: TRL's own correction
+            install_correction(trainer, off_policy.cap, training.is_ratios.update)
+        else:
+            _generation_logprobs_as_old(trainer)
 
     def _step_logged(self, training: Training, global_step: int, logs: dict[str, float]) -> None:
         """An optimizer step's logs (on_log). After the batch's last pass (num_iterations): the new
@@ -329,7 +366,25 @@ class GrpoThread:
 
     def _next_batch(self, training: Training) -> dict[str, list[Any]]:
         """GRPOTrainer's rollout_func: the samples update() hands over, holding the policy's
-        lock until the step's logs arrive (on_log)."""
+        lock until the step's logs arrive (on_log). With async_generation it is called inside a
+        locked micro-batch (off_policy.py): the lock is let go while it waits."""
+        held = training.locked[0]
+        if held:
+            self.lock.release()
+        try:
+            batch = self._take_batch(training)
+        finally:
+            if held:
+                self.lock.acquire()
+        if not held:
+            self.lock.acquire()  # released when the step's logs arrive (on_log)
+            training.holding = True
+        training.learns = batch.learns
+        training.parked.clear()
+        return batch.samples
+
+    @staticmethod
+    def _take_batch(training: Training) -> _Batch:
         training.parked.set()
         while True:
             if training.closing.is_set():
@@ -340,11 +395,7 @@ class GrpoThread:
                 continue
             if batch is None:
                 raise _Closed
-            self.lock.acquire()  # released when the step's logs arrive (on_log)
-            training.holding = True
-            training.learns = batch.learns
-            training.parked.clear()
-            return batch.samples
+            return batch
 
     def close(self) -> None:
         training, self.training = self.training, None
@@ -365,11 +416,12 @@ class GrpoThread:
                 raise RuntimeError(f"the GRPO step did not end within {STEP_TIMEOUT_S:.0f} s; nothing was saved")
 
 
-def _guard_optimizer(training: Training) -> None:
+def _guard_optimizer(training: Training, lock: threading.Lock | None) -> None:
     """A step whose every group scored all alike leaves the weights, and Adam's moments, as they
     are: its advantages are all 0, yet AdamW's momentum would still move the weights (the entropy
     fell over such steps while the job said nothing was learned). The trainer's optimizer step is
-    skipped, and accelerate, told it was (`step_was_skipped`), skips the scheduler's too."""
+    skipped, and accelerate, told it was (`step_was_skipped`), skips the scheduler's too. With
+    async_generation the step takes the policy's `lock` (the weights change: off_policy.py)."""
     optimizer = training.trainer.optimizer
     step = optimizer.step
 
@@ -379,7 +431,10 @@ def _guard_optimizer(training: Training) -> None:
             optimizer._is_overflow = True  # accelerate's AcceleratedOptimizer.step_was_skipped
             return None
         optimizer._is_overflow = False
-        return step(*args, **kwargs)
+        if lock is None:
+            return step(*args, **kwargs)
+        with lock:
+            return step(*args, **kwargs)
 
     optimizer.step = step_when_learning
 

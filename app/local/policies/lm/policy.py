@@ -43,6 +43,7 @@ from app.local.policies.lm.checkpoint import Checkpoints, Resume
 from app.local.policies.lm.grpo_thread import Training
 from app.local.policies.lm.model import TRAINER_MODES, LoadedModel, ModelUnavailable, load, load_tokenizer, resolve
 from app.local.policies.lm.objective import objective_from
+from app.local.policies.lm.off_policy import off_policy_from
 
 # The libraries' notices of their own renamings (transformers 5 -> 6, TRL's internals) are not the
 # user's to act on: in a backend's log they bury the lines that are.
@@ -91,6 +92,8 @@ class LmPolicy(Acting, Checkpoints):
                 "distribution's. Set [policy] temperature = 1.0 (the model's own distribution) or another value "
                 "above 0 for training")
         self.objective = objective_from(options)
+        # [training] async_generation and its importance sampling (off_policy.py).
+        self.off_policy = off_policy_from(options)
         self.top_p = float(_option(options, "top_p", DEFAULT_TOP_P))
         self.max_tokens = min(int(_option(options, "max_tokens", DEFAULT_MAX_TOKENS)), MAX_MAX_TOKENS)
         self.lora = {**LORA_DEFAULTS, **{k: v for k, v in dict(options.get("lora") or {}).items() if v is not None}}
@@ -194,7 +197,8 @@ class LmPolicy(Acting, Checkpoints):
                 "device": self.loaded.device, "dtype": self.loaded.dtype, "trainer_mode": self.trainer_mode,
                 "learning_rate": self.settings.learning_rate, "kl_coef": self.kl_coef,
                 "temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens,
-                **self.objective.describe(), "chat_template": self.template_kind, "versions": versions,
+                **self.objective.describe(), **self.off_policy.describe(), "chat_template": self.template_kind,
+                "versions": versions,
                 "generation": self.generator.describe() if self.generator else "own forward passes (xgrammar)"}
         if self.trainer_mode == "lora":
             data["lora"] = self.lora
