@@ -105,7 +105,8 @@ def refuse_colocated(plan: VllmPlan, *, has_cuda: Callable[[], bool] = cuda_avai
                      has_vllm: Callable[[], bool] = vllm_installed) -> None:
     """Colocated vLLM on this machine: a CUDA GPU, vLLM installed (TRL builds its engine in this
     process) and one GPU per engine (a turn is one rank's, never a tensor-parallel collective).
-    Raises NoGpuError, one sentence with its fix (the backend's start: exit 2; a job: its failure)."""
+    Raises NoGpuError, UsageError (no vllm) or ConfigError (tensor parallelism): one sentence with its
+    fix each (the backend's start: exit 2; a job's start: its failure)."""
     refuse_without_gpu(None, plan, has_cuda=has_cuda)
     if not has_vllm():
         raise UsageError("colocated vLLM generation was asked, but the vllm package is not installed in this "
