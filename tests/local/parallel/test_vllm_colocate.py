@@ -141,6 +141,8 @@ class _FakeLlm:
 def test_turns_go_to_the_trainers_engine_and_syncs_wait_for_them(monkeypatch: pytest.MonkeyPatch) -> None:
     import trl.generation.vllm_generation  # noqa: F401 - imported before vLLM's stand-in (it asks whether vllm is there)
 
+    from app.local.policies.trl_compat import synced_step
+
     vllm = types.ModuleType("vllm")
     vllm.SamplingParams = type("SamplingParams", (_Recorded,), {})  # type: ignore[attr-defined]
     params = types.ModuleType("vllm.sampling_params")
@@ -150,7 +152,7 @@ def test_turns_go_to_the_trainers_engine_and_syncs_wait_for_them(monkeypatch: py
 
     syncs: list[bool] = []
     started: list[int] = []
-    trainer = types.SimpleNamespace(state=types.SimpleNamespace(global_step=3), _last_loaded_step=-1)
+    trainer = types.SimpleNamespace(state=types.SimpleNamespace(global_step=3))
 
     def start() -> None:  # the policy's: builds the trainer, whose hook hands over the engine
         started.append(1)
@@ -173,6 +175,6 @@ def test_turns_go_to_the_trainers_engine_and_syncs_wait_for_them(monkeypatch: py
     assert llm.calls[1][1].kwargs["structured_outputs"] is None and llm.calls[1][1].kwargs["max_tokens"] == 12
 
     generator.after_step(trainer)  # TRL's sync of the trainer's weights into the engine, under the engine's lock
-    assert syncs == [True] and trainer._last_loaded_step == 3 and generator.weight_syncs == 1
+    assert syncs == [True] and synced_step(trainer) == 3 and generator.weight_syncs == 1
     client.reset_prefix_cache()
     assert llm.resets == 1
