@@ -180,6 +180,10 @@ def _add_backend_parser(sub: argparse._SubParsersAction) -> None:
                          help="with --trainer lm, on GPUs: generate through the `trl vllm-serve` at URL (the "
                               "weights are pushed to it after each step) instead of the model's own forward "
                               "passes. docs/scaling.md")
+    backend.add_argument("--vllm-colocate", nargs="?", const=0.3, type=_fraction, metavar="FRACTION",
+                         help="with --trainer lm, on a GPU with vllm installed: generate with vLLM inside the "
+                              "trainer's process, sharing its GPU (TRL's vllm_mode colocate), vLLM taking FRACTION "
+                              "of the GPU's memory (default 0.3, TRL's). docs/scaling.md")
     backend.add_argument("--shared-dir", metavar="DIR",
                          help="with an --accelerate-config of several machines (num_machines > 1): a folder on a "
                               "file system every machine mounts at the same path, where each job's folder goes for "
@@ -331,6 +335,17 @@ def _count(low: int, high: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _fraction(text: str) -> float:
+    """A share of a GPU's memory: above 0, at most 1 (vLLM's gpu_memory_utilization)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{value:g} is not above 0 and at most 1 (a share of the GPU's memory)")
+    return value
 
 
 # A job status as a query value (`jobs --status`): a word, bounded like every flag that goes into

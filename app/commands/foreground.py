@@ -26,15 +26,16 @@ def run_backend_server(args: argparse.Namespace) -> int:
 
     policy_kind, processes = getattr(args, "policy_kind", "auto"), getattr(args, "processes", 1)
     config, vllm_server = getattr(args, "accelerate_config", None), getattr(args, "vllm_server", None)
-    if (processes > 1 or vllm_server) and policy_kind == "auto":
+    colocate = getattr(args, "vllm_colocate", None)
+    if (processes > 1 or vllm_server or colocate is not None) and policy_kind == "auto":
         policy_kind = "lm"  # several processes or vLLM train the language model only: auto has nothing to choose
-    refused = check_flags(policy_kind, processes, config, vllm_server)
+    refused = check_flags(policy_kind, processes, config, vllm_server, colocate)
     if refused:
         raise UsageError(f"{refused}.", "synth-tui backend --trainer lm --processes N [--accelerate-config FILE] "
-                                        "[--vllm-server URL]; docs/scaling.md")
+                                        "[--vllm-server URL | --vllm-colocate [FRACTION]]; docs/scaling.md")
     shared = getattr(args, "shared_dir", None)
     parallel = Parallel(processes, str(user_path(config)) if config else None, vllm_server,
-                        str(user_path(shared)) if shared else None)
+                        str(user_path(shared)) if shared else None, vllm_colocate=colocate)
     launch_setup(parallel)  # the config file's content and the GPU checks, at start (exit 2 with the fix)
     _warn_keys_in_argv(args)
     sources = _key_sources(args.env_file)

@@ -435,8 +435,9 @@ def refuse_without_gpu(setup: AccelerateSetup | None, generation: Any = None, *,
     what = ", ".join(asked[:-1]) + (" and " if len(asked) > 1 else "") + asked[-1]
     where = f" by {setup.source}" if setup is not None and setup.source else ""
     instead = [CPU_HINT] if gpu_requests(setup) else []
-    if getattr(generation, "mode", "off") != "off":
-        instead.append(VLLM_CPU_HINT)
+    mode = getattr(generation, "mode", "off")
+    if mode != "off":
+        instead.append(VLLM_CPU_HINT if mode == "server" else VLLM_CPU_HINT.replace("--vllm-server", "--vllm-colocate"))
     raise NoGpuError(f"{what} {'was' if len(asked) == 1 else 'were'} asked{where}, but no CUDA GPU was found "
                      f"(torch.cuda.is_available() is false); here, {' and '.join(instead)}.",
                      hint="on a machine with GPUs, install the CUDA build of torch and `pip install '.[gpu]'`")

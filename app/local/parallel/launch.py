@@ -38,7 +38,7 @@ from app.local.parallel.accelerate import (
     refuse_without_gpu,
     sharded_parameters,
 )
-from app.local.parallel.vllm import VllmPlan
+from app.local.parallel.vllm import VllmPlan, refuse_colocated
 from app.local.policies.base import Parallel
 
 TOKEN_ENV = "SYNTH_TUI_DP_TOKEN"  # the per-job secret every call to a rank carries (header TOKEN_HEADER)
@@ -98,17 +98,21 @@ def per_device_batch(batch_size: int, group_size: int, processes: int) -> int:
 
 
 def check_flags(policy_kind: str, processes: int, accelerate_config: str | None,
-                vllm_server: str | None = None) -> str | None:
-    """Why `synth-tui backend`'s --processes / --accelerate-config / --vllm-server cannot be
-    used, or None. The config file's content (and --shared-dir with it), this machine's share of
-    the ranks and the GPU are checked by `launch_setup`."""
+                vllm_server: str | None = None, vllm_colocate: float | None = None) -> str | None:
+    """Why `synth-tui backend`'s --processes / --accelerate-config / --vllm-server /
+    --vllm-colocate cannot be used, or None. The config file's content (and --shared-dir with it),
+    this machine's share of the ranks, the GPU and vllm are checked by `launch_setup`."""
     if processes < 1:
         return f"--processes must be 1 or more (got {processes})"
     if processes > 1 and policy_kind not in ("lm", "auto"):  # auto, N processes: lm (commands/foreground)
         return (f"--processes {processes} trains the language model in several processes: it needs --trainer lm "
                 f"(got --trainer {policy_kind})")
-    if vllm_server is not None and policy_kind not in ("lm", "auto"):
-        return f"--vllm-server generates for the language model: it needs --trainer lm (got --trainer {policy_kind})"
+    if vllm_server is not None and vllm_colocate is not None:
+        return ("--vllm-server and --vllm-colocate are two places to generate: choose one (a vLLM server on GPUs of "
+                "its own, or vLLM inside the trainer on its GPU)")
+    for flag, value in (("--vllm-server", vllm_server), ("--vllm-colocate", vllm_colocate)):
+        if value is not None and policy_kind not in ("lm", "auto"):
+            return f"{flag} generates for the language model: it needs --trainer lm (got --trainer {policy_kind})"
     if processes > cores() and accelerate_config is None:
         return (f"--processes {processes} is more than the {cores()} cores this backend may use; each process "
                 f"needs a core of its own (choose at most {cores()})")
@@ -117,8 +121,17 @@ def check_flags(policy_kind: str, processes: int, accelerate_config: str | None,
     return None
 
 
-def vllm_plan(vllm_server: str | None) -> VllmPlan:
-    """The generation plan of `--vllm-server URL` (None: the model's own forward passes)."""
+def vllm_plan(vllm_server: str | None, vllm_colocate: float | None = None) -> VllmPlan:
+    """The generation plan of `--vllm-server URL` or `--vllm-colocate [FRACTION]` (neither: the
+    model's own forward passes)."""
+    if vllm_colocate is not None:
+        if vllm_server is not None:
+            raise UsageError("--vllm-server and --vllm-colocate cannot both be given.", "choose one of them")
+        try:
+            return VllmPlan("colocate", gpu_memory_utilization=vllm_colocate)
+        except ConfigError as exc:
+            raise UsageError(f"--vllm-colocate {vllm_colocate:g}: {exc.message}.",
+                             "e.g. --vllm-colocate 0.3 (TRL's default share of the GPU's memory)") from None
     if vllm_server is None:
         return VllmPlan()
     try:
@@ -132,22 +145,25 @@ def vllm_plan(vllm_server: str | None) -> VllmPlan:
 def launch_setup(parallel: Parallel) -> AccelerateSetup | None:
     """The user's accelerate config read strictly (None: none given, this machine's CPU layout),
     with the generation plan checked against this machine. Raises AccelerateConfigError (each
-    field named), UsageError (ZeRO-3 or FSDP without --vllm-server) or NoGpuError (a GPU layout or
-    vLLM, no GPU here); all are usage errors with their fixes."""
-    plan = vllm_plan(parallel.vllm_server)
+    field named), UsageError (ZeRO-3 or FSDP without vLLM; colocated vLLM without vllm installed) or
+    NoGpuError (a GPU layout or vLLM, no GPU here); all are usage errors with their fixes."""
+    plan = vllm_plan(parallel.vllm_server, parallel.vllm_colocate)
     layout = None
     if parallel.accelerate_config is not None:
         layout = read_accelerate_config(parallel.accelerate_config)
         sharded = sharded_parameters(layout)
-        if sharded is not None and parallel.vllm_server is None:
+        if sharded is not None and plan.mode == "off":
             # Said first, before the GPU check: a GPU would not make this layout run without vLLM.
             raise UsageError(f"{sharded} ({parallel.accelerate_config}) shards the model's parameters across the "
                              "ranks, so a rank cannot generate its episodes from its shard (each forward pass would "
-                             "be a collective): it needs a vLLM server to generate",
-                             hint="add --vllm-server URL (a `trl vllm-serve` on GPUs of its own; docs/scaling.md), "
+                             "be a collective): it needs vLLM to generate",
+                             hint="add --vllm-server URL (a `trl vllm-serve` on GPUs of its own; docs/scaling.md) or "
+                                  "--vllm-colocate (vLLM on each rank's GPU), "
                                   "or use DeepSpeed ZeRO-2 (configs/accelerate/deepspeed-zero2.yaml), which keeps the "
                                   "whole model on every GPU")
     refuse_without_gpu(layout, plan)
+    if plan.mode == "colocate":
+        refuse_colocated(plan)
     if layout is not None:
         check_processes(layout, parallel.processes)
         here = -(-parallel.processes // layout.num_machines)  # this machine's share of the ranks

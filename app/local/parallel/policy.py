@@ -102,7 +102,8 @@ class DistributedLmPolicy:
             dp_launch.write_for_other_machines(self.rendezvous, launch, self.token)
             print(f"Warning: {dp_launch.open_port_warning(launch)}.", file=sys.stderr, flush=True)
         (self.rendezvous / dp_launch.SETTINGS_FILE).write_text(  # last: a ranks host starts once it is there
-            json.dumps({"settings": asdict(settings), "vllm_server": parallel.vllm_server}), encoding="utf-8")
+            json.dumps({"settings": asdict(settings), "vllm_server": parallel.vllm_server,
+                        "vllm_colocate": parallel.vllm_colocate}), encoding="utf-8")
         self.loaded_steps: list[int] | None = None  # each rank's loaded checkpoint's steps (a resumed job)
         self.owners: dict[str, int] = {}
         self.load_by_rank: Counter[int] = Counter()

@@ -1,22 +1,26 @@
-"""vLLM generation for the data-parallel `lm` policy (GPUs only; not run on this project's machines).
+"""vLLM generation for the `lm` policy (GPUs only; not run on this project's machines).
 
 Written to TRL 1.16's interfaces: `trl vllm-serve` (trl/scripts/vllm_serve.py, which now runs
-vLLM's own `vllm serve` with the flags TRL needs), GRPOConfig's vllm_* fields, and
-trl/generation/vllm_client.py's VLLMClient (generate, update_model_params, reset_prefix_cache).
-docs/scaling.md says what has run here (the command lines, the config fields, the adapter
-against a fake server on loopback) and what has not (everything on a GPU).
+vLLM's own `vllm serve` with the flags TRL needs), GRPOConfig's vllm_* fields,
+trl/generation/vllm_client.py's VLLMClient (generate, update_model_params, reset_prefix_cache) for
+server mode, and trl/generation/vllm_generation.py's VLLMGeneration (the `llm` GRPOTrainer builds
+with vllm_mode "colocate", its `sync_weights`, `extract_logprobs`) for colocate mode.
+docs/scaling.md says what has run here (the command lines, the config fields, the adapters
+against a fake server on loopback and a fake engine) and what has not (everything on a GPU).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 from urllib.parse import urlparse
 
-from app.core.errors import ConfigError
+from app.core.errors import ConfigError, UsageError
 from app.local.parallel.accelerate import AccelerateSetup, cuda_available, refuse_without_gpu
 
 VllmMode = Literal["off", "server", "colocate"]
@@ -86,9 +90,33 @@ def grpo_vllm_kwargs(plan: VllmPlan, setup: AccelerateSetup | None) -> dict[str,
         kwargs.update(vllm_mode="server", vllm_server_base_url=plan.server_url,
                       vllm_server_timeout=plan.server_timeout)
     elif plan.mode == "colocate":
+        # Sleep mode off: TRL would put the engine to sleep after its own generate, which the policy
+        # never calls (its turns go to the engine directly, ColocatedVllm), so it would stay asleep.
         kwargs.update(vllm_mode="colocate", vllm_gpu_memory_utilization=plan.gpu_memory_utilization,
-                      vllm_tensor_parallel_size=plan.tensor_parallel_size)
+                      vllm_tensor_parallel_size=plan.tensor_parallel_size, vllm_enable_sleep_mode=False)
     return kwargs
+
+
+def vllm_installed() -> bool:
+    return importlib.util.find_spec("vllm") is not None
+
+
+def refuse_colocated(plan: VllmPlan, *, has_cuda: Callable[[], bool] = cuda_available,
+                     has_vllm: Callable[[], bool] = vllm_installed) -> None:
+    """Colocated vLLM on this machine: a CUDA GPU, vLLM installed (TRL builds its engine in this
+    process) and one GPU per engine (a turn is one rank's, never a tensor-parallel collective).
+    Raises NoGpuError, UsageError (no vllm) or ConfigError (tensor parallelism): one sentence with its
+    fix each (the backend's start: exit 2; a job's start: its failure)."""
+    refuse_without_gpu(None, plan, has_cuda=has_cuda)
+    if not has_vllm():
+        raise UsageError("colocated vLLM generation was asked, but the vllm package is not installed in this "
+                         "Python (TRL builds vLLM's engine inside the backend's process).",
+                         hint="pip install '.[gpu]' (vLLM, with the CUDA build of torch), or leave --vllm-colocate "
+                              "out (the model's own forward passes generate)")
+    if plan.tensor_parallel_size != 1:
+        raise ConfigError(f"colocated vLLM generates each turn on its rank's GPU: tensor_parallel_size must be 1 "
+                          f"(got {plan.tensor_parallel_size})",
+                          hint="a model larger than one GPU generates through a vLLM server (--vllm-server URL)")
 
 
 class VllmClientLike(Protocol):
@@ -128,6 +156,8 @@ class VllmGenerator:
 
     def describe(self) -> str:
         """Where generation runs, for the policy's first event (no user:password of the URL)."""
+        if self.plan is not None and self.plan.mode == "colocate":
+            return f"colocated vLLM ({self.plan.gpu_memory_utilization:.0%} of the GPU's memory)"
         raw = self.plan.server_url if self.plan is not None else getattr(self.client, "base_url", None)
         url = urlparse(str(raw or ""))
         if not url.hostname:
@@ -151,12 +181,19 @@ class VllmGenerator:
 
     @classmethod
     def connect(cls, plan: VllmPlan, *, has_cuda: Callable[[], bool] = cuda_available,
+                has_vllm: Callable[[], bool] = vllm_installed, start: Callable[[], None] | None = None,
                 **sampling: Any) -> VllmGenerator:
-        """A generator on the plan's server: refused without a GPU (the weight sync is NCCL) or
-        without vLLM installed (TRL's client needs it; the `gpu` extra)."""
+        """A generator on the plan's server, or on the trainer's colocated engine (`start` builds the
+        trainer, which builds the engine: ColocatedVllm). Refused without a GPU (the weight sync is
+        NCCL, the engine CUDA's) or without vLLM installed (the `gpu` extra)."""
+        if plan.mode == "colocate":
+            refuse_colocated(plan, has_cuda=has_cuda, has_vllm=has_vllm)
+            if start is None:
+                raise ConfigError("colocated vLLM needs the policy's trainer to start its engine (start=)")
+            return cls(ColocatedVllm(start), plan=plan, **sampling)
         if plan.mode != "server":
-            raise ConfigError(f"VllmGenerator.connect needs a vLLM server plan (got mode {plan.mode!r})",
-                              hint="colocated vLLM generates through the trainer (grpo_vllm_kwargs)")
+            raise ConfigError(f"VllmGenerator.connect needs a vLLM plan, server or colocate (got mode {plan.mode!r})",
+                              hint="mode off generates with the model's own forward passes")
         refuse_without_gpu(None, plan, has_cuda=has_cuda)
         from trl.generation.vllm_client import VLLMClient
 
@@ -196,9 +233,65 @@ class VllmGenerator:
         LoRA adapter. A collective: every rank calls it. TRL's own sync for this step is then skipped."""
         from app.local.policies.trl_compat import mark_weights_synced
 
-        trainer.vllm_generation.sync_weights()
+        trainer.vllm_generation.sync_weights()  # a colocated engine's: under its lock (ColocatedVllm.attach)
         mark_weights_synced(trainer)
         self.weight_syncs += 1
+
+
+class ColocatedVllm:
+    """VllmClientLike over the vLLM engine GRPOTrainer builds with vllm_mode "colocate" (TRL's
+    VLLMGeneration.llm, in this process, on this rank's GPU). The trainer, and with it the engine,
+    is built when the first turn asks (`start`: the policy's); `attach` (a trainer hook) takes the
+    engine and puts its weight sync under the same lock as generation: vLLM's offline engine
+    serves one caller at a time, so turns in flight take turns here (a server batches them)."""
+
+    def __init__(self, start: Callable[[], None]) -> None:
+        self.start = start
+        self.lock = threading.Lock()
+        self.engine: Any = None  # trl.generation.vllm_generation.VLLMGeneration, once the trainer exists
+
+    def attach(self, trainer: Any) -> None:
+        engine = trainer.vllm_generation
+        sync = engine.sync_weights
+
+        def sync_under_lock() -> None:  # TRL's own sync (its first rollout_func) and after_step's
+            with self.lock:
+                sync()
+
+        engine.sync_weights = sync_under_lock
+        self.engine = engine
+
+    def generate(self, prompts: list[list[int]], *, n: int = 1, temperature: float = 1.0, top_p: float = 1.0,
+                 max_tokens: int = 16, logprobs: int | None = 0,
+                 generation_kwargs: dict[str, Any] | None = None) -> Mapping[str, Any]:
+        """One call of the engine, answered as VLLMClient.generate answers (TRL's extract_logprobs)."""
+        from trl.generation.vllm_generation import extract_logprobs
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        if self.engine is None:
+            self.start()
+        if self.engine is None:
+            raise RuntimeError("the trainer started without a colocated vLLM engine (is use_vllm set?)")
+        extra = dict(generation_kwargs or {})
+        structured = extra.pop("structured_outputs", None)
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, logprobs=logprobs,
+                                structured_outputs=StructuredOutputsParams(**structured) if structured else None,
+                                **extra)
+        with self.lock:
+            outputs = self.engine.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
+                                               sampling_params=params, use_tqdm=False)
+        sampled, ranked_ids = extract_logprobs(outputs)
+        return {"prompt_ids": [list(o.prompt_token_ids) for o in outputs],
+                "completion_ids": [list(c.token_ids) for o in outputs for c in o.outputs],
+                "logprobs": sampled, "logprob_token_ids": ranked_ids}
+
+    def update_model_params(self, model: Any) -> None:
+        raise NotImplementedError("a colocated engine's weights are synced through the trainer (sync_through_trainer)")
+
+    def reset_prefix_cache(self) -> None:
+        with self.lock:
+            self.engine.llm.reset_prefix_cache()
 
 
 def _sampled_logprobs(completion: list[int], logprobs: Any, token_ids: Any) -> list[float]:

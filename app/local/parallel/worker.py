@@ -297,7 +297,7 @@ def main(argv: list[str] | None = None) -> None:
                          timeout=datetime.timedelta(seconds=timeout))
     data = json.loads((args.rendezvous / SETTINGS_FILE).read_text(encoding="utf-8"))
     settings = PolicySettings(**data["settings"])
-    policy = LmPolicy(settings, vllm=vllm_plan(data.get("vllm_server")))
+    policy = LmPolicy(settings, vllm=vllm_plan(data.get("vllm_server"), data.get("vllm_colocate")))
     policy.main_process = rank == 0  # writes the checkpoint's files; the others join its collectives
     policy.grpo_overrides = {"per_device_train_batch_size": per_device_batch(settings.batch_size,
                                                                              settings.group_size, world),

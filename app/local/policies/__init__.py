@@ -81,7 +81,7 @@ def _lm(settings: PolicySettings, parallel: Parallel = ONE_PROCESS, stop: thread
     with BUILDING:
         from app.local.policies.lm.policy import LmPolicy  # torch and friends: only now
 
-        return LmPolicy(settings, vllm=vllm_plan(parallel.vllm_server))
+        return LmPolicy(settings, vllm=vllm_plan(parallel.vllm_server, parallel.vllm_colocate))
 
 
 def make_policy(choice: str, settings: PolicySettings, parallel: Parallel = ONE_PROCESS,

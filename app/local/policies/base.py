@@ -52,14 +52,16 @@ class PolicyFailed(RuntimeError):
 class Parallel:
     """How the `lm` policy runs a job: how many processes train it (`synth-tui backend
     --processes N`), the accelerate config file they are launched with (None: ours), the vLLM
-    server it generates through (`--vllm-server URL`; None: the model's own forward passes),
-    and, for ranks on several machines, the shared folder of the jobs' rendezvous folders
-    (`--shared-dir`). docs/design/data-parallel.md, docs/scaling.md."""
+    server it generates through (`--vllm-server URL`) or the share of each GPU's memory its
+    colocated vLLM takes (`--vllm-colocate [FRACTION]`; both None: the model's own forward
+    passes), and, for ranks on several machines, the shared folder of the jobs' rendezvous
+    folders (`--shared-dir`). docs/design/data-parallel.md, docs/scaling.md."""
 
     processes: int = 1
     accelerate_config: str | None = None
     vllm_server: str | None = None
     shared_dir: str | None = None  # several machines: where the jobs' folders go (docs/scaling.md)
+    vllm_colocate: float | None = None  # TRL's vllm_gpu_memory_utilization (docs/scaling.md)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -98,16 +99,19 @@ class BackendState:
         folder = self.checkpoints.step_dir(job_id, int(state["step"])) if state else None
         return folder if folder is not None and folder.is_dir() else None
 
-    def saved_policy(self, job: dict[str, Any]) -> Policy:
-        """The last recorded policy of a job that is not training in this process (blocking)."""
+    @contextmanager
+    def saved_policy(self, job: dict[str, Any]) -> Iterator[Policy]:
+        """The last recorded policy of a job that is not training in this process (blocking),
+        held while the block runs: a chat call acts inside it (SavedPolicies.use)."""
         plan = plan_from_payload(job["payload"])
         folder = self.model_path(job["id"])
-        if folder is not None:
-            saved = folder
-            return self.saved_policies.get(job["id"], folder,
-                                           lambda: policies.load(saved, policy_settings(job["id"], plan)))
-        # A job finished before checkpoints kept its table in the database.
-        return TabularPolicy.from_json(self.store.get_policy(job["id"]))
+        if folder is None:  # a job finished before checkpoints kept its table in the database
+            yield TabularPolicy.from_json(self.store.get_policy(job["id"]))
+            return
+        saved = folder
+        with self.saved_policies.use(job["id"], folder,
+                                     lambda: policies.load(saved, policy_settings(job["id"], plan))) as policy:
+            yield policy
 
     def view(self, job: dict[str, Any]) -> dict[str, Any]:
         view = job_view(job)

@@ -107,10 +107,13 @@ async def _answer_chat(b: BackendState, request: Request, cid: str) -> dict[str,
             model = run.plan.model
         else:
             job = b.job_or_404(job_id)
-            policy = await asyncio.to_thread(b.saved_policy, job)
-            act = await _until_disconnect(request, options, asyncio.to_thread(
-                policy.act, body["messages"], body.get("tools"), body.get("tool_choice"), cid, random.Random(),
-                options))
+
+            def act_saved() -> Act:  # the policy is held while it acts: an eviction closes it after
+                with b.saved_policy(job) as policy:
+                    return policy.act(body["messages"], body.get("tools"), body.get("tool_choice"), cid,
+                                      random.Random(), options)
+
+            act = await _until_disconnect(request, options, asyncio.to_thread(act_saved))
             model = job_view(job)["model"]
     except PolicyFailed as exc:  # a rank of a data-parallel policy died: the job fails naming it
         if run is not None:

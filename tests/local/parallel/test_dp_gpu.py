@@ -403,8 +403,10 @@ def test_grpo_vllm_kwargs_are_grpoconfig_fields(tmp_path: Path, plan: VllmPlan, 
 def test_connect_is_refused_without_a_gpu() -> None:
     with pytest.raises(NoGpuError, match=r"vLLM generation \(server\) was asked, but no CUDA GPU was found"):
         VllmGenerator.connect(VllmPlan("server", "http://127.0.0.1:9"), has_cuda=no_cuda)
-    with pytest.raises(ConfigError, match="needs a vLLM server plan"):
-        VllmGenerator.connect(VllmPlan("colocate"), has_cuda=no_cuda)
+    with pytest.raises(NoGpuError, match=r"vLLM generation \(colocate\) was asked, but no CUDA GPU was found"):
+        VllmGenerator.connect(VllmPlan("colocate"), has_cuda=no_cuda, start=lambda: None)
+    with pytest.raises(ConfigError, match="needs a vLLM plan, server or colocate"):
+        VllmGenerator.connect(VllmPlan(), has_cuda=no_cuda)
 
 
 @pytest.fixture

@@ -12,9 +12,10 @@ them. docs/embedded-policy.md#checkpoints-and-artifacts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -40,6 +41,30 @@ class Resume:
 
     folder: Path
     optimizer: dict[str, Any] | None
+
+
+@dataclass(frozen=True)
+class _Copy:
+    """A save's weights and optimizer state, copied to CPU memory under the model's lock."""
+
+    weights: dict[str, torch.Tensor]
+    optimizer: dict[str, Any] | None
+
+
+def on_cpu(value: Any, memo: dict[tuple[Any, ...], torch.Tensor]) -> Any:
+    """`value` (a state dict, nested dicts and lists of tensors) with every tensor copied to CPU
+    memory of its own; tensors that share memory (tied weights) share their copy, as they did."""
+    if isinstance(value, torch.Tensor):
+        key = (value.untyped_storage().data_ptr(), value.storage_offset(), tuple(value.shape), value.stride(),
+               value.dtype, value.device)
+        if key not in memo:
+            memo[key] = value.detach().to("cpu", copy=True)
+        return memo[key]
+    if isinstance(value, dict):
+        return {k: on_cpu(v, memo) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(on_cpu(v, memo) for v in value)
+    return value
 
 
 class Checkpoints(GrpoThread):
@@ -83,41 +108,74 @@ class Checkpoints(GrpoThread):
         on with the same Adam moments: optimizer.pt (one process, DDP), or accelerate's save_state
         in ENGINE_STATE (DeepSpeed, FSDP: each rank its shards).
 
-        In a data-parallel job every rank is called at once, into the same folder: once the
-        trainer exists, `Trainer.save_model` on every rank (it gathers ZeRO-3's 16-bit weights or
-        FSDP's full state dict; the main process writes) and save_state on every rank under an
-        engine; the main process writes the rest. Before the trainer exists, the main process
-        writes the model as loaded."""
-        if self.training is not None:
-            # Parked first, then the lock: with async_generation the training thread takes the lock
-            # on its way to the next batch (grpo_thread.py _next_batch), so the other order could wait forever.
-            self._wait_parked(self.training)
-        with self.lock:
+        Copy, then write (issue 40): under the model's lock the trainable weights (lora) or the
+        whole state dict (full) and the optimizer's state are copied to CPU memory; the lock is
+        released before the copy is written, so the next rollouts' turns never wait for the disk
+        (docs/embedded-policy.md#checkpoints). Under DeepSpeed/FSDP every rank is called at once, into
+        the same folder, and the save is a collective (`Trainer.save_model` gathers ZeRO-3's or FSDP's
+        shards; save_state writes each rank's): written under the lock, as the shards are the model's.
+        Otherwise the main process copies and writes; the other ranks hold the same weights."""
+        copy: _Copy | None = None
+        with self._locked_between_steps():
             training = self.training
-            if training is None:
-                if self.main_process:
-                    self.model.save_pretrained(folder)
-            else:
-                self._wait_parked(training)
-                trainer = training.trainer
+            trainer = training.trainer if training is not None else None
+            if trainer is not None and uses_engine(trainer):
                 trainer.save_model(str(folder))
-                if uses_engine(trainer):
-                    trainer.accelerator.save_state(str(folder / ENGINE_STATE))
-                elif self.main_process:
-                    torch.save(trainer.optimizer.state_dict(), folder / OPTIMIZER)
+                trainer.accelerator.save_state(str(folder / ENGINE_STATE))
                 if self.main_process:
                     (folder / TRAINING_ARGS).unlink(missing_ok=True)
-            if self.main_process:
-                self.tokenizer.save_pretrained(folder)
-        if self.main_process:
-            base_folder = self.loaded.folder.resolve()
-            if self.trainer_mode == "lora":
-                self._adapter_names_its_base(folder, base_folder)
-            write_json_atomically(folder / MANIFEST, {
-                "kind": self.kind, "base": self.base, "base_folder": str(base_folder),
-                "gguf_file": self.loaded.gguf_file,
-                "trainer_mode": self.trainer_mode, "steps_done": self.steps_done,
-                "lora": self.lora if self.trainer_mode == "lora" else None})
+            elif self.main_process:
+                copy = self._copied(trainer)
+            steps_done = self.steps_done
+        if not self.main_process:
+            return
+        if copy is not None:
+            self._write_copy(folder, copy)
+        self.tokenizer.save_pretrained(folder)
+        base_folder = self.loaded.folder.resolve()
+        if self.trainer_mode == "lora":
+            self._adapter_names_its_base(folder, base_folder)
+        write_json_atomically(folder / MANIFEST, {
+            "kind": self.kind, "base": self.base, "base_folder": str(base_folder),
+            "gguf_file": self.loaded.gguf_file,
+            "trainer_mode": self.trainer_mode, "steps_done": steps_done,
+            "lora": self.lora if self.trainer_mode == "lora" else None})
+
+    @contextlib.contextmanager
+    def _locked_between_steps(self) -> Iterator[None]:
+        """The model's lock, taken while the training thread is parked between two steps. Parked
+        first, then the lock, and again if a step began in between: with async_generation the
+        training thread takes the lock per micro-batch (off_policy.py), so waiting for it to park
+        while holding the lock could wait forever."""
+        while True:
+            if self.training is not None:
+                self._wait_parked(self.training)
+            self.lock.acquire()
+            if self.training is None or self.training.parked.is_set() or not self.training.thread.is_alive():
+                break
+            self.lock.release()
+        try:
+            yield
+        finally:
+            self.lock.release()
+
+    def _copied(self, trainer: Any) -> _Copy:
+        """Under the lock: what a save writes, in CPU memory of its own (lora: the trainable
+        weights, peft's keys; full: the state dict), and the trainer's optimizer state if any."""
+        weights = self.model.state_dict()
+        if self.trainer_mode == "lora":
+            trainable = {name for name, p in self.model.named_parameters() if p.requires_grad}
+            weights = {name: value for name, value in weights.items() if name in trainable}
+        optimizer = trainer.optimizer.state_dict() if trainer is not None else None
+        memo: dict[tuple[Any, ...], torch.Tensor] = {}
+        return _Copy(on_cpu(weights, memo), None if optimizer is None else on_cpu(optimizer, memo))
+
+    def _write_copy(self, folder: Path, copy: _Copy) -> None:
+        """Off the lock: the copy written as `Trainer.save_model` writes the model (peft's adapter
+        files or transformers' model files, from the given state dict), and optimizer.pt."""
+        self.model.save_pretrained(folder, state_dict=copy.weights)
+        if copy.optimizer is not None:
+            torch.save(copy.optimizer, folder / OPTIMIZER)
 
     @staticmethod
     def _adapter_names_its_base(folder: Path, base_folder: Path) -> None:

@@ -29,6 +29,7 @@ from typing import Any, ClassVar
 import torch
 import xgrammar as xgr
 
+from app.core.errors import SynthTuiError
 from app.local.parallel.vllm import VllmGenerator, VllmPlan
 from app.local.policies.base import PolicyInfo, PolicySettings
 from app.local.policies.lm.acting import Acting, EpisodeSequence
@@ -135,11 +136,44 @@ class LmPolicy(Acting, Checkpoints):
         self.trainer_hooks: list[Any] = []
         self.zero_std_share: list[bool] | None = None  # a rank's, told by the backend (worker.py)
         self.step_learns: bool | None = None
-        # Generation through a vLLM server (`--vllm-server`; docs/scaling.md), else our own forward passes.
+        # Generation through a vLLM server (`--vllm-server`) or the trainer's colocated vLLM
+        # (`--vllm-colocate`; docs/scaling.md), else our own forward passes.
         self.generator: VllmGenerator | None = None
+        self._colocating = threading.Lock()  # one trainer start for the turns that ask at once
         if vllm is not None and vllm.mode != "off":
-            self.generator = connect(vllm, temperature=self.temperature, top_p=self.top_p,
-                                     max_tokens=self.max_tokens)
+            self.generator = self._connect(vllm, connect)
+
+    def _connect(self, plan: VllmPlan, connect: Any) -> VllmGenerator:
+        """The vLLM generator; refused at the job's start, in a sentence with its fix, where the plan
+        cannot run (no GPU, no vllm, a .gguf base for colocated vLLM: TRL's engine loads the model's
+        folder in Hugging Face format)."""
+        sampling = {"temperature": self.temperature, "top_p": self.top_p, "max_tokens": self.max_tokens}
+        if plan.mode != "colocate":
+            return connect(plan, **sampling)  # type: ignore[no-any-return]
+        if self.loaded.gguf_file:
+            raise ModelUnavailable(f"colocated vLLM loads {self.base} from its folder in Hugging Face format, and "
+                                   f"this base is a .gguf file ({self.loaded.gguf_file}): point [model] base at the "
+                                   "model's Hugging Face folder, or leave --vllm-colocate out")
+        try:
+            generator: VllmGenerator = connect(plan, start=self._start_colocated, **sampling)
+        except SynthTuiError as exc:  # no GPU, no vllm: the job fails with the sentence and its fix
+            raise ModelUnavailable(f"{exc.message} {exc.hint or ''}".strip()) from None
+        attach = getattr(generator.client, "attach", None)
+        if attach is not None:
+            self.trainer_hooks.append(attach)  # the engine, once the trainer has built it
+        return generator
+
+    def _start_colocated(self) -> None:
+        """The trainer now, at the first turn: TRL builds the colocated vLLM engine in GRPOTrainer's
+        constructor. Returns once the training thread waits for its first batch (a resumed job's
+        weights pushed to the engine by then: on_train_begin)."""
+        with self._colocating:
+            if self.training is None:
+                self.training = self._start_training()
+            self._wait_parked(self.training)
+            if self.training.error is not None:
+                raise RuntimeError(f"the trainer with colocated vLLM did not start: "
+                                   f"{type(self.training.error).__name__}: {self.training.error}")
 
     # -- setup --------------------------------------------------------------------------
 
