@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import random
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +80,30 @@ def _played(policy: Any, seed: int) -> list[list[Episode]]:
     return groups
 
 
+class _OwnedLock:
+    """A Lock that knows which thread holds it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.owner: int | None = None
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = self._lock.acquire(blocking, timeout)
+        if got:
+            self.owner = threading.get_ident()
+        return got
+
+    def release(self) -> None:
+        self.owner = None
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
 @pytest.mark.parametrize("ahead", [False, True])
 def test_acting_gets_the_lock_between_micro_batches_only_with_async_generation(tiny_model: Path,
                                                                              ahead: bool) -> None:
@@ -88,16 +113,16 @@ def test_acting_gets_the_lock_between_micro_batches_only_with_async_generation(t
     from app.local.policies.lm.policy import LmPolicy
 
     policy = LmPolicy(_settings(tiny_model, async_generation=ahead))
+    policy.lock = _OwnedLock()  # type: ignore[assignment]
     free: list[bool] = []
 
     def watch(trainer: Any) -> None:
         step = trainer.training_step
 
         def watched(model: Any, inputs: Any, num_items_in_batch: Any = None) -> Any:
-            got = policy.lock.acquire(blocking=False)  # from the training thread: False if it holds it
-            if got:
-                policy.lock.release()
-            free.append(got)
+            # Does the training thread itself hold it? (Another thread's short hold, e.g. update()
+            # forgetting the step's episodes, is not the update's.)
+            free.append(policy.lock.owner != threading.get_ident())
             return step(model, inputs, num_items_in_batch)
 
         trainer.training_step = watched
