@@ -17,6 +17,9 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
          "app.screens.dashboard", "app.screens.env_review",
          # The run history's and an attach's: a job's, after the first frame.
          "app.core.runs.jobs", "app.core.launch.attaching", "app.core.launch.asked_model",
+         # The .env's parser and the keys' resolution: a .env is read by the env step, or by the demo's
+         # preparation after the first frame.
+         "app.core.env.envfile", "app.core.env.syntax", "app.core.env.resolve",
          # The trainer extra (pip install 'synth-tui[trainer]'): only the embedded backend's lm policy loads it.
          "torch", "transformers", "trl", "peft", "xgrammar", "app.local.policies.lm.policy",
          "app.local.policies.lm.acting", "app.local.policies.lm.grpo_thread", "app.local.policies.lm.checkpoint")
