@@ -114,7 +114,9 @@ def _output_closed() -> int:
 def _tui_start() -> None:
     """Before a TUI's imports: the cyclic collector is off until its first frame (the app turns
     it on again, SynthTuiApp.on_mount): during the imports it would walk the growing heap of
-    modules again and again, for garbage that is not there (docs/performance.md#first-paint)."""
+    modules again and again, for garbage that is not there (docs/performance.md#first-paint).
+    The entry points (app/cli/launcher.py, app/cli/__main__.py) turned it off before the
+    command line's own imports; any other front end turns it on (_dispatch)."""
     gc.disable()
 
 
@@ -143,6 +145,8 @@ def _dispatch(args: argparse.Namespace) -> int:
     interactive = not getattr(args, "no_tui", False) and has_terminal()
     if interactive and args.command not in NO_TUI_COMMANDS:
         _tui_start()
+    else:
+        gc.enable()  # off during the entry point's imports: a headless run or a server collects as usual
     return _RUNNERS[args.command](args, interactive)
 
 

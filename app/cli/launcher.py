@@ -2,10 +2,12 @@
 the handler of Ctrl+C, so an interrupt during the first fraction of a second (most of it is
 imports) ends as quietly as one later: "Interrupted." and exit 130, no traceback
 (docs/product.md#exit-codes). It also stops the terminal echoing keys typed before the app has
-the terminal (quiet_terminal)."""
+the terminal (quiet_terminal). The cyclic collector is off during those imports: the front
+end chosen turns it on again (app/cli/dispatch.py; a TUI after its first frame)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -46,6 +48,7 @@ def quiet_terminal(argv: Sequence[str], fd: int) -> Callable[[], None] | None:
 
 def main() -> int:
     restore = quiet_terminal(sys.argv[1:], 0)
+    gc.disable()  # docs/performance.md#first-paint
     try:
         from app.cli.dispatch import main as cli_main
 
@@ -58,6 +61,7 @@ def main() -> int:
             pass  # a closed terminal: nothing to tell
         return INTERRUPTED
     finally:
+        gc.enable()
         if restore is not None:
             restore()
 

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from app.core.config.discovery import project_config_roots
-from app.core.env import envfile
 from app.core.errors import ExitCode, UsageError
 from app.core.invocation import as_run
 from app.core.launch.options import LaunchOptions, Preparation
@@ -103,6 +102,8 @@ def _check_own_file(env_path: Path) -> None:
 
 def demo_keys(env_path: Path) -> tuple[str, str]:
     """Fresh keys, or the keys of an earlier demo in the same folder (its database knows them)."""
+    from app.core.env import envfile  # in the preparation, after the first frame (docs/performance.md)
+
     _check_own_file(env_path)
     if env_path.exists():
         private_file(env_path)  # a .env left wider by an earlier version is tightened first
@@ -115,6 +116,8 @@ def demo_keys(env_path: Path) -> tuple[str, str]:
 
 def write_env(env_path: Path, synth_key: str, env_key: str, task_url: str) -> None:
     """A new demo .env (0600), or the task URL of an earlier one updated (ports change)."""
+    from app.core.env import envfile
+
     if not env_path.exists():
         envfile.write_demo_env(env_path, {"SYNTH_API_KEY": synth_key, "ENVIRONMENT_API_KEY": env_key,
                                           "TASK_APP_URL": task_url})

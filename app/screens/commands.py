@@ -12,8 +12,8 @@ A binding the screen's ``check_action`` turns off (False) is left out."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from textual.actions import parse
 from textual.binding import Binding
@@ -21,8 +21,10 @@ from textual.command import DiscoveryHit, Hit, Hits, Provider
 from textual.screen import Screen
 
 
-@dataclass(frozen=True)
-class PaletteCommand:
+class PaletteCommand(NamedTuple):
+    """One command of the palette. A named tuple, not a dataclass: this module is imported before
+    the first frame, and a dataclass's making costs about five times as much (docs/performance.md)."""
+
     title: str
     help: str
     action: str  # the binding's action, run on the screen ("step(-1)" takes its parameters)

@@ -101,7 +101,9 @@ class ConfigPickerScreen(FlowScreen):
         with Horizontal(id="picker-body"):
             with Vertical(id="picker-list-pane", classes="pane"):
                 yield ConfigList(id="picker-list")
-                yield Static(id="picker-message")
+                # Hidden until it has words (_show_message): an empty message is laid out and drawn
+                # in the first frame for nothing (docs/performance.md#first-paint).
+                yield Static(id="picker-message", classes="-hidden")
             yield ConfigPreview(id="picker-preview", classes="pane")
         yield SteadyFooter()
 

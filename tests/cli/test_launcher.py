@@ -79,3 +79,56 @@ def test_keys_typed_while_the_app_starts_are_not_echoed_and_the_terminal_comes_b
     finally:
         os.close(master)
         os.close(slave)
+
+
+# The collector during the command line's imports (docs/performance.md#first-paint): off from the
+# entry point on, on again once a front end that draws no app is chosen (a TUI: after its frame).
+COLLECTOR_AT_IMPORT = textwrap.dedent("""
+    import gc, runpy, sys
+    class Probe:
+        @staticmethod
+        def find_spec(name, path=None, target=None):
+            if name == "app.cli.dispatch":
+                print("collector on:", gc.isenabled())
+            return None
+    sys.meta_path.insert(0, Probe)
+    sys.argv = ["synth-tui", "--version"]
+    runpy.run_module("app.cli", run_name="__main__")
+""")
+
+
+@pytest.mark.usefixtures("cli_process")  # a fresh interpreter: the state of its collector at import
+def test_python_dash_m_imports_the_command_line_with_the_collector_off():
+    done = subprocess.run([sys.executable, "-c", COLLECTOR_AT_IMPORT], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[0] == "collector on: False"
+
+
+def test_the_launcher_imports_the_command_line_with_the_collector_off_and_turns_it_on_after(monkeypatch):
+    import gc
+
+    from app.cli import dispatch
+
+    seen: list[bool] = []
+    monkeypatch.setattr(dispatch, "main", lambda: seen.append(gc.isenabled()) or 0)
+    monkeypatch.setattr(sys, "argv", ["synth-tui", "--no-tui"])
+    assert launcher.main() == 0
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("command", ["rollouts", "train"])
+def test_a_front_end_that_draws_no_app_runs_with_the_collector_on(monkeypatch, command):
+    import argparse
+    import gc
+
+    from app.cli import dispatch
+
+    seen: list[bool] = []
+    monkeypatch.setitem(dispatch._RUNNERS, command, lambda _args, _interactive: seen.append(gc.isenabled()) or 0)
+    gc.disable()  # as the entry point leaves it
+    try:
+        dispatch._dispatch(argparse.Namespace(command=command, no_tui=True))
+    finally:
+        gc.enable()
+    assert seen == [True]

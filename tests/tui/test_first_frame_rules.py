@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from app.screens.config_picker import ConfigPickerScreen
+from app.screens.dialogs.common import ErrorDialog
 from app.screens.stylesheet import FIRST_FRAME_LINE, LATER_RULES, stylesheet_parts, stylesheet_path
 from app.tui import SynthTuiApp
 from support.pilot_waits import wait_until
@@ -36,6 +37,36 @@ def test_styles_tcss_has_the_first_frame_line_and_its_parts_keep_their_line_numb
     assert later[:later.index(FIRST_FRAME_LINE)].count("\n") == css[:css.index(FIRST_FRAME_LINE)].count("\n")
     assert "#env-status" in later and "#env-status" not in first  # the env review's rules come later
     assert "#picker-list" in first
+
+
+# Rules nothing in the picker's first frame draws: the dialogs (pushed screens get the later part
+# first: SynthTuiApp.push_screen), the preview's parts (mounted after the frame), the picker found
+# empty (after its search), and the shared colour classes the later screens use.
+LATER_SELECTORS = ("ModalScreen.dialog", ".error-dialog", ".help-dialog", ".path-prompt", "#preview-verdict",
+                   "#verdict-problems", ".labelled-row", "#preview-facts", "ConfigPickerScreen.-empty", ".muted")
+
+
+def test_the_first_part_holds_only_what_the_pickers_first_frame_draws():
+    first, later = stylesheet_parts(stylesheet_path().read_text(encoding="utf-8"))
+    for selector in LATER_SELECTORS:
+        assert selector in later and selector not in first, selector
+
+
+async def test_a_dialog_pushed_before_the_first_frames_callbacks_is_styled_by_the_later_rules(make_app, monkeypatch):
+    on_mount = SynthTuiApp.on_mount
+
+    def mount_then_fail(app: SynthTuiApp) -> None:
+        on_mount(app)
+        app.show_error("Could not start", RuntimeError("at once"))  # before _add_later_rules has run
+
+    monkeypatch.setattr(SynthTuiApp, "on_mount", mount_then_fail)
+    app = make_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, ErrorDialog) and app.screen.is_mounted, "the dialog")
+        body = app.screen.query_one("#dialog-body")
+        assert body.styles.border.top[0] == "thick"  # `.dialog #dialog-body`, a later rule
+        assert body.styles.max_width is not None and body.styles.max_width.value == 100
+        assert later_rules_in(app)
 
 
 async def test_the_pickers_first_frame_waits_for_none_of_the_later_rules_and_they_change_nothing_it_shows(
@@ -84,3 +115,15 @@ async def test_the_previews_parts_are_there_after_the_first_frame_with_nothing_s
             assert len(preview.query(part)) == 1, part
         preview.build()  # once
         assert len(preview.query("#preview-source")) == 1
+
+
+async def test_the_pickers_message_takes_no_room_until_it_has_words(make_app, monkeypatch):
+    monkeypatch.setattr(ConfigPickerScreen, "action_reload", lambda _screen: None)  # no search: nothing to say
+    app = make_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_until(pilot, lambda: later_rules_in(app), "the first frame drawn")
+        message = app.screen.query_one("#picker-message")
+        assert not message.display and message.region.height == 0
+        app.screen._show_message("Looking for RL configs…")
+        await pilot.pause()
+        assert message.display

@@ -18,10 +18,8 @@ from typing import TYPE_CHECKING
 
 from app.core import shell_env
 from app.core.api.backend_url import checked_api_base
-from app.core.env import envfile
 from app.core.env.discovery import resolved_user_path
 from app.core.env.keys import secret_parts
-from app.core.env.resolve import ResolvedKey, missing_required
 from app.core.errors import MissingSecretsError, SynthTuiError, UsageError
 from app.core.launch.options import LaunchOptions, Overrides
 from app.core.launch.steps import (
@@ -47,6 +45,8 @@ if TYPE_CHECKING:
     from app.core.api.results import ModelVerifyResult, RlSupport, VerifyResult
     from app.core.api.streaming import WatchOptions
     from app.core.config import rl as cfg
+    from app.core.env import envfile
+    from app.core.env.resolve import ResolvedKey
     from app.core.modal_errors import ModalError
     from app.core.runs.history import RunHistory, RunRecord
     from app.core.runs.jobs import JobContext
@@ -211,6 +211,8 @@ class LaunchSession:
     def read_env(path: Path | None) -> envfile.EnvFile | None:
         """The .env at ``path`` as read now (None for no path). File reads, no session state:
         the TUI's workers call this, then hand the file to :meth:`use_env` on the UI thread."""
+        from app.core.env import envfile  # with its parser: not before the first frame (docs/performance.md)
+
         return envfile.EnvFile.load(path) if path else None
 
     def use_env(self, env: envfile.EnvFile | None, path: Path | None, how: str = "chosen",
@@ -268,6 +270,8 @@ class LaunchSession:
     def use_modal_value(self, name: str, value: str, origin: str) -> None:
         """Use ``value`` for the key ``name`` in this session, shown as from ``origin`` (e.g.
         "Modal secret NAME"). It is not written to the .env: saving it is the user's choice."""
+        from app.core.env.resolve import ResolvedKey
+
         self.modal_keys[name] = ResolvedKey(name, value, "modal", origin, True, False)
         self.resolve()
 
@@ -326,6 +330,8 @@ class LaunchSession:
         return usable_url(config.services.task_url) if config is not None and config.services else None
 
     def missing_keys(self) -> list[str]:
+        from app.core.env.resolve import missing_required
+
         return missing_required(self.resolved, optional=self.optional_keys())
 
     def urls_with_credentials(self) -> list[str]:

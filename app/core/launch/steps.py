@@ -14,14 +14,16 @@ from typing import TYPE_CHECKING, Any
 from app.core import shell_env
 from app.core.api.backend_url import backend_from_env, checked_api_base, request_url_problem, shown_url
 from app.core.api.urls import CREDENTIALS_PROBLEM
-from app.core.env import envfile
 from app.core.env.discovery import demo_state_env_path, discover_env_files, user_path
 from app.core.env.keys import HEADER_KEYS, REQUIRED_KEYS, header_value_problem
-from app.core.env.resolve import ResolvedKey, missing_required, resolve_keys
 from app.core.errors import MissingSecretsError, UnusableSecretError, UsageError
 
-if TYPE_CHECKING:  # imported by prepare_payload: the config schema is not needed before it (docs/performance.md)
+# The config schema (imported by prepare_payload), the .env's reading and its keys' resolution
+# are imported by the functions that use them: the first frame waits for none (docs/performance.md).
+if TYPE_CHECKING:
     from app.core.config import rl as cfg
+    from app.core.env import envfile
+    from app.core.env.resolve import ResolvedKey
 
 
 def new_idempotency_key() -> str:
@@ -95,6 +97,8 @@ def _check_env_flag_path(path: Path) -> None:
 
 def resolve_secrets(env: envfile.EnvFile | None, *, shell: Mapping[str, str] | None = None,
                     task_url_flag: str | None = None) -> list[ResolvedKey]:
+    from app.core.env.resolve import resolve_keys
+
     flags = {"TASK_APP_URL": task_url_flag} if task_url_flag else {}
     return resolve_keys(env, shell=shell_env.given_or_shell(shell), flags=flags)
 
@@ -103,6 +107,8 @@ def require_secrets(resolved: Sequence[ResolvedKey], *, env_path: Path | None,
                     task_url_flag: str | None, optional: Sequence[str] = ()) -> dict[str, str]:
     """The required values (``optional`` ones may be missing), or a MissingSecretsError
     naming every missing key and the fix."""
+    from app.core.env.resolve import missing_required
+
     optional = (*optional, *(("TASK_APP_URL",) if task_url_flag else ()))
     missing = missing_required(resolved, optional=optional)
     if missing:
