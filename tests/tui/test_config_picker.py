@@ -371,9 +371,11 @@ async def test_bindings_have_ids_and_palette_commands_exist(make_app, configs):
 # --------------------------------------------------------------------------- snapshots
 
 
-def _after_discovery(*keys: str, highlight_label: str | None = None):
+def _after_discovery(*keys: str, highlight_label: str | None = None, help_key: bool = False):
     async def run_before(pilot) -> None:
         await discovered(pilot)
+        if help_key:  # the footer is filled after the screen is: wait for what it reads
+            await wait_for(pilot, lambda: "? Help" in footer_text(pilot.app), what="? Help in the footer")
         if highlight_label:
             highlight(pilot.app.screen, highlight_label)
         if keys:
@@ -398,16 +400,9 @@ def test_snapshot_picker_empty(snap_compare, make_app, project, fixed_home):
 
 
 def test_snapshot_picker_narrow(snap_compare, make_app, configs, fixed_home):
+    """At 80x24 `? Help` is in the footer (once test_the_help_key_is_in_the_footer_at_80x24, the same app)."""
     cfg.write_last_config(configs / "crafter_qwen4b.toml")
-    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=_after_discovery())
-
-
-async def test_the_help_key_is_in_the_footer_at_80x24(make_app, configs):
-    app = make_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await discovered(pilot)
-        # The footer is filled after the screen is: wait for what it reads.
-        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=_after_discovery(help_key=True))
 
 
 async def test_the_session_changes_only_on_the_ui_thread(make_app, configs, monkeypatch):

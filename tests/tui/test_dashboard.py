@@ -691,18 +691,13 @@ async def test_the_charts_run_to_the_jobs_planned_steps():
         assert app.screen.query_one(MetricsGrid).planned_steps == 20
 
 
-async def test_the_help_key_is_in_the_footer_at_80x24():
+async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row_at_80x24():
+    """Two tests once, on the same app at 80x24: `? Help` in the footer, then the help itself."""
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         # The footer is filled after the screen is: wait for what it reads.
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
-
-
-async def test_help_lists_end_and_its_last_row_scrolls_into_view_at_80x24():
-    app = replay_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         await pilot.press("question_mark")
         help_screen = await wait_for_screen(pilot, HelpDialog)
         table = help_screen.query_one(DataTable)
