@@ -221,19 +221,6 @@ async def test_the_next_step_names_the_command_as_it_was_run(make_app, configs, 
         assert any(f"`{started_as} tiny-model tiny-qwen3`" in m for m in notice_messages(app)), notice_messages(app)
 
 
-async def test_valid_config_preview_shows_facts_and_verdict(make_app, configs):
-    app = make_app()
-    async with app.run_test(size=(120, 36)) as pilot:
-        screen = await discovered(pilot)
-        highlight(screen, "configs/crafter_qwen4b.toml")
-        await pilot.pause()
-        text = preview_text(screen)
-        assert "✓ valid RL config" in text
-        assert "Qwen/Qwen3-4B ([model].base)" in text
-        assert "online/policy_gradient/gspo" in text
-        assert "H100 x 8" in text
-
-
 async def test_toml_syntax_error_shows_line_and_column(make_app, configs):
     shutil.copy(BROKEN / "syntax_error.toml", configs.parent / "broken.toml")
     app = make_app(config_paths=[str(configs.parent / "broken.toml")])
@@ -332,11 +319,27 @@ async def test_an_enter_the_terminal_turned_into_a_newline_chooses(make_app, con
         await wait_for_screen(pilot, EnvReviewScreen, "the env screen")
 
 
-async def test_choosing_a_valid_config_moves_to_the_env_screen(make_app, configs):
+async def test_a_valid_configs_preview_shows_its_facts_and_choosing_it_moves_to_the_env_screen(make_app, configs):
+    """Three tests once, on the same app: the bindings and the palette's commands (was
+    test_bindings_have_ids_and_palette_commands_exist), the valid config's preview (was
+    test_valid_config_preview_shows_facts_and_verdict), then choosing it."""
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await discovered(pilot)
+        assert all(binding.id for binding in ConfigPickerScreen.BINDINGS)
+        commands = palette_commands(screen)
+        assert {command.title for command in commands} == {"Open config file…", "Reload configs"}
+        for command in commands:
+            assert callable(getattr(screen, f"action_{command.action}"))
+
         highlight(screen, "configs/crafter_qwen4b.toml")
+        await pilot.pause()
+        text = preview_text(screen)
+        assert "✓ valid RL config" in text
+        assert "Qwen/Qwen3-4B ([model].base)" in text
+        assert "online/policy_gradient/gspo" in text
+        assert "H100 x 8" in text
+
         await pilot.press("enter")
         await wait_for_screen(pilot, EnvReviewScreen, "the env screen")
         chosen = (configs / "crafter_qwen4b.toml").resolve()
@@ -357,23 +360,14 @@ async def test_a_click_previews_and_a_second_click_chooses(make_app, configs):
         await wait_for_screen(pilot, EnvReviewScreen, "the env screen")
 
 
-async def test_bindings_have_ids_and_palette_commands_exist(make_app, configs):
-    app = make_app()
-    async with app.run_test(size=(120, 36)) as pilot:
-        screen = await discovered(pilot)
-        assert all(binding.id for binding in ConfigPickerScreen.BINDINGS)
-        commands = palette_commands(screen)
-        assert {command.title for command in commands} == {"Open config file…", "Reload configs"}
-        for command in commands:
-            assert callable(getattr(screen, f"action_{command.action}"))
-
-
 # --------------------------------------------------------------------------- snapshots
 
 
-def _after_discovery(*keys: str, highlight_label: str | None = None):
+def _after_discovery(*keys: str, highlight_label: str | None = None, help_key: bool = False):
     async def run_before(pilot) -> None:
         await discovered(pilot)
+        if help_key:  # the footer is filled after the screen is: wait for what it reads
+            await wait_for(pilot, lambda: "? Help" in footer_text(pilot.app), what="? Help in the footer")
         if highlight_label:
             highlight(pilot.app.screen, highlight_label)
         if keys:
@@ -398,16 +392,9 @@ def test_snapshot_picker_empty(snap_compare, make_app, project, fixed_home):
 
 
 def test_snapshot_picker_narrow(snap_compare, make_app, configs, fixed_home):
+    """At 80x24 `? Help` is in the footer (once test_the_help_key_is_in_the_footer_at_80x24, the same app)."""
     cfg.write_last_config(configs / "crafter_qwen4b.toml")
-    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=_after_discovery())
-
-
-async def test_the_help_key_is_in_the_footer_at_80x24(make_app, configs):
-    app = make_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await discovered(pilot)
-        # The footer is filled after the screen is: wait for what it reads.
-        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=_after_discovery(help_key=True))
 
 
 async def test_the_session_changes_only_on_the_ui_thread(make_app, configs, monkeypatch):

@@ -239,24 +239,6 @@ def test_a_narrow_log_wraps_its_lines_instead_of_cutting_them(width):
         assert part in text, (part, lines)
 
 
-async def test_every_dashboard_action_is_in_the_palette(faulty_backend):
-    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
-    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
-    async with app.run_test(size=(160, 45)):
-        screen = dashboard(app)
-        in_palette = {command.action for command in palette_commands(screen)}
-        # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
-        leave = ("quit_dashboard", "back", "app.quit", "app.help")
-        keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
-        assert keyed <= in_palette, keyed - in_palette
-        for action in in_palette:
-            assert callable(getattr(screen, f"action_{action}"))
-        titles = {command.title: command.help for command in palette_commands(screen)}
-        # The key comes from the binding, after the help: never typed twice.
-        assert titles["Cancel job"] == "Cancel the job on the backend (asks first) (c)"
-        assert titles["Filter events"].endswith("(/)")
-
-
 async def test_a_palette_command_runs_the_binding_it_comes_from(faulty_backend):
     faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
@@ -691,18 +673,13 @@ async def test_the_charts_run_to_the_jobs_planned_steps():
         assert app.screen.query_one(MetricsGrid).planned_steps == 20
 
 
-async def test_the_help_key_is_in_the_footer_at_80x24():
+async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row_at_80x24():
+    """Two tests once, on the same app at 80x24: `? Help` in the footer, then the help itself."""
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         # The footer is filled after the screen is: wait for what it reads.
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
-
-
-async def test_help_lists_end_and_its_last_row_scrolls_into_view_at_80x24():
-    app = replay_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         await pilot.press("question_mark")
         help_screen = await wait_for_screen(pilot, HelpDialog)
         table = help_screen.query_one(DataTable)
@@ -854,11 +831,25 @@ async def test_help_shows_every_dashboard_key_before_the_generic_ones_at_160x45(
         assert table.scrollable_content_region.height - 1 >= 16  # the header row, then the rows
 
 
-async def test_p_on_an_ended_job_pauses_nothing(faulty_backend):
+async def test_every_dashboard_action_is_in_the_palette_and_p_on_an_ended_job_pauses_nothing(faulty_backend):
+    """Two tests once, on the same job and app: the palette as the dashboard opens (was
+    test_every_dashboard_action_is_in_the_palette), then p once the job has ended."""
     faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"))
     async with app.run_test(size=(160, 45)) as pilot:
         screen = dashboard(app)
+        in_palette = {command.action for command in palette_commands(screen)}
+        # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
+        leave = ("quit_dashboard", "back", "app.quit", "app.help")
+        keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
+        assert keyed <= in_palette, keyed - in_palette
+        for action in in_palette:
+            assert callable(getattr(screen, f"action_{action}"))
+        titles = {command.title: command.help for command in palette_commands(screen)}
+        # The key comes from the binding, after the help: never typed twice.
+        assert titles["Cancel job"] == "Cancel the job on the backend (asks first) (c)"
+        assert titles["Filter events"].endswith("(/)")
+
         await wait_for(pilot, lambda: screen.ended)
         await wait_for(pilot, lambda: "p Pause" not in footer_text(app), what="p gone from the footer")
         await pilot.press("p")

@@ -100,7 +100,10 @@ async def edit_selected(pilot, screen: EnvReviewScreen, value: str) -> None:
 # --------------------------------------------------------------------------- what is shown
 
 
-async def test_values_are_masked_and_sources_shown(make_app, project):
+async def test_values_are_masked_sources_shown_r_in_the_footer_and_home_end_move_the_cursor(make_app, project):
+    """Three tests once, on the same app: what the full .env shows (masks, sources, order, header,
+    status, warnings), the reload key in the footer (was test_the_footer_shows_the_reload_key),
+    then home and end (was test_home_and_end_move_the_cursor_to_the_first_and_last_key)."""
     (project / ".env").write_text(FULL_ENV)
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:
@@ -116,6 +119,19 @@ async def test_values_are_masked_and_sources_shown(make_app, project):
         assert "line 7: could not parse this line" in text_of(screen, "#env-warnings")
         assert_no_secret(app.export_screenshot())
 
+        reload = next(b for b in EnvReviewScreen.BINDINGS if b.action == "reload")
+        assert reload.show and reload.id == "env.reload" and reload.description
+        await pilot.pause()
+        footer_keys = {(key.key_display, key.description) for key in screen.query("FooterKey")}
+        assert ("r", "Reload") in footer_keys
+
+        table = screen.query_one(MaskedEnvTable)
+        await pilot.press("end")
+        assert table.selected_key == "OTHER_TOKEN"
+        assert "OTHER_TOKEN = tok_…90" in text_of(screen, "#env-detail")
+        await pilot.press("home")
+        assert table.selected_key == "SYNTH_API_KEY"
+
 
 async def test_a_url_with_credentials_is_named_before_verification(make_app, project):
     """Verification refuses a TASK_APP_URL with user:pass@; the review says so first, and
@@ -129,19 +145,6 @@ async def test_a_url_with_credentials_is_named_before_verification(make_app, pro
         assert "✗ A user name or password in TASK_APP_URL" in status and "✓" not in status
         assert row(screen, "TASK_APP_URL")[1] == "https://****@example--task-app.modal.run"
         assert_no_secret(app.export_screenshot())
-
-
-async def test_home_and_end_move_the_cursor_to_the_first_and_last_key(make_app, project):
-    (project / ".env").write_text(FULL_ENV)
-    app = make_app(start="env")
-    async with app.run_test(size=(120, 36)) as pilot:
-        screen = await env_screen(pilot)
-        table = screen.query_one(MaskedEnvTable)
-        await pilot.press("end")
-        assert table.selected_key == "OTHER_TOKEN"
-        assert "OTHER_TOKEN = tok_…90" in text_of(screen, "#env-detail")
-        await pilot.press("home")
-        assert table.selected_key == "SYNTH_API_KEY"
 
 
 async def test_only_secrets_are_masked_in_the_table(make_app, project):
@@ -206,13 +209,20 @@ async def test_the_embedded_backend_key_is_not_asked_for(make_app, project):
         assert_no_secret(app.export_screenshot())
 
 
-async def test_no_env_file_says_how_to_create_one(make_app, project, fixed_home):
+async def test_no_env_file_says_how_to_create_one_and_every_binding_has_a_command(make_app, project, fixed_home):
+    """And the bindings' ids and the palette's commands, on the same app (was
+    test_bindings_have_ids_and_palette_commands_exist)."""
     app = make_app(start="env")
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
         assert ("No .env found — press a to add keys; ctrl+s creates ~/project/.env with mode 0600"
                 in text_of(screen, "#env-header"))
         assert "✗ Missing: SYNTH_API_KEY, ENVIRONMENT_API_KEY, TASK_APP_URL" in text_of(screen, "#env-status")
+        assert all(binding.id for binding in EnvReviewScreen.BINDINGS)
+        commands = palette_commands(screen)
+        assert len(commands) == 7  # save, other .env, add, reload, from Modal, send to Modal, continue
+        for command in commands:
+            assert callable(getattr(screen, f"action_{command.action}"))
 
 
 async def test_a_missing_env_file_flag_is_explained_not_a_traceback(make_app, project):
@@ -620,18 +630,6 @@ async def test_reload_with_unsaved_edits_asks_first(make_app, project):
         assert not app.session.env.dirty and screen.edited == set()
 
 
-async def test_the_footer_shows_the_reload_key(make_app, project):
-    (project / ".env").write_text(FULL_ENV)
-    app = make_app(start="env")
-    async with app.run_test(size=(120, 36)) as pilot:
-        screen = await env_screen(pilot)
-        reload = next(b for b in EnvReviewScreen.BINDINGS if b.action == "reload")
-        assert reload.show and reload.id == "env.reload" and reload.description
-        await pilot.pause()
-        footer_keys = {(key.key_display, key.description) for key in screen.query("FooterKey")}
-        assert ("r", "Reload") in footer_keys
-
-
 # --------------------------------------------------------------------------- leaving
 
 
@@ -699,25 +697,16 @@ async def test_escape_goes_back_and_asks_when_there_are_unsaved_edits(make_app, 
         assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY  # kept in memory for this session
 
 
-async def test_bindings_have_ids_and_palette_commands_exist(make_app, project):
-    app = make_app(start="env")
-    async with app.run_test(size=(120, 36)) as pilot:
-        screen = await env_screen(pilot)
-        assert all(binding.id for binding in EnvReviewScreen.BINDINGS)
-        commands = palette_commands(screen)
-        assert len(commands) == 7  # save, other .env, add, reload, from Modal, send to Modal, continue
-        for command in commands:
-            assert callable(getattr(screen, f"action_{command.action}"))
-
-
 # --------------------------------------------------------------------------- snapshots
 
 SNAPSHOTS = Path(__file__).parent / "__snapshots__" / Path(__file__).stem
 
 
-def _review(*keys: str, captured: list[str]):
+def _review(*keys: str, captured: list[str], help_key: bool = False):
     async def run_before(pilot) -> None:
         await env_screen(pilot)
+        if help_key:  # the footer is filled after the screen is: wait for what it reads
+            await wait_for(pilot, lambda: "? Help" in footer_text(pilot.app), what="? Help in the footer")
         if keys:
             await pilot.press(*keys)
         await pilot.pause()
@@ -749,10 +738,12 @@ def test_snapshot_env_edit_modal_masks_the_value(snap_compare, make_app, project
 
 
 def test_snapshot_env_review_narrow(snap_compare, make_app, project, fixed_home):
+    """At 80x24 `? Help` is in the footer (once test_the_help_key_is_in_the_footer_at_80x24, which
+    opened the same screen on a full .env: the footer's keys do not depend on the keys shown)."""
     (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\n")
     app = make_app(start="env", shell={"SYNTH_API_KEY": SHELL_KEY, "DEV_ENVIRONMENT_API_KEY": ALIAS_KEY})
     captured: list[str] = []
-    assert snap_compare(app, terminal_size=(80, 24), run_before=_review(captured=captured))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=_review(captured=captured, help_key=True))
     assert_no_secret(captured[0])
 
 
@@ -762,15 +753,6 @@ def test_no_stored_snapshot_holds_a_secret():
         pytest.skip("no snapshots stored yet (run with --snapshot-update)")
     for svg in stored:
         assert_no_secret(svg.read_text())
-
-
-async def test_the_help_key_is_in_the_footer_at_80x24(make_app, project):
-    (project / ".env").write_text(FULL_ENV)
-    app = make_app(start="env")
-    async with app.run_test(size=(80, 24)) as pilot:
-        await env_screen(pilot)
-        # The footer is filled after the screen is: wait for what it reads.
-        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
 
 
 async def test_the_reveal_key_is_in_help_and_opens_the_value_shown(make_app, project):

@@ -321,18 +321,18 @@ def test_snapshot_jobs_wide(snap_compare):
 
 
 def test_snapshot_jobs_narrow(snap_compare):
-    assert snap_compare(preset_app(), terminal_size=(80, 24))
+    """At 80x24 `? Help` is in the footer (once test_the_help_key_is_in_the_footer_at_80x24, the same app)."""
+
+    async def help_key_shown(pilot) -> None:
+        await wait_for_screen(pilot, JobsScreen, "the jobs list")
+        # The footer is filled after the screen is: wait for what it reads.
+        await wait_for(pilot, lambda: "? Help" in footer_text(pilot.app), what="? Help in the footer")
+
+    assert snap_compare(preset_app(), terminal_size=(80, 24), run_before=help_key_shown)
 
 
 def test_snapshot_jobs_filtered_and_sorted(snap_compare):
     assert snap_compare(preset_app(), terminal_size=(80, 24), press=["s", "s", "slash", *"qwen3-0", "enter"])
-
-
-async def test_the_help_key_is_in_the_footer_at_80x24():
-    app = preset_app()
-    async with app.run_test(size=(80, 24)) as pilot:
-        # The footer is filled after the screen is: wait for what it reads.
-        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
 
 
 async def test_q_on_a_dashboard_opened_from_the_list_goes_back_and_only_the_list_quits(faulty_backend):

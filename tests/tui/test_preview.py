@@ -353,9 +353,13 @@ def test_snapshot_preview_after_a_failed_submit(snap_compare, preview_app, monke
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 45)])
 async def test_layout_fits_small_and_large_terminals(preview_app, monkeypatch, size):
+    """And `? Help` is in the footer at both sizes (at 80x24 this was its own test,
+    test_the_help_key_is_in_the_footer_at_80x24, on the same app)."""
     app = fixed_app(preview_app, monkeypatch)
     async with app.run_test(size=size) as pilot:
         screen = await preview_ready(pilot)
+        # The footer is filled after the screen is: wait for what it reads.
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
         json_pane = screen.query_one("#payload-json-scroll")
         submit = screen.query_one("#payload-submit", Button)
         assert json_pane.region.height >= 5
@@ -363,11 +367,3 @@ async def test_layout_fits_small_and_large_terminals(preview_app, monkeypatch, s
         for widget_id in ("#override-model", "#override-task-url", "#override-experimental"):
             region = screen.query_one(widget_id).region
             assert region.height >= 1 and region.right <= size[0]
-
-
-async def test_the_help_key_is_in_the_footer_at_80x24(preview_app, monkeypatch):
-    app = fixed_app(preview_app, monkeypatch)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await preview_ready(pilot)
-        # The footer is filled after the screen is: wait for what it reads.
-        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")

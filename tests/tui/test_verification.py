@@ -638,7 +638,8 @@ async def test_layout_fits_small_and_large_terminals(verify_app, monkeypatch, si
 @pytest.mark.parametrize("width", [60, 80, 120])
 async def test_footer_keys_are_never_cut_mid_word(verify_app, monkeypatch, width):
     """Below 100 columns the palette key is left out (no stray `^` before it at 80) and a key
-    that does not fit whole is hidden, not cut (`d Diagnosti` at 60)."""
+    that does not fit whole is hidden, not cut (`d Diagnosti` at 60). `? Help` comes first at
+    every width (at 80x24 this was test_the_help_key_is_in_the_footer_at_80x24, the same walk)."""
     whole = {"? Help", "⏎ Preview payload", "r Retry", "d Diagnostics", "b Back to env", "^q Quit", "^p Commands"}
     app = snapshot_app(verify_app, monkeypatch)
     async with app.run_test(size=(width, 24)) as pilot:
@@ -649,14 +650,6 @@ async def test_footer_keys_are_never_cut_mid_word(verify_app, monkeypatch, width
         assert set(shown) <= whole, shown
         assert shown[:2] == ["? Help", "⏎ Preview payload"]
         assert ("^p Commands" in shown) == (width >= 100)
-
-
-async def test_the_help_key_is_in_the_footer_at_80x24(verify_app, monkeypatch):
-    app = snapshot_app(verify_app, monkeypatch)
-    async with app.run_test(size=(80, 24)) as pilot:
-        await checks_done(pilot)
-        # The footer is filled after the screen is: wait for what it reads.
-        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
 
 
 async def test_a_toast_made_from_a_message_keeps_its_brackets(verify_app, monkeypatch):
