@@ -142,6 +142,10 @@ class RssSampler:
     def peak(self, since: float, until: float) -> float:
         return max((mb for at, mb in list(self.samples) if since <= at <= until), default=0.0)
 
+    def first(self, since: float) -> float:
+        """The first sample at or after `since`: what the tree held when a job started."""
+        return next((mb for at, mb in list(self.samples) if at >= since), 0.0)
+
 
 # --------------------------------------------------------------------------- the job
 
@@ -192,11 +196,12 @@ def run_job(servers: Servers, client: httpx.Client, model: str, in_flight: int, 
     ended = time.monotonic()
     figures = phase_figures(all_events(client, job_id))
     figures.update(status=status, wall_s=ended - started, peak_mb=sampler.peak(started, ended),
+                   start_mb=sampler.first(started),
                    load_before=load, load_after=os.getloadavg()[0])
     say(f"rollout phase: {in_flight} in flight: {status} in {figures['wall_s']:.0f} s; step {WARM_STEP}'s rollouts "
         f"{figures['rollout_seconds']:.1f} s, {figures['sampled_per_s']:.2f} sampled tokens/s, peak "
-        f"{figures['peak_mb']:.0f} MB, {figures['retries']} retries, {figures['slow']} slow; load "
-        f"{load:.1f} -> {figures['load_after']:.1f}")
+        f"{figures['peak_mb']:.0f} MB (from {figures['start_mb']:.0f} MB at its start), {figures['retries']} retries, "
+        f"{figures['slow']} slow; load {load:.1f} -> {figures['load_after']:.1f}")
     return figures
 
 
@@ -246,7 +251,9 @@ def figures(label: str, results: dict[int, dict[str, Any]]) -> list[Figure]:
                baseline=one["peak_mb"], baseline_label="the job with 1 in flight, after it",
                goal=f"<= {RSS_GOAL_MB:,.0f} MB", met=at_most(many["peak_mb"], RSS_GOAL_MB),
                note=f"VmRSS of the backend and its descendants summed, sampled every {RSS_EVERY_S * 1000:.0f} ms; "
-                    f"the backend process's own VmHWM over both jobs {many['backend_hwm_mb']:.0f} MB"),
+                    f"{many['start_mb']:.0f} / {one['start_mb']:.0f} MB when each job started (the job with 1 in "
+                    f"flight runs second, on what the first left); the backend process's own VmHWM over both jobs "
+                    f"{many['backend_hwm_mb']:.0f} MB"),
         Figure(f"  turns past the task app's timeout, {label}: 8 in flight", many["past_timeout"], "",
                baseline=one["past_timeout"], baseline_label="1 in flight", goal="0",
                met=at_most(many["past_timeout"], 0) and at_most(one["past_timeout"], 0),
