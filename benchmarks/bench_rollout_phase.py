@@ -14,9 +14,10 @@ file cache, so the ratio is if anything understated). Figures:
 - the sampled tokens/s of that phase (`sampled_tokens / rollout_seconds`), at 8 and at 1;
 - the backend's peak resident memory with all its descendants, sampled every 100 ms over each
   job (the sum of their VmRSS: pages a child shares with its parent count twice); goal <= 2,500 MB;
-- the turns that waited past the task app's timeout: the job's rollout retries (a 502 of the
-  task app or a rollout cut at `[rollout] timeout_s` is retried) plus its `rl.rollout.slow`
-  events (a rollout unanswered after half its time); goal 0.
+- the turns that waited past the task app's timeout: the job's rollout retries (the task app
+  answers 502 when its chat call runs out of the rollout's time, and the backend retries) plus a
+  rollout cut at `[rollout] timeout_s` (not retried: the job fails); goal 0. Beside it, the
+  `rl.rollout.slow` events: rollouts still unanswered at half their time (not past it).
 
 `phase_figures` turns a job's events into those numbers (tests/benchmarks/test_bench_rollout_phase.py).
 """
@@ -67,8 +68,11 @@ def phase_figures(events: Sequence[dict[str, Any]], warm_step: int = WARM_STEP) 
                if isinstance((e.get("data") or {}).get("retries"), int)]
     retries = max([len(retry_events), *counted])
     slow = sum(e.get("type") == "rl.rollout.slow" for e in events)
-    final = next((e["type"] for e in reversed(events) if e.get("type") in
+    final = next((e for e in reversed(events) if e.get("type") in
                   ("rl.job.completed", "rl.job.failed", "rl.job.cancelled")), None)
+    # A rollout cut at its deadline fails the job (app/local/training/rollouts.py _transport_failure).
+    cut = int(final is not None and final["type"] == "rl.job.failed"
+              and "answer within" in str(final.get("message", "")))
     return {
         "rollout_seconds": rollout_s,
         "sampled_tokens": sampled,
@@ -78,9 +82,10 @@ def phase_figures(events: Sequence[dict[str, Any]], warm_step: int = WARM_STEP) 
         "mean_score": float(step.get("mean_score", 0.0)),
         "retries": retries,
         "answers_502": sum("502" in str(e.get("message", "")) for e in retry_events),
+        "cut": cut,
         "slow": slow,
-        "past_timeout": retries + slow,
-        "ended": final,
+        "past_timeout": retries + cut,
+        "ended": None if final is None else final["type"],
     }
 
 
@@ -258,7 +263,8 @@ def figures(label: str, results: dict[int, dict[str, Any]]) -> list[Figure]:
                baseline=one["past_timeout"], baseline_label="1 in flight", goal="0",
                met=at_most(many["past_timeout"], 0) and at_most(one["past_timeout"], 0),
                note=f"retries {many['retries']} / {one['retries']} (of them answered 502: {many['answers_502']} / "
-                    f"{one['answers_502']}), rl.rollout.slow events {many['slow']} / {one['slow']}"),
+                    f"{one['answers_502']}), rollouts cut at the deadline {many['cut']} / {one['cut']}; rollouts "
+                    f"unanswered at half their time (rl.rollout.slow, not past it) {many['slow']} / {one['slow']}"),
     ]
 
 

@@ -29,11 +29,12 @@ def test_the_warm_steps_rollout_phase_and_its_sampled_tokens_per_second() -> Non
     assert figures["sampled_tokens"] == 50.0
     assert figures["sampled_per_s"] == pytest.approx(2.5)
     assert (figures["turns"], figures["step_seconds"], figures["mean_score"]) == (16, 4.5, 0.25)
-    assert (figures["retries"], figures["answers_502"], figures["slow"], figures["past_timeout"]) == (0, 0, 0, 0)
+    assert (figures["retries"], figures["answers_502"], figures["cut"], figures["slow"]) == (0, 0, 0, 0)
+    assert figures["past_timeout"] == 0
     assert figures["ended"] == "rl.job.completed"
 
 
-def test_turns_past_the_timeout_count_retries_beyond_the_shown_events_and_slow_rollouts() -> None:
+def test_turns_past_the_timeout_count_retries_beyond_the_shown_events_not_slow_rollouts() -> None:
     retry = "POST http://127.0.0.1:1/rollout (step 1), attempt {} of 4: HTTP {}: inference call failed"
     events = [_event("rl.rollout.retry", retry.format(1, 502), retries=1),
               _event("rl.rollout.retry", retry.format(2, 503), retries=2),
@@ -46,8 +47,18 @@ def test_turns_past_the_timeout_count_retries_beyond_the_shown_events_and_slow_r
 
     assert figures["retries"] == 13
     assert figures["answers_502"] == 1
-    assert figures["slow"] == 1
-    assert figures["past_timeout"] == 14
+    assert figures["slow"] == 1  # at half the rollout's time: said beside, not counted as past it
+    assert figures["past_timeout"] == 13
+
+
+def test_a_rollout_cut_at_its_deadline_is_a_turn_past_the_timeout() -> None:
+    events = [_step(1, 40.0, 99.0), _step(2, 20.0, 50.0),
+              _event("rl.job.failed", "POST http://127.0.0.1:1/rollout failed after 1 request: no whole answer "
+                                      "within 120 s (the task app is slow or overloaded) (step 3).", retries=0)]
+
+    figures = phase_figures(events)
+
+    assert (figures["cut"], figures["past_timeout"], figures["ended"]) == (1, 1, "rl.job.failed")
 
 
 def test_a_job_that_never_reached_the_warm_step_says_why() -> None:
