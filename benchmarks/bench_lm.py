@@ -14,7 +14,10 @@ same run:
 - the chat endpoint's overhead per turn (tiny model only: it is the worst case, the model's
   work being smallest): a real job on the embedded backend with a real task app; each chat
   call's wall time as the task app sees it, minus the model's own time in it (the policy's
-  generation loop), as a ratio of the latter. Goal: under 10 %.
+  generation loop), as a ratio of the latter. Goal: under 10 %;
+- issue 40's done-when (benchmarks/bench_rollout_phase.py): the rollout phase of a warm step with
+  8 episodes in flight against 1, its sampled tokens/s, the backend's peak memory over the job
+  and the turns past the task app's timeout, on one `synth-tui backend --trainer lm`.
 
     .venv/bin/python -m benchmarks.bench_lm [--quick]   (python -m benchmarks --only lm)
 
@@ -32,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks import bench_rollout_phase as rollout_phase
 from benchmarks.common import REPO, Figure, child_main, say
 
 # The tests' SmolLM2 fixture (tests/support/smollm2.py) converts the pretrained model (one copy).
@@ -331,6 +335,8 @@ def run(quick: bool) -> list[Figure]:
                                   goal="lower is better",
                                   note=f"above the step's start: {micro['above_start_mb']:.0f} MB in micro-batches, "
                                        f"{whole['above_start_mb']:.0f} MB whole; gradient checkpointing on in both"))
+        # Issue 40's done-when: the real model (the tiny one in a quick run) on one `synth-tui backend`.
+        figures += rollout_phase.run(models[-1][0], models[-1][1], pretrained=not quick, folder=Path(tmp))
         say("chat endpoint overhead: a real job on the tiny model")
         wall_ms, model_ms, calls = endpoint_overhead(models[0][1], 1 if quick else 3)
         overhead = (wall_ms - model_ms) / model_ms

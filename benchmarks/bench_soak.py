@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,9 +43,12 @@ def _command(*args: str) -> list[str]:
 
 
 class Servers:
-    """The backend and the task app as two `synth-tui` processes, keys in a 0600 .env."""
+    """The backend and the task app as two `synth-tui` processes, keys in a 0600 .env; each
+    process's stderr in a file of `folder` (log_tail). `backend_args`, `taskapp_args`: more of
+    their command lines (bench_rollout_phase: `--trainer lm`, `--game press`)."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, backend_args: Sequence[str] = (), taskapp_args: Sequence[str] = (),
+                 up_within_s: float = 30.0) -> None:
         self.api_key, self.env_key = f"sk_soak_{secrets.token_hex(12)}", secrets.token_hex(32)
         env_file = folder / ".env"
         env_file.write_text(f"SYNTH_API_KEY={self.api_key}\nENVIRONMENT_API_KEY={self.env_key}\n")
@@ -52,18 +56,21 @@ class Servers:
         self.backend_port, self.taskapp_port = _free_port(), _free_port()
         env = {k: v for k, v in os.environ.items() if k not in ("SYNTH_API_KEY", "ENVIRONMENT_API_KEY")}
         env["SYNTH_TUI_STATE_DIR"] = str(folder / "state")
-        self.procs = [
-            subprocess.Popen(_command("taskapp", "--port", str(self.taskapp_port), "--env-file", str(env_file)),
-                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-            subprocess.Popen(_command("backend", "--port", str(self.backend_port), "--env-file", str(env_file),
-                                      "--db", str(folder / "soak.sqlite3")),
-                             cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
-        ]
+        # This checkout's code, not the one the venv's script was installed from (a worktree's run).
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])])
+        self.logs = [folder / "taskapp.log", folder / "backend.log"]
+        taskapp = _command("taskapp", "--port", str(self.taskapp_port), "--env-file", str(env_file), *taskapp_args)
+        backend = _command("backend", "--port", str(self.backend_port), "--env-file", str(env_file),
+                           "--db", str(folder / "soak.sqlite3"), *backend_args)
+        self.procs = []
+        for command, log in zip((taskapp, backend), self.logs, strict=True):
+            with log.open("wb") as err:
+                self.procs.append(subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=err))
         self.backend_url = f"http://127.0.0.1:{self.backend_port}"
         self.taskapp_url = f"http://127.0.0.1:{self.taskapp_port}"
-        self._wait_until_up()
+        self._wait_until_up(up_within_s)
 
-    def _wait_until_up(self, timeout_s: float = 30.0) -> None:
+    def _wait_until_up(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
         for url in (self.taskapp_url + "/", self.backend_url + "/api/health"):
             while True:
@@ -73,9 +80,15 @@ class Servers:
                 except httpx.TransportError:
                     pass
                 if time.monotonic() > deadline or any(p.poll() is not None for p in self.procs):
+                    tail = self.log_tail()
                     self.stop()
-                    raise RuntimeError(f"{url} did not come up")
+                    raise RuntimeError(f"{url} did not come up\n{tail}")
                 time.sleep(0.1)
+
+    def log_tail(self, lines: int = 30) -> str:
+        """The last lines of each process's stderr, for a benchmark that failed."""
+        return "\n".join(f"-- {log.name}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-lines:])
+                         for log in self.logs if log.exists())
 
     def client(self) -> httpx.Client:
         return httpx.Client(base_url=self.backend_url + "/api", timeout=30.0,
