@@ -146,7 +146,8 @@ class Acting:
     loaded: LoadedModel
     base: str
     template: str | None
-    lock: threading.Lock
+    lock: threading.Lock  # the model's: one forward pass or training step at a time
+    sequences_lock: threading.Lock  # the episodes' sequences and the grammar cache, not the model
     generator: VllmGenerator | None
     temperature: float
     top_p: float
@@ -185,7 +186,7 @@ class Acting:
         # (None: no generator, argmax).
         greedy = acts_greedily(correlation_id) or call.temperature <= 0.0
         seed = None if greedy else rng.getrandbits(63)
-        with self.lock:  # the episodes' sequences (and one compile per tool set)
+        with self.sequences_lock:  # the episodes' sequences (and one compile per tool set)
             grammar = self._grammar(required) if required else None
             sequence = self._sequence_for(correlation_id, text)
             prompt = list(sequence.ids)
@@ -197,7 +198,7 @@ class Acting:
         else:  # a vLLM server serves turns side by side
             turn = self._vllm_turn(prompt, grammar, seed, call)
         call.check_cancel()  # the caller went away: the episode keeps nothing of this turn
-        with self.lock:
+        with self.sequences_lock:
             sequence.ids += turn.ids
             sequence.mask += turn.chosen
             sequence.logprobs += turn.logprobs

@@ -105,7 +105,8 @@ class Batcher:
         self.kept: OrderedDict[str, _Kept] = OrderedDict()
         self.kept_bytes = 0
         self._version = owner.weights_version
-        self.steps = 0  # batched forward passes so far (tests: a turn joined another's)
+        self.steps = 0  # batched forward passes so far
+        self.queued = 0  # turns handed to the loop so far
 
     # -- the callers' side --------------------------------------------------------------
 
@@ -118,6 +119,7 @@ class Batcher:
             if self._closed:
                 raise ActCancelled("the policy closed; generation stopped")
             self._queue.append(row)
+            self.queued += 1
             self._start_loop()
             self._condition.notify_all()
         while not row.done.wait(WAIT_POLL_S):

@@ -106,7 +106,8 @@ class LmPolicy(Acting, Checkpoints):
         if self.trainer_mode == "lora":
             self._wrap_lora()
         self.steps_done = 0
-        self.lock = threading.Lock()  # one generation or training step at a time on the model
+        self.lock = threading.Lock()  # one forward pass (batching.py) or training step at a time on the model
+        self.sequences_lock = threading.Lock()  # the episodes' sequences (acting.py), apart from the model
         self.template, self.template_kind = acting_template(self.tokenizer, self.base,
                                                             "as written" if self.chat_template else "own")
         if self.chat_template:
