@@ -106,6 +106,20 @@ def _widest_batch(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return widths
 
 
+def _counting_inputs(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records how many tokens each forward pass of the model is fed."""
+    fed: list[int] = []
+    model = policy.model
+    original = model.forward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        fed.append(int(kwargs["input_ids"].numel()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    return fed
+
+
 @pytest.mark.parametrize("grammar", [True, False], ids=["tool-call grammar", "free"])
 def test_a_seeded_turn_alone_is_the_batch_one_turn(policy: Any, grammar: bool) -> None:
     tools, choice = ([PRESS_TOOL], TOOL_CHOICE) if grammar else (None, None)
@@ -138,15 +152,7 @@ def test_concurrent_turns_of_different_lengths_are_each_their_batch_one_turn(
 
 def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: Any,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    fed: list[int] = []
-    model = policy.model
-    original = model.forward
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        fed.append(int(kwargs["input_ids"].numel()))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model, "forward", counting)
+    fed = _counting_inputs(policy, monkeypatch)
     rng = random.Random(3)
     messages = _messages("B")
     first = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:two", rng)
@@ -164,6 +170,20 @@ def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: An
     replay = random.Random()
     replay.setstate(state)
     _assert_batch_one(policy, second, True, replay.getrandbits(63))  # the same as a full re-prefill
+
+
+def test_a_new_episode_starts_on_the_prefix_another_episode_kept(policy: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fed = _counting_inputs(policy, monkeypatch)
+    first = policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:p0", random.Random(6))
+    fed.clear()
+    other = policy.act(_messages("C"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:p1", random.Random(7))
+    prompt = other.memo.sequence.ids[:other.memo.sequence.prompt_len]
+    shared = 0
+    while prompt[shared] == first.memo.sequence.ids[shared]:
+        shared += 1
+    assert shared >= 16 and fed[0] == len(prompt) - shared  # only what follows the shared prefix
+    _assert_batch_one(policy, other, True, _seed_of(7))
 
 
 def test_the_kept_caches_are_dropped_when_an_update_changes_the_weights(policy: Any) -> None:
@@ -239,7 +259,7 @@ def test_a_cancelled_row_leaves_the_others_results_intact(policy: Any, monkeypat
     assert isinstance(results[1], ActCancelled) and len(drawn) == 3
     gone = policy.episodes["trace_j:gone"]
     assert len(gone.ids) == gone.prompt_len  # nothing of the cancelled turn was kept
-    assert "trace_j:gone" not in policy.batcher.kept
+    assert policy.batcher.kept["trace_j:gone"].ids == gone.ids  # its kept cache: the prompt's alone
     assert results[0].memo.tokens > 3  # (the tiny model's free turns seldom end before max_tokens)
     _assert_batch_one(policy, results[0], False, _seed_of(20))
     _assert_batch_one(policy, results[2], True, _seed_of(22))

@@ -52,6 +52,9 @@ COLLECT_WINDOW_S = 0.005
 # The kept KV caches of episodes between their turns, at most this many bytes (SmolLM2-135M
 # in float32: about 46 KB a token, so 256 MB hold some 5,500 tokens); the oldest is dropped first.
 KEPT_CACHE_BYTES = 256 * 10**6
+# A new episode's prompt starts from another's kept cache when they share at least this many
+# tokens (a step's episodes share the system prompt and the tools; a group's, the whole first prompt).
+MIN_SHARED_PREFIX = 16
 LOOP_IDLE_EXIT_S = 5.0  # the loop thread ends after this long without a turn (the next one starts it again)
 WAIT_POLL_S = 0.5  # how often a waiting turn checks that the loop thread is alive
 
@@ -234,6 +237,8 @@ class Batcher:
             row.done.set()
             return
         row.covered, row.last = covered, last
+        # kept at once: the prompt is a prefix the episodes joining after this one may share
+        self._store(row.episode, covered, [(layer.keys, layer.values) for layer in cache.layers])
         self._add(row, cache)
 
     def _prefill(self, row: _Row) -> tuple[Any, list[int], torch.Tensor]:
@@ -251,18 +256,23 @@ class Batcher:
         return out.past_key_values, list(row.prompt), out.logits[0, -1]
 
     def _reusable(self, episode: str, prompt: list[int]) -> _Kept | None:
-        """The episode's kept cache when `prompt` extends what it covers (cut to leave at least
-        the prompt's last token to feed), else None (and a kept one that no longer fits is dropped)."""
-        kept = self.kept.pop(episode, None)
-        if kept is None:
+        """A kept cache `prompt` extends: the episode's own (popped: the turn's replaces it), else
+        the longest prefix another episode's holds (the system prompt and the tools: copied, the
+        other keeps it), cut to leave at least the prompt's last token to feed; None when none
+        holds MIN_SHARED_PREFIX tokens of it."""
+        own = self.kept.pop(episode, None)
+        if own is not None:
+            self.kept_bytes -= own.nbytes
+        best, shared = None, 0
+        for kept in ([own] if own is not None else []) + list(reversed(self.kept.values())):
+            n = _common_prefix(kept.ids, prompt, len(prompt) - 1)
+            if n > shared:  # the episode's own first: it wins a tie
+                best, shared = kept, n
+        if best is None or (best is not own and shared < MIN_SHARED_PREFIX):
             return None
-        self.kept_bytes -= kept.nbytes
-        n = min(len(kept.ids), len(prompt) - 1)
-        if n <= 0 or prompt[:n] != kept.ids[:n]:
-            return None
-        if n < len(kept.ids):
-            kept = _Kept(kept.ids[:n], [(k[:, :, :n], v[:, :, :n]) for k, v in kept.layers], 0)
-        return kept
+        if shared < len(best.ids):
+            return _Kept(best.ids[:shared], [(k[:, :, :shared], v[:, :, :shared]) for k, v in best.layers], 0)
+        return best
 
     def _add(self, row: _Row, cache: Any) -> None:
         """A prefilled row into the batch: the shorter of the two padded on the left."""
@@ -408,18 +418,23 @@ class Batcher:
             layer.values = layer.values[select, :, first:]
 
     def _keep(self, row: _Row, index: int) -> None:
-        """The row's cache, without padding or holes, kept for its episode within KEPT_CACHE_BYTES."""
+        """The row's cache, without padding or holes, kept for its episode's next turn."""
         assert self._mask is not None
         where = self._mask[index].nonzero().squeeze(1)
-        layers = [(layer.keys[index:index + 1, :, where].clone(), layer.values[index:index + 1, :, where].clone())
-                  for layer in self._cache.layers]
+        self._store(row.episode, row.covered, [(layer.keys[index:index + 1, :, where],
+                                                layer.values[index:index + 1, :, where])
+                                               for layer in self._cache.layers])
+
+    def _store(self, episode: str, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """A copy of `layers` (batch 1, covering `ids`) kept for `episode`, within KEPT_CACHE_BYTES
+        (the oldest dropped first)."""
         nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
-        old = self.kept.pop(row.episode, None)
+        old = self.kept.pop(episode, None)
         if old is not None:
             self.kept_bytes -= old.nbytes
         if nbytes > KEPT_CACHE_BYTES:
             return
-        self.kept[row.episode] = _Kept(list(row.covered), layers, nbytes)
+        self.kept[episode] = _Kept(list(ids), [(k.clone(), v.clone()) for k, v in layers], nbytes)
         self.kept_bytes += nbytes
         while self.kept_bytes > KEPT_CACHE_BYTES:
             _, dropped = self.kept.popitem(last=False)
@@ -436,3 +451,12 @@ def _pad_left(cache: Any, count: int) -> None:
             tensor = getattr(layer, name)
             pad = tensor.new_zeros(*tensor.shape[:2], count, tensor.shape[3])
             setattr(layer, name, torch.cat([pad, tensor], 2))
+
+
+def _common_prefix(a: list[int], b: list[int], bound: int) -> int:
+    """How many leading tokens `a` and `b` share, at most `bound`."""
+    n = min(len(a), len(b), bound)
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
