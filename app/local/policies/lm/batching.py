@@ -138,7 +138,7 @@ class Batcher:
         return row.result
 
     def close(self) -> None:
-        """Stop the loop (turns in flight end with ActCancelled) and free the kept caches."""
+        """Stop the loop (turns in flight and queued end with ActCancelled) and free the kept caches."""
         with self._condition:
             self._closed = True
             self._condition.notify_all()
@@ -148,6 +148,8 @@ class Batcher:
         self._fail_all(ActCancelled("the policy closed; generation stopped"))
         self.kept.clear()
         self.kept_bytes = 0
+        with self._condition:
+            self._closed = False  # a later turn (a policy used again) starts a new loop
 
     def _start_loop(self) -> None:
         """The loop thread, unless one runs (called under the condition)."""
