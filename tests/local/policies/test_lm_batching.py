@@ -259,7 +259,8 @@ def test_a_cancelled_row_leaves_the_others_results_intact(policy: Any, monkeypat
     assert isinstance(results[1], ActCancelled) and len(drawn) == 3
     gone = policy.episodes["trace_j:gone"]
     assert len(gone.ids) == gone.prompt_len  # nothing of the cancelled turn was kept
-    assert policy.batcher.kept["trace_j:gone"].ids == gone.ids  # its kept cache: the prompt's alone
+    kept = policy.batcher.kept.get("trace_j:gone")  # if any: of its prompt alone
+    assert kept is None or (len(kept.ids) <= len(gone.ids) and gone.ids[:len(kept.ids)] == kept.ids)
     assert results[0].memo.tokens > 3  # (the tiny model's free turns seldom end before max_tokens)
     _assert_batch_one(policy, results[0], False, _seed_of(20))
     _assert_batch_one(policy, results[2], True, _seed_of(22))

@@ -3,10 +3,11 @@
 One loop thread owns acting on the model (the transformers path; a vLLM server's turns do not
 come here). `Acting.act` renders, finds the episode's sequence and hands the turn to `Batcher.turn`,
 which queues it and waits. The loop takes the queued turns (after a short collection window when
-it was idle, `COLLECT_WINDOW_S`, so that requests sent together meet), prefills each one alone on
-top of its episode's kept KV cache, joins it to the batch between two tokens, and decodes every
-active turn one step at a time across the batch: a step feeds each row its sampled token, or the
-run of tokens its grammar forces (jump-forward). A finished, cut or cancelled turn leaves between
+it was idle, `COLLECT_WINDOW_S`, so that requests sent together meet), joins each to the batch
+between two tokens on top of its episode's kept KV cache (its few new tokens fed with the
+batch's next step; a long prompt prefilled alone first), and decodes every active turn one step
+at a time across the batch: a step feeds each row its sampled token, or the run of tokens its
+grammar forces (jump-forward). A finished, cut or cancelled turn leaves between
 two steps; the others go on.
 
 The batch is one DynamicCache (transformers) whose rows share one length: a row that joined
@@ -52,6 +53,10 @@ COLLECT_WINDOW_S = 0.005
 # The kept KV caches of episodes between their turns, at most this many bytes (SmolLM2-135M
 # in float32: about 46 KB a token, so 256 MB hold some 5,500 tokens); the oldest is dropped first.
 KEPT_CACHE_BYTES = 256 * 10**6
+# A joining turn's new tokens (past its kept cache) up to this many are fed with the batch's next
+# step, the other rows' single tokens beside them; more are prefilled alone first (a long run
+# would make every row of that step as wide).
+PREFILL_IN_BATCH_TOKENS = 64
 # A new episode's prompt starts from another's kept cache when they share at least this many
 # tokens (a step's episodes share the system prompt and the tools; a group's, the whole first prompt).
 MIN_SHARED_PREFIX = 16
@@ -226,36 +231,37 @@ class Batcher:
     # -- joining: a turn's prefill ------------------------------------------------------------
 
     def _join(self, row: _Row) -> None:
-        """Prefill the turn alone (on its episode's kept cache when the prompt extends it) and add
-        it to the batch; a turn cancelled while queued, or whose prefill fails, ends here."""
+        """Add the turn to the batch on its kept cache (its episode's, or a prefix another holds):
+        the few new tokens are fed with the batch's next step; a long rest, or a prompt with no
+        kept prefix, is prefilled alone first (and kept at once: the turns joining after it may
+        share it). A turn cancelled while queued, or whose prefill fails, ends here."""
+        from transformers import DynamicCache
+
+        device = self.owner.loaded.device
         try:
             row.call.check_cancel()
             if row.grammar is not None:
                 row.matcher = xgr.GrammarMatcher(row.grammar)
                 row.bitmask = xgr.allocate_token_bitmask(1, self.owner._info.vocab_size)
-            cache, covered, last = self._prefill(row)
+            with self._model_turn() as model:  # the kept caches are looked at after a weights check
+                kept = self._reusable(row.episode, row.prompt)
+                start = len(kept.ids) if kept is not None else 0
+                cache: Any = DynamicCache(kept.layers) if kept is not None else DynamicCache()
+                new = row.prompt[start:]
+                if kept is not None and len(new) <= PREFILL_IN_BATCH_TOKENS:
+                    row.covered, row.feeding = list(kept.ids), new
+                else:
+                    out = model(input_ids=torch.tensor([new], device=device),
+                                position_ids=torch.arange(start, len(row.prompt), device=device).unsqueeze(0),
+                                past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    cache, row.last, row.covered = out.past_key_values, out.logits[0, -1], list(row.prompt)
         except BaseException as exc:  # noqa: BLE001 - the turn's failure, raised in its caller
             row.error = exc
             row.done.set()
             return
-        row.covered, row.last = covered, last
-        # kept at once: the prompt is a prefix the episodes joining after this one may share
-        self._store(row.episode, covered, [(layer.keys, layer.values) for layer in cache.layers])
+        if not row.feeding:
+            self._store(row.episode, row.covered, [(layer.keys, layer.values) for layer in cache.layers])
         self._add(row, cache)
-
-    def _prefill(self, row: _Row) -> tuple[Any, list[int], torch.Tensor]:
-        from transformers import DynamicCache
-
-        device = self.owner.loaded.device
-        with self._model_turn() as model:  # the kept caches are looked at after a weights check
-            kept = self._reusable(row.episode, row.prompt)
-            cache = DynamicCache(kept.layers) if kept is not None else DynamicCache()
-            start = len(kept.ids) if kept is not None else 0
-            new = row.prompt[start:]
-            out = model(input_ids=torch.tensor([new], device=device),
-                        position_ids=torch.arange(start, len(row.prompt), device=device).unsqueeze(0),
-                        past_key_values=cache, use_cache=True, logits_to_keep=1)
-        return out.past_key_values, list(row.prompt), out.logits[0, -1]
 
     def _reusable(self, episode: str, prompt: list[int]) -> _Kept | None:
         """A kept cache `prompt` extends: the episode's own (popped: the turn's replaces it), else
@@ -279,7 +285,7 @@ class Batcher:
     def _add(self, row: _Row, cache: Any) -> None:
         """A prefilled row into the batch: the shorter of the two padded on the left."""
         n = len(row.covered)
-        device = row.last.device if row.last is not None else None
+        device = self.owner.loaded.device
         if self._cache is None:
             self._cache, self._mask = cache, torch.ones(1, n, dtype=torch.long, device=device)
             self.rows = [row]
@@ -323,6 +329,8 @@ class Batcher:
         if len(row.ids) >= call.max_tokens:
             return False
         call.check_cancel()  # between tokens: a caller that went away stops the generation
+        if row.feeding:  # the prompt's new tokens, set as it joined: fed before anything is sampled
+            return True
         forced = owner._forced(row.matcher, call.max_tokens - len(row.ids))
         if forced:
             row.feeding, row.forced = forced, True
@@ -380,8 +388,8 @@ class Batcher:
     def _took(self, row: _Row, logits: torch.Tensor) -> None:
         """After the forward pass: a forced run's logprobs (the second half of the batch-1 loop's
         iteration), the row's new last logits and what its cache covers."""
-        assert row.last is not None
         if row.forced:
+            assert row.last is not None
             before = torch.cat([row.last.unsqueeze(0), logits[:-1]])
             scores = torch.log_softmax(self.owner._scaled(before, row.call), -1)
             row.logprobs += [float(scores[pos, token]) for pos, token in enumerate(row.feeding)]
