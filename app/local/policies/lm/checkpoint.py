@@ -89,6 +89,7 @@ class Checkpoints(GrpoThread):
         resume, self._resume = self._resume, None
         if resume is None:
             return
+        self.weights_changed()  # an engine's load_state reads the weights too: no kept cache is theirs
         if uses_engine(trainer):
             state = resume.folder / ENGINE_STATE
             if state.is_dir():
@@ -202,6 +203,7 @@ class Checkpoints(GrpoThread):
                 raise RuntimeError("a checkpoint is loaded before the policy trains, not into a running trainer")
             try:
                 self._read_weights(folder)
+                self.weights_changed()
                 state = folder / OPTIMIZER
                 self._resume = Resume(folder, torch.load(state, weights_only=True) if state.is_file() else None)
             except Exception as exc:  # noqa: BLE001 - safetensors', torch's and transformers' many errors

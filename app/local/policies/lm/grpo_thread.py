@@ -115,6 +115,7 @@ class GrpoThread:
 
     if TYPE_CHECKING:
         def _restore(self, trainer: Any) -> None: ...  # app/local/policies/lm/checkpoint.py
+        def weights_changed(self) -> None: ...  # app/local/policies/lm/acting.py
 
     def update(self, groups: list[list[Episode]]) -> UpdateStats:
         if self.training is None:
@@ -358,6 +359,7 @@ class GrpoThread:
     def _step_logged(self, training: Training, global_step: int, logs: dict[str, float]) -> None:
         """An optimizer step's logs (on_log). After the batch's last pass (num_iterations): the new
         weights to the vLLM server before the next rollouts, and the model back to acting."""
+        self.weights_changed()  # the generation loop's kept KV caches are the old weights'
         if global_step % self.objective.num_iterations == 0:
             if self.generator is not None:
                 self.generator.after_step(training.trainer)

@@ -5,6 +5,8 @@ wrapped unless `trainer_mode = "full"`), sets up the tool-call grammar compiler,
 itself. The rest are its parts, each a module of this package:
 - acting.py (`Acting`: `act`): the acting template, one joined token sequence per episode,
   xgrammar-constrained tool calls, own forward passes or a vLLM server;
+- batching.py (`Batcher`): the generation loop of own forward passes, concurrent episodes' turns
+  decoded together, each episode's KV cache kept across its turns;
 - grpo_thread.py (`GrpoThread`: `update`, `close`): TRL's GRPOTrainer in a thread of its own,
   fed each step's episodes through `rollout_func`;
 - checkpoint.py (`Checkpoints`: `save`, `load`, `_restore`): the adapter or model, the
@@ -33,6 +35,7 @@ from app.core.errors import SynthTuiError
 from app.local.parallel.vllm import VllmGenerator, VllmPlan
 from app.local.policies.base import PolicyInfo, PolicySettings
 from app.local.policies.lm.acting import Acting, EpisodeSequence
+from app.local.policies.lm.batching import Batcher
 from app.local.policies.lm.chat_templates import (
     HERMES_SCAFFOLD,
     ToolCallScaffold,
@@ -107,7 +110,8 @@ class LmPolicy(Acting, Checkpoints):
         if self.trainer_mode == "lora":
             self._wrap_lora()
         self.steps_done = 0
-        self.lock = threading.Lock()  # one generation or training step at a time on the model
+        self.lock = threading.Lock()  # one forward pass (batching.py) or training step at a time on the model
+        self.sequences_lock = threading.Lock()  # the episodes' sequences (acting.py), apart from the model
         self.template, self.template_kind = acting_template(self.tokenizer, self.base,
                                                             "as written" if self.chat_template else "own")
         if self.chat_template:
@@ -124,6 +128,8 @@ class LmPolicy(Acting, Checkpoints):
         self.first_restart: dict[str, Any] | None = None
         self.restart_warned = False  # the warning at a job's first restart is given once
         self.unfinished_calls = 0
+        self.weights_version = 0
+        self.batcher = Batcher(self)  # the generation loop: its thread starts with the first turn
         self.training: Training | None = None
         # A resumed job's checkpoint: its optimizer state goes into the trainer's optimizer once the
         # trainer has prepared it (on_train_begin): optimizer.pt's content, or the engine's folder.
@@ -218,6 +224,12 @@ class LmPolicy(Acting, Checkpoints):
         if verdict.problem is not None:
             raise ModelUnavailable(f"{verdict.problem}: {verdict.fix}")
         return load(path, self.chat_template)
+
+    def close(self) -> None:
+        """The generation loop (turns in flight end as cancelled, the kept caches are freed), then
+        the training thread (grpo_thread.py)."""
+        self.batcher.close()
+        super().close()
 
     # -- the seam: describe ---------------------------------------------------------------
 

@@ -1,0 +1,472 @@
+"""The `lm` policy's generation loop: the turns of concurrent episodes decoded together.
+
+One loop thread owns acting on the model (the transformers path; a vLLM server's turns do not
+come here). `Acting.act` renders, finds the episode's sequence and hands the turn to `Batcher.turn`,
+which queues it and waits. The loop takes the queued turns (after a short collection window when
+it was idle, `COLLECT_WINDOW_S`, so that requests sent together meet), joins each to the batch
+between two tokens on top of its episode's kept KV cache (its few new tokens fed with the
+batch's next step; a long prompt prefilled alone first), and decodes every active turn one step
+at a time across the batch: a step feeds each row its sampled token, or the run of tokens its
+grammar forces (jump-forward). A finished, cut or cancelled turn leaves between
+two steps; the others go on.
+
+The batch is one DynamicCache (transformers) whose rows share one length: a row that joined
+shorter is padded on the left, a row that fed fewer tokens in a step than another leaves a hole;
+an attention mask marks both, and each row's position ids are its own (its real length).
+Each row samples as the batch-1 path did: its own torch.Generator, xgrammar matcher and bitmask,
+temperature, top_p and max_tokens (app/local/policies/lm/acting.py `_forced`, `_sample`,
+`_note_logprobs`).
+
+An episode's cache is kept after its turn (compacted: padding and holes taken out) and its next
+turn prefills only what the task app added, while the kept caches stay within `KEPT_CACHE_BYTES`
+(oldest dropped first: a dropped one is re-prefilled). All kept caches are dropped whenever the
+weights change (`Acting.weights_changed`: after every optimizer step, a load, a restore).
+
+The policy's lock is held around each forward pass (the model in eval mode for it, its mode put
+back before the lock is released): the training thread, which holds it for a whole step, and
+generation exclude each other at forward granularity. docs/embedded-policy.md#batched-generation.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+import xgrammar as xgr
+
+from app.local.policies.base import ActCancelled
+from app.local.policies.lm.acting import _Call, _Turn, sampling_entropy
+
+if TYPE_CHECKING:
+    from app.local.policies.lm.acting import Acting
+
+# How long the idle loop waits, once a turn arrives, for others sent at the same time (the
+# concurrent episodes of a step ask within milliseconds of each other): bounded and short, so a
+# lone turn is late by at most this.
+COLLECT_WINDOW_S = 0.005
+# The kept KV caches of episodes between their turns, at most this many bytes (SmolLM2-135M
+# in float32: about 46 KB a token, so 256 MB hold some 5,500 tokens); the oldest is dropped first.
+KEPT_CACHE_BYTES = 256 * 10**6
+# A joining turn's new tokens (past its kept cache) up to this many are fed with the batch's next
+# step, the other rows' single tokens beside them; more are prefilled alone first (a long run
+# would make every row of that step as wide).
+PREFILL_IN_BATCH_TOKENS = 64
+# A new episode's prompt starts from another's kept cache when they share at least this many
+# tokens (a step's episodes share the system prompt and the tools; a group's, the whole first prompt).
+MIN_SHARED_PREFIX = 16
+LOOP_IDLE_EXIT_S = 5.0  # the loop thread ends after this long without a turn (the next one starts it again)
+WAIT_POLL_S = 0.5  # how often a waiting turn checks that the loop thread is alive
+
+
+@dataclass
+class _Kept:
+    """An episode's KV cache between turns: per layer (keys, values) of batch 1 covering `ids`."""
+
+    ids: list[int]
+    layers: list[tuple[torch.Tensor, torch.Tensor]]
+    nbytes: int
+
+
+@dataclass
+class _Row:
+    """One turn in the loop: its request, its sampling state, and what it has generated."""
+
+    episode: str
+    prompt: list[int]
+    grammar: Any
+    generator: torch.Generator | None
+    call: _Call
+    started: float
+    done: threading.Event = field(default_factory=threading.Event)
+    matcher: Any = None
+    bitmask: Any = None
+    covered: list[int] = field(default_factory=list)  # the tokens the row's cache holds, in order
+    last: torch.Tensor | None = None  # the logits after the last token fed
+    feeding: list[int] = field(default_factory=list)  # what the coming step feeds
+    forced: bool = False  # ... is a run the grammar forced
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    chosen: list[int] = field(default_factory=list)
+    entropy: float = 0.0
+    result: _Turn | None = None
+    error: BaseException | None = None
+
+
+class Batcher:
+    """The generation loop of one LmPolicy (the owner, an `Acting`)."""
+
+    def __init__(self, owner: Acting) -> None:
+        self.owner = owner
+        self._condition = threading.Condition()
+        self._queue: list[_Row] = []
+        self._thread: threading.Thread | None = None
+        self._closed = False
+        self.rows: list[_Row] = []  # the batch, in its cache's row order
+        self._cache: Any = None  # the batch's DynamicCache
+        self._mask: torch.Tensor | None = None  # [rows, length]: 1 on a token, 0 on padding and holes
+        self.kept: OrderedDict[str, _Kept] = OrderedDict()
+        self.kept_bytes = 0
+        self._version = owner.weights_version
+        self.steps = 0  # batched forward passes so far
+        self.queued = 0  # turns handed to the loop so far
+
+    # -- the callers' side --------------------------------------------------------------
+
+    def turn(self, episode: str, prompt: list[int], grammar: Any, seed: int | None, call: _Call) -> _Turn:
+        """One turn through the loop: queued, then waited for (a cancel is noticed by the loop
+        between two tokens and raised here as ActCancelled)."""
+        row = _Row(episode, prompt, grammar, None if seed is None else torch.Generator().manual_seed(seed), call,
+                   time.perf_counter())
+        with self._condition:
+            if self._closed:
+                raise ActCancelled("the policy closed; generation stopped")
+            self._queue.append(row)
+            self.queued += 1
+            self._start_loop()
+            self._condition.notify_all()
+        while not row.done.wait(WAIT_POLL_S):
+            with self._condition:
+                if self._thread is None or not self._thread.is_alive():
+                    if row in self._queue:  # the loop ended (idle) as this turn came: a new one takes it
+                        self._start_loop()
+                    elif not row.done.is_set():
+                        raise RuntimeError("the generation loop stopped before this turn was generated")
+        if row.error is not None:
+            raise row.error
+        assert row.result is not None
+        return row.result
+
+    def close(self) -> None:
+        """Stop the loop (turns in flight and queued end with ActCancelled) and free the kept caches."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=30.0)
+        self._fail_all(ActCancelled("the policy closed; generation stopped"))
+        self.kept.clear()
+        self.kept_bytes = 0
+        with self._condition:
+            self._closed = False  # a later turn (a policy used again) starts a new loop
+
+    def _start_loop(self) -> None:
+        """The loop thread, unless one runs (called under the condition)."""
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._loop, name="lm-generation", daemon=True)
+            self._thread.start()
+
+    # -- the loop ---------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        """Take, join, step, until idle for LOOP_IDLE_EXIT_S (the kept caches stay for the next
+        loop) or closed or failed (every turn in flight then ends with the reason)."""
+        try:
+            while (fresh := self._take()) is not None:
+                for row in fresh:
+                    self._join(row)
+                if self.rows:
+                    self._step()
+        except BaseException as exc:  # noqa: BLE001 - every turn in flight fails with the loop's error
+            self._fail_all(exc)
+            self._reset_batch()
+            with self._condition:
+                if self._thread is threading.current_thread():
+                    self._thread = None
+
+    def _take(self) -> list[_Row] | None:
+        """The turns queued since the last step (none waited for while the batch has rows); when
+        idle, the first one and what arrives within COLLECT_WINDOW_S of it. None: stop the loop."""
+        with self._condition:
+            if not self.rows:
+                idle_until = time.monotonic() + LOOP_IDLE_EXIT_S
+                while not self._queue and not self._closed:
+                    left = idle_until - time.monotonic()
+                    if left <= 0:
+                        self._thread = None  # the next turn starts a new loop
+                        return None
+                    self._condition.wait(left)
+                window_ends = time.monotonic() + COLLECT_WINDOW_S
+                while not self._closed and (left := window_ends - time.monotonic()) > 0:
+                    self._condition.wait(left)
+            if self._closed:
+                raise ActCancelled("the policy closed; generation stopped")
+            fresh, self._queue = self._queue, []
+            return fresh
+
+    def _fail_all(self, exc: BaseException) -> None:
+        with self._condition:
+            waiting, self._queue = self._queue, []
+        for row in [*self.rows, *waiting]:
+            if not row.done.is_set():
+                row.error = exc
+                row.done.set()
+        self.rows = []
+
+    @contextmanager
+    def _model_turn(self) -> Iterator[Any]:
+        """The model for one forward pass: under the policy's lock, in eval mode, without grad;
+        the kept caches dropped first when the weights changed since the last pass."""
+        owner = self.owner
+        with owner.lock:
+            if owner.weights_version != self._version:
+                self._version = owner.weights_version
+                self.kept.clear()
+                self.kept_bytes = 0
+            model = owner.model
+            was_training = model.training
+            model.eval()  # no dropout while acting; the trainer's mode is put back after
+            try:
+                with torch.no_grad():
+                    yield model
+            finally:
+                model.train(was_training)
+
+    # -- joining: a turn's prefill ------------------------------------------------------------
+
+    def _join(self, row: _Row) -> None:
+        """Add the turn to the batch on its kept cache (its episode's, or a prefix another holds):
+        the few new tokens are fed with the batch's next step; a long rest, or a prompt with no
+        kept prefix, is prefilled alone first (and kept at once: the turns joining after it may
+        share it). A turn cancelled while queued, or whose prefill fails, ends here."""
+        from transformers import DynamicCache
+
+        device = self.owner.loaded.device
+        try:
+            row.call.check_cancel()
+            if row.grammar is not None:
+                row.matcher = xgr.GrammarMatcher(row.grammar)
+                row.bitmask = xgr.allocate_token_bitmask(1, self.owner._info.vocab_size)
+            with self._model_turn() as model:  # the kept caches are looked at after a weights check
+                kept = self._reusable(row.episode, row.prompt)
+                start = len(kept.ids) if kept is not None else 0
+                cache: Any = DynamicCache(kept.layers) if kept is not None else DynamicCache()
+                new = row.prompt[start:]
+                if kept is not None and len(new) <= PREFILL_IN_BATCH_TOKENS:
+                    row.covered, row.feeding = list(kept.ids), new
+                else:
+                    out = model(input_ids=torch.tensor([new], device=device),
+                                position_ids=torch.arange(start, len(row.prompt), device=device).unsqueeze(0),
+                                past_key_values=cache, use_cache=True, logits_to_keep=1)
+                    cache, row.last, row.covered = out.past_key_values, out.logits[0, -1], list(row.prompt)
+        except BaseException as exc:  # noqa: BLE001 - the turn's failure, raised in its caller
+            row.error = exc
+            row.done.set()
+            return
+        if not row.feeding:
+            self._store(row.episode, row.covered, [(layer.keys, layer.values) for layer in cache.layers])
+        self._add(row, cache)
+
+    def _reusable(self, episode: str, prompt: list[int]) -> _Kept | None:
+        """A kept cache `prompt` extends: the episode's own (popped: the turn's replaces it), else
+        the longest prefix another episode's holds (the system prompt and the tools: copied, the
+        other keeps it), cut to leave at least the prompt's last token to feed; None when none
+        holds MIN_SHARED_PREFIX tokens of it."""
+        own = self.kept.pop(episode, None)
+        if own is not None:
+            self.kept_bytes -= own.nbytes
+        best, shared = None, 0
+        for kept in ([own] if own is not None else []) + list(reversed(self.kept.values())):
+            n = _common_prefix(kept.ids, prompt, len(prompt) - 1)
+            if n > shared:  # the episode's own first: it wins a tie
+                best, shared = kept, n
+        if best is None or (best is not own and shared < MIN_SHARED_PREFIX):
+            return None
+        if shared < len(best.ids):
+            return _Kept(best.ids[:shared], [(k[:, :, :shared], v[:, :, :shared]) for k, v in best.layers], 0)
+        return best
+
+    def _add(self, row: _Row, cache: Any) -> None:
+        """A prefilled row into the batch: the shorter of the two padded on the left."""
+        n = len(row.covered)
+        device = self.owner.loaded.device
+        if self._cache is None:
+            self._cache, self._mask = cache, torch.ones(1, n, dtype=torch.long, device=device)
+            self.rows = [row]
+            return
+        assert self._mask is not None
+        length = self._mask.shape[1]
+        if n > length:
+            _pad_left(self._cache, n - length)
+            self._mask = torch.cat([self._mask.new_zeros(self._mask.shape[0], n - length), self._mask], 1)
+        elif n < length:
+            _pad_left(cache, length - n)
+        mask = torch.cat([self._mask.new_zeros(1, max(length - n, 0)), self._mask.new_ones(1, n)], 1)
+        for batch_layer, row_layer in zip(self._cache.layers, cache.layers, strict=True):
+            batch_layer.keys = torch.cat([batch_layer.keys, row_layer.keys], 0)
+            batch_layer.values = torch.cat([batch_layer.values, row_layer.values], 0)
+        self._mask = torch.cat([self._mask, mask], 0)
+        self.rows.append(row)
+
+    # -- a step of the batch --------------------------------------------------------------------
+
+    def _step(self) -> None:
+        """Each row's next tokens (sampled, or a forced run), the rows that ended taken out, then
+        one forward pass over the batch."""
+        leaving = []
+        for index, row in enumerate(self.rows):
+            try:
+                more = self._next(row)
+            except BaseException as exc:  # noqa: BLE001 - a cancel, or the row's own failure
+                row.error, more = exc, False
+            if not more:
+                leaving.append(index)
+        if leaving:
+            self._leave(leaving)
+        if self.rows:
+            self._forward()
+
+    def _next(self, row: _Row) -> bool:
+        """What the row feeds next (acting.py's batch-1 loop, one iteration's first half); False
+        when its turn is over: an end-of-turn token, max_tokens, or its grammar's end."""
+        owner, call = self.owner, row.call
+        if len(row.ids) >= call.max_tokens:
+            return False
+        call.check_cancel()  # between tokens: a caller that went away stops the generation
+        if row.feeding:  # the prompt's new tokens, set as it joined: fed before anything is sampled
+            return True
+        forced = owner._forced(row.matcher, call.max_tokens - len(row.ids))
+        if forced:
+            row.feeding, row.forced = forced, True
+            return True
+        assert row.last is not None
+        scaled = owner._scaled(row.last, call)
+        drawn_from = scaled
+        choice = 1
+        if row.matcher is not None:
+            row.matcher.fill_next_token_bitmask(row.bitmask)
+            masked = scaled.clone().unsqueeze(0)
+            xgr.apply_token_bitmask_inplace(masked, row.bitmask.to(masked.device))
+            choice = int(torch.isfinite(masked[0]).sum() > 1)  # one allowed token: forced
+            drawn_from = masked[0]
+            token = owner._sample(drawn_from, row.generator, call)
+            if not row.matcher.accept_token(token):
+                return False  # cannot happen for a token the mask allowed; stop rather than loop
+        else:
+            token = owner._sample(scaled, row.generator, call)
+        if choice and call.temperature > 0.0 and row.generator is not None:  # greedy: entropy 0
+            row.entropy += sampling_entropy(drawn_from, call.top_p)
+        row.logprobs.append(float(torch.log_softmax(scaled, -1)[token]))
+        owner._note_logprobs(call, row.last.unsqueeze(0), [token])
+        row.ids.append(token)
+        row.chosen.append(choice)
+        if token in owner.eos_ids or len(row.ids) >= call.max_tokens:
+            return False
+        row.feeding, row.forced = [token], False
+        return True
+
+    def _forward(self) -> None:
+        """One forward pass over the batch: each row's tokens, padded on the right to the longest
+        (the padding is a hole in the cache, masked), at the row's own positions."""
+        assert self._mask is not None
+        device = self._mask.device
+        width = max(len(row.feeding) for row in self.rows)
+        count = len(self.rows)
+        ids = torch.zeros(count, width, dtype=torch.long, device=device)
+        new_mask = torch.zeros(count, width, dtype=torch.long, device=device)
+        positions = torch.zeros(count, width, dtype=torch.long, device=device)
+        for index, row in enumerate(self.rows):
+            k = len(row.feeding)
+            ids[index, :k] = torch.tensor(row.feeding, device=device)
+            new_mask[index, :k] = 1
+            positions[index] = torch.arange(len(row.covered), len(row.covered) + width, device=device)
+        mask = torch.cat([self._mask, new_mask], 1)
+        with self._model_turn() as model:
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self._cache,
+                        use_cache=True)
+        self._cache, self._mask = out.past_key_values, mask
+        self.steps += 1
+        for index, row in enumerate(self.rows):
+            self._took(row, out.logits[index, :len(row.feeding)])
+
+    def _took(self, row: _Row, logits: torch.Tensor) -> None:
+        """After the forward pass: a forced run's logprobs (the second half of the batch-1 loop's
+        iteration), the row's new last logits and what its cache covers."""
+        if row.forced:
+            assert row.last is not None
+            before = torch.cat([row.last.unsqueeze(0), logits[:-1]])
+            scores = torch.log_softmax(self.owner._scaled(before, row.call), -1)
+            row.logprobs += [float(scores[pos, token]) for pos, token in enumerate(row.feeding)]
+            self.owner._note_logprobs(row.call, before, row.feeding)
+            row.ids += row.feeding
+            row.chosen += [0] * len(row.feeding)
+        row.covered += row.feeding
+        row.last = logits[-1]
+        row.feeding = []
+
+    # -- leaving ------------------------------------------------------------------------------
+
+    def _leave(self, indices: list[int]) -> None:
+        """The rows at `indices` out of the batch: a finished turn's cache kept for its episode's
+        next turn, its result handed to its caller; the padding no row needs any longer cut."""
+        assert self._mask is not None
+        for index in indices:
+            row = self.rows[index]
+            if row.error is None:
+                self._keep(row, index)
+                row.result = _Turn(row.ids, row.logprobs, row.chosen, time.perf_counter() - row.started,
+                                   row.entropy)
+            row.done.set()
+        gone = set(indices)
+        staying = [i for i in range(len(self.rows)) if i not in gone]
+        if not staying:
+            self._reset_batch()
+            return
+        self.rows = [self.rows[i] for i in staying]
+        select = torch.tensor(staying, device=self._mask.device)
+        mask = self._mask[select]
+        first = int(mask.any(0).nonzero()[0])  # columns before it are padding in every row left
+        self._mask = mask[:, first:]
+        for layer in self._cache.layers:
+            layer.keys = layer.keys[select, :, first:]
+            layer.values = layer.values[select, :, first:]
+
+    def _keep(self, row: _Row, index: int) -> None:
+        """The row's cache, without padding or holes, kept for its episode's next turn."""
+        assert self._mask is not None
+        where = self._mask[index].nonzero().squeeze(1)
+        self._store(row.episode, row.covered, [(layer.keys[index:index + 1, :, where],
+                                                layer.values[index:index + 1, :, where])
+                                               for layer in self._cache.layers])
+
+    def _store(self, episode: str, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """A copy of `layers` (batch 1, covering `ids`) kept for `episode`, within KEPT_CACHE_BYTES
+        (the oldest dropped first)."""
+        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
+        old = self.kept.pop(episode, None)
+        if old is not None:
+            self.kept_bytes -= old.nbytes
+        if nbytes > KEPT_CACHE_BYTES:
+            return
+        self.kept[episode] = _Kept(list(ids), [(k.clone(), v.clone()) for k, v in layers], nbytes)
+        self.kept_bytes += nbytes
+        while self.kept_bytes > KEPT_CACHE_BYTES:
+            _, dropped = self.kept.popitem(last=False)
+            self.kept_bytes -= dropped.nbytes
+
+    def _reset_batch(self) -> None:
+        self.rows, self._cache, self._mask = [], None, None
+
+
+def _pad_left(cache: Any, count: int) -> None:
+    """`count` zero positions before every row of every layer of `cache` (masked out by the caller)."""
+    for layer in cache.layers:
+        for name in ("keys", "values"):
+            tensor = getattr(layer, name)
+            pad = tensor.new_zeros(*tensor.shape[:2], count, tensor.shape[3])
+            setattr(layer, name, torch.cat([pad, tensor], 2))
+
+
+def _common_prefix(a: list[int], b: list[int], bound: int) -> int:
+    """How many leading tokens `a` and `b` share, at most `bound`."""
+    n = min(len(a), len(b), bound)
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

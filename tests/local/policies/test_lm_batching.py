@@ -1,0 +1,280 @@
+"""The `lm` policy's generation loop (app/local/policies/lm/batching.py, issue 40 item 1): the
+turns of concurrent episodes decoded together, each episode's KV cache kept across its turns.
+A seeded turn through the loop is the batch-1 path's turn (tests/support/lm_reference.py) within
+float tolerance, alone or beside others; a turn joins a batch that is decoding; a cancel ends its
+row only. The tiny model, CPU, offline, seeded. docs/embedded-policy.md#batched-generation."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from app.local.policies.base import ActCancelled, ActOptions, Episode, PolicySettings
+from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
+from support.pilot_waits import poll_until
+
+pytestmark = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier
+
+MAX_TOKENS = 48
+TOLERANCE = 1e-4  # logprobs: a batched forward pass sums in another order than a batch-1 one
+
+
+def _policy(model: Path) -> Any:
+    from app.local.policies.lm.policy import LmPolicy
+
+    return LmPolicy(PolicySettings(model=str(model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1,
+                                   group_size=2, options={"trainer_mode": "full", "max_tokens": MAX_TOKENS}))
+
+
+@pytest.fixture
+def policy(tiny_model: Path) -> Iterator[Any]:
+    made = _policy(tiny_model)
+    yield made
+    made.close()
+
+
+def _messages(label: str, padding: int = 0) -> list[dict[str, Any]]:
+    """A press request; `padding` words make prompts of different lengths."""
+    return [{"role": "system", "content": SYSTEM_PROMPT + " Be quick." * padding},
+            {"role": "user", "content": f"Press {label}."}]
+
+
+def _seed_of(rng_seed: int) -> int:
+    """The seed `act` draws for a training turn from random.Random(rng_seed)."""
+    return random.Random(rng_seed).getrandbits(63)
+
+
+def _assert_batch_one(policy: Any, act: Any, grammar: bool, seed: int, start: int | None = None) -> None:
+    """The turn `act` recorded equals the batch-1 path's from the same prompt and seed."""
+    from app.local.policies.lm.acting import _Call
+    from support.lm_reference import batch_one_turn
+
+    memo = act.memo
+    sequence = memo.sequence
+    begin = memo.end - memo.tokens
+    compiled = policy._grammar([PRESS_TOOL])[0] if grammar else None
+    ids, logprobs, chosen, entropy = batch_one_turn(policy, sequence.ids[:begin], compiled, seed,
+                                                    _Call(policy.temperature, policy.top_p, MAX_TOKENS))
+    assert sequence.ids[begin:memo.end] == ids
+    assert sequence.mask[begin:memo.end] == chosen
+    assert sequence.logprobs[begin:memo.end] == pytest.approx(logprobs, abs=TOLERANCE)
+    assert memo.entropy_sum == pytest.approx(entropy, abs=TOLERANCE)
+
+
+@contextmanager
+def _all_queued(policy: Any, count: int) -> Iterator[None]:
+    """The model held (the policy's lock) until `count` turns are queued: they meet in the batch."""
+    with policy.lock:
+        yield
+        poll_until(lambda: policy.batcher.queued >= count, timeout=60)
+
+
+def _in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
+    results: list[Any] = [None] * len(calls)
+
+    def run(index: int) -> None:
+        try:
+            results[index] = calls[index]()
+        except BaseException as exc:  # noqa: BLE001 - checked by the test
+            results[index] = exc
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    return results
+
+
+def _widest_batch(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records the batch's row count at each forward pass of the loop."""
+    widths: list[int] = []
+    batcher_type = type(policy.batcher)
+    original = batcher_type._forward
+
+    def forward(self: Any) -> None:
+        widths.append(len(self.rows))
+        original(self)
+
+    monkeypatch.setattr(batcher_type, "_forward", forward)
+    return widths
+
+
+def _counting_inputs(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records how many tokens each forward pass of the model is fed."""
+    fed: list[int] = []
+    model = policy.model
+    original = model.forward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        fed.append(int(kwargs["input_ids"].numel()))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    return fed
+
+
+@pytest.mark.parametrize("grammar", [True, False], ids=["tool-call grammar", "free"])
+def test_a_seeded_turn_alone_is_the_batch_one_turn(policy: Any, grammar: bool) -> None:
+    tools, choice = ([PRESS_TOOL], TOOL_CHOICE) if grammar else (None, None)
+    act = policy.act(_messages("C"), tools, choice, "trace_j:alone", random.Random(5))
+    _assert_batch_one(policy, act, grammar, _seed_of(5))
+
+
+def test_concurrent_turns_of_different_lengths_are_each_their_batch_one_turn(
+        policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    widths = _widest_batch(policy, monkeypatch)
+    count = 6
+
+    def turn(i: int) -> Callable[[], Any]:
+        grammar = i % 2 == 0
+        tools, choice = ([PRESS_TOOL], TOOL_CHOICE) if grammar else (None, None)
+        return lambda: policy.act(_messages("ABCD"[i % 4], padding=3 * i), tools, choice, f"trace_j:c{i}",
+                                  random.Random(10 + i))
+
+    with _all_queued(policy, count):
+        results: list[Any] = []
+        runner = threading.Thread(target=lambda: results.extend(_in_threads([turn(i) for i in range(count)])))
+        runner.start()
+    runner.join(timeout=300)
+    assert max(widths) == count  # every turn was in the batch at once
+    lengths = {len(r.memo.sequence.ids[:r.memo.end - r.memo.tokens]) for r in results}
+    assert len(lengths) == count  # prompts of different lengths: padded on the left
+    for i, act in enumerate(results):
+        _assert_batch_one(policy, act, i % 2 == 0, _seed_of(10 + i))
+
+
+def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    fed = _counting_inputs(policy, monkeypatch)
+    rng = random.Random(3)
+    messages = _messages("B")
+    first = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:two", rng)
+    prompt_one = first.memo.end - first.memo.tokens
+    assert fed[0] == prompt_one  # the first turn prefills its whole prompt
+    messages = [*messages, first.message, {"role": "tool", "tool_call_id": first.call_id, "content": "Right."}]
+    fed.clear()
+    state = rng.getstate()
+    second = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:two", rng)
+    prompt_two = second.memo.end - second.memo.tokens
+    # the kept cache holds every token fed so far: the prompt and the first completion but its
+    # last token (an end of turn, never fed); the task app's text and that token are prefilled
+    assert fed[0] == prompt_two - (first.memo.end - 1)
+    assert fed[0] < prompt_two // 2
+    replay = random.Random()
+    replay.setstate(state)
+    _assert_batch_one(policy, second, True, replay.getrandbits(63))  # the same as a full re-prefill
+
+
+def test_a_new_episode_starts_on_the_prefix_another_episode_kept(policy: Any,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fed = _counting_inputs(policy, monkeypatch)
+    first = policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:p0", random.Random(6))
+    fed.clear()
+    other = policy.act(_messages("C"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:p1", random.Random(7))
+    prompt = other.memo.sequence.ids[:other.memo.sequence.prompt_len]
+    shared = 0
+    while prompt[shared] == first.memo.sequence.ids[shared]:
+        shared += 1
+    assert shared >= 16 and fed[0] == len(prompt) - shared  # only what follows the shared prefix
+    _assert_batch_one(policy, other, True, _seed_of(7))
+
+
+def test_the_kept_caches_are_dropped_when_an_update_changes_the_weights(policy: Any) -> None:
+    rng = random.Random(2)
+    group = []
+    for i, score in enumerate((0.0, 1.0)):
+        act = policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"trace_j:u{i}", rng)
+        group.append(Episode([act.memo], score))
+    policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:other", rng)
+    assert len(policy.batcher.kept) == 3
+    policy.update([group])
+    messages = _messages("A")
+    other = policy.batcher.kept["trace_j:other"]
+    second = policy.act([*messages, {"role": "user", "content": "Again."}], [PRESS_TOOL], TOOL_CHOICE,
+                        "trace_j:other", rng)
+    assert policy.batcher.kept.get("trace_j:other") is not other
+    # after the update, nothing of the old weights is kept: the episode's turn prefilled it all
+    assert list(policy.batcher.kept) == ["trace_j:other"]
+    assert len(policy.batcher.kept["trace_j:other"].ids) == second.memo.end - 1
+
+
+def test_a_turn_that_arrives_while_another_decodes_joins_before_that_one_ends(
+        policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(policy, "eos_ids", [])  # the long turn runs to max_tokens
+    left: list[str] = []
+    batcher_type = type(policy.batcher)
+    original = batcher_type._leave
+
+    def leave(self: Any, indices: list[int]) -> None:
+        left.extend(self.rows[i].episode for i in indices)
+        original(self, indices)
+
+    monkeypatch.setattr(batcher_type, "_leave", leave)
+    widths = _widest_batch(policy, monkeypatch)
+    results: list[Any] = []
+    long = threading.Thread(target=lambda: results.append(
+        policy.act(_messages("A"), None, None, "trace_j:long", random.Random(1))))
+    long.start()
+    poll_until(lambda: policy.batcher.steps >= 1, timeout=60)  # the long turn is decoding
+    with _all_queued(policy, 2):
+        short = threading.Thread(target=lambda: results.append(policy.act(
+            _messages("B"), None, None, "trace_j:short", random.Random(2), ActOptions(max_tokens=4))))
+        short.start()
+    short.join(timeout=300)
+    long.join(timeout=300)
+    assert left == ["trace_j:short", "trace_j:long"]  # the short turn left first
+    assert max(widths) == 2
+    assert sorted(r.memo.tokens for r in results) == [4, MAX_TOKENS]
+
+
+def test_a_cancelled_row_leaves_the_others_results_intact(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    cancel = threading.Event()
+    original = type(policy)._sample
+    drawn: list[int] = []
+
+    def sample(self: Any, row: Any, generator: Any, call: Any) -> int:
+        if call.cancel is cancel:
+            drawn.append(1)
+            if len(drawn) == 3:
+                cancel.set()  # the route sets it when the client disconnects
+        return original(self, row, generator, call)
+
+    monkeypatch.setattr(type(policy), "_sample", sample)
+    calls = [lambda: policy.act(_messages("A"), None, None, "trace_j:k0", random.Random(20)),
+             lambda: policy.act(_messages("B", 2), None, None, "trace_j:gone", random.Random(21),
+                                ActOptions(cancel=cancel)),
+             lambda: policy.act(_messages("C", 4), [PRESS_TOOL], TOOL_CHOICE, "trace_j:k2", random.Random(22))]
+    results: list[Any] = []
+    with _all_queued(policy, 3):
+        runner = threading.Thread(target=lambda: results.extend(_in_threads(calls)))
+        runner.start()
+    runner.join(timeout=300)
+    assert isinstance(results[1], ActCancelled) and len(drawn) == 3
+    gone = policy.episodes["trace_j:gone"]
+    assert len(gone.ids) == gone.prompt_len  # nothing of the cancelled turn was kept
+    kept = policy.batcher.kept.get("trace_j:gone")  # if any: of its prompt alone
+    assert kept is None or (len(kept.ids) <= len(gone.ids) and gone.ids[:len(kept.ids)] == kept.ids)
+    assert results[0].memo.tokens > 3  # (the tiny model's free turns seldom end before max_tokens)
+    _assert_batch_one(policy, results[0], False, _seed_of(20))
+    _assert_batch_one(policy, results[2], True, _seed_of(22))
+
+
+def test_a_restart_counts_and_its_turn_is_a_fresh_prompts(policy: Any) -> None:
+    rng = random.Random(4)
+    first = policy.act(_messages("C"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:r", rng)
+    assert "trace_j:r" in policy.batcher.kept
+    edited = [*_messages("D"), first.message, {"role": "tool", "tool_call_id": first.call_id, "content": "Right."}]
+    state = rng.getstate()
+    again = policy.act(edited, [PRESS_TOOL], TOOL_CHOICE, "trace_j:r", rng)
+    assert policy.restarts == 1
+    assert again.memo.sequence is not first.memo.sequence
+    replay = random.Random()
+    replay.setstate(state)
+    _assert_batch_one(policy, again, True, replay.getrandbits(63))
