@@ -128,7 +128,7 @@ class GrpoThread:
         for _ in range(self.objective.num_iterations):  # one optimizer step per pass over the batch
             logs = self._wait_for_logs(training)
         self.steps_done += 1
-        with self.lock:  # the next step's turns may be adding theirs (async_generation)
+        with self.sequences_lock:  # the next step's turns may be adding theirs (async_generation)
             for group in groups:  # their sequences are learned from: forget them
                 for episode in group:
                     for memo in episode.memos:
