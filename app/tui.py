@@ -26,6 +26,7 @@ from app.core.launch.session import LaunchSession
 from app.core.redact import redact
 from app.screens.base import FlowScreen
 from app.screens.commands import ScreenCommands
+from app.screens.css_cache import parsed_css_kept, save_parsed_css
 from app.screens.steps import dashboard_screen, env_screen, picker_screen, preview_screen, verification_screen
 from app.screens.stylesheet import add_later_styles, add_styles
 from widgets.compat.textual_compat import give_empty_result_callback, has_queued_callbacks, withdraw_notification
@@ -135,6 +136,7 @@ class SynthTuiApp(App[int]):
         # walks only what came later; the collector, off for the start when the command line
         # started the app (app/cli/dispatch.py), is on from then (docs/performance.md#a-quiet-dashboard).
         self.call_after_refresh(self._add_later_rules)
+        self.call_after_refresh(save_parsed_css)  # what the start parsed, for the next (app/screens/css_cache.py)
         self.call_after_refresh(self._first_frame_drawn)
         if self.preparation is not None:
             self.call_after_refresh(self._prepare, self.preparation)
@@ -516,7 +518,8 @@ def initial_step(session: LaunchSession) -> str:
 
 
 def run_app(app: SynthTuiApp) -> int:
-    result = app.run()
+    with parsed_css_kept():  # the CSS parsed by an earlier start (docs/performance.md#first-paint)
+        result = app.run()
     return result if isinstance(result, int) else app.exit_code
 
 

@@ -6,8 +6,14 @@ naming the version this was written against, when Textual changes or removes one
 
 from __future__ import annotations
 
+import hashlib
+import inspect
+from collections.abc import Callable, MutableMapping
+from typing import Any
+
 from rich.cells import cell_len
 from textual.app import App
+from textual.css.stylesheet import Stylesheet
 from textual.dom import DOMNode
 from textual.geometry import Size
 from textual.message import Message
@@ -21,10 +27,14 @@ from textual.widgets._header import HeaderTitle  # the Header's title line; not 
 
 WRITTEN_FOR = "Textual 8.2.8"
 
+# Stylesheet._parse_rules' parameters, as look_up_parsed_rules calls them.
+PARSE_RULES_PARAMETERS = ("self", "css", "read_from", "is_default_rules", "tie_breaker", "scope")
+
 __all__ = [
-    "WRITTEN_FOR", "FooterKey", "HeaderTitle", "LogMeasuredInPlace", "deliver_as_driver", "footer_bindings_ready",
-    "give_empty_result_callback", "has_queued_callbacks", "is_being_removed", "notifications",
-    "update_scroll_range", "withdraw_notification",
+    "PARSE_RULES_PARAMETERS", "WRITTEN_FOR", "FooterKey", "HeaderTitle", "LogMeasuredInPlace", "deliver_as_driver",
+    "footer_bindings_ready", "give_empty_result_callback", "has_queued_callbacks", "is_being_removed",
+    "look_up_parsed_rules", "notifications", "parse_rules_signature", "update_scroll_range",
+    "withdraw_notification",
 ]
 
 
@@ -95,3 +105,39 @@ class LogMeasuredInPlace(Log):
         if line.isascii() and line.isprintable():
             return len(line)  # the common case: one cell a character, nothing to replace
         return cell_len(cls._process_line(line))
+
+
+def parse_rules_signature() -> tuple[str, ...]:
+    """The parameters of Textual's ``Stylesheet._parse_rules`` as installed now."""
+    return tuple(inspect.signature(Stylesheet._parse_rules).parameters)
+
+
+def look_up_parsed_rules(known: MutableMapping[str, Any],
+                         parsed: MutableMapping[str, Any]) -> Callable[[], None] | None:
+    """Give every stylesheet the rules in `known` instead of parsing their source again, and put
+    what it still parses into `parsed` (docs/performance.md#first-paint: a start parses its CSS in
+    13-15 ms, and reads it back in about 1). The key hashes all that the parse depends on: the CSS
+    text, where it came from, its default/tie-breaker/scope, and the stylesheet's variables,
+    substituted as it parses (another theme, other rules). Wraps ``Stylesheet._parse_rules`` at
+    class level; returns the undo, or None, installing nothing, when its parameters are not the
+    ones this was written for (tests/compat/test_textual_names.py says so)."""
+    if parse_rules_signature() != PARSE_RULES_PARAMETERS:
+        return None
+    original = Stylesheet._parse_rules
+
+    def parse_rules(self: Stylesheet, css: str, read_from: Any, is_default_rules: bool = False,
+                    tie_breaker: int = 0, scope: str = "") -> Any:
+        key = hashlib.sha256(repr((css, read_from, is_default_rules, tie_breaker, scope,
+                                   sorted(self._variables.items()))).encode()).hexdigest()
+        try:
+            return known[key]
+        except KeyError:
+            rules = parsed[key] = original(self, css, read_from, is_default_rules, tie_breaker, scope)
+            return rules
+
+    Stylesheet._parse_rules = parse_rules  # type: ignore[method-assign]
+
+    def undo() -> None:
+        Stylesheet._parse_rules = original  # type: ignore[method-assign]
+
+    return undo
