@@ -52,6 +52,9 @@ WORKER_FAILURE_TOASTS: dict[str, str] = {
     "rollout-image": "An image could not be drawn",  # the image says so where it stands
 }
 
+# The parsed CSS is pickled this long after the first frame, not while Textual writes it out.
+SAVE_PARSED_CSS_AFTER_S = 1.0
+
 # Whether this process has frozen what existed at its first frame (SynthTuiApp._first_frame_drawn).
 _startup_frozen = False
 
@@ -136,7 +139,8 @@ class SynthTuiApp(App[int]):
         # walks only what came later; the collector, off for the start when the command line
         # started the app (app/cli/dispatch.py), is on from then (docs/performance.md#a-quiet-dashboard).
         self.call_after_refresh(self._add_later_rules)
-        self.call_after_refresh(save_parsed_css)  # what the start parsed, for the next (app/screens/css_cache.py)
+        # What the start parsed, kept for the next (app/screens/css_cache.py), once the first frame is out.
+        self.call_after_refresh(self.set_timer, SAVE_PARSED_CSS_AFTER_S, save_parsed_css)
         self.call_after_refresh(self._first_frame_drawn)
         if self.preparation is not None:
             self.call_after_refresh(self._prepare, self.preparation)

@@ -16,7 +16,7 @@ import pickle
 import stat
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -57,9 +57,10 @@ def written_for() -> str:
     return f"textual {textual_version()}; python {sys.version_info[0]}.{sys.version_info[1]}; format 1"
 
 
-def read_rules(path: Path) -> dict[str, Any]:
-    """The rules kept at `path`, or none when it is missing, not only the user's, too big, for
-    another Textual or Python, or does not read back."""
+def read_rules(path: Path) -> dict[str, bytes]:
+    """The rules kept at `path`, each source's still pickled (KeptRules reads one when it is
+    asked for), or none when the file is missing, not only the user's, too big, for another
+    Textual or Python, or does not read back."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -74,9 +75,31 @@ def read_rules(path: Path) -> dict[str, Any]:
     except Exception:  # a torn, foreign or older file is only a cache: parse as without it
         return {}
     if (not isinstance(kept, tuple) or len(kept) != 2 or kept[0] != written_for()
-            or not isinstance(kept[1], dict)):
+            or not isinstance(kept[1], dict) or not all(isinstance(rules, bytes) for rules in kept[1].values())):
         return {}
     return kept[1]
+
+
+class KeptRules(Mapping[str, Any]):
+    """The kept sources' rules, each unpickled when a stylesheet asks for it: the first frame
+    reads its own (43 kB), not the later steps' too. One that does not read back is missing."""
+
+    def __init__(self, pickled: dict[str, bytes]) -> None:
+        self.pickled = pickled
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return pickle.loads(self.pickled[key])
+        except KeyError:
+            raise
+        except Exception:  # a rule that no longer unpickles: parsed again
+            raise KeyError(key) from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.pickled)
+
+    def __len__(self) -> int:
+        return len(self.pickled)
 
 
 class ParsedCss:
@@ -84,20 +107,27 @@ class ParsedCss:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.known: dict[str, Any] = read_rules(path)
+        self.known = KeptRules(read_rules(path))
         self.parsed: dict[str, Any] = {}
         self._saved: set[str] = set()
         self.writer: threading.Thread | None = None  # the last save's, while it writes (tests join it)
+        self.saves = 0  # calls to save, new sources or not
 
     def save(self) -> threading.Thread | None:
         """Keep what was parsed since the file was read (or last saved): pickled now, written on
         a thread, so that the UI does not wait for the disk. The thread, or None when there is
         nothing new (or it would not fit)."""
+        self.saves += 1
         new = self.parsed.keys() - self.known.keys() - self._saved
         if not new:
             return None
         self._saved |= new
-        data = self._pickled({**self.known, **self.parsed}) or self._pickled(dict(self.parsed))
+        try:
+            this_start = {key: pickle.dumps(self.parsed[key], protocol=pickle.HIGHEST_PROTOCOL) for key in new}
+        except Exception:  # a rule Textual made unpicklable: no cache, as before it
+            return None
+        self.known.pickled.update(this_start)
+        data = self._pickled(self.known.pickled) or self._pickled(this_start)
         if data is None:
             return None
         self.writer = threading.Thread(target=self._write, args=(data,), name="parsed-css-cache")
@@ -105,11 +135,8 @@ class ParsedCss:
         return self.writer
 
     @staticmethod
-    def _pickled(rules: dict[str, Any]) -> bytes | None:
-        try:
-            data = pickle.dumps((written_for(), rules), protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception:  # a rule Textual made unpicklable: no cache, as before it
-            return None
+    def _pickled(rules: dict[str, bytes]) -> bytes | None:
+        data = pickle.dumps((written_for(), rules), protocol=pickle.HIGHEST_PROTOCOL)
         return data if len(data) <= CACHE_LIMIT_BYTES else None
 
     def _write(self, data: bytes) -> None:

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from app.screens import css_cache
-from app.screens.css_cache import ParsedCss, cache_path, parsed_css_kept, read_rules, written_for
+from app.screens.css_cache import KeptRules, ParsedCss, cache_path, parsed_css_kept, read_rules, written_for
 from app.screens.stylesheet import stylesheet_path
 from app.tui import SynthTuiApp
-from support.pilot_waits import wait_until
+from support.pilot_waits import wait_for
 from support.textual_compat import count_parses
 
 pytestmark = pytest.mark.usefixtures("project_configs_only")
@@ -43,8 +43,7 @@ async def start(app: SynthTuiApp, path: Path) -> ParsedCss:
     with parsed_css_kept(path) as cache:
         assert cache is not None, "the wrapper did not install: widgets/compat/textual_compat.py"
         async with app.run_test(size=(160, 45)) as pilot:
-            await wait_until(pilot, lambda: bool(cache._saved) or (bool(cache.known) and not app._later_rules),
-                             "the first frame's save")
+            await wait_for(pilot, lambda: cache.saves > 0, what="the save after the first frame")
         if cache.writer is not None:
             cache.writer.join()
     return cache
@@ -78,7 +77,7 @@ async def test_a_torn_file_is_parsed_around_and_replaced(make_app, kept, parses)
     kept.write_bytes(b"\x80\x05not a pickle")
     kept.chmod(0o600)
     cache = await start(make_app(), kept)
-    assert cache.known == {} and FIRST_PART in [where for _css, where in parses]
+    assert FIRST_PART in [where for _css, where in parses]
     assert read_rules(kept).keys() == cache._saved
 
 
@@ -95,7 +94,7 @@ def test_the_file_is_the_users_alone_and_reads_back(kept):
     kept_file(kept, {"key": ["rules"]})
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600
     assert stat.S_IMODE(kept.parent.stat().st_mode) == 0o700
-    assert read_rules(kept) == {"key": ["rules"]}
+    assert dict(KeptRules(read_rules(kept))) == {"key": ["rules"]}
 
 
 def test_a_file_others_may_write_is_ignored(kept):
@@ -117,11 +116,19 @@ def test_an_oversized_file_is_ignored_and_never_written(kept, monkeypatch):
 
 def test_a_file_for_another_textual_or_torn_is_ignored(kept):
     kept.parent.mkdir(parents=True)
-    for data in (pickle.dumps(("textual 0.1; python 3.11; format 1", {"key": 1})), b"", b"\x80\x05\x95",
-                 pickle.dumps({"key": 1}), pickle.dumps((written_for(), ["key"]))):
+    for data in (pickle.dumps(("textual 0.1; python 3.11; format 1", {"key": b""})), b"", b"\x80\x05\x95",
+                 pickle.dumps({"key": b""}), pickle.dumps((written_for(), ["key"])),
+                 pickle.dumps((written_for(), {"key": ["not pickled"]}))):
         kept.write_bytes(data)
         kept.chmod(0o600)
         assert read_rules(kept) == {}, data
+
+
+def test_a_source_that_does_not_read_back_is_parsed_again():
+    rules = KeptRules({"torn": b"\x80\x05\x95", "kept": pickle.dumps(["rules"])})
+    assert rules["kept"] == ["rules"]
+    with pytest.raises(KeyError):
+        rules["torn"]
 
 
 def test_a_full_cache_starts_again_with_this_starts_rules(kept, monkeypatch):

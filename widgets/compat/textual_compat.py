@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
 from rich.cells import cell_len
@@ -112,28 +112,37 @@ def parse_rules_signature() -> tuple[str, ...]:
     return tuple(inspect.signature(Stylesheet._parse_rules).parameters)
 
 
-def look_up_parsed_rules(known: MutableMapping[str, Any],
-                         parsed: MutableMapping[str, Any]) -> Callable[[], None] | None:
+def look_up_parsed_rules(known: Mapping[str, Any], parsed: MutableMapping[str, Any]) -> Callable[[], None] | None:
     """Give every stylesheet the rules in `known` instead of parsing their source again, and put
     what it still parses into `parsed` (docs/performance.md#first-paint: a start parses its CSS in
     13-15 ms, and reads it back in about 1). The key hashes all that the parse depends on: the CSS
     text, where it came from, its default/tie-breaker/scope, and the stylesheet's variables,
-    substituted as it parses (another theme, other rules). Wraps ``Stylesheet._parse_rules`` at
-    class level; returns the undo, or None, installing nothing, when its parameters are not the
-    ones this was written for (tests/compat/test_textual_names.py says so)."""
+    substituted as it parses (another theme, other rules). A source the stylesheet already holds
+    (``Stylesheet._parse_cache``: each parse of the stylesheet asks for every source again,
+    hundreds of times a start) is not hashed again. Wraps ``Stylesheet._parse_rules`` at class
+    level; returns the undo, or None, installing nothing, when its parameters are not the ones
+    this was written for (tests/compat/test_textual_names.py says so)."""
     if parse_rules_signature() != PARSE_RULES_PARAMETERS:
         return None
     original = Stylesheet._parse_rules
+    variables_digest: list[Any] = [None, ""]  # the last variables seen (kept alive), their digest
 
     def parse_rules(self: Stylesheet, css: str, read_from: Any, is_default_rules: bool = False,
                     tie_breaker: int = 0, scope: str = "") -> Any:
-        key = hashlib.sha256(repr((css, read_from, is_default_rules, tie_breaker, scope,
-                                   sorted(self._variables.items()))).encode()).hexdigest()
+        held = (css, read_from, is_default_rules, tie_breaker, scope)  # Textual's own key, without the variables
+        rules = self._parse_cache.get(held)  # what Textual's parse looks up first
+        if rules is not None:
+            return rules
+        if variables_digest[0] is not self._variables:  # set_variables replaces the dict, never edits it
+            variables_digest[:] = [self._variables, repr(sorted(self._variables.items()))]
+        key = hashlib.sha256(repr((held, variables_digest[1])).encode()).hexdigest()
         try:
-            return known[key]
+            rules = known[key]
         except KeyError:
             rules = parsed[key] = original(self, css, read_from, is_default_rules, tie_breaker, scope)
             return rules
+        self._parse_cache[held] = rules
+        return rules
 
     Stylesheet._parse_rules = parse_rules  # type: ignore[method-assign]
 
