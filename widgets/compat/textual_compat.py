@@ -6,8 +6,8 @@ naming the version this was written against, when Textual changes or removes one
 
 from __future__ import annotations
 
-import hashlib
 import inspect
+import zlib
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
 
@@ -33,7 +33,7 @@ PARSE_RULES_PARAMETERS = ("self", "css", "read_from", "is_default_rules", "tie_b
 __all__ = [
     "PARSE_RULES_PARAMETERS", "WRITTEN_FOR", "FooterKey", "HeaderTitle", "LogMeasuredInPlace", "deliver_as_driver",
     "footer_bindings_ready", "give_empty_result_callback", "has_queued_callbacks", "is_being_removed",
-    "look_up_parsed_rules", "notifications", "parse_rules_signature", "update_scroll_range",
+    "look_up_parsed_rules", "notifications", "parse_rules_signature", "source_key", "update_scroll_range",
     "withdraw_notification",
 ]
 
@@ -112,6 +112,14 @@ def parse_rules_signature() -> tuple[str, ...]:
     return tuple(inspect.signature(Stylesheet._parse_rules).parameters)
 
 
+def source_key(text: str) -> str:
+    """A 64-bit digest of `text` and its length: zlib's CRC-32 and Adler-32, as zlib is loaded
+    already (hashlib's OpenSSL costs 1.3 ms of a start); a few dozen sources, none adversarial
+    (the file is the user's own, docs/performance.md#first-paint)."""
+    data = text.encode()
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}-{len(data)}"
+
+
 def look_up_parsed_rules(known: Mapping[str, Any], parsed: MutableMapping[str, Any]) -> Callable[[], None] | None:
     """Give every stylesheet the rules in `known` instead of parsing their source again, and put
     what it still parses into `parsed` (docs/performance.md#first-paint: a start parses its CSS in
@@ -135,7 +143,7 @@ def look_up_parsed_rules(known: Mapping[str, Any], parsed: MutableMapping[str, A
             return rules
         if variables_digest[0] is not self._variables:  # set_variables replaces the dict, never edits it
             variables_digest[:] = [self._variables, repr(sorted(self._variables.items()))]
-        key = hashlib.sha256(repr((held, variables_digest[1])).encode()).hexdigest()
+        key = source_key(repr((held, variables_digest[1])))
         try:
             rules = known[key]
         except KeyError:
