@@ -157,7 +157,11 @@ def parsed_css_kept(path: Path | None = None) -> Iterator[ParsedCss | None]:
     what they parsed); None, and CSS parsed as usual, when Textual's parse is not the one the
     wrapper was written for (widgets/compat/textual_compat.py)."""
     global _installed
-    cache = ParsedCss(path or cache_path())
+    try:
+        cache = ParsedCss(path or cache_path())
+    except (OSError, RuntimeError):  # no home folder to find (Path.home): parse as without the cache
+        yield None
+        return
     undo = look_up_parsed_rules(cache.known, cache.parsed)
     if undo is None:
         yield None
