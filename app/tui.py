@@ -26,6 +26,7 @@ from app.core.launch.session import LaunchSession
 from app.core.redact import redact
 from app.screens.base import FlowScreen
 from app.screens.commands import ScreenCommands
+from app.screens.css_cache import parsed_css_kept, save_parsed_css
 from app.screens.steps import dashboard_screen, env_screen, picker_screen, preview_screen, verification_screen
 from app.screens.stylesheet import add_later_styles, add_styles
 from widgets.compat.textual_compat import give_empty_result_callback, has_queued_callbacks, withdraw_notification
@@ -50,6 +51,9 @@ KEY_SETTLE_CHECKS = 100
 WORKER_FAILURE_TOASTS: dict[str, str] = {
     "rollout-image": "An image could not be drawn",  # the image says so where it stands
 }
+
+# The parsed CSS is pickled this long after the first frame, not while Textual writes it out.
+SAVE_PARSED_CSS_AFTER_S = 1.0
 
 # Whether this process has frozen what existed at its first frame (SynthTuiApp._first_frame_drawn).
 _startup_frozen = False
@@ -135,6 +139,8 @@ class SynthTuiApp(App[int]):
         # walks only what came later; the collector, off for the start when the command line
         # started the app (app/cli/dispatch.py), is on from then (docs/performance.md#a-quiet-dashboard).
         self.call_after_refresh(self._add_later_rules)
+        # What the start parsed, kept for the next (app/screens/css_cache.py), once the first frame is out.
+        self.call_after_refresh(self.set_timer, SAVE_PARSED_CSS_AFTER_S, save_parsed_css)
         self.call_after_refresh(self._first_frame_drawn)
         if self.preparation is not None:
             self.call_after_refresh(self._prepare, self.preparation)
@@ -516,7 +522,8 @@ def initial_step(session: LaunchSession) -> str:
 
 
 def run_app(app: SynthTuiApp) -> int:
-    result = app.run()
+    with parsed_css_kept():  # the CSS parsed by an earlier start (docs/performance.md#first-paint)
+        result = app.run()
     return result if isinstance(result, int) else app.exit_code
 
 

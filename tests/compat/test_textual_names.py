@@ -155,3 +155,21 @@ async def test_the_scroll_range_follows_a_virtual_size_without_a_layout():
         await pilot.pause()
         update_scroll_range(log, Size(40, 500))
         assert log.vertical_scrollbar.window_virtual_size == 500, changed("Widget._scroll_update")
+
+
+def test_the_parse_the_kept_css_wraps_has_its_shape():
+    """look_up_parsed_rules (app/screens/css_cache.py's lookup) wraps ``Stylesheet._parse_rules``
+    with these parameters; when they change it installs nothing, and the CSS is parsed as usual."""
+    assert textual_compat.parse_rules_signature() == textual_compat.PARSE_RULES_PARAMETERS, \
+        changed(f"Stylesheet._parse_rules{textual_compat.parse_rules_signature()}")
+
+
+def test_the_kept_css_wrapper_refuses_a_changed_parse(monkeypatch):
+    from textual.css.stylesheet import Stylesheet
+
+    def changed_parse(self, css, read_from, is_default_rules=False, tie_breaker=0, scope="", extra=None):
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(Stylesheet, "_parse_rules", changed_parse)
+    assert textual_compat.look_up_parsed_rules({}, {}) is None
+    assert Stylesheet._parse_rules is changed_parse

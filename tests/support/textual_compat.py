@@ -56,6 +56,26 @@ def share_parsed_css() -> Callable[[], None]:
     return undo
 
 
+def count_parses() -> tuple[list[tuple[str, Any]], Callable[[], None]]:
+    """Record each source that reaches the ``Stylesheet._parse_rules`` installed now (the CSS
+    text, where it came from), from stylesheets that did not find it in a cache wrapped on top
+    later; returns the record and the undo."""
+    below = Stylesheet._parse_rules
+    seen: list[tuple[str, Any]] = []
+
+    def parse_rules(self: Stylesheet, css: str, read_from: Any, is_default_rules: bool = False,
+                    tie_breaker: int = 0, scope: str = "") -> Any:
+        seen.append((css, read_from))
+        return below(self, css, read_from, is_default_rules, tie_breaker, scope)
+
+    Stylesheet._parse_rules = parse_rules  # type: ignore[method-assign]
+
+    def undo() -> None:
+        Stylesheet._parse_rules = below  # type: ignore[method-assign]
+
+    return seen, undo
+
+
 def compositor(screen: Screen) -> Compositor:
     """What `screen` last laid out and drew: its strips as the terminal shows them
     (``render_strips``), each widget's region (``visible_widgets``) (``Screen._compositor``)."""

@@ -6,8 +6,14 @@ naming the version this was written against, when Textual changes or removes one
 
 from __future__ import annotations
 
+import inspect
+import zlib
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
 from rich.cells import cell_len
 from textual.app import App
+from textual.css.stylesheet import Stylesheet
 from textual.dom import DOMNode
 from textual.geometry import Size
 from textual.message import Message
@@ -21,10 +27,14 @@ from textual.widgets._header import HeaderTitle  # the Header's title line; not 
 
 WRITTEN_FOR = "Textual 8.2.8"
 
+# Stylesheet._parse_rules' parameters, as look_up_parsed_rules calls them.
+PARSE_RULES_PARAMETERS = ("self", "css", "read_from", "is_default_rules", "tie_breaker", "scope")
+
 __all__ = [
-    "WRITTEN_FOR", "FooterKey", "HeaderTitle", "LogMeasuredInPlace", "deliver_as_driver", "footer_bindings_ready",
-    "give_empty_result_callback", "has_queued_callbacks", "is_being_removed", "notifications",
-    "update_scroll_range", "withdraw_notification",
+    "PARSE_RULES_PARAMETERS", "WRITTEN_FOR", "FooterKey", "HeaderTitle", "LogMeasuredInPlace", "deliver_as_driver",
+    "footer_bindings_ready", "give_empty_result_callback", "has_queued_callbacks", "is_being_removed",
+    "look_up_parsed_rules", "notifications", "parse_rules_signature", "source_key", "update_scroll_range",
+    "withdraw_notification",
 ]
 
 
@@ -95,3 +105,56 @@ class LogMeasuredInPlace(Log):
         if line.isascii() and line.isprintable():
             return len(line)  # the common case: one cell a character, nothing to replace
         return cell_len(cls._process_line(line))
+
+
+def parse_rules_signature() -> tuple[str, ...]:
+    """The parameters of Textual's ``Stylesheet._parse_rules`` as installed now."""
+    return tuple(inspect.signature(Stylesheet._parse_rules).parameters)
+
+
+def source_key(text: str) -> str:
+    """A 64-bit digest of `text` and its length: zlib's CRC-32 and Adler-32, as zlib is loaded
+    already (hashlib's OpenSSL costs 1.3 ms of a start); a few dozen sources, none adversarial
+    (the file is the user's own, docs/performance.md#first-paint)."""
+    data = text.encode()
+    return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}-{len(data)}"
+
+
+def look_up_parsed_rules(known: Mapping[str, Any], parsed: MutableMapping[str, Any]) -> Callable[[], None] | None:
+    """Give every stylesheet the rules in `known` instead of parsing their source again, and put
+    what it still parses into `parsed` (docs/performance.md#first-paint: a start parses its CSS in
+    13-15 ms, and reads it back in about 1). The key hashes all that the parse depends on: the CSS
+    text, where it came from, its default/tie-breaker/scope, and the stylesheet's variables,
+    substituted as it parses (another theme, other rules). A source the stylesheet already holds
+    (``Stylesheet._parse_cache``: each parse of the stylesheet asks for every source again,
+    hundreds of times a start) is not hashed again. Wraps ``Stylesheet._parse_rules`` at class
+    level; returns the undo, or None, installing nothing, when its parameters are not the ones
+    this was written for (tests/compat/test_textual_names.py says so)."""
+    if parse_rules_signature() != PARSE_RULES_PARAMETERS:
+        return None
+    original = Stylesheet._parse_rules
+    variables_digest: list[Any] = [None, ""]  # the last variables seen (kept alive), their digest
+
+    def parse_rules(self: Stylesheet, css: str, read_from: Any, is_default_rules: bool = False,
+                    tie_breaker: int = 0, scope: str = "") -> Any:
+        held = (css, read_from, is_default_rules, tie_breaker, scope)  # Textual's own key, without the variables
+        rules = self._parse_cache.get(held)  # what Textual's parse looks up first
+        if rules is not None:
+            return rules
+        if variables_digest[0] is not self._variables:  # set_variables replaces the dict, never edits it
+            variables_digest[:] = [self._variables, repr(sorted(self._variables.items()))]
+        key = source_key(repr((held, variables_digest[1])))
+        try:
+            rules = known[key]
+        except KeyError:
+            rules = parsed[key] = original(self, css, read_from, is_default_rules, tie_breaker, scope)
+            return rules
+        self._parse_cache[held] = rules
+        return rules
+
+    Stylesheet._parse_rules = parse_rules  # type: ignore[method-assign]
+
+    def undo() -> None:
+        Stylesheet._parse_rules = original  # type: ignore[method-assign]
+
+    return undo
