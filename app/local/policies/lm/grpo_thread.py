@@ -87,6 +87,7 @@ class GrpoThread:
     tokenizer: Any
     loaded: LoadedModel
     lock: threading.Lock
+    sequences_lock: threading.Lock
     generator: VllmGenerator | None
     training: Training | None
     steps_done: int
