@@ -35,7 +35,7 @@ def _sample_completion(policy: Any, prompt: list[int], grammar: Any, generator: 
     matcher = xgr.GrammarMatcher(grammar) if grammar is not None else None
     bitmask = xgr.allocate_token_bitmask(1, policy._info.vocab_size) if matcher is not None else None
     out = model(input_ids=torch.tensor([prompt], device=device), use_cache=True)
-    cache, last = out.past_key_values, out.logits[0, -1]
+    cache, last = out.cache, out.logits[0, -1]
     ids: list[int] = []
     logprobs: list[float] = []
     chosen: list[int] = []
@@ -43,13 +43,13 @@ def _sample_completion(policy: Any, prompt: list[int], grammar: Any, generator: 
     while len(ids) < call.max_tokens:
         forced = policy._forced(matcher, call.max_tokens - len(ids))
         if forced:
-            out = model(input_ids=torch.tensor([forced], device=device), past_key_values=cache, use_cache=True)
+            out = model(input_ids=torch.tensor([forced], device=device), cache=cache, use_cache=True)
             before = torch.cat([last.unsqueeze(0), out.logits[0, :-1]])
             scores = torch.log_softmax(policy._scaled(before, call), -1)
             logprobs += [float(scores[pos, token]) for pos, token in enumerate(forced)]
             ids += forced
             chosen += [0] * len(forced)
-            cache, last = out.past_key_values, out.logits[0, -1]
+            cache, last = out.cache, out.logits[0, -1]
             continue
         row = policy._scaled(last, call)
         drawn_from = row
@@ -72,6 +72,6 @@ def _sample_completion(policy: Any, prompt: list[int], grammar: Any, generator: 
         chosen.append(choice)
         if token in policy.eos_ids or len(ids) >= call.max_tokens:
             break
-        out = model(input_ids=torch.tensor([[token]], device=device), past_key_values=cache, use_cache=True)
-        cache, last = out.past_key_values, out.logits[0, -1]
+        out = model(input_ids=torch.tensor([[token]], device=device), cache=cache, use_cache=True)
+        cache, last = out.cache, out.logits[0, -1]
     return ids, logprobs, chosen, entropy

@@ -253,8 +253,8 @@ class Batcher:
                 else:
                     out = model(input_ids=torch.tensor([new], device=device),
                                 position_ids=torch.arange(start, len(row.prompt), device=device).unsqueeze(0),
-                                past_key_values=cache, use_cache=True, logits_to_keep=1)
-                    cache, row.last, row.covered = out.past_key_values, out.logits[0, -1], list(row.prompt)
+                                cache=cache, use_cache=True, logits_to_keep=1)
+                    cache, row.last, row.covered = out.cache, out.logits[0, -1], list(row.prompt)
         except BaseException as exc:  # noqa: BLE001 - the turn's failure, raised in its caller
             row.error = exc
             row.done.set()
@@ -378,9 +378,9 @@ class Batcher:
             positions[index] = torch.arange(len(row.covered), len(row.covered) + width, device=device)
         mask = torch.cat([self._mask, new_mask], 1)
         with self._model_turn() as model:
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=self._cache,
+            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=self._cache,
                         use_cache=True)
-        self._cache, self._mask = out.past_key_values, mask
+        self._cache, self._mask = out.cache, mask
         self.steps += 1
         for index, row in enumerate(self.rows):
             self._took(row, out.logits[index, :len(row.feeding)])
