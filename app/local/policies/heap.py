@@ -40,3 +40,21 @@ def release_freed_memory(collect: bool = True) -> bool:
         return False
     libc.malloc_trim(0)
     return True
+
+
+# mallopt's parameters (glibc's malloc.h) and the values the lm policy sets before it loads.
+M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
+MMAP_THRESHOLD_BYTES = 1 << 20  # a tensor this large or larger is its own mapping, unmapped when freed
+ARENA_MAX = 2  # the turns' threads and the training thread share two arenas, not one each
+
+
+def bound_the_heap() -> bool:
+    """glibc's allocator set for torch's tensors on CPU: a fixed mmap threshold (glibc raises its
+    own up to 32 MB after each large free, and activations freed below it stay in the heap,
+    fragmented, for the job's life) and at most ARENA_MAX arenas (free memory in one thread's arena
+    is of no use to another's). Set once, before the model loads; True when glibc took them."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallopt"):
+        return False
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)) and bool(libc.mallopt(M_ARENA_MAX, ARENA_MAX))

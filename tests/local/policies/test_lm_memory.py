@@ -115,8 +115,9 @@ def test_gradient_checkpointing_is_on_by_default_and_changes_no_weight(tiny_mode
 
 def test_the_policy_gives_freed_memory_back_after_loading_and_each_step_and_is_collected_once_closed(
         tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """glibc keeps the pages torch frees (app/local/policies/heap.py): they are trimmed after the
-    model loads and after each update, and nothing keeps a closed policy's model alive."""
+    """glibc keeps the pages torch frees (app/local/policies/heap.py): its allocator is bounded
+    before the model loads, the pages are trimmed after it loads and after each update, and
+    nothing keeps a closed policy's model alive."""
     import gc
     import weakref
 
@@ -125,8 +126,9 @@ def test_the_policy_gives_freed_memory_back_after_loading_and_each_step_and_is_c
 
     trims: list[str] = []
     monkeypatch.setattr(heap, "release_freed_memory", lambda collect=True: trims.append("trim") or True)
+    monkeypatch.setattr(heap, "bound_the_heap", lambda: trims.append("bound") or True)
     policy = LmPolicy(replace(_settings(tiny_model, trainer_mode="lora"), total_steps=2))
-    assert trims == ["trim"]
+    assert trims == ["bound", "trim"]  # the allocator set before the model loads, trimmed after
     model = weakref.ref(policy.model)
     rng = random.Random(3)
     try:

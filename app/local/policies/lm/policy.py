@@ -102,6 +102,7 @@ class LmPolicy(Acting, Checkpoints):
         self.base = settings.model
         template = options.get("chat_template")  # [model] chat_template: replaces the model's own
         self.chat_template = str(template) if template else None
+        heap.bound_the_heap()  # before the model's tensors are allocated (policies/heap.py)
         self.loaded = loaded or self._load(resolve(settings.model))
         self.tokenizer = self.loaded.tokenizer
         self.model = self.loaded.model
