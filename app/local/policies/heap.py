@@ -5,7 +5,8 @@ process (its arenas, one per thread that allocated) for reuse, so the backend's 
 job's peak after a job ends. Measured with SmolLM2-135M (LoRA) after a job's policy is closed:
 1,971 MB held; 1,143 MB once the policy is collected; 629 MB once trimmed
 (docs/embedded-policy.md#memory-of-a-step). Called after a model loads, after each update and
-when a job ends. Elsewhere than glibc (musl, macOS, Windows) only the collection runs.
+when a job ends. `bound_the_heap` (before a model loads) keeps large tensors out of the heap
+and the arenas few. Elsewhere than glibc (musl, macOS, Windows) only the collection runs.
 """
 
 from __future__ import annotations
