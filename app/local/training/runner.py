@@ -38,6 +38,7 @@ import httpx
 
 from app.core.runs.intervals import Interval, change, change_words
 from app.local import policies
+from app.local.policies import heap
 from app.local.policies.base import (
     Parallel,
     Policy,
@@ -92,6 +93,10 @@ async def _in_own_thread(fn: Callable[[], None]) -> None:
 
     threading.Thread(target=run, name="close-policy", daemon=True).start()
     await done
+
+
+def _release_heap() -> None:
+    heap.release_freed_memory()
 
 
 def _close_when_loaded(loading: asyncio.Future[tuple[Policy, str | None]]) -> None:
@@ -230,6 +235,13 @@ class JobRunner(StepLoop):
                 try:  # the lm policy's training thread ends here, whatever ended the job
                     await asyncio.shield(_in_own_thread(run.policy.close))
                 except BaseException:  # noqa: BLE001 - a second cancel while closing: the thread is a daemon
+                    pass
+                # The closed policy (a model, its trainer, its caches) collected and the freed heap
+                # returned, so the next job does not start on this one's peak (policies/heap.py).
+                run.policy = None
+                try:
+                    await asyncio.shield(_in_own_thread(_release_heap))
+                except BaseException:  # noqa: BLE001 - as above: the memory is only given back later
                     pass
 
     async def _run_job(self, run: JobRun) -> None:

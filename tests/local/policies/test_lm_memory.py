@@ -6,6 +6,7 @@ change is the gradient itself (Adam's first step is about lr * sign(g) and would
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -110,3 +111,36 @@ def test_gradient_checkpointing_is_on_by_default_and_changes_no_weight(tiny_mode
     assert loss_on == pytest.approx(loss_off, abs=1e-6)
     for name, change in on.items():
         torch.testing.assert_close(off[name], change, rtol=1e-4, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}")
+
+
+def test_the_policy_gives_freed_memory_back_after_loading_and_each_step_and_is_collected_once_closed(
+        tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """glibc keeps the pages torch frees (app/local/policies/heap.py): its allocator is bounded
+    before the model loads, the pages are trimmed after it loads and after each update, and
+    nothing keeps a closed policy's model alive."""
+    import gc
+    import weakref
+
+    from app.local.policies import heap
+    from app.local.policies.lm.policy import LmPolicy
+
+    trims: list[str] = []
+    monkeypatch.setattr(heap, "release_freed_memory", lambda collect=True: trims.append("trim") or True)
+    monkeypatch.setattr(heap, "bound_the_heap", lambda: trims.append("bound") or True)
+    policy = LmPolicy(replace(_settings(tiny_model, trainer_mode="lora"), total_steps=2))
+    assert trims == ["bound", "trim"]  # the allocator set before the model loads, trimmed after
+    model = weakref.ref(policy.model)
+    rng = random.Random(3)
+    try:
+        for step in range(2):
+            messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press A."}]
+            acts = [policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, f"{step}-{i}", rng) for i in range(4)]
+            trims.clear()  # 2 groups of 2 (_settings)
+            policy.update([[Episode([act.memo], float(i % 2)) for i, act in enumerate(acts[g:g + 2])]
+                           for g in (0, 2)])
+            assert trims == ["trim"]
+    finally:
+        policy.close()
+    del policy, acts
+    gc.collect()
+    assert model() is None

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.local.parallel.vllm import VllmGenerator
+from app.local.policies import heap
 from app.local.policies.base import Episode, PolicySettings, UpdateStats, reward_spread
 from app.local.policies.lm.acting import EpisodeSequence, TurnMemo
 from app.local.policies.lm.memory import memory_arguments
@@ -137,6 +138,9 @@ class GrpoThread:
                             for key in [k for k, v in self.episodes.items() if v is memo.sequence]:
                                 del self.episodes[key]
         extra = {**batch.stats, "step_seconds": round(time.perf_counter() - started, 3), **training.is_ratios}
+        # The step's activations and gradients, freed in the training thread's heap arena, back to
+        # the system before the next rollouts allocate theirs in other threads' (policies/heap.py).
+        heap.release_freed_memory(collect=False)
         # reward_std is the groups' (reward_spread), not TRL's: its reward_std is the whole batch's,
         # which the group advantages never divide by. frac_reward_zero_std is TRL's when it logs it
         # (the groups as its advantages formed them, from every rank's rewards).

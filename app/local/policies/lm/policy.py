@@ -33,6 +33,7 @@ import xgrammar as xgr
 
 from app.core.errors import SynthTuiError
 from app.local.parallel.vllm import VllmGenerator, VllmPlan
+from app.local.policies import heap
 from app.local.policies.base import PolicyInfo, PolicySettings
 from app.local.policies.lm.acting import Acting, EpisodeSequence
 from app.local.policies.lm.batching import Batcher
@@ -104,6 +105,7 @@ class LmPolicy(Acting, Checkpoints):
         self.base = settings.model
         template = options.get("chat_template")  # [model] chat_template: replaces the model's own
         self.chat_template = str(template) if template else None
+        heap.bound_the_heap()  # before the model's tensors are allocated (policies/heap.py)
         self.loaded = loaded or self._load(resolve(settings.model))
         self.tokenizer = self.loaded.tokenizer
         self.model = self.loaded.model
@@ -148,6 +150,8 @@ class LmPolicy(Acting, Checkpoints):
         self._colocating = threading.Lock()  # one trainer start for the turns that ask at once
         if vllm is not None and vllm.mode != "off":
             self.generator = self._connect(vllm, connect)
+        # Loading's temporary buffers (the checkpoint's tensors, the LoRA wrap) back to the system.
+        heap.release_freed_memory()
 
     def _connect(self, plan: VllmPlan, connect: Any) -> VllmGenerator:
         """The vLLM generator; refused at the job's start, in a sentence with its fix, where the plan
