@@ -8,7 +8,6 @@ import json
 import os
 import random
 import re
-import signal
 import sys
 from collections import Counter
 from dataclasses import replace
@@ -22,10 +21,9 @@ from app.local.servers import ServerHandle, start_backend
 from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
 from support.cli import run_cli
 from support.lm_fixtures import press_payload
-from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, wait_terminal
-from ..state.test_local_resume import backend_process
+from ..state.test_local_resume import backend_process, job_killed_at_step
 
 pytestmark = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier; fails, never skips, without it
 
@@ -448,12 +446,7 @@ def test_an_lm_job_killed_mid_run_resumes_from_its_last_step(tiny_model: Path, p
     total = 5
     db = tmp_path / "state.sqlite3"
     body = press_payload(press_app.url, tiny_model, "full", steps=total, lr=1e-2)
-    with backend_process(db, tmp_path, "--trainer", "lm") as (proc, server), api_client(server) as first:
-        job_id = create_job(first, body)
-        poll_until(lambda: (first.get(f"/rl/jobs/{job_id}").json()["metadata"].get("step") or 0) >= 2,
-                   timeout=300, what="step 2")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    job_id = job_killed_at_step(db, tmp_path, body, 2, "--trainer", "lm", timeout=300)
     with backend_process(db, tmp_path, "--trainer", "lm") as (proc, server), api_client(server) as second:
         job = wait_terminal(second, job_id, timeout=300)
         events = events_of(second, job_id)

@@ -53,6 +53,20 @@ def backend_process(db: Path, home: Path, *args: str) -> Iterator[tuple[subproce
         proc.wait(10)
 
 
+def job_killed_at_step(db: Path, home: Path, body: dict, step: int, *args: str, timeout: float = 120.0) -> str:
+    """A job created on a `backend_process` (`args`: its flags) that is SIGKILLed once the job has
+    recorded `step` while still running; the job's id, for the next backend on `db` to resume."""
+    with backend_process(db, home, *args) as (proc, server), api_client(server) as first:
+        job_id = create_job(first, body)
+        poll_until(lambda: (first.get(f"/rl/jobs/{job_id}").json()["metadata"].get("step") or 0) >= step,
+                   timeout=timeout, what=f"step {step}")
+        status = first.get(f"/rl/jobs/{job_id}").json()["status"]
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert status == "running", status  # killed mid-run, not after its end
+    return str(job_id)
+
+
 def answering(url: str) -> bool:
     """Whether a server just started answers `url` with a 200 yet."""
     try:
@@ -76,13 +90,7 @@ def test_a_job_killed_mid_run_resumes_and_records_every_step_once(tmp_path, task
     config = _seeded_demo()
     total = config["training"]["num_epochs"] * config["training"]["iterations_per_epoch"]
     db = tmp_path / "state.sqlite3"
-    with backend_process(db, tmp_path) as (proc, server), api_client(server) as first:
-        job_id = create_job(first, demo_payload(config, taskapp.url))
-        poll_until(lambda: (first.get(f"/rl/jobs/{job_id}").json()["metadata"].get("step") or 0) >= 3,
-                   timeout=120, what="step 3")
-        assert first.get(f"/rl/jobs/{job_id}").json()["status"] == "running"
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    job_id = job_killed_at_step(db, tmp_path, demo_payload(config, taskapp.url), 3)
     with backend_process(db, tmp_path) as (proc, server), api_client(server) as second:
         job = wait_terminal(second, job_id, timeout=180)
         assert job["status"] == "succeeded", job
@@ -126,12 +134,7 @@ def test_save_every_2_resumes_from_the_last_saved_step_and_replays_the_rest_once
     total = config["training"]["iterations_per_epoch"]
     evaluated = {s for s in range(1, total + 1) if s % config["evaluation"]["every_n_iters"] == 0} | {total}
     db = tmp_path / "state.sqlite3"
-    with backend_process(db, tmp_path) as (proc, server), api_client(server) as first:
-        job_id = create_job(first, demo_payload(config, taskapp.url))
-        poll_until(lambda: (first.get(f"/rl/jobs/{job_id}").json()["metadata"].get("step") or 0) >= 3,
-                   timeout=120, what="step 3")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    job_id = job_killed_at_step(db, tmp_path, demo_payload(config, taskapp.url), 3)
     saved = _checkpoint_step(db, job_id)
     assert saved % 2 == 0 or saved in evaluated, saved  # never an odd step that no evaluation follows
     with backend_process(db, tmp_path) as (proc, server), api_client(server) as second:

@@ -5,7 +5,6 @@ shown with the tabular stand-in, whose update lets acting in between
 
 from __future__ import annotations
 
-import signal
 import threading
 from collections import Counter
 from typing import Any
@@ -18,7 +17,7 @@ from app.local.policies.tabular.policy import TabularPolicy
 from support.pilot_waits import poll_until
 
 from ..conftest import api_client, create_job, events_of, long_config, payload, small_config, wait_terminal
-from ..state.test_local_resume import backend_process
+from ..state.test_local_resume import backend_process, job_killed_at_step
 
 
 class Overlap:
@@ -178,12 +177,7 @@ def test_an_async_job_killed_mid_run_draws_the_same_seeds_after_its_resume(tmp_p
     reference = create_job(api, demo_payload(config, taskapp.url))
     assert wait_terminal(api, reference, timeout=120)["status"] == "succeeded"
     db = tmp_path / "state.sqlite3"
-    with backend_process(db, tmp_path) as (proc, server), api_client(server) as first:
-        job_id = create_job(first, demo_payload(config, taskapp.url))
-        poll_until(lambda: (first.get(f"/rl/jobs/{job_id}").json()["metadata"].get("step") or 0) >= 3,
-                   timeout=120, what="step 3")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(10)
+    job_id = job_killed_at_step(db, tmp_path, demo_payload(config, taskapp.url), 3)
     with backend_process(db, tmp_path) as (proc, server), api_client(server) as second:
         job = wait_terminal(second, job_id, timeout=180)
         events = events_of(second, job_id)
