@@ -315,7 +315,7 @@ def _check_schema(data: Mapping[str, Any], problems: _ProblemList) -> RLConfig |
             if not problems.covers(location):
                 boolean = error.get("type") in ("bool_type", "bool_parsing")
                 problems.add(location, _pydantic_message(error),
-                             hint="write true or false, a TOML boolean without quotes" if boolean else None)
+                             hint="write true or false: a TOML boolean, not a string or a number" if boolean else None)
         return None
 
 

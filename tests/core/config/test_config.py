@@ -855,7 +855,7 @@ def test_async_generation_is_a_known_boolean():
     for value in ('"yes"', "1", '"true"'):
         [problem] = problems(f"async_generation = {value}")
         assert problem.location == "training.async_generation" and "valid boolean" in problem.message
-        assert problem.hint == "write true or false, a TOML boolean without quotes" and problem.line
+        assert problem.hint == "write true or false: a TOML boolean, not a string or a number" and problem.line
     [cap] = problems("importance_sampling_cap = 0.5")
     assert cap.location == "training.importance_sampling_cap" and "allowed 1 to 1000" in cap.message
     [switch] = problems('importance_sampling_correction = "no"')
