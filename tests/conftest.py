@@ -6,6 +6,7 @@ import builtins
 import gc
 import io
 import os
+import signal
 import socket
 import sys
 
@@ -93,6 +94,11 @@ def pytest_configure(config):
     # cycle collector's default (a pass every 700 new objects) cost an eighth of a Pilot test's
     # CPU. Collected less often, as a long-running server would tune it; memory stays bounded.
     gc.set_threshold(50_000, 20, 100)
+    # A suite started in the background by a non-interactive shell inherits Ctrl+C ignored, and
+    # so would every process a test starts: the tests that send a server SIGINT (exit 130) would
+    # wait for nothing. A handler of our own is reset to the default in each child.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     config.stash[_GUARD] = QuickTierGuard()
     choose_hypothesis_profile(config.getoption("markexpr") or "", config.getoption("hypothesis_profile", None))
 
