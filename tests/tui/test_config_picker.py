@@ -284,9 +284,10 @@ async def test_open_path_refuses_a_file_that_is_not_toml(make_app, configs, proj
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         await discovered(pilot)
-        await pilot.press("o", *"notes.txt", "enter")
+        await pilot.press("o")
+        type_ahead(app, *"notes.txt", "enter")  # as a terminal sends it: no frame per key
         error = app.screen.query_one("#path-error", Static)
-        await wait_until(pilot, lambda: error.has_class("-visible"), "the inline error")
+        await wait_for(pilot, lambda: error.has_class("-visible"), what="the inline error")
         assert str(error.render()) == "notes.txt is not a TOML file"
 
 
@@ -295,8 +296,9 @@ async def test_an_opened_file_joins_the_list_and_is_selected(make_app, configs, 
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await discovered(pilot)
-        await pilot.press("o", *"broken.toml", "enter")
-        await wait_until(pilot, lambda: "broken.toml" in labels(screen), "the opened file")
+        await pilot.press("o")
+        type_ahead(app, *"broken.toml", "enter")  # as a terminal sends it: no frame per key
+        await wait_for(pilot, lambda: "broken.toml" in labels(screen), what="the opened file")
         await pilot.pause()
         assert isinstance(app.screen, ConfigPickerScreen)
         assert screen.query_one(ConfigList).highlighted_entry.label == "broken.toml"

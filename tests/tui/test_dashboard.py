@@ -638,9 +638,11 @@ async def test_the_header_keeps_every_fact_with_a_filter_on(faulty_backend, size
     async with app.run_test(size=size) as pilot:
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
-        await pilot.press("slash", *"step", "enter")
-        await pilot.pause()
+        await pilot.press("slash")
+        type_ahead(app, *"step", "enter")  # as a terminal sends it: no frame per key
         header = screen.query_one("#dash-header")
+        await wait_for(pilot, lambda: "filter “step”" in str(header.render()), what="the filter in the header")
+        await pilot.pause()
         text = str(header.render())
         for fact in ("job_0123456789abcdef01234567", "succeeded", "demo.toml", "Qwen/Qwen3-0.6B", "filter “step”"):
             assert fact in text, (fact, text)
