@@ -69,8 +69,15 @@ def serving(answer: Callable[[list[int]], tuple[list[int], list[float]]] = fixed
 
 
 def trls_client(url: str, monkeypatch: Any) -> Any:
-    """TRL's real VLLMClient on `url`, its vLLM-installed check lifted (vLLM needs a GPU)."""
+    """TRL's real VLLMClient on `url`, its vLLM-installed check lifted (vLLM needs a GPU).
+
+    Its session retries a 500 three times with waits of 2, 4 and 8 s (urllib3's Retry): a test
+    of a server that fails a turn waited them out, about 10 s. The same retries here, with
+    waits of milliseconds."""
     from trl.generation import vllm_client
 
     monkeypatch.setattr(vllm_client, "is_vllm_available", lambda *a, **k: True)
-    return vllm_client.VLLMClient(base_url=url, connection_timeout=5)
+    client = vllm_client.VLLMClient(base_url=url, connection_timeout=5)
+    for adapter in client.session.adapters.values():
+        adapter.max_retries = adapter.max_retries.new(backoff_factor=0.001)
+    return client

@@ -14,7 +14,7 @@ from app.screens.commands import palette_commands
 from app.screens.config_picker import ConfigPickerScreen
 from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
-from support.pilot_waits import wait_for, wait_for_screen, wait_until
+from support.pilot_waits import type_ahead, wait_for, wait_for_screen, wait_until
 from support.screen_text import footer_text, notifications
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
@@ -132,12 +132,14 @@ async def test_typing_in_the_filter_narrows_the_list(make_app, configs):
         screen = await discovered(pilot)
         await pilot.press("slash")
         assert screen.query_one("#picker-filter", Input).has_focus
-        await pilot.press(*"crafter lora")
-        assert labels(screen) == ["configs/crafter_policy_lora.toml"]
+        type_ahead(app, *"crafter lora")  # as a terminal sends it: no frame per key
+        await wait_for(pilot, lambda: labels(screen) == ["configs/crafter_policy_lora.toml"], what="the list narrowed")
         assert screen.query_one("#picker-list-pane").border_title == "Configs 1 of 3"
         assert screen.query_one(ConfigPreview).entry.label == "configs/crafter_policy_lora.toml"
 
-        await pilot.press("backspace", "backspace", "backspace", "backspace", *"zzz")
+        type_ahead(app, "backspace", "backspace", "backspace", "backspace", *"zzz")
+        await wait_for(pilot, lambda: screen.query_one("#picker-filter", Input).value == "crafter zzz",
+                       what="the filter typed")
         assert labels(screen) == []
         assert "No config matches" in str(screen.query_one("#picker-message", Static).render())
 
@@ -268,9 +270,9 @@ async def test_open_path_with_a_missing_file_shows_an_inline_error(make_app, con
         await discovered(pilot)
         await pilot.press("o")
         assert isinstance(app.screen, PathPromptDialog)
-        await pilot.press(*"configs/nope.toml", "enter")
+        type_ahead(app, *"configs/nope.toml", "enter")  # as a terminal sends it: no frame per key
         error = app.screen.query_one("#path-error", Static)
-        await wait_until(pilot, lambda: error.has_class("-visible"), "the inline error")
+        await wait_for(pilot, lambda: error.has_class("-visible"), what="the inline error")
         assert str(error.render()) == "No file at configs/nope.toml"
         assert isinstance(app.screen, PathPromptDialog)
         await pilot.press("escape")
@@ -282,9 +284,10 @@ async def test_open_path_refuses_a_file_that_is_not_toml(make_app, configs, proj
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         await discovered(pilot)
-        await pilot.press("o", *"notes.txt", "enter")
+        await pilot.press("o")
+        type_ahead(app, *"notes.txt", "enter")  # as a terminal sends it: no frame per key
         error = app.screen.query_one("#path-error", Static)
-        await wait_until(pilot, lambda: error.has_class("-visible"), "the inline error")
+        await wait_for(pilot, lambda: error.has_class("-visible"), what="the inline error")
         assert str(error.render()) == "notes.txt is not a TOML file"
 
 
@@ -293,8 +296,9 @@ async def test_an_opened_file_joins_the_list_and_is_selected(make_app, configs, 
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await discovered(pilot)
-        await pilot.press("o", *"broken.toml", "enter")
-        await wait_until(pilot, lambda: "broken.toml" in labels(screen), "the opened file")
+        await pilot.press("o")
+        type_ahead(app, *"broken.toml", "enter")  # as a terminal sends it: no frame per key
+        await wait_for(pilot, lambda: "broken.toml" in labels(screen), what="the opened file")
         await pilot.pause()
         assert isinstance(app.screen, ConfigPickerScreen)
         assert screen.query_one(ConfigList).highlighted_entry.label == "broken.toml"

@@ -25,7 +25,7 @@ from app.screens.dialogs.common import ConfirmDialog, ErrorDialog, HelpDialog
 from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from support.fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
-from support.pilot_waits import wait_for, wait_for_screen
+from support.pilot_waits import type_ahead, wait_for, wait_for_screen
 from support.screen_text import footer_text, notifications, screen_lines
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
@@ -186,9 +186,10 @@ async def test_filter_limits_the_log(faulty_backend):
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("slash")
-        await pilot.press(*"completed")
+        type_ahead(app, *"completed")  # as a terminal sends it: no frame per key
         log = screen.query_one(EventLog)
-        assert log.filter_text == "completed" and log.shown == 1  # applied as typed
+        await wait_for(pilot, lambda: log.filter_text == "completed", what="the filter typed")
+        assert log.shown == 1  # applied as typed
         await pilot.press("enter")  # keeps it, closes the field
         assert not screen.query_one("#dash-filter").display
         assert log.filter_text == "completed"
@@ -247,13 +248,14 @@ async def test_a_palette_command_runs_the_binding_it_comes_from(faulty_backend):
         await wait_for(pilot, lambda: screen.status == "running")
         await pilot.press("ctrl+p")
         await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
-        await pilot.press(*"pause or resume")
+        type_ahead(app, *"pause or resume")  # as a terminal sends it: no frame per key
         def listed() -> list[str]:
             commands = app.screen.query_one(CommandList)
             return [str(commands.get_option_at_index(i).prompt) for i in range(commands.option_count)]
 
-        await wait_for(pilot, lambda: any("Pause or resume the view" in line for line in listed()),
-                       what="the command listed")
+        # the keys arrive at once: the palette searches as they land, so wait for the last search's list
+        await wait_for(pilot, lambda: listed()[:1] and "Pause or resume the view" in listed()[0],
+                       what="the command listed first")
         assert "(p)" in listed()[0]  # its help: the binding's key
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.paused and "-paused" in screen.classes, what="the view paused")
@@ -636,9 +638,11 @@ async def test_the_header_keeps_every_fact_with_a_filter_on(faulty_backend, size
     async with app.run_test(size=size) as pilot:
         screen = dashboard(app)
         await wait_for(pilot, lambda: screen.ended)
-        await pilot.press("slash", *"step", "enter")
-        await pilot.pause()
+        await pilot.press("slash")
+        type_ahead(app, *"step", "enter")  # as a terminal sends it: no frame per key
         header = screen.query_one("#dash-header")
+        await wait_for(pilot, lambda: "filter “step”" in str(header.render()), what="the filter in the header")
+        await pilot.pause()
         text = str(header.render())
         for fact in ("job_0123456789abcdef01234567", "succeeded", "demo.toml", "Qwen/Qwen3-0.6B", "filter “step”"):
             assert fact in text, (fact, text)

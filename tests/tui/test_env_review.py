@@ -18,7 +18,7 @@ from app.screens.dialogs.common import ConfirmDialog, ErrorDialog
 from app.screens.dialogs.env import AddKeyDialog, EditValueDialog, ReloadDialog, SaveBeforeContinueDialog
 from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
-from support.pilot_waits import wait_for, wait_for_screen, wait_until
+from support.pilot_waits import type_ahead, wait_for, wait_for_screen, wait_until
 from support.screen_text import footer_text, notifications
 from widgets.env_table import MaskedEnvTable, describe
 
@@ -261,8 +261,8 @@ async def test_edit_a_value_with_reveal_stays_in_memory(make_app, project):
         assert value.password
 
         value.value = ""
-        await pilot.press(*NEW_KEY, "enter")
-        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        type_ahead(app, *NEW_KEY, "enter")  # as a terminal sends it: no frame per key
+        await wait_for(pilot, lambda: app.screen is screen, what="the dialog to close")
         assert app.session.env.get("SYNTH_API_KEY") == NEW_KEY
         assert row(screen, "SYNTH_API_KEY") == ["SYNTH_API_KEY", "sk_n…78", "not saved yet", "● edited, not saved"]
         assert "● unsaved changes" in text_of(screen, "#env-header")
@@ -317,8 +317,8 @@ async def test_escape_cancels_an_edit(make_app, project):
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await env_screen(pilot)
         await pilot.press("i")
-        await pilot.press(*"changed", "escape")
-        assert app.screen is screen
+        type_ahead(app, *"changed", "escape")  # as a terminal sends it: no frame per key
+        await wait_for(pilot, lambda: app.screen is screen, what="the dialog to close")
         assert app.session.env.get("SYNTH_API_KEY") == SYNTH_KEY
         assert not app.session.env.dirty
 
@@ -510,9 +510,9 @@ async def test_choose_another_env_asks_before_dropping_edits(make_app, project):
         await pilot.press("e")
         await wait_until(pilot, lambda: app.screen.candidates, "the candidates")
         app.screen.query_one("#path-input", Input).focus()
-        await pilot.press(*"nowhere.env", "enter")
+        type_ahead(app, *"nowhere.env", "enter")  # as a terminal sends it: no frame per key
         error = app.screen.query_one("#path-error", Static)
-        await wait_until(pilot, lambda: error.has_class("-visible"), "the inline error")
+        await wait_for(pilot, lambda: error.has_class("-visible"), what="the inline error")
         assert str(error.render()) == "No file at nowhere.env"
 
         app.screen.query_one("#path-input", Input).value = "other.env"

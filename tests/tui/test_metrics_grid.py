@@ -168,7 +168,7 @@ async def test_an_unknown_job_id_to_overlay_says_so_and_changes_nothing(faulty_b
         await wait_for(pilot, lambda: screen.ended)
         await pilot.press("o")
         await wait_for_screen(pilot, OverlayPickerDialog)
-        await pilot.press(*"job_missing", "enter")
+        type_ahead(app, *"job_missing", "enter")  # as a terminal sends it: no frame per key
         await wait_for_screen(pilot, ErrorDialog)
         assert "job_missing" in app.screen.message
         assert screen.query_one(MetricsGrid).overlays == []

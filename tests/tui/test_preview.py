@@ -21,7 +21,7 @@ from app.screens.dashboard import DashboardScreen
 from app.screens.dialogs.common import ErrorDialog
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
-from support.pilot_waits import wait_for, wait_for_screen
+from support.pilot_waits import type_ahead, wait_for, wait_for_screen
 from support.screen_text import footer_text, notifications
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
@@ -203,7 +203,7 @@ async def test_model_override_rebuilds_the_payload_and_a_bad_one_disables_submit
         assert screen.prepared.payload["data"]["base_model"] == "Qwen/Qwen3-4B"
         model = screen.query_one("#override-model", Input)
         model.focus()
-        await pilot.press(*"Qwen/Qwen3-8B")
+        type_ahead(live, *"Qwen/Qwen3-8B")  # as a terminal sends it: no frame per key
         await wait_for(pilot, lambda: not screen.rebuilding and live.session.overrides.model == "Qwen/Qwen3-8B",
                        what="the rebuilt payload")
         shown = json.loads(screen.shown_json)

@@ -472,14 +472,15 @@ class RankGroup:
         """This machine's ranks' pids (another machine's are its ranks host's to stop)."""
         return [r.pid for r in self.local_ranks()]
 
-    def stop(self, grace: float = STOP_GRACE_S) -> None:
+    def stop(self, grace: float | None = None) -> None:
         """SIGTERM to the launcher's session (torchrun forwards it to the ranks), SIGKILL to the
-        session and every rank after `grace`. Idempotent; blocking."""
+        session and every rank after `grace` (STOP_GRACE_S, read at the call: a test shortens it
+        where a stopped rank waits out all of it). Idempotent; blocking."""
         if self.proc is None:
             return
         if self.proc.poll() is None:
             signal_group(self.proc.pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
+        deadline = time.monotonic() + (STOP_GRACE_S if grace is None else grace)
         while time.monotonic() < deadline and (self.proc.poll() is None or any(alive(p) for p in self.pids())):
             time.sleep(0.1)
         signal_group(self.proc.pid, signal.SIGKILL)

@@ -10,6 +10,7 @@ import os
 import signal
 import statistics
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pytest
 
 from app.cli.dispatch import main
 from app.core.runs.events import policy_badge
+from app.local.parallel import launch
 from app.local.parallel.launch import (
     TIMEOUT_ENV,
     alive,
@@ -416,6 +418,9 @@ def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny_model: P
                                                                    dp_backend: ServerHandle,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(TIMEOUT_ENV, "15")  # read by the ranks (launched now) and the backend
+    # A stopped rank cannot act on SIGTERM: stopping the group waits out its whole grace (10 s)
+    # before the SIGKILL this test waits for. The same path, with a second's grace.
+    monkeypatch.setattr(launch, "STOP_GRACE_S", 1.0)
     with api_client(dp_backend) as api:
         job_id, pids = _a_job_past_its_first_step(api, press_app, tiny_model)
         os.kill(pids[1], signal.SIGSTOP)
@@ -433,21 +438,40 @@ def test_a_stopped_rank_is_named_hung_after_the_collective_timeout(tiny_model: P
 
 @NEEDS_TRAINER
 @NEEDS_TWO_CORES
-def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: Path) -> None:
+def test_a_group_split_between_ranks_is_one_group_and_every_rank_saves_into_the_store_folder(
+        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """3 groups of 2 over 2 ranks: rank 0 trains episodes 0-2, rank 1 episodes 3-5, so the middle
     group straddles them. TRL gathers the rewards in rank order before it groups them: with each
     episode in its place, the two groups of equal scores are the zero-std ones (4 of 6 samples);
     any episode out of place across a group's edge breaks one. Step 1's episodes were played on
     the ranks that train them (training ids); step 2's by whichever rank was least loaded, so
-    half of them are shipped to the other rank for the update."""
+    half of them are shipped to the other rank for the update.
+
+    Then the same ranks save (one rank launch serves both halves: each costs about 10 s of two
+    processes importing torch). A save is a collective (under ZeRO-3/FSDP the weights are
+    gathered and each rank writes its optimizer shards): every rank is called at once with the
+    checkpoint store's temporary folder; rank 0 writes the checkpoint, private, which a
+    one-process policy resumes from."""
     import random
+    import stat
+
+    import torch
 
     from app.local.parallel.policy import DistributedLmPolicy
-    from app.local.policies.base import PolicySettings
+    from app.local.policies.lm.policy import LmPolicy
+    from app.local.state.checkpoints import Checkpoints
 
     settings = PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=3,
                               group_size=2, options={"trainer_mode": "full", "max_tokens": 48})
     policy = DistributedLmPolicy(settings, Parallel(2))
+    calls: list[tuple[int, str, Any]] = []
+    real = policy._post
+
+    def spied(rank: int, path: str, body: dict[str, Any], timeout: float = 3600.0) -> dict[str, Any]:
+        calls.append((rank, path, body.get("folder")))
+        return real(rank, path, body, timeout)  # the real call: the rank updates or saves
+
+    monkeypatch.setattr(policy, "_post", spied)
     scores = [1.0, 0.0, 0.5, 0.5, 0.25, 0.25]  # the straddling group and the last: zero std
     rng = random.Random(0)
     messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press A."}]
@@ -463,61 +487,24 @@ def test_a_group_split_between_ranks_is_one_group_in_the_advantages(tiny_model: 
             # the mean of the groups' stds (issue 39): 0.7071, 0 and 0
             assert stats.extra["reward_std"] == pytest.approx(statistics.stdev(scores[:2]) / 3, abs=1e-4)
             assert stats.extra["frac_reward_zero_std"] == pytest.approx(4 / 6), stats.extra
-    finally:
-        policy.close()
-
-
-@NEEDS_TRAINER
-@NEEDS_TWO_CORES
-def test_every_rank_saves_at_once_into_the_store_folder_and_one_process_resumes(
-        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A save is a collective (under ZeRO-3/FSDP the weights are gathered and each rank writes
-    its optimizer shards): every rank is called at once with the checkpoint store's temporary
-    folder; rank 0 writes the checkpoint, private, which a one-process policy resumes from."""
-    import random
-    import stat
-
-    import torch
-
-    from app.local.parallel.policy import DistributedLmPolicy
-    from app.local.policies.lm.policy import LmPolicy
-    from app.local.state.checkpoints import Checkpoints
-
-    settings = PolicySettings(model=str(tiny_model), learning_rate=1e-2, seed=0, total_steps=2, batch_size=1,
-                              group_size=2, options={"trainer_mode": "full"})
-    policy = DistributedLmPolicy(settings, Parallel(2))
-    calls: list[tuple[int, str, Any]] = []
-    real = policy._post
-
-    def spied(rank: int, path: str, body: dict[str, Any], timeout: float = 3600.0) -> dict[str, Any]:
-        calls.append((rank, path, body.get("folder")))
-        return real(rank, path, body, timeout)  # the real call: the rank saves
-
-    monkeypatch.setattr(policy, "_post", spied)
-    rng = random.Random(7)
-    messages = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": "Press B."}]
-    try:
-        group = [Episode([policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, f"trace_j:rl-1-{i}-0a1b", rng).memo],
-                         float(i)) for i in range(2)]
-        assert [m.rank for e in group for m in e.memos] == [0, 1]  # one episode on each rank
-        policy.update([group])
-        target = Checkpoints(tmp_path / "checkpoints").save("job_dp", 1, policy)
+        target = Checkpoints(tmp_path / "checkpoints").save("job_dp", 2, policy)
     finally:
         policy.close()
     saves = [(rank, folder) for rank, path, folder in calls if path == "/save"]
     assert sorted(rank for rank, _ in saves) == [0, 1]
     folders = {folder for _, folder in saves}
-    assert len(folders) == 1 and Path(folders.pop()).name.startswith(".tmp-000001-")  # the store's, renamed after
+    assert len(folders) == 1 and Path(folders.pop()).name.startswith(".tmp-000002-")  # the store's, renamed after
     names = {p.name for p in target.iterdir()}
     assert {"policy.json", "model.safetensors", "optimizer.pt", "tokenizer_config.json"} <= names, names
     assert "training_args.bin" not in names and "engine-state" not in names  # DDP: optimizer.pt
     assert all(stat.S_IMODE(p.stat().st_mode) == 0o600 for p in target.iterdir())
     saved = torch.load(target / "optimizer.pt", weights_only=True)
-    assert {float(s["step"]) for s in saved["state"].values()} == {1.0}
-    # the same checkpoint in one process: the moments go on
-    one = LmPolicy(settings)
+    assert {float(s["step"]) for s in saved["state"].values()} == {2.0}  # each step had a group to learn from
+    # the same checkpoint in one process (one group a step: its batch): the moments go on
+    one = LmPolicy(replace(settings, batch_size=1))
     one.load(target)
-    assert one.steps_done == 1
+    assert one.steps_done == 2
+    rng = random.Random(7)
     try:
         one.update([[Episode([one.act(messages, [PRESS_TOOL], TOOL_CHOICE, f"c{i}", rng).memo], float(i))
                      for i in range(2)]])
@@ -525,4 +512,4 @@ def test_every_rank_saves_at_once_into_the_store_folder_and_one_process_resumes(
         steps = {float(s["step"]) for s in one.training.trainer.optimizer.state_dict()["state"].values()}
     finally:
         one.close()
-    assert steps == {2.0}
+    assert steps == {3.0}

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from app.cli.dispatch import main
+from app.local.parallel import launch
 from app.local.parallel.launch import TOKEN_FILE, alive, free_port
 from app.local.policies.base import Parallel
 from app.local.servers import ServerHandle, start_backend
@@ -39,17 +40,27 @@ def two_machines_config(folder: Path, port: int) -> Path:
 
 @contextmanager
 def backend_and_host(root: Path) -> Iterator[tuple[ServerHandle, Path, Any]]:
-    """The backend (machine 0) and a ranks host (machine 1) sharing a folder under `root`."""
+    """The backend (machine 0) and a ranks host (machine 1) sharing a folder under `root`.
+
+    Each machine sizes its ranks' threads to its cores: played on one machine, both would take
+    every core (two threads each on two cores, about 3x slower a step: worker.py pin_to_share).
+    So each gets one core, as two real one-core machines would: the host runs on the last one,
+    and machine 0's launch sizes its threads to one (launch.launch_env)."""
     shared = root / "shared"
     shared.mkdir()
     config = two_machines_config(root, free_port())
     log = (root / "ranks-host.log").open("wb")
-    host = subprocess.Popen([sys.executable, "-c", "import sys; from app.cli.dispatch import main; sys.exit(main())",
+    last_core = max(os.sched_getaffinity(0))
+    host = subprocess.Popen([sys.executable, "-c", f"import os, sys; os.sched_setaffinity(0, {{{last_core}}}); "
+                             "from app.cli.dispatch import main; sys.exit(main())",
                              "ranks-host", "--shared-dir", str(shared), "--machine-rank", "1"],
                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        with start_backend(api_key=API_KEY, db_path=root / "state.sqlite3", env_api_keys=[ENV_KEY], policy_kind="lm",
-                           parallel=Parallel(2, str(config), shared_dir=str(shared))) as backend:
+        with pytest.MonkeyPatch.context() as patch, \
+                start_backend(api_key=API_KEY, db_path=root / "state.sqlite3", env_api_keys=[ENV_KEY],
+                              policy_kind="lm", parallel=Parallel(2, str(config), shared_dir=str(shared))) as backend:
+            one_core = launch.launch_env
+            patch.setattr(launch, "launch_env", lambda setup, processes, _cores: one_core(setup, processes, 1))
             yield backend, shared, host
     finally:
         if host.poll() is None:

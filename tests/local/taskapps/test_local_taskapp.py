@@ -7,6 +7,7 @@ import json
 import random
 import re
 import statistics
+import threading
 import time
 
 import httpx
@@ -174,17 +175,23 @@ def test_the_chat_hop_waits_as_long_as_the_rollouts_own_time():
     assert link.for_rollout(600).read_timeout_s() == pytest.approx(600, abs=1)
     assert link.read_timeout_s() == DEFAULT_ROLLOUT_TIME_S > 30
     app = FastAPI()
+    released = threading.Event()
 
     @app.post("/{path:path}")
     async def slow_chat():
-        await asyncio.sleep(3)
+        # Slower than the rollout's 1 s: it answers once the test has its 502 (a fixed 3 s sleep
+        # held the server's stop, which waits for the request, 2 s after the test was done).
+        await asyncio.to_thread(released.wait, 30)
         return _move("up")
 
     with ServerHandle("slow policy", app, _bind("127.0.0.1", 0)).start("/docs") as policy, \
             start_taskapp(env_api_keys=[ENV_KEY], game="press") as press:
         started = time.monotonic()
-        resp = _rollout(press, f"{policy.url}/v1?cid=j:r", max_turns=1, safety={"max_time_s": 1})
-        took = time.monotonic() - started
+        try:
+            resp = _rollout(press, f"{policy.url}/v1?cid=j:r", max_turns=1, safety={"max_time_s": 1})
+            took = time.monotonic() - started
+        finally:
+            released.set()
     assert resp.status_code == 502, resp.text
     assert "no answer within 1 s, what was left of the rollout's time (safety.max_time_s" in resp.json()["detail"]
     assert took < 2.5
