@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import fcntl
 import os
-import secrets
 import shutil
 import sys
 import tempfile
@@ -102,6 +101,8 @@ def _check_own_file(env_path: Path) -> None:
 
 def demo_keys(env_path: Path) -> tuple[str, str]:
     """Fresh keys, or the keys of an earlier demo in the same folder (its database knows them)."""
+    import secrets  # with hmac and OpenSSL's hashlib: in the preparation too, not before the first frame
+
     from app.core.env import envfile  # in the preparation, after the first frame (docs/performance.md)
 
     _check_own_file(env_path)

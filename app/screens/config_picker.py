@@ -125,12 +125,17 @@ class ConfigPickerScreen(FlowScreen):
                              (f" · found under {where}", "$text-muted"))
         )
         self.watch(self.flow_app, "preparing", self._preparation_changed, init=False)
+        # The search (and the config schema's import, in its thread) starts once this screen
+        # has been drawn, so the first frame does not share the interpreter with it; what a
+        # preparation awaits is shown then too, so the first frame lays out and draws no
+        # message (docs/performance.md#first-paint).
+        self.call_after_refresh(self._after_first_frame)
+
+    def _after_first_frame(self) -> None:
         if self.flow_app.preparing:
             self._show_message(self.flow_app.preparing)
         else:
-            # The search (and the config schema's import, in its thread) starts once this
-            # screen has been drawn, so the first frame does not share the interpreter with it.
-            self.call_after_refresh(self.action_reload)
+            self.action_reload()
 
     def on_screen_resume(self) -> None:
         self._choosing = False

@@ -20,6 +20,8 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
          # The .env's parser and the keys' resolution: a .env is read by the env step, or by the demo's
          # preparation after the first frame.
          "app.core.env.envfile", "app.core.env.syntax", "app.core.env.resolve",
+         # The demo's fresh keys (secrets, with hmac and OpenSSL's hashlib): made by its preparation.
+         "secrets", "hashlib",
          # The trainer extra (pip install 'synth-tui[trainer]'): only the embedded backend's lm policy loads it.
          "torch", "transformers", "trl", "peft", "xgrammar", "app.local.policies.lm.policy",
          "app.local.policies.lm.acting", "app.local.policies.lm.grpo_thread", "app.local.policies.lm.checkpoint")
