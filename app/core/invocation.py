@@ -17,13 +17,15 @@ import shlex
 import shutil
 import sys
 
+from app.core.patterns import compiled_on_first_use
+
 __all__ = ["PROGRAM", "SUBCOMMANDS", "as_run", "program"]
 
 PROGRAM = "synth-tui"
 # Every subcommand of app/cli/parser.py: a mention of one of these is a command to run.
 SUBCOMMANDS = ("train", "history", "demo", "attach", "compare", "backend", "ranks-host", "taskapp", "tiny-model",
                "jobs", "rollouts", "serve", "lab")
-_MENTION = re.compile(rf"(?<![\w./-]){PROGRAM}(?=\s+(?:{'|'.join(map(re.escape, SUBCOMMANDS))})(?![\w'-]))")
+_MENTION = compiled_on_first_use(rf"(?<![\w./-]){PROGRAM}(?=\s+(?:{'|'.join(map(re.escape, SUBCOMMANDS))})(?![\w'-]))")
 
 
 def program(argv0: str | None = None) -> str:
@@ -42,4 +44,4 @@ def program(argv0: str | None = None) -> str:
 def as_run(text: str, argv0: str | None = None) -> str:
     """``text`` with each `synth-tui SUBCOMMAND` naming the program as it was started."""
     name = program(argv0)
-    return text if name == PROGRAM else _MENTION.sub(lambda _: name, text)
+    return text if name == PROGRAM else _MENTION().sub(lambda _: name, text)
