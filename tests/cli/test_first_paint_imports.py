@@ -20,8 +20,8 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
          # The .env's parser and the keys' resolution: a .env is read by the env step, or by the demo's
          # preparation after the first frame.
          "app.core.env.envfile", "app.core.env.syntax", "app.core.env.resolve",
-         # The demo's fresh keys (secrets, with hmac and OpenSSL's hashlib): made by its preparation.
-         "secrets", "hashlib",
+         # The demo's folder, keys (secrets, with hmac and OpenSSL's hashlib) and servers: its preparation's.
+         "app.commands.demo_setup", "secrets", "hashlib",
          # The trainer extra (pip install 'synth-tui[trainer]'): only the embedded backend's lm policy loads it.
          "torch", "transformers", "trl", "peft", "xgrammar", "app.local.policies.lm.policy",
          "app.local.policies.lm.acting", "app.local.policies.lm.grpo_thread", "app.local.policies.lm.checkpoint")
@@ -56,9 +56,8 @@ print(json.dumps({"later": sorted(name for name in {later} if name in sys.module
 """
 
 # Making a dataclass costs about a millisecond (its methods are compiled from source when the
-# class is made): the first screen's path makes only these, the session's own and the demo's.
+# class is made): the first screen's path makes only these, the session's own.
 FIRST_SCREEN_DATACLASSES = {
-    "app.commands.demo.DemoFolder", "app.commands.demo.DemoSetup",
     "app.core.launch.options.LaunchOptions", "app.core.launch.options.Overrides", "app.core.launch.options.Preparation",
     "app.core.launch.session.LaunchSession", "app.core.launch.steps.EnvChoice", "app.core.launch.steps.PreparedJob",
     "app.core.config.discovery.ConfigCandidate",
