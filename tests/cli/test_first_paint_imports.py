@@ -15,6 +15,8 @@ REPO = Path(__file__).resolve().parents[2]
 LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.syntax", "fastapi", "uvicorn",
          "app.core.config.schema", "app.core.api.client", "app.core.api.streaming", "app.headless", "app.local.servers",
          "app.screens.dashboard", "app.screens.env_review",
+         # The launch steps (their dataclasses): the session's methods import them when a step comes.
+         "app.core.launch.steps",
          # The run history's and an attach's: a job's, after the first frame.
          "app.core.runs.jobs", "app.core.launch.attaching", "app.core.launch.asked_model",
          # The .env's parser and the keys' resolution: a .env is read by the env step, or by the demo's
@@ -59,7 +61,7 @@ print(json.dumps({"later": sorted(name for name in {later} if name in sys.module
 # class is made): the first screen's path makes only these, the session's own.
 FIRST_SCREEN_DATACLASSES = {
     "app.core.launch.options.LaunchOptions", "app.core.launch.options.Overrides", "app.core.launch.options.Preparation",
-    "app.core.launch.session.LaunchSession", "app.core.launch.steps.EnvChoice", "app.core.launch.steps.PreparedJob",
+    "app.core.launch.session.LaunchSession",
     "app.core.config.discovery.ConfigCandidate",
 }
 
