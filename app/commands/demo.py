@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.core.config.discovery import project_config_roots
+from app.core.config.roots import project_config_roots
 from app.core.errors import ExitCode, UsageError
 from app.core.invocation import as_run
 from app.core.launch.options import LaunchOptions, Preparation

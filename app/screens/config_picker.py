@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from app.core.config import discovery
+from app.core.config import roots
 from app.core.text import counted, home_relative
 from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
@@ -118,7 +118,7 @@ class ConfigPickerScreen(FlowScreen):
     def _set_up(self) -> None:
         where = home_relative(self.session.options.cwd)
         # synth-tui's own example configs are listed too
-        if discovery.project_config_roots(self.session.options.cwd):
+        if roots.project_config_roots(self.session.options.cwd):
             where += " and synth-tui's examples"
         self.query_one("#picker-header", Static).update(
             Content.assemble(("Step 1 of 4 · ", "$text-muted"), ("Choose an RL config", "bold"),

@@ -15,8 +15,9 @@ REPO = Path(__file__).resolve().parents[2]
 LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.syntax", "fastapi", "uvicorn",
          "app.core.config.schema", "app.core.api.client", "app.core.api.streaming", "app.headless", "app.local.servers",
          "app.screens.dashboard", "app.screens.env_review",
-         # The launch steps (their dataclasses): the session's methods import them when a step comes.
-         "app.core.launch.steps",
+         # The launch steps and the config search (their dataclasses): imported when a step, or the
+         # search's worker, comes.
+         "app.core.launch.steps", "app.core.config.discovery",
          # The run history's and an attach's: a job's, after the first frame.
          "app.core.runs.jobs", "app.core.launch.attaching", "app.core.launch.asked_model",
          # The .env's parser and the keys' resolution: a .env is read by the env step, or by the demo's
@@ -62,14 +63,13 @@ print(json.dumps({"later": sorted(name for name in {later} if name in sys.module
 FIRST_SCREEN_DATACLASSES = {
     "app.core.launch.options.LaunchOptions", "app.core.launch.options.Overrides", "app.core.launch.options.Preparation",
     "app.core.launch.session.LaunchSession",
-    "app.core.config.discovery.ConfigCandidate",
 }
 
 # Compiling a regular expression costs 0.1 to 0.8 ms: a module on the first screen's path compiles
 # at import only the patterns the first frame uses (the backend URL's host, the checkout's
 # pyproject.toml); the others are compiled on first use (app/core/patterns.py).
 FIRST_SCREEN_PATTERNS = {
-    "app.core.api.urls._PLAIN_HOST", "app.core.api.urls._IPV4_STYLE", "app.core.config.discovery._PROJECT_NAME_LINE",
+    "app.core.api.urls._PLAIN_HOST", "app.core.api.urls._IPV4_STYLE", "app.core.config.roots._PROJECT_NAME_LINE",
 }
 
 
