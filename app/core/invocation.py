@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import sys
 
@@ -38,6 +37,8 @@ def program(argv0: str | None = None) -> str:
     on_path = shutil.which(PROGRAM)
     if on_path is not None and os.path.realpath(on_path) == os.path.realpath(started_as):
         return PROGRAM
+    import shlex  # only for a program started by a path PATH does not give: not before the first frame
+
     return shlex.quote(started_as)
 
 

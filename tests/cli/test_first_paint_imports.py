@@ -18,6 +18,8 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
          # The launch steps and the config search (their dataclasses): imported when a step, or the
          # search's worker, comes.
          "app.core.launch.steps", "app.core.config.discovery",
+         # A command quoted for the shell (app/core/invocation.py), only for one started by a path.
+         "shlex",
          # The run history's and an attach's: a job's, after the first frame.
          "app.core.runs.jobs", "app.core.launch.attaching", "app.core.launch.asked_model",
          # The .env's parser and the keys' resolution: a .env is read by the env step, or by the demo's
