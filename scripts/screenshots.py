@@ -19,7 +19,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from app.commands.demo import demo_options, start_demo  # noqa: E402
+from app.commands.demo import demo_options  # noqa: E402
+from app.commands.demo_setup import start_demo  # noqa: E402
 from app.core.launch.session import LaunchSession  # noqa: E402
 from app.screens.compare import CompareScreen  # noqa: E402
 from app.screens.config_picker import ConfigPickerScreen  # noqa: E402

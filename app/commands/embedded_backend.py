@@ -48,7 +48,7 @@ def run_with_embedded_backend(args: argparse.Namespace, run: Callable[[argparse.
     # command asks wants_embedded_backend first, before its first screen (docs/performance.md).
     import secrets
 
-    from app.commands.demo import claim_folder
+    from app.commands.demo_setup import claim_folder
     from app.local.servers import start_backend
 
     folder = claim_folder(state_dir() / "local", "local-")

@@ -82,7 +82,7 @@ def _parallel(args: argparse.Namespace):  # -> Parallel; the servers' modules lo
 
 def start_lab(args: argparse.Namespace, stack: ExitStack) -> tuple[Path, object, object]:
     """The servers started (each stopped by ``stack``) and the .env written: (.env, backend, task app)."""
-    from app.commands.demo import claim_folder
+    from app.commands.demo_setup import claim_folder
     from app.local.servers import start_backend, start_taskapp
 
     if args.asks and args.game != "press":

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 import sys
+
+from app.core.patterns import compiled_on_first_use
 
 __all__ = ["PROGRAM", "SUBCOMMANDS", "as_run", "program"]
 
@@ -23,7 +24,7 @@ PROGRAM = "synth-tui"
 # Every subcommand of app/cli/parser.py: a mention of one of these is a command to run.
 SUBCOMMANDS = ("train", "history", "demo", "attach", "compare", "backend", "ranks-host", "taskapp", "tiny-model",
                "jobs", "rollouts", "serve", "lab")
-_MENTION = re.compile(rf"(?<![\w./-]){PROGRAM}(?=\s+(?:{'|'.join(map(re.escape, SUBCOMMANDS))})(?![\w'-]))")
+_MENTION = compiled_on_first_use(rf"(?<![\w./-]){PROGRAM}(?=\s+(?:{'|'.join(map(re.escape, SUBCOMMANDS))})(?![\w'-]))")
 
 
 def program(argv0: str | None = None) -> str:
@@ -36,10 +37,12 @@ def program(argv0: str | None = None) -> str:
     on_path = shutil.which(PROGRAM)
     if on_path is not None and os.path.realpath(on_path) == os.path.realpath(started_as):
         return PROGRAM
+    import shlex  # only for a program started by a path PATH does not give: not before the first frame
+
     return shlex.quote(started_as)
 
 
 def as_run(text: str, argv0: str | None = None) -> str:
     """``text`` with each `synth-tui SUBCOMMAND` naming the program as it was started."""
     name = program(argv0)
-    return text if name == PROGRAM else _MENTION.sub(lambda _: name, text)
+    return text if name == PROGRAM else _MENTION().sub(lambda _: name, text)

@@ -6,18 +6,19 @@ message that leaves the core goes through :func:`redact` with the secrets in pla
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
+
+from app.core.patterns import compiled_on_first_use
 
 # C0 controls but tab and newline, DEL, and C1 controls: on a terminal, ESC starts a command
 # (clear the screen, set the title, write the clipboard). Text from files and servers is shown
 # with these made visible instead.
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL = compiled_on_first_use("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 def printable(text: str) -> str:
     """`text` safe to put on a terminal: control characters shown as escapes (\\x1b)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+    return _CONTROL().sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 def mask_secret(value: str | None) -> str:
@@ -38,16 +39,16 @@ SECRET_NAME_WORDS = ("KEY", "TOKEN", "SECRET", "PASS", "PWD", "AUTH", "CREDENTIA
                      "COOKIE", "SESSION", "SIGNATURE", "SALT", "DSN")
 # The prefixes providers give their keys (OpenAI, Stripe, GitHub, GitLab, Slack, AWS, Google,
 # Hugging Face, npm, PyPI, webhooks), and a JWT's header.
-_KEY_PREFIX = re.compile(
+_KEY_PREFIX = compiled_on_first_use(
     r"\s*(?:(?:sk|pk|rk|ak)[-_]|gh[pousr]_|github_pat_|glpat-|xox[abeprs]-|AKIA|ASIA|AIza|hf_|npm_|pypi-|whsec_"
     r"|eyJ[A-Za-z0-9_-]{8,}\.)"
 )
-_ONE_WORD = re.compile(r"[A-Za-z0-9+/=_\-.~:]+\Z")
-_RUN_SEPARATORS = re.compile(r"[-_.~/+=:]")
+_ONE_WORD = compiled_on_first_use(r"[A-Za-z0-9+/=_\-.~:]+\Z")
+_RUN_SEPARATORS = compiled_on_first_use(r"[-_.~/+=:]")
 _RANDOM_RUN = 16  # characters
 # Up to the last @ before the path: a password may hold an @ of its own.
-_URL_USERINFO = re.compile(r"(?P<head>\A\s*[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s]+)@")
-_URL_QUERY_VALUE = re.compile(r"(?P<head>[?&;](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)")
+_URL_USERINFO = compiled_on_first_use(r"(?P<head>\A\s*[A-Za-z][A-Za-z0-9+.\-]*://)(?P<userinfo>[^/?#\s]+)@")
+_URL_QUERY_VALUE = compiled_on_first_use(r"(?P<head>[?&;](?P<name>[^=&#;]*)=)(?P<value>[^&#;]*)")
 
 
 def is_secret_name(name: str) -> bool:
@@ -60,11 +61,11 @@ def looks_like_secret(value: str | None) -> bool:
     URL) holding a random-looking run (16+ characters, letters and digits mixed)."""
     if not value:
         return False
-    if _KEY_PREFIX.match(value):
+    if _KEY_PREFIX().match(value):
         return True
-    if "://" in value or not _ONE_WORD.match(value):
+    if "://" in value or not _ONE_WORD().match(value):
         return False  # a URL's secrets are its credentials (url_secrets); words with spaces are prose
-    return any(_random_looking(run) for run in _RUN_SEPARATORS.split(value))
+    return any(_random_looking(run) for run in _RUN_SEPARATORS().split(value))
 
 
 def _random_looking(run: str) -> bool:
@@ -79,8 +80,8 @@ def url_secrets(value: str | None) -> list[str]:
     parameters named like secrets or looking like keys (``?token=…``)."""
     if not value or "://" not in value:
         return []
-    found = [m.group("userinfo") for m in _URL_USERINFO.finditer(value)]
-    found += [m.group("value") for m in _URL_QUERY_VALUE.finditer(value)
+    found = [m.group("userinfo") for m in _URL_USERINFO().finditer(value)]
+    found += [m.group("value") for m in _URL_QUERY_VALUE().finditer(value)
               if m.group("value") and (is_secret_name(m.group("name")) or looks_like_secret(m.group("value")))]
     return found
 
@@ -89,8 +90,8 @@ def redact_url(value: str) -> str:
     """``value`` with its URL credentials (url_secrets) replaced by ``****``."""
     if "://" not in value:
         return value
-    value = _URL_USERINFO.sub(lambda m: f"{m.group('head')}****@", value)
-    return _URL_QUERY_VALUE.sub(
+    value = _URL_USERINFO().sub(lambda m: f"{m.group('head')}****@", value)
+    return _URL_QUERY_VALUE().sub(
         lambda m: f"{m.group('head')}****"
         if m.group("value") and (is_secret_name(m.group("name")) or looks_like_secret(m.group("value")))
         else m.group(), value)

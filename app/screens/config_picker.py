@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.widgets import Input, OptionList, Static
 from textual.worker import Worker, WorkerState, get_current_worker
 
-from app.core.config import discovery
+from app.core.config import roots
 from app.core.text import counted, home_relative
 from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
@@ -118,19 +118,24 @@ class ConfigPickerScreen(FlowScreen):
     def _set_up(self) -> None:
         where = home_relative(self.session.options.cwd)
         # synth-tui's own example configs are listed too
-        if discovery.project_config_roots(self.session.options.cwd):
+        if roots.project_config_roots(self.session.options.cwd):
             where += " and synth-tui's examples"
         self.query_one("#picker-header", Static).update(
             Content.assemble(("Step 1 of 4 · ", "$text-muted"), ("Choose an RL config", "bold"),
                              (f" · found under {where}", "$text-muted"))
         )
         self.watch(self.flow_app, "preparing", self._preparation_changed, init=False)
+        # The search (and the config schema's import, in its thread) starts once this screen
+        # has been drawn, so the first frame does not share the interpreter with it; what a
+        # preparation awaits is shown then too, so the first frame lays out and draws no
+        # message (docs/performance.md#first-paint).
+        self.call_after_refresh(self._after_first_frame)
+
+    def _after_first_frame(self) -> None:
         if self.flow_app.preparing:
             self._show_message(self.flow_app.preparing)
         else:
-            # The search (and the config schema's import, in its thread) starts once this
-            # screen has been drawn, so the first frame does not share the interpreter with it.
-            self.call_after_refresh(self.action_reload)
+            self.action_reload()
 
     def on_screen_resume(self) -> None:
         self._choosing = False

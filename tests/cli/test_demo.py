@@ -73,7 +73,8 @@ def test_the_summary_after_the_guided_demo_says_its_servers_stopped(tmp_path, mo
     more (an attach to it then said to start `synth-tui backend`)."""
     from types import SimpleNamespace
 
-    from app.commands.demo import DemoFolder, DemoSetup, banner
+    from app.commands.demo import banner
+    from app.commands.demo_setup import DemoFolder, DemoSetup
 
     setup = DemoSetup(DemoFolder(tmp_path, lock=None), tmp_path / ".env", tmp_path / "demo.toml",  # type: ignore[arg-type]
                       SimpleNamespace(url="http://127.0.0.1:41001"), SimpleNamespace(url="http://127.0.0.1:41002"))

@@ -409,7 +409,7 @@ def test_a_second_demo_at_the_same_time_gets_its_own_folder_removed_at_exit(tmp_
 
 
 def test_the_demo_never_writes_through_a_link_in_its_folder(tmp_path):
-    from app.commands.demo import demo_keys
+    from app.commands.demo_setup import demo_keys
     from app.core.errors import UsageError
 
     victim = tmp_path / "victim.txt"
@@ -424,7 +424,7 @@ def test_the_demo_never_writes_through_a_link_in_its_folder(tmp_path):
 
 
 def test_a_demo_env_whose_keys_were_removed_gets_fresh_ones(tmp_path):
-    from app.commands.demo import demo_keys, write_env
+    from app.commands.demo_setup import demo_keys, write_env
     from app.core.env import envfile
 
     env_path = tmp_path / ".env"
@@ -437,7 +437,7 @@ def test_a_demo_env_whose_keys_were_removed_gets_fresh_ones(tmp_path):
 
 
 def test_abandoned_temporary_demo_folders_are_removed(tmp_path):
-    from app.commands.demo import _remove_abandoned_temporary_folders
+    from app.commands.demo_setup import _remove_abandoned_temporary_folders
 
     old = private_dir(state_dir() / "demo-abandoned")
     (old / ".env").write_text("SYNTH_API_KEY=sk_left_behind_by_a_killed_demo\n")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Input, TextArea
 
-from app.core.config import discovery
+from app.core.config import discovery, roots
 from app.core.config import rl as cfg
 from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
@@ -59,8 +59,8 @@ def make_app(project):
 @pytest.fixture
 def project_configs_only(monkeypatch):
     """Discovery also searches the checkout's own configs/ folder; tests look at the project."""
-    monkeypatch.setattr(discovery, "project_config_roots", lambda *_cwd: [])
-    monkeypatch.setattr(cfg, "project_config_roots", lambda *_cwd: [])
+    for module in (roots, discovery, cfg):  # the picker's header asks roots; the search, discovery
+        monkeypatch.setattr(module, "project_config_roots", lambda *_cwd: [])
 
 
 @pytest.fixture

@@ -113,3 +113,31 @@ async def test_the_ready_notice_goes_when_the_flow_moves_on(project):
         app.go_to_env()
         await wait_until(pilot, lambda: "Servers ready." not in notice_messages(app), "the ready notice gone")
         assert "Something else to say." in notice_messages(app)
+
+
+async def test_the_first_frame_draws_no_waiting_message_and_the_next_one_does(project, monkeypatch):
+    """What the preparation awaits is shown once the first frame is out: that frame lays out and
+    draws no message (docs/performance.md#first-paint), as the search's message waits too."""
+    release = threading.Event()
+    first_frame: dict[str, bool] = {}
+    display = SynthTuiApp._display
+
+    def record(app: SynthTuiApp, screen, renderable) -> None:
+        if renderable is not None and not first_frame and isinstance(screen, ConfigPickerScreen):
+            first_frame["message shown"] = screen.query_one("#picker-message", Static).display
+        display(app, screen, renderable)
+
+    def run() -> tuple[LaunchOptions, str]:
+        release.wait(30)
+        return LaunchOptions(cwd=project, backend="http://127.0.0.1:9"), "Servers ready."
+
+    monkeypatch.setattr(SynthTuiApp, "_display", record)
+    session = LaunchSession(LaunchOptions(cwd=project, backend="http://127.0.0.1"), shell={})
+    app = SynthTuiApp(session, preparation=Preparation(WAITING, run, failed="The test could not start"))
+    async with app.run_test(size=(120, 30)) as pilot:
+        try:
+            await wait_until(pilot, lambda: WAITING in message(app), "the waiting message")
+            assert app.screen.query_one("#picker-message", Static).display
+        finally:
+            release.set()
+    assert first_frame == {"message shown": False}

@@ -106,3 +106,11 @@ def _backend_variable(env: Mapping[str, str]) -> tuple[str, str, str]:
         if env.get(variable, "").strip():
             return variable, env[variable], variable
     return "PROD_BACKEND_URL", env.get("PROD_BACKEND_URL") or DEFAULT_PROD_BACKEND, "default"
+
+
+def resolve_backend(flag: str | None, env: Mapping[str, str] | None = None, *,
+                    origins: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(base URL ending in /api, where it came from); a malformed URL is a UsageError."""
+    if flag is not None:
+        return checked_api_base(flag, "--backend"), "--backend"
+    return backend_from_env(env, origins=origins)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -17,7 +16,14 @@ from typing import Any, Literal
 from app.core import shell_env
 from app.core.atomic import atomic_write_text
 from app.core.config.kind import ConfigKind, infer_config_type
+from app.core.config.roots import bundled_config_label as bundled_config_label  # roots.py's, named here too
+from app.core.config.roots import checkout_around as checkout_around
+from app.core.config.roots import project_config_roots as project_config_roots
+from app.core.config.roots import resolved as _resolved
 from app.core.errors import ConfigError
+
+# The project's own configs are found by roots.py, so that the picker's first frame imports no
+# search and makes no dataclass (docs/performance.md#first-paint).
 
 # ---------------------------------------------------------------------------------------
 # Discovery (docs/wire-contract.md#config-discovery)
@@ -35,8 +41,6 @@ SKIP_DIR_NAMES = frozenset(
      "fixtures", "test_fixtures", "testdata", "test_data", "__snapshots__"}
 )
 
-_REPO_ROOT = Path(__file__).resolve().parents[3]
-_BUNDLED_CONFIGS = Path(__file__).resolve().parents[2] / "bundled_configs"
 
 
 @dataclass(frozen=True)
@@ -68,56 +72,6 @@ def iter_toml_files(root: Path) -> Iterator[Path]:
                 yield Path(dirpath) / name
 
 
-# The project's name in its pyproject.toml: how a synth-tui checkout is told from any other project.
-_PROJECT_NAME_LINE = re.compile(r"""^name\s*=\s*["']synth-tui["']\s*$""", re.MULTILINE)
-
-
-def _is_checkout(folder: Path) -> bool:
-    """A synth-tui source tree: its pyproject.toml names the project and it has configs/."""
-    try:
-        text = (folder / "pyproject.toml").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    return (folder / "configs").is_dir() and _PROJECT_NAME_LINE.search(text) is not None
-
-
-def checkout_around(cwd: Path) -> Path | None:
-    """The synth-tui checkout holding cwd (cwd itself or a folder above it), or None."""
-    start = _resolved(cwd)
-    if start is None:
-        return None
-    for folder in (start, *start.parents):
-        if _is_checkout(folder):
-            return folder
-    return None
-
-
-def project_config_roots(cwd: Path | None = None) -> list[Path]:
-    """The project's own configs, one folder (docs/wire-contract.md#config-discovery): the
-    configs/ of the synth-tui checkout the user works in (cwd or above), else of the checkout
-    this code runs from (an editable install), else the wheel's app/bundled_configs.
-
-    The working tree's copy wins: run from a clone with a non-editable install, the bundled
-    copies inside the virtual environment's site-packages are the same files under a long path.
-    """
-    checkout = checkout_around(Path.cwd() if cwd is None else cwd)
-    if checkout is None and _is_checkout(_REPO_ROOT):
-        checkout = _REPO_ROOT
-    if checkout is not None:
-        return [checkout / "configs"]
-    return [_BUNDLED_CONFIGS] if _BUNDLED_CONFIGS.is_dir() else []
-
-
-def bundled_config_label(path: Path) -> str | None:
-    """A short name for a config shipped inside the wheel ("rl/demo.toml (bundled)"), or None
-    for any other file: its real path lies deep in site-packages and says nothing."""
-    try:
-        relative = Path(path).relative_to(_BUNDLED_CONFIGS)
-    except ValueError:
-        return None
-    return f"{relative} (bundled)"
-
-
 def _same_file_found(path: Path, found: Sequence[Path]) -> bool:
     """A bundled config another root already holds (same name, same bytes): listed once."""
     try:
@@ -135,13 +89,6 @@ def _kind_of_file(path: Path) -> ConfigKind | Literal["broken"]:
         return infer_config_type(load_toml(path))
     except (ConfigError, ValueError, RecursionError):
         return "broken"
-
-
-def _resolved(path: Path) -> Path | None:
-    try:
-        return Path(path).expanduser().resolve()
-    except (OSError, RuntimeError):
-        return None
 
 
 def _last_used_first(candidates: list[ConfigCandidate], last_config: Path | None) -> list[ConfigCandidate]:

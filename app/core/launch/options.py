@@ -6,6 +6,7 @@ waits for before its first step (:class:`Preparation`). Cut from session.py: no 
 from __future__ import annotations
 
 import math
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -98,6 +99,10 @@ def check_seconds(flag: str, value: object, *, allow_zero: bool) -> None:
     if not ok:
         example = f"{flag} 3600 (86400 waits a day)" if allow_zero else f"{flag} 5"
         raise UsageError(f"{flag} must be a number of seconds, {low} (got {value!r}).", f"For example {example}.")
+
+
+def new_idempotency_key() -> str:
+    return str(uuid.uuid4())
 
 
 def check_idempotency_key(key: str) -> None:

@@ -17,26 +17,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.core import shell_env
-from app.core.api.backend_url import checked_api_base
+from app.core.api.backend_url import checked_api_base, resolve_backend
 from app.core.env.discovery import resolved_user_path
 from app.core.env.keys import secret_parts
 from app.core.errors import MissingSecretsError, SynthTuiError, UsageError
-from app.core.launch.options import LaunchOptions, Overrides
-from app.core.launch.steps import (
-    EnvChoice,
-    PreparedJob,
-    choose_env_file,
-    new_idempotency_key,
-    prepare_payload,
-    require_secrets,
-    require_sendable_keys,
-    resolve_backend,
-    resolve_secrets,
-    unattended_env_choice,
-)
+from app.core.launch.options import LaunchOptions, Overrides, new_idempotency_key
 
 # The first screen is drawn before the config schema (pydantic), the HTTP client (httpx), the
-# watch, the run history's and Modal's modules are imported: each method imports what it uses, once its step comes
+# watch, the run history's and Modal's modules, and the launch steps' (app/core/launch/steps.py,
+# its dataclasses) are imported: each method imports what it uses, once its step comes
 # (docs/performance.md#first-paint).
 if TYPE_CHECKING:
     from app.core import modal as modal_cli
@@ -47,6 +36,7 @@ if TYPE_CHECKING:
     from app.core.config import rl as cfg
     from app.core.env import envfile
     from app.core.env.resolve import ResolvedKey
+    from app.core.launch.steps import EnvChoice, PreparedJob
     from app.core.modal_errors import ModalError
     from app.core.runs.history import RunHistory, RunRecord
     from app.core.runs.jobs import JobContext
@@ -188,11 +178,16 @@ class LaunchSession:
     # -- env -------------------------------------------------------------------------
 
     def initial_env_choice(self) -> EnvChoice:
-        return choose_env_file(self.options.env_files, cwd=self.options.cwd, config_path=self.config_path)
+        from app.core.launch import steps
+
+        return steps.choose_env_file(self.options.env_files, cwd=self.options.cwd, config_path=self.config_path)
 
     def unattended_env_choice(self) -> EnvChoice:
         """The .env for a run where no one confirms what discovery proposes."""
-        return unattended_env_choice(self.initial_env_choice(), cwd=self.options.cwd, config_path=self.config_path)
+        from app.core.launch import steps
+
+        return steps.unattended_env_choice(self.initial_env_choice(), cwd=self.options.cwd,
+                                           config_path=self.config_path)
 
     def open_unattended_env(self) -> EnvChoice:
         """Open the .env without asking: headless runs, attach, the history, and a TUI start
@@ -218,6 +213,8 @@ class LaunchSession:
     def use_env(self, env: envfile.EnvFile | None, path: Path | None, how: str = "chosen",
                 candidates: Sequence[Path] | None = None) -> envfile.EnvFile | None:
         """Use a .env already read; raises when the backend it names cannot be used."""
+        from app.core.launch.steps import EnvChoice
+
         if candidates is None:
             candidates = self.env_choice.candidates if self.env_choice else []
         self.env_choice = EnvChoice(path, how, list(candidates))
@@ -252,8 +249,11 @@ class LaunchSession:
 
     def resolve(self) -> list[ResolvedKey]:
         """The keys (and the backend, which the .env may set) as they are now; never raises."""
+        from app.core.launch import steps
+
         self.resolved = [self._as_this_run_needs(self._from_modal(key))
-                         for key in resolve_secrets(self.env, shell=self.shell, task_url_flag=self.overrides.task_url)]
+                         for key in steps.resolve_secrets(self.env, shell=self.shell,
+                                                          task_url_flag=self.overrides.task_url)]
         self._backend_from_env_file()
         return self.resolved
 
@@ -343,8 +343,10 @@ class LaunchSession:
                 if k.name.endswith("_URL") and k.value and credentials_problem(k.value)]
 
     def secrets(self) -> dict[str, str]:
+        from app.core.launch import steps
+
         path = self.env_choice.path if self.env_choice else None
-        return require_secrets(self.resolved, env_path=path, task_url_flag=self.overrides.task_url,
+        return steps.require_secrets(self.resolved, env_path=path, task_url_flag=self.overrides.task_url,
                                optional=self.optional_keys())
 
     def secret_values(self) -> list[str]:
@@ -360,6 +362,8 @@ class LaunchSession:
         """The payload to send: built from the config as :meth:`choose_config` stored it (read
         once), again only when what it is built from changed (the file on disk, the keys, an
         override, the backend and its generation); the file is read again only when it changed."""
+        from app.core.launch import steps
+
         assert self.config_path is not None, "choose a config first"
         self._raise_backend_problem()
         secrets = self.secrets()
@@ -370,7 +374,7 @@ class LaunchSession:
         self.prepared = None  # until the new one is built: a failed build leaves no stale payload
         task_url_key = next((k for k in self.resolved if k.name == "TASK_APP_URL"), None)
         overrides = self.overrides
-        self.prepared = prepare_payload(
+        self.prepared = steps.prepare_payload(
             report, task_url_flag=overrides.task_url, env_task_url=secrets.get("TASK_APP_URL"),
             backend_base=self.backend_base, model=overrides.model, allow_experimental=overrides.allow_experimental,
             env=self.shell,
@@ -496,7 +500,9 @@ class LaunchSession:
         if key is None or not key.value:
             raise MissingSecretsError("Missing required key: SYNTH_API_KEY.",
                                       "Pass --env-file PATH with SYNTH_API_KEY, or export it in the shell.")
-        require_sendable_keys([key])
+        from app.core.launch import steps
+
+        steps.require_sendable_keys([key])
         return key.value
 
     def client(self, **kwargs: object) -> SynthClient:

@@ -5,18 +5,23 @@ from __future__ import annotations
 
 import errno
 import stat
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.core import shell_env
-from app.core.api.backend_url import backend_from_env, checked_api_base, request_url_problem, shown_url
+from app.core.api.backend_url import request_url_problem, shown_url
+from app.core.api.backend_url import resolve_backend as resolve_backend  # see below
 from app.core.api.urls import CREDENTIALS_PROBLEM
 from app.core.env.discovery import demo_state_env_path, discover_env_files, user_path
 from app.core.env.keys import HEADER_KEYS, REQUIRED_KEYS, header_value_problem
 from app.core.errors import MissingSecretsError, UnusableSecretError, UsageError
+from app.core.launch.options import new_idempotency_key as new_idempotency_key  # see below
+
+# resolve_backend and new_idempotency_key are this module's names too, but live where the
+# session's construction reaches them without this module: the first frame waits for neither
+# its dataclasses nor its imports (docs/performance.md#first-paint).
 
 # The config schema (imported by prepare_payload), the .env's reading and its keys' resolution
 # are imported by the functions that use them: the first frame waits for none (docs/performance.md).
@@ -24,10 +29,6 @@ if TYPE_CHECKING:
     from app.core.config import rl as cfg
     from app.core.env import envfile
     from app.core.env.resolve import ResolvedKey
-
-
-def new_idempotency_key() -> str:
-    return str(uuid.uuid4())
 
 
 @dataclass
@@ -129,14 +130,6 @@ def require_sendable_keys(resolved: Sequence[ResolvedKey]) -> None:
                 f"{key.name} from {key.where} cannot be sent: {problem}.",
                 f"API keys are plain ASCII with no spaces: copy {key.name} again from where it was issued "
                 f"and replace it in {key.where}.")
-
-
-def resolve_backend(flag: str | None, env: Mapping[str, str] | None = None, *,
-                    origins: Mapping[str, str] | None = None) -> tuple[str, str]:
-    """(base URL ending in /api, where it came from); a malformed URL is a UsageError."""
-    if flag is not None:
-        return checked_api_base(flag, "--backend"), "--backend"
-    return backend_from_env(env, origins=origins)
 
 
 @dataclass

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from app.core.api.urls import http_url_problem
 from support.tiers import examples
 
-HOST_CHARS = "abcxyzABZ0189-._~%@[]:xn"
+HOST_CHARS = "abcxyzABZ0189-._~%@[]:xn\u017f\u212a"
 hosts = st.one_of(
     st.text(HOST_CHARS, min_size=1, max_size=24),
     st.lists(st.integers(0, 400).map(str), min_size=1, max_size=5).map(".".join),
@@ -38,3 +38,11 @@ def test_the_shortcut_still_refuses_what_the_http_library_refuses() -> None:
     assert "not a valid URL" in (http_url_problem("http://xn--zz.com") or "")
     assert http_url_problem("http://127.0.0.1:8000") is None
     assert http_url_problem("https://api.usesynth.ai") is None
+
+
+def test_the_shortcut_takes_only_ascii_hosts_whatever_their_case_folds_to() -> None:
+    """IGNORECASE alone folds the long s (U+017F) to s and the Kelvin sign (U+212A) to k: such a
+    host goes to the HTTP library, which refuses the one and lowers the other to k."""
+    assert "not a valid URL" in (http_url_problem("http://\u017f.example/api") or "")
+    assert http_url_problem("http://\u212a.example/api") is None
+    assert httpx_takes("http://\u212a.example/api") and not httpx_takes("http://\u017f.example/api")

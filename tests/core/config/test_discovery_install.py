@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.commands import demo
-from app.core.config import discovery
+from app.core.config import roots
 from app.core.config.discovery import bundled_config_label, checkout_around, discover_configs, project_config_roots
 from app.core.config.picker import load_config_entry
 from app.core.launch.options import LaunchOptions
@@ -38,8 +38,8 @@ def clone(tmp_path, monkeypatch):
     site = root / SITE
     bundled = site / "app" / "bundled_configs"
     write(bundled / "rl" / "demo.toml", RL_TOML)
-    monkeypatch.setattr(discovery, "_REPO_ROOT", site)
-    monkeypatch.setattr(discovery, "_BUNDLED_CONFIGS", bundled)
+    monkeypatch.setattr(roots, "_REPO_ROOT", site)
+    monkeypatch.setattr(roots, "_BUNDLED_CONFIGS", bundled)
     return root
 
 
