@@ -72,6 +72,8 @@ def _sample_completion(policy: Any, prompt: list[int], grammar: Any, generator: 
         chosen.append(choice)
         if token in policy.eos_ids or len(ids) >= call.max_tokens:
             break
+        if matcher is not None and matcher.is_terminated():
+            break  # its stop token taken (one the policy's end-of-turn ids do not hold)
         out = model(input_ids=torch.tensor([[token]], device=device), cache=cache, use_cache=True)
         cache, last = out.cache, out.logits[0, -1]
     return ids, logprobs, chosen, entropy

@@ -106,6 +106,13 @@ def _widest_batch(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return widths
 
 
+def _forced_first(act: Any) -> int:
+    """How many tokens the grammar forced at the start of the turn (fed with the prompt's last)."""
+    memo = act.memo
+    chosen = memo.sequence.mask[memo.end - memo.tokens:memo.end]
+    return chosen.index(1) if 1 in chosen else len(chosen)
+
+
 def _counting_inputs(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     """Records how many tokens each forward pass of the model is fed."""
     fed: list[int] = []
@@ -157,16 +164,18 @@ def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: An
     messages = _messages("B")
     first = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:two", rng)
     prompt_one = first.memo.end - first.memo.tokens
-    assert fed[0] == prompt_one  # the first turn prefills its whole prompt
+    # the first turn prefills its prompt but the last token, fed with the grammar's first run
+    assert fed[:2] == [prompt_one - 1, 1 + _forced_first(first)]
     messages = [*messages, first.message, {"role": "tool", "tool_call_id": first.call_id, "content": "Right."}]
     fed.clear()
     state = rng.getstate()
     second = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:two", rng)
     prompt_two = second.memo.end - second.memo.tokens
     # the kept cache holds every token fed so far: the prompt and the first completion but its
-    # last token (an end of turn, never fed); the task app's text and that token are prefilled
-    assert fed[0] == prompt_two - (first.memo.end - 1)
-    assert fed[0] < prompt_two // 2
+    # last token (an end of turn, never fed); the task app's text and that token are fed, with
+    # the grammar's first run
+    assert fed[0] == prompt_two - (first.memo.end - 1) + _forced_first(second)
+    assert fed[0] - _forced_first(second) < prompt_two // 2
     replay = random.Random()
     replay.setstate(state)
     _assert_batch_one(policy, second, True, replay.getrandbits(63))  # the same as a full re-prefill
@@ -182,7 +191,8 @@ def test_a_new_episode_starts_on_the_prefix_another_episode_kept(policy: Any,
     shared = 0
     while prompt[shared] == first.memo.sequence.ids[shared]:
         shared += 1
-    assert shared >= 16 and fed[0] == len(prompt) - shared  # only what follows the shared prefix
+    # only what follows the shared prefix, with the grammar's first run
+    assert shared >= 16 and fed[0] == len(prompt) - shared + _forced_first(other)
     _assert_batch_one(policy, other, True, _seed_of(7))
 
 
@@ -278,3 +288,99 @@ def test_a_restart_counts_and_its_turn_is_a_fresh_prompts(policy: Any) -> None:
     replay = random.Random()
     replay.setstate(state)
     _assert_batch_one(policy, again, True, replay.getrandbits(63))
+
+
+def test_a_groups_turns_on_one_prompt_are_computed_once_until_they_differ(
+        policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    rows_fed: list[int] = []
+    model = policy.model
+    original = model.forward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        rows_fed.append(int(kwargs["input_ids"].shape[0]))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    count = 4
+    calls = [(lambda i=i: policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"trace_j:g{i}",
+                                     random.Random(30 + i))) for i in range(count)]
+    results: list[Any] = []
+    with _all_queued(policy, count):
+        runner = threading.Thread(target=lambda: results.extend(_in_threads(calls)))
+        runner.start()
+    runner.join(timeout=300)
+    # the prompt prefilled once, then its last token and the grammar's first run fed by one row
+    # that stands for the four: their caches hold the same tokens and they feed the same
+    assert rows_fed[:2] == [1, 1]
+    assert policy.batcher.shared_rows >= count - 1
+    for i, act in enumerate(results):
+        _assert_batch_one(policy, act, True, _seed_of(30 + i))  # each still its own batch-1 turn
+
+
+def test_acting_puts_every_modules_own_mode_back() -> None:
+    import torch
+
+    from app.local.policies.lm.eval_mode import EvalMode
+
+    seen: list[bool] = []
+
+    class Probe(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.drop = torch.nn.Dropout(0.5)
+            self.frozen = torch.nn.Linear(2, 2)
+
+    model = Probe()
+    model.train()
+    model.frozen.eval()  # a module the trainer keeps in eval mode stays so
+    modes = EvalMode()
+    with modes.eval(model, 0):
+        seen += [module.training for module in model.modules()]
+    assert seen == [False, False, False]
+    assert [model.training, model.drop.training, model.frozen.training] == [True, True, False]
+
+    class Hooked(Probe):
+        def train(self, mode: bool = True) -> Hooked:
+            seen.append(mode)  # a module's own switch runs
+            return super().train(mode)
+
+    hooked = Hooked()
+    seen.clear()
+    with EvalMode().eval(hooked, 0):
+        assert not hooked.drop.training
+    assert seen == [False, True] and hooked.training  # eval, then its mode put back
+
+
+def test_a_wide_feed_beside_single_tokens_is_a_pass_of_its_own(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from app.local.policies.lm import batching
+
+    monkeypatch.setattr(policy, "eos_ids", [])  # the free turn decodes a token a step to max_tokens
+    monkeypatch.setattr(batching, "PREFILL_IN_BATCH_TOKENS", 1000)  # the joining prompt is fed in the batch
+    passes: list[tuple[int, int]] = []  # (rows, width) of each forward pass of the model
+    model = policy.model
+    original = model.forward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        passes.append(tuple(kwargs["input_ids"].shape))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", counting)
+    results: list[Any] = []
+    free = threading.Thread(target=lambda: results.append(
+        policy.act(_messages("A"), None, None, "trace_j:free", random.Random(41))))
+    free.start()
+    poll_until(lambda: policy.batcher.steps >= 2, timeout=60)  # decoding a token a step
+    with _all_queued(policy, 2):  # a longer prompt joins, with the grammar's first run
+        wide = threading.Thread(target=lambda: results.append(policy.act(
+            _messages("B", padding=12), [PRESS_TOOL], TOOL_CHOICE, "trace_j:wide", random.Random(42))))
+        wide.start()
+    wide.join(timeout=300)
+    free.join(timeout=300)
+    assert policy.batcher.split_steps >= 1
+    joined = _forced_first(next(a for a in results if a.memo.sequence is policy.episodes["trace_j:wide"]))
+    # the joining row's feed (its prompt's rest and the grammar's first run) was a pass of its
+    # own, beside the free row's single token: no pass of two rows that wide
+    assert not any(rows == 2 and width > joined for rows, width in passes)
+    for act in results:
+        free_turn = act.memo.sequence is policy.episodes["trace_j:free"]
+        _assert_batch_one(policy, act, not free_turn, _seed_of(41 if free_turn else 42))

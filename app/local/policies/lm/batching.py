@@ -4,11 +4,13 @@ One loop thread owns acting on the model (the transformers path; a vLLM server's
 come here). `Acting.act` renders, finds the episode's sequence and hands the turn to `Batcher.turn`,
 which queues it and waits. The loop takes the queued turns (after a short collection window when
 it was idle, `COLLECT_WINDOW_S`, so that requests sent together meet), joins each to the batch
-between two tokens on top of its episode's kept KV cache (its few new tokens fed with the
-batch's next step; a long prompt prefilled alone first), and decodes every active turn one step
-at a time across the batch: a step feeds each row its sampled token, or the run of tokens its
-grammar forces (jump-forward). A finished, cut or cancelled turn leaves between
-two steps; the others go on.
+between two tokens on top of its episode's kept KV cache (its last new tokens, with the run its
+grammar forces first, fed with the batch's next step; a long prompt prefilled alone first), and
+decodes every active turn one step at a time across the batch: a step feeds each row its sampled
+token with the run its grammar forces after it (jump-forward), or a forced run alone. A
+finished, cut or cancelled turn leaves between two steps; the others go on. Rows whose caches
+hold the same tokens and that feed the same (a group's episodes, on one prompt) are computed once
+in a step (`_forward`).
 
 The batch is one DynamicCache (transformers) whose rows share one length: a row that joined
 shorter is padded on the left, a row that fed fewer tokens in a step than another leaves a hole;
@@ -42,6 +44,7 @@ import xgrammar as xgr
 
 from app.local.policies.base import ActCancelled
 from app.local.policies.lm.acting import _Call, _Turn, sampling_entropy
+from app.local.policies.lm.eval_mode import EvalMode
 
 if TYPE_CHECKING:
     from app.local.policies.lm.acting import Acting
@@ -60,6 +63,10 @@ PREFILL_IN_BATCH_TOKENS = 64
 # A new episode's prompt starts from another's kept cache when they share at least this many
 # tokens (a step's episodes share the system prompt and the tools; a group's, the whole first prompt).
 MIN_SHARED_PREFIX = 16
+# A forward pass's own cost (the weights' reads, each layer's overhead) in tokens of compute: a
+# step is split in two passes when padding every row to the widest feed wastes more tokens than
+# this (SmolLM2-135M on 2 CPU cores: a pass of one token about 85 ms, a token in a wide pass 3 ms).
+PASS_COST_TOKENS = 28
 LOOP_IDLE_EXIT_S = 5.0  # the loop thread ends after this long without a turn (the next one starts it again)
 WAIT_POLL_S = 0.5  # how often a waiting turn checks that the loop thread is alive
 
@@ -89,7 +96,7 @@ class _Row:
     covered: list[int] = field(default_factory=list)  # the tokens the row's cache holds, in order
     last: torch.Tensor | None = None  # the logits after the last token fed
     feeding: list[int] = field(default_factory=list)  # what the coming step feeds
-    forced: bool = False  # ... is a run the grammar forced
+    forced_from: int = 0  # ... from here on, a run the grammar forced (before it: prompt, or a sampled token)
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     chosen: list[int] = field(default_factory=list)
@@ -115,6 +122,9 @@ class Batcher:
         self._version = owner.weights_version
         self.steps = 0  # batched forward passes so far
         self.queued = 0  # turns handed to the loop so far
+        self.shared_rows = 0  # rows whose forward pass another row's stood for (same tokens, same cache)
+        self.split_steps = 0  # steps computed in two passes (narrow feeds apart from wide ones)
+        self._modes = EvalMode()
 
     # -- the callers' side --------------------------------------------------------------
 
@@ -220,21 +230,18 @@ class Batcher:
                 self.kept.clear()
                 self.kept_bytes = 0
             model = owner.model
-            was_training = model.training
-            model.eval()  # no dropout while acting; the trainer's mode is put back after
-            try:
-                with torch.no_grad():
-                    yield model
-            finally:
-                model.train(was_training)
+            with self._modes.eval(model, self._version), torch.no_grad():  # no dropout while acting
+                yield model
 
     # -- joining: a turn's prefill ------------------------------------------------------------
 
     def _join(self, row: _Row) -> None:
-        """Add the turn to the batch on its kept cache (its episode's, or a prefix another holds):
-        the few new tokens are fed with the batch's next step; a long rest, or a prompt with no
-        kept prefix, is prefilled alone first (and kept at once: the turns joining after it may
-        share it). A turn cancelled while queued, or whose prefill fails, ends here."""
+        """Add the turn to the batch on its kept cache (its episode's, or a prefix another holds).
+        The prompt's last new tokens (at least one) are fed with the batch's next step, together
+        with the run the grammar forces first (one forward pass for both); a longer rest, or a
+        prompt with no kept prefix, is prefilled alone first and kept at once (the turns joining
+        after it may share it, and feed what it feeds: one row's pass then stands for theirs,
+        `_forward`). A turn cancelled while queued, or whose prefill fails, ends here."""
         from transformers import DynamicCache
 
         device = self.owner.loaded.device
@@ -243,23 +250,28 @@ class Batcher:
             if row.grammar is not None:
                 row.matcher = xgr.GrammarMatcher(row.grammar)
                 row.bitmask = xgr.allocate_token_bitmask(1, self.owner._info.vocab_size)
+            alone: list[int] = []
             with self._model_turn() as model:  # the kept caches are looked at after a weights check
                 kept = self._reusable(row.episode, row.prompt)
                 start = len(kept.ids) if kept is not None else 0
                 cache: Any = DynamicCache(kept.layers) if kept is not None else DynamicCache()
                 new = row.prompt[start:]
-                if kept is not None and len(new) <= PREFILL_IN_BATCH_TOKENS:
-                    row.covered, row.feeding = list(kept.ids), new
-                else:
-                    out = model(input_ids=torch.tensor([new], device=device),
-                                position_ids=torch.arange(start, len(row.prompt), device=device).unsqueeze(0),
+                row.covered = list(kept.ids) if kept is not None else []
+                if kept is None or len(new) > PREFILL_IN_BATCH_TOKENS:
+                    alone = new[:-1] if kept is not None or len(new) > 1 else new
+                    out = model(input_ids=torch.tensor([alone], device=device),
+                                position_ids=torch.arange(start, start + len(alone), device=device).unsqueeze(0),
                                 cache=cache, use_cache=True, logits_to_keep=1)
-                    cache, row.last, row.covered = out.cache, out.logits[0, -1], list(row.prompt)
+                    cache, row.last = out.cache, out.logits[0, -1]
+                    row.covered = row.prompt[:start + len(alone)]
+            rest = row.prompt[len(row.covered):]
+            forced = self.owner._forced(row.matcher, row.call.max_tokens)
+            row.feeding, row.forced_from = [*rest, *forced], len(rest)
         except BaseException as exc:  # noqa: BLE001 - the turn's failure, raised in its caller
             row.error = exc
             row.done.set()
             return
-        if not row.feeding:
+        if alone:
             self._store(row.episode, row.covered, [(layer.keys, layer.values) for layer in cache.layers])
         self._add(row, cache)
 
@@ -333,7 +345,7 @@ class Batcher:
             return True
         forced = owner._forced(row.matcher, call.max_tokens - len(row.ids))
         if forced:
-            row.feeding, row.forced = forced, True
+            row.feeding, row.forced_from = forced, 0
             return True
         assert row.last is not None
         scaled = owner._scaled(row.last, call)
@@ -358,12 +370,22 @@ class Batcher:
         row.chosen.append(choice)
         if token in owner.eos_ids or len(row.ids) >= call.max_tokens:
             return False
-        row.feeding, row.forced = [token], False
+        if row.matcher is not None and row.matcher.is_terminated():
+            return False  # the grammar took its stop token: the turn is over (and has no next run)
+        # the run the grammar forces after this token is fed with it: one forward pass for both
+        forced = owner._forced(row.matcher, call.max_tokens - len(row.ids))
+        row.feeding, row.forced_from = [token, *forced], 1
         return True
 
     def _forward(self) -> None:
-        """One forward pass over the batch: each row's tokens, padded on the right to the longest
-        (the padding is a hole in the cache, masked), at the row's own positions."""
+        """One step of the batch: each row's tokens, padded on the right to the longest (the
+        padding is a hole in the cache, masked), at the row's own positions. Rows whose cache
+        holds the same tokens and that feed the same (a group's episodes: one prompt, one forced
+        run, often the same sampled token) are computed once: the first of them stands for the
+        others, which get its new keys and values and its logits. When a few rows feed long runs
+        (a prompt that joined, a forced run) beside rows feeding a token or two, the step is two
+        passes, the narrow rows' and the wide rows', if padding every row to the widest would
+        cost more than a pass (`_passes`)."""
         assert self._mask is not None
         device = self._mask.device
         width = max(len(row.feeding) for row in self.rows)
@@ -377,27 +399,109 @@ class Batcher:
             new_mask[index, :k] = 1
             positions[index] = torch.arange(len(row.covered), len(row.covered) + width, device=device)
         mask = torch.cat([self._mask, new_mask], 1)
+        leads, stands_for = self._distinct_rows()
+        passes = self._passes(leads)
         with self._model_turn() as model:
-            out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=self._cache,
-                        use_cache=True)
-        self._cache, self._mask = out.cache, mask
+            if len(leads) == count and len(passes) == 1:
+                out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=self._cache,
+                            use_cache=True)
+                self._cache, logits = out.cache, out.logits
+            else:
+                logits = self._forward_passes(model, passes, leads, stands_for, ids, mask, positions)
+        self._mask = mask
         self.steps += 1
         for index, row in enumerate(self.rows):
-            self._took(row, out.logits[index, :len(row.feeding)])
+            self._took(row, logits[index, :len(row.feeding)])
+
+    def _distinct_rows(self) -> tuple[list[int], list[int]]:
+        """(the rows computed: the first of each kind, the index in that list each row takes its
+        pass from). Two rows are of a kind when their caches cover the same tokens and they feed
+        the same: the same weights give both the same keys, values and logits."""
+        seen: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        leads: list[int] = []
+        stands_for: list[int] = []
+        for index, row in enumerate(self.rows):
+            kind = (tuple(row.covered), tuple(row.feeding))
+            lead = seen.setdefault(kind, len(leads))
+            if lead == len(leads):
+                leads.append(index)
+            stands_for.append(lead)
+        return leads, stands_for
+
+    def _passes(self, leads: list[int]) -> list[list[int]]:
+        """The computed rows in one pass, or in two (the narrowest feeds, the widest) when padding
+        them all to the widest costs more tokens than a pass's own cost, PASS_COST_TOKENS. Each
+        pass lists positions in `leads`."""
+        order = sorted(range(len(leads)), key=lambda i: len(self.rows[leads[i]].feeding))
+        widths = [len(self.rows[leads[i]].feeding) for i in order]
+        best, split = len(widths) * widths[-1], 0
+        for k in range(1, len(widths)):
+            cost = k * widths[k - 1] + (len(widths) - k) * widths[-1] + PASS_COST_TOKENS
+            if cost < best:
+                best, split = cost, k
+        return [order[:split], order[split:]] if split else [list(range(len(leads)))]
+
+    def _forward_passes(self, model: Any, passes: list[list[int]], leads: list[int], stands_for: list[int],
+                        ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The computed rows' passes (`passes`: positions in `leads`, the batch rows computed),
+        each on a copy of its rows' caches
+        and only as wide as its widest feed; then every row's cache grows by its computed row's
+        new keys and values (a narrower pass's padded with holes). The batch's logits (a row per
+        batch row)."""
+        from transformers import DynamicCache
+
+        assert self._mask is not None
+        length, width = self._mask.shape[1], ids.shape[1]
+        computed_keys: list[torch.Tensor] = []
+        computed_values: list[torch.Tensor] = []
+        logits: torch.Tensor | None = None
+        for part in passes:
+            rows = torch.tensor([leads[i] for i in part], device=mask.device)
+            at = torch.tensor(part, device=mask.device)
+            wide = max(len(self.rows[leads[i]].feeding) for i in part)
+            cache = DynamicCache([(layer.keys[rows], layer.values[rows]) for layer in self._cache.layers])
+            out = model(input_ids=ids[rows, :wide], attention_mask=mask[rows, :length + wide],
+                        position_ids=positions[rows, :wide], cache=cache, use_cache=True)
+            if logits is None:
+                logits = out.logits.new_zeros(len(leads), width, out.logits.shape[-1])
+                for layer in out.cache.layers:
+                    shape = (len(leads), layer.keys.shape[1], width, layer.keys.shape[3])
+                    computed_keys.append(layer.keys.new_zeros(shape))
+                    computed_values.append(layer.values.new_zeros(shape))
+            logits[at, :wide] = out.logits
+            for index, layer in enumerate(out.cache.layers):
+                computed_keys[index][at, :, :wide] = layer.keys[:, :, length:]
+                computed_values[index][at, :, :wide] = layer.values[:, :, length:]
+        assert logits is not None
+        spread = torch.tensor(stands_for, device=mask.device)
+        for index, layer in enumerate(self._cache.layers):
+            layer.keys = torch.cat([layer.keys, computed_keys[index][spread]], 2)
+            layer.values = torch.cat([layer.values, computed_values[index][spread]], 2)
+        self.shared_rows += len(stands_for) - len(leads)
+        self.split_steps += len(passes) > 1
+        spread_logits: torch.Tensor = logits[spread]
+        return spread_logits
 
     def _took(self, row: _Row, logits: torch.Tensor) -> None:
-        """After the forward pass: a forced run's logprobs (the second half of the batch-1 loop's
-        iteration), the row's new last logits and what its cache covers."""
-        if row.forced:
-            assert row.last is not None
-            before = torch.cat([row.last.unsqueeze(0), logits[:-1]])
+        """After the forward pass (`logits`: one row per token fed): the forced run's logprobs (the
+        second half of the batch-1 loop's iteration), the row's new last logits and what its cache
+        covers. The forced token at feeding[i] was predicted by the logits after feeding[i - 1]
+        (after the row's previous last token for i = 0)."""
+        start, count = row.forced_from, len(row.feeding)
+        if start < count:
+            if start == 0:
+                assert row.last is not None
+                before = torch.cat([row.last.unsqueeze(0), logits[:count - 1]])
+            else:
+                before = logits[start - 1:count - 1]
+            run = row.feeding[start:]
             scores = torch.log_softmax(self.owner._scaled(before, row.call), -1)
-            row.logprobs += [float(scores[pos, token]) for pos, token in enumerate(row.feeding)]
-            self.owner._note_logprobs(row.call, before, row.feeding)
-            row.ids += row.feeding
-            row.chosen += [0] * len(row.feeding)
+            row.logprobs += [float(scores[pos, token]) for pos, token in enumerate(run)]
+            self.owner._note_logprobs(row.call, before, run)
+            row.ids += run
+            row.chosen += [0] * len(run)
         row.covered += row.feeding
-        row.last = logits[-1]
+        row.last = logits[count - 1]
         row.feeding = []
 
     # -- leaving ------------------------------------------------------------------------------
