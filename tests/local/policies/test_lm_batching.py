@@ -384,3 +384,22 @@ def test_a_wide_feed_beside_single_tokens_is_a_pass_of_its_own(policy: Any, monk
     for act in results:
         free_turn = act.memo.sequence is policy.episodes["trace_j:free"]
         _assert_batch_one(policy, act, not free_turn, _seed_of(41 if free_turn else 42))
+
+
+def test_the_model_loads_without_the_hubs_kernels_and_a_pass_walks_no_module(
+        policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the Hub's kernels on, every train/eval switch kernelized the model again (about 60 ms
+    a pass for SmolLM2 with LoRA) and acting had to switch through `train`."""
+    assert not any(getattr(module, "use_kernels", False) for module in policy.model.modules())
+    switched: list[bool] = []
+    original = policy.model.train
+
+    def train(mode: bool = True) -> Any:
+        switched.append(mode)
+        return original(mode)
+
+    monkeypatch.setattr(policy.model, "train", train)
+    mode = policy.model.training
+    act = policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:k", random.Random(8))
+    assert act.memo.tokens > 0 and switched == []  # each module's flag set directly
+    assert policy.model.training == mode  # put back

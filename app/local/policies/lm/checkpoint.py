@@ -234,7 +234,9 @@ class Checkpoints(GrpoThread):
         else:
             from transformers import AutoModelForCausalLM
 
-            saved = AutoModelForCausalLM.from_pretrained(folder, dtype=self.model.dtype)
+            from app.local.policies.lm.model import LOAD_OPTIONS
+
+            saved = AutoModelForCausalLM.from_pretrained(folder, dtype=self.model.dtype, **LOAD_OPTIONS)
             self.model.load_state_dict(saved.state_dict())
 
 

@@ -13,10 +13,12 @@ import torch
 class EvalMode:
     """The model in eval mode for a forward pass and each module's own mode put back after, as
     `model.eval()` and `model.train(was)` would, without their walk: nn.Module.train goes through
-    every module's __setattr__, about 10 ms each way for SmolLM2-135M with LoRA's 2,500 modules
-    (30 ms under the server's threads), paid at every forward pass of the loop. The modules are
-    listed again for another model or weights version (a load, an update); a model with a module
-    that overrides `train` (a hook of its own on the switch) is switched by `train` itself."""
+    every module's __setattr__, about 10 ms each way for SmolLM2-135M with LoRA's 2,500 modules,
+    paid at every forward pass of the loop; here the pair costs under 1 ms. The modules are listed
+    again for another model or weights version (a load, an update); a model with a module that
+    overrides `train`, or one kernelized with the Hub's kernels (which a switch kernelizes again:
+    the backend loads without them, app/local/policies/lm/model.py LOAD_OPTIONS), is switched by
+    `train` itself."""
 
     def __init__(self) -> None:
         self._key: tuple[int, int] | None = None

@@ -118,6 +118,12 @@ TRAINER_MODES = ("lora", "full")
 PRETRAINED_MIN_PARAMETERS = 10_000_000
 PRETRAINED_MAX_LR = 1e-3
 WEIGHT_SUFFIXES = (".safetensors", ".bin", GGUF_SUFFIX)
+# transformers kernelizes a model with the Hub's kernels when the `kernels` package is installed
+# (it comes with the trainer extra): code fetched at load, which an offline backend does not do,
+# and a model kernelized again at every train/eval switch, about 60 ms each way for SmolLM2-135M
+# with LoRA, paid at each of the generation loop's passes and each of TRL's micro-batches. On CPU
+# no kernel applies: the logits are the same to the bit. docs/embedded-policy.md#batched-generation.
+LOAD_OPTIONS: dict[str, Any] = {"use_kernels": False}
 
 
 def weight_files(path: Path) -> list[Path]:
@@ -252,7 +258,7 @@ def load(path: Path, chat_template: str | None = None) -> LoadedModel:
     dtype = torch.bfloat16 if cuda else torch.float32
     tokenizer = load_tokenizer(path, chat_template)
     try:
-        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(folder, dtype=dtype, **LOAD_OPTIONS, **kwargs)
     except (OSError, ValueError, ImportError) as exc:
         raise ModelUnavailable(f"the model in {path} could not be loaded ({type(exc).__name__}: "
                                f"{str(exc)[:300]})") from None
