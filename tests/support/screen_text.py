@@ -15,8 +15,10 @@ def screen_lines(app) -> list[str]:
 
 
 def footer_text(app) -> str:
-    """The bottom line: the footer of every flow screen."""
-    return screen_lines(app)[-1]
+    """The bottom line: the footer of every flow screen ("" before the screen's first layout,
+    when it has no lines yet: a wait on the footer goes on waiting)."""
+    lines = screen_lines(app)
+    return lines[-1] if lines else ""
 
 
 def notifications(app) -> list[Notification]:
