@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.widgets import Static
 
 from app.core.invocation import as_run
@@ -111,10 +112,13 @@ class ConfigPreview(VerticalScroll):
             return  # entries are immutable: a re-read file arrives as a new entry
         if not self.build():
             return
+        try:
+            heading = self.query_one("#verdict-heading", Static)
+            problems = self.query_one("#verdict-problems")
+            facts = self.query_one("#preview-facts")
+        except NoMatches:  # its parts already pruned: its screen closes (the app ends) as the search answers
+            return
         self.entry = entry
-        heading = self.query_one("#verdict-heading", Static)
-        problems = self.query_one("#verdict-problems")
-        facts = self.query_one("#preview-facts")
         problems.remove_children()
         facts.remove_children()
         if entry is None:

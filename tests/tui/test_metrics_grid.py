@@ -226,14 +226,16 @@ async def test_new_data_waits_for_its_redraw_and_the_end_draws_at_once():
         grid = app.query_one(MetricsGrid)
         store.add(points("train.mean_score", range(0, 3)))
         grid.data_changed()
-        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws == 1)
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
         chart = grid.charts[0]
+        await pilot.pause()  # a late layout (a loaded machine) may redraw it once more: not data's
+        drawn = chart.redraws
         store.add(points("train.mean_score", range(3, 6)))
         grid.data_changed()
         await pilot.pause()
-        assert chart.redraws == 1, "throttled: the redraw is not yet due"
+        assert chart.redraws == drawn, "throttled: the redraw is not yet due"
         grid.flush()
-        assert chart.redraws == 2
+        assert chart.redraws == drawn + 1
         assert "step 5" in chart_text(chart)
 
 
