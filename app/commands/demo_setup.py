@@ -56,8 +56,10 @@ class DemoSetup:
     reused_keys: bool = False
 
     def stop(self) -> None:
-        """Stop both servers, then let the folder go (a temporary one is removed with its keys)."""
-        for server in (self.backend, self.task_app):
+        """Stop both servers, then let the folder go (a temporary one is removed with its keys).
+        The task app first: its rollouts in flight still reach the backend's chat and end at once;
+        after the backend, they would wait out the chat hop's backoff (app/local/training/retry.py)."""
+        for server in (self.task_app, self.backend):
             server.stop()
         self.folder.release()
 

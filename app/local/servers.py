@@ -8,6 +8,8 @@ means a free port: we bind the socket ourselves and hand it to uvicorn, so the p
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import errno
 import socket
 import sys
@@ -47,9 +49,33 @@ class _Server(uvicorn.Server):
     """uvicorn waits for open responses before shutting down; the backend's event streams
     would never end by themselves, so the app is told first (backend.begin_shutdown)."""
 
+    TICK_S = 0.1  # uvicorn's: how often the loop refreshes its Date header and checks for a stop
+
     def __init__(self, config: uvicorn.Config, before_shutdown: Callable[[], None] | None) -> None:
         super().__init__(config)
         self._before_shutdown = before_shutdown
+        self._wake = asyncio.Event()
+        self._wake_loop: asyncio.AbstractEventLoop | None = None
+
+    async def main_loop(self) -> None:
+        """uvicorn's loop, but a stop (:meth:`request_exit`) wakes it at once instead of at its
+        next tick: every server stop, in the demo and the tests, is that much shorter."""
+        self._wake_loop = asyncio.get_running_loop()
+        counter = 0
+        should_exit = await self.on_tick(counter)
+        while not should_exit:
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.TICK_S)
+            should_exit = await self.on_tick(counter)
+
+    def request_exit(self) -> None:
+        """Stop serving, from any thread (the one that started the server calls it)."""
+        self.should_exit = True
+        loop = self._wake_loop
+        if loop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop has already closed
+                loop.call_soon_threadsafe(self._wake.set)
 
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
         if self._before_shutdown is not None:
@@ -122,7 +148,7 @@ class ServerHandle:
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         if self._server is not None and self._thread is not None:
-            self._server.should_exit = True
+            self._server.request_exit()
             self._thread.join(timeout)
             if self._thread.is_alive():  # a stuck connection: stop waiting for it
                 self._server.force_exit = True

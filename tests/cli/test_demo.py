@@ -87,6 +87,23 @@ def test_the_summary_after_the_guided_demo_says_its_servers_stopped(tmp_path, mo
     assert ".venv/bin/synth-tui history lists it" in banner(setup, stopped=True)
 
 
+def test_a_demo_stops_its_task_app_before_its_backend(tmp_path):
+    """The task app's rollouts in flight then still reach the backend's chat and end at once;
+    stopped after the backend, they waited out the chat hop's backoff (about 1.5 s a demo)."""
+    from types import SimpleNamespace
+
+    from app.commands.demo_setup import DemoFolder, DemoSetup
+
+    stopped: list[str] = []
+    backend = SimpleNamespace(url="http://127.0.0.1:41001", stop=lambda: stopped.append("backend"))
+    task_app = SimpleNamespace(url="http://127.0.0.1:41002", stop=lambda: stopped.append("task app"))
+    lock = (tmp_path / ".lock").open("wb")
+    setup = DemoSetup(DemoFolder(tmp_path, lock=lock), tmp_path / ".env", tmp_path / "demo.toml",  # type: ignore[arg-type]
+                      backend, task_app)
+    setup.stop()
+    assert stopped == ["task app", "backend"]
+
+
 def test_attach_to_a_job_stopped_with_its_demo_says_so_not_start_a_backend(tmp_path, monkeypatch):
     from app.core.runs.history import RunHistory
     from app.core.runs.jobs import stop_backend_jobs

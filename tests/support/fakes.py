@@ -69,6 +69,11 @@ def metric(name: str, step: int, value: float) -> dict:
     return {"name": name, "step": step, "value": value, "data": {"n": 4}}
 
 
+# How often serve_forever looks for a stop: each fixture's teardown waits for its next look (half
+# of it on average: at 0.05 s, some 10 test-seconds of the quick loop, docs/testing.md).
+POLL_S = 0.005
+
+
 class _QuietServer(ThreadingHTTPServer):
     daemon_threads = True
 
@@ -122,7 +127,8 @@ class FaultyBackend:
 
         self._server = _QuietServer(("127.0.0.1", port), Handler)
         self.port = self._server.server_address[1]
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": POLL_S},
+                                        daemon=True)
         self._thread.start()
         return self
 
@@ -487,7 +493,7 @@ class TinyTaskApp:
 
         self._server = _QuietServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": POLL_S}, daemon=True).start()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -118,3 +118,12 @@ def test_past_the_connection_cap_a_request_is_answered_503_then_served_again(tmp
         assert not _wait_all_closed(socks)  # the header deadline frees their places
         with httpx.Client(timeout=10) as client:
             assert client.get(server.url + "/api/health").status_code == 200
+
+
+def test_a_stop_wakes_the_server_at_once_not_at_its_next_tick(monkeypatch):
+    """A stop ends the server without waiting out uvicorn's tick (docs/testing.md#speed): with a
+    tick of an hour, the server's thread still ends within the stop's own bound."""
+    monkeypatch.setattr(servers._Server, "TICK_S", 3600.0)
+    handle = start_taskapp(env_api_keys=[ENV_KEY])  # answers: start() waited for it
+    handle.stop(timeout=10)
+    assert handle._thread is not None and not handle._thread.is_alive()
