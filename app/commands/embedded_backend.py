@@ -61,9 +61,25 @@ def run_with_embedded_backend(args: argparse.Namespace, run: Callable[[argparse.
                   file=sys.stderr, flush=True)
             return run(with_backend(args, backend))
         finally:
-            backend.stop()
+            stop_recording_its_jobs(backend)
     finally:
         folder.release()
+
+
+def stop_recording_its_jobs(backend) -> None:
+    """Stop an embedded backend (``backend``: a ServerHandle), each job it still ran recorded in
+    the run history as cancelled with why, as the TUI's quit and the demo do: the interrupted run
+    said so, and no job stays "running?" in `synth-tui history`, asking a backend that is gone."""
+    from app.core.api.backend_url import resolve_backend
+    from app.core.runs.jobs import remember, stop_backend_jobs
+
+    try:
+        base = resolve_backend(backend.url, {})[0]  # as the session recorded it (…/api)
+        warning = remember(lambda history: stop_backend_jobs(history, base))
+        if warning:
+            print(f"Warning: {warning}", file=sys.stderr, flush=True)
+    finally:
+        backend.stop()
 
 
 def with_backend(args: argparse.Namespace, backend) -> argparse.Namespace:

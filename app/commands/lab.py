@@ -97,7 +97,9 @@ def start_lab(args: argparse.Namespace, stack: ExitStack) -> tuple[Path, object,
     stack.callback(task_app.stop)
     backend = start_backend(api_key=synth_key, db_path=folder.path / "backend.sqlite3", env_api_keys=[env_key],
                             resume=False, policy_kind=policy_kind, parallel=parallel)
-    stack.callback(backend.stop)
+    from app.commands.embedded_backend import stop_recording_its_jobs
+
+    stack.callback(stop_recording_its_jobs, backend)
     write_lab_env(env_path, {"SYNTH_API_KEY": synth_key, "ENVIRONMENT_API_KEY": env_key,
                              "TASK_APP_URL": task_app.url, "BACKEND_BASE_URL": backend.url})
     processes = f" × {parallel.processes} processes" if parallel.processes > 1 else ""

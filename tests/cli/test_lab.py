@@ -111,3 +111,28 @@ def test_a_server_that_cannot_bind_says_so_on_the_terminal_too(tmp_path, monkeyp
         result = run_cli("backend", "--port", str(taken.getsockname()[1]), "--db", str(tmp_path / "db.sqlite3"),
                          cwd=tmp_path, env={"SYNTH_API_KEY": "sk_test_0123456789abcdef"})
     assert result.returncode == 2 and "already in use" in result.stderr
+
+
+def test_a_run_ending_before_its_job_records_the_job_cancelled_as_it_said(tmp_path: Path, monkeypatch) -> None:
+    """`lab` and `--backend local` stop their embedded backend when the run ends (^C): a job it
+    still ran is recorded cancelled, as the interrupted run says, not left "running?"."""
+    from app.commands.embedded_backend import stop_recording_its_jobs
+    from app.core.runs.history import RunHistory
+
+    monkeypatch.chdir(tmp_path)
+    history = RunHistory()
+    for job_id in ("job_lab", "job_done"):
+        history.record_submission(job_id=job_id, backend="http://127.0.0.1:9/api", config_path=None,
+                                  payload=None, idempotency_key=None)
+    history.record_progress("job_done", status="succeeded", final=True)
+    stopped: list[str] = []
+
+    class Handle:
+        url = "http://127.0.0.1:9"
+
+        def stop(self) -> None:
+            stopped.append(self.url)
+
+    stop_recording_its_jobs(Handle())
+    assert stopped == ["http://127.0.0.1:9"]
+    assert {r.job_id: r.status for r in RunHistory().list()} == {"job_lab": "cancelled", "job_done": "succeeded"}
