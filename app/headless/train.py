@@ -102,9 +102,11 @@ async def train_flow(run: TrainRun, printer: Printer, state: RunState) -> int:
     _check_type_flags(run, printer)
     session = LaunchSession(run.options)
     config_path = select_config(run, printer)
-    # The one read of the config: a file that cannot be read stops here; problems in it are
-    # reported by prepare(), which builds from this report.
+    # The one read of the config: a file that cannot be read, or one with problems, stops here,
+    # before the .env is read (a bad key must not hide a broken config); prepare() builds from
+    # this report.
     report = session.validate(config_path, strict=True)
+    report.raise_if_invalid()  # the config's own problems first: finding them needs no key
     if run.options.config_paths:
         _check_rl_kind(report, config_path, run.train_type)
     session.choose_config(config_path, report)

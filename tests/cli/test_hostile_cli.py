@@ -378,3 +378,14 @@ def test_an_unreadable_config_is_a_usage_error(tmp_path, refuse_os_access):
     code, out, err = run_cli(train(config, good_env(tmp_path), "--backend", CLOSED, "--dry-run"))
     assert_clean(code, out, err)
     assert code == 2 and "Permission denied" in err
+
+
+def test_a_broken_config_is_reported_before_a_bad_key(tmp_path):
+    """Both wrong: the config's problem is said first (it needs no key to be found), not hidden
+    behind the key's until the .env is fixed (a newcomer's walk)."""
+    key = "sk_test 0123456789"
+    env = write(tmp_path, ".env", f'SYNTH_API_KEY="{key}"\nENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={CLOSED}\n')
+    config = write(tmp_path, "config.toml", "[algorithm\n")
+    code, out, err = run_cli(train(config, env, "--backend", CLOSED, "--dry-run"))
+    assert_clean(code, out, err, (key,))
+    assert code == 2 and str(config) in err and "Using config" not in out
