@@ -449,11 +449,23 @@ class MetricChart(Vertical):
     @staticmethod
     def _value_axis(plt, ys: list[float], rows: int) -> None:
         """Tiny values (an lm job's loss near -2e-08) labelled as the readouts write them,
-        "-2.24e-08", not plotext's "-0.00000002240"; other axes keep plotext's own labels."""
+        "-2.24e-08", not plotext's "-0.00000002240", and a single value centred on a range of
+        its own; other axes keep plotext's own labels."""
         finite = [y for y in ys if math.isfinite(y)]
-        if not finite or not small_axis(min(finite), max(finite)):
+        if not finite:
             return
-        ticks = axis_ticks(min(finite), max(finite), max(2, min(5, rows // 3)))
+        low, high = min(finite), max(finite)
+        if low == high:
+            # One value (a first point, a constant like a clip ratio of 0): plotext's own range
+            # around it is upside down for a negative value (-1.70 above -0.57) and its labels
+            # fall between rows; the value sits in the middle of a range of its own, labelled.
+            half = abs(low) / 2 or 1.0
+            ticks = [low - half, low, low + half]
+            plt.ylim(ticks[0], ticks[-1])
+        elif small_axis(low, high):
+            ticks = axis_ticks(low, high, max(2, min(5, rows // 3)))
+        else:
+            return
         plt.yticks(ticks, [shown_number(tick) for tick in ticks])
 
     def on_focus(self) -> None:

@@ -568,3 +568,25 @@ def test_plotted_count(lines, columns, height, plots):
     from widgets.metrics_grid import plotted_count
 
     assert plotted_count(lines, columns, height) == plots
+
+
+@pytest.mark.parametrize("value", [-1.13, 640.0, 0.0])
+async def test_a_single_value_sits_between_labels_that_read_downwards(value):
+    """One point (a first step) or a constant (a clip ratio of 0): plotext's own range was upside
+    down for a negative value (-1.70 above -0.57) and its labels fell between rows (640 drawn
+    on the row labelled 746.7); the value is now the middle label of a range of its own."""
+    from support.screen_text import screen_lines
+
+    store = MetricStore()
+    store.add([MetricPoint(name="train.loss", step=step, value=value) for step in range(3)])
+    app = GridApp(store, data_interval=0)
+    async with app.run_test(size=(100, 30)) as pilot:
+        grid = app.query_one(MetricsGrid)
+        grid.data_changed()
+        await wait_for(pilot, lambda: grid.charts and grid.charts[0].redraws >= 1)
+        await pilot.pause()
+        labels = [float(m.group(1)) for line in screen_lines(app)
+                  if (m := re.search(r"(-?\d+(?:\.\d+)?)\s*┤", line))]
+    assert len(labels) == 3, labels
+    assert labels == sorted(labels, reverse=True)  # the top label is the highest
+    assert labels[1] == pytest.approx(value)
