@@ -206,6 +206,10 @@ class EnvReviewScreen(ModalActions, DiskWatch):
             return Content.assemble(("✗ A user name or password in ", "bold $text-error"),
                                     (", ".join(with_credentials), "bold"),
                                     " — verification refuses it: enter on its row sets the URL without user:pass@.")
+        unsendable = self.session.unsendable_keys()
+        if unsendable:
+            return Content.assemble(("✗ Cannot be sent: ", "bold $text-error"), ("; ".join(unsendable), "bold"),
+                                    " — enter on its row sets it again (API keys are plain ASCII, no spaces).")
         if self.disk_changed:  # c waits for the reload (the notice above says so)
             return Content.assemble(("✓ Every required key has a value", "$text-success"),
                                     " as read — r reloads the changed file first.")
@@ -424,6 +428,11 @@ class EnvReviewScreen(ModalActions, DiskWatch):
                 f"or press a to add a key.{tip}",
                 title="Cannot continue yet", severity="error",
             )
+            return
+        unsendable = self.session.unsendable_keys()
+        if unsendable:  # the payload would fail on it at the next step: say it here
+            self.notify(f"{'; '.join(unsendable)}. Select the row and press enter to set it again "
+                        "(API keys are plain ASCII with no spaces).", title="Cannot continue yet", severity="error")
             return
         env = self.session.env
         if env is not None and env.dirty:

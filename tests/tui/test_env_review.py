@@ -147,6 +147,24 @@ async def test_a_url_with_credentials_is_named_before_verification(make_app, pro
         assert_no_secret(app.export_screenshot())
 
 
+async def test_a_key_no_header_can_carry_is_named_and_stops_continue(make_app, project):
+    """A key with a space passed the review ("✓ Every required key has a value") and failed at
+    the payload; the review names it (never its value) and c stays here (a newcomer's walk)."""
+    spaced = SYNTH_KEY[:7] + " " + SYNTH_KEY[7:]
+    (project / ".env").write_text(FULL_ENV.replace(f"SYNTH_API_KEY={SYNTH_KEY}", f"SYNTH_API_KEY='{spaced}'"))
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        status = text_of(screen, "#env-status")
+        assert f"✗ Cannot be sent: SYNTH_API_KEY: character 8 of {len(spaced)} is a space" in status
+        assert "✓" not in status
+        await pilot.press("c")
+        await wait_for(pilot, lambda: notifications(app))
+        assert app.screen is screen and "Cannot continue yet" in notifications(app)[-1].title
+        assert_no_secret(app.export_screenshot())
+        assert spaced[8:] not in app.export_screenshot()
+
+
 async def test_only_secrets_are_masked_in_the_table(make_app, project):
     """WANDB_PROJECT is not a secret: shown in full; a value like a key under another name is
     masked, and a URL shows without its password."""

@@ -342,6 +342,14 @@ class LaunchSession:
         return [k.name for k in self.resolved
                 if k.name.endswith("_URL") and k.value and credentials_problem(k.value)]
 
+    def unsendable_keys(self) -> list[str]:
+        """The header keys in play an HTTP header cannot carry (a space, a non-ASCII letter), each
+        as "NAME: why" (the value never): the env review says so before the payload fails on it."""
+        from app.core.env.keys import HEADER_KEYS, header_value_problem
+
+        return [f"{k.name}: {problem}" for k in self.resolved
+                if k.name in HEADER_KEYS and k.value and (problem := header_value_problem(k.value))]
+
     def secrets(self) -> dict[str, str]:
         from app.core.launch import steps
 
