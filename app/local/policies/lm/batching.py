@@ -444,10 +444,9 @@ class Batcher:
     def _forward_passes(self, model: Any, passes: list[list[int]], leads: list[int], stands_for: list[int],
                         ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         """The computed rows' passes (`passes`: positions in `leads`, the batch rows computed),
-        each on a copy of its rows' caches
-        and only as wide as its widest feed; then every row's cache grows by its computed row's
-        new keys and values (a narrower pass's padded with holes). The batch's logits (a row per
-        batch row)."""
+        each on a copy of its rows' caches and only as wide as its widest feed; then every row's
+        cache grows by its computed row's new keys and values (a narrower pass's padded with
+        holes). The batch's logits (a row per batch row)."""
         from transformers import DynamicCache
 
         assert self._mask is not None
