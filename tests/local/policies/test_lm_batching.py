@@ -113,14 +113,15 @@ def _forced_first(act: Any) -> int:
     return chosen.index(1) if 1 in chosen else len(chosen)
 
 
-def _counting_inputs(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Records how many tokens each forward pass of the model is fed."""
-    fed: list[int] = []
+def _passes_fed(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """Records each forward pass of the model as (rows, tokens a row) it is fed."""
+    fed: list[tuple[int, int]] = []
     model = policy.model
     original = model.forward
 
     def counting(*args: Any, **kwargs: Any) -> Any:
-        fed.append(int(kwargs["input_ids"].numel()))
+        rows, width = kwargs["input_ids"].shape
+        fed.append((int(rows), int(width)))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(model, "forward", counting)
@@ -159,13 +160,13 @@ def test_concurrent_turns_of_different_lengths_are_each_their_batch_one_turn(
 
 def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: Any,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    fed = _counting_inputs(policy, monkeypatch)
+    fed = _passes_fed(policy, monkeypatch)
     rng = random.Random(3)
     messages = _messages("B")
     first = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:two", rng)
     prompt_one = first.memo.end - first.memo.tokens
     # the first turn prefills its prompt but the last token, fed with the grammar's first run
-    assert fed[:2] == [prompt_one - 1, 1 + _forced_first(first)]
+    assert fed[:2] == [(1, prompt_one - 1), (1, 1 + _forced_first(first))]
     messages = [*messages, first.message, {"role": "tool", "tool_call_id": first.call_id, "content": "Right."}]
     fed.clear()
     state = rng.getstate()
@@ -174,8 +175,8 @@ def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: An
     # the kept cache holds every token fed so far: the prompt and the first completion but its
     # last token (an end of turn, never fed); the task app's text and that token are fed, with
     # the grammar's first run
-    assert fed[0] == prompt_two - (first.memo.end - 1) + _forced_first(second)
-    assert fed[0] - _forced_first(second) < prompt_two // 2
+    assert fed[0] == (1, prompt_two - (first.memo.end - 1) + _forced_first(second))
+    assert fed[0][1] - _forced_first(second) < prompt_two // 2
     replay = random.Random()
     replay.setstate(state)
     _assert_batch_one(policy, second, True, replay.getrandbits(63))  # the same as a full re-prefill
@@ -183,7 +184,7 @@ def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: An
 
 def test_a_new_episode_starts_on_the_prefix_another_episode_kept(policy: Any,
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    fed = _counting_inputs(policy, monkeypatch)
+    fed = _passes_fed(policy, monkeypatch)
     first = policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:p0", random.Random(6))
     fed.clear()
     other = policy.act(_messages("C"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:p1", random.Random(7))
@@ -192,7 +193,7 @@ def test_a_new_episode_starts_on_the_prefix_another_episode_kept(policy: Any,
     while prompt[shared] == first.memo.sequence.ids[shared]:
         shared += 1
     # only what follows the shared prefix, with the grammar's first run
-    assert shared >= 16 and fed[0] == len(prompt) - shared + _forced_first(other)
+    assert shared >= 16 and fed[0] == (1, len(prompt) - shared + _forced_first(other))
     _assert_batch_one(policy, other, True, _seed_of(7))
 
 
@@ -292,15 +293,7 @@ def test_a_restart_counts_and_its_turn_is_a_fresh_prompts(policy: Any) -> None:
 
 def test_a_groups_turns_on_one_prompt_are_computed_once_until_they_differ(
         policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    rows_fed: list[int] = []
-    model = policy.model
-    original = model.forward
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        rows_fed.append(int(kwargs["input_ids"].shape[0]))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model, "forward", counting)
+    fed = _passes_fed(policy, monkeypatch)
     count = 4
     calls = [(lambda i=i: policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"trace_j:g{i}",
                                      random.Random(30 + i))) for i in range(count)]
@@ -311,7 +304,7 @@ def test_a_groups_turns_on_one_prompt_are_computed_once_until_they_differ(
     runner.join(timeout=300)
     # the prompt prefilled once, then its last token and the grammar's first run fed by one row
     # that stands for the four: their caches hold the same tokens and they feed the same
-    assert rows_fed[:2] == [1, 1]
+    assert [rows for rows, _ in fed[:2]] == [1, 1]
     assert policy.batcher.shared_rows >= count - 1
     for i, act in enumerate(results):
         _assert_batch_one(policy, act, True, _seed_of(30 + i))  # each still its own batch-1 turn
@@ -356,15 +349,7 @@ def test_a_wide_feed_beside_single_tokens_is_a_pass_of_its_own(policy: Any, monk
 
     monkeypatch.setattr(policy, "eos_ids", [])  # the free turn decodes a token a step to max_tokens
     monkeypatch.setattr(batching, "PREFILL_IN_BATCH_TOKENS", 1000)  # the joining prompt is fed in the batch
-    passes: list[tuple[int, int]] = []  # (rows, width) of each forward pass of the model
-    model = policy.model
-    original = model.forward
-
-    def counting(*args: Any, **kwargs: Any) -> Any:
-        passes.append(tuple(kwargs["input_ids"].shape))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(model, "forward", counting)
+    passes = _passes_fed(policy, monkeypatch)
     results: list[Any] = []
     free = threading.Thread(target=lambda: results.append(
         policy.act(_messages("A"), None, None, "trace_j:free", random.Random(41))))
