@@ -108,13 +108,9 @@ def demo_end_note(code: int | None) -> str:
 
 
 def record_demo_end(setup: DemoSetup, code: int | None) -> None:
-    from app.core.launch.steps import resolve_backend
-    from app.core.runs.jobs import remember, stop_backend_jobs
+    from app.commands.embedded_backend import record_its_jobs_stopped
 
-    backend = resolve_backend(setup.backend.url, {})[0]  # as the session recorded it (…/api)
-    warning = remember(lambda history: stop_backend_jobs(history, backend, demo_end_note(code)))
-    if warning:
-        print(f"Warning: {warning}", file=sys.stderr, flush=True)
+    record_its_jobs_stopped(setup.backend, demo_end_note(code))
 
 
 class DemoServers:

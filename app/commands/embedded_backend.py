@@ -67,19 +67,26 @@ def run_with_embedded_backend(args: argparse.Namespace, run: Callable[[argparse.
 
 
 def stop_recording_its_jobs(backend) -> None:
-    """Stop an embedded backend (``backend``: a ServerHandle), each job it still ran recorded in
-    the run history as cancelled with why, as the TUI's quit and the demo do: the interrupted run
-    said so, and no job stays "running?" in `synth-tui history`, asking a backend that is gone."""
-    from app.core.api.backend_url import resolve_backend
-    from app.core.runs.jobs import remember, stop_backend_jobs
-
+    """Stop an embedded backend (``backend``: a ServerHandle), its unfinished jobs recorded
+    first (:func:`record_its_jobs_stopped`)."""
     try:
-        base = resolve_backend(backend.url, {})[0]  # as the session recorded it (…/api)
-        warning = remember(lambda history: stop_backend_jobs(history, base))
-        if warning:
-            print(f"Warning: {warning}", file=sys.stderr, flush=True)
+        record_its_jobs_stopped(backend)
     finally:
         backend.stop()
+
+
+def record_its_jobs_stopped(backend, why: str | None = None) -> None:
+    """Each job an embedded backend (``backend``: a ServerHandle) that stops with its run still
+    ran, recorded in the run history as cancelled with why (EMBEDDED_STOPPED by default), as the
+    TUI's quit does: the interrupted run said so, and no job stays "running?" in `synth-tui
+    history`, asking a backend that is gone."""
+    from app.core.api.backend_url import resolve_backend
+    from app.core.runs.jobs import EMBEDDED_STOPPED, remember, stop_backend_jobs
+
+    base = resolve_backend(backend.url, {})[0]  # as the session recorded it (…/api)
+    warning = remember(lambda history: stop_backend_jobs(history, base, why or EMBEDDED_STOPPED))
+    if warning:
+        print(f"Warning: {warning}", file=sys.stderr, flush=True)
 
 
 def with_backend(args: argparse.Namespace, backend) -> argparse.Namespace:
