@@ -345,10 +345,9 @@ class LaunchSession:
     def unsendable_keys(self) -> list[str]:
         """The header keys in play an HTTP header cannot carry (a space, a non-ASCII letter), each
         as "NAME: why" (the value never): the env review says so before the payload fails on it."""
-        from app.core.env.keys import HEADER_KEYS, header_value_problem
+        from app.core.launch import steps
 
-        return [f"{k.name}: {problem}" for k in self.resolved
-                if k.name in HEADER_KEYS and k.value and (problem := header_value_problem(k.value))]
+        return [f"{key.name}: {problem}" for key, problem in steps.unsendable_keys(self.resolved)]
 
     def secrets(self) -> dict[str, str]:
         from app.core.launch import steps

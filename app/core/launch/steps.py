@@ -120,16 +120,23 @@ def require_secrets(resolved: Sequence[ResolvedKey], *, env_path: Path | None,
     return {key.name: key.value for key in resolved if key.name in REQUIRED_KEYS and key.value}
 
 
+def unsendable_keys(resolved: Sequence[ResolvedKey]) -> list[tuple[ResolvedKey, str]]:
+    """The keys an HTTP header cannot carry (say, a non-ASCII letter or a space), each with why:
+    the character's position and kind, never the character."""
+    return [(key, problem) for key in resolved
+            if key.name in HEADER_KEYS and key.value and (problem := header_value_problem(key.value))]
+
+
 def require_sendable_keys(resolved: Sequence[ResolvedKey]) -> None:
-    """An UnusableSecretError for the first key an HTTP header cannot carry (say, a non-ASCII
-    letter or a space): naming the key, where it is set and the character's position."""
-    for key in resolved:
-        problem = header_value_problem(key.value) if key.name in HEADER_KEYS and key.value else None
-        if problem:
-            raise UnusableSecretError(
-                f"{key.name} from {key.where} cannot be sent: {problem}.",
-                f"API keys are plain ASCII with no spaces: copy {key.name} again from where it was issued "
-                f"and replace it in {key.where}.")
+    """An UnusableSecretError for the first key an HTTP header cannot carry: naming the key,
+    where it is set and the character's position."""
+    unsendable = unsendable_keys(resolved)
+    if unsendable:
+        key, problem = unsendable[0]
+        raise UnusableSecretError(
+            f"{key.name} from {key.where} cannot be sent: {problem}.",
+            f"API keys are plain ASCII with no spaces: copy {key.name} again from where it was issued "
+            f"and replace it in {key.where}.")
 
 
 @dataclass
