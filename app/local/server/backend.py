@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -68,7 +69,7 @@ from app.local.server.routes_jobs import ROLLOUTS_REFUSAL, create_job, jobs, rl,
 from app.local.server.verify import verify, verify_model, verify_task_app
 from app.local.state.journal import Journal
 from app.local.state.store import Store
-from app.local.training.admission import Admission, default_max_jobs, lm_devices, rollout_pool
+from app.local.training.admission import Admission, answer_threads, default_max_jobs, lm_devices, rollout_pool
 from app.local.training.retry import client_limits
 from app.local.training.runner import JobRunner
 
@@ -123,6 +124,7 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
         b.runner = JobRunner(b.journal, b.env_api_keys, rollout_http, b.checkpoints, other_secrets=[b.api_key],
                             policy_kind=b.policy_kind, infra_events=b.infra_events, admission=b.admission,
                             parallel=b.parallel)
+        b.answering = ThreadPoolExecutor(answer_threads(b.admission), thread_name_prefix="chat-answer")
         b.resume_interrupted(b.runner)
         try:
             yield
@@ -130,6 +132,8 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
             tasks = b.runner.stop_all()
             b.journal.wake_all()
             await asyncio.gather(*tasks, return_exceptions=True)
+            # the policies are closed: an answer still in a thread ends with ActCancelled
+            b.answering.shutdown(wait=False, cancel_futures=True)
             b.runner = None
             b.store.close()
 

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar
 
 import httpx
 from fastapi import Depends, HTTPException, Request
@@ -31,6 +32,8 @@ from app.local.training.admission import Admission
 from app.local.training.job_run import policy_settings
 from app.local.training.plan import InvalidJobPayload, plan_from_payload
 from app.local.training.runner import JobRunner
+
+T = TypeVar("T")
 
 
 class BackendState:
@@ -60,6 +63,7 @@ class BackendState:
         self.model_checks = ModelChecks()  # running and finished model checks (model_checks.py)
         self.saved_policies = SavedPolicies()  # finished jobs' policies the chat endpoint answers with
         self.stopping = asyncio.Event()  # set as the server begins to stop; a new one each serving (lifespan)
+        self.answering: ThreadPoolExecutor | None = None  # the chat answers' threads, while serving (lifespan)
 
     def hold_env_keys(self, keys: Sequence[str]) -> None:
         """Hold these task-app keys from now on (``--backend local`` hands them over in memory:
@@ -67,6 +71,11 @@ class BackendState:
         self.env_api_keys[:] = [k for k in keys if k]
         if self.runner is not None:
             self.runner.env_api_keys[:] = self.env_api_keys
+
+    def answer_in_thread(self, act: Callable[[], T]) -> asyncio.Future[T]:
+        """`act` (a policy answering a chat call: seconds of generation) on the answering threads,
+        one per rollout that may be in flight (admission.answer_threads)."""
+        return asyncio.get_running_loop().run_in_executor(self.answering, act)
 
     def begin_shutdown(self) -> None:
         """Called by servers.py as uvicorn starts shutting down: end live streams and

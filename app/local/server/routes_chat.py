@@ -94,16 +94,18 @@ async def chat_completions_in_path(
 
 async def _answer_chat(b: BackendState, request: Request, cid: str) -> dict[str, Any]:
     """The policy's answer to a checked chat request (ChatRequest): the job's live policy while
-    it trains, else its last recorded one. The policy answers in a worker thread, whichever it
-    is: a language model generates for seconds, and /health, events and other rollouts must not
-    wait for it. A caller that disconnects meanwhile stops the generation (ActOptions.cancel)."""
+    it trains, else its last recorded one. The policy answers in a thread of the answering pool,
+    whichever it is: a language model generates for seconds, and /health, events and other
+    rollouts must not wait for it; every rollout in flight has a thread, so their turns meet in
+    the generation loop. A caller that disconnects meanwhile stops the generation (ActOptions.cancel)."""
     body = await request.json()  # as sent (FastAPI parsed it once): the policy reads it whole
     job_id, rollout_id = parse_correlation_id(cid)
     run = b.runner.runs.get(job_id) if b.runner else None
     options = _options(body)
     try:
         if run is not None:
-            act = await _until_disconnect(request, options, asyncio.to_thread(run.act, rollout_id, body, cid, options))
+            act = await _until_disconnect(request, options, b.answer_in_thread(
+                lambda: run.act(rollout_id, body, cid, options)))
             model = run.plan.model
         else:
             job = b.job_or_404(job_id)
@@ -113,7 +115,7 @@ async def _answer_chat(b: BackendState, request: Request, cid: str) -> dict[str,
                     return policy.act(body["messages"], body.get("tools"), body.get("tool_choice"), cid,
                                       random.Random(), options)
 
-            act = await _until_disconnect(request, options, asyncio.to_thread(act_saved))
+            act = await _until_disconnect(request, options, b.answer_in_thread(act_saved))
             model = job_view(job)["model"]
     except PolicyFailed as exc:  # a rank of a data-parallel policy died: the job fails naming it
         if run is not None:

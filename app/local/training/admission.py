@@ -30,6 +30,7 @@ from app.local.training.retry import client_limits
 MAX_JOBS_LIMIT = 256
 MAX_ROLLOUTS_LIMIT = 4096
 ROLLOUTS_PER_JOB_SLOT = 8  # runner.DEFAULT_MAX_CONCURRENT: the default job runs at full width
+KEYED_ANSWER_THREADS = 4  # chat calls with a key (a finished job's policy) beside the rollouts' own
 JOBS_FLAG = "--max-jobs"
 ROLLOUTS_FLAG = "--max-rollouts"
 
@@ -70,6 +71,15 @@ def lm_devices(processes: int = 1) -> int:
     except (RuntimeError, AssertionError):  # a CUDA build without a usable driver
         gpus = 0
     return max(1, gpus // max(processes, 1))
+
+
+def answer_threads(admission: Admission) -> int:
+    """The threads the chat endpoint answers on (app/local/server/backend.py's lifespan): one for
+    every rollout in flight, each waiting on its policy for a turn at a time, and a few for callers
+    with a key. Not asyncio's default executor: it has os.cpu_count() + 4 threads (6 on 2 cores),
+    shared with the updates, the checkpoint writes and the parsing of task-app answers, so 8
+    rollouts in flight had at most 6 turns generated together (docs/embedded-policy.md#batched-generation)."""
+    return admission.max_rollouts + KEYED_ANSWER_THREADS
 
 
 def rollout_pool(admission: Admission) -> httpx.Limits:

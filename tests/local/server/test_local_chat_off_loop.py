@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from app.local.policies.base import plays_evaluation
 from app.local.policies.tabular.policy import TabularPolicy
 
 from ..conftest import create_job, long_config, payload
@@ -34,4 +35,43 @@ def test_health_and_events_answer_while_the_policy_is_acting(api: httpx.Client, 
         assert api.get(f"/rl/jobs/{job_id}", timeout=3).json()["status"] == "running"
     finally:
         release.set()
+        api.post(f"/rl/jobs/{job_id}/cancel")
+
+
+def test_every_rollout_in_flight_has_a_thread_to_answer_on(api: httpx.Client, taskapp: Any,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """8 rollouts in flight make 8 chat calls at once, and all 8 are inside the policy together
+    (the lm policy's generation loop batches what is there). asyncio's default executor has
+    os.cpu_count() + 4 threads: on 2 cores, 6 acted and 2 waited for a thread."""
+    in_flight = 8
+    inside, most = 0, 0
+    counting = threading.Lock()
+    all_in = threading.Event()
+    original = TabularPolicy.act
+
+    def meeting_act(self: TabularPolicy, *args: Any, **kwargs: Any) -> Any:
+        nonlocal inside, most
+        if plays_evaluation(args[3]):  # the baseline's episodes, before the first step's
+            return original(self, *args, **kwargs)
+        with counting:
+            inside += 1
+            most = max(most, inside)
+            if inside >= in_flight:
+                all_in.set()
+        try:
+            all_in.wait(20)  # a turn waiting in the generation loop for the others to join it
+            return original(self, *args, **kwargs)
+        finally:
+            with counting:
+                inside -= 1
+
+    monkeypatch.setattr(TabularPolicy, "act", meeting_act)
+    config = long_config()
+    config["training"].update(batch_size=4, group_size=2)
+    config["rollout"]["max_concurrent_rollouts"] = in_flight
+    job_id = create_job(api, payload(taskapp.url, config))
+    try:
+        assert all_in.wait(30), f"at most {most} of {in_flight} rollouts' chat calls were answered at once"
+    finally:
+        all_in.set()
         api.post(f"/rl/jobs/{job_id}/cancel")
