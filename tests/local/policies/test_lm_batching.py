@@ -128,6 +128,21 @@ def _passes_fed(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[int,
     return fed
 
 
+def _logits_columns(policy: Any, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records, for each forward pass of the model, how many fed columns it computed logits for."""
+    columns: list[int] = []
+    model = policy.model
+    original = model.forward
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        out = original(*args, **kwargs)
+        columns.append(int(out.logits.shape[1]))
+        return out
+
+    monkeypatch.setattr(model, "forward", counting)
+    return columns
+
+
 @pytest.mark.parametrize("grammar", [True, False], ids=["tool-call grammar", "free"])
 def test_a_seeded_turn_alone_is_the_batch_one_turn(policy: Any, grammar: bool) -> None:
     tools, choice = ([PRESS_TOOL], TOOL_CHOICE) if grammar else (None, None)
@@ -161,6 +176,7 @@ def test_concurrent_turns_of_different_lengths_are_each_their_batch_one_turn(
 def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: Any,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     fed = _passes_fed(policy, monkeypatch)
+    columns = _logits_columns(policy, monkeypatch)
     rng = random.Random(3)
     messages = _messages("B")
     first = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:two", rng)
@@ -169,6 +185,7 @@ def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: An
     assert fed[:2] == [(1, prompt_one - 1), (1, 1 + _forced_first(first))]
     messages = [*messages, first.message, {"role": "tool", "tool_call_id": first.call_id, "content": "Right."}]
     fed.clear()
+    columns.clear()
     state = rng.getstate()
     second = policy.act(messages, [PRESS_TOOL], TOOL_CHOICE, "trace_j:two", rng)
     prompt_two = second.memo.end - second.memo.tokens
@@ -177,6 +194,9 @@ def test_a_second_turn_prefills_only_the_new_tokens_on_the_kept_cache(policy: An
     # the grammar's first run
     assert fed[0] == (1, prompt_two - (first.memo.end - 1) + _forced_first(second))
     assert fed[0][1] - _forced_first(second) < prompt_two // 2
+    # logits only from the prompt's last token on (it predicts the forced run's first token): the
+    # task app's text before it needs none
+    assert columns[0] == 1 + _forced_first(second) < fed[0][1]
     replay = random.Random()
     replay.setstate(state)
     _assert_batch_one(policy, second, True, replay.getrandbits(63))  # the same as a full re-prefill
@@ -388,3 +408,25 @@ def test_the_model_loads_without_the_hubs_kernels_and_a_pass_walks_no_module(
     act = policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:k", random.Random(8))
     assert act.memo.tokens > 0 and switched == []  # each module's flag set directly
     assert policy.model.training == mode  # put back
+
+
+def test_turns_that_arrive_one_after_another_are_collected_until_a_gap() -> None:
+    """The idle loop's collection window closes COLLECT_GAP_S after the last arrival, at most
+    COLLECT_MAX_S after the first: a step's episodes, asking about 10 ms apart, meet."""
+    from types import SimpleNamespace
+
+    from app.local.policies.lm.acting import _Call
+    from app.local.policies.lm.batching import COLLECT_GAP_S, COLLECT_MAX_S, Batcher, _Row
+
+    batcher = Batcher(SimpleNamespace(weights_version=0))  # type: ignore[arg-type]
+
+    def arrive(at: float) -> None:
+        batcher._queue.append(_Row("trace_j:e", [1], None, None, _Call(1.0, 1.0, 4), at))
+
+    arrive(100.0)
+    assert batcher._window_ends() == pytest.approx(100.0 + COLLECT_GAP_S)
+    arrive(100.010)  # another, 10 ms later: the window stays open for it and for a next
+    assert batcher._window_ends() == pytest.approx(100.010 + COLLECT_GAP_S)
+    for k in range(2, 30):  # a stream that never pauses: cut at COLLECT_MAX_S after the first
+        arrive(100.0 + 0.010 * k)
+    assert batcher._window_ends() == pytest.approx(100.0 + COLLECT_MAX_S)

@@ -3,7 +3,7 @@
 One loop thread owns acting on the model (the transformers path; a vLLM server's turns do not
 come here). `Acting.act` renders, finds the episode's sequence and hands the turn to `Batcher.turn`,
 which queues it and waits. The loop takes the queued turns (after a short collection window when
-it was idle, `COLLECT_WINDOW_S`, so that requests sent together meet), joins each to the batch
+it was idle, `COLLECT_GAP_S` after the last arrival, so that requests sent together meet), joins each to the batch
 between two tokens on top of its episode's kept KV cache (its last new tokens, with the run its
 grammar forces first, fed with the batch's next step; a long prompt prefilled alone first), and
 decodes every active turn one step at a time across the batch: a step feeds each row its sampled
@@ -49,10 +49,13 @@ from app.local.policies.lm.eval_mode import EvalMode
 if TYPE_CHECKING:
     from app.local.policies.lm.acting import Acting
 
-# How long the idle loop waits, once a turn arrives, for others sent at the same time (the
-# concurrent episodes of a step ask within milliseconds of each other): bounded and short, so a
-# lone turn is late by at most this.
-COLLECT_WINDOW_S = 0.005
+# How long the idle loop waits, once a turn arrives, for others sent at the same time: until no
+# turn has come for COLLECT_GAP_S, at most COLLECT_MAX_S after the first. The concurrent episodes
+# of a step ask about 10 ms apart (each answer goes back to the task app and its next request
+# comes through the same event loop); a turn that misses the window decodes a step behind the
+# others, a pass of its own each step. A lone turn is late by COLLECT_GAP_S.
+COLLECT_GAP_S = 0.015
+COLLECT_MAX_S = 0.1
 # The kept KV caches of episodes between their turns, at most this many bytes (SmolLM2-135M
 # in float32: about 46 KB a token, so 256 MB hold some 5,500 tokens); the oldest is dropped first.
 KEPT_CACHE_BYTES = 256 * 10**6
@@ -192,7 +195,7 @@ class Batcher:
 
     def _take(self) -> list[_Row] | None:
         """The turns queued since the last step (none waited for while the batch has rows); when
-        idle, the first one and what arrives within COLLECT_WINDOW_S of it. None: stop the loop."""
+        idle, the first one and the others that come with it (`_window_ends`). None: stop the loop."""
         with self._condition:
             if not self.rows:
                 idle_until = time.monotonic() + LOOP_IDLE_EXIT_S
@@ -202,13 +205,16 @@ class Batcher:
                         self._thread = None  # the next turn starts a new loop
                         return None
                     self._condition.wait(left)
-                window_ends = time.monotonic() + COLLECT_WINDOW_S
-                while not self._closed and (left := window_ends - time.monotonic()) > 0:
+                while not self._closed and (left := self._window_ends() - time.perf_counter()) > 0:
                     self._condition.wait(left)
             if self._closed:
                 raise ActCancelled("the policy closed; generation stopped")
             fresh, self._queue = self._queue, []
             return fresh
+
+    def _window_ends(self) -> float:
+        """When the collection window of the queued turns closes (time.perf_counter())."""
+        return min(self._queue[-1].started + COLLECT_GAP_S, self._queue[0].started + COLLECT_MAX_S)
 
     def _fail_all(self, exc: BaseException) -> None:
         with self._condition:
@@ -401,17 +407,18 @@ class Batcher:
         mask = torch.cat([self._mask, new_mask], 1)
         leads, stands_for = self._distinct_rows()
         passes = self._passes(leads)
+        first = min(_logits_from(row) for row in self.rows)
         with self._model_turn() as model:
             if len(leads) == count and len(passes) == 1:
                 out = model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=self._cache,
-                            use_cache=True)
+                            use_cache=True, logits_to_keep=width - first)
                 self._cache, logits = out.cache, out.logits
             else:
-                logits = self._forward_passes(model, passes, leads, stands_for, ids, mask, positions)
+                logits = self._forward_passes(model, passes, leads, stands_for, ids, mask, positions, first)
         self._mask = mask
         self.steps += 1
         for index, row in enumerate(self.rows):
-            self._took(row, logits[index, :len(row.feeding)])
+            self._took(row, logits[index], first)
 
     def _distinct_rows(self) -> tuple[list[int], list[int]]:
         """(the rows computed: the first of each kind, the index in that list each row takes its
@@ -442,11 +449,11 @@ class Batcher:
         return [order[:split], order[split:]] if split else [list(range(len(leads)))]
 
     def _forward_passes(self, model: Any, passes: list[list[int]], leads: list[int], stands_for: list[int],
-                        ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+                        ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, first: int) -> torch.Tensor:
         """The computed rows' passes (`passes`: positions in `leads`, the batch rows computed),
         each on a copy of its rows' caches and only as wide as its widest feed; then every row's
         cache grows by its computed row's new keys and values (a narrower pass's padded with
-        holes). The batch's logits (a row per batch row)."""
+        holes). The batch's logits (a row per batch row) from column `first` of the feeds on."""
         from transformers import DynamicCache
 
         assert self._mask is not None
@@ -458,16 +465,18 @@ class Batcher:
             rows = torch.tensor([leads[i] for i in part], device=mask.device)
             at = torch.tensor(part, device=mask.device)
             wide = max(len(self.rows[leads[i]].feeding) for i in part)
+            kept_from = min(_logits_from(self.rows[leads[i]]) for i in part)
             cache = DynamicCache([(layer.keys[rows], layer.values[rows]) for layer in self._cache.layers])
             out = model(input_ids=ids[rows, :wide], attention_mask=mask[rows, :length + wide],
-                        position_ids=positions[rows, :wide], cache=cache, use_cache=True)
+                        position_ids=positions[rows, :wide], cache=cache, use_cache=True,
+                        logits_to_keep=wide - kept_from)
             if logits is None:
-                logits = out.logits.new_zeros(len(leads), width, out.logits.shape[-1])
+                logits = out.logits.new_zeros(len(leads), width - first, out.logits.shape[-1])
                 for layer in out.cache.layers:
                     shape = (len(leads), layer.keys.shape[1], width, layer.keys.shape[3])
                     computed_keys.append(layer.keys.new_zeros(shape))
                     computed_values.append(layer.values.new_zeros(shape))
-            logits[at, :wide] = out.logits
+            logits[at, kept_from - first:wide - first] = out.logits
             for index, layer in enumerate(out.cache.layers):
                 computed_keys[index][at, :, :wide] = layer.keys[:, :, length:]
                 computed_values[index][at, :, :wide] = layer.values[:, :, length:]
@@ -481,18 +490,19 @@ class Batcher:
         spread_logits: torch.Tensor = logits[spread]
         return spread_logits
 
-    def _took(self, row: _Row, logits: torch.Tensor) -> None:
-        """After the forward pass (`logits`: one row per token fed): the forced run's logprobs (the
-        second half of the batch-1 loop's iteration), the row's new last logits and what its cache
-        covers. The forced token at feeding[i] was predicted by the logits after feeding[i - 1]
-        (after the row's previous last token for i = 0)."""
+    def _took(self, row: _Row, logits: torch.Tensor, first: int) -> None:
+        """After the forward pass (`logits`: one row per token fed from feeding[first] on, at least
+        from `_logits_from(row)`): the forced run's logprobs (the second half of the batch-1 loop's
+        iteration), the row's new last logits and what its cache covers. The forced token at
+        feeding[i] was predicted by the logits after feeding[i - 1] (after the row's previous last
+        token for i = 0)."""
         start, count = row.forced_from, len(row.feeding)
         if start < count:
             if start == 0:
-                assert row.last is not None
+                assert row.last is not None and first == 0
                 before = torch.cat([row.last.unsqueeze(0), logits[:count - 1]])
             else:
-                before = logits[start - 1:count - 1]
+                before = logits[start - 1 - first:count - 1 - first]
             run = row.feeding[start:]
             scores = torch.log_softmax(self.owner._scaled(before, row.call), -1)
             row.logprobs += [float(scores[pos, token]) for pos, token in enumerate(run)]
@@ -500,7 +510,7 @@ class Batcher:
             row.ids += run
             row.chosen += [0] * len(run)
         row.covered += row.feeding
-        row.last = logits[count - 1]
+        row.last = logits[count - 1 - first]
         row.feeding = []
 
     # -- leaving ------------------------------------------------------------------------------
@@ -555,6 +565,15 @@ class Batcher:
 
     def _reset_batch(self) -> None:
         self.rows, self._cache, self._mask = [], None, None
+
+
+def _logits_from(row: _Row) -> int:
+    """The first column of the row's feed whose logits the step needs: the one before its forced
+    run (which predicts the run's first token), else its last. A prompt's new tokens before it need
+    none: on a press turn's second prompt, 27 of the 47 tokens fed, whose logits (576 x 49,152
+    multiply-adds a token for SmolLM2-135M) are a fifth of the pass's compute."""
+    start, count = row.forced_from, len(row.feeding)
+    return max(start - 1, 0) if start < count else count - 1
 
 
 def _pad_left(cache: Any, count: int) -> None:
