@@ -430,3 +430,28 @@ def test_turns_that_arrive_one_after_another_are_collected_until_a_gap() -> None
     for k in range(2, 30):  # a stream that never pauses: cut at COLLECT_MAX_S after the first
         arrive(100.0 + 0.010 * k)
     assert batcher._window_ends() == pytest.approx(100.0 + COLLECT_MAX_S)
+
+
+def test_a_turn_queued_while_another_prefills_joins_the_same_step(policy: Any,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step's first turn prefills its whole prompt alone (no kept cache after an update); the
+    turns that arrive meanwhile join before the first step instead of decoding a step behind."""
+    widths = _widest_batch(policy, monkeypatch)
+    model = policy.model
+    original = model.forward
+    results: list[Any] = []
+    later = threading.Thread(target=lambda: results.append(
+        policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:later", random.Random(52))))
+
+    def prefill_while_another_arrives(*args: Any, **kwargs: Any) -> Any:
+        if not later.is_alive() and not results:  # the first pass: the first turn's prefill
+            later.start()
+            poll_until(lambda: policy.batcher.queued >= 2, timeout=60)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(model, "forward", prefill_while_another_arrives)
+    first = policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:first", random.Random(51))
+    later.join(timeout=300)
+    assert widths[0] == 2  # both in the first step
+    _assert_batch_one(policy, first, True, _seed_of(51))
+    _assert_batch_one(policy, results[0], True, _seed_of(52))

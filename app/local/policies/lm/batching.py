@@ -182,8 +182,11 @@ class Batcher:
         loop) or closed or failed (every turn in flight then ends with the reason)."""
         try:
             while (fresh := self._take()) is not None:
-                for row in fresh:
-                    self._join(row)
+                joined: list[tuple[_Row, Any]] = []
+                while fresh:  # the turns queued while these joined (a prefill alone takes a while) join too
+                    joined += [(row, cache) for row in fresh if (cache := self._join(row)) is not None]
+                    fresh = self._queued()
+                self._add(joined)
                 if self.rows:
                     self._step()
         except BaseException as exc:  # noqa: BLE001 - every turn in flight fails with the loop's error
@@ -207,6 +210,11 @@ class Batcher:
                     self._condition.wait(left)
                 while not self._closed and (left := self._window_ends() - time.perf_counter()) > 0:
                     self._condition.wait(left)
+            return self._queued()
+
+    def _queued(self) -> list[_Row]:
+        """The turns queued now, taken (none waited for)."""
+        with self._condition:
             if self._closed:
                 raise ActCancelled("the policy closed; generation stopped")
             fresh, self._queue = self._queue, []
@@ -241,13 +249,14 @@ class Batcher:
 
     # -- joining: a turn's prefill ------------------------------------------------------------
 
-    def _join(self, row: _Row) -> None:
-        """Add the turn to the batch on its kept cache (its episode's, or a prefix another holds).
-        The prompt's last new tokens (at least one) are fed with the batch's next step, together
-        with the run the grammar forces first (one forward pass for both); a longer rest, or a
-        prompt with no kept prefix, is prefilled alone first and kept at once (the turns joining
-        after it may share it, and feed what it feeds: one row's pass then stands for theirs,
-        `_forward`). A turn cancelled while queued, or whose prefill fails, ends here."""
+    def _join(self, row: _Row) -> Any:
+        """The turn's cache, to join the batch (`_add`): its kept cache (its episode's, or a prefix
+        another holds); None when the turn ended here (cancelled while queued, or its prefill
+        failed). The prompt's last new tokens (at least one) are fed with the batch's next step,
+        together with the run the grammar forces first (one forward pass for both); a longer rest,
+        or a prompt with no kept prefix, is prefilled alone first and kept at once (the turns
+        joining after it may share it, and feed what it feeds: one row's pass then stands for
+        theirs, `_forward`)."""
         from transformers import DynamicCache
 
         device = self.owner.loaded.device
@@ -276,10 +285,10 @@ class Batcher:
         except BaseException as exc:  # noqa: BLE001 - the turn's failure, raised in its caller
             row.error = exc
             row.done.set()
-            return
+            return None
         if alone:
             self._store(row.episode, row.covered, [(layer.keys, layer.values) for layer in cache.layers])
-        self._add(row, cache)
+        return cache
 
     def _reusable(self, episode: str, prompt: list[int]) -> _Kept | None:
         """A kept cache `prompt` extends: the episode's own (popped: the turn's replaces it), else
@@ -300,27 +309,26 @@ class Batcher:
             return _Kept(best.ids[:shared], [(k[:, :, :shared], v[:, :, :shared]) for k, v in best.layers], 0)
         return best
 
-    def _add(self, row: _Row, cache: Any) -> None:
-        """A prefilled row into the batch: the shorter of the two padded on the left."""
-        n = len(row.covered)
-        device = self.owner.loaded.device
-        if self._cache is None:
-            self._cache, self._mask = cache, torch.ones(1, n, dtype=torch.long, device=device)
-            self.rows = [row]
+    def _add(self, joined: list[tuple[_Row, Any]]) -> None:
+        """Joined rows (each with its cache) into the batch after its rows: every cache padded on
+        the left to the longest, then one concatenation a layer (row by row, each join copied the
+        whole batch's cache again)."""
+        if not joined:
             return
-        assert self._mask is not None
-        length = self._mask.shape[1]
-        if n > length:
-            _pad_left(self._cache, n - length)
-            self._mask = torch.cat([self._mask.new_zeros(self._mask.shape[0], n - length), self._mask], 1)
-        elif n < length:
-            _pad_left(cache, length - n)
-        mask = torch.cat([self._mask.new_zeros(1, max(length - n, 0)), self._mask.new_ones(1, n)], 1)
-        for batch_layer, row_layer in zip(self._cache.layers, cache.layers, strict=True):
-            batch_layer.keys = torch.cat([batch_layer.keys, row_layer.keys], 0)
-            batch_layer.values = torch.cat([batch_layer.values, row_layer.values], 0)
-        self._mask = torch.cat([self._mask, mask], 0)
-        self.rows.append(row)
+        device = self.owner.loaded.device
+        caches = [cache for _, cache in joined]
+        masks = [torch.ones(1, len(row.covered), dtype=torch.long, device=device) for row, _ in joined]
+        if self._cache is not None:
+            assert self._mask is not None
+            caches.insert(0, self._cache)
+            masks.insert(0, self._mask)
+        length = max(mask.shape[1] for mask in masks)
+        for index, layer in enumerate(caches[0].layers):
+            layer.keys = torch.cat([_left_padded(c.layers[index].keys, length) for c in caches], 0)
+            layer.values = torch.cat([_left_padded(c.layers[index].values, length) for c in caches], 0)
+        self._cache = caches[0]
+        self._mask = torch.cat([_left_padded(mask, length, dim=1) for mask in masks], 0)
+        self.rows += [row for row, _ in joined]
 
     # -- a step of the batch --------------------------------------------------------------------
 
@@ -576,13 +584,15 @@ def _logits_from(row: _Row) -> int:
     return max(start - 1, 0) if start < count else count - 1
 
 
-def _pad_left(cache: Any, count: int) -> None:
-    """`count` zero positions before every row of every layer of `cache` (masked out by the caller)."""
-    for layer in cache.layers:
-        for name in ("keys", "values"):
-            tensor = getattr(layer, name)
-            pad = tensor.new_zeros(*tensor.shape[:2], count, tensor.shape[3])
-            setattr(layer, name, torch.cat([pad, tensor], 2))
+def _left_padded(tensor: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:
+    """`tensor` with zeros before it along `dim` up to `length` (a cache layer's keys or values:
+    dim 2, positions; a mask: dim 1), masked out by the caller; itself when already that long."""
+    count = length - tensor.shape[dim]
+    if count == 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = count
+    return torch.cat([tensor.new_zeros(shape), tensor], dim)
 
 
 def _common_prefix(a: list[int], b: list[int], bound: int) -> int:
