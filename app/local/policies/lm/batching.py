@@ -524,16 +524,20 @@ class Batcher:
     # -- leaving ------------------------------------------------------------------------------
 
     def _leave(self, indices: list[int]) -> None:
-        """The rows at `indices` out of the batch: a finished turn's cache kept for its episode's
-        next turn, its result handed to its caller; the padding no row needs any longer cut."""
+        """The rows at `indices` out of the batch: each result handed to its caller, then a finished
+        turn's cache kept for its episode's next turn (which joins through this thread, so after
+        it: the callers go back to their task apps meanwhile); the padding no row needs any
+        longer cut."""
         assert self._mask is not None
         for index in indices:
             row = self.rows[index]
             if row.error is None:
-                self._keep(row, index)
                 row.result = _Turn(row.ids, row.logprobs, row.chosen, time.perf_counter() - row.started,
                                    row.entropy)
             row.done.set()
+        for index in indices:
+            if self.rows[index].error is None:
+                self._keep(self.rows[index], index)
         gone = set(indices)
         staying = [i for i in range(len(self.rows)) if i not in gone]
         if not staying:
@@ -549,23 +553,26 @@ class Batcher:
             layer.values = layer.values[select, :, first:]
 
     def _keep(self, row: _Row, index: int) -> None:
-        """The row's cache, without padding or holes, kept for its episode's next turn."""
+        """The row's cache, without padding or holes, kept for its episode's next turn (gathered:
+        a copy of its own, which the store keeps as it is)."""
         assert self._mask is not None
         where = self._mask[index].nonzero().squeeze(1)
-        self._store(row.episode, row.covered, [(layer.keys[index:index + 1, :, where],
-                                                layer.values[index:index + 1, :, where])
-                                               for layer in self._cache.layers])
+        self._store(row.episode, row.covered, [(layer.keys[index].index_select(1, where).unsqueeze(0),
+                                                layer.values[index].index_select(1, where).unsqueeze(0))
+                                               for layer in self._cache.layers], copied=True)
 
-    def _store(self, episode: str, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
-        """A copy of `layers` (batch 1, covering `ids`) kept for `episode`, within KEPT_CACHE_BYTES
-        (the oldest dropped first)."""
+    def _store(self, episode: str, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]],
+               copied: bool = False) -> None:
+        """`layers` (batch 1, covering `ids`; copied here unless `copied`: tensors no one else
+        holds) kept for `episode`, within KEPT_CACHE_BYTES (the oldest dropped first)."""
         nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
         old = self.kept.pop(episode, None)
         if old is not None:
             self.kept_bytes -= old.nbytes
         if nbytes > KEPT_CACHE_BYTES:
             return
-        self.kept[episode] = _Kept(list(ids), [(k.clone(), v.clone()) for k, v in layers], nbytes)
+        self.kept[episode] = _Kept(list(ids), layers if copied else [(k.clone(), v.clone()) for k, v in layers],
+                                   nbytes)
         self.kept_bytes += nbytes
         while self.kept_bytes > KEPT_CACHE_BYTES:
             _, dropped = self.kept.popitem(last=False)
