@@ -75,6 +75,12 @@ def _all_queued(policy: Any, count: int) -> Iterator[None]:
         poll_until(lambda: policy.batcher.queued >= count, timeout=60)
 
 
+def _settled(policy: Any) -> None:
+    """Waits until the loop's batch is empty: a turn's caller is answered before the loop keeps
+    its cache, and its row leaves the batch after (batching.py `_leave`)."""
+    poll_until(lambda: not policy.batcher.rows, timeout=60)
+
+
 def _in_threads(calls: list[Callable[[], Any]]) -> list[Any]:
     results: list[Any] = [None] * len(calls)
 
@@ -224,13 +230,15 @@ def test_the_kept_caches_are_dropped_when_an_update_changes_the_weights(policy: 
         act = policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"trace_j:u{i}", rng)
         group.append(Episode([act.memo], score))
     policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:other", rng)
+    _settled(policy)
     assert len(policy.batcher.kept) == 3
     policy.update([group])
     messages = _messages("A")
     other = policy.batcher.kept["trace_j:other"]
     second = policy.act([*messages, {"role": "user", "content": "Again."}], [PRESS_TOOL], TOOL_CHOICE,
                         "trace_j:other", rng)
-    assert policy.batcher.kept.get("trace_j:other") is not other
+    _settled(policy)
+    assert policy.batcher.kept["trace_j:other"] is not other
     # after the update, nothing of the old weights is kept: the episode's turn prefilled it all
     assert list(policy.batcher.kept) == ["trace_j:other"]
     assert len(policy.batcher.kept["trace_j:other"].ids) == second.memo.end - 1
@@ -300,6 +308,7 @@ def test_a_cancelled_row_leaves_the_others_results_intact(policy: Any, monkeypat
 def test_a_restart_counts_and_its_turn_is_a_fresh_prompts(policy: Any) -> None:
     rng = random.Random(4)
     first = policy.act(_messages("C"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:r", rng)
+    _settled(policy)
     assert "trace_j:r" in policy.batcher.kept
     edited = [*_messages("D"), first.message, {"role": "tool", "tool_call_id": first.call_id, "content": "Right."}]
     state = rng.getstate()
