@@ -323,6 +323,23 @@ def test_a_restart_counts_and_its_turn_is_a_fresh_prompts(policy: Any) -> None:
 def test_a_groups_turns_on_one_prompt_are_computed_once_until_they_differ(
         policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     fed = _passes_fed(policy, monkeypatch)
+    batcher_type = type(policy.batcher)
+    original_choices = batcher_type._choices
+    distributions: list[int] = []
+
+    def choices(self: Any, row: Any) -> Any:
+        distributions.append(1)
+        return original_choices(self, row)
+
+    monkeypatch.setattr(batcher_type, "_choices", choices)
+    original_sample = type(policy)._sample
+    draws: list[int] = []
+
+    def sample(self: Any, *args: Any) -> int:
+        draws.append(1)
+        return original_sample(self, *args)
+
+    monkeypatch.setattr(type(policy), "_sample", sample)
     count = 4
     calls = [(lambda i=i: policy.act(_messages("B"), [PRESS_TOOL], TOOL_CHOICE, f"trace_j:g{i}",
                                      random.Random(30 + i))) for i in range(count)]
@@ -335,6 +352,8 @@ def test_a_groups_turns_on_one_prompt_are_computed_once_until_they_differ(
     # that stands for the four: their caches hold the same tokens and they feed the same
     assert [rows for rows, _ in fed[:2]] == [1, 1]
     assert policy.batcher.shared_rows >= count - 1
+    # the first token the four sample is drawn from one distribution, computed once for them
+    assert len(distributions) <= len(draws) - (count - 1)
     for i, act in enumerate(results):
         _assert_batch_one(policy, act, True, _seed_of(30 + i))  # each still its own batch-1 turn
 
@@ -464,3 +483,31 @@ def test_a_turn_queued_while_another_prefills_joins_the_same_step(policy: Any,
     assert widths[0] == 2  # both in the first step
     _assert_batch_one(policy, first, True, _seed_of(51))
     _assert_batch_one(policy, results[0], True, _seed_of(52))
+
+
+def test_a_draw_follows_the_distribution_and_never_takes_a_masked_token() -> None:
+    """`_sample` inverts the cumulative distribution at one uniform draw: over many seeded draws
+    each token's share is its probability; a token the grammar masked (-inf) or the nucleus cut
+    is never drawn."""
+    import math
+
+    import torch
+
+    from app.local.policies.lm.acting import Acting, _Call
+
+    sample = Acting._sample
+    logits = torch.full((49152,), -math.inf)
+    allowed = {7: 0.5, 300: 0.3, 49151: 0.15, 0: 0.05}
+    for token, probability in allowed.items():
+        logits[token] = math.log(probability)
+    generator = torch.Generator().manual_seed(0)
+    draws = 20_000
+    counts: dict[int, int] = {}
+    for _ in range(draws):
+        token = sample(None, logits, generator, _Call(1.0, 1.0, 4))  # type: ignore[arg-type]
+        counts[token] = counts.get(token, 0) + 1
+    assert set(counts) <= set(allowed)
+    for token, probability in allowed.items():  # 4 standard deviations at most
+        assert abs(counts.get(token, 0) / draws - probability) < 4 * math.sqrt(probability * (1 - probability) / draws)
+    nucleus = {sample(None, logits, generator, _Call(1.0, 0.75, 4)) for _ in range(2_000)}  # type: ignore[arg-type]
+    assert nucleus == {7, 300}  # 0.5 + 0.3 reach 0.75: the tail is cut

@@ -108,6 +108,20 @@ class _Row:
     error: BaseException | None = None
 
 
+@dataclass
+class _Choices:
+    """What the rows of a kind draw their next token from in a step (`Batcher._choices`): the
+    logits at the temperature, those masked by the grammar, whether the mask left a choice, the
+    log of the softmax's total (a token's logprob is its scaled logit less it), and the entropy
+    once a row needed it."""
+
+    scaled: torch.Tensor
+    drawn_from: torch.Tensor
+    choice: int
+    log_total: float
+    entropy: float | None = None
+
+
 class Batcher:
     """The generation loop of one LmPolicy (the owner, an `Acting`)."""
 
@@ -336,9 +350,10 @@ class Batcher:
         """Each row's next tokens (sampled, or a forced run), the rows that ended taken out, then
         one forward pass over the batch."""
         leaving = []
+        shared: dict[tuple[Any, ...], _Choices] = {}
         for index, row in enumerate(self.rows):
             try:
-                more = self._next(row)
+                more = self._next(row, shared)
             except BaseException as exc:  # noqa: BLE001 - a cancel, or the row's own failure
                 row.error, more = exc, False
             if not more:
@@ -348,9 +363,12 @@ class Batcher:
         if self.rows:
             self._forward()
 
-    def _next(self, row: _Row) -> bool:
+    def _next(self, row: _Row, shared: dict[tuple[Any, ...], _Choices]) -> bool:
         """What the row feeds next (acting.py's batch-1 loop, one iteration's first half); False
-        when its turn is over: an end-of-turn token, max_tokens, or its grammar's end."""
+        when its turn is over: an end-of-turn token, max_tokens, or its grammar's end. What the
+        row draws from is computed once for the rows of its kind this step (`shared`: rows whose
+        caches cover the same tokens under the same grammar and sampling have the same logits and
+        the same mask); each row draws with its own generator."""
         owner, call = self.owner, row.call
         if len(row.ids) >= call.max_tokens:
             return False
@@ -362,23 +380,19 @@ class Batcher:
             row.feeding, row.forced_from = forced, 0
             return True
         assert row.last is not None
-        scaled = owner._scaled(row.last, call)
-        drawn_from = scaled
-        choice = 1
-        if row.matcher is not None:
-            row.matcher.fill_next_token_bitmask(row.bitmask)
-            masked = scaled.clone().unsqueeze(0)
-            xgr.apply_token_bitmask_inplace(masked, row.bitmask.to(masked.device))
-            choice = int(torch.isfinite(masked[0]).sum() > 1)  # one allowed token: forced
-            drawn_from = masked[0]
-            token = owner._sample(drawn_from, row.generator, call)
-            if not row.matcher.accept_token(token):
-                return False  # cannot happen for a token the mask allowed; stop rather than loop
-        else:
-            token = owner._sample(scaled, row.generator, call)
+        key = (tuple(row.covered), id(row.grammar), call.temperature, call.top_p)
+        choices = shared.get(key)
+        if choices is None:
+            choices = shared[key] = self._choices(row)
+        token = owner._sample(choices.drawn_from, row.generator, call)
+        if row.matcher is not None and not row.matcher.accept_token(token):
+            return False  # cannot happen for a token the mask allowed; stop rather than loop
+        choice = choices.choice
         if choice and call.temperature > 0.0 and row.generator is not None:  # greedy: entropy 0
-            row.entropy += sampling_entropy(drawn_from, call.top_p)
-        row.logprobs.append(float(torch.log_softmax(scaled, -1)[token]))
+            if choices.entropy is None:
+                choices.entropy = sampling_entropy(choices.drawn_from, call.top_p)
+            row.entropy += choices.entropy
+        row.logprobs.append(float(choices.scaled[token]) - choices.log_total)
         owner._note_logprobs(call, row.last.unsqueeze(0), [token])
         row.ids.append(token)
         row.chosen.append(choice)
@@ -390,6 +404,21 @@ class Batcher:
         forced = owner._forced(row.matcher, call.max_tokens - len(row.ids))
         row.feeding, row.forced_from = [token, *forced], 1
         return True
+
+    def _choices(self, row: _Row) -> _Choices:
+        """The distribution the row's next token is drawn from: its last logits at its temperature,
+        masked by its grammar (its matcher fills the bitmask); `choice` 0 when the mask allows one
+        token (a forced token the jump-forward did not cover)."""
+        assert row.last is not None
+        scaled = self.owner._scaled(row.last, row.call)
+        drawn_from, choice = scaled, 1
+        if row.matcher is not None:
+            row.matcher.fill_next_token_bitmask(row.bitmask)
+            masked = scaled.clone().unsqueeze(0)
+            xgr.apply_token_bitmask_inplace(masked, row.bitmask.to(masked.device))
+            drawn_from = masked[0]
+            choice = int(torch.isfinite(drawn_from).sum() > 1)
+        return _Choices(scaled, drawn_from, choice, float(torch.logsumexp(scaled, -1)))
 
     def _forward(self) -> None:
         """One step of the batch: each row's tokens, padded on the right to the longest (the
@@ -425,8 +454,9 @@ class Batcher:
                 logits = self._forward_passes(model, passes, leads, stands_for, ids, mask, positions, first)
         self._mask = mask
         self.steps += 1
+        runs: dict[tuple[Any, ...], list[float]] = {}
         for index, row in enumerate(self.rows):
-            self._took(row, logits[index], first)
+            self._took(row, logits[index], first, runs)
 
     def _distinct_rows(self) -> tuple[list[int], list[int]]:
         """(the rows computed: the first of each kind, the index in that list each row takes its
@@ -498,12 +528,12 @@ class Batcher:
         spread_logits: torch.Tensor = logits[spread]
         return spread_logits
 
-    def _took(self, row: _Row, logits: torch.Tensor, first: int) -> None:
+    def _took(self, row: _Row, logits: torch.Tensor, first: int, runs: dict[tuple[Any, ...], list[float]]) -> None:
         """After the forward pass (`logits`: one row per token fed from feeding[first] on, at least
         from `_logits_from(row)`): the forced run's logprobs (the second half of the batch-1 loop's
-        iteration), the row's new last logits and what its cache covers. The forced token at
-        feeding[i] was predicted by the logits after feeding[i - 1] (after the row's previous last
-        token for i = 0)."""
+        iteration; computed once for the rows of a kind, `runs`), the row's new last logits and
+        what its cache covers. The forced token at feeding[i] was predicted by the logits after
+        feeding[i - 1] (after the row's previous last token for i = 0)."""
         start, count = row.forced_from, len(row.feeding)
         if start < count:
             if start == 0:
@@ -512,8 +542,12 @@ class Batcher:
             else:
                 before = logits[start - 1 - first:count - 1 - first]
             run = row.feeding[start:]
-            scores = torch.log_softmax(self.owner._scaled(before, row.call), -1)
-            row.logprobs += [float(scores[pos, token]) for pos, token in enumerate(run)]
+            key = (tuple(row.covered), tuple(row.feeding), start, row.call.temperature)
+            if key not in runs:  # log-softmax at the run's tokens only: the scores less log-sum-exp
+                scaled = self.owner._scaled(before, row.call)
+                picked = scaled.gather(1, torch.tensor(run, device=scaled.device).unsqueeze(1)).squeeze(1)
+                runs[key] = (picked - torch.logsumexp(scaled, -1)).tolist()
+            row.logprobs += runs[key]
             self.owner._note_logprobs(row.call, before, run)
             row.ids += run
             row.chosen += [0] * len(run)
