@@ -511,3 +511,22 @@ def test_a_draw_follows_the_distribution_and_never_takes_a_masked_token() -> Non
         assert abs(counts.get(token, 0) / draws - probability) < 4 * math.sqrt(probability * (1 - probability) / draws)
     nucleus = {sample(None, logits, generator, _Call(1.0, 0.75, 4)) for _ in range(2_000)}  # type: ignore[arg-type]
     assert nucleus == {7, 300}  # 0.5 + 0.3 reach 0.75: the tail is cut
+
+
+def test_a_turn_whose_joining_fails_ends_with_that_failure(policy: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Joined turns go into the batch together after the joins; if that fails (memory), each
+    joined turn's caller gets the failure, not a loop that went away under it."""
+    batcher_type = type(policy.batcher)
+    original = batcher_type._add
+    failures = [MemoryError("the batch's cache could not grow")]
+
+    def add(self: Any, joined: list[Any]) -> None:
+        if failures:
+            raise failures.pop()
+        original(self, joined)
+
+    monkeypatch.setattr(batcher_type, "_add", add)
+    with pytest.raises(MemoryError, match="could not grow"):
+        policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:fails", random.Random(61))
+    again = policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:next", random.Random(62))
+    _assert_batch_one(policy, again, True, _seed_of(62))  # a new loop serves the next turn

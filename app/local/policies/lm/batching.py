@@ -3,7 +3,7 @@
 One loop thread owns acting on the model (the transformers path; a vLLM server's turns do not
 come here). `Acting.act` renders, finds the episode's sequence and hands the turn to `Batcher.turn`,
 which queues it and waits. The loop takes the queued turns (after a short collection window when
-it was idle, `COLLECT_GAP_S` after the last arrival, so that requests sent together meet), joins each to the batch
+it was idle, so that requests sent together meet: `_window_ends`), joins each to the batch
 between two tokens on top of its episode's kept KV cache (its last new tokens, with the run its
 grammar forces first, fed with the batch's next step; a long prompt prefilled alone first), and
 decodes every active turn one step at a time across the batch: a step feeds each row its sampled
@@ -196,11 +196,7 @@ class Batcher:
         loop) or closed or failed (every turn in flight then ends with the reason)."""
         try:
             while (fresh := self._take()) is not None:
-                joined: list[tuple[_Row, Any]] = []
-                while fresh:  # the turns queued while these joined (a prefill alone takes a while) join too
-                    joined += [(row, cache) for row in fresh if (cache := self._join(row)) is not None]
-                    fresh = self._queued()
-                self._add(joined)
+                self._join_all(fresh)
                 if self.rows:
                     self._step()
         except BaseException as exc:  # noqa: BLE001 - every turn in flight fails with the loop's error
@@ -262,6 +258,21 @@ class Batcher:
                 yield model
 
     # -- joining: a turn's prefill ------------------------------------------------------------
+
+    def _join_all(self, fresh: list[_Row]) -> None:
+        """The taken turns joined, and those queued while they joined (a prefill alone takes most
+        of a second), then added to the batch together; when that fails, so do they."""
+        joined: list[tuple[_Row, Any]] = []
+        try:
+            while fresh:
+                joined += [(row, cache) for row in fresh if (cache := self._join(row)) is not None]
+                fresh = self._queued()
+            self._add(joined)
+        except BaseException as exc:  # noqa: BLE001 - re-raised: the loop fails the batch's rows too
+            for row, _ in joined:
+                row.error = exc
+                row.done.set()
+            raise
 
     def _join(self, row: _Row) -> Any:
         """The turn's cache, to join the batch (`_add`): its kept cache (its episode's, or a prefix
@@ -380,7 +391,8 @@ class Batcher:
             row.feeding, row.forced_from = forced, 0
             return True
         assert row.last is not None
-        key = (tuple(row.covered), id(row.grammar), call.temperature, call.top_p)
+        # the same tokens from the same turn start: the same logits and the same grammar state
+        key = (tuple(row.covered), len(row.prompt), id(row.grammar), call.temperature, call.top_p)
         choices = shared.get(key)
         if choices is None:
             choices = shared[key] = self._choices(row)
