@@ -516,7 +516,9 @@ class Batcher:
             at = torch.tensor(part, device=mask.device)
             wide = max(len(self.rows[leads[i]].feeding) for i in part)
             kept_from = min(_logits_from(self.rows[leads[i]]) for i in part)
-            cache = DynamicCache([(layer.keys[rows], layer.values[rows]) for layer in self._cache.layers])
+            # index_select, not indexing with a tensor: the same rows, several times faster on CPU
+            cache = DynamicCache([(layer.keys.index_select(0, rows), layer.values.index_select(0, rows))
+                                  for layer in self._cache.layers])
             out = model(input_ids=ids[rows, :wide], attention_mask=mask[rows, :length + wide],
                         position_ids=positions[rows, :wide], cache=cache, use_cache=True,
                         logits_to_keep=wide - kept_from)
@@ -533,11 +535,11 @@ class Batcher:
         assert logits is not None
         spread = torch.tensor(stands_for, device=mask.device)
         for index, layer in enumerate(self._cache.layers):
-            layer.keys = torch.cat([layer.keys, computed_keys[index][spread]], 2)
-            layer.values = torch.cat([layer.values, computed_values[index][spread]], 2)
+            layer.keys = torch.cat([layer.keys, computed_keys[index].index_select(0, spread)], 2)
+            layer.values = torch.cat([layer.values, computed_values[index].index_select(0, spread)], 2)
         self.shared_rows += len(stands_for) - len(leads)
         self.split_steps += len(passes) > 1
-        spread_logits: torch.Tensor = logits[spread]
+        spread_logits: torch.Tensor = logits.index_select(0, spread)
         return spread_logits
 
     def _took(self, row: _Row, logits: torch.Tensor, first: int, runs: dict[tuple[Any, ...], list[float]]) -> None:
@@ -595,8 +597,8 @@ class Batcher:
         first = int(mask.any(0).nonzero()[0])  # columns before it are padding in every row left
         self._mask = mask[:, first:]
         for layer in self._cache.layers:
-            layer.keys = layer.keys[select, :, first:]
-            layer.values = layer.values[select, :, first:]
+            layer.keys = layer.keys.index_select(0, select)[:, :, first:]
+            layer.values = layer.values.index_select(0, select)[:, :, first:]
 
     def _keep(self, row: _Row, index: int) -> None:
         """The row's cache, without padding or holes, kept for its episode's next turn (gathered:
