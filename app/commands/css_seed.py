@@ -45,7 +45,7 @@ async def picker_start_rules(project: Path, size: tuple[int, int] = (160, 45)) -
                     waited += 0.05
                 # What the save kept (the user's file would hold it): what the start parsed up to
                 # then, not a toast shown later or not, as a search ends sooner or later.
-                saved = {key: cache.parsed[key] for key in cache.own}
+                saved = {key: rules for key, rules in cache.parsed.items() if key in cache.own}  # in parse order
             return saved
 
 
