@@ -117,7 +117,8 @@ class KeptRules(Mapping[str, Any]):
 
 
 class ParsedCss:
-    """The rules read from the cache file (`known`) and those this process parsed (`parsed`)."""
+    """The rules read from the cache file and the seed (`known`; `own`: the file's alone) and those
+    this process parsed (`parsed`)."""
 
     def __init__(self, path: Path, seed: Path | None = None) -> None:
         self.path = path
