@@ -3,9 +3,9 @@ app/screens/css_cache.py), so that a first start parses no CSS either (docs/perf
 
 It starts the guided session's app headless on the config picker in an empty project folder,
 as `synth-tui` starts, until the start has kept what it parsed (the first frame's part of
-styles.tcss, the later part and the widgets' DEFAULT_CSS, in the default theme), and writes
+styles.tcss, the later part and the widgets' default CSS, in the default theme), and writes
 those rules beside app/screens/css_cache.py. Run it after changing styles.tcss, a widget's
-DEFAULT_CSS or the Textual version: tests/tui/test_css_seed.py fails until then.
+default CSS or the Textual version: tests/tui/test_css_seed.py fails until then.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ something the file did not hold. It is read only when it is the user's own, writ
 else, at most CACHE_LIMIT_BYTES, and written for the installed Textual and Python; anything
 else, or a file that does not read back, is ignored: the CSS is parsed as without it.
 
-The seed: the rules the config picker's start parses (styles.tcss and its widgets' DEFAULT_CSS,
+The seed: the rules the config picker's start parses (styles.tcss and its widgets' default CSS,
 in the default theme), shipped beside this module (SEED_NAME) so that the first start after an
 install or an upgrade parses nothing either. It is read only from this package's folder, kept
 to the same rules as the user's file (save the owner: an installed package is often root's),

@@ -123,7 +123,7 @@ def source_key(text: str) -> str:
 
 def origin_name(read_from: Any) -> Any:
     """Where a source came from, without the folders: its file's name and what in it (a widget's
-    DEFAULT_CSS, a part of styles.tcss). The parsed rules hold no path, so a key without the
+    default CSS, a part of styles.tcss). The parsed rules hold no path, so a key without the
     folders fits every install, and the rules shipped with the package (app/screens/css_cache.py's
     seed) serve a checkout or a wheel anywhere (docs/performance.md#first-paint)."""
     if isinstance(read_from, tuple) and len(read_from) == 2 and isinstance(read_from[0], str):
