@@ -7,6 +7,14 @@ replaced atomically (app/core/atomic.py), after the first frame and only when th
 something the file did not hold. It is read only when it is the user's own, writable by no one
 else, at most CACHE_LIMIT_BYTES, and written for the installed Textual and Python; anything
 else, or a file that does not read back, is ignored: the CSS is parsed as without it.
+
+The seed: the rules the config picker's start parses (styles.tcss and its widgets' default CSS,
+in the default theme), shipped beside this module (SEED_NAME) so that the first start after an
+install or an upgrade parses nothing either. It is read only from this package's folder, kept
+to the same rules as the user's file (save the owner: an installed package is often root's),
+and holds the same keys, which hash the CSS text: a source changed since the seed was written
+misses and is parsed, as without it. `python -m app.commands.css_seed` writes it again;
+tests/tui/test_css_seed.py fails, naming that command, when it is stale.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from app.core.atomic import atomic_write_bytes
 from widgets.compat.textual_compat import look_up_parsed_rules
 
 FILE_NAME = "parsed-css.pickle"
+SEED_NAME = "parsed-css-seed.pickle"
 CACHE_LIMIT_BYTES = 1_000_000  # a few themes' worth (the picker's sources pickle to 43 kB); over it, start again
 
 
@@ -52,15 +61,20 @@ def textual_version() -> str:
     return version("textual")
 
 
+def seed_path() -> Path:
+    """The rules shipped with the package: beside this module, never in a folder the user writes."""
+    return Path(__file__).resolve().parent / SEED_NAME
+
+
 def written_for() -> str:
     """What the pickled rules are valid for: the Textual that parsed them, the Python that pickled them."""
-    return f"textual {textual_version()}; python {sys.version_info[0]}.{sys.version_info[1]}; format 1"
+    return f"textual {textual_version()}; python {sys.version_info[0]}.{sys.version_info[1]}; format 2"
 
 
-def read_rules(path: Path) -> dict[str, bytes]:
+def read_rules(path: Path, *, users_own: bool = True) -> dict[str, bytes]:
     """The rules kept at `path`, each source's still pickled (KeptRules reads one when it is
-    asked for), or none when the file is missing, not only the user's, too big, for another
-    Textual or Python, or does not read back."""
+    asked for), or none when the file is missing, not only the user's (with `users_own`; the seed
+    is only writable by no one else), too big, for another Textual or Python, or does not read back."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     except OSError:
@@ -68,7 +82,7 @@ def read_rules(path: Path) -> dict[str, bytes]:
     try:
         with os.fdopen(fd, "rb") as file:
             info = os.fstat(file.fileno())
-            if (not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
+            if (not stat.S_ISREG(info.st_mode) or (users_own and info.st_uid != os.getuid())
                     or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH) or info.st_size > CACHE_LIMIT_BYTES):
                 return {}
             kept = pickle.loads(file.read(CACHE_LIMIT_BYTES + 1))
@@ -103,11 +117,14 @@ class KeptRules(Mapping[str, Any]):
 
 
 class ParsedCss:
-    """The rules read from the cache file (`known`) and those this process parsed (`parsed`)."""
+    """The rules read from the cache file and the seed (`known`; `own`: the file's alone) and those
+    this process parsed (`parsed`)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, seed: Path | None = None) -> None:
         self.path = path
-        self.known = KeptRules(read_rules(path))
+        self.own = read_rules(path)  # what the user's file holds, and is written back with what is new
+        shipped = read_rules(seed, users_own=False) if seed is not None else {}
+        self.known = KeptRules({**shipped, **self.own})
         self.parsed: dict[str, Any] = {}
         self._saved: set[str] = set()
         self.writer: threading.Thread | None = None  # the last save's, while it writes (tests join it)
@@ -127,7 +144,8 @@ class ParsedCss:
         except Exception:  # a rule Textual made unpicklable: no cache, as before it
             return None
         self.known.pickled.update(this_start)
-        data = self._pickled(self.known.pickled) or self._pickled(this_start)
+        self.own.update(this_start)
+        data = self._pickled(self.own) or self._pickled(this_start)
         if data is None:
             return None
         self.writer = threading.Thread(target=self._write, args=(data,), name="parsed-css-cache")
@@ -152,13 +170,14 @@ _installed: ParsedCss | None = None
 
 
 @contextmanager
-def parsed_css_kept(path: Path | None = None) -> Iterator[ParsedCss | None]:
-    """While inside, stylesheets take their rules from the cache file (and save_parsed_css keeps
-    what they parsed); None, and CSS parsed as usual, when Textual's parse is not the one the
+def parsed_css_kept(path: Path | None = None, seed: Path | None = None) -> Iterator[ParsedCss | None]:
+    """While inside, stylesheets take their rules from the cache file or the seed (`seed`, the
+    package's when None; tests of the user's file pass a missing one), and save_parsed_css keeps
+    what they parsed; None, and CSS parsed as usual, when Textual's parse is not the one the
     wrapper was written for (widgets/compat/textual_compat.py)."""
     global _installed
     try:
-        cache = ParsedCss(path or cache_path())
+        cache = ParsedCss(path or cache_path(), seed or seed_path())
     except (OSError, RuntimeError):  # no home folder to find (Path.home): parse as without the cache
         yield None
         return

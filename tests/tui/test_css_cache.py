@@ -39,8 +39,9 @@ FIRST_PART = (str(stylesheet_path()), "")  # where styles.tcss's first-frame par
 
 
 async def start(app: SynthTuiApp, path: Path) -> ParsedCss:
-    """One start of `app` with the CSS kept at `path`, until its first frame's parse was saved."""
-    with parsed_css_kept(path) as cache:
+    """One start of `app` with the CSS kept at `path` (and no seed: tests/tui/test_css_seed.py),
+    until its first frame's parse was saved."""
+    with parsed_css_kept(path, seed=path.parent / "no-seed.pickle") as cache:
         assert cache is not None, "the wrapper did not install: widgets/compat/textual_compat.py"
         async with app.run_test(size=(160, 45)) as pilot:
             await wait_for(pilot, lambda: cache.saves > 0, what="the save after the first frame")

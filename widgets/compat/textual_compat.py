@@ -7,6 +7,7 @@ naming the version this was written against, when Textual changes or removes one
 from __future__ import annotations
 
 import inspect
+import os
 import zlib
 from collections.abc import Callable, Mapping, MutableMapping
 from typing import Any
@@ -33,8 +34,8 @@ PARSE_RULES_PARAMETERS = ("self", "css", "read_from", "is_default_rules", "tie_b
 __all__ = [
     "PARSE_RULES_PARAMETERS", "WRITTEN_FOR", "FooterKey", "HeaderTitle", "LogMeasuredInPlace", "deliver_as_driver",
     "footer_bindings_ready", "give_empty_result_callback", "has_queued_callbacks", "is_being_removed",
-    "look_up_parsed_rules", "notifications", "parse_rules_signature", "source_key", "update_scroll_range",
-    "withdraw_notification",
+    "look_up_parsed_rules", "notifications", "origin_name", "parse_rules_signature", "source_key",
+    "update_scroll_range", "withdraw_notification",
 ]
 
 
@@ -120,11 +121,21 @@ def source_key(text: str) -> str:
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}-{len(data)}"
 
 
+def origin_name(read_from: Any) -> Any:
+    """Where a source came from, without the folders: its file's name and what in it (a widget's
+    default CSS, a part of styles.tcss). The parsed rules hold no path, so a key without the
+    folders fits every install, and the rules shipped with the package (app/screens/css_cache.py's
+    seed) serve a checkout or a wheel anywhere (docs/performance.md#first-paint)."""
+    if isinstance(read_from, tuple) and len(read_from) == 2 and isinstance(read_from[0], str):
+        return os.path.basename(read_from[0]), read_from[1]
+    return read_from
+
+
 def look_up_parsed_rules(known: Mapping[str, Any], parsed: MutableMapping[str, Any]) -> Callable[[], None] | None:
     """Give every stylesheet the rules in `known` instead of parsing their source again, and put
     what it still parses into `parsed` (docs/performance.md#first-paint: a start parses its CSS in
     13-15 ms, and reads it back in about 1). The key hashes all that the parse depends on: the CSS
-    text, where it came from, its default/tie-breaker/scope, and the stylesheet's variables,
+    text, where it came from (origin_name), its default/tie-breaker/scope, and the stylesheet's variables,
     substituted as it parses (another theme, other rules). A source the stylesheet already holds
     (``Stylesheet._parse_cache``: each parse of the stylesheet asks for every source again,
     hundreds of times a start) is not hashed again. Wraps ``Stylesheet._parse_rules`` at class
@@ -143,7 +154,7 @@ def look_up_parsed_rules(known: Mapping[str, Any], parsed: MutableMapping[str, A
             return rules
         if variables_digest[0] is not self._variables:  # set_variables replaces the dict, never edits it
             variables_digest[:] = [self._variables, repr(sorted(self._variables.items()))]
-        key = source_key(repr((held, variables_digest[1])))
+        key = source_key(repr((css, origin_name(read_from), is_default_rules, tie_breaker, scope, variables_digest[1])))
         try:
             rules = known[key]
         except KeyError:
