@@ -530,3 +530,31 @@ def test_a_turn_whose_joining_fails_ends_with_that_failure(policy: Any, monkeypa
         policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:fails", random.Random(61))
     again = policy.act(_messages("A"), [PRESS_TOOL], TOOL_CHOICE, "trace_j:next", random.Random(62))
     _assert_batch_one(policy, again, True, _seed_of(62))  # a new loop serves the next turn
+
+
+def test_a_batch_layer_grows_in_place_until_its_room_is_used() -> None:
+    """A step's new keys and values are written into the buffer the layer's tensors start (no copy
+    of the whole batch's cache), a new buffer only when the room is used up or the tensor was
+    replaced (a row left, a row joined)."""
+    import torch
+
+    from app.local.policies.lm.batching import GROWTH_ROOM, _growing
+
+    keys, values = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
+    layer = _growing(keys, values)
+    first = torch.randn(2, 3, 1, 4)
+    layer.extend(first, first)
+    room = layer.key_room
+    written = [first]
+    for _ in range(GROWTH_ROOM):  # the rest of the room: it was made with GROWTH_ROOM to spare
+        step = torch.randn(2, 3, 1, 4)
+        layer.update(step, step)
+        written.append(step)
+    assert layer.key_room is room and layer.keys.data_ptr() == room.data_ptr()  # one buffer throughout
+    assert torch.equal(layer.keys, torch.cat([keys, *written], 2))
+    assert torch.equal(layer.values, torch.cat([values, *written], 2))
+    layer.extend(first, first)  # past the room: a new buffer, the same values
+    assert layer.key_room is not room and torch.equal(layer.keys, torch.cat([keys, *written, first], 2))
+    layer.keys = layer.keys.index_select(0, torch.tensor([1]))  # a row left: the old buffer is not written
+    layer.extend(first[:1], first[:1])
+    assert torch.equal(layer.keys, torch.cat([torch.cat([keys, *written, first], 2)[1:], first[:1]], 2))
