@@ -26,7 +26,7 @@ from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from support.fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from support.pilot_waits import type_ahead, wait_for, wait_for_screen
-from support.screen_text import footer_text, notifications, screen_lines
+from support.screen_text import footer_keys_missing, footer_text, notifications, screen_lines
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
@@ -675,6 +675,15 @@ async def test_the_charts_run_to_the_jobs_planned_steps():
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot.pause()
         assert app.screen.query_one(MetricsGrid).planned_steps == 20
+
+
+async def test_every_footer_key_shows_whole_at_80x24():
+    """The newcomer's walk: at 80 columns the dashboard's last keys fell off the edge."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        await wait_for(pilot, lambda: not footer_keys_missing(app), what="every key in the footer")
+        assert "i Rollouts" in footer_text(app) and "^p Commands" in footer_text(app)
 
 
 async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row_at_80x24():
