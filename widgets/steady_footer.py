@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable, Iterator
 
 from rich.cells import cell_len
+from textual import events, on
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widget import Widget
@@ -46,6 +47,22 @@ def rows_needed(widths: list[int], room: int) -> int:
 
 
 class SteadyFooter(Footer):
+    # A grid's auto column does not count a key's margin: compact keys are spaced by the gutter.
+    # In a grid the palette key is docked at the right edge itself (styles.tcss: no offset then).
+    DEFAULT_CSS = """
+    SteadyFooter.-rows {
+        layout: grid;
+        grid-columns: auto;
+        grid-gutter: 0;
+        &.-compact {
+            grid-gutter: 0 1;
+            FooterKey {
+                margin: 0;
+            }
+        }
+    }
+    """
+
     def __init__(self, *, compact: bool = False) -> None:
         super().__init__(compact=compact)
         self._composed: tuple | None = None
@@ -81,7 +98,8 @@ class SteadyFooter(Footer):
                 seen.setdefault(binding.action, (binding, enabled, tooltip))
         return list(seen.values())
 
-    def on_resize(self) -> None:
+    @on(events.Resize)
+    def _rows_for_new_width(self, event: events.Resize) -> None:  # beside FlowFooter's own on_resize
         if self._composed is not None and self.is_attached:
             self._set_rows()
 
