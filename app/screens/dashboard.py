@@ -85,8 +85,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
                 tooltip=palette_tooltip("Cancel job", "Cancel the job on the backend (asks first)")),
         Binding("r", "rerun", "Rerun", id="dashboard.rerun",
                 tooltip=palette_tooltip("Rerun job", "Submit the same payload with a new Idempotency-Key")),
-        Binding("p", "pause", "Pause", id="dashboard.pause",
-                tooltip=palette_tooltip("Pause or resume the view", "Freeze the chart and the log; the job goes on")),
+        Binding("p", "pause", "Freeze view", id="dashboard.pause",  # only the view: the job goes on
+                tooltip=palette_tooltip("Freeze or unfreeze the view",
+                                        "Freeze the chart and the log; the job goes on")),
         Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/",
                 tooltip=palette_tooltip("Filter events", "Show only events whose type, level or text match")),
         *CHART_BINDINGS,
@@ -423,7 +424,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
             states.append(f"[$warning]filter “{shown_text(needle, 30)}” (esc clears)[/]")
         if self.paused:
-            states.append("[$warning]paused (p)[/]")
+            states.append("[$warning]view frozen (p)[/]")
         if self.reconnecting:
             states.append(f"[$warning]reconnecting: {shown_text(self.reconnecting, 50)}[/]")
         self.query_one(JobHeader).show(job_id=self.job.job_id, status=self.status, elapsed=self._elapsed(),
