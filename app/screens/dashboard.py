@@ -42,7 +42,7 @@ from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore, baseline_change
 from app.screens import dashboard_quit, job_actions
 from app.screens.base import FlowScreen
-from app.screens.chart_keys import CHART_BINDINGS, ChartKeys
+from app.screens.chart_keys import CHART_BINDINGS, ChartKeys, carry_chart_view
 from app.screens.commands import palette_tooltip
 from app.screens.dialogs.overlay_picker import MAX_OVERLAYS
 from app.screens.overlays import OverlayActions
@@ -557,7 +557,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         await self._until_active()
         # The run it repeats stays on the charts, dimmed, beside the new one.
         overlays = [ComparedRun(self.job.job_id, self.store), *self.query_one(MetricsGrid).overlays][:MAX_OVERLAYS]
-        self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays))
+        rerun = DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays)
+        self.app.switch_screen(carry_chart_view(self, rerun))  # with the chart keys' settings
 
     @work(exclusive=True, group="export", exit_on_error=False, name="Export")
     async def action_export(self) -> None:

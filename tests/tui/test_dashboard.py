@@ -359,6 +359,31 @@ async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
     assert RunHistory().get("job_old") is not None
 
 
+async def test_a_rerun_keeps_the_chart_settings_the_user_chose(faulty_backend):
+    """The walk: a rerun reset what the chart keys had set (m, f, s, z). The new dashboard
+    opens with the same chart focused, full size, smoothing and zoom."""
+    faulty_backend.create_job_template = training_timeline(steps=2)
+    faulty_backend.add_job(ScriptedJob("job_old", training_timeline(steps=2)))
+    RunHistory().record_submission(job_id="job_old", backend=faulty_backend.url + "/api", config_path=None,
+                                   payload={"job_type": "rl", "data": {"model": "x"}}, idempotency_key="old-key")
+    app = make_dashboard_app(faulty_backend, JobContext("job_old"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended and len(screen.query_one(MetricsGrid).charts) > 1)
+        await pilot.press("m", "f", "s", "z")
+        old = screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: old.full and old.zoomed and old.smoothing != "none", what="the keys applied")
+        chosen = (old.focused_panel, old.smoothing, old.zoomed, old.full)
+        assert chosen[0] != old.charts[0].panel.key  # m moved the focus off the first chart
+        await pilot.press("r")
+        await pilot.press("y")
+        new = await wait_for_screen(pilot, DashboardScreen, where=lambda screen: screen.job.job_id != "job_old")
+        grid = new.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: (grid.focused_panel, grid.smoothing, grid.zoomed, grid.full) == chosen,
+                       what="the chart settings kept")
+        assert new.has_class("-chart-full")
+
+
 async def test_keys_typed_after_rerun_wait_for_its_question(faulty_backend, monkeypatch):
     """r reads the payload from the run history in a worker: a y typed before the question is
     shown answers it, and does not go to the dashboard."""
