@@ -10,7 +10,8 @@ key) and skips a refresh that would compose the same; a compact footer's keys ca
 
 Every key must show at 80 columns (docs/product.md#keys): when the keys do not fit in one row,
 the footer lays them out in a grid of two rows (three if need be), each column as wide as its
-widest key, reading left to right, then the next row.
+widest key, reading left to right, then the next row (its CSS: ``SteadyFooter.-rows`` in
+styles.tcss).
 """
 
 from __future__ import annotations
@@ -47,22 +48,6 @@ def rows_needed(widths: list[int], room: int) -> int:
 
 
 class SteadyFooter(Footer):
-    # A grid's auto column does not count a key's margin: compact keys are spaced by the gutter.
-    # In a grid the palette key is docked at the right edge itself (styles.tcss: no offset then).
-    DEFAULT_CSS = """
-    SteadyFooter.-rows {
-        layout: grid;
-        grid-columns: auto;
-        grid-gutter: 0;
-        &.-compact {
-            grid-gutter: 0 1;
-            FooterKey {
-                margin: 0;
-            }
-        }
-    }
-    """
-
     def __init__(self, *, compact: bool = False) -> None:
         super().__init__(compact=compact)
         self._composed: tuple | None = None

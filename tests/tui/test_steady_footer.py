@@ -3,6 +3,8 @@ compact footer's keys are compact from their first frame."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input
@@ -84,7 +86,9 @@ async def test_a_compact_footers_keys_are_compact_when_first_styled():
 
 
 class ManyKeysApp(App[None]):
-    """Twelve keys: one row at 160 columns, not at 80 (docs/product.md#keys)."""
+    """Twelve keys: one row at 200 columns, not at 80 (docs/product.md#keys)."""
+
+    CSS_PATH = str(Path(__file__).resolve().parents[2] / "styles.tcss")  # the footer's rows are styled there
 
     BINDINGS = [Binding(f"f{n}", f"noop({n})", f"Key {n}", id=f"key{n}") for n in range(1, 13)]
 
