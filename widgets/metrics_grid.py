@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -50,6 +51,17 @@ def plotted_count(lines: Sequence[int], columns: int, height: int) -> int:
         if room // math.ceil(plots / columns) >= MIN_PLOT_ROWS + max(lines[:plots]) - 1:
             return plots
     return 0
+
+
+@dataclass(frozen=True)
+class ChartView:
+    """What the chart keys set on a grid (m, f, s, z): a rerun's dashboard opens with it
+    (app/screens/chart_keys.py, docs/product.md#keys)."""
+
+    focused_panel: str | None
+    smoothing: str
+    zoomed: bool
+    full: bool
 
 
 class MetricsGrid(Vertical):
@@ -203,6 +215,15 @@ class MetricsGrid(Vertical):
         chart = self.chart(self.focused_panel)
         if chart is not None and (self.screen.focused is None or isinstance(self.screen.focused, MetricChart)):
             chart.focus()
+
+    def view(self) -> ChartView:
+        return ChartView(self.focused_panel, self.smoothing, self.zoomed, self.full)
+
+    def apply_view(self, view: ChartView) -> None:
+        """Set what the chart keys had set on another grid; a chart not here yet gets the focus
+        when it comes (focus_next_chart and the layout accept a key without a chart)."""
+        self.focused_panel = view.focused_panel
+        self.smoothing, self.zoomed, self.full = view.smoothing, view.zoomed, view.full
 
     def cycle_smoothing(self) -> None:
         self.smoothing = SMOOTHING_MODES[(SMOOTHING_MODES.index(self.smoothing) + 1) % len(SMOOTHING_MODES)]

@@ -7,18 +7,44 @@ focus often that was a tenth of the TUI's CPU for a picture that did not change.
 remembers what it composed (each shown key, its description, whether it is enabled, the palette
 key) and skips a refresh that would compose the same; a compact footer's keys carry their
 ``-compact`` class from the start.
+
+Every key must show at 80 columns (docs/product.md#keys): when the keys do not fit in one row,
+the footer lays them out in a grid of two rows (three if need be), each column as wide as its
+widest key, reading left to right, then the next row (its CSS: ``SteadyFooter.-rows`` in
+styles.tcss).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator
 
+from rich.cells import cell_len
+from textual import events, on
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 
 from widgets.compat.textual_compat import FooterKey, footer_bindings_ready
+
+MAX_ROWS = 3
+PALETTE_KEY_WIDTH = len("▏^p Commands")  # its border, key and description (and a padding column unless compact)
+
+
+def key_width(key_display: str, description: str, *, compact: bool) -> int:
+    """The columns a FooterKey takes: Textual's padding (or a compact key's margin) included."""
+    return cell_len(key_display) + cell_len(description) + (2 if compact else 3)
+
+
+def rows_needed(widths: list[int], room: int) -> int:
+    """The fewest rows (up to MAX_ROWS) whose grid of auto-sized columns fits in `room` columns."""
+    for rows in range(1, MAX_ROWS + 1):
+        columns = math.ceil(len(widths) / rows) if widths else 1
+        grid = sum(max(widths[column::columns]) for column in range(columns)) if widths else 0
+        if grid <= room:
+            return rows
+    return MAX_ROWS
 
 
 class SteadyFooter(Footer):
@@ -36,6 +62,31 @@ class SteadyFooter(Footer):
         if footer_bindings_ready(self) and self.is_attached:
             self._composed = self.shown_keys(self.screen)
         yield from self._with_compact_class(super().compose())
+        if footer_bindings_ready(self) and self.is_attached:
+            self._set_rows()  # after Textual's compose, which sets the grid's columns to the keys' count
+
+    def _set_rows(self) -> None:
+        """One row when every key fits in it, else a grid of as few rows as fit (docs/product.md#keys)."""
+        keys = [(self.app.get_key_display(binding), binding.description)
+                for binding, _enabled, _tooltip in self._shown_bindings()]
+        widths = [key_width(shown, description, compact=self.compact) for shown, description in keys]
+        room = self.app.size.width - (PALETTE_KEY_WIDTH + (not self.compact) if self.show_command_palette else 0)
+        rows = rows_needed(widths, room)
+        self.set_class(rows > 1, "-rows")
+        self.styles.height = rows
+        self.styles.grid_size_columns = math.ceil(len(widths) / rows) if widths else 1
+
+    def _shown_bindings(self) -> list[tuple]:
+        seen: dict[str, tuple] = {}  # Textual's Footer shows one key per action
+        for _, binding, enabled, tooltip in self.screen.active_bindings.values():
+            if binding.show:
+                seen.setdefault(binding.action, (binding, enabled, tooltip))
+        return list(seen.values())
+
+    @on(events.Resize)
+    def _rows_for_new_width(self, event: events.Resize) -> None:  # beside FlowFooter's own on_resize
+        if self._composed is not None and self.is_attached:
+            self._set_rows()
 
     def _with_compact_class(self, widgets: Iterable[Widget]) -> Iterator[Widget]:
         for widget in widgets:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from app.cli.parser import COMMANDS, build_parser, normalise_argv
+from app.cli.parser import COMMANDS, build_parser, normalise_argv, unknown_command
 from app.core.errors import ExitCode, SynthTuiError, UsageError
 from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
@@ -27,8 +27,12 @@ WEB_DRIVER = "textual.drivers.web_driver:WebDriver"
 
 def main(argv: Sequence[str] | None = None) -> int:
     _tolerate_unencodable_output()
+    given = list(sys.argv[1:] if argv is None else argv)
+    if (unknown := unknown_command(given)) is not None:
+        print(unknown, file=sys.stderr)
+        return ExitCode.USAGE
     try:
-        words = normalise_argv(sys.argv[1:] if argv is None else argv)
+        words = normalise_argv(given)
         args = build_parser(words[0] if words[0] in COMMANDS else None).parse_args(words)
     except SystemExit as exc:  # argparse printed the usage error (or --help); keep its code
         return exc.code if isinstance(exc.code, int) else ExitCode.USAGE

@@ -368,6 +368,22 @@ def _status_word(text: str) -> str:
     return text
 
 
+# An unknown command is echoed only when it reads as a word: a mistaken paste may be a key.
+MAX_ECHOED_COMMAND_CHARS = 24
+
+
+def unknown_command(argv: Sequence[str]) -> str | None:
+    """The message for a first word that is neither a command nor a flag (``synth-tui
+    frobnicate``), or None. Without it the word went to ``train`` as an unexpected argument."""
+    if not argv or argv[0].startswith("-") or argv[0] in COMMANDS:
+        return None
+    word = argv[0]
+    shown = (f"'{word}'" if len(word) <= MAX_ECHOED_COMMAND_CHARS and word.isascii()
+             and all(char.isalnum() or char in "_.-" for char in word) else f"(a word of {len(word):,} characters)")
+    return (f"synth-tui: unknown command {shown}. The commands: {', '.join(COMMANDS)} "
+            "(synth-tui --help says what each does).")
+
+
 def normalise_argv(argv: Sequence[str]) -> list[str]:
     """``synth-tui [flags]`` means ``synth-tui train [flags]``."""
     argv = list(argv)

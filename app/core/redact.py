@@ -6,7 +6,7 @@ message that leaves the core goes through :func:`redact` with the secrets in pla
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from app.core.patterns import compiled_on_first_use
 
@@ -111,10 +111,18 @@ PREFIX_CHARS = 4
 _PREFIX_FIELDS = ("first15", "prefix", "key_prefix")
 
 
-def key_prefix(value: object) -> str:
-    """A reported key prefix, shown like the mask: its first 4 characters and an ellipsis."""
+def key_prefix(value: object, held: Iterable[str] = ()) -> str:
+    """A reported key prefix: its first 4 characters and an ellipsis; or, when it is the start of
+    a key this machine holds (``held``), that key's mask (first 4 + … + last 2), so a key reads
+    the same in every view (docs/product.md#secrets).
+    """
     text = str(value or "").rstrip(".…")
-    return f"{text[:PREFIX_CHARS]}…" if text else "—"
+    if not text:
+        return "—"
+    for key in held:
+        if len(text) >= PREFIX_CHARS and key.startswith(text):
+            return mask_secret(key)
+    return f"{text[:PREFIX_CHARS]}…"
 
 
 def scrub_key_fragments(text: str, keys: Iterable[str]) -> str:
@@ -149,19 +157,20 @@ def held_key_prefix(key: str) -> str:
     return f"{key[:PREFIX_CHARS]}…" if len(key) >= 3 * PREFIX_CHARS else "****"
 
 
-def mask_prefixes(body: object) -> object:
-    """A copy of a JSON body with every reported key prefix cut to ``key_prefix`` form."""
+def mask_prefixes(body: object, held: Sequence[str] = ()) -> object:
+    """A copy of a JSON body with every reported key prefix cut to ``key_prefix`` form (the
+    mask of a ``held`` key it starts)."""
     if isinstance(body, dict):
-        return {key: _masked_field(key, value) for key, value in body.items()}
+        return {key: _masked_field(key, value, held) for key, value in body.items()}
     if isinstance(body, list):
-        return [mask_prefixes(item) for item in body]
+        return [mask_prefixes(item, held) for item in body]
     return body
 
 
-def _masked_field(key: str, value: object) -> object:
+def _masked_field(key: str, value: object, held: Sequence[str]) -> object:
     if any(marker in str(key).lower() for marker in _PREFIX_FIELDS):
         if isinstance(value, list):
-            return [key_prefix(item) for item in value]
+            return [key_prefix(item, held) for item in value]
         if isinstance(value, str):
-            return key_prefix(value)
-    return mask_prefixes(value)
+            return key_prefix(value, held)
+    return mask_prefixes(value, held)

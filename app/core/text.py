@@ -33,6 +33,17 @@ def display_path(path: Path, cwd: Path) -> str:
     return str(relative) if relative.parts else "."
 
 
+def shorten_middle(path: str, width: int) -> str:
+    """``path`` in at most ``width`` characters, cut in the middle and the file name kept whole
+    (two long paths that differ only at the end must still look different). When even the file
+    name does not fit, the path is left whole, to wrap: a cut name would say less."""
+    name = path.rsplit("/", 1)[-1]
+    if len(path) <= width or len(name) + 2 > width:
+        return path
+    tail = max(len(name) + 1, (width - 1) // 2)  # the name and its slash, or half the room
+    return path[:width - 1 - tail] + "…" + path[-tail:]
+
+
 def home_relative(path: Path) -> str:
     """``~/project`` for a path under the home folder; otherwise the path unchanged. Used
     where the working directory itself is named, so it reads short."""

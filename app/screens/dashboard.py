@@ -42,7 +42,7 @@ from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore, baseline_change
 from app.screens import dashboard_quit, job_actions
 from app.screens.base import FlowScreen
-from app.screens.chart_keys import CHART_BINDINGS, ChartKeys
+from app.screens.chart_keys import CHART_BINDINGS, ChartKeys, carry_chart_view
 from app.screens.commands import palette_tooltip
 from app.screens.dialogs.overlay_picker import MAX_OVERLAYS
 from app.screens.overlays import OverlayActions
@@ -85,8 +85,9 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
                 tooltip=palette_tooltip("Cancel job", "Cancel the job on the backend (asks first)")),
         Binding("r", "rerun", "Rerun", id="dashboard.rerun",
                 tooltip=palette_tooltip("Rerun job", "Submit the same payload with a new Idempotency-Key")),
-        Binding("p", "pause", "Pause", id="dashboard.pause",
-                tooltip=palette_tooltip("Pause or resume the view", "Freeze the chart and the log; the job goes on")),
+        Binding("p", "pause", "Freeze view", id="dashboard.pause",  # only the view: the job goes on
+                tooltip=palette_tooltip("Freeze or unfreeze the view",
+                                        "Freeze the chart and the log; the job goes on")),
         Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/",
                 tooltip=palette_tooltip("Filter events", "Show only events whose type, level or text match")),
         *CHART_BINDINGS,
@@ -423,7 +424,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         if self.is_mounted and (needle := self.query_one(EventLog).filter_text):
             states.append(f"[$warning]filter “{shown_text(needle, 30)}” (esc clears)[/]")
         if self.paused:
-            states.append("[$warning]paused (p)[/]")
+            states.append("[$warning]view frozen (p)[/]")
         if self.reconnecting:
             states.append(f"[$warning]reconnecting: {shown_text(self.reconnecting, 50)}[/]")
         self.query_one(JobHeader).show(job_id=self.job.job_id, status=self.status, elapsed=self._elapsed(),
@@ -556,7 +557,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         await self._until_active()
         # The run it repeats stays on the charts, dimmed, beside the new one.
         overlays = [ComparedRun(self.job.job_id, self.store), *self.query_one(MetricsGrid).overlays][:MAX_OVERLAYS]
-        self.app.switch_screen(DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays))
+        rerun = DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays)
+        self.app.switch_screen(carry_chart_view(self, rerun))  # with the chart keys' settings
 
     @work(exclusive=True, group="export", exit_on_error=False, name="Export")
     async def action_export(self) -> None:

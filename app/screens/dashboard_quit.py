@@ -51,6 +51,7 @@ def quit_line(screen: DashboardScreen) -> tuple[int, str]:
         # The job ends with this process: it did not succeed, and the history must not
         # list it as running for ever.
         remember(lambda history: stop_backend_jobs(history, screen.session.backend_base))
-        return (ExitCode.JOB_FAILED,
-                f"Job {screen.job.job_id} stopped with the app. {screen.session.attach_hint(screen.job.job_id)}")
-    return 0, f"Job {screen.job.job_id} is {screen.status}. {screen.session.attach_hint(screen.job.job_id)}"
+        return (ExitCode.JOB_FAILED, f"Job {screen.job.job_id} stopped with the app, as the embedded backend "
+                                     "does: the run history records it as cancelled.")
+    # The job's id is said once, in the command (the walk found it twice).
+    return 0, f"The job is {screen.status}. {screen.session.attach_hint(screen.job.job_id)}"

@@ -91,8 +91,9 @@ class PayloadPreviewScreen(FlowScreen):
                             id="override-task-url")
             with Horizontal(classes="override-row"):
                 yield Label("Experimental", classes="override-label")
-                yield Switch(bool(overrides.allow_experimental), id="override-experimental")
+                # The text first, in the column where the other rows' values start (the walk).
                 yield Static(id="override-experimental-note", classes="override-note muted")
+                yield Switch(bool(overrides.allow_experimental), id="override-experimental")
         yield Static(id="payload-problem")
         with VerticalScroll(id="payload-json-scroll", can_focus=True) as scroll:
             scroll.border_title = "POST /rl/jobs"

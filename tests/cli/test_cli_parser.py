@@ -95,3 +95,23 @@ def test_trainer_without_the_embedded_backend_is_a_usage_error():
     with pytest.raises(UsageError, match="--backend local"):
         refuse_policy_kind_without_embedded(args)
     refuse_policy_kind_without_embedded(build_parser().parse_args(["train", "--backend", "local", "--trainer", "lm"]))
+
+
+def test_an_unknown_command_is_named_and_the_commands_listed(capsys):
+    """The walk: `synth-tui frobnicate` said argparse's "unrecognized arguments" (the word went
+    to train). Exit 2, a usage error (README's exit codes)."""
+    from app.cli.dispatch import main
+
+    assert main(["frobnicate"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown command 'frobnicate'" in err and "unrecognized" not in err
+    assert all(command in err for command in COMMANDS) and "synth-tui --help" in err
+
+
+def test_an_unknown_command_that_may_be_a_pasted_key_is_not_echoed(capsys):
+    from app.cli.dispatch import main
+
+    pasted = "sk_live_" + "a1" * 20
+    assert main([pasted, "--no-tui"]) == 2
+    err = capsys.readouterr().err
+    assert pasted[:5] not in err and "unknown command (a word of 48 characters)" in err

@@ -437,3 +437,16 @@ def test_a_later_sdk_s_backend_variable_in_the_env_file_picks_the_backend(tmp_pa
     shell = LaunchSession(LaunchOptions(cwd=tmp_path), shell={"SYNTH_API_URL": "http://127.0.0.1:9"})
     shell.open_env(path, "flag")  # the shell still wins over the file
     assert shell.backend_base == "http://127.0.0.1:9/api"
+
+
+def test_a_reported_prefix_of_a_held_key_reads_as_its_mask_and_never_more():
+    """One mask everywhere (README: first 4 + … + last 2): a backend's report of the key this
+    machine holds reads as the env review shows it; any other key's as 4 characters."""
+    from app.core.redact import key_prefix, mask_prefixes, mask_secret
+
+    held = "3b7a0123456789abcdef15"
+    assert key_prefix("3b7a…", [held]) == key_prefix(held[:15], [held]) == mask_secret(held) == "3b7a…15"
+    assert key_prefix("3b7b0123", [held]) == "3b7b…" and key_prefix("3b7a0123", []) == "3b7a…"
+    assert key_prefix("abcd…yz") == "abcd…"  # another backend's own "mask" of a key: 4 characters
+    body = mask_prefixes({"attempts": [{"key_prefix": held}], "candidates_first15": [held[:15], "zzzz9999"]}, [held])
+    assert body == {"attempts": [{"key_prefix": "3b7a…15"}], "candidates_first15": ["3b7a…15", "zzzz…"]}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from textual.content import Content
 from textual.notifications import Notification
+from textual.widgets import Footer
 
 from support.textual_compat import compositor
 from widgets.compat import textual_compat
@@ -15,10 +16,13 @@ def screen_lines(app) -> list[str]:
 
 
 def footer_text(app) -> str:
-    """The bottom line: the footer of every flow screen ("" before the screen's first layout,
-    when it has no lines yet: a wait on the footer goes on waiting)."""
+    """The footer's rows at the bottom of every flow screen, one line each ("" before the screen's
+    first layout, when it has no lines yet: a wait on the footer goes on waiting). A footer
+    whose keys do not fit in one row has two or three (widgets/steady_footer.py)."""
     lines = screen_lines(app)
-    return lines[-1] if lines else ""
+    footers = app.screen.query(Footer)
+    rows = max(1, footers.first().region.height) if footers else 1
+    return "\n".join(lines[-rows:]) if lines else ""
 
 
 def notifications(app) -> list[Notification]:
@@ -30,3 +34,18 @@ def toast_text(notification: Notification) -> str:
     """The words a toast draws for a notification: its message read as markup unless it says not."""
     message = notification.message
     return str(Content.from_markup(message) if notification.markup else Content(message))
+
+
+def footer_keys_expected(app) -> list[str]:
+    """Each key the screen's footer should show, as drawn ("r Reload"), in the screen's order."""
+    seen: dict[str, str] = {}
+    for _, binding, _enabled, _tooltip in app.screen.active_bindings.values():
+        if binding.show:
+            seen.setdefault(binding.action, f"{app.get_key_display(binding)} {binding.description}")
+    return list(seen.values())
+
+
+def footer_keys_missing(app) -> list[str]:
+    """The footer's keys that are not drawn whole ([] when every one shows: docs/product.md#keys)."""
+    text = footer_text(app)
+    return [key for key in footer_keys_expected(app) if key not in text]

@@ -26,7 +26,7 @@ from app.screens.rollouts import RolloutsScreen
 from app.tui import SynthTuiApp
 from support.fakes import FaultyBackend, ScriptedJob, event, metric, training_timeline
 from support.pilot_waits import type_ahead, wait_for, wait_for_screen
-from support.screen_text import footer_text, notifications, screen_lines
+from support.screen_text import footer_keys_missing, footer_text, notifications, screen_lines
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
@@ -248,18 +248,18 @@ async def test_a_palette_command_runs_the_binding_it_comes_from(faulty_backend):
         await wait_for(pilot, lambda: screen.status == "running")
         await pilot.press("ctrl+p")
         await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
-        type_ahead(app, *"pause or resume")  # as a terminal sends it: no frame per key
+        type_ahead(app, *"freeze or unfreeze")  # as a terminal sends it: no frame per key
         def listed() -> list[str]:
             commands = app.screen.query_one(CommandList)
             return [str(commands.get_option_at_index(i).prompt) for i in range(commands.option_count)]
 
         # the keys arrive at once: the palette searches as they land, so wait for the last search's list
-        await wait_for(pilot, lambda: listed()[:1] and "Pause or resume the view" in listed()[0],
+        await wait_for(pilot, lambda: listed()[:1] and "Freeze or unfreeze the view" in listed()[0],
                        what="the command listed first")
         assert "(p)" in listed()[0]  # its help: the binding's key
         await pilot.press("enter")
         await wait_for(pilot, lambda: screen.paused and "-paused" in screen.classes, what="the view paused")
-        assert "paused (p)" in str(screen.query_one("#dash-header").render())
+        assert "view frozen (p)" in str(screen.query_one("#dash-header").render())
 
 
 async def test_pause_stops_redraws_and_resume_applies_what_arrived(faulty_backend):
@@ -357,6 +357,31 @@ async def test_rerun_submits_the_same_payload_with_a_new_key(faulty_backend):
     record = RunHistory().get(new_id)
     assert record.rerun_of == "job_old" and record.idempotency_key == creates[0][2]["Idempotency-Key"]
     assert RunHistory().get("job_old") is not None
+
+
+async def test_a_rerun_keeps_the_chart_settings_the_user_chose(faulty_backend):
+    """The walk: a rerun reset what the chart keys had set (m, f, s, z). The new dashboard
+    opens with the same chart focused, full size, smoothing and zoom."""
+    faulty_backend.create_job_template = training_timeline(steps=2)
+    faulty_backend.add_job(ScriptedJob("job_old", training_timeline(steps=2)))
+    RunHistory().record_submission(job_id="job_old", backend=faulty_backend.url + "/api", config_path=None,
+                                   payload={"job_type": "rl", "data": {"model": "x"}}, idempotency_key="old-key")
+    app = make_dashboard_app(faulty_backend, JobContext("job_old"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended and len(screen.query_one(MetricsGrid).charts) > 1)
+        await pilot.press("m", "f", "s", "z")
+        old = screen.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: old.full and old.zoomed and old.smoothing != "none", what="the keys applied")
+        chosen = (old.focused_panel, old.smoothing, old.zoomed, old.full)
+        assert chosen[0] != old.charts[0].panel.key  # m moved the focus off the first chart
+        await pilot.press("r")
+        await pilot.press("y")
+        new = await wait_for_screen(pilot, DashboardScreen, where=lambda screen: screen.job.job_id != "job_old")
+        grid = new.query_one(MetricsGrid)
+        await wait_for(pilot, lambda: (grid.focused_panel, grid.smoothing, grid.zoomed, grid.full) == chosen,
+                       what="the chart settings kept")
+        assert new.has_class("-chart-full")
 
 
 async def test_keys_typed_after_rerun_wait_for_its_question(faulty_backend, monkeypatch):
@@ -677,6 +702,30 @@ async def test_the_charts_run_to_the_jobs_planned_steps():
         assert app.screen.query_one(MetricsGrid).planned_steps == 20
 
 
+async def test_every_footer_key_shows_whole_at_80x24():
+    """The newcomer's walk: at 80 columns the dashboard's last keys fell off the edge."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        await wait_for(pilot, lambda: not footer_keys_missing(app), what="every key in the footer")
+        assert "i Rollouts" in footer_text(app) and "^p Commands" in footer_text(app)
+
+
+async def test_p_says_it_freezes_the_view_not_the_job(faulty_backend):
+    """The walk: `p` read "Pause", but the job goes on: only the view stops. The footer, the
+    help and the header say so."""
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p in the footer")
+        assert "Pause" not in footer_text(app)
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpDialog)
+        table = help_screen.query_one(DataTable)
+        rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        assert ("p", "Freeze view") in rows and not any("Pause" in row[1] for row in rows)
+
+
 async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row_at_80x24():
     """Two tests once, on the same app at 80x24: `? Help` in the footer, then the help itself."""
     app = replay_app()
@@ -855,7 +904,7 @@ async def test_every_dashboard_action_is_in_the_palette_and_p_on_an_ended_job_pa
         assert titles["Filter events"].endswith("(/)")
 
         await wait_for(pilot, lambda: screen.ended)
-        await wait_for(pilot, lambda: "p Pause" not in footer_text(app), what="p gone from the footer")
+        await wait_for(pilot, lambda: "p Freeze view" not in footer_text(app), what="p gone from the footer")
         await pilot.press("p")
         await pilot.pause()
         assert not screen.paused

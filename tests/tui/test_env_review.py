@@ -19,7 +19,7 @@ from app.screens.dialogs.env import AddKeyDialog, EditValueDialog, ReloadDialog,
 from app.screens.dialogs.path_prompt import PathPromptDialog
 from app.screens.env_review import EnvReviewScreen
 from support.pilot_waits import type_ahead, wait_for, wait_for_screen, wait_until
-from support.screen_text import footer_text, notifications
+from support.screen_text import footer_keys_missing, footer_text, notifications
 from widgets.env_table import MaskedEnvTable, describe
 
 # Long fake secrets: any of them in full on screen is a leak.
@@ -753,6 +753,17 @@ def test_snapshot_env_edit_modal_masks_the_value(snap_compare, make_app, project
     captured: list[str] = []
     assert snap_compare(make_app(start="env"), terminal_size=(120, 36), run_before=_review("enter", captured=captured))
     assert_no_secret(captured[0])
+
+
+async def test_every_footer_key_shows_whole_at_80x24(make_app, project, fixed_home):
+    """The newcomer's walk: at 80 columns Reload, From Modal, Back and Quit fell off the edge."""
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(80, 24)) as pilot:
+        await env_screen(pilot)
+        await wait_for(pilot, lambda: "? Help" in footer_text(pilot.app), what="? Help in the footer")
+        await wait_for(pilot, lambda: not footer_keys_missing(app), what="every key in the footer")
+        assert "esc Back" in footer_text(app) and "^q Quit" in footer_text(app)
 
 
 def test_snapshot_env_review_narrow(snap_compare, make_app, project, fixed_home):

@@ -92,7 +92,8 @@ async def test_ctrl_c_on_a_running_job_asks_and_the_second_ctrl_c_quits(faulty_b
         await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("ctrl+c")
     assert app.return_value == ExitCode.INTERRUPTED
-    assert app.exit_message.startswith("Interrupted. Job job_a is running. Attach again with:")
+    assert app.exit_message.startswith("Interrupted. The job is running. Attach again with:")
+    assert app.exit_message.count("job_a") == 1  # the walk: the quit line named the job twice
 
 
 async def test_ctrl_c_in_a_quit_question_asked_by_q_quits_as_an_interrupt(faulty_backend):
@@ -130,7 +131,8 @@ async def test_ctrl_c_on_a_running_job_of_an_embedded_backend_records_it_stopped
         await wait_for_screen(pilot, ConfirmDialog, "the quit question")
         await pilot.press("ctrl+c")
     assert app.return_value == ExitCode.INTERRUPTED
-    assert app.exit_message.startswith("Interrupted. Job job_a stopped with the app.")
+    assert app.exit_message.startswith("Interrupted. Job job_a stopped with the app")
+    assert app.exit_message.count("job_a") == 1  # the walk: the quit line named the job twice
     assert RunHistory().get("job_a").final_status == "cancelled"  # the user ended it: not a failure
 
 

@@ -36,3 +36,23 @@ async def test_the_highlighted_row_stays_on_screen_when_the_terminal_shrinks(mak
         name = config_list.entries[last].path.name
         await wait_for(pilot, lambda: any(name in line for line in screen_lines(app)),
                        what=f"{name}, the highlighted config, on screen at {size[0]}x{size[1]}")
+
+
+@pytest.mark.parametrize("size", [(80, 24), (60, 20)])
+async def test_long_paths_are_cut_in_the_middle_keeping_the_file_name(make_app, project, size):
+    """The walk: two long paths that differ only at the end were cut at the end, so they looked
+    the same. Each is cut in the middle, its file name whole, once the list knows its width."""
+    folder = project / "configs" / "a_rather_long_folder_name_for_the_experiments_of_this_project"
+    folder.mkdir(parents=True)
+    names = ["gridworld_experiment_variant_alpha.toml", "gridworld_experiment_variant_beta.toml"]
+    for name in names:
+        shutil.copy(EXAMPLES / "demo.toml", folder / name)
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        screen = app.screen
+        assert isinstance(screen, ConfigPickerScreen)
+        await wait_until(pilot, lambda: screen.searched, "discovery")
+        for name in names:
+            await wait_for(pilot, lambda name=name: any(line.rstrip(" │▄▀▁█").endswith(name) and "…" in line
+                                                        for line in screen_lines(app)),
+                           what=f"{name} whole at the end of a cut path at {size[0]}x{size[1]}")

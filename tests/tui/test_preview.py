@@ -367,3 +367,20 @@ async def test_layout_fits_small_and_large_terminals(preview_app, monkeypatch, s
         for widget_id in ("#override-model", "#override-task-url", "#override-experimental"):
             region = screen.query_one(widget_id).region
             assert region.height >= 1 and region.right <= size[0]
+
+
+async def test_the_experimental_row_lines_up_with_the_other_overrides(preview_app, monkeypatch):
+    """The walk: the Experimental row's text ("off: experimental models are refused") started
+    further right than Model's and Task URL's, after the switch. Every row's text starts in the
+    same column; the switch follows the Experimental row's text."""
+    app = fixed_app(preview_app, monkeypatch)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await preview_ready(pilot)
+        await pilot.pause()
+        model = screen.query_one("#override-model").region.x
+        assert screen.query_one("#override-task-url").region.x == model
+        note = screen.query_one("#override-experimental-note").region
+        assert note.x == model and "experimental models" in text_of(screen, "#override-experimental-note")
+        assert screen.query_one("#override-experimental").region.x > note.x  # after the text
+        labels = [label.region.x for label in screen.query(".override-label")]
+        assert len(set(labels)) == 1

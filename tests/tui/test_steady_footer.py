@@ -3,6 +3,8 @@ compact footer's keys are compact from their first frame."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input
@@ -81,3 +83,38 @@ async def test_a_compact_footers_keys_are_compact_when_first_styled():
     async with app.run_test(size=(80, 10)) as pilot:
         await wait_for(pilot, lambda: bool(keys_shown(app)), what="the footer's keys")
         assert all(key.has_class("-compact") for key in app.query(FooterKey))
+
+
+class ManyKeysApp(App[None]):
+    """Twelve keys: one row at 200 columns, not at 80 (docs/product.md#keys)."""
+
+    CSS_PATH = str(Path(__file__).resolve().parents[2] / "styles.tcss")  # the footer's rows are styled there
+
+    BINDINGS = [Binding(f"f{n}", f"noop({n})", f"Key {n}", id=f"key{n}") for n in range(1, 13)]
+
+    def compose(self) -> ComposeResult:
+        yield SteadyFooter(compact=True)
+
+    def action_noop(self, number: int) -> None:
+        pass
+
+
+def footer_rows(app: App) -> int:
+    return app.query_one(SteadyFooter).region.height
+
+
+def every_key_whole(app: App) -> bool:
+    width = app.size.width
+    keys = [key for key in app.query(FooterKey) if not key.has_class("-command-palette")]
+    return len(keys) == 12 and all(key.region.width and key.region.right <= width for key in keys)
+
+
+async def test_keys_that_do_not_fit_in_one_row_take_two_and_one_again_when_they_fit():
+    app = ManyKeysApp()
+    async with app.run_test(size=(200, 10)) as pilot:
+        await wait_for(pilot, lambda: every_key_whole(app), what="the keys")
+        assert footer_rows(app) == 1
+        await pilot.resize_terminal(80, 10)
+        await wait_for(pilot, lambda: footer_rows(app) == 2 and every_key_whole(app), what="two rows at 80")
+        await pilot.resize_terminal(200, 10)
+        await wait_for(pilot, lambda: footer_rows(app) == 1 and every_key_whole(app), what="one row again")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 import socket
 
 import httpx
@@ -25,6 +26,7 @@ from app.core.launch.diagnosis import (
     key_prefix_hint,
     overall_verdict,
 )
+from app.core.redact import mask_secret
 from app.screens.dialogs.json_report import JsonReportDialog
 from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
@@ -333,6 +335,26 @@ async def test_backend_holds_no_key_the_task_app_accepts(verify_app, faulty_back
         verdict = verdict_text(screen)
         assert "The backend holds no key this task app accepts" in verdict
         assert "Upload this task app's ENVIRONMENT_API_KEY" in verdict
+
+
+async def test_a_verify_attempt_with_the_key_this_machine_holds_shows_its_mask(verify_app, faulty_backend,
+                                                                               tiny_task_app):
+    """The walk: the verify rows said "env_…" where the env review said "env_…ef" for the same
+    key. A reported prefix of the held ENVIRONMENT_API_KEY (4 characters, as the embedded
+    backend sends, or 15, as the hosted one does) reads as the env review's mask; another
+    key's stays 4 characters."""
+    faulty_backend.verify_answer = (200, {"any_ok": True, "candidates_first15": [ENV_KEY[:15]], "attempts": [
+        {"endpoint": "/health", "header": "X-API-Key", "key_prefix": ENV_KEY[:4] + "…", "status": 200, "ok": True},
+        {"endpoint": "/task_info", "header": "X-API-Key", "key_prefix": ENV_KEY[:15], "status": 200, "ok": True},
+        {"endpoint": "/health", "header": "X-API-Key", "key_prefix": "env_other_key_1", "status": 400}]})
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        verify_rows = [r for r in rows(screen) if r.check == "backend verify"]
+        assert [r.tried for r in verify_rows] == ["/health · X-API-Key · env_…ef", "/task_info · X-API-Key · env_…ef",
+                                                  "/health · X-API-Key · env_…"]
+        assert mask_secret(ENV_KEY) == "env_…ef"  # the env review's mask (widgets/env_table.py)
+        assert_no_secrets(screen_text(screen))
 
 
 async def test_hosted_backend_attempts_with_only_a_status_are_shown(verify_app, faulty_backend, tiny_task_app):
@@ -646,7 +668,8 @@ async def test_footer_keys_are_never_cut_mid_word(verify_app, monkeypatch, width
         await checks_done(pilot)
         # The footer draws its keys once it knows which fit (never a frame with a cut one).
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer's keys")
-        shown = [part.strip(" ▏") for part in footer_text(app).split("  ") if part.strip(" ▏")]
+        parts = re.split(r" {2,}|\n", footer_text(app))  # a footer of two rows: one line each
+        shown = [part.strip(" ▏") for part in parts if part.strip(" ▏")]
         assert set(shown) <= whole, shown
         assert shown[:2] == ["? Help", "⏎ Preview payload"]
         assert ("^p Commands" in shown) == (width >= 100)

@@ -11,7 +11,7 @@ create a second job).
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -45,7 +45,7 @@ from app.core.api.wire import (
     job_id_problem,
 )
 from app.core.api.wire_answers import EventPage, JobAction, JobPage, MetricsPage
-from app.core.redact import mask_prefixes
+from app.core.redact import mask_prefixes, mask_secret
 from app.core.text import counted
 
 PAGE_LIMIT = 200
@@ -113,19 +113,22 @@ class SynthClient(ApiTransport):
                if generations else "the backend does not say which contract generation it speaks")
         return RlSupport(generations, how)
 
-    async def verify_task_app(self, task_url: str) -> VerifyResult:
+    async def verify_task_app(self, task_url: str, held_keys: Sequence[str] = ()) -> VerifyResult:
         """``POST /rl/verify_task_app``. HTTP errors come back as a result, not an exception,
         so the caller can show the backend's report (the SDK prints it too). Reported key
-        prefixes are cut to four characters: a "first 15" of a short key is the whole key."""
+        prefixes are cut to four characters: a "first 15" of a short key is the whole key; one
+        that starts a key of ``held_keys`` (the task app's keys this machine holds) is shown as
+        that key's mask, as the env review shows it."""
         try:
             response = await self.request("POST", "/rl/verify_task_app", what="task app verification",
                                           json_body={"endpoint_base_url": task_url})
             status, body = response.status, response.body
         except (RejectedError, ServerError, ConflictError, NotFoundError) as exc:
             status, body = exc.status or 0, exc.body
-        body = mask_prefixes(body)
+        body = mask_prefixes(body, held_keys)
         text = json.dumps(body) if isinstance(body, (dict, list)) else str(body or "")
-        return VerifyResult(status=status, body=body, preview_source=ApiResponse(status, body, text))
+        return VerifyResult(status=status, body=body, preview_source=ApiResponse(status, body, text),
+                            held_masks=tuple(mask_secret(key) for key in held_keys))
 
     async def verify_model(self, model: str, *, chat_template: str | None = None, learning_rate: float | None = None,
                            trainer_mode: str | None = None) -> ModelVerifyResult | None:

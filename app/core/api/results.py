@@ -44,6 +44,8 @@ class VerifyResult:
     status: int
     body: Any
     preview_source: ApiResponse
+    # The masks of this machine's keys the body's reported prefixes were shown as (redact.key_prefix).
+    held_masks: tuple[str, ...] = ()
 
     @property
     def any_ok(self) -> bool:

@@ -186,10 +186,14 @@ def format_latency(latency_ms: float | None) -> str:
     return f"{latency_ms:.0f} ms" if latency_ms < 1000 else f"{latency_ms / 1000:.1f} s"
 
 
-def key_prefix_hint(value: Any) -> str:
-    """A key prefix a backend reported, shown like the mask (first 4 characters): one backend
-    sends 6 characters, another 15, and 15 characters of a short key are the whole key."""
-    return key_prefix(value) if str(value or "").strip() else ""
+def key_prefix_hint(value: Any, held_masks: tuple[str, ...] = ()) -> str:
+    """A key prefix a backend reported, cut to its first 4 characters: one backend sends 6
+    characters, another 15, and 15 characters of a short key are the whole key. One the client
+    found to start a key this machine holds came as that key's mask (``held_masks``), and stays
+    so: the key reads as the env review shows it (docs/product.md#secrets)."""
+    if not str(value or "").strip():
+        return ""
+    return str(value) if value in held_masks else key_prefix(value)
 
 
 def _no_answer(timeout_s: float) -> str:
@@ -232,9 +236,9 @@ def backend_rows(check: BackendCheck) -> list[DiagnosticRow]:
                               latency, _verify_http_fix(result.status))]
     rows = [DiagnosticRow(BACKEND_CHECK, tried, Verdict.OK, "reachable; SYNTH_API_KEY accepted", result.status,
                           latency)]
-    rows += [_verify_attempt_row(attempt) for attempt in result.attempts]
+    rows += [_verify_attempt_row(attempt, result.held_masks) for attempt in result.attempts]
     if not result.attempts:
-        candidates = ", ".join(key_prefix_hint(c) for c in result.candidates) or "none reported"
+        candidates = ", ".join(key_prefix_hint(c, result.held_masks) for c in result.candidates) or "none reported"
         verdict = Verdict.OK if result.any_ok else Verdict.FAILED
         said = _short(result.body.get("detail")) if isinstance(result.body, dict) else ""
         reason = ("any_ok: a stored key works" if result.any_ok
@@ -260,14 +264,14 @@ def _verify_http_fix(status: int) -> str:
     return "Check TASK_APP_URL is a full https:// URL; the full diagnostics show the backend's whole answer."
 
 
-def _verify_attempt_row(attempt: dict[str, Any]) -> DiagnosticRow:
+def _verify_attempt_row(attempt: dict[str, Any], held_masks: tuple[str, ...] = ()) -> DiagnosticRow:
     """One try the backend reports. The hosted backend may send only ``status``."""
     status = _as_int(attempt.get("status"))
     ok = attempt.get("ok")
     passed = bool(ok) if isinstance(ok, bool) else status == 200
     endpoint = str(attempt.get("endpoint") or attempt.get("path") or attempt.get("url") or "")
     header = str(attempt.get("header") or attempt.get("header_style") or "")
-    key = key_prefix_hint(attempt.get("key_prefix") or attempt.get("key") or "")
+    key = key_prefix_hint(attempt.get("key_prefix") or attempt.get("key") or "", held_masks)
     parts = [p for p in (endpoint, header, key) if p]
     tried = " · ".join(parts) if parts else "(the backend did not say)"
     error = _short(attempt.get("error")) or _short(attempt.get("detail"))

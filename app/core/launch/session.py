@@ -551,7 +551,8 @@ class LaunchSession:
         self.hand_env_keys_to_embedded_backend()
         async with self.client(timeout=timeout, retries=0) as client:
             await self.probe(client)
-            return await client.verify_task_app(self.prepare().task_url)
+            held = self.env_keys() if self.secrets().get("ENVIRONMENT_API_KEY") else []
+            return await client.verify_task_app(self.prepare().task_url, held)
 
     async def verify_model(self, *, timeout: float = 30.0) -> ModelVerifyResult:
         """The backend's check of the model the payload names (POST /rl/verify_model); for a
