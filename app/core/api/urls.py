@@ -19,8 +19,8 @@ _IPV4_STYLE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+\Z")
 def _plain_host(parts: SplitResult) -> bool:
     """True when the HTTP library would accept this URL's host without a question, so the
     check need not import it (about 0.1 s, before the first screen; docs/performance.md)."""
-    if "@" in parts.netloc or "[" in parts.netloc:
-        return False
+    if "@" in parts.netloc or "[" in parts.netloc or not parts.netloc.isascii():
+        return False  # not ASCII as written: hostname lowers the Kelvin sign to an ASCII k
     host = parts.hostname or ""
     if not _PLAIN_HOST.match(host) or any(label.startswith("xn--") for label in host.split(".")):
         return False

@@ -46,3 +46,5 @@ def test_the_shortcut_takes_only_ascii_hosts_whatever_their_case_folds_to() -> N
     assert "not a valid URL" in (http_url_problem("http://\u017f.example/api") or "")
     assert http_url_problem("http://\u212a.example/api") is None
     assert httpx_takes("http://\u212a.example/api") and not httpx_takes("http://\u017f.example/api")
+    # hostname lowers the Kelvin sign to an ASCII k: "-K" read as "-k" passed, which IDNA refuses
+    assert "not a valid URL" in (http_url_problem("http://-\u212a/api") or "")
