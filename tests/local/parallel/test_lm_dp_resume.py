@@ -119,8 +119,15 @@ def test_a_data_parallel_job_survives_backend_kills_and_resumes_on_every_rank(
     assert job["metadata"]["policy"]["kind"] == "lm"
     # the Adam moments went on across both kills (and both changes of process count): the last
     # checkpoint's optimizer has taken every step, not only those since the last resume
-    # (a step whose every group scored alike leaves the optimizer alone: docs/embedded-policy.md#the-objective)
+    # (a step whose every group scored alike leaves the optimizer alone: docs/embedded-policy.md#the-objective).
+    # A replayed step's event is its first play's; the optimizer took the replay, whose rollouts may
+    # differ (another process count batches other rows together: other roundings, other draws),
+    # so a replayed step may learn where its first play did not, or the other way round.
     learned = [d for d in steps if d["frac_reward_zero_std"] < 1.0]
+    replayed = {step for after, last in zip(afters, recorded, strict=True) for step in range(after + 1, last + 1)}
+    sure = [d for d in learned if d["step"] not in replayed]  # played once: the optimizer took that play
     saved = torch.load(Path(job["artifacts"]["model_path"]) / "optimizer.pt", weights_only=True)
-    assert {float(s["step"]) for s in saved["state"].values()} == {float(len(learned))} and len(learned) >= 2
+    taken = {int(s["step"]) for s in saved["state"].values()}
+    assert len(taken) == 1 and len(sure) <= taken.pop() <= len(sure) + len(replayed), (taken, learned, replayed)
+    assert len(learned) >= 2
     poll_until(lambda: not any(alive(r["pid"]) for r in ranks), timeout=30, what="the new ranks to exit")
