@@ -24,6 +24,8 @@ from textual.css.stylesheet import Stylesheet
 from textual.keys import _character_to_key
 from textual.screen import Screen
 
+from app.screens.stylesheet import stylesheet_path
+
 PARSE_RULES_PARAMETERS = ("self", "css", "read_from", "is_default_rules", "tie_breaker", "scope")
 _shared: dict[tuple[Any, ...], Any] = {}
 
@@ -54,6 +56,10 @@ def share_parsed_css() -> Callable[[], None]:
         Stylesheet._parse_rules = original  # type: ignore[method-assign]
 
     return undo
+
+
+# Where styles.tcss's first-frame part says it came from, as count_parses records it.
+FIRST_PART = (str(stylesheet_path()), "")
 
 
 def count_parses() -> tuple[list[tuple[str, Any]], Callable[[], None]]:

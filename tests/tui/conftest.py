@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from textual.widgets import Input, TextArea
@@ -15,6 +17,7 @@ from app.core.config import rl as cfg
 from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
 from app.tui import SynthTuiApp
+from support.textual_compat import count_parses
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "configs" / "rl"
@@ -85,3 +88,18 @@ def flow_app(make_app, project):
         return app
 
     return make
+
+
+@pytest.fixture
+def parses() -> Iterator[list[tuple[str, Any]]]:
+    """The CSS sources parsed while the test runs, below any parsed-CSS cache (the text, where it
+    came from): tests/tui/test_css_cache.py, test_css_seed.py."""
+    seen, undo = count_parses()
+    yield seen
+    undo()
+
+
+@pytest.fixture
+def kept(tmp_path: Path) -> Path:
+    """Where a test's user cache keeps the parsed CSS (app/screens/css_cache.py)."""
+    return tmp_path / "cache" / "synth-tui" / "parsed-css.pickle"

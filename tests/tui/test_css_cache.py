@@ -14,28 +14,13 @@ import pytest
 
 from app.screens import css_cache
 from app.screens.css_cache import KeptRules, ParsedCss, cache_path, parsed_css_kept, read_rules, written_for
-from app.screens.stylesheet import stylesheet_path
 from app.tui import SynthTuiApp
 from support.pilot_waits import wait_for
-from support.textual_compat import count_parses
+from support.textual_compat import FIRST_PART
 
 pytestmark = pytest.mark.usefixtures("project_configs_only")
 
 
-@pytest.fixture
-def parses():
-    """Where each source parsed below the kept CSS came from (each one the cache did not have)."""
-    seen, undo = count_parses()
-    yield seen
-    undo()
-
-
-@pytest.fixture
-def kept(tmp_path) -> Path:
-    return tmp_path / "cache" / "synth-tui" / "parsed-css.pickle"
-
-
-FIRST_PART = (str(stylesheet_path()), "")  # where styles.tcss's first-frame part says it came from
 
 
 async def start(app: SynthTuiApp, path: Path) -> ParsedCss:

@@ -15,27 +15,12 @@ import pytest
 from app.commands.css_seed import picker_start_rules
 from app.screens import css_cache
 from app.screens.css_cache import ParsedCss, parsed_css_kept, read_rules, seed_path, written_for
-from app.screens.stylesheet import stylesheet_path
 from app.tui import SynthTuiApp
 from support.pilot_waits import wait_for
-from support.textual_compat import count_parses
+from support.textual_compat import FIRST_PART
 from widgets.compat.textual_compat import origin_name
 
-FIRST_PART = (str(stylesheet_path()), "")  # where styles.tcss's first-frame part says it came from
 REGENERATE = "the seed is stale: run `python -m app.commands.css_seed` and commit app/screens/parsed-css-seed.pickle"
-
-
-@pytest.fixture
-def parses():
-    """Where each source parsed below the kept CSS came from (each one neither file had)."""
-    seen, undo = count_parses()
-    yield seen
-    undo()
-
-
-@pytest.fixture
-def kept(tmp_path) -> Path:
-    return tmp_path / "cache" / "synth-tui" / "parsed-css.pickle"
 
 
 async def start(app: SynthTuiApp, path: Path, seed: Path) -> ParsedCss:

@@ -711,6 +711,14 @@ async def test_every_footer_key_shows_whole_at_80x24():
         assert "i Rollouts" in footer_text(app) and "^p Commands" in footer_text(app)
 
 
+async def _open_help(pilot) -> tuple[HelpDialog, list[tuple[str, ...]]]:
+    """`?` pressed: the help dialog and its rows (key, what it does)."""
+    await pilot.press("question_mark")
+    help_screen = await wait_for_screen(pilot, HelpDialog)
+    table = help_screen.query_one(DataTable)
+    return help_screen, [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+
+
 async def test_p_says_it_freezes_the_view_not_the_job(faulty_backend):
     """The walk: `p` read "Pause", but the job goes on: only the view stops. The footer, the
     help and the header say so."""
@@ -719,10 +727,7 @@ async def test_p_says_it_freezes_the_view_not_the_job(faulty_backend):
     async with app.run_test(size=(160, 45)) as pilot:
         await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p in the footer")
         assert "Pause" not in footer_text(app)
-        await pilot.press("question_mark")
-        help_screen = await wait_for_screen(pilot, HelpDialog)
-        table = help_screen.query_one(DataTable)
-        rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        _, rows = await _open_help(pilot)
         assert ("p", "Freeze view") in rows and not any("Pause" in row[1] for row in rows)
 
 
@@ -733,10 +738,8 @@ async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row
         await wait_for(pilot, lambda: "Commands" in footer_text(app), what="the footer")
         # The footer is filled after the screen is: wait for what it reads.
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
-        await pilot.press("question_mark")
-        help_screen = await wait_for_screen(pilot, HelpDialog)
+        help_screen, rows = await _open_help(pilot)
         table = help_screen.query_one(DataTable)
-        rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
         assert ("end", "Follow log") in rows
         body = help_screen.query_one("#dialog-body")
         assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
