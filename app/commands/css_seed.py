@@ -12,24 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import os
-import pickle
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from app.core.atomic import atomic_write_bytes
 from app.core.launch.options import LaunchOptions
 from app.core.launch.session import LaunchSession
-from app.screens.css_cache import parsed_css_kept, seed_path, written_for
+from app.screens.css_cache import file_bytes, parsed_css_kept, seed_path, written_for
 from app.tui import SynthTuiApp
 
 SETTLE_LIMIT_S = 60.0  # the headless start's save comes 1 s after its first frame
 
 
-async def picker_start_rules(project: Path, size: tuple[int, int] = (160, 45)) -> dict[str, Any]:
-    """The rules a picker start in `project` parses up to its save after the first frame, by key
-    (app/screens/css_cache.py's), with no rules kept from before (neither the user's file nor the seed)."""
+async def picker_start_rules(project: Path, size: tuple[int, int] = (160, 45)) -> dict[str, bytes]:
+    """The rules a picker start in `project` parses up to its save after the first frame, pickled
+    by key as the save kept them (app/screens/css_cache.py's ParsedCss.own), in parse order, with no
+    rules kept from before (neither the user's file nor the seed)."""
     with tempfile.TemporaryDirectory(prefix="synth-tui-css-seed-") as folder:
         nothing = Path(folder) / "none.pickle"
         with parsed_css_kept(nothing, seed=nothing) as cache:
@@ -45,14 +44,8 @@ async def picker_start_rules(project: Path, size: tuple[int, int] = (160, 45)) -
                     waited += 0.05
                 # What the save kept (the user's file would hold it): what the start parsed up to
                 # then, not a toast shown later or not, as a search ends sooner or later.
-                saved = {key: rules for key, rules in cache.parsed.items() if key in cache.own}  # in parse order
+                saved = {key: cache.own[key] for key in cache.parsed if key in cache.own}  # in parse order
             return saved
-
-
-def seed_bytes(rules: dict[str, Any]) -> bytes:
-    """The seed's file: as the user's cache file is written (app/screens/css_cache.py)."""
-    pickled = {key: pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL) for key, value in rules.items()}
-    return pickle.dumps((written_for(), pickled), protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def main() -> int:
@@ -66,7 +59,7 @@ def main() -> int:
             os.environ.pop(name, None)
         rules = asyncio.run(picker_start_rules(home / "project"))
     path = seed_path()
-    atomic_write_bytes(path, seed_bytes(rules), mode=0o644)  # shipped: read by every user of an install
+    atomic_write_bytes(path, file_bytes(rules), mode=0o644)  # shipped: read by every user of an install
     print(f"{path}: {len(rules)} sources, {path.stat().st_size} bytes, {written_for()}")
     return 0
 

@@ -71,6 +71,12 @@ def written_for() -> str:
     return f"textual {textual_version()}; python {sys.version_info[0]}.{sys.version_info[1]}; format 2"
 
 
+def file_bytes(rules: dict[str, bytes]) -> bytes:
+    """A cache file's (or the seed's) contents: what they are written for, and each source's rules
+    pickled by key (ParsedCss.own's form)."""
+    return pickle.dumps((written_for(), rules), protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def read_rules(path: Path, *, users_own: bool = True) -> dict[str, bytes]:
     """The rules kept at `path`, each source's still pickled (KeptRules reads one when it is
     asked for), or none when the file is missing, not only the user's (with `users_own`; the seed
@@ -154,7 +160,7 @@ class ParsedCss:
 
     @staticmethod
     def _pickled(rules: dict[str, bytes]) -> bytes | None:
-        data = pickle.dumps((written_for(), rules), protocol=pickle.HIGHEST_PROTOCOL)
+        data = file_bytes(rules)
         return data if len(data) <= CACHE_LIMIT_BYTES else None
 
     def _write(self, data: bytes) -> None:
