@@ -32,20 +32,12 @@ class ChartKeys(Screen):
 
     # What the keys had set on the screen this one follows (a rerun's dashboard): applied once mounted.
     carried_view: ChartView | None = None
-    # The view when a dialog last covered the screen (the rerun's question): the focus given
-    # back when the dialog closes may move the chart focus (MetricChart.on_focus).
-    view_when_covered: ChartView | None = None
-
-    @on(events.ScreenSuspend)
-    def _remember_view(self) -> None:
-        if grid := self.metrics_grid():
-            self.view_when_covered = grid.view()
 
     @on(events.Mount)
     def _apply_carried_view(self) -> None:
         if self.carried_view is not None and (grid := self.metrics_grid()):
             grid.apply_view(self.carried_view)
-            self.set_class(grid.full, "-chart-full")
+            self._show_full(grid)
 
     def metrics_grid(self) -> MetricsGrid | None:
         grids = self.query(MetricsGrid)
@@ -62,7 +54,20 @@ class ChartKeys(Screen):
     def action_full(self) -> None:
         if grid := self.metrics_grid():
             grid.toggle_full()
-            self.set_class(grid.full, "-chart-full")
+            self._show_full(grid)
+
+    def _show_full(self, grid: MetricsGrid) -> None:
+        """The screen laid out for the grid's full size. Full size hides what had the focus (the
+        log): the focus goes to the chart shown, else nothing has it, and when a dialog closes
+        Textual gives it to the first chart, whose on_focus takes the chart focus."""
+        self.set_class(grid.full, "-chart-full")
+        if grid.full:
+            self.call_after_refresh(self._focus_shown_chart, grid)
+
+    def _focus_shown_chart(self, grid: MetricsGrid) -> None:
+        chart = grid.chart(grid.focused_panel)
+        if grid.full and chart is not None and self.focused is None:
+            chart.focus()
 
     def action_smoothing(self) -> None:
         if grid := self.metrics_grid():
@@ -77,8 +82,7 @@ ScreenWithCharts = TypeVar("ScreenWithCharts", bound=ChartKeys)
 
 
 def carry_chart_view(old: ChartKeys, new: ScreenWithCharts) -> ScreenWithCharts:
-    """``new`` opening with what the chart keys set on ``old`` (the walk: a rerun reset them),
-    as it was when the question before it was asked."""
+    """``new`` opening with what the chart keys set on ``old`` (the walk: a rerun reset them)."""
     if grid := old.metrics_grid():
-        new.carried_view = old.view_when_covered or grid.view()
+        new.carried_view = grid.view()
     return new

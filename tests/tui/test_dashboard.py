@@ -384,6 +384,27 @@ async def test_a_rerun_keeps_the_chart_settings_the_user_chose(faulty_backend):
         assert new.has_class("-chart-full")
 
 
+async def test_the_chart_focus_stays_at_full_size_when_a_dialog_closes(faulty_backend):
+    """Full size hides the log, which had the focus: nothing had it then, and when a dialog
+    closed Textual gave it to the first chart, which took the chart focus. The chart shown gets
+    the focus instead."""
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: screen.ended and len(screen.query_one(MetricsGrid).charts) > 1)
+        grid = screen.query_one(MetricsGrid)
+        await pilot.press("m", "f")
+        chosen = grid.focused_panel
+        assert chosen != grid.charts[0].panel.key
+        await wait_for(pilot, lambda: app.focused is grid.chart(chosen), what="the focus on the chart shown")
+        await pilot.press("question_mark")
+        await wait_for_screen(pilot, HelpDialog)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is screen and app.focused is not None, what="the focus back")
+        assert grid.focused_panel == chosen and app.focused is grid.chart(chosen)
+
+
 async def test_keys_typed_after_rerun_wait_for_its_question(faulty_backend, monkeypatch):
     """r reads the payload from the run history in a worker: a y typed before the question is
     shown answers it, and does not go to the dashboard."""
