@@ -101,3 +101,43 @@ def test_a_turn_acts_while_the_checkpoint_is_written_and_the_files_load_back_equ
     finally:
         again.close()
     assert _equal(torch.load(folder / OPTIMIZER, weights_only=True), optimizer_then)
+
+
+def test_a_later_save_writes_the_files_the_first_did_without_peft_or_the_tokenizer(
+        tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first save writes through peft and the tokenizer; a later one writes the same bytes
+    itself (checkpoint.RepeatedFiles): every file equal, optimizer.pt aside, and it loads."""
+    import peft.peft_model
+
+    from app.local.policies import load
+    from app.local.policies.lm.checkpoint import OPTIMIZER
+    from app.local.policies.lm.policy import LmPolicy
+
+    policy = LmPolicy(_settings(tiny_model))
+    rng = random.Random(7)
+    first, later = tmp_path / "first", tmp_path / "later"
+    try:
+        group = [Episode([policy.act(_messages(), [PRESS_TOOL], TOOL_CHOICE, f"s-{i}", rng).memo], float(i))
+                 for i in range(2)]
+        policy.update([group])
+        first.mkdir()
+        policy.save(first)
+
+        def refused(*args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("a later save went through peft's save_pretrained or the tokenizer's")
+
+        monkeypatch.setattr(peft.peft_model.PeftModel, "save_pretrained", refused)
+        monkeypatch.setattr(type(policy.tokenizer), "save_pretrained", refused)
+        later.mkdir()
+        policy.save(later)
+        monkeypatch.undo()
+    finally:
+        policy.close()
+    names = sorted(path.name for path in first.iterdir())
+    assert names == sorted(path.name for path in later.iterdir())
+    assert {"adapter_model.safetensors", "adapter_config.json", "tokenizer_config.json"} <= set(names)
+    for name in names:
+        if name != OPTIMIZER:  # torch.save's archive names its folder after the file's path
+            assert (first / name).read_bytes() == (later / name).read_bytes(), name
+    again = load(later, _settings(tiny_model))
+    again.close()
