@@ -538,10 +538,10 @@ def test_a_batch_layer_grows_in_place_until_its_room_is_used() -> None:
     replaced (a row left, a row joined)."""
     import torch
 
-    from app.local.policies.lm.batching import GROWTH_ROOM, _growing
+    from app.local.policies.lm.kv_cache import GROWTH_ROOM, growing
 
     keys, values = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
-    layer = _growing(keys, values)
+    layer = growing(keys, values)
     first = torch.randn(2, 3, 1, 4)
     layer.extend(first, first)
     room = layer.key_room

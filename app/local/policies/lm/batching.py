@@ -20,9 +20,10 @@ temperature, top_p and max_tokens (app/local/policies/lm/acting.py `_forced`, `_
 `_note_logprobs`).
 
 An episode's cache is kept after its turn (compacted: padding and holes taken out) and its next
-turn prefills only what the task app added, while the kept caches stay within `KEPT_CACHE_BYTES`
-(oldest dropped first: a dropped one is re-prefilled). All kept caches are dropped whenever the
-weights change (`Acting.weights_changed`: after every optimizer step, a load, a restore).
+turn prefills only what the task app added, while the kept caches stay within a byte bound
+(app/local/policies/lm/kv_cache.py: the oldest dropped first, a dropped one prefilled again). All
+kept caches are dropped whenever the weights change (`Acting.weights_changed`: after every
+optimizer step, a load, a restore).
 
 The policy's lock is held around each forward pass (the model in eval mode for it, its mode put
 back before the lock is released): the training thread, which holds it for a whole step, and
@@ -31,10 +32,8 @@ generation exclude each other at forward granularity. docs/embedded-policy.md#ba
 
 from __future__ import annotations
 
-import functools
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -46,6 +45,7 @@ import xgrammar as xgr
 from app.local.policies.base import ActCancelled
 from app.local.policies.lm.acting import _Call, _Turn, sampling_entropy
 from app.local.policies.lm.eval_mode import EvalMode
+from app.local.policies.lm.kv_cache import KeptCaches, growing, left_padded
 
 if TYPE_CHECKING:
     from app.local.policies.lm.acting import Acting
@@ -57,31 +57,16 @@ if TYPE_CHECKING:
 # others, a pass of its own each step. A lone turn is late by COLLECT_GAP_S.
 COLLECT_GAP_S = 0.015
 COLLECT_MAX_S = 0.1
-# The kept KV caches of episodes between their turns, at most this many bytes (SmolLM2-135M
-# in float32: about 46 KB a token, so 256 MB hold some 5,500 tokens); the oldest is dropped first.
-KEPT_CACHE_BYTES = 256 * 10**6
 # A joining turn's new tokens (past its kept cache) up to this many are fed with the batch's next
 # step, the other rows' single tokens beside them; more are prefilled alone first (a long run
 # would make every row of that step as wide).
 PREFILL_IN_BATCH_TOKENS = 64
-# A new episode's prompt starts from another's kept cache when they share at least this many
-# tokens (a step's episodes share the system prompt and the tools; a group's, the whole first prompt).
-MIN_SHARED_PREFIX = 16
 # A forward pass's own cost (the weights' reads, each layer's overhead) in tokens of compute: a
 # step is split in two passes when padding every row to the widest feed wastes more tokens than
 # this (SmolLM2-135M on 2 CPU cores: a pass of one token about 85 ms, a token in a wide pass 3 ms).
 PASS_COST_TOKENS = 28
 LOOP_IDLE_EXIT_S = 5.0  # the loop thread ends after this long without a turn (the next one starts it again)
 WAIT_POLL_S = 0.5  # how often a waiting turn checks that the loop thread is alive
-
-
-@dataclass
-class _Kept:
-    """An episode's KV cache between turns: per layer (keys, values) of batch 1 covering `ids`."""
-
-    ids: list[int]
-    layers: list[tuple[torch.Tensor, torch.Tensor]]
-    nbytes: int
 
 
 @dataclass
@@ -135,8 +120,7 @@ class Batcher:
         self.rows: list[_Row] = []  # the batch, in its cache's row order
         self._cache: Any = None  # the batch's DynamicCache
         self._mask: torch.Tensor | None = None  # [rows, length]: 1 on a token, 0 on padding and holes
-        self.kept: OrderedDict[str, _Kept] = OrderedDict()
-        self.kept_bytes = 0
+        self.kept = KeptCaches()
         self._version = owner.weights_version
         self.steps = 0  # batched forward passes so far
         self.queued = 0  # turns handed to the loop so far
@@ -180,7 +164,6 @@ class Batcher:
             thread.join(timeout=30.0)
         self._fail_all(ActCancelled("the policy closed; generation stopped"))
         self.kept.clear()
-        self.kept_bytes = 0
         with self._condition:
             self._closed = False  # a later turn (a policy used again) starts a new loop
 
@@ -253,7 +236,6 @@ class Batcher:
             if owner.weights_version != self._version:
                 self._version = owner.weights_version
                 self.kept.clear()
-                self.kept_bytes = 0
             model = owner.model
             with self._modes.eval(model, self._version), torch.no_grad():  # no dropout while acting
                 yield model
@@ -293,7 +275,7 @@ class Batcher:
                 row.bitmask = xgr.allocate_token_bitmask(1, self.owner._info.vocab_size)
             alone: list[int] = []
             with self._model_turn() as model:  # the kept caches are looked at after a weights check
-                kept = self._reusable(row.episode, row.prompt)
+                kept = self.kept.reusable(row.episode, row.prompt)
                 start = len(kept.ids) if kept is not None else 0
                 cache: Any = DynamicCache(kept.layers) if kept is not None else DynamicCache()
                 new = row.prompt[start:]
@@ -313,27 +295,8 @@ class Batcher:
             row.done.set()
             return None
         if alone:
-            self._store(row.episode, row.covered, [(layer.keys, layer.values) for layer in cache.layers])
+            self.kept.store(row.episode, row.covered, [(layer.keys, layer.values) for layer in cache.layers])
         return cache
-
-    def _reusable(self, episode: str, prompt: list[int]) -> _Kept | None:
-        """A kept cache `prompt` extends: the episode's own (popped: the turn's replaces it), else
-        the longest prefix another episode's holds (the system prompt and the tools: copied, the
-        other keeps it), cut to leave at least the prompt's last token to feed; None when none
-        holds MIN_SHARED_PREFIX tokens of it."""
-        own = self.kept.pop(episode, None)
-        if own is not None:
-            self.kept_bytes -= own.nbytes
-        best, shared = None, 0
-        for kept in ([own] if own is not None else []) + list(reversed(self.kept.values())):
-            n = _common_prefix(kept.ids, prompt, len(prompt) - 1)
-            if n > shared:  # the episode's own first: it wins a tie
-                best, shared = kept, n
-        if best is None or (best is not own and shared < MIN_SHARED_PREFIX):
-            return None
-        if shared < len(best.ids):
-            return _Kept(best.ids[:shared], [(k[:, :, :shared], v[:, :, :shared]) for k, v in best.layers], 0)
-        return best
 
     def _add(self, joined: list[tuple[_Row, Any]]) -> None:
         """Joined rows (each with its cache) into the batch after its rows: every cache padded on
@@ -350,11 +313,11 @@ class Batcher:
             masks.insert(0, self._mask)
         length = max(mask.shape[1] for mask in masks)
         batch = caches[0]
-        batch.layers = [_growing(torch.cat([_left_padded(c.layers[index].keys, length) for c in caches], 0),
-                                 torch.cat([_left_padded(c.layers[index].values, length) for c in caches], 0))
+        batch.layers = [growing(torch.cat([left_padded(c.layers[index].keys, length) for c in caches], 0),
+                                 torch.cat([left_padded(c.layers[index].values, length) for c in caches], 0))
                         for index in range(len(batch.layers))]
         self._cache = batch
-        self._mask = torch.cat([_left_padded(mask, length, dim=1) for mask in masks], 0)
+        self._mask = torch.cat([left_padded(mask, length, dim=1) for mask in masks], 0)
         self.rows += [row for row, _ in joined]
 
     # -- a step of the batch --------------------------------------------------------------------
@@ -606,79 +569,12 @@ class Batcher:
         a copy of its own, which the store keeps as it is)."""
         assert self._mask is not None
         where = self._mask[index].nonzero().squeeze(1)
-        self._store(row.episode, row.covered, [(layer.keys[index].index_select(1, where).unsqueeze(0),
+        self.kept.store(row.episode, row.covered, [(layer.keys[index].index_select(1, where).unsqueeze(0),
                                                 layer.values[index].index_select(1, where).unsqueeze(0))
                                                for layer in self._cache.layers], copied=True)
 
-    def _store(self, episode: str, ids: list[int], layers: list[tuple[torch.Tensor, torch.Tensor]],
-               copied: bool = False) -> None:
-        """`layers` (batch 1, covering `ids`; copied here unless `copied`: tensors no one else
-        holds) kept for `episode`, within KEPT_CACHE_BYTES (the oldest dropped first)."""
-        nbytes = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in layers)
-        old = self.kept.pop(episode, None)
-        if old is not None:
-            self.kept_bytes -= old.nbytes
-        if nbytes > KEPT_CACHE_BYTES:
-            return
-        self.kept[episode] = _Kept(list(ids), layers if copied else [(k.clone(), v.clone()) for k, v in layers],
-                                   nbytes)
-        self.kept_bytes += nbytes
-        while self.kept_bytes > KEPT_CACHE_BYTES:
-            _, dropped = self.kept.popitem(last=False)
-            self.kept_bytes -= dropped.nbytes
-
     def _reset_batch(self) -> None:
         self.rows, self._cache, self._mask = [], None, None
-
-
-# Positions a batch layer's buffers keep free past its length: a step writes its new keys and
-# values there instead of copying the whole batch's cache into a longer tensor (DynamicLayer's
-# concatenation: on the order of 100 MB a step with 8 rows of SmolLM2-135M).
-GROWTH_ROOM = 64
-
-
-def _grown(old: torch.Tensor, new: torch.Tensor, room: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """(`old` followed by `new` along the positions, its buffer): keys or values, [rows, heads,
-    length, dim]. Written in place into `room` when `old` is its start and it has space left, else
-    into a new buffer with GROWTH_ROOM positions to spare. The first is a view of the second."""
-    length, more = old.shape[2], new.shape[2]
-    if (room is None or room.data_ptr() != old.data_ptr() or room.stride() != old.stride()
-            or room.shape[:2] != old.shape[:2] or room.shape[2] < length + more):
-        room = old.new_empty(old.shape[0], old.shape[1], length + more + GROWTH_ROOM, old.shape[3])
-        room[:, :, :length].copy_(old)
-    room[:, :, length:length + more].copy_(new)
-    return room[:, :, :length + more], room
-
-
-@functools.cache
-def _growing_layer() -> type:
-    """DynamicLayer (transformers, imported when a batch first forms) that grows in place
-    (`_grown`) instead of by concatenation; `extend` is its update, for the step's passes too."""
-    from transformers.cache_utils import DynamicLayer
-
-    class GrowingLayer(DynamicLayer):  # type: ignore[no-untyped-call]
-        key_room: torch.Tensor | None = None
-        value_room: torch.Tensor | None = None
-
-        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any,
-                   **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            self.extend(key_states, value_states)
-            assert self.keys is not None and self.values is not None
-            return self.keys, self.values
-
-        def extend(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
-            assert self.keys is not None and self.values is not None  # made with both (`_growing`)
-            self.keys, self.key_room = _grown(self.keys, key_states, self.key_room)
-            self.values, self.value_room = _grown(self.values, value_states, self.value_room)
-
-    return GrowingLayer
-
-
-def _growing(keys: torch.Tensor, values: torch.Tensor) -> Any:
-    """A batch cache layer holding `keys` and `values` that grows in place (`_grown`)."""
-    layer = _growing_layer()()
-    layer.keys, layer.values, layer.is_initialized, layer.device = keys, values, True, keys.device
-    return layer
 
 
 def _logits_from(row: _Row) -> int:
@@ -688,23 +584,3 @@ def _logits_from(row: _Row) -> int:
     multiply-adds a token for SmolLM2-135M) are a fifth of the pass's compute."""
     start, count = row.forced_from, len(row.feeding)
     return max(start - 1, 0) if start < count else count - 1
-
-
-def _left_padded(tensor: torch.Tensor, length: int, dim: int = 2) -> torch.Tensor:
-    """`tensor` with zeros before it along `dim` up to `length` (a cache layer's keys or values:
-    dim 2, positions; a mask: dim 1), masked out by the caller; itself when already that long."""
-    count = length - tensor.shape[dim]
-    if count == 0:
-        return tensor
-    shape = list(tensor.shape)
-    shape[dim] = count
-    return torch.cat([tensor.new_zeros(shape), tensor], dim)
-
-
-def _common_prefix(a: list[int], b: list[int], bound: int) -> int:
-    """How many leading tokens `a` and `b` share, at most `bound`."""
-    n = min(len(a), len(b), bound)
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
