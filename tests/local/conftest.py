@@ -17,6 +17,7 @@ from app.core.api.retry import Backoff
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from app.local.training import rollouts
 from app.local.training.retry import DEFAULT_BACKOFF
+from support import loopback_http
 from support.pilot_waits import poll_until
 from support.secrets_for_tests import random_key
 from support.tiers import slow_fixture
@@ -49,7 +50,7 @@ def payload(task_url: str, config: dict[str, Any] | None = None) -> dict[str, An
 
 
 def api_client(server: ServerHandle, key: str = API_KEY) -> httpx.Client:
-    return httpx.Client(base_url=server.url + "/api", headers={"Authorization": f"Bearer {key}"}, timeout=15.0)
+    return loopback_http.client(base_url=server.url + "/api", headers={"Authorization": f"Bearer {key}"}, timeout=15.0)
 
 
 def create_job(api: httpx.Client, body: dict[str, Any], **kwargs: Any) -> str:
