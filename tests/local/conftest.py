@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -187,7 +188,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, trainer_extra: None) ->
     """The tiny Qwen3-architecture model, built offline once a worker (app/local/policies/lm/tiny_model.py)."""
     from app.local.policies.lm.tiny_model import build_tiny_qwen3
 
-    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
+    model = build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
+    # torch, transformers and TRL, imported for good: frozen, as the worker's start is (conftest.py's
+    # pytest_collection_finish), so the lm policy's collection after each load and update skips them.
+    gc.collect()
+    gc.freeze()
+    return model
 
 
 @pytest.fixture(scope="module")
