@@ -103,6 +103,15 @@ def pytest_configure(config):
     choose_hypothesis_profile(config.getoption("markexpr") or "", config.getoption("hypothesis_profile", None))
 
 
+def pytest_collection_finish(session):
+    """What the worker holds once it has collected (every module, test and library imported) is
+    kept to its end: frozen, a full collection no longer walks it. The embedded backend runs one
+    (app/local/policies/heap.py) at each job's end, and in a test process that walk was about
+    0.1-0.3 s of CPU a job, for a heap a real backend does not have (docs/testing.md#the-test-process)."""
+    gc.collect()
+    gc.freeze()
+
+
 def keep_compiled_code() -> None:
     """Compiled modules are kept between runs (in __pycache__, as anywhere without the variable):
     where PYTHONDONTWRITEBYTECODE is set (it is on our CI machines), every pytest worker would

@@ -23,6 +23,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from app.core.api.retry import Backoff
+from app.core.api.transport import ssl_context
 from app.core.errors import UsageError
 from app.core.paths import state_dir
 from app.core.text import counted
@@ -129,7 +130,7 @@ class ServerHandle:
                                         name=f"{self.name}-{self.port}", daemon=True)
         self._thread.start()
         deadline = time.monotonic() + START_TIMEOUT_S
-        with httpx.Client(timeout=2.0) as client:
+        with httpx.Client(timeout=2.0, verify=ssl_context()) as client:
             while True:
                 if not self._thread.is_alive():
                     self._sock.close()

@@ -16,7 +16,6 @@ import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.core.config import discovery
@@ -26,6 +25,7 @@ from app.core.runs.jobs import remember
 from app.core.state_files import StateFileError
 from app.local.servers import start_backend
 from app.local.state.store import SCHEMA_VERSION, Store, UnusableStore, check_store_file
+from support import loopback_http
 from support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -418,8 +418,8 @@ def test_a_database_error_after_start_is_a_503_in_words_without_a_traceback(tmp_
         monkeypatch.setattr(store, "list_jobs", _raising(sqlite3.OperationalError(
             f"Could not decode to UTF-8 column 'payload' with text '{secret_text}'")))
         monkeypatch.setattr(store, "get_job", _raising(sqlite3.DatabaseError("database disk image is malformed")))
-        with httpx.Client(base_url=server.url + "/api", headers={"Authorization": "Bearer sk_test_damaged"},
-                          timeout=15) as api:
+        with loopback_http.client(base_url=server.url + "/api", headers={"Authorization": "Bearer sk_test_damaged"},
+                                  timeout=15) as api:
             listed = api.get("/rl/jobs")
             one = api.get("/rl/jobs/job_0")
     for answer, kind in ((listed, "OperationalError"), (one, "DatabaseError")):

@@ -27,6 +27,7 @@ from app.core.paths import open_private, private_dir, private_file, run_dir, sta
 from app.core.runs.feed import JobFeed
 from app.core.runs.history import RunHistory
 from app.local.state.store import Store
+from support import loopback_http
 from support.pilot_waits import poll_until, wait_for, wait_for_screen
 
 EXE = Path(sys.executable).with_name("synth-tui")
@@ -89,7 +90,7 @@ def stop(proc: subprocess.Popen) -> int:
 
 def answers(url: str, **kwargs) -> httpx.Response | None:
     try:
-        return httpx.get(url, timeout=2.0, **kwargs)
+        return loopback_http.get(url, timeout=2.0, **kwargs)
     except httpx.TransportError:
         return None
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gc
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from app.core.api.retry import Backoff
 from app.local.servers import ServerHandle, _bind, start_backend, start_taskapp
 from app.local.training import rollouts
 from app.local.training.retry import DEFAULT_BACKOFF
+from support import loopback_http
 from support.pilot_waits import poll_until
 from support.secrets_for_tests import random_key
 from support.tiers import slow_fixture
@@ -49,7 +51,7 @@ def payload(task_url: str, config: dict[str, Any] | None = None) -> dict[str, An
 
 
 def api_client(server: ServerHandle, key: str = API_KEY) -> httpx.Client:
-    return httpx.Client(base_url=server.url + "/api", headers={"Authorization": f"Bearer {key}"}, timeout=15.0)
+    return loopback_http.client(base_url=server.url + "/api", headers={"Authorization": f"Bearer {key}"}, timeout=15.0)
 
 
 def create_job(api: httpx.Client, body: dict[str, Any], **kwargs: Any) -> str:
@@ -186,7 +188,12 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory, trainer_extra: None) ->
     """The tiny Qwen3-architecture model, built offline once a worker (app/local/policies/lm/tiny_model.py)."""
     from app.local.policies.lm.tiny_model import build_tiny_qwen3
 
-    return build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
+    model = build_tiny_qwen3(tmp_path_factory.mktemp("tiny-qwen3") / "model")
+    # torch, transformers and TRL, imported for good: frozen, as the worker's start is (conftest.py's
+    # pytest_collection_finish), so the lm policy's collection after each load and update skips them.
+    gc.collect()
+    gc.freeze()
+    return model
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,7 @@ from typing import Any, ClassVar
 
 import httpx
 
+from app.core.api.transport import ssl_context
 from app.local.parallel import launch as dp_launch
 from app.local.parallel.launch import RankGroup, RankInfo, build_launch, per_device_batch
 from app.local.policies.base import (
@@ -112,7 +113,8 @@ class DistributedLmPolicy:
         self.closed = threading.Event()
         self.watcher: threading.Thread | None = None
         self.http = httpx.Client(headers={dp_launch.TOKEN_HEADER: self.token}, timeout=httpx.Timeout(30.0),
-                                 limits=httpx.Limits(max_connections=64, max_keepalive_connections=32), trust_env=False)
+                                 limits=httpx.Limits(max_connections=64, max_keepalive_connections=32), trust_env=False,
+                                 verify=ssl_context())
         self.pool = ThreadPoolExecutor(max_workers=max(self.world, 2), thread_name_prefix="dp-rank")
         try:
             self.group.start(self.token)

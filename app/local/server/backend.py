@@ -45,6 +45,7 @@ from typing import Any
 import httpx
 from fastapi import APIRouter, Depends, FastAPI
 
+from app.core.api.transport import ssl_context
 from app.core.api.wire_answers import BackendHealth
 from app.local import policies
 from app.local.policies.base import Parallel
@@ -118,8 +119,9 @@ async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
     b.stopping = asyncio.Event()  # of this serving's loop
     # The job runner has its own client, sized so that a rollout never waits for a pooled
     # connection inside its time limit (admission.rollout_pool); verify uses the other.
-    async with httpx.AsyncClient(limits=client_limits()) as http, \
-            httpx.AsyncClient(limits=rollout_pool(b.admission)) as rollout_http:
+    # Both share the process's one TLS context (transport.ssl_context: each new one loads the CA bundle).
+    async with httpx.AsyncClient(limits=client_limits(), verify=ssl_context()) as http, \
+            httpx.AsyncClient(limits=rollout_pool(b.admission), verify=ssl_context()) as rollout_http:
         b.http = http
         b.runner = JobRunner(b.journal, b.env_api_keys, rollout_http, b.checkpoints, other_secrets=[b.api_key],
                             policy_kind=b.policy_kind, infra_events=b.infra_events, admission=b.admission,

@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from app.core.api.failures import describe_http_error, response_detail
 from app.core.api.retry import Backoff
+from app.core.api.transport import ssl_context
 from app.core.api.urls import MAX_URL_CHARS, http_url_problem
 from app.core.redact import held_key_prefix
 from app.local.server.api_schemas import BODY_ERRORS, TaskAppErrorAnswer, error_responses
@@ -160,7 +161,7 @@ def base_taskapp(*, app_id: str, title: str, version: str,
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         timeout = httpx.Timeout(DEFAULT_ROLLOUT_TIME_S, connect=CHAT_CONNECT_TIMEOUT_S)
-        async with httpx.AsyncClient(timeout=timeout, limits=client_limits()) as client:
+        async with httpx.AsyncClient(timeout=timeout, limits=client_limits(), verify=ssl_context()) as client:
             app.state.inference = PolicyLink(client, app.state.chat_backoff)
             yield
 

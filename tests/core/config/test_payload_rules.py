@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.core.config.known_keys import unknown_key_problems
 from app.core.config.validation import validate_rl_text
 from app.local.servers import start_backend
+from support import loopback_http
 from support.cli import run_cli
 
 REPO = Path(__file__).resolve().parents[3]
@@ -86,7 +86,8 @@ def test_the_backend_refuses_it_in_the_same_words(case, backend):
     valid = validate_rl_text(DEMO).raise_if_invalid()
     payload = build_rl_payload(valid, task_url="http://127.0.0.1:9", backend_base=backend.url)
     payload["data"]["config"] = {**raw, "services": {"task_url": "http://127.0.0.1:9"}}
-    answer = httpx.post(f"{backend.url}/api/rl/jobs", json=payload, headers={"Authorization": f"Bearer {API_KEY}"})
+    answer = loopback_http.post(f"{backend.url}/api/rl/jobs", json=payload,
+                                headers={"Authorization": f"Bearer {API_KEY}"})
     assert answer.status_code == 422, answer.text
     assert f"data.config.{location}: {words}" in answer.json()["detail"]
 

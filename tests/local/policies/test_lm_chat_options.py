@@ -15,6 +15,7 @@ import pytest
 
 from app.local.policies.base import ActCancelled, ActOptions, PolicyCannotAct, PolicySettings
 from app.local.taskapps.press import PRESS_TOOL, SYSTEM_PROMPT, TOOL_CHOICE
+from support import loopback_http
 
 pytestmark = pytest.mark.usefixtures("trainer_extra")  # torch: the slow tier
 
@@ -124,7 +125,6 @@ def test_calls_to_a_finished_job_at_once_load_it_once_and_break_no_other_job(
     ("Cannot copy out of meta tensor") and broke the backend's next lm job; one call at a time
     made a job loading beside it fail ("cannot import name 'GRPOConfig'"). The saved policy is
     loaded once and kept, and loads never run side by side."""
-    import httpx
 
     from app.local.servers import start_backend
     from support.lm_fixtures import press_payload
@@ -138,10 +138,10 @@ def test_calls_to_a_finished_job_at_once_load_it_once_and_break_no_other_job(
         answers: list[int] = []
 
         def call() -> None:
-            answer = httpx.post(f"{backend.url}/v1/chat/completions", params={"cid": f"trace_{done}"},
-                                json={"messages": _messages(), "tools": [PRESS_TOOL], "tool_choice": TOOL_CHOICE,
-                                      "max_tokens": 8},
-                                headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
+            answer = loopback_http.post(f"{backend.url}/v1/chat/completions", params={"cid": f"trace_{done}"},
+                                        json={"messages": _messages(), "tools": [PRESS_TOOL],
+                                              "tool_choice": TOOL_CHOICE, "max_tokens": 8},
+                                        headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120)
             answers.append(answer.status_code)
 
         following = create_job(api, press_payload(press_app.url, tiny_model, "full", steps=1, lr=1e-2))

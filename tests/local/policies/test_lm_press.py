@@ -12,12 +12,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.cli.dispatch import main
 from app.core.config.payload import build_rl_payload
 from app.core.config.validation import validate_rl_file
+from support import loopback_http
 from support.lm_fixtures import press_payload
 from support.pilot_waits import poll_until
 from support.tiers import slow_fixture
@@ -53,10 +53,11 @@ def press_cli(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_the_taskapp_command_serves_the_press_game_asking_for_the_buttons_given(press_cli):
-    info = httpx.get(press_cli + "/task_info", headers={"X-API-Key": ENV_KEY}, timeout=5.0).json()
+    info = loopback_http.get(press_cli + "/task_info", headers={"X-API-Key": ENV_KEY}, timeout=5.0).json()
     assert info["taskset"] == {"id": "press-button", "environment": "press-button", "labels": ["A", "B", "C", "D"],
                                "asks": ["A"], "max_turns": 2}
-    assert httpx.get(press_cli + "/task_info", headers={"X-API-Key": "not_the_key"}, timeout=5.0).status_code == 400
+    stranger = loopback_http.get(press_cli + "/task_info", headers={"X-API-Key": "not_the_key"}, timeout=5.0)
+    assert stranger.status_code == 400
 
 
 def test_the_press_game_of_the_command_plays_whole_episodes_through_the_chat_endpoint(press_cli, api):

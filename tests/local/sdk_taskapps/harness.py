@@ -27,6 +27,7 @@ from pathlib import Path
 
 import httpx
 
+from support import loopback_http
 from support.machine_cache import CACHE
 from support.pilot_waits import poll_until
 
@@ -108,7 +109,7 @@ class SdkTaskApp:
                 return False
             self.url = f"http://127.0.0.1:{int(port_file.read_text())}"
             try:
-                return httpx.get(self.url + "/", timeout=2.0).status_code == 200
+                return loopback_http.get(self.url + "/", timeout=2.0).status_code == 200
             except httpx.TransportError:
                 return False
 

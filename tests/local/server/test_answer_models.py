@@ -25,6 +25,7 @@ from app.core.api.wire_answers import (
     VerifyAnswer,
 )
 from app.local.servers import ServerHandle
+from support import loopback_http
 
 from ..conftest import create_job, payload, wait_terminal
 
@@ -42,7 +43,7 @@ def _json_answers(spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def test_every_json_route_names_its_answer_model(backend: ServerHandle) -> None:
-    spec = httpx.get(backend.url + "/openapi.json").json()
+    spec = loopback_http.get(backend.url + "/openapi.json").json()
     answers = _json_answers(spec)
     assert len(answers) >= 20  # both job prefixes, the chat paths, verify, health
     unnamed = {where: schema for where, schema in answers.items() if "$ref" not in schema}
@@ -67,7 +68,7 @@ def _through(model: type[BaseModel], answer: httpx.Response) -> dict[str, Any]:
 
 
 def test_each_answer_is_its_model_unchanged(backend: ServerHandle, taskapp: ServerHandle, api: httpx.Client) -> None:
-    assert _through(BackendHealth, httpx.get(backend.url + "/api/health")) == {
+    assert _through(BackendHealth, loopback_http.get(backend.url + "/api/health")) == {
         "status": "ok", "service": "synth-tui-embedded-backend"}
     job_id = create_job(api, payload(taskapp.url))
     wait_terminal(api, job_id)

@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 
 import app.local.server.routes_jobs as routes_jobs
 from app.local.servers import ServerHandle, _bind
+from support import loopback_http
 from support.pilot_waits import poll_until
 
 from ..conftest import (
@@ -48,13 +49,13 @@ def _json_detail(resp: httpx.Response) -> str:
 @pytest.mark.parametrize("auth", [None, "Bearer wrong", f"Basic {API_KEY}"], ids=["no-auth", "wrong-bearer", "basic"])
 def test_api_needs_the_bearer_key(backend, method, path, auth):
     headers = {"Authorization": auth} if auth else {}
-    resp = httpx.request(method, f"{backend.url}/api{path}", headers=headers, json={})
+    resp = loopback_http.request(method, f"{backend.url}/api{path}", headers=headers, json={})
     assert resp.status_code == 401
     assert "Bearer" in _json_detail(resp)
 
 
 def test_health_needs_no_key(backend):
-    assert httpx.get(f"{backend.url}/api/health").json()["status"] == "ok"
+    assert loopback_http.get(f"{backend.url}/api/health").json()["status"] == "ok"
 
 
 @pytest.mark.parametrize("method,path,status", [
@@ -300,7 +301,7 @@ def test_chat_endpoint_serves_the_policy(api, backend, taskapp):
     chat = f"{backend.url}/api/v1/chat/completions"
     assert api.post(chat, params={"cid": "job_unknown:r1"}, json=body).status_code == 404
     assert api.post(chat, json=body).status_code == 400  # no cid: which job?
-    assert httpx.post(chat, params={"cid": f"{job_id}:not-in-flight"}, json=body).status_code == 401
+    assert loopback_http.post(chat, params={"cid": f"{job_id}:not-in-flight"}, json=body).status_code == 401
 
 
 def test_sse_heartbeats_while_idle_and_pushes_new_events_at_once(api, monkeypatch):

@@ -12,6 +12,7 @@ import pytest
 from app.local import policies
 from app.local.policies.base import ActCancelled, ActOptions, PolicyCannotAct
 from app.local.policies.tabular.policy import TabularPolicy
+from support import loopback_http
 
 from ..conftest import API_KEY, create_job, long_config, payload, small_config, wait_event, wait_terminal
 
@@ -22,8 +23,8 @@ MOVE = {"type": "function", "function": {"name": "move", "parameters": {
 
 def _chat(backend: Any, cid: str, **body: Any) -> httpx.Response:
     request = {"model": "m", "messages": [{"role": "user", "content": "where now?"}], **body}
-    return httpx.post(backend.url + "/v1/chat/completions", params={"cid": cid}, json=request,
-                      headers={"Authorization": f"Bearer {API_KEY}"}, timeout=15)
+    return loopback_http.post(backend.url + "/v1/chat/completions", params={"cid": cid}, json=request,
+                              headers={"Authorization": f"Bearer {API_KEY}"}, timeout=15)
 
 
 def test_a_call_to_a_queued_job_is_409_and_the_job_then_succeeds(api: httpx.Client, backend: Any, taskapp: Any,
@@ -154,9 +155,9 @@ def test_a_client_that_goes_away_sets_the_policys_cancel_flag(api: httpx.Client,
     job_id = _running_job(api, taskapp)
     try:
         with pytest.raises(httpx.ReadTimeout):  # the client gives up and closes its connection
-            httpx.post(backend.url + "/v1/chat/completions", params={"cid": f"trace_{job_id}:outside"},
-                       json={"messages": [{"role": "user", "content": "go"}], "tools": [MOVE]},
-                       headers={"Authorization": f"Bearer {API_KEY}"}, timeout=httpx.Timeout(15, read=1.0))
+            loopback_http.post(backend.url + "/v1/chat/completions", params={"cid": f"trace_{job_id}:outside"},
+                               json={"messages": [{"role": "user", "content": "go"}], "tools": [MOVE]},
+                               headers={"Authorization": f"Bearer {API_KEY}"}, timeout=httpx.Timeout(15, read=1.0))
         assert generating.is_set()
         assert stopped.wait(20), "the policy was never told that its caller went away"
         assert api.get(f"/rl/jobs/{job_id}").json()["status"] == "running"

@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, ExitStack, contextmanager
 
-import httpx
 import pytest
 
 from app.local import servers
 from app.local.server import connections
 from app.local.servers import ServerHandle, start_backend, start_taskapp
+from support import loopback_http
 
 from ..conftest import API_KEY, ENV_KEY
 
@@ -100,11 +100,11 @@ def test_connections_that_never_finish_their_headers_are_closed_and_others_serve
         kept = held.enter_context(_open(server, f"GET {probe} HTTP/1.1\r\nHost: x\r\n\r\n".encode()))
         assert _whole_answer(kept).startswith(b"HTTP/1.1 200 "), "the whole request is answered"
         kept.sendall(b"GET / HT")
-        with httpx.Client(timeout=10) as client:
+        with loopback_http.client(timeout=10) as client:
             assert client.get(server.url + probe).status_code == 200  # a normal request meanwhile
         still_open = _wait_all_closed([*socks, kept])
         assert not still_open, f"{len(still_open)} of {len(socks) + 1} connections still held"
-        with httpx.Client(timeout=10) as client:
+        with loopback_http.client(timeout=10) as client:
             assert client.get(server.url + probe).status_code == 200
 
 
@@ -113,10 +113,10 @@ def test_past_the_connection_cap_a_request_is_answered_503_then_served_again(tmp
     monkeypatch.setattr(connections, "HEADER_TIMEOUT_S", 1.0)
     with _backend(tmp_path) as server, ExitStack() as held:
         socks = [held.enter_context(_open(server, b"GET /api/he")) for _ in range(5)]
-        with httpx.Client(timeout=10) as client:
+        with loopback_http.client(timeout=10) as client:
             assert client.get(server.url + "/api/health").status_code == 503
         assert not _wait_all_closed(socks)  # the header deadline frees their places
-        with httpx.Client(timeout=10) as client:
+        with loopback_http.client(timeout=10) as client:
             assert client.get(server.url + "/api/health").status_code == 200
 
 

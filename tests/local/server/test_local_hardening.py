@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from app.local.server.guard import MAX_BODY_BYTES, MAX_JSON_DEPTH, json_depth
+from support import loopback_http
 
 from ..conftest import API_KEY, ENV_KEY, payload, small_config
 
@@ -37,7 +38,7 @@ def _detail(resp: httpx.Response) -> str:
 
 def _health_latency(url: str) -> float:
     started = time.perf_counter()
-    assert httpx.get(url + "/api/health", timeout=5).status_code == 200
+    assert loopback_http.get(url + "/api/health", timeout=5).status_code == 200
     return time.perf_counter() - started
 
 
@@ -84,15 +85,15 @@ def test_a_streamed_body_over_the_limit_is_413(api):
 def test_deeply_nested_json_is_422_not_500(backend, path, auth):
     headers = {"Authorization": f"Bearer {API_KEY}"} if auth else {}
     body = b"[" * 100_000 + b"]" * 100_000
-    resp = httpx.post(backend.url + path, content=body, headers={**headers, "content-type": "application/json"})
+    resp = loopback_http.post(backend.url + path, content=body, headers={**headers, "content-type": "application/json"})
     assert resp.status_code == 422 and "nests deeper" in _detail(resp)
 
 
 def test_the_task_app_refuses_deep_and_huge_bodies_too(taskapp):
     headers = {"X-API-Key": ENV_KEY, "content-type": "application/json"}
-    deep = httpx.post(taskapp.url + "/rollout", content=b'{"a":' * 5000 + b"1" + b"}" * 5000, headers=headers)
+    deep = loopback_http.post(taskapp.url + "/rollout", content=b'{"a":' * 5000 + b"1" + b"}" * 5000, headers=headers)
     assert deep.status_code == 422 and "nests deeper" in _detail(deep)
-    huge = httpx.post(taskapp.url + "/rollout", content=b" " * (MAX_BODY_BYTES + 1), headers=headers)
+    huge = loopback_http.post(taskapp.url + "/rollout", content=b" " * (MAX_BODY_BYTES + 1), headers=headers)
     assert huge.status_code == 413
 
 
@@ -104,8 +105,8 @@ def test_the_task_app_refuses_deep_and_huge_bodies_too(taskapp):
 ])
 def test_bodies_that_fool_a_byte_scanner_are_422(backend, body, words):
     for path in ("/api/rl/jobs", "/api/v1/chat/completions", "/api/rl/verify_task_app"):
-        resp = httpx.post(backend.url + path, content=body, params={"cid": "job_x:r"},
-                          headers={"Authorization": f"Bearer {API_KEY}", "content-type": "application/json"})
+        resp = loopback_http.post(backend.url + path, content=body, params={"cid": "job_x:r"},
+                                  headers={"Authorization": f"Bearer {API_KEY}", "content-type": "application/json"})
         assert resp.status_code == 422 and words in _detail(resp), resp.text
 
 
@@ -150,8 +151,8 @@ def test_verify_refuses_malformed_urls_with_422(api, url, words):
     ([1, 2, 3], "JSON object"),
 ])
 def test_chat_requests_of_the_wrong_shape_are_422(api, backend, body, words):
-    resp = httpx.post(backend.url + "/api/v1/chat/completions", params={"cid": "job_x:r"}, json=body,
-                      headers={"Authorization": f"Bearer {API_KEY}"})
+    resp = loopback_http.post(backend.url + "/api/v1/chat/completions", params={"cid": "job_x:r"}, json=body,
+                              headers={"Authorization": f"Bearer {API_KEY}"})
     assert resp.status_code == 422 and words in _detail(resp)
 
 
@@ -184,7 +185,7 @@ def test_concurrent_hostile_requests_leave_the_backend_answering(backend):
     errors: list[str] = []
 
     def flood() -> None:
-        with httpx.Client(timeout=10) as client:
+        with loopback_http.client(timeout=10) as client:
             for _ in range(15):
                 resp = client.post(backend.url + "/api/rl/jobs", content=b"[" * 50_000,
                                    headers={"Authorization": f"Bearer {API_KEY}", "content-type": "application/json"})
@@ -215,7 +216,7 @@ def test_an_error_from_a_bug_is_json_and_names_no_secret():
         raise ValueError(f"bad header Authorization: Bearer {API_KEY}")
 
     with ServerHandle("buggy", app, _bind("127.0.0.1", 0)).start("/docs") as server:
-        resp = httpx.get(server.url + "/boom")
+        resp = loopback_http.get(server.url + "/boom")
     assert resp.status_code == 500 and "ValueError" in _detail(resp)
     assert API_KEY[:5] not in resp.text
 
@@ -242,7 +243,7 @@ def test_a_rollout_with_a_bad_max_turns_is_422(taskapp, closed_url, where, value
     body = {"run_id": f"bad-{where}-{value!r}", "env": {"seed": 1, "config": {}}, "mode": "rl",
             "policy": {"config": {"inference_url": closed_url}}}
     body[where]["config"]["max_turns"] = value
-    resp = httpx.post(taskapp.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
+    resp = loopback_http.post(taskapp.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
     assert resp.status_code == 422 and "max_turns" in _detail(resp)
 
 
@@ -253,7 +254,7 @@ def test_a_rollout_with_a_bad_max_turns_is_422(taskapp, closed_url, where, value
 ])
 def test_a_rollout_with_a_bad_policy_config_is_422(taskapp, policy_config, words):
     body = {"run_id": "bad-policy", "env": {"seed": 1}, "mode": "rl", "policy": {"config": policy_config}}
-    resp = httpx.post(taskapp.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
+    resp = loopback_http.post(taskapp.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
     assert resp.status_code == 422 and words in _detail(resp)
 
 
@@ -290,8 +291,8 @@ def test_a_number_too_large_for_a_float_is_422_too(api, taskapp):
 def test_the_task_app_refuses_nan_too(taskapp, closed_url):
     body = {"run_id": "nan", "env": {"seed": 1}, "mode": "rl", "policy": {"config": {"inference_url": closed_url}},
             "extra": float("nan")}
-    resp = httpx.post(taskapp.url + "/rollout", content=json.dumps(body).encode(),
-                      headers={"X-API-Key": ENV_KEY, "content-type": "application/json"})
+    resp = loopback_http.post(taskapp.url + "/rollout", content=json.dumps(body).encode(),
+                              headers={"X-API-Key": ENV_KEY, "content-type": "application/json"})
     assert resp.status_code == 422 and "extra" in _detail(resp)
 
 
@@ -366,8 +367,8 @@ def test_json_with_a_utf8_charset_is_taken(api, taskapp):
 
 def test_the_task_app_refuses_a_rollout_not_sent_as_json(taskapp, closed_url):
     body = {"run_id": "plain", "env": {"seed": 1}, "mode": "rl", "policy": {"config": {"inference_url": closed_url}}}
-    resp = httpx.post(taskapp.url + "/rollout", content=json.dumps(body).encode(),
-                      headers={"X-API-Key": ENV_KEY, "content-type": "text/plain"})
+    resp = loopback_http.post(taskapp.url + "/rollout", content=json.dumps(body).encode(),
+                              headers={"X-API-Key": ENV_KEY, "content-type": "text/plain"})
     assert resp.status_code == 415 and "application/json" in _detail(resp)
 
 
@@ -378,7 +379,7 @@ def test_a_post_without_a_body_needs_no_content_type(api, taskapp):
 
 def test_task_info_answers_at_most_1000_seeds(taskapp):
     def get(**params):
-        return httpx.get(taskapp.url + "/task_info", params=params, headers={"X-API-Key": ENV_KEY}, timeout=30)
+        return loopback_http.get(taskapp.url + "/task_info", params=params, headers={"X-API-Key": ENV_KEY}, timeout=30)
 
     many = get(seeds=",".join(str(i) for i in range(5_000)))  # 24 kB of URL
     assert many.status_code == 422 and "at most 1,000 seeds" in _detail(many) and len(many.content) < 1_000
@@ -388,5 +389,6 @@ def test_task_info_answers_at_most_1000_seeds(taskapp):
 
 
 def test_a_wrong_method_names_every_allowed_one(backend):
-    resp = httpx.request("OPTIONS", backend.url + "/api/rl/jobs", headers={"Authorization": f"Bearer {API_KEY}"})
+    resp = loopback_http.request("OPTIONS", backend.url + "/api/rl/jobs",
+                                 headers={"Authorization": f"Bearer {API_KEY}"})
     assert resp.status_code == 405 and resp.headers["allow"] == "GET, POST"

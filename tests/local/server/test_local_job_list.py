@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-import httpx
 import pytest
 
+from support import loopback_http
 from support.seeded_backend import API_KEY, start_seeded_backend
 
 
 @pytest.fixture
 def seeded(tmp_path):
     server, ids = start_seeded_backend(tmp_path / "state.sqlite3", 7)
-    with server, httpx.Client(base_url=server.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
-                              timeout=15.0) as api:
+    with server, loopback_http.client(base_url=server.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
+                                      timeout=15.0) as api:
         yield api, ids
 
 

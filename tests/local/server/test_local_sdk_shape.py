@@ -7,6 +7,7 @@ from __future__ import annotations
 import httpx
 
 from app.commands.demo import demo_payload as job_payload
+from support import loopback_http
 from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, small_config
@@ -86,8 +87,8 @@ def test_the_0_2_22_cli_flow(backend, taskapp):
     post_headers = {"Authorization": f"Bearer {API_KEY}", "Content-Type": "application/json"}
 
     # Step 8: backend-side verification; the CLI prints candidates and attempts[].status.
-    resp = httpx.post(f"{base}/rl/verify_task_app", headers=post_headers,
-                      json={"endpoint_base_url": taskapp.url}, timeout=60)
+    resp = loopback_http.post(f"{base}/rl/verify_task_app", headers=post_headers,
+                              json={"endpoint_base_url": taskapp.url}, timeout=60)
     assert resp.status_code < 400
     report = resp.json()
     assert report["any_ok"]
@@ -96,19 +97,19 @@ def test_the_0_2_22_cli_flow(backend, taskapp):
 
     # Step 10: check_task_app_health sends all three header styles at once.
     task_headers = {"X-API-Key": ENV_KEY, "X-API-Keys": ENV_KEY, "Authorization": f"Bearer {ENV_KEY}"}
-    assert httpx.get(f"{taskapp.url}/health", headers=task_headers).status_code == 200
-    assert httpx.get(f"{taskapp.url}/task_info", headers=task_headers).status_code == 200
+    assert loopback_http.get(f"{taskapp.url}/health", headers=task_headers).status_code == 200
+    assert loopback_http.get(f"{taskapp.url}/task_info", headers=task_headers).status_code == 200
 
     # Step 11-12: create; 200 or 201 with job_id (or id).
     body = job_payload(small_config(), taskapp.url, base)
-    resp = httpx.post(f"{base}/rl/jobs", headers={**post_headers, "Idempotency-Key": "sdk-shape-1"}, json=body,
-                      timeout=60)
+    resp = loopback_http.post(f"{base}/rl/jobs", headers={**post_headers, "Idempotency-Key": "sdk-shape-1"}, json=body,
+                              timeout=60)
     assert resp.status_code in (200, 201)
     job_id = resp.json().get("job_id") or resp.json().get("id")
     assert job_id
 
     # Step 13: the JobStreamer.
-    with httpx.Client(base_url=base, headers={"authorization": f"Bearer {API_KEY}"}, timeout=60) as http:
+    with loopback_http.client(base_url=base, headers={"authorization": f"Bearer {API_KEY}"}, timeout=60) as http:
         streamer = ReplayedStreamer(http, job_id)
         poll_until(streamer.tick, timeout=30, what="the streamer to reach a terminal state")
         streamer.tick()  # the job may have ended between the status and the events of the last tick
@@ -123,5 +124,5 @@ def test_the_0_2_22_cli_flow(backend, taskapp):
         assert all(step >= 1 for _, step in streamer.printed_metrics)
         assert any(p["step"] == 0 for p in all_points)
     # The replayed create (same Idempotency-Key, same body) is the same job.
-    again = httpx.post(f"{base}/rl/jobs", headers={**post_headers, "Idempotency-Key": "sdk-shape-1"}, json=body)
+    again = loopback_http.post(f"{base}/rl/jobs", headers={**post_headers, "Idempotency-Key": "sdk-shape-1"}, json=body)
     assert again.status_code == 200 and again.json()["job_id"] == job_id

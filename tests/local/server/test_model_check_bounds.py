@@ -21,6 +21,7 @@ from app.core.launch.diagnosis import UNFINISHED_FIX, ModelCheck, Verdict, model
 from app.local.server import model_check
 from app.local.server.model_checks import ModelChecks
 from app.local.servers import start_backend
+from support import loopback_http
 from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client
@@ -135,7 +136,7 @@ _LISTENING = re.compile(r"embedded backend on (http://\S+)/api")
 
 def _answering(url: str) -> bool:
     try:
-        return httpx.get(url, timeout=2).status_code == 200
+        return loopback_http.get(url, timeout=2).status_code == 200
     except httpx.TransportError:
         return False
 
@@ -157,8 +158,8 @@ def test_ctrl_c_during_a_check_ends_synth_tui_backend_without_a_traceback(tmp_pa
 
         def ask() -> None:
             try:
-                answers.append(httpx.post(f"{url}/api/rl/verify_model", json={"model": "org/slow"},
-                                          headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60))
+                answers.append(loopback_http.post(f"{url}/api/rl/verify_model", json={"model": "org/slow"},
+                                                  headers={"Authorization": f"Bearer {API_KEY}"}, timeout=60))
             except httpx.TransportError as exc:
                 answers.append(exc)
 

@@ -20,6 +20,7 @@ import pytest
 
 from app.commands.demo import demo_payload
 from app.local.servers import ServerHandle
+from support import loopback_http
 from support.pilot_waits import poll_until
 
 from ..conftest import API_KEY, ENV_KEY, api_client, create_job, events_of, seeded_demo_config, wait_terminal
@@ -70,7 +71,7 @@ def job_killed_at_step(db: Path, home: Path, body: dict, step: int, *args: str, 
 def answering(url: str) -> bool:
     """Whether a server just started answers `url` with a 200 yet."""
     try:
-        return httpx.get(url, timeout=2).status_code == 200
+        return loopback_http.get(url, timeout=2).status_code == 200
     except httpx.TransportError:
         return False
 

@@ -37,6 +37,7 @@ from app.local.training.rollout_record import (
     observation_of,
     read_step_reports,
 )
+from support import loopback_http
 from support.tiers import examples
 
 from ..conftest import (
@@ -277,13 +278,13 @@ def test_a_bad_rollout_query_is_a_400_naming_it(api, demo_rollout_job, query, wo
 
 
 def test_the_rollout_routes_need_the_key(backend, demo_rollout_job):
-    with httpx.Client(base_url=backend.url + "/api", timeout=10) as stranger:
+    with loopback_http.client(base_url=backend.url + "/api", timeout=10) as stranger:
         assert stranger.get(f"/rl/jobs/{demo_rollout_job}/rollouts").status_code == 401
         assert stranger.get(f"/rl/jobs/{demo_rollout_job}/rollouts/x").status_code == 401
 
 
 def test_the_rollout_routes_are_in_the_openapi_document(backend):
-    paths = httpx.get(backend.url + "/openapi.json").json()["paths"]
+    paths = loopback_http.get(backend.url + "/openapi.json").json()["paths"]
     assert "/api/rl/jobs/{job_id}/rollouts" in paths and "/api/rl/jobs/{job_id}/rollouts/{rollout_id}" in paths
     names = {p["name"] for p in paths["/api/rl/jobs/{job_id}/rollouts"]["get"]["parameters"]}
     assert {"job_id", "step", "phase", "limit", "after"} <= names
@@ -291,8 +292,8 @@ def test_the_rollout_routes_are_in_the_openapi_document(backend):
 
 @pytest.fixture(scope="module")
 def demo_rollout_job(backend: ServerHandle, taskapp: ServerHandle) -> str:
-    with httpx.Client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
-                      timeout=15.0) as api:
+    with loopback_http.client(base_url=backend.url + "/api", headers={"Authorization": f"Bearer {API_KEY}"},
+                              timeout=15.0) as api:
         job_id = create_job(api, payload(taskapp.url, small_config(seed=4)))
         assert wait_terminal(api, job_id)["status"] == "succeeded"
         return job_id

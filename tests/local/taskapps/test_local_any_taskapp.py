@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 from fastapi import FastAPI, HTTPException, Request
 
 from app.core.config import rl as cfg
 from app.local.servers import ServerHandle, _bind, start_taskapp
+from support import loopback_http
 
 from ..conftest import ENV_KEY, create_job, events_of, payload, small_config, wait_terminal
 
@@ -46,7 +46,7 @@ def test_an_sdk_shaped_task_app_is_learned(api, crafter, whole_job):
 def test_the_sdk_cid_rule_is_kept_by_crafter_lite(crafter):
     body = {"run_id": "r1", "env": {"seed": 1}, "mode": "rl",
             "policy": {"config": {"inference_url": "http://127.0.0.1:9/v1/chat/completions?cid=job_x:r1"}}}
-    resp = httpx.post(crafter.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
+    resp = loopback_http.post(crafter.url + "/rollout", json=body, headers={"X-API-Key": ENV_KEY})
     assert resp.status_code == 400 and "trace_" in resp.json()["detail"]
 
 
@@ -59,7 +59,7 @@ def _one_tool_taskapp(tool: dict, score: float) -> ServerHandle:
         body = await request.json()
         url = body["policy"]["config"]["inference_url"]
         base, _, query = url.partition("?")
-        async with httpx.AsyncClient() as client:
+        async with loopback_http.async_client() as client:
             resp = await client.post(f"{base}?{query}", json={
                 "messages": [{"role": "user", "content": "Pick one."}], "tools": [tool], "tool_choice": "required"})
         if resp.status_code != 200:

@@ -18,6 +18,7 @@ from fastapi import FastAPI, Request
 from app.commands.demo import demo_payload, load_demo_config
 from app.local.servers import ServerHandle, _bind
 from app.local.training.rollout_contract import GEN_05, RolloutAsk, generation_from_openapi, read_answer, rollout_body
+from support import loopback_http
 
 from ..conftest import ENV_KEY, create_job, events_of, wait_terminal
 from ..sdk_taskapps.harness import SdkTaskApp
@@ -61,8 +62,8 @@ def rollout(app: SdkTaskApp, policy: FakePolicy, seed: int, rollout_id: str) -> 
                      policy_name="p", model="tiny", max_turns=4, ops=(), timeout_s=60.0,
                      api_base=policy.server.url + "/api/v1")
     policy.requests.clear()
-    resp = httpx.post(app.url + "/rollout", json=rollout_body(GEN_05, ask), headers={"X-API-Key": ENV_KEY},
-                      timeout=30.0)
+    resp = loopback_http.post(app.url + "/rollout", json=rollout_body(GEN_05, ask), headers={"X-API-Key": ENV_KEY},
+                              timeout=30.0)
     assert resp.status_code == 200, resp.text
     return resp.json()
 
@@ -133,25 +134,25 @@ def test_a_guess_number_episode_is_scored_as_our_kits_app(sdk_taskapps, fake_pol
 
 def test_the_sdk_apps_speak_contract_05_with_the_sdks_key_rules(sdk_taskapps):
     app = sdk_taskapps("context_free")
-    doc = httpx.get(app.url + "/openapi.json", timeout=10.0).json()
+    doc = loopback_http.get(app.url + "/openapi.json", timeout=10.0).json()
     assert generation_from_openapi(doc) == GEN_05
-    assert httpx.get(app.url + "/health", headers={"X-API-Key": ENV_KEY}).json()["healthy"] is True
-    assert httpx.get(app.url + "/health", headers={"Authorization": f"Bearer {ENV_KEY}"}).status_code == 200
-    refused = httpx.get(app.url + "/health", headers={"X-API-Key": "not-the-key"})
+    assert loopback_http.get(app.url + "/health", headers={"X-API-Key": ENV_KEY}).json()["healthy"] is True
+    assert loopback_http.get(app.url + "/health", headers={"Authorization": f"Bearer {ENV_KEY}"}).status_code == 200
+    refused = loopback_http.get(app.url + "/health", headers={"X-API-Key": "not-the-key"})
     assert refused.status_code == 400 and refused.json()["detail"]["error"]["code"] == "unauthorised"
-    taskset = httpx.get(app.url + "/task_info", headers={"X-API-Key": ENV_KEY}).json()["taskset"]
+    taskset = loopback_http.get(app.url + "/task_info", headers={"X-API-Key": ENV_KEY}).json()["taskset"]
     assert taskset["buttons"] == [1, 2, 3, 4] and taskset["random_play_score"] == 0.25
 
 
 def test_an_sdk_app_starts_on_a_free_port_and_stops_cleanly(tmp_path, sdk_python):
     with SdkTaskApp("guess_number", python=sdk_python, env_api_key=ENV_KEY, workdir=tmp_path).start() as app:
         assert app.running
-        assert httpx.get(app.url + "/", timeout=5.0).json()["service"] == "guess-number"
+        assert loopback_http.get(app.url + "/", timeout=5.0).json()["service"] == "guess-number"
         assert app.stop() == 0  # SIGTERM: uvicorn's graceful shutdown, exit status 0
     assert not app.running  # and leaving the block stops nothing twice
     assert app.stop() is None
     with pytest.raises(httpx.ConnectError):
-        httpx.get(app.url + "/", timeout=5.0)
+        loopback_http.get(app.url + "/", timeout=5.0)
     assert not any((tmp_path / "home").iterdir())  # the SDK wrote nothing in its HOME
 
 

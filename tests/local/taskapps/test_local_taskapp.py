@@ -10,13 +10,13 @@ import statistics
 import threading
 import time
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 
 from app.local.servers import ServerHandle, _bind, start_taskapp
 from app.local.taskapps import gridworld
 from app.local.taskapps.kit import DEFAULT_ROLLOUT_TIME_S, PolicyLink
+from support import loopback_http
 
 from ..conftest import ENV_KEY
 
@@ -29,8 +29,8 @@ from ..conftest import ENV_KEY
 ])
 def test_each_header_style_is_accepted(taskapp, headers):
     for path in ("/health", "/info", "/task_info"):
-        assert httpx.get(taskapp.url + path, headers=headers).status_code == 200
-    assert httpx.post(taskapp.url + "/done", headers=headers).json()["ok"] is True
+        assert loopback_http.get(taskapp.url + path, headers=headers).status_code == 200
+    assert loopback_http.post(taskapp.url + "/done", headers=headers).json()["ok"] is True
 
 
 @pytest.mark.parametrize("headers,got,lens", [
@@ -40,7 +40,7 @@ def test_each_header_style_is_accepted(taskapp, headers):
     ({}, [], []),
 ])
 def test_a_wrong_or_missing_key_gets_400_with_details(taskapp, headers, got, lens):
-    resp = httpx.get(taskapp.url + "/health", headers=headers)
+    resp = loopback_http.get(taskapp.url + "/health", headers=headers)
     assert resp.status_code == 400
     error = resp.json()["detail"]["error"]
     assert error["code"] == "unauthorised"
@@ -53,29 +53,29 @@ def test_a_wrong_or_missing_key_gets_400_with_details(taskapp, headers, got, len
 
 def test_no_key_configured_gets_503():
     with start_taskapp(env_api_keys=[]) as app:
-        resp = httpx.get(app.url + "/health", headers={"X-API-Key": ENV_KEY})
+        resp = loopback_http.get(app.url + "/health", headers={"X-API-Key": ENV_KEY})
         assert resp.status_code == 503
         assert resp.json()["detail"]["error"]["code"] == "missing_environment_api_key"
-        assert httpx.get(app.url + "/").status_code == 200
+        assert loopback_http.get(app.url + "/").status_code == 200
 
 
 def test_root_needs_no_key(taskapp):
-    assert httpx.get(taskapp.url + "/").json() == {"status": "ok", "service": "gridworld"}
-    assert httpx.head(taskapp.url + "/").status_code == 200
+    assert loopback_http.get(taskapp.url + "/").json() == {"status": "ok", "service": "gridworld"}
+    assert loopback_http.head(taskapp.url + "/").status_code == 200
 
 
 def test_health_and_info_shapes(taskapp):
     auth = {"X-API-Key": ENV_KEY}
-    health = httpx.get(taskapp.url + "/health", headers=auth).json()
+    health = loopback_http.get(taskapp.url + "/health", headers=auth).json()
     assert health == {"healthy": True, "auth": {"required": True, "expected_prefix": ENV_KEY[:4] + "…"}}
-    info = httpx.get(taskapp.url + "/info", headers=auth).json()
+    info = loopback_http.get(taskapp.url + "/info", headers=auth).json()
     assert {"service", "dataset", "rubrics", "inference", "limits"} <= info.keys()
     assert info["service"]["task"]["id"] == "gridworld"
 
 
 def test_task_info_with_and_without_seeds(taskapp):
     def get(query: str):
-        return httpx.get(taskapp.url + "/task_info" + query, headers={"X-API-Key": ENV_KEY}).json()
+        return loopback_http.get(taskapp.url + "/task_info" + query, headers={"X-API-Key": ENV_KEY}).json()
 
     assert "taskset" in get("")
     one = get("?seed=1")
@@ -119,7 +119,7 @@ def _oracle(body):
 
 
 def _rollout(taskapp, inference_url, seed=3, max_turns=12, **extra):
-    return httpx.post(taskapp.url + "/rollout", headers={"X-API-Key": ENV_KEY}, timeout=30, json={
+    return loopback_http.post(taskapp.url + "/rollout", headers={"X-API-Key": ENV_KEY}, timeout=30, json={
         "run_id": "run-1", "env": {"env_name": "gridworld", "seed": seed, "config": {"max_turns": max_turns}},
         "policy": {"policy_name": "p", "config": {"model": str(seed), "inference_url": inference_url}},
         "ops": ["agent", "env"] * max_turns, "mode": "eval", **extra})
@@ -171,7 +171,7 @@ def test_the_chat_hop_waits_as_long_as_the_rollouts_own_time():
     """Issue 37: a model on a CPU answering 8 rollouts at once takes longer than the 30 s the
     chat call used to wait. Its read timeout is what is left of the rollout's time
     (safety.max_time_s): long for a long rollout, and a call that outlasts it is a 502 saying so."""
-    link = PolicyLink(httpx.AsyncClient())
+    link = PolicyLink(loopback_http.async_client())
     assert link.for_rollout(600).read_timeout_s() == pytest.approx(600, abs=1)
     assert link.read_timeout_s() == DEFAULT_ROLLOUT_TIME_S > 30
     app = FastAPI()

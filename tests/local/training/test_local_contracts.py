@@ -10,7 +10,6 @@ import math
 import re
 from typing import Any
 
-import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -40,6 +39,7 @@ from app.local.training.rollout_contract import (
     refusal_asks_for,
     rollout_body,
 )
+from support import loopback_http
 
 from ..conftest import (
     ENV_KEY,
@@ -263,8 +263,8 @@ def test_a_0_5_rollout_answers_in_the_0_5_0_shape(taskapp_05):
     app, calls = _fake_policy(_oracle)
     with ServerHandle("fake policy", app, _bind("127.0.0.1", 0)).start("/docs") as policy:
         url = f"{policy.url}/api/v1/job_x/trace_job_x:r1"
-        resp = httpx.post(taskapp_05.url + "/rollout", headers=AUTH, timeout=30,
-                          json={**_body_05("trace_job_x:r1", url), "run_id": "ignored", "mode": "rl"})
+        resp = loopback_http.post(taskapp_05.url + "/rollout", headers=AUTH, timeout=30,
+                                  json={**_body_05("trace_job_x:r1", url), "run_id": "ignored", "mode": "rl"})
     assert resp.status_code == 200, resp.text
     out = resp.json()
     assert set(out) == {"trace_correlation_id", "reward_info", "trace", "inference_url", "artifact",
@@ -287,11 +287,11 @@ def test_a_0_5_rollout_answers_in_the_0_5_0_shape(taskapp_05):
 def test_the_0_5_app_refuses_a_0_2_body_naming_trace_correlation_id(taskapp, taskapp_05):
     old = {"run_id": "r", "mode": "rl", "env": {"seed": 1},
            "policy": {"config": {"inference_url": "http://127.0.0.1:9/v1/chat/completions?cid=trace_j:r"}}}
-    resp = httpx.post(taskapp_05.url + "/rollout", headers=AUTH, json=old)
+    resp = loopback_http.post(taskapp_05.url + "/rollout", headers=AUTH, json=old)
     assert resp.status_code == 422 and "trace_correlation_id" in resp.json()["detail"]
     assert refusal_asks_for(GEN_02, resp.status_code, resp.json()) == (GEN_05, "trace_correlation_id")
     # And the other way round: what the trainer reads from the 0.2 app.
-    resp = httpx.post(taskapp.url + "/rollout", headers=AUTH, json=_body_05("trace_j:r", "http://127.0.0.1:9/v1"))
+    resp = loopback_http.post(taskapp.url + "/rollout", headers=AUTH, json=_body_05("trace_j:r", "http://127.0.0.1:9/v1"))
     assert resp.status_code == 422
     assert refusal_asks_for(GEN_05, resp.status_code, resp.json()) == (GEN_02, "run_id")
 
@@ -302,7 +302,7 @@ def test_the_0_5_app_refuses_a_0_2_body_naming_trace_correlation_id(taskapp, tas
     "http://127.0.0.1:9/v1/chat/completions?cid=trace_job_x:other",
 ])
 def test_the_0_5_app_refuses_an_inference_url_naming_another_rollout(taskapp_05, url):
-    resp = httpx.post(taskapp_05.url + "/rollout", headers=AUTH, json=_body_05("trace_job_x:r1", url))
+    resp = loopback_http.post(taskapp_05.url + "/rollout", headers=AUTH, json=_body_05("trace_job_x:r1", url))
     assert resp.status_code == 400
     detail = resp.json()["detail"]
     assert "differs from trace_correlation_id" in detail
@@ -362,11 +362,11 @@ def test_the_chat_endpoint_takes_the_cid_in_the_path_or_the_query(backend, finis
     cid = f"{prefix}{finished_job}:r1"
     for url in (f"{backend.url}{root}/{finished_job}/{cid}/chat/completions",
                 f"{backend.url}{root}/chat/completions?cid={cid}"):
-        resp = httpx.post(url, json=CHAT, headers={"Authorization": api.headers["Authorization"]})
+        resp = loopback_http.post(url, json=CHAT, headers={"Authorization": api.headers["Authorization"]})
         assert resp.status_code == 200, resp.text
         assert resp.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "move"
         # Without a key, only a rollout in flight may ask: this one is not.
-        assert httpx.post(url, json=CHAT).status_code == 401
+        assert loopback_http.post(url, json=CHAT).status_code == 401
 
 
 @pytest.mark.parametrize("path,query,status,needle", [
@@ -378,7 +378,7 @@ def test_the_chat_endpoint_takes_the_cid_in_the_path_or_the_query(backend, finis
 def test_a_path_form_cid_that_cannot_be_used_is_a_clear_4xx(backend, finished_job, api, path, query, status,
                                                              needle):
     url = backend.url + (path + query).format(job=finished_job)
-    resp = httpx.post(url, json=CHAT, headers={"Authorization": api.headers["Authorization"]})
+    resp = loopback_http.post(url, json=CHAT, headers={"Authorization": api.headers["Authorization"]})
     assert resp.status_code == status and needle in resp.json()["detail"], resp.text
 
 
@@ -386,9 +386,9 @@ def test_a_path_form_chat_body_may_be_as_large_as_a_query_form_one(backend):
     """The chat endpoint's 4 MiB body limit holds for its path form too (docs/hardening.md)."""
     url = f"{backend.url}/api/v1/job_x/trace_job_x:r1/chat/completions"
     big = {"messages": [{"role": "user", "content": "x" * (2 << 20)}]}
-    assert httpx.post(url, json=big).status_code == 401  # read and refused for its credentials, not its size
+    assert loopback_http.post(url, json=big).status_code == 401  # read and refused for its credentials, not its size
     huge = {"messages": [{"role": "user", "content": "x" * (5 << 20)}]}
-    assert httpx.post(url, json=huge).status_code == 413
+    assert loopback_http.post(url, json=huge).status_code == 413
 
 
 # -- jobs: detection end to end -------------------------------------------------------------
@@ -432,7 +432,7 @@ def test_a_0_5_task_app_is_detected_from_its_openapi(api, taskapp_05):
 
 def test_a_0_5_task_app_without_openapi_is_detected_by_its_422(api):
     with _serve(_without_openapi(create_taskapp(env_api_keys=[ENV_KEY], contract=GEN_05))) as taskapp:
-        assert httpx.get(taskapp.url + "/openapi.json").status_code == 404
+        assert loopback_http.get(taskapp.url + "/openapi.json").status_code == 404
         _, events = _run(api, taskapp.url)
     assert len(events) == 1
     assert "rollout contract 0.5" in events[0]["message"]

@@ -12,7 +12,6 @@ import re
 import time
 import tracemalloc
 
-import httpx
 import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
@@ -27,6 +26,7 @@ from app.local.servers import ServerHandle, _bind, start_backend
 from app.local.training.answers import DEFAULT_MAX_ANSWER_BYTES
 from app.local.training.plan import InvalidJobPayload, plan_from_payload
 from app.local.training.rollout_contract import fetch_openapi
+from support import loopback_http
 
 from ..conftest import (
     API_KEY,
@@ -246,7 +246,7 @@ def test_verify_reads_at_most_4_mib_of_health_and_task_info(api):
 @pytest.mark.parametrize("declare_length", [False, True], ids=["streamed", "content-length"])
 async def test_an_openapi_document_over_4_mib_is_treated_as_none(declare_length):
     with huge_answer_taskapp(200_000_000, declare_length=declare_length) as taskapp:
-        async with httpx.AsyncClient() as http:
+        async with loopback_http.async_client() as http:
             assert await fetch_openapi(http, taskapp.url, {}) is None
 
 
