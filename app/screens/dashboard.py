@@ -14,9 +14,8 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
 
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -40,11 +39,11 @@ from app.core.runs.model import SavedModel, saved_model
 from app.core.runs.ranks import rank_figures
 from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore, baseline_change
-from app.screens import dashboard_quit, job_actions
+from app.screens import dashboard_quit
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, ChartKeys, carry_chart_view
 from app.screens.commands import palette_tooltip
-from app.screens.dialogs.overlay_picker import MAX_OVERLAYS
+from app.screens.dashboard_jobs import JobKeys
 from app.screens.overlays import OverlayActions
 from widgets.app_header import AppHeader
 from widgets.event_log import EventLog
@@ -63,7 +62,7 @@ class FeedReady(Message, bubble=False):
     """Posted from the feed's thread: the feed has something to drain."""
 
 
-class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
+class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
     TITLE = "Live dashboard"
     # The job's state as the header and the stylesheet show it: each change redraws the header
     # (once per drained batch: _one_header) and sets the screen's class (styles.tcss: -ended
@@ -146,7 +145,6 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self._header_held = 0  # > 0 inside _one_header: the header is redrawn once, at its end
         self._header_dirty = False
         self._resumed = asyncio.Event()  # set while this screen is the active one (_until_active)
-        self._asking_rerun = False  # r reads the payload from the run history before it asks
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -497,18 +495,6 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.filtering = False
         self.query_one(EventLog).focus()
 
-    def action_cancel_job(self) -> None:
-        if not self._needs_backend("Cancel"):
-            return
-        if self.ended:
-            self.notify(f"The job has already ended ({self.status}).", severity="warning")
-            return
-        job_actions.confirm_cancel(self, self.job.job_id, self._cancel)
-
-    @work(exclusive=True, group="cancel", exit_on_error=False, name="Cancel")
-    async def _cancel(self) -> None:
-        self.notify(f"Cancel requested: {await job_actions.request_cancel(self, self.job.job_id)}")
-
     def action_inspect(self) -> None:
         """The rollout inspector on the job's latest step (docs/product.md#rollout-inspector)."""
         from app.screens.rollouts import RolloutsScreen
@@ -517,68 +503,15 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             return
         self.app.push_screen(RolloutsScreen(self.job))
 
-    def action_rerun(self) -> None:
-        if not self._needs_backend("Rerun"):
-            return
-        self._asking_rerun = True
-        self._ask_rerun()
-
-    def holds_key(self, key: str) -> bool:
-        """Keys typed after r (its question's y) wait until the question is asked; the overlay
-        dialog's keys wait as well (OverlayActions)."""
-        return self._asking_rerun or super().holds_key(key)
-
-    @work(exclusive=True, group="rerun-ask", exit_on_error=False, name="Rerun")
-    async def _ask_rerun(self) -> None:
-        try:
-            # The run history is a SQLite file: read off the UI thread.
-            payload = self.job.payload or await asyncio.to_thread(job_actions.payload_from_history,
-                                                                     self.job.job_id)
-        finally:
-            self._asking_rerun = False
-        self.flow_app.tell_history_repairs()
-        if payload is None:
-            self.notify("No payload is known for this job (it was not launched from this machine).",
-                        severity="error")
-            return
-        self.flow_app.confirm(f"Rerun job {self.job.job_id}?", lambda: self._rerun(payload), label="Rerun",
-                              detail="The same payload is submitted with a new Idempotency-Key; "
-                                     "the old job stays in the history.")
-
-    @work(exclusive=True, group="rerun", exit_on_error=False, name="Rerun")
-    async def _rerun(self, payload: dict[str, Any]) -> None:
-        context = await job_actions.submit_rerun(self, payload, rerun_of=self.job.job_id,
-                                                 config_path=self.job.config_path,
-                                                 submitted=lambda job_id: f"Rerun submitted as {job_id}")
-        if context is None:
-            return
-        # A dialog opened meanwhile (a quit question) is answered first: switching now would
-        # replace the dialog, not this dashboard.
-        await self._until_active()
-        # The run it repeats stays on the charts, dimmed, beside the new one.
-        overlays = [ComparedRun(self.job.job_id, self.store), *self.query_one(MetricsGrid).overlays][:MAX_OVERLAYS]
-        rerun = DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays)
-        self.app.switch_screen(carry_chart_view(self, rerun))  # with the chart keys' settings
+    def rerun_screen(self, context: JobContext, overlays: list[ComparedRun]) -> DashboardScreen:
+        return carry_chart_view(self, DashboardScreen(context, back_to_history=self.back_to_history,
+                                                      overlays=overlays))
 
     @work(exclusive=True, group="export", exit_on_error=False, name="Export")
     async def action_export(self) -> None:
         points = self.store.rows()  # read here, on the UI thread that adds to the store
         folder = await asyncio.to_thread(export_run, self.job.job_id, points, datetime.now())
         self.notify(f"Exported to {folder}", title="Export")
-
-    async def _until_active(self) -> None:
-        """Return once this screen is the app's active screen (now, or when it is resumed)."""
-        while not self.is_active:
-            self._resumed.clear()
-            await self._resumed.wait()
-
-    @on(events.ScreenResume)
-    def _screen_resumed(self) -> None:
-        self._resumed.set()
-
-    @on(events.ScreenSuspend)
-    def _screen_suspended(self) -> None:
-        self._resumed.clear()
 
     def request_quit(self) -> None:
         self.action_quit_dashboard()
