@@ -379,7 +379,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
 
     def watch_ended(self) -> None:
         self._header_changed()
-        self.refresh_bindings()  # p leaves the footer (check_action)
+        self.refresh_bindings()  # p and c leave the footer (check_action)
 
     def watch_watch_stopped(self) -> None:
         self._header_changed()
@@ -470,6 +470,9 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
         # still resumes; its held batch brings the end).
         if action == "pause":
             return not self.ended or self.paused
+        # An ended job has nothing to cancel (the walk: `c Cancel` stayed in the footer).
+        if action == "cancel_job":
+            return not self.ended
         return True
 
     def action_back(self) -> None:

@@ -900,12 +900,12 @@ async def test_help_shows_every_dashboard_key_before_the_generic_ones_at_160x45(
         table = help_screen.query_one(DataTable)
         rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
         keys = [key for key, _ in rows]
-        # (A saved run has ended: no p.)
-        assert keys[:16] == ["q", "c", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "^q", "esc"]
+        # (A saved run has ended: no p, no c.)
+        assert keys[:15] == ["q", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "^q", "esc"]
         assert ("end", "Follow log") in rows and "super+c" not in keys
         # Shown without scrolling: every one of them inside the table's box.
         await pilot.pause()
-        assert table.scrollable_content_region.height - 1 >= 16  # the header row, then the rows
+        assert table.scrollable_content_region.height - 1 >= 15  # the header row, then the rows
 
 
 async def test_every_dashboard_action_is_in_the_palette_and_p_on_an_ended_job_pauses_nothing(faulty_backend):
@@ -984,3 +984,17 @@ async def test_an_evaluations_interval_shows_in_the_readouts_the_final_panel_and
         await wait_for(pilot, lambda: any(folder.glob("export-*/metrics.csv")))
     rows = (next(folder.glob("export-*")) / "metrics.csv").read_text().splitlines()
     assert "eval.mean_score,0,0.25,0.1,0.4" in rows and "eval.mean_score,2,0.75,0.6,0.9" in rows
+
+
+async def test_c_cancel_leaves_the_footer_once_the_job_has_ended(faulty_backend):
+    """The walk: the footer still offered `c Cancel` after the job had ended."""
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: "c Cancel" in footer_text(app) or screen.ended, what="the footer")
+        await wait_for(pilot, lambda: screen.ended, what="the job's end")
+        await wait_for(pilot, lambda: "r Rerun" in footer_text(app) and "c Cancel" not in footer_text(app),
+                       what="c gone from the footer after the end")
+        _, rows = await _open_help(pilot)
+        assert not any(key == "c" for key, *_ in rows)
