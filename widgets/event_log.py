@@ -109,8 +109,9 @@ class LogLines(LogMeasuredInPlace):
     - The widget's style once per repaint, not once per line (it walks the ancestors)."""
 
     # End scrolls to the last line, which resumes following the log (EventLog.tailing): said so
-    # on `?`, where the focused log's key would otherwise hide the dashboard's own "Follow log".
-    BINDINGS = [Binding("end", "scroll_end", "Follow log", show=False)]
+    # on `?` and in the footer, where the focused log's key would otherwise hide the dashboard's
+    # own "Follow log" (a spare key of the dashboard's footer: NARROW_FOOTER_LEAVES).
+    BINDINGS = [Binding("end", "scroll_end", "Follow log")]
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 

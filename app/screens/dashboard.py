@@ -96,12 +96,12 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
         Binding("i", "inspect", "Rollouts", id="dashboard.inspect",
                 tooltip=palette_tooltip("Inspect rollouts",
                                         "The episodes the backend kept: best and worst of a step, turn by turn")),
-        # n and e are not in the footer: the log's status line names n, the palette both.
-        Binding("n", "noise", "Noise", id="dashboard.noise", show=False,
+        # n, e, end (and M) are spare keys: in the footer from 110 columns (NARROW_FOOTER_LEAVES).
+        Binding("n", "noise", "Noise", id="dashboard.noise",
                 tooltip=palette_tooltip("Toggle infrastructure noise", "Show or hide hatchet/modal events")),
-        Binding("e", "export", "Export", id="dashboard.export", show=False,
+        Binding("e", "export", "Export", id="dashboard.export",
                 tooltip=palette_tooltip("Export run", "Write metrics CSV and events JSONL into the run's folder")),
-        Binding("end", "follow", "Follow log", id="dashboard.follow", show=False,
+        Binding("end", "follow", "Follow log", id="dashboard.follow",
                 tooltip=palette_tooltip("Follow the log", "Scroll to the newest event and stay there")),
         # The app's quit, which asks this screen (request_quit) even when q goes back.
         Binding("ctrl+q", "app.quit", "Quit", id="dashboard.app_quit", show=False),
@@ -109,6 +109,10 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
                 tooltip=palette_tooltip("Clear the event filter",
                                         "Show every event again (with no filter: back to the list it came from)")),
     ]
+
+    # Below 110 columns these would cost the footer a row: the help lists them (widgets/steady_footer.py).
+    # (scroll_end: the focused log's own end, widgets/event_log.py.)
+    NARROW_FOOTER_LEAVES = frozenset({"metric_back", "noise", "export", "follow", "scroll_end"})
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
                  overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = (),

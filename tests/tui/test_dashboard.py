@@ -761,7 +761,7 @@ async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
         help_screen, rows = await _open_help(pilot)
         table = help_screen.query_one(DataTable)
-        assert ("end", "Follow log") in rows
+        assert ("end", "Follow log (not in the footer below 110 columns)") in rows
         body = help_screen.query_one("#dialog-body")
         assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
         last = table.row_count - 1
@@ -998,3 +998,21 @@ async def test_c_cancel_leaves_the_footer_once_the_job_has_ended(faulty_backend)
                        what="c gone from the footer after the end")
         _, rows = await _open_help(pilot)
         assert not any(key == "c" for key, *_ in rows)
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_footer_and_the_help_agree_on_the_keys_shown(size):
+    """The walk: at 160 columns the footer left out n, e, M and end, which the help listed.
+    From 110 columns the footer shows every key of the help's; below, the help says which not."""
+    app = replay_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        await wait_for(pilot, lambda: not footer_keys_missing(app), what="every key in the footer")
+        spare = ["M Previous chart", "n Noise", "e Export", "end Follow log"]
+        _, rows = await _open_help(pilot)
+        marked = [f"{key} {action.removesuffix(' (not in the footer below 110 columns)')}"
+                  for key, action in rows if action.endswith("(not in the footer below 110 columns)")]
+        if size[0] >= 110:
+            assert all(key in footer_text(app) for key in spare) and not marked
+        else:
+            assert marked == spare and not any(key in footer_text(app) for key in spare)
