@@ -52,8 +52,10 @@ from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
 from widgets.steady_footer import SteadyFooter
 
-# At 80 columns the charts sit above the log and take at most this share of the height.
+# At 80 columns the charts sit above the log and take at most this share of the height as plots;
+# as text rows they take what they need, leaving the log at least its rule, status and two lines.
 NARROW_CHART_SHARE = 0.6
+NARROW_LOG_ROWS = 4
 # Seconds between two drains of the feed at least: what arrives meanwhile is one update.
 DRAIN_GAP = 0.1
 
@@ -370,6 +372,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
         # log and may take 60% of the height (styles.tcss).
         grid = self.query_one(MetricsGrid)
         grid.height_share = NARROW_CHART_SHARE if self.has_class("-narrow") else 1.0
+        grid.rows_kept_below = NARROW_LOG_ROWS if self.has_class("-narrow") else 0
         self.call_after_refresh(grid.arrange_charts)
         self.call_after_refresh(self._render_header)
 
@@ -384,6 +387,8 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
     def watch_ended(self) -> None:
         self._header_changed()
         self.refresh_bindings()  # p and c leave the footer (check_action)
+        if self.is_mounted:  # the end panel takes rows from the grid and the log
+            self.call_after_refresh(self.query_one(MetricsGrid).arrange_charts)
 
     def watch_watch_stopped(self) -> None:
         self._header_changed()

@@ -576,7 +576,10 @@ async def test_at_80x24_a_rerun_of_a_rerun_names_both_earlier_runs_in_every_lege
         await overlay_earlier_runs(pilot)
         grid = app.screen.query_one(MetricsGrid)
         await wait_for(pilot, lambda: all("c9d75d…" in str(c.border_title) for c in grid.charts), what="legends")
-        for chart in grid.charts:
+        # The charts shown: one that does not fit whole at 80x24 is hidden (MetricsGrid._whole_text_rows).
+        await wait_for(pilot, lambda: any(not c.has_class("-hidden") and c.size.width for c in grid.charts),
+                       what="a chart shown")
+        for chart in [c for c in grid.charts if not c.has_class("-hidden")]:
             legend = Content.from_markup(str(chart.border_title)).plain
             assert "c9d75d…" in legend and "a0c79c…" in legend and len(legend) <= chart.size.width - 4, legend
 
@@ -1016,3 +1019,24 @@ async def test_the_footer_and_the_help_agree_on_the_keys_shown(size):
             assert all(key in footer_text(app) for key in spare) and not marked
         else:
             assert marked == spare and not any(key in footer_text(app) for key in spare)
+
+
+async def test_at_80x24_an_ended_reruns_charts_keep_their_data_rows():
+    """The walk: at 80x24, once the end panel showed, the loss chart kept its title rule but
+    lost its data row (and a rerun its overlay's row). A chart shown shows every row."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: len(app.screen.query_one(MetricsGrid).charts) == 3, what="the charts")
+        grid = app.screen.query_one(MetricsGrid)
+        grid.set_overlays(earlier_runs()[:1])
+
+        def rows_of(label: str) -> int:
+            return sum(line.lstrip().startswith(label) for line in screen_lines(app))
+
+        def whole() -> bool:
+            shown = [chart for chart in grid.charts if not chart.has_class("-hidden")]
+            return rows_of("━ c9d75d… train") == len(shown) and rows_of("━ train") == len(shown)
+
+        await wait_for(pilot, lambda: whole() and rows_of("━ c9d75d… train") >= 2,
+                       what="the mean score and loss charts whole, their overlay's rows too")
+        assert rows_of("┅ c9d75d… eval") == 1  # the mean score's eval overlay
