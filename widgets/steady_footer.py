@@ -110,6 +110,8 @@ class SteadyFooter(Footer):
         rows = rows_needed(widths, room)
         self.set_class(rows > 1, "-rows")
         self.styles.height = rows
+        for count in range(2, MAX_ROWS + 1):  # the toasts sit above every row (styles.tcss: ToastRack)
+            self.screen.set_class(rows == count, f"-footer-rows-{count}")
         self.styles.grid_size_columns = math.ceil(len(widths) / rows) if widths else 1
 
     def _shown_bindings(self) -> list[tuple]:

@@ -30,6 +30,7 @@ from support.screen_text import footer_keys_missing, footer_text, notifications,
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
+from widgets.steady_footer import SteadyFooter
 
 
 def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02,
@@ -1040,3 +1041,18 @@ async def test_at_80x24_an_ended_reruns_charts_keep_their_data_rows():
         await wait_for(pilot, lambda: whole() and rows_of("━ c9d75d… train") >= 2,
                        what="the mean score and loss charts whole, their overlay's rows too")
         assert rows_of("┅ c9d75d… eval") == 1  # the mean score's eval overlay
+
+
+async def test_at_80x24_a_toast_never_covers_the_footers_two_rows():
+    """The walk: at 80x24 toasts sat over the footer's second row, and their blank padding rows
+    over the screen's text."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        footer = app.screen.query_one(SteadyFooter)
+        await wait_for(pilot, lambda: footer.region.height == 2, what="a footer of two rows")
+        app.notify("Exported to /tmp/somewhere", title="Export")
+        await wait_for(pilot, lambda: any(t.region.height for t in app.screen.query("Toast")), what="the toast")
+        for toast in app.screen.query("Toast"):
+            assert not toast.region.overlaps(footer.region), (toast.region, footer.region)
+            assert toast.region.height == 2  # its title and its line, no blank rows around them
