@@ -385,8 +385,14 @@ class SynthTuiApp(App[int]):
         seen: set[tuple[str, str]] = set()
         # The footer's spare keys at this width: the help says they are not in it (docs/product.md#keys).
         spare = left_out(self.screen, self.size.width)
+        screen_keys = {key.strip(): binding for binding in type(self.screen).BINDINGS
+                       if isinstance(binding, Binding) for key in binding.key.split(",")}
         for active in sorted(self.screen.active_bindings.values(), key=self._help_order(self.screen)):
             binding = active.binding
+            if binding.action == "select_cursor" and binding.key in screen_keys:
+                # A focused table's enter selects the row, which the screen acts on: the help names
+                # the screen's key once (the walk: the env review listed ⏎ Select and enter Edit).
+                binding = screen_keys[binding.key]
             label = binding.description or binding.action
             if not label or (binding.action, label) in seen or binding.action in HELP_LEFT_OUT:
                 continue
