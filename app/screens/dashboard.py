@@ -148,6 +148,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
         self.since_seq = since_seq
         self._drained_at = 0.0  # monotonic time of the last drain
         self._drain_timer: Timer | None = None  # a drain held back by DRAIN_GAP
+        self._body_height = 0  # the body's height the grid was last fitted to (_body_laid_out)
         self._header_held = 0  # > 0 inside _one_header: the header is redrawn once, at its end
         self._header_dirty = False
         self._resumed = asyncio.Event()  # set while this screen is the active one (_until_active)
@@ -172,6 +173,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
+        self.screen_layout_refresh_signal.subscribe(self, self._body_laid_out)
         if self.overlays:
             self.query_one(MetricsGrid).set_overlays(self.overlays)
         if self.overlay_ids:
@@ -367,6 +369,15 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
             return max(0, int((datetime.now(self.created_at.tzinfo) - self.created_at).total_seconds()))
         return int(time.monotonic() - self.started)
 
+    def _body_laid_out(self, _screen: object) -> None:
+        """The end panel, the filter field or a taller header took rows from the body: the grid
+        fits its charts to what is left (MetricsGrid.rows_kept_below: the log keeps its rows)."""
+        height = self.query_one("#dash-body").size.height
+        if height != self._body_height:
+            first, self._body_height = not self._body_height, height
+            if not first:  # the first layout arranges the grid itself (on_resize)
+                self.query_one(MetricsGrid).arrange_charts()
+
     def on_resize(self) -> None:
         # The breakpoint class may have changed: at 80 columns the grid is stacked over the
         # log and may take 60% of the height (styles.tcss).
@@ -387,8 +398,6 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
     def watch_ended(self) -> None:
         self._header_changed()
         self.refresh_bindings()  # p and c leave the footer (check_action)
-        if self.is_mounted:  # the end panel takes rows from the grid and the log
-            self.call_after_refresh(self.query_one(MetricsGrid).arrange_charts)
 
     def watch_watch_stopped(self) -> None:
         self._header_changed()

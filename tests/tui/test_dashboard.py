@@ -1056,3 +1056,28 @@ async def test_at_80x24_a_toast_never_covers_the_footers_two_rows():
         for toast in app.screen.query("Toast"):
             assert not toast.region.overlaps(footer.region), (toast.region, footer.region)
             assert toast.region.height == 2  # its title and its line, no blank rows around them
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_logs_status_line_is_whole_while_filtering(size):
+    """The walk: with a filter typed, the log's first line (the filter, the counts) ran past the
+    pane's edge and was cut. Whole parts leave from its end instead; the filter stays."""
+    app = replay_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
+        await pilot.press("slash")
+        type_ahead(app, *"step")
+        log = app.screen.query_one(EventLog)
+        await wait_for(pilot, lambda: log.filter_text == "step", what="the filter typed")
+        status = log.query_one("#log-status")
+
+        def drawn() -> str:
+            return screen_lines(app)[status.region.y][status.region.x:status.region.right].rstrip()
+
+        await wait_for(pilot, lambda: drawn().startswith("filter 'step'"), what="the status line")
+        await pilot.pause()
+        assert drawn() == str(status.render()).rstrip(), (drawn(), str(status.render()))
+        assert len(str(status.render()).rstrip()) <= status.region.width
+        # Under it, events still show: the grid gave back the rows the filter field took.
+        await wait_for(pilot, lambda: sum("rl.train.step" in line for line in screen_lines(app)) >= 2,
+                       what="two step events under the status line")
