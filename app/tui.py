@@ -556,6 +556,10 @@ def guided_app(session: LaunchSession) -> SynthTuiApp:
 
 
 def run_tui(session: LaunchSession) -> int:
+    if session.options.config_paths:  # a --config that does not exist ends here, as headless
+        from app.core.launch.service import require_configs
+
+        require_configs(session.options.config_paths)
     return run_app(guided_app(session))
 
 
