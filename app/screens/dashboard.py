@@ -87,8 +87,10 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
         Binding("r", "rerun", "Rerun", id="dashboard.rerun",
                 tooltip=palette_tooltip("Rerun job", "Submit the same payload with a new Idempotency-Key")),
         Binding("p", "pause", "Freeze view", id="dashboard.pause",  # only the view: the job goes on
-                tooltip=palette_tooltip("Freeze or unfreeze the view",
-                                        "Freeze the chart and the log; the job goes on")),
+                tooltip=palette_tooltip("Freeze the view", "Freeze the chart and the log; the job goes on")),
+        # p's other face while the view is frozen (check_action shows the one that applies).
+        Binding("p", "resume", "Resume view", id="dashboard.resume",
+                tooltip=palette_tooltip("Resume the view", "The chart and the log catch up with the job")),
         Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/",
                 tooltip=palette_tooltip("Filter events", "Show only events whose type, level or text match")),
         *CHART_BINDINGS,
@@ -405,6 +407,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
     def watch_paused(self, paused: bool) -> None:
         if self.is_mounted:
             self.query_one(MetricsGrid).paused = paused
+        self.refresh_bindings()  # p says Freeze view or Resume view (check_action)
         self._header_changed()
 
     def watch_end_message(self, message: str | None) -> None:
@@ -451,9 +454,11 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
     # -- keys -----------------------------------------------------------------------------
 
     def action_pause(self) -> None:
-        self.paused = not self.paused
-        if not self.paused:
-            self.apply_feed()
+        self.paused = True
+
+    def action_resume(self) -> None:
+        self.paused = False
+        self.apply_feed()
 
     def action_noise(self) -> None:
         self.query_one(EventLog).toggle_noise()
@@ -487,7 +492,9 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
         # An ended job's view no longer changes: nothing to pause (a view paused before the end
         # still resumes; its held batch brings the end).
         if action == "pause":
-            return not self.ended or self.paused
+            return not self.ended and not self.paused
+        if action == "resume":
+            return self.paused
         # An ended job has nothing to cancel (the walk: `c Cancel` stayed in the footer).
         if action == "cancel_job":
             return not self.ended

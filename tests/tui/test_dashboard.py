@@ -249,13 +249,13 @@ async def test_a_palette_command_runs_the_binding_it_comes_from(faulty_backend):
         await wait_for(pilot, lambda: screen.status == "running")
         await pilot.press("ctrl+p")
         await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
-        type_ahead(app, *"freeze or unfreeze")  # as a terminal sends it: no frame per key
+        type_ahead(app, *"freeze the view")  # as a terminal sends it: no frame per key
         def listed() -> list[str]:
             commands = app.screen.query_one(CommandList)
             return [str(commands.get_option_at_index(i).prompt) for i in range(commands.option_count)]
 
         # the keys arrive at once: the palette searches as they land, so wait for the last search's list
-        await wait_for(pilot, lambda: listed()[:1] and "Freeze or unfreeze the view" in listed()[0],
+        await wait_for(pilot, lambda: listed()[:1] and "Freeze the view" in listed()[0],
                        what="the command listed first")
         assert "(p)" in listed()[0]  # its help: the binding's key
         await pilot.press("enter")
@@ -921,7 +921,8 @@ async def test_every_dashboard_action_is_in_the_palette_and_p_on_an_ended_job_pa
         screen = dashboard(app)
         in_palette = {command.action for command in palette_commands(screen)}
         # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
-        leave = ("quit_dashboard", "back", "app.quit", "app.help")
+        # Resume is offered while the view is frozen (p's other face: test_p_says_resume_view_while…).
+        leave = ("quit_dashboard", "back", "app.quit", "app.help", "resume")
         keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
         assert keyed <= in_palette, keyed - in_palette
         for action in in_palette:
@@ -1081,3 +1082,22 @@ async def test_the_logs_status_line_is_whole_while_filtering(size):
         # Under it, events still show: the grid gave back the rows the filter field took.
         await wait_for(pilot, lambda: sum("rl.train.step" in line for line in screen_lines(app)) >= 2,
                        what="two step events under the status line")
+
+
+async def test_p_says_resume_view_while_the_view_is_frozen(faulty_backend):
+    """The walk: `p Freeze view` stayed in the footer while the view was frozen."""
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p in the footer")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: "p Resume view" in footer_text(app), what="p saying it resumes")
+        assert screen.paused and "Freeze view" not in footer_text(app)
+        _, rows = await _open_help(pilot)
+        assert ("p", "Resume view") in rows and ("p", "Freeze view") not in rows
+        await pilot.press("escape")
+        await wait_for_screen(pilot, DashboardScreen)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p saying it freezes again")
+        assert not screen.paused
