@@ -5,6 +5,7 @@ change (widgets/plot_canvas.py says what)."""
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 from textual.app import App, ComposeResult
@@ -172,5 +173,5 @@ def test_the_step_axis_is_labelled_at_its_first_and_last_step(first, last):
     ticks = integer_ticks(first, last)
     assert ticks[0] == first and ticks[-1] == last
     assert ticks == sorted(set(ticks)) and len(ticks) <= 7
-    gaps = [b - a for a, b in zip(ticks, ticks[1:])]
+    gaps = [b - a for a, b in pairwise(ticks)]
     assert min(gaps) * 2 >= max(gaps[:-1] or gaps)  # the last gap at least half the others
