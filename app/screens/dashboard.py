@@ -176,6 +176,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
     def on_mount(self) -> None:
         super().on_mount()
         self.screen_layout_refresh_signal.subscribe(self, self._body_laid_out)
+        self._stack_grid()  # a screen switched in (a rerun's dashboard) may get no resize
         if self.overlays:
             self.query_one(MetricsGrid).set_overlays(self.overlays)
         if self.overlay_ids:
@@ -371,6 +372,15 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
             return max(0, int((datetime.now(self.created_at.tzinfo) - self.created_at).total_seconds()))
         return int(time.monotonic() - self.started)
 
+    def _stack_grid(self) -> None:
+        """At 80 columns the grid is stacked over the log: a share of the height for plots, the
+        log's rows kept under text rows (MetricsGrid.rows_kept_below). From the app's width, as
+        the breakpoint (-narrow) is, which a screen switched in may not have yet."""
+        narrow = self.app.size.width < self.HORIZONTAL_BREAKPOINTS[1][0]
+        grid = self.query_one(MetricsGrid)
+        grid.height_share = NARROW_CHART_SHARE if narrow else 1.0
+        grid.rows_kept_below = NARROW_LOG_ROWS if narrow else 0
+
     def _body_laid_out(self, _screen: object) -> None:
         """The end panel, the filter field or a taller header took rows from the body: the grid
         fits its charts to what is left (MetricsGrid.rows_kept_below: the log keeps its rows)."""
@@ -384,8 +394,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
         # The breakpoint class may have changed: at 80 columns the grid is stacked over the
         # log and may take 60% of the height (styles.tcss).
         grid = self.query_one(MetricsGrid)
-        grid.height_share = NARROW_CHART_SHARE if self.has_class("-narrow") else 1.0
-        grid.rows_kept_below = NARROW_LOG_ROWS if self.has_class("-narrow") else 0
+        self._stack_grid()
         self.call_after_refresh(grid.arrange_charts)
         self.call_after_refresh(self._render_header)
 

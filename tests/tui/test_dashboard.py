@@ -1101,3 +1101,24 @@ async def test_p_says_resume_view_while_the_view_is_frozen(faulty_backend):
         await pilot.press("p")
         await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p saying it freezes again")
         assert not screen.paused
+
+
+async def test_at_80x24_a_reruns_dashboard_leaves_the_log_its_rows():
+    """The walk: the rerun's dashboard (switched in, so never resized) let two runs' text rows
+    take the log's every row at 80x24; the first dashboard kept them."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
+        rerun = DashboardScreen(JobContext("job_rerun", replay=finished_run()), overlays=earlier_runs())
+        app.switch_screen(rerun)
+        await wait_for(pilot, lambda: app.screen is rerun and len(rerun.query(MetricsGrid)) == 1
+                       and len(rerun.query_one(MetricsGrid).charts) == 3, what="the rerun's charts")
+        grid = rerun.query_one(MetricsGrid)
+
+        def settled() -> bool:  # every chart shown is whole (its earlier run's row too), the log under them
+            lines = screen_lines(app)
+            shown = [chart for chart in grid.charts if not chart.has_class("-hidden")]
+            overlay_rows = sum(line.startswith("━ c9d75d… train") for line in lines)
+            return overlay_rows == len(shown) > 0 and sum("rl." in line for line in lines) >= 2
+
+        await wait_for(pilot, settled, what="whole charts and two events under them")
