@@ -377,18 +377,28 @@ class SynthTuiApp(App[int]):
 
     def action_help(self) -> None:
         from app.screens.dialogs.common import HelpDialog
+        from widgets.steady_footer import WIDE_FOOTER, left_out
 
         if isinstance(self.screen, HelpDialog):
             return
         rows: list[tuple[str, str]] = []
         seen: set[tuple[str, str]] = set()
+        # The footer's spare keys at this width: the help says they are not in it (docs/product.md#keys).
+        spare = left_out(self.screen, self.size.width)
+        screen_keys = {key.strip(): binding for binding in type(self.screen).BINDINGS
+                       if isinstance(binding, Binding) for key in binding.key.split(",")}
         for active in sorted(self.screen.active_bindings.values(), key=self._help_order(self.screen)):
             binding = active.binding
+            if binding.action == "select_cursor" and binding.key in screen_keys:
+                # A focused table's enter selects the row, which the screen acts on: the help names
+                # the screen's key once (the walk: the env review listed ⏎ Select and enter Edit).
+                binding = screen_keys[binding.key]
             label = binding.description or binding.action
             if not label or (binding.action, label) in seen or binding.action in HELP_LEFT_OUT:
                 continue
             seen.add((binding.action, label))
-            rows.append((self.get_key_display(binding), label))
+            shown = f"{label} (not in the footer below {WIDE_FOOTER} columns)" if binding.action in spare else label
+            rows.append((self.get_key_display(binding), shown))
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
         self.push_screen(HelpDialog(str(title), rows))
 
@@ -546,6 +556,10 @@ def guided_app(session: LaunchSession) -> SynthTuiApp:
 
 
 def run_tui(session: LaunchSession) -> int:
+    if session.options.config_paths:  # a --config that does not exist ends here, as headless
+        from app.core.launch.service import require_configs
+
+        require_configs(session.options.config_paths)
     return run_app(guided_app(session))
 
 

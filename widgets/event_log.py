@@ -11,6 +11,7 @@ import textwrap
 from collections import deque
 from typing import Any
 
+from rich.cells import cell_len
 from rich.highlighter import Highlighter
 from rich.style import Style
 from rich.text import Text
@@ -109,8 +110,9 @@ class LogLines(LogMeasuredInPlace):
     - The widget's style once per repaint, not once per line (it walks the ancestors)."""
 
     # End scrolls to the last line, which resumes following the log (EventLog.tailing): said so
-    # on `?`, where the focused log's key would otherwise hide the dashboard's own "Follow log".
-    BINDINGS = [Binding("end", "scroll_end", "Follow log", show=False)]
+    # on `?` and in the footer, where the focused log's key would otherwise hide the dashboard's
+    # own "Follow log" (a spare key of the dashboard's footer: NARROW_FOOTER_LEAVES).
+    BINDINGS = [Binding("end", "scroll_end", "Follow log")]
 
     virtual_size: Reactive[Size] = Reactive(Size(0, 0), layout=False)
 
@@ -201,6 +203,7 @@ class EventLog(Vertical):
 
     def on_log_lines_resized(self, event: LogLines.Resized) -> None:
         event.stop()
+        self._update_status()  # its parts fitted to the new width
         if self._wrapped_at != self._wrap_width and self.kept:
             self.rebuild()  # the messages are wrapped to the width: wrap them again
         elif self.tailing:
@@ -289,13 +292,18 @@ class EventLog(Vertical):
         self._update_status()
 
     def _update_status(self) -> None:
-        """One line; what the user set comes first, so a narrow pane cuts the counts, not it."""
+        """One line, never cut: what the user set comes first, and whole parts leave from its end
+        (the noise count, then the events') where the pane is too narrow (the walk: a filter
+        pushed them past the edge, cut mid-word)."""
         parts = [f"filter {self.filter_text!r} (esc clears)"] if self.filter_text else []
         parts.append(f"{self.total} events")
         if self.new_while_away:
             parts.insert(0, f"▼ {self.new_while_away} new (end to follow)")
         noise = "shown" if self.show_noise else "hidden"
         parts.append(f"{self.hidden_noise} hatchet/modal {noise} (n)")
+        width = self.query_one("#log-status", Static).size.width if self.is_mounted else 0
+        while len(parts) > 1 and 0 < width < cell_len("  ·  ".join(parts)):
+            parts.pop()
         text = "  ·  ".join(parts)
         if text != self._status_text:  # the same text again would still repaint the line
             self._status_text = text

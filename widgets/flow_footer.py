@@ -2,7 +2,7 @@
 
 Textual's Footer lays its keys in one row and clips what does not fit, so a narrow terminal
 showed `d Diagnosti▏` or a lone `^` before the palette key. Here the palette key is left out
-below ``palette_from`` columns (Ctrl+P still works, and `?` says so), and a key that does not
+below ``palette_from`` columns (80: Ctrl+P still works, and `?` says so), and a key that does not
 fit whole is hidden with every key after it: the first keys are the ones that matter most.
 Which keys fit is known only once they are laid out, a frame after they are made: until then
 the keys are laid out but not drawn (class ``-fitting``), so no frame ever shows a cut key,
@@ -17,7 +17,7 @@ from textual.app import ComposeResult
 from widgets.compat.textual_compat import FooterKey
 from widgets.steady_footer import SteadyFooter
 
-PALETTE_FROM = 100
+PALETTE_FROM = 80  # as every other footer shows it at 80 columns (docs/product.md#keys)
 # Frames to wait for new keys to be laid out before fitting them (a screen not shown lays out none).
 FIT_ATTEMPTS = 20
 

@@ -135,12 +135,15 @@ def format_readouts(readouts: Readouts, *, full: bool) -> str:
 
 
 def integer_ticks(first: float, last: float, count: int = 6) -> list[int]:
-    """Steps are whole numbers: label the x axis with integers, not 1.50."""
+    """Steps are whole numbers: label the x axis with integers, not 1.50. The first and the
+    last step are labelled (the walk: a 16-step run's axis ended at 15); a label between them
+    closer to the last than half a stride gives way to it."""
     first, last = int(first), int(last)
     if last <= first:
         return [first]
     stride = max(1, round((last - first) / (count - 1)))
-    return list(range(first, last + 1, stride))
+    ticks = [tick for tick in range(first, last, stride) if tick == first or 2 * (last - tick) >= stride]
+    return [*ticks, last]
 
 
 def plot_line(plt, xs: list[float], ys: list[float], banded: bool, *, color: object,

@@ -82,6 +82,9 @@ class MetricsGrid(Vertical):
         # stacks it over the log): whether plots fit is judged on that, not on the grid's
         # own height, which shrinks to its text rows when they are shown.
         self.height_share = 1.0
+        # Rows the screen keeps under a stacked grid (the dashboard's log at 80 columns): as text
+        # rows the grid takes what its whole charts need, up to the rest of its parent's height.
+        self.rows_kept_below = 0
         # A name for the live run's lines in the legend, where several runs are compared.
         self.live_label: str | None = None
         # The live run's id: the overlays' labels are made to differ from it too.
@@ -291,10 +294,28 @@ class MetricsGrid(Vertical):
             chart.set_class(chart in text_rows, "-compact")
         if compact:
             cells.styles.layout = "vertical"
+            self._whole_text_rows(shown)
         else:
+            self.styles.max_height = None  # plots share the height the CSS gives
             self._grid_layout(cells, shown, plots, columns)
         self._show_status()
         self.redraw_if_changed(force=True)
+
+    def _whole_text_rows(self, shown: list[MetricChart]) -> None:
+        """Stacked over the log (rows_kept_below), the text rows take what they need up to the
+        room left, and a chart that would not fit whole is hidden, with the ones after it: never
+        a title rule without its rows (the walk at 80x24: the loss chart lost its data row)."""
+        if not self.rows_kept_below or not isinstance(self.parent, Widget):
+            self.styles.max_height = None
+            return
+        room = max(self.parent.size.height - self.rows_kept_below, 1)
+        self.styles.max_height = room
+        used = 1  # the status line
+        for index, chart in enumerate(shown):
+            used += TEXT_ROW_RULE + max(len(chart.lines()), 1)
+            chart.set_class(index > 0 and used > room, "-hidden")  # the first one shows, cut if need be
+            if used > room:
+                room = 0  # the charts after a hidden one are hidden too
 
     @staticmethod
     def _grid_layout(cells: Widget, shown: list[MetricChart], plots: int, columns: int) -> None:

@@ -12,6 +12,10 @@ Every key must show at 80 columns (docs/product.md#keys): when the keys do not f
 the footer lays them out in a grid of two rows (three if need be), each column as wide as its
 widest key, reading left to right, then the next row (its CSS: ``SteadyFooter.-rows`` in
 styles.tcss).
+
+A screen's spare keys (its ``NARROW_FOOTER_LEAVES``: the dashboard's ``n``, ``e``, ``M``, ``end``)
+show in the footer from ``WIDE_FOOTER`` columns, as the help lists them; below that they would
+cost the footer a row, so they are left to the help, which says so (docs/product.md#keys).
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from rich.cells import cell_len
 from textual import events, on
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
@@ -29,12 +34,19 @@ from textual.widgets import Footer
 from widgets.compat.textual_compat import FooterKey, footer_bindings_ready
 
 MAX_ROWS = 3
+WIDE_FOOTER = 110  # columns from which a screen's spare keys show in its footer (the dashboard's -wide)
 PALETTE_KEY_WIDTH = len("▏^p Commands")  # its border, key and description (and a padding column unless compact)
 
 
 def key_width(key_display: str, description: str, *, compact: bool) -> int:
     """The columns a FooterKey takes: Textual's padding (or a compact key's margin) included."""
     return cell_len(key_display) + cell_len(description) + (2 if compact else 3)
+
+
+def left_out(screen: Screen, width: int) -> frozenset[str]:
+    """The actions of `screen`'s spare keys its footer leaves out at `width` columns (the help names them)."""
+    spare: frozenset[str] = getattr(screen, "NARROW_FOOTER_LEAVES", frozenset())
+    return frozenset() if width >= WIDE_FOOTER else spare
 
 
 def rows_needed(widths: list[int], room: int) -> int:
@@ -54,16 +66,40 @@ class SteadyFooter(Footer):
 
     def shown_keys(self, screen: Screen) -> tuple:
         """What compose would show for `screen` now: each shown binding as drawn, and the palette key."""
+        leave = left_out(screen, self.app.size.width)
         keys = tuple((binding.key, binding.action, binding.description, binding.group, enabled, tooltip)
-                     for _, binding, enabled, tooltip in screen.active_bindings.values() if binding.show)
+                     for _, binding, enabled, tooltip in screen.active_bindings.values()
+                     if binding.show and binding.action not in leave)
         return keys, self.show_command_palette, self.app.ENABLE_COMMAND_PALETTE
 
     def compose(self) -> ComposeResult:
         if footer_bindings_ready(self) and self.is_attached:
             self._composed = self.shown_keys(self.screen)
-        yield from self._with_compact_class(super().compose())
+        leave = left_out(self.screen, self.app.size.width) if self.is_attached else frozenset()
+        widgets = [widget for widget in super().compose()
+                   if not (isinstance(widget, FooterKey) and widget.action in leave)]
+        yield from self._with_compact_class(self._spare_keys_in_place(widgets) if self.is_attached else widgets)
         if footer_bindings_ready(self) and self.is_attached:
             self._set_rows()  # after Textual's compose, which sets the grid's columns to the keys' count
+
+    def _spare_keys_in_place(self, widgets: list[Widget]) -> list[Widget]:
+        """A focused widget's spare key (the log's own `end`, standing for the dashboard's) shows
+        where the screen declares that key, not first as the focused widget's keys do."""
+        spare: frozenset[str] = getattr(self.screen, "NARROW_FOOTER_LEAVES", frozenset())
+        declared = [key.strip() for binding in type(self.screen).BINDINGS if isinstance(binding, Binding)
+                    for key in binding.key.split(",")]
+        moved = [widget for widget in widgets if isinstance(widget, FooterKey) and widget.action in spare
+                 and widget.key in declared and self.screen.active_bindings[widget.key].node is not self.screen]
+        for widget in moved:
+            widgets.remove(widget)
+            place = declared.index(widget.key)
+            after = next((index for index, other in enumerate(widgets) if isinstance(other, FooterKey)
+                          and other.key in declared and declared.index(other.key) > place), None)
+            if after is None:  # the last of the screen's keys: before the palette's key
+                after = next((index for index, other in enumerate(widgets)
+                              if isinstance(other, FooterKey) and other.has_class("-command-palette")), len(widgets))
+            widgets.insert(after, widget)
+        return widgets
 
     def _set_rows(self) -> None:
         """One row when every key fits in it, else a grid of as few rows as fit (docs/product.md#keys)."""
@@ -74,19 +110,25 @@ class SteadyFooter(Footer):
         rows = rows_needed(widths, room)
         self.set_class(rows > 1, "-rows")
         self.styles.height = rows
+        for count in range(2, MAX_ROWS + 1):  # the toasts sit above every row (styles.tcss: ToastRack)
+            self.screen.set_class(rows == count, f"-footer-rows-{count}")
         self.styles.grid_size_columns = math.ceil(len(widths) / rows) if widths else 1
 
     def _shown_bindings(self) -> list[tuple]:
         seen: dict[str, tuple] = {}  # Textual's Footer shows one key per action
+        leave = left_out(self.screen, self.app.size.width)
         for _, binding, enabled, tooltip in self.screen.active_bindings.values():
-            if binding.show:
+            if binding.show and binding.action not in leave:
                 seen.setdefault(binding.action, (binding, enabled, tooltip))
         return list(seen.values())
 
     @on(events.Resize)
     def _rows_for_new_width(self, event: events.Resize) -> None:  # beside FlowFooter's own on_resize
         if self._composed is not None and self.is_attached:
-            self._set_rows()
+            if self.shown_keys(self.screen) != self._composed:  # spare keys come or go (WIDE_FOOTER)
+                self.bindings_changed(self.screen)
+            else:
+                self._set_rows()
 
     def _with_compact_class(self, widgets: Iterable[Widget]) -> Iterator[Widget]:
         for widget in widgets:

@@ -155,6 +155,7 @@ def select_config(run: TrainRun, printer: Printer) -> Path:
     """Explicit ``--config`` (never filtered by type, as the SDK), else discovery."""
     cwd = run.options.cwd
     if run.options.config_paths:
+        service.require_configs(run.options.config_paths)  # the TUI's words and exit code for a missing file
         paths = [Path(p) for p in run.options.config_paths]
         if len(paths) == 1:  # read (once) by the validation that follows, which names what is wrong
             try:

@@ -15,7 +15,7 @@ from widgets.metrics_grid import ChartView, MetricsGrid
 CHART_BINDINGS = [
     Binding("m", "metric", "Chart", id="chart.next",
             tooltip=palette_tooltip("Next chart", "Focus the next chart of the grid")),
-    Binding("M", "metric_back", "Previous chart", id="chart.previous", show=False,
+    Binding("M", "metric_back", "Previous chart", id="chart.previous",
             tooltip=palette_tooltip("Previous chart", "Focus the chart before")),
     Binding("f", "full", "Full size", id="chart.full",
             tooltip=palette_tooltip("Full size chart", "Show the focused chart alone, or the whole grid again")),

@@ -28,6 +28,9 @@ class CompareScreen(ChartKeys, FlowScreen):
         Binding("ctrl+q", "app.quit", "Quit", id="compare.app_quit", show=False),  # q is in the footer
     ]
 
+    # Below 110 columns M would cost the footer a row: the help lists it (widgets/steady_footer.py).
+    NARROW_FOOTER_LEAVES = frozenset({"metric_back"})
+
     def __init__(self, job_ids: list[str], *, runs: list[ComparedRun] | None = None) -> None:
         """``runs``: already read (snapshots, README pictures); f5 reads them again."""
         super().__init__()

@@ -14,9 +14,8 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
 
-from textual import events, on, work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
@@ -40,11 +39,11 @@ from app.core.runs.model import SavedModel, saved_model
 from app.core.runs.ranks import rank_figures
 from app.core.runs.saved_run import run_span
 from app.core.runs.series import MetricStore, baseline_change
-from app.screens import dashboard_quit, job_actions
+from app.screens import dashboard_quit
 from app.screens.base import FlowScreen
 from app.screens.chart_keys import CHART_BINDINGS, ChartKeys, carry_chart_view
 from app.screens.commands import palette_tooltip
-from app.screens.dialogs.overlay_picker import MAX_OVERLAYS
+from app.screens.dashboard_jobs import JobKeys
 from app.screens.overlays import OverlayActions
 from widgets.app_header import AppHeader
 from widgets.event_log import EventLog
@@ -53,8 +52,10 @@ from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
 from widgets.steady_footer import SteadyFooter
 
-# At 80 columns the charts sit above the log and take at most this share of the height.
+# At 80 columns the charts sit above the log and take at most this share of the height as plots;
+# as text rows they take what they need, leaving the log at least its rule, status and two lines.
 NARROW_CHART_SHARE = 0.6
+NARROW_LOG_ROWS = 4
 # Seconds between two drains of the feed at least: what arrives meanwhile is one update.
 DRAIN_GAP = 0.1
 
@@ -63,7 +64,7 @@ class FeedReady(Message, bubble=False):
     """Posted from the feed's thread: the feed has something to drain."""
 
 
-class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
+class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
     TITLE = "Live dashboard"
     # The job's state as the header and the stylesheet show it: each change redraws the header
     # (once per drained batch: _one_header) and sets the screen's class (styles.tcss: -ended
@@ -86,8 +87,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         Binding("r", "rerun", "Rerun", id="dashboard.rerun",
                 tooltip=palette_tooltip("Rerun job", "Submit the same payload with a new Idempotency-Key")),
         Binding("p", "pause", "Freeze view", id="dashboard.pause",  # only the view: the job goes on
-                tooltip=palette_tooltip("Freeze or unfreeze the view",
-                                        "Freeze the chart and the log; the job goes on")),
+                tooltip=palette_tooltip("Freeze the view", "Freeze the chart and the log; the job goes on")),
+        # p's other face while the view is frozen (check_action shows the one that applies).
+        Binding("p", "resume", "Resume view", id="dashboard.resume",
+                tooltip=palette_tooltip("Resume the view", "The chart and the log catch up with the job")),
         Binding("slash", "filter", "Filter", id="dashboard.filter", key_display="/",
                 tooltip=palette_tooltip("Filter events", "Show only events whose type, level or text match")),
         *CHART_BINDINGS,
@@ -97,12 +100,12 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         Binding("i", "inspect", "Rollouts", id="dashboard.inspect",
                 tooltip=palette_tooltip("Inspect rollouts",
                                         "The episodes the backend kept: best and worst of a step, turn by turn")),
-        # n and e are not in the footer: the log's status line names n, the palette both.
-        Binding("n", "noise", "Noise", id="dashboard.noise", show=False,
+        # n, e, end (and M) are spare keys: in the footer from 110 columns (NARROW_FOOTER_LEAVES).
+        Binding("n", "noise", "Noise", id="dashboard.noise",
                 tooltip=palette_tooltip("Toggle infrastructure noise", "Show or hide hatchet/modal events")),
-        Binding("e", "export", "Export", id="dashboard.export", show=False,
+        Binding("e", "export", "Export", id="dashboard.export",
                 tooltip=palette_tooltip("Export run", "Write metrics CSV and events JSONL into the run's folder")),
-        Binding("end", "follow", "Follow log", id="dashboard.follow", show=False,
+        Binding("end", "follow", "Follow log", id="dashboard.follow",
                 tooltip=palette_tooltip("Follow the log", "Scroll to the newest event and stay there")),
         # The app's quit, which asks this screen (request_quit) even when q goes back.
         Binding("ctrl+q", "app.quit", "Quit", id="dashboard.app_quit", show=False),
@@ -110,6 +113,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
                 tooltip=palette_tooltip("Clear the event filter",
                                         "Show every event again (with no filter: back to the list it came from)")),
     ]
+
+    # Below 110 columns these would cost the footer a row: the help lists them (widgets/steady_footer.py).
+    # (scroll_end: the focused log's own end, widgets/event_log.py.)
+    NARROW_FOOTER_LEAVES = frozenset({"metric_back", "noise", "export", "follow", "scroll_end"})
 
     def __init__(self, job: JobContext | str, *, since_seq: int = 0, back_to_history: bool = False,
                  overlays: Sequence[ComparedRun] = (), overlay_ids: Sequence[str] = (),
@@ -143,10 +150,10 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.since_seq = since_seq
         self._drained_at = 0.0  # monotonic time of the last drain
         self._drain_timer: Timer | None = None  # a drain held back by DRAIN_GAP
+        self._body_height = 0  # the body's height the grid was last fitted to (_body_laid_out)
         self._header_held = 0  # > 0 inside _one_header: the header is redrawn once, at its end
         self._header_dirty = False
         self._resumed = asyncio.Event()  # set while this screen is the active one (_until_active)
-        self._asking_rerun = False  # r reads the payload from the run history before it asks
 
     # -- layout ---------------------------------------------------------------------------
 
@@ -168,6 +175,8 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def on_mount(self) -> None:
         super().on_mount()
+        self.screen_layout_refresh_signal.subscribe(self, self._body_laid_out)
+        self._stack_grid()  # a screen switched in (a rerun's dashboard) may get no resize
         if self.overlays:
             self.query_one(MetricsGrid).set_overlays(self.overlays)
         if self.overlay_ids:
@@ -363,11 +372,29 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             return max(0, int((datetime.now(self.created_at.tzinfo) - self.created_at).total_seconds()))
         return int(time.monotonic() - self.started)
 
+    def _stack_grid(self) -> None:
+        """At 80 columns the grid is stacked over the log: a share of the height for plots, the
+        log's rows kept under text rows (MetricsGrid.rows_kept_below). From the app's width, as
+        the breakpoint (-narrow) is, which a screen switched in may not have yet."""
+        narrow = self.app.size.width < self.HORIZONTAL_BREAKPOINTS[1][0]
+        grid = self.query_one(MetricsGrid)
+        grid.height_share = NARROW_CHART_SHARE if narrow else 1.0
+        grid.rows_kept_below = NARROW_LOG_ROWS if narrow else 0
+
+    def _body_laid_out(self, _screen: object) -> None:
+        """The end panel, the filter field or a taller header took rows from the body: the grid
+        fits its charts to what is left (MetricsGrid.rows_kept_below: the log keeps its rows)."""
+        height = self.query_one("#dash-body").size.height
+        if height != self._body_height:
+            first, self._body_height = not self._body_height, height
+            if not first:  # the first layout arranges the grid itself (on_resize)
+                self.query_one(MetricsGrid).arrange_charts()
+
     def on_resize(self) -> None:
         # The breakpoint class may have changed: at 80 columns the grid is stacked over the
         # log and may take 60% of the height (styles.tcss).
         grid = self.query_one(MetricsGrid)
-        grid.height_share = NARROW_CHART_SHARE if self.has_class("-narrow") else 1.0
+        self._stack_grid()
         self.call_after_refresh(grid.arrange_charts)
         self.call_after_refresh(self._render_header)
 
@@ -381,7 +408,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
 
     def watch_ended(self) -> None:
         self._header_changed()
-        self.refresh_bindings()  # p leaves the footer (check_action)
+        self.refresh_bindings()  # p and c leave the footer (check_action)
 
     def watch_watch_stopped(self) -> None:
         self._header_changed()
@@ -389,6 +416,7 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     def watch_paused(self, paused: bool) -> None:
         if self.is_mounted:
             self.query_one(MetricsGrid).paused = paused
+        self.refresh_bindings()  # p says Freeze view or Resume view (check_action)
         self._header_changed()
 
     def watch_end_message(self, message: str | None) -> None:
@@ -435,9 +463,11 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
     # -- keys -----------------------------------------------------------------------------
 
     def action_pause(self) -> None:
-        self.paused = not self.paused
-        if not self.paused:
-            self.apply_feed()
+        self.paused = True
+
+    def action_resume(self) -> None:
+        self.paused = False
+        self.apply_feed()
 
     def action_noise(self) -> None:
         self.query_one(EventLog).toggle_noise()
@@ -471,7 +501,12 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         # An ended job's view no longer changes: nothing to pause (a view paused before the end
         # still resumes; its held batch brings the end).
         if action == "pause":
-            return not self.ended or self.paused
+            return not self.ended and not self.paused
+        if action == "resume":
+            return self.paused
+        # An ended job has nothing to cancel (the walk: `c Cancel` stayed in the footer).
+        if action == "cancel_job":
+            return not self.ended
         return True
 
     def action_back(self) -> None:
@@ -497,18 +532,6 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
         self.filtering = False
         self.query_one(EventLog).focus()
 
-    def action_cancel_job(self) -> None:
-        if not self._needs_backend("Cancel"):
-            return
-        if self.ended:
-            self.notify(f"The job has already ended ({self.status}).", severity="warning")
-            return
-        job_actions.confirm_cancel(self, self.job.job_id, self._cancel)
-
-    @work(exclusive=True, group="cancel", exit_on_error=False, name="Cancel")
-    async def _cancel(self) -> None:
-        self.notify(f"Cancel requested: {await job_actions.request_cancel(self, self.job.job_id)}")
-
     def action_inspect(self) -> None:
         """The rollout inspector on the job's latest step (docs/product.md#rollout-inspector)."""
         from app.screens.rollouts import RolloutsScreen
@@ -517,68 +540,15 @@ class DashboardScreen(OverlayActions, ChartKeys, FlowScreen):
             return
         self.app.push_screen(RolloutsScreen(self.job))
 
-    def action_rerun(self) -> None:
-        if not self._needs_backend("Rerun"):
-            return
-        self._asking_rerun = True
-        self._ask_rerun()
-
-    def holds_key(self, key: str) -> bool:
-        """Keys typed after r (its question's y) wait until the question is asked; the overlay
-        dialog's keys wait as well (OverlayActions)."""
-        return self._asking_rerun or super().holds_key(key)
-
-    @work(exclusive=True, group="rerun-ask", exit_on_error=False, name="Rerun")
-    async def _ask_rerun(self) -> None:
-        try:
-            # The run history is a SQLite file: read off the UI thread.
-            payload = self.job.payload or await asyncio.to_thread(job_actions.payload_from_history,
-                                                                     self.job.job_id)
-        finally:
-            self._asking_rerun = False
-        self.flow_app.tell_history_repairs()
-        if payload is None:
-            self.notify("No payload is known for this job (it was not launched from this machine).",
-                        severity="error")
-            return
-        self.flow_app.confirm(f"Rerun job {self.job.job_id}?", lambda: self._rerun(payload), label="Rerun",
-                              detail="The same payload is submitted with a new Idempotency-Key; "
-                                     "the old job stays in the history.")
-
-    @work(exclusive=True, group="rerun", exit_on_error=False, name="Rerun")
-    async def _rerun(self, payload: dict[str, Any]) -> None:
-        context = await job_actions.submit_rerun(self, payload, rerun_of=self.job.job_id,
-                                                 config_path=self.job.config_path,
-                                                 submitted=lambda job_id: f"Rerun submitted as {job_id}")
-        if context is None:
-            return
-        # A dialog opened meanwhile (a quit question) is answered first: switching now would
-        # replace the dialog, not this dashboard.
-        await self._until_active()
-        # The run it repeats stays on the charts, dimmed, beside the new one.
-        overlays = [ComparedRun(self.job.job_id, self.store), *self.query_one(MetricsGrid).overlays][:MAX_OVERLAYS]
-        rerun = DashboardScreen(context, back_to_history=self.back_to_history, overlays=overlays)
-        self.app.switch_screen(carry_chart_view(self, rerun))  # with the chart keys' settings
+    def rerun_screen(self, context: JobContext, overlays: list[ComparedRun]) -> DashboardScreen:
+        return carry_chart_view(self, DashboardScreen(context, back_to_history=self.back_to_history,
+                                                      overlays=overlays))
 
     @work(exclusive=True, group="export", exit_on_error=False, name="Export")
     async def action_export(self) -> None:
         points = self.store.rows()  # read here, on the UI thread that adds to the store
         folder = await asyncio.to_thread(export_run, self.job.job_id, points, datetime.now())
         self.notify(f"Exported to {folder}", title="Export")
-
-    async def _until_active(self) -> None:
-        """Return once this screen is the app's active screen (now, or when it is resumed)."""
-        while not self.is_active:
-            self._resumed.clear()
-            await self._resumed.wait()
-
-    @on(events.ScreenResume)
-    def _screen_resumed(self) -> None:
-        self._resumed.set()
-
-    @on(events.ScreenSuspend)
-    def _screen_suspended(self) -> None:
-        self._resumed.clear()
 
     def request_quit(self) -> None:
         self.action_quit_dashboard()

@@ -215,10 +215,7 @@ class PayloadPreviewScreen(FlowScreen):
         self.submitting, self.response = False, submitted.result
         self.flow_app.go_to_dashboard(submitted.job, history_warning=submitted.history_warning)
 
-    def action_toggle_response(self) -> None:
-        if self._response_text() is None:
-            self.notify("No response yet: press s to submit.", severity="information")
-            return
+    def action_toggle_response(self) -> None:  # only once there is an answer (check_action)
         self.response_expanded = not self.response_expanded
 
     def action_back(self) -> None:
@@ -249,7 +246,14 @@ class PayloadPreviewScreen(FlowScreen):
             return error.status, text
         return None
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # x expands an answer: none before a submit (the walk), so not in the footer until one came.
+        if action == "toggle_response":
+            return self._response_text() is not None
+        return True
+
     def _show_state(self) -> None:
+        self.refresh_bindings()  # x comes with the first answer (check_action)
         secrets = self.session.secret_values()
         self._show_problem(secrets)
         submit_ready = not (self.rebuilding or self.submitting or self.problem or self.prepared is None)

@@ -7,12 +7,15 @@ What is listed and compared is chosen by ``app.core.runs.rollout_pick``; reading
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+from weakref import WeakKeyDictionary
 
 from rich.text import Text
 from textual import events, on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.notifications import Notification, Notify
+from textual.screen import Screen
 from textual.widgets import DataTable, Static
 
 from app.core.errors import SynthTuiError
@@ -23,6 +26,7 @@ from app.screens.base import FlowScreen
 from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.cells import cell
+from widgets.compat.textual_compat import withdraw_notification
 from widgets.rollout_view import RolloutView, summary_line
 from widgets.steady_footer import SteadyFooter
 from widgets.table_keys import highlighted_key
@@ -183,6 +187,7 @@ class RolloutsScreen(FlowScreen):
 
     @on(DataTable.RowHighlighted, "#rollouts-table")
     def _highlighted(self) -> None:
+        withdraw_same_seed_notice(self)  # it spoke of the rollout highlighted before
         self._preview()
 
     def _preview(self) -> None:
@@ -243,13 +248,27 @@ class RolloutsScreen(FlowScreen):
             open_comparison(self, self.reader, summary)
 
 
+# The "Same seed" warning each screen shows, taken down once it speaks of a rollout no longer
+# chosen (the walk: it stayed up after another seed was chosen and compared).
+_same_seed_notices: WeakKeyDictionary[Screen, Notification] = WeakKeyDictionary()
+
+
+def withdraw_same_seed_notice(screen: Screen) -> None:
+    if (notice := _same_seed_notices.pop(screen, None)) is not None:
+        withdraw_notification(screen.app, notice)
+
+
 def open_comparison(screen: FlowScreen, reader: RolloutReader, chosen: RolloutSummary) -> None:
     """``c``: ``chosen`` beside a rollout of the same seed at another step, or why not."""
+    withdraw_same_seed_notice(screen)
     partner = compare_partner(chosen, reader.summaries)
     if partner is None:
         why = ("its seed is unknown" if chosen.seed is None
                else f"no other step kept a {chosen.phase} rollout of seed {chosen.seed}")
-        screen.notify(f"Nothing to compare it with: {why}.", title="Same seed", severity="warning")
+        notice = Notification(f"Nothing to compare it with: {why}.", "Same seed", "warning",
+                              screen.app.NOTIFICATION_TIMEOUT, markup=False)
+        _same_seed_notices[screen] = notice
+        screen.app.post_message(Notify(notice))
         return
     screen.run_worker(_read_pair(screen, reader, chosen, partner), exclusive=True, group="rollouts-compare",
                       exit_on_error=False, name="Rollouts")
@@ -292,6 +311,7 @@ class RolloutScreen(FlowScreen):
         open_comparison(self, self.reader, self.rollout.summary)
 
     def action_back(self) -> None:
+        withdraw_same_seed_notice(self)  # about this rollout, which is left
         self.leave()
 
 

@@ -185,6 +185,21 @@ def test_missing_config_and_wrong_type(world, tmp_path):
     assert code == 2 and "RL jobs only" in err
 
 
+def test_a_missing_config_ends_the_tui_path_as_it_ends_headless(tmp_path, capsys, monkeypatch):
+    """The walk: `train --config nope.toml` on a terminal opened the picker saying "fix the file"
+    and exited 0; headless said the file does not exist and exited 2. Both now say the latter."""
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nope.toml"
+    assert main(["train", "--config", str(missing), "--no-tui"]) == ExitCode.USAGE
+    headless = capsys.readouterr().err
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("app.cli.dispatch.has_terminal", lambda: True)
+        patch.setattr("app.tui.run_app", lambda app: pytest.fail("the picker opened"))
+        assert main(["train", "--config", str(missing)]) == ExitCode.USAGE
+    tui = capsys.readouterr().err
+    assert tui == headless and f"Config not found: {missing}" in tui and "fix" not in tui.lower()
+
+
 def test_verification_failure_exits_3_with_the_report(world):
     world["backend"].verify_answer = (200, {"any_ok": False, "candidates_first15": [], "attempts": [{"status": 400}]})
     code, out, err = run(world)

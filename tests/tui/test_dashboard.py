@@ -30,6 +30,7 @@ from support.screen_text import footer_keys_missing, footer_text, notifications,
 from widgets.event_log import CONTINUATION_INDENT, MIN_WRAP_WIDTH, EventLog, event_lines
 from widgets.metrics_grid import MetricsGrid
 from widgets.rank_line import RankLine
+from widgets.steady_footer import SteadyFooter
 
 
 def make_dashboard_app(backend: FaultyBackend, job: JobContext, *, interval: float = 0.02,
@@ -248,13 +249,13 @@ async def test_a_palette_command_runs_the_binding_it_comes_from(faulty_backend):
         await wait_for(pilot, lambda: screen.status == "running")
         await pilot.press("ctrl+p")
         await wait_for(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
-        type_ahead(app, *"freeze or unfreeze")  # as a terminal sends it: no frame per key
+        type_ahead(app, *"freeze the view")  # as a terminal sends it: no frame per key
         def listed() -> list[str]:
             commands = app.screen.query_one(CommandList)
             return [str(commands.get_option_at_index(i).prompt) for i in range(commands.option_count)]
 
         # the keys arrive at once: the palette searches as they land, so wait for the last search's list
-        await wait_for(pilot, lambda: listed()[:1] and "Freeze or unfreeze the view" in listed()[0],
+        await wait_for(pilot, lambda: listed()[:1] and "Freeze the view" in listed()[0],
                        what="the command listed first")
         assert "(p)" in listed()[0]  # its help: the binding's key
         await pilot.press("enter")
@@ -576,7 +577,10 @@ async def test_at_80x24_a_rerun_of_a_rerun_names_both_earlier_runs_in_every_lege
         await overlay_earlier_runs(pilot)
         grid = app.screen.query_one(MetricsGrid)
         await wait_for(pilot, lambda: all("c9d75d…" in str(c.border_title) for c in grid.charts), what="legends")
-        for chart in grid.charts:
+        # The charts shown: one that does not fit whole at 80x24 is hidden (MetricsGrid._whole_text_rows).
+        await wait_for(pilot, lambda: any(not c.has_class("-hidden") and c.size.width for c in grid.charts),
+                       what="a chart shown")
+        for chart in [c for c in grid.charts if not c.has_class("-hidden")]:
             legend = Content.from_markup(str(chart.border_title)).plain
             assert "c9d75d…" in legend and "a0c79c…" in legend and len(legend) <= chart.size.width - 4, legend
 
@@ -761,7 +765,7 @@ async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
         help_screen, rows = await _open_help(pilot)
         table = help_screen.query_one(DataTable)
-        assert ("end", "Follow log") in rows
+        assert ("end", "Follow log (not in the footer below 110 columns)") in rows
         body = help_screen.query_one("#dialog-body")
         assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
         last = table.row_count - 1
@@ -900,12 +904,12 @@ async def test_help_shows_every_dashboard_key_before_the_generic_ones_at_160x45(
         table = help_screen.query_one(DataTable)
         rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
         keys = [key for key, _ in rows]
-        # (A saved run has ended: no p.)
-        assert keys[:16] == ["q", "c", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "^q", "esc"]
+        # (A saved run has ended: no p, no c.)
+        assert keys[:15] == ["q", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "^q", "esc"]
         assert ("end", "Follow log") in rows and "super+c" not in keys
         # Shown without scrolling: every one of them inside the table's box.
         await pilot.pause()
-        assert table.scrollable_content_region.height - 1 >= 16  # the header row, then the rows
+        assert table.scrollable_content_region.height - 1 >= 15  # the header row, then the rows
 
 
 async def test_every_dashboard_action_is_in_the_palette_and_p_on_an_ended_job_pauses_nothing(faulty_backend):
@@ -917,7 +921,8 @@ async def test_every_dashboard_action_is_in_the_palette_and_p_on_an_ended_job_pa
         screen = dashboard(app)
         in_palette = {command.action for command in palette_commands(screen)}
         # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
-        leave = ("quit_dashboard", "back", "app.quit", "app.help")
+        # Resume is offered while the view is frozen (p's other face: test_p_says_resume_view_while…).
+        leave = ("quit_dashboard", "back", "app.quit", "app.help", "resume")
         keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
         assert keyed <= in_palette, keyed - in_palette
         for action in in_palette:
@@ -984,3 +989,136 @@ async def test_an_evaluations_interval_shows_in_the_readouts_the_final_panel_and
         await wait_for(pilot, lambda: any(folder.glob("export-*/metrics.csv")))
     rows = (next(folder.glob("export-*")) / "metrics.csv").read_text().splitlines()
     assert "eval.mean_score,0,0.25,0.1,0.4" in rows and "eval.mean_score,2,0.75,0.6,0.9" in rows
+
+
+async def test_c_cancel_leaves_the_footer_once_the_job_has_ended(faulty_backend):
+    """The walk: the footer still offered `c Cancel` after the job had ended."""
+    faulty_backend.add_job(ScriptedJob("job_a", training_timeline(steps=2)))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: "c Cancel" in footer_text(app) or screen.ended, what="the footer")
+        await wait_for(pilot, lambda: screen.ended, what="the job's end")
+        await wait_for(pilot, lambda: "r Rerun" in footer_text(app) and "c Cancel" not in footer_text(app),
+                       what="c gone from the footer after the end")
+        _, rows = await _open_help(pilot)
+        assert not any(key == "c" for key, *_ in rows)
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_footer_and_the_help_agree_on_the_keys_shown(size):
+    """The walk: at 160 columns the footer left out n, e, M and end, which the help listed.
+    From 110 columns the footer shows every key of the help's; below, the help says which not."""
+    app = replay_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        await wait_for(pilot, lambda: not footer_keys_missing(app), what="every key in the footer")
+        spare = ["M Previous chart", "n Noise", "e Export", "end Follow log"]
+        _, rows = await _open_help(pilot)
+        marked = [f"{key} {action.removesuffix(' (not in the footer below 110 columns)')}"
+                  for key, action in rows if action.endswith("(not in the footer below 110 columns)")]
+        if size[0] >= 110:
+            assert all(key in footer_text(app) for key in spare) and not marked
+        else:
+            assert marked == spare and not any(key in footer_text(app) for key in spare)
+
+
+async def test_at_80x24_an_ended_reruns_charts_keep_their_data_rows():
+    """The walk: at 80x24, once the end panel showed, the loss chart kept its title rule but
+    lost its data row (and a rerun its overlay's row). A chart shown shows every row."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: len(app.screen.query_one(MetricsGrid).charts) == 3, what="the charts")
+        grid = app.screen.query_one(MetricsGrid)
+        grid.set_overlays(earlier_runs()[:1])
+
+        def rows_of(label: str) -> int:
+            return sum(line.lstrip().startswith(label) for line in screen_lines(app))
+
+        def whole() -> bool:
+            shown = [chart for chart in grid.charts if not chart.has_class("-hidden")]
+            return rows_of("━ c9d75d… train") == len(shown) and rows_of("━ train") == len(shown)
+
+        await wait_for(pilot, lambda: whole() and rows_of("━ c9d75d… train") >= 2,
+                       what="the mean score and loss charts whole, their overlay's rows too")
+        assert rows_of("┅ c9d75d… eval") == 1  # the mean score's eval overlay
+
+
+async def test_at_80x24_a_toast_never_covers_the_footers_two_rows():
+    """The walk: at 80x24 toasts sat over the footer's second row, and their blank padding rows
+    over the screen's text."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        footer = app.screen.query_one(SteadyFooter)
+        await wait_for(pilot, lambda: footer.region.height == 2, what="a footer of two rows")
+        app.notify("Exported to /tmp/somewhere", title="Export")
+        await wait_for(pilot, lambda: any(t.region.height for t in app.screen.query("Toast")), what="the toast")
+        for toast in app.screen.query("Toast"):
+            assert not toast.region.overlaps(footer.region), (toast.region, footer.region)
+            assert toast.region.height == 2  # its title and its line, no blank rows around them
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_logs_status_line_is_whole_while_filtering(size):
+    """The walk: with a filter typed, the log's first line (the filter, the counts) ran past the
+    pane's edge and was cut. Whole parts leave from its end instead; the filter stays."""
+    app = replay_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
+        await pilot.press("slash")
+        type_ahead(app, *"step")
+        log = app.screen.query_one(EventLog)
+        await wait_for(pilot, lambda: log.filter_text == "step", what="the filter typed")
+        status = log.query_one("#log-status")
+
+        def drawn() -> str:
+            return screen_lines(app)[status.region.y][status.region.x:status.region.right].rstrip()
+
+        await wait_for(pilot, lambda: drawn().startswith("filter 'step'"), what="the status line")
+        await pilot.pause()
+        assert drawn() == str(status.render()).rstrip(), (drawn(), str(status.render()))
+        assert len(str(status.render()).rstrip()) <= status.region.width
+        # Under it, events still show: the grid gave back the rows the filter field took.
+        await wait_for(pilot, lambda: sum("rl.train.step" in line for line in screen_lines(app)) >= 2,
+                       what="two step events under the status line")
+
+
+async def test_p_says_resume_view_while_the_view_is_frozen(faulty_backend):
+    """The walk: `p Freeze view` stayed in the footer while the view was frozen."""
+    faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
+    app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = dashboard(app)
+        await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p in the footer")
+        await pilot.press("p")
+        await wait_for(pilot, lambda: "p Resume view" in footer_text(app), what="p saying it resumes")
+        assert screen.paused and "Freeze view" not in footer_text(app)
+        _, rows = await _open_help(pilot)
+        assert ("p", "Resume view") in rows and ("p", "Freeze view") not in rows
+        await pilot.press("escape")
+        await wait_for_screen(pilot, DashboardScreen)
+        await pilot.press("p")
+        await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p saying it freezes again")
+        assert not screen.paused
+
+
+async def test_at_80x24_a_reruns_dashboard_leaves_the_log_its_rows():
+    """The walk: the rerun's dashboard (switched in, so never resized) let two runs' text rows
+    take the log's every row at 80x24; the first dashboard kept them."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
+        rerun = DashboardScreen(JobContext("job_rerun", replay=finished_run()), overlays=earlier_runs())
+        app.switch_screen(rerun)
+        await wait_for(pilot, lambda: app.screen is rerun and len(rerun.query(MetricsGrid)) == 1
+                       and len(rerun.query_one(MetricsGrid).charts) == 3, what="the rerun's charts")
+        grid = rerun.query_one(MetricsGrid)
+
+        def settled() -> bool:  # every chart shown is whole (its earlier run's row too), the log under them
+            lines = screen_lines(app)
+            shown = [chart for chart in grid.charts if not chart.has_class("-hidden")]
+            overlay_rows = sum(line.startswith("━ c9d75d… train") for line in lines)
+            return overlay_rows == len(shown) > 0 and sum("rl." in line for line in lines) >= 2
+
+        await wait_for(pilot, settled, what="whole charts and two events under them")

@@ -809,3 +809,23 @@ async def test_the_reveal_key_is_in_help_and_opens_the_value_shown(make_app, pro
         assert dialog.value_input().password is False and dialog.value_input().value == ENV_KEY
         assert str(dialog.query_one("#env-reveal").label) == "Hide (ctrl+r)"
         assert ENV_KEY not in str(screen.query_one(MaskedEnvTable).get_row_at(0))
+
+
+async def test_the_help_lists_each_key_once(make_app, project):
+    """The walk: the env review's `?` listed Enter twice (the screen's edit and the table's select)."""
+    from textual.widgets import DataTable
+
+    from app.screens.dialogs.common import HelpDialog
+
+    (project / ".env").write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(120, 36)) as pilot:
+        await env_screen(pilot)
+        await pilot.press("question_mark")
+        help_dialog = await wait_for_screen(pilot, HelpDialog, "the help")
+        table = help_dialog.query_one("#help-table", DataTable)
+        keys = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        enters = [row for row in rows if row[0] in ("enter", "⏎")]
+        assert enters == [("enter", "Edit")], enters
+        assert len(keys) == len(set(keys)), keys

@@ -5,6 +5,7 @@ change (widgets/plot_canvas.py says what)."""
 from __future__ import annotations
 
 import random
+from itertools import pairwise
 
 import pytest
 from textual.app import App, ComposeResult
@@ -162,3 +163,15 @@ async def test_a_new_size_builds_the_frame_again():
         assert plot.builds > builds
         assert len(shown) == 20 and all(sum(1 for _ in row) == 70 for row in shown)
         assert shown == stock_cells(plot)
+
+
+@pytest.mark.parametrize(("first", "last"), [(0, 16), (1, 16), (1, 30), (0, 400), (3, 4)])
+def test_the_step_axis_is_labelled_at_its_first_and_last_step(first, last):
+    """The walk: a 16-step run's mean score axis read 0…15 (its last label 15, the run's last step
+    16), and a 30-step run's ended at 25. The first and the last step are labelled, whole steps
+    between them, none crowding the last."""
+    ticks = integer_ticks(first, last)
+    assert ticks[0] == first and ticks[-1] == last
+    assert ticks == sorted(set(ticks)) and len(ticks) <= 7
+    gaps = [b - a for a, b in pairwise(ticks)]
+    assert min(gaps) * 2 >= max(gaps[:-1] or gaps)  # the last gap at least half the others

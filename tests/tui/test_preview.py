@@ -88,6 +88,18 @@ async def test_the_json_shown_is_the_payload_and_nothing_is_sent_before_submit(l
         assert_no_secrets(screen.shown_json, facts)
 
 
+async def test_x_full_response_shows_in_the_footer_only_once_there_is_a_response(live, faulty_backend):
+    """The walk: `x Full response` was in the footer before anything was submitted."""
+    faulty_backend.create_answer = (200, {"status": "accepted"})
+    async with live.run_test(size=SIZE) as pilot:
+        screen = await preview_ready(pilot)
+        await wait_for(pilot, lambda: "s Submit" in footer_text(live), what="the footer")
+        assert "Full response" not in footer_text(live)
+        await pilot.press("s")
+        await wait_for(pilot, lambda: screen.response is not None, what="the answer")
+        await wait_for(pilot, lambda: "x Full response" in footer_text(live), what="x in the footer")
+
+
 async def test_submit_creates_exactly_one_job_with_the_shown_key(live, faulty_backend):
     async with live.run_test(size=SIZE) as pilot:
         screen = await preview_ready(pilot)

@@ -140,6 +140,21 @@ async def test_a_seed_played_once_has_nothing_to_compare_with(served):
         assert app.screen is screen
 
 
+async def test_the_same_seed_warning_leaves_when_another_rollout_is_chosen(served):
+    """The walk: "Nothing to compare it with: … seed N" stayed up after the user moved to a
+    rollout of another seed (and compared it), saying something about a rollout no longer chosen."""
+    app = live_app(served.url, API_KEY, step=1)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await loaded(pilot)
+        await pilot.press("c")
+        await wait_for(pilot, lambda: any("Nothing to compare it with" in n.message for n in notifications(app)),
+                       what="the warning")
+        chosen = screen.selected()
+        await pilot.press("down")
+        await wait_for(pilot, lambda: screen.selected() is not chosen, what="another rollout highlighted")
+        assert not any("Nothing to compare it with" in n.message for n in notifications(app))
+
+
 async def test_the_dashboard_key_opens_it_and_a_backend_without_rollouts_is_said_plainly(
         faulty_backend: FaultyBackend):
     faulty_backend.add_job(finished_job("job_plain", 2, 0.1))

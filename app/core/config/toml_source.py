@@ -227,16 +227,19 @@ def read_config_text(path: Path) -> str:
     return text.removeprefix(_UTF8_BOM)
 
 
+def config_not_found(path: Path) -> ConfigError:
+    """A config path where there is no file: nothing to fix in it (exit 2 in both front ends)."""
+    return ConfigError(f"Config not found: {path}",
+                       hint="check the path, or run without --config to pick from the discovered configs")
+
+
 def _read_config_bytes(path: Path) -> bytes:
     try:
         # O_NONBLOCK: opening a named pipe must not wait for a writer; then fstat says what
         # was opened, so nothing can be swapped in between a check and the read.
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
-        raise ConfigError(
-            f"Config not found: {path}",
-            hint="check the path, or run without --config to pick from the discovered configs",
-        ) from None
+        raise config_not_found(path) from None
     except (OSError, ValueError) as exc:  # ValueError: a path the OS cannot take (a NUL byte)
         if isinstance(exc, OSError) and exc.errno == errno.ELOOP:
             raise ConfigError(f"Config {path} is a symlink loop (ELOOP): following its links leads back to itself",

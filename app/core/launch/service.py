@@ -14,8 +14,9 @@ rerun all call these; they only print or draw what comes back (docs/architecture
 from __future__ import annotations
 
 import asyncio
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,22 @@ class JobCreationFailed(SynthTuiError):
 
     exit_code = ExitCode.BACKEND
     result: CreateResult | None = None  # the answer, to show
+
+
+# --------------------------------------------------------------------------- config
+
+
+def require_configs(config_paths: Sequence[str]) -> None:
+    """Every ``--config`` path names something, or the launch stops here, before a front end
+    starts (exit 2 in both, in toml_source.config_not_found's words): a missing file is nothing
+    the picker could show to fix (the walk). A link to nothing, or in a loop, is left to the
+    read, which names it."""
+    from app.core.config.toml_source import config_not_found
+    from app.core.env.discovery import resolved_user_path, user_path
+
+    for raw in config_paths:
+        if not os.path.lexists(user_path(raw)):
+            raise config_not_found(resolved_user_path(raw))
 
 
 # --------------------------------------------------------------------------- check
