@@ -130,7 +130,10 @@ async def test_enter_opens_a_rollout_turn_by_turn_and_c_puts_the_same_seed_besid
         assert app.screen is screen
 
 
-async def test_a_seed_played_once_has_nothing_to_compare_with(served):
+async def test_a_seed_played_once_has_nothing_to_compare_with_until_another_is_chosen(served):
+    """A seed played once: c warns and stays on the rollouts. The walk: that warning ("Nothing to
+    compare it with: … seed N") stayed up after the user moved to a rollout of another seed,
+    saying something about a rollout no longer chosen."""
     app = live_app(served.url, API_KEY, step=1)
     async with app.run_test(size=(160, 45)) as pilot:
         screen = await loaded(pilot)
@@ -138,17 +141,6 @@ async def test_a_seed_played_once_has_nothing_to_compare_with(served):
         await wait_for(pilot, lambda: any("Nothing to compare it with" in n.message for n in notifications(app)),
                        what="the warning")
         assert app.screen is screen
-
-
-async def test_the_same_seed_warning_leaves_when_another_rollout_is_chosen(served):
-    """The walk: "Nothing to compare it with: … seed N" stayed up after the user moved to a
-    rollout of another seed (and compared it), saying something about a rollout no longer chosen."""
-    app = live_app(served.url, API_KEY, step=1)
-    async with app.run_test(size=(160, 45)) as pilot:
-        screen = await loaded(pilot)
-        await pilot.press("c")
-        await wait_for(pilot, lambda: any("Nothing to compare it with" in n.message for n in notifications(app)),
-                       what="the warning")
         chosen = screen.selected()
         await pilot.press("down")
         await wait_for(pilot, lambda: screen.selected() is not chosen, what="another rollout highlighted")
