@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from textual import events
+from textual import events, on
 from textual.binding import Binding
-from textual.screen import Screen
+from textual.screen import ModalScreen, Screen
 
 from widgets.compat.textual_compat import is_being_removed
+from widgets.steady_footer import footer_rows_classes
 
 
 class BuildGuard(Screen):
@@ -33,6 +34,15 @@ class BuildGuard(Screen):
             self.app.copy_to_clipboard(selection)
         else:
             self.app.action_help_quit()
+
+    @on(events.Mount)
+    def _toasts_as_the_screen_beneath(self) -> None:
+        """A dialog's toasts stand where those of the screen it covers do (its footer's rows,
+        styles.tcss: ToastRack): Textual draws both screens' toasts, the dimmed ones beneath
+        too, and a rack a row off showed each toast twice, over the footer."""
+        stack = self.app.screen_stack
+        if isinstance(self, ModalScreen) and self in stack and (index := stack.index(self)) > 0:
+            self.add_class(*footer_rows_classes(stack[index - 1]))
 
     async def on_event(self, event: events.Event) -> None:
         # Textual has no public flag for "being removed", and is_mounted is still False for a

@@ -49,6 +49,16 @@ def left_out(screen: Screen, width: int) -> frozenset[str]:
     return frozenset() if width >= WIDE_FOOTER else spare
 
 
+def footer_rows_class(count: int) -> str:
+    """The class of a screen whose footer has `count` rows (2 or more): its toasts stand above them."""
+    return f"-footer-rows-{count}"
+
+
+def footer_rows_classes(screen: Screen) -> list[str]:
+    """The footer-rows class `screen` has, if any (a dialog over it takes it: widgets/build_guard.py)."""
+    return [name for count in range(2, MAX_ROWS + 1) if screen.has_class(name := footer_rows_class(count))]
+
+
 def rows_needed(widths: list[int], room: int) -> int:
     """The fewest rows (up to MAX_ROWS) whose grid of auto-sized columns fits in `room` columns."""
     for rows in range(1, MAX_ROWS + 1):
@@ -111,7 +121,7 @@ class SteadyFooter(Footer):
         self.set_class(rows > 1, "-rows")
         self.styles.height = rows
         for count in range(2, MAX_ROWS + 1):  # the toasts sit above every row (styles.tcss: ToastRack)
-            self.screen.set_class(rows == count, f"-footer-rows-{count}")
+            self.screen.set_class(rows == count, footer_rows_class(count))
         self.styles.grid_size_columns = math.ceil(len(widths) / rows) if widths else 1
 
     def _shown_bindings(self) -> list[tuple]:

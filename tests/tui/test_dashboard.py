@@ -1059,6 +1059,29 @@ async def test_at_80x24_a_toast_never_covers_the_footers_two_rows():
             assert toast.region.height == 2  # its title and its line, no blank rows around them
 
 
+async def test_at_80x24_a_dialogs_toasts_stand_where_the_dashboards_do():
+    """The walk: with a dialog open, a toast showed twice, its title line repeated, the dialog's
+    copy a row lower over the footer: Textual draws the dimmed dashboard's toasts and the dialog's
+    own, each screen's rack where its CSS puts it. The dialog's rack stands as the dashboard's."""
+    from app.screens.dialogs.common import ConfirmDialog
+
+    app = replay_app()
+    async with app.run_test(size=(80, 24), notifications=True) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        dashboard = app.screen
+        footer = dashboard.query_one(SteadyFooter)
+        await wait_for(pilot, lambda: footer.region.height == 2, what="a footer of two rows")
+        app.notify("Exported to /tmp/somewhere", title="Export")
+        await wait_for(pilot, lambda: any(t.region.height for t in dashboard.query("Toast")), what="the toast")
+        app.push_screen(ConfirmDialog("Cancel job?", confirm_label="Cancel"))
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfirmDialog)
+                       and any(t.region.height for t in app.screen.query("Toast")), what="the dialog's toast")
+        under = [t.region for t in dashboard.query("Toast")]
+        over = [t.region for t in app.screen.query("Toast")]
+        assert over == under
+        assert not any(region.overlaps(footer.region) for region in over)
+
+
 @pytest.mark.parametrize("size", [(160, 45), (80, 24)])
 async def test_the_logs_status_line_is_whole_while_filtering(size):
     """The walk: with a filter typed, the log's first line (the filter, the counts) ran past the
