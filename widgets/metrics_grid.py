@@ -241,7 +241,8 @@ class MetricsGrid(Vertical):
         for chart in self.charts:
             chart.show_legend()
             chart.set_class(chart.panel.key == self.focused_panel, "-focused")
-        if self.full:
+        focused = self.chart(self.focused_panel)
+        if self.full or (focused is not None and focused.has_class("-hidden")):  # text rows had no room for it
             self.arrange_charts()
         self._show_status()
 
@@ -303,19 +304,32 @@ class MetricsGrid(Vertical):
 
     def _whole_text_rows(self, shown: list[MetricChart]) -> None:
         """Stacked over the log (rows_kept_below), the text rows take what they need up to the
-        room left, and a chart that would not fit whole is hidden, with the ones after it: never
-        a title rule without its rows (the walk at 80x24: the loss chart lost its data row)."""
+        room left: the focused chart always (cut if need be), then the others in order while
+        each fits whole; never a title rule without its rows (the walk at 80x24: the loss chart
+        lost its data row), never the focus on a chart not shown (`m` with earlier runs overlaid)."""
         if not self.rows_kept_below or not isinstance(self.parent, Widget):
             self.styles.max_height = None
             return
         room = max(self.parent.size.height - self.rows_kept_below, 1)
         self.styles.max_height = room
-        used = 1  # the status line
-        for index, chart in enumerate(shown):
-            used += TEXT_ROW_RULE + max(len(chart.lines()), 1)
-            chart.set_class(index > 0 and used > room, "-hidden")  # the first one shows, cut if need be
-            if used > room:
-                room = 0  # the charts after a hidden one are hidden too
+        def rows(chart: MetricChart) -> int:
+            return TEXT_ROW_RULE + max(len(chart.lines()), 1)
+
+        def fitting(charts: list[MetricChart], used: int, first_always: bool) -> list[MetricChart]:
+            out: list[MetricChart] = []
+            for chart in charts:
+                used += rows(chart)
+                if used > room and not (first_always and not out):
+                    break  # the charts after one that does not fit are hidden too
+                out.append(chart)
+            return out
+
+        visible = fitting(shown, 1, True)  # after the status line; the first shows, cut if need be
+        focused = next((chart for chart in shown if chart.panel.key == self.focused_panel), None)
+        if focused is not None and focused not in visible:
+            visible = [focused, *fitting([chart for chart in shown if chart is not focused], 1 + rows(focused), False)]
+        for chart in shown:
+            chart.set_class(chart not in visible, "-hidden")
 
     @staticmethod
     def _grid_layout(cells: Widget, shown: list[MetricChart], plots: int, columns: int) -> None:

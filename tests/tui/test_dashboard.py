@@ -1145,3 +1145,27 @@ async def test_at_80x24_a_reruns_dashboard_leaves_the_log_its_rows():
             return overlay_rows == len(shown) > 0 and sum("rl." in line for line in lines) >= 2
 
         await wait_for(pilot, settled, what="whole charts and two events under them")
+
+
+async def test_at_80x24_m_shows_the_chart_it_focuses_where_not_all_fit():
+    """The walk: at 80x24 with earlier runs overlaid, the text rows had room for the first charts
+    only, and `m` moved the focus to a hidden one: the subtitle named loss, no chart showed it.
+    The focused chart always shows; the others fill what room is left, in order."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
+        rerun = DashboardScreen(JobContext("job_rerun", replay=finished_run()), overlays=earlier_runs())
+        app.switch_screen(rerun)
+        await wait_for(pilot, lambda: app.screen is rerun and len(rerun.query(MetricsGrid)) == 1
+                       and len(rerun.query_one(MetricsGrid).charts) == 3, what="the rerun's charts")
+        grid = rerun.query_one(MetricsGrid)
+
+        def hidden() -> list[str]:
+            return [chart.panel.key for chart in grid.charts if chart.has_class("-hidden")]
+
+        await wait_for(pilot, lambda: bool(hidden()), what="a chart with no room (the premise)")
+        for _ in grid.charts:
+            await pilot.press("m")
+            await wait_for(pilot, lambda: grid.focused_panel not in hidden(),
+                           what=f"the focused chart {grid.focused_panel} shown")
+            assert hidden(), "the others still share what room there is"
