@@ -287,8 +287,9 @@ class RepeatedFiles:
     bytes, and (lora) the key peft saves each trainable weight under. A later save writes those
     bytes, and the adapter's weights with safetensors as peft's save_pretrained does, without
     peft's walk over the model's modules, its model card's template, or the tokenizer's
-    serialization: about 120 ms of CPU a step, written while the next step's rollouts run and on
-    2 cores taken from them (docs/embedded-policy.md#checkpoints)."""
+    serialization (SmolLM2-135M LoRA: a save's CPU from 215 ms to about 120). A save is written
+    while the next step's rollouts run, and on 2 cores its CPU is theirs
+    (docs/embedded-policy.md#checkpoints)."""
 
     files: dict[str, bytes]
     adapter_keys: dict[str, str] | None  # a trainable weight's name -> its key in the adapter's file
