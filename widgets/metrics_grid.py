@@ -304,14 +304,17 @@ class MetricsGrid(Vertical):
 
     def _whole_text_rows(self, shown: list[MetricChart]) -> None:
         """Stacked over the log (rows_kept_below), the text rows take what they need up to the
-        room left: the focused chart always (cut if need be), then the others in order while
-        each fits whole; never a title rule without its rows (the walk at 80x24: the loss chart
-        lost its data row), never the focus on a chart not shown (`m` with earlier runs overlaid)."""
+        room left: the charts in order while each fits whole (the first always, cut if need be),
+        the ones after the first that does not fit hidden; a focused chart not among them shows
+        instead, the others filling what it leaves. Never a title rule without its rows (the walk
+        at 80x24: the loss chart lost its data row), never the focus on a chart not shown (`m`
+        with earlier runs overlaid)."""
         if not self.rows_kept_below or not isinstance(self.parent, Widget):
             self.styles.max_height = None
             return
         room = max(self.parent.size.height - self.rows_kept_below, 1)
         self.styles.max_height = room
+
         def rows(chart: MetricChart) -> int:
             return TEXT_ROW_RULE + max(len(chart.lines()), 1)
 
