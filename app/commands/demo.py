@@ -67,7 +67,7 @@ def banner(setup: DemoSetup, *, stopped: bool = False) -> str:
         keys = "the keys of the last demo here" if setup.reused_keys else "keys made now"
         where = f"Demo folder: {folder.path} ({keys}; the folder and its keys are kept for the next demo)"
     servers = (f"  backend:  {setup.backend.url}/api\n  task app: {setup.task_app.url}\n" if not stopped else
-               "  backend and task app: stopped with the demo (a job still running stopped too: "
+               "  backend and task app: stopped with the demo (any job still running stopped with them: "
                "synth-tui history lists it)\n")
     # Printed on the terminal: its command as it was run (app/core/invocation.py).
     return as_run(f"{where}\n{servers}  .env:     {setup.env_path} (mode 0600)\n  config:   {setup.config_path}")
