@@ -1126,17 +1126,22 @@ async def test_p_says_resume_view_while_the_view_is_frozen(faulty_backend):
         assert not screen.paused
 
 
+async def rerun_grid(app, pilot) -> MetricsGrid:
+    """A rerun's dashboard, earlier runs overlaid, switched in over the first (as `r` does): its grid."""
+    await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
+    rerun = DashboardScreen(JobContext("job_rerun", replay=finished_run()), overlays=earlier_runs())
+    app.switch_screen(rerun)
+    await wait_for(pilot, lambda: app.screen is rerun and len(rerun.query(MetricsGrid)) == 1
+                   and len(rerun.query_one(MetricsGrid).charts) == 3, what="the rerun's charts")
+    return rerun.query_one(MetricsGrid)
+
+
 async def test_at_80x24_a_reruns_dashboard_leaves_the_log_its_rows():
     """The walk: the rerun's dashboard (switched in, so never resized) let two runs' text rows
     take the log's every row at 80x24; the first dashboard kept them."""
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
-        rerun = DashboardScreen(JobContext("job_rerun", replay=finished_run()), overlays=earlier_runs())
-        app.switch_screen(rerun)
-        await wait_for(pilot, lambda: app.screen is rerun and len(rerun.query(MetricsGrid)) == 1
-                       and len(rerun.query_one(MetricsGrid).charts) == 3, what="the rerun's charts")
-        grid = rerun.query_one(MetricsGrid)
+        grid = await rerun_grid(app, pilot)
 
         def settled() -> bool:  # every chart shown is whole (its earlier run's row too), the log under them
             lines = screen_lines(app)
@@ -1153,12 +1158,7 @@ async def test_at_80x24_m_shows_the_chart_it_focuses_where_not_all_fit():
     The focused chart always shows; the others fill what room is left, in order."""
     app = replay_app()
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
-        rerun = DashboardScreen(JobContext("job_rerun", replay=finished_run()), overlays=earlier_runs())
-        app.switch_screen(rerun)
-        await wait_for(pilot, lambda: app.screen is rerun and len(rerun.query(MetricsGrid)) == 1
-                       and len(rerun.query_one(MetricsGrid).charts) == 3, what="the rerun's charts")
-        grid = rerun.query_one(MetricsGrid)
+        grid = await rerun_grid(app, pilot)
 
         def hidden() -> list[str]:
             return [chart.panel.key for chart in grid.charts if chart.has_class("-hidden")]
