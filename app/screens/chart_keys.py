@@ -18,7 +18,10 @@ CHART_BINDINGS = [
     Binding("M", "metric_back", "Previous chart", id="chart.previous",
             tooltip=palette_tooltip("Previous chart", "Focus the chart before")),
     Binding("f", "full", "Full size", id="chart.full",
-            tooltip=palette_tooltip("Full size chart", "Show the focused chart alone, or the whole grid again")),
+            tooltip=palette_tooltip("Full size chart", "Show the focused chart alone")),
+    # f's other face while a chart is full size (ChartKeys.check_action shows the one that applies).
+    Binding("f", "grid", "Grid", id="chart.grid",
+            tooltip=palette_tooltip("Whole grid", "Show every chart again")),
     Binding("s", "smoothing", "Smooth", id="chart.smoothing",
             tooltip=palette_tooltip("Smoothing", "None, EMA or moving average")),
     Binding("z", "zoom", "Zoom", id="chart.zoom",
@@ -56,11 +59,23 @@ class ChartKeys(Screen):
             grid.toggle_full()
             self._show_full(grid)
 
+    def action_grid(self) -> None:
+        self.action_full()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """f says Full size, or Grid while a chart is full size (the screen's -chart-full)."""
+        if action == "full":
+            return not self.has_class("-chart-full")
+        if action == "grid":
+            return self.has_class("-chart-full")
+        return super().check_action(action, parameters)
+
     def _show_full(self, grid: MetricsGrid) -> None:
         """The screen laid out for the grid's full size. Full size hides what had the focus (the
         log): the focus goes to the chart shown, else nothing has it, and when a dialog closes
         Textual gives it to the first chart, whose on_focus takes the chart focus."""
         self.set_class(grid.full, "-chart-full")
+        self.refresh_bindings()  # f says Full size or Grid (check_action)
         if grid.full:
             self.call_after_refresh(self._focus_shown_chart, grid)
 

@@ -507,7 +507,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
         # An ended job has nothing to cancel (the walk: `c Cancel` stayed in the footer).
         if action == "cancel_job":
             return not self.ended
-        return True
+        return super().check_action(action, parameters)  # the chart keys' (chart_keys.py)
 
     def action_back(self) -> None:
         """Back to the list it was opened from; the job goes on, nothing to ask."""

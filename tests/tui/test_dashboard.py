@@ -921,8 +921,9 @@ async def test_every_dashboard_action_is_in_the_palette_and_p_on_an_ended_job_pa
         screen = dashboard(app)
         in_palette = {command.action for command in palette_commands(screen)}
         # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
-        # Resume is offered while the view is frozen (p's other face: test_p_says_resume_view_while…).
-        leave = ("quit_dashboard", "back", "app.quit", "app.help", "resume")
+        # Resume is offered while the view is frozen (p's other face: test_p_says_resume_view_while…),
+        # grid while a chart is full size (f's: test_f_says_grid_while_a_chart_is_full_size).
+        leave = ("quit_dashboard", "back", "app.quit", "app.help", "resume", "grid")
         keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
         assert keyed <= in_palette, keyed - in_palette
         for action in in_palette:
@@ -1124,6 +1125,24 @@ async def test_p_says_resume_view_while_the_view_is_frozen(faulty_backend):
         await pilot.press("p")
         await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p saying it freezes again")
         assert not screen.paused
+
+
+async def test_f_says_grid_while_a_chart_is_full_size():
+    """The walk: while a chart was full size the subtitle said `f grid`, the footer and the help
+    still `f Full size`."""
+    app = replay_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: "f Full size" in footer_text(app), what="f in the footer")
+        await pilot.press("f")
+        await wait_for(pilot, lambda: "f Grid" in footer_text(app), what="f saying it shows the grid")
+        assert "Full size" not in footer_text(app)
+        _, rows = await _open_help(pilot)
+        assert ("f", "Grid") in rows and ("f", "Full size") not in rows
+        await pilot.press("escape")
+        await wait_for_screen(pilot, DashboardScreen)
+        await pilot.press("f")
+        await wait_for(pilot, lambda: "f Full size" in footer_text(app), what="f saying full size again")
+        assert not dashboard(app).query_one(MetricsGrid).full
 
 
 async def rerun_grid(app, pilot) -> MetricsGrid:
