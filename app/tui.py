@@ -377,7 +377,7 @@ class SynthTuiApp(App[int]):
 
     def action_help(self) -> None:
         from app.screens.dialogs.common import HelpDialog
-        from widgets.steady_footer import WIDE_FOOTER, left_out
+        from widgets.steady_footer import WIDE_FOOTER, declared_keys, left_out
 
         if isinstance(self.screen, HelpDialog):
             return
@@ -385,8 +385,7 @@ class SynthTuiApp(App[int]):
         seen: set[tuple[str, str]] = set()
         # The footer's spare keys at this width: the help says they are not in it (docs/product.md#keys).
         spare = left_out(self.screen, self.size.width)
-        screen_keys = {key.strip(): binding for binding in type(self.screen).BINDINGS
-                       if isinstance(binding, Binding) for key in binding.key.split(",")}
+        screen_keys = declared_keys(self.screen)
         for active in sorted(self.screen.active_bindings.values(), key=self._help_order(self.screen)):
             binding = active.binding
             if binding.action == "select_cursor" and binding.key in screen_keys:
@@ -408,8 +407,9 @@ class SynthTuiApp(App[int]):
         focused widget answers instead keeps that place: the log's `end`), then the app's,
         then a focused widget's scroll keys. The screen's keys are what the dialog shows
         without scrolling (issue 37: `z`, `M`, `n` and `end` fell below the fold)."""
-        declared = {key.strip(): index for index, binding in enumerate(type(screen).BINDINGS)
-                    if isinstance(binding, Binding) for key in binding.key.split(",")}
+        from widgets.steady_footer import declared_keys
+
+        declared = {key: index for index, key in enumerate(declared_keys(screen))}
 
         def order(active: Any) -> tuple[int, int]:
             key = active.binding.key

@@ -43,10 +43,22 @@ def key_width(key_display: str, description: str, *, compact: bool) -> int:
     return cell_len(key_display) + cell_len(description) + (2 if compact else 3)
 
 
+def spare_actions(screen: Screen) -> frozenset[str]:
+    """The actions of `screen`'s spare keys (its NARROW_FOOTER_LEAVES), none unless it names some."""
+    spare: frozenset[str] = getattr(screen, "NARROW_FOOTER_LEAVES", frozenset())
+    return spare
+
+
 def left_out(screen: Screen, width: int) -> frozenset[str]:
     """The actions of `screen`'s spare keys its footer leaves out at `width` columns (the help names them)."""
-    spare: frozenset[str] = getattr(screen, "NARROW_FOOTER_LEAVES", frozenset())
-    return frozenset() if width >= WIDE_FOOTER else spare
+    return frozenset() if width >= WIDE_FOOTER else spare_actions(screen)
+
+
+def declared_keys(screen: Screen) -> dict[str, Binding]:
+    """The keys `screen`'s own BINDINGS declare (each of a binding's comma-separated keys), in
+    their order, with their binding: not those of its focused widget."""
+    return {key.strip(): binding for binding in type(screen).BINDINGS if isinstance(binding, Binding)
+            for key in binding.key.split(",")}
 
 
 def footer_rows_class(count: int) -> str:
@@ -76,11 +88,17 @@ class SteadyFooter(Footer):
 
     def shown_keys(self, screen: Screen) -> tuple:
         """What compose would show for `screen` now: each shown binding as drawn, and the palette key."""
-        leave = left_out(screen, self.app.size.width)
         keys = tuple((binding.key, binding.action, binding.description, binding.group, enabled, tooltip)
-                     for _, binding, enabled, tooltip in screen.active_bindings.values()
-                     if binding.show and binding.action not in leave)
+                     for binding, enabled, tooltip in self._shown(screen))
         return keys, self.show_command_palette, self.app.ENABLE_COMMAND_PALETTE
+
+    def _shown(self, screen: Screen) -> Iterator[tuple[Binding, bool, str]]:
+        """`screen`'s active bindings the footer shows at this width: shown ones, spare keys
+        left out below WIDE_FOOTER."""
+        leave = left_out(screen, self.app.size.width)
+        for _, binding, enabled, tooltip in screen.active_bindings.values():
+            if binding.show and binding.action not in leave:
+                yield binding, enabled, tooltip
 
     def compose(self) -> ComposeResult:
         if footer_bindings_ready(self) and self.is_attached:
@@ -95,9 +113,8 @@ class SteadyFooter(Footer):
     def _spare_keys_in_place(self, widgets: list[Widget]) -> list[Widget]:
         """A focused widget's spare key (the log's own `end`, standing for the dashboard's) shows
         where the screen declares that key, not first as the focused widget's keys do."""
-        spare: frozenset[str] = getattr(self.screen, "NARROW_FOOTER_LEAVES", frozenset())
-        declared = [key.strip() for binding in type(self.screen).BINDINGS if isinstance(binding, Binding)
-                    for key in binding.key.split(",")]
+        spare = spare_actions(self.screen)
+        declared = list(declared_keys(self.screen))
         moved = [widget for widget in widgets if isinstance(widget, FooterKey) and widget.action in spare
                  and widget.key in declared and self.screen.active_bindings[widget.key].node is not self.screen]
         for widget in moved:
@@ -126,10 +143,8 @@ class SteadyFooter(Footer):
 
     def _shown_bindings(self) -> list[tuple]:
         seen: dict[str, tuple] = {}  # Textual's Footer shows one key per action
-        leave = left_out(self.screen, self.app.size.width)
-        for _, binding, enabled, tooltip in self.screen.active_bindings.values():
-            if binding.show and binding.action not in leave:
-                seen.setdefault(binding.action, (binding, enabled, tooltip))
+        for binding, enabled, tooltip in self._shown(self.screen):
+            seen.setdefault(binding.action, (binding, enabled, tooltip))
         return list(seen.values())
 
     @on(events.Resize)
