@@ -921,8 +921,8 @@ async def test_every_dashboard_action_is_in_the_palette_and_p_on_an_ended_job_pa
         screen = dashboard(app)
         in_palette = {command.action for command in palette_commands(screen)}
         # Quit is the palette's own command; back is q or esc on a dashboard opened from a list.
-        # Resume is offered while the view is frozen (p's other face: test_p_says_resume_view_while…),
-        # grid while a chart is full size (f's: test_f_says_grid_while_a_chart_is_full_size).
+        # Resume is offered while the view is frozen, grid while a chart is full size (p's and f's
+        # other faces: test_a_two_faced_key_says_what_it_does_now).
         leave = ("quit_dashboard", "back", "app.quit", "app.help", "resume", "grid")
         keyed = {b.action for b in screen.BINDINGS if b.action not in leave}
         assert keyed <= in_palette, keyed - in_palette
@@ -1108,41 +1108,29 @@ async def test_the_logs_status_line_is_whole_while_filtering(size):
                        what="two step events under the status line")
 
 
-async def test_p_says_resume_view_while_the_view_is_frozen(faulty_backend):
-    """The walk: `p Freeze view` stayed in the footer while the view was frozen."""
+@pytest.mark.parametrize("key, label, other_label, state", [
+    ("p", "Freeze view", "Resume view", lambda screen: screen.paused),
+    ("f", "Full size", "Grid", lambda screen: screen.query_one(MetricsGrid).full),
+], ids=["p-resume-view", "f-grid"])
+async def test_a_two_faced_key_says_what_it_does_now(faulty_backend, key, label, other_label, state):
+    """The walk: `p Freeze view` stayed in the footer while the view was frozen, and `f Full size`
+    while a chart was full size (the subtitle said `f grid`). The footer and the help name the
+    key's other face while it applies."""
     faulty_backend.add_job(ScriptedJob("job_a", [("running", [event(1)], [])] * 10_000))
     app = make_dashboard_app(faulty_backend, JobContext("job_a"), interval=0.05)
     async with app.run_test(size=(160, 45)) as pilot:
         screen = dashboard(app)
-        await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p in the footer")
-        await pilot.press("p")
-        await wait_for(pilot, lambda: "p Resume view" in footer_text(app), what="p saying it resumes")
-        assert screen.paused and "Freeze view" not in footer_text(app)
+        await wait_for(pilot, lambda: f"{key} {label}" in footer_text(app), what=f"{key} in the footer")
+        await pilot.press(key)
+        await wait_for(pilot, lambda: f"{key} {other_label}" in footer_text(app), what=f"{key} {other_label}")
+        assert state(screen) and label not in footer_text(app)
         _, rows = await _open_help(pilot)
-        assert ("p", "Resume view") in rows and ("p", "Freeze view") not in rows
+        assert (key, other_label) in rows and (key, label) not in rows
         await pilot.press("escape")
         await wait_for_screen(pilot, DashboardScreen)
-        await pilot.press("p")
-        await wait_for(pilot, lambda: "p Freeze view" in footer_text(app), what="p saying it freezes again")
-        assert not screen.paused
-
-
-async def test_f_says_grid_while_a_chart_is_full_size():
-    """The walk: while a chart was full size the subtitle said `f grid`, the footer and the help
-    still `f Full size`."""
-    app = replay_app()
-    async with app.run_test(size=(160, 45)) as pilot:
-        await wait_for(pilot, lambda: "f Full size" in footer_text(app), what="f in the footer")
-        await pilot.press("f")
-        await wait_for(pilot, lambda: "f Grid" in footer_text(app), what="f saying it shows the grid")
-        assert "Full size" not in footer_text(app)
-        _, rows = await _open_help(pilot)
-        assert ("f", "Grid") in rows and ("f", "Full size") not in rows
-        await pilot.press("escape")
-        await wait_for_screen(pilot, DashboardScreen)
-        await pilot.press("f")
-        await wait_for(pilot, lambda: "f Full size" in footer_text(app), what="f saying full size again")
-        assert not dashboard(app).query_one(MetricsGrid).full
+        await pilot.press(key)
+        await wait_for(pilot, lambda: f"{key} {label}" in footer_text(app), what=f"{key} {label} again")
+        assert not state(screen)
 
 
 async def rerun_grid(app, pilot) -> MetricsGrid:
