@@ -14,6 +14,7 @@ from app.core.invocation import as_run
 from app.core.redact import printable
 from app.core.text import counted
 from widgets.compat.textual_compat import is_being_removed
+from widgets.hollow import Hollow
 
 if TYPE_CHECKING:  # the schema's modules come with the first config, after the first frame (docs/performance.md)
     from app.core.config.picker import ConfigEntry
@@ -79,8 +80,9 @@ class LabelledRow(Horizontal):
         yield Static(self.body, classes="row-body", markup=False)
 
 
-class ConfigPreview(VerticalScroll):
-    """Shows one :class:`ConfigEntry`; redraws the TOML when the app switches dark/light."""
+class ConfigPreview(Hollow, VerticalScroll):
+    """Shows one :class:`ConfigEntry`; redraws the TOML when the app switches dark/light. Its
+    parts are its children: its own rows are its border, drawn once (widgets/hollow.py)."""
 
     def __init__(self, *, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(id=id, classes=classes)

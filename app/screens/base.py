@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.binding import Binding, BindingType
 
 from widgets.build_guard import BuildGuard
+from widgets.hollow import Hollow
 from widgets.worker_errors import ReportsWorkerFailures
 
 if TYPE_CHECKING:
@@ -14,9 +15,10 @@ if TYPE_CHECKING:
     from app.tui import SynthTuiApp
 
 
-class FlowScreen(ReportsWorkerFailures, BuildGuard):
+class FlowScreen(Hollow, ReportsWorkerFailures, BuildGuard):
     """Workers on these screens use ``exit_on_error=False``; their failures go to the app
-    (``SynthTuiApp.on_worker_failed``) instead of ending it."""
+    (``SynthTuiApp.on_worker_failed``) instead of ending it. The screen's own background rows
+    are drawn once (widgets/hollow.py)."""
 
     TITLE: ClassVar[str] = ""
     # The help key first in every flow screen's footer: a footer too narrow for all its keys

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.css.query import NoMatches
 from textual.message import Message
@@ -29,6 +28,7 @@ from app.screens.commands import palette_tooltip
 from widgets.app_header import AppHeader
 from widgets.config_list import ConfigList
 from widgets.config_preview import ConfigPreview
+from widgets.hollow import HollowHorizontal, HollowVertical
 from widgets.steady_footer import SteadyFooter
 
 # What reads configs (TOML, .env) is imported in the workers that read them: the first frame
@@ -98,8 +98,8 @@ class ConfigPickerScreen(FlowScreen):
         yield AppHeader()
         yield Static(id="picker-header", classes="flow-header")
         yield Input(placeholder="/ filter configs by path", id="picker-filter", compact=True)
-        with Horizontal(id="picker-body"):
-            with Vertical(id="picker-list-pane", classes="pane"):
+        with HollowHorizontal(id="picker-body"):
+            with HollowVertical(id="picker-list-pane", classes="pane"):
                 yield ConfigList(id="picker-list")
                 # Hidden until it has words (_show_message): an empty message is laid out and drawn
                 # in the first frame for nothing (docs/performance.md#first-paint).
