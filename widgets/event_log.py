@@ -26,7 +26,7 @@ from textual.widgets import Log, Static
 
 from app.core.api.wire import JobEvent, parse_iso
 from app.core.runs.events import is_noise, mask_model_urls
-from widgets.compat.textual_compat import LogMeasuredInPlace, update_scroll_range
+from widgets.compat.textual_compat import measured_in_place, update_scroll_range
 
 LEVEL_WIDTH = 7
 
@@ -90,7 +90,8 @@ class LevelHighlighter(Highlighter):
             text.stylize(style, 16, 16 + LEVEL_WIDTH)
 
 
-class LogLines(LogMeasuredInPlace):
+@measured_in_place
+class LogLines(Log):
     """Textual's Log, with each write's cost proportional to the lines written.
 
     - No layout of the screen per write. A Log's virtual size (its line count) is a layout
@@ -99,7 +100,7 @@ class LogLines(LogMeasuredInPlace):
       comes from the stylesheet (1fr), not from its lines, so a new line needs the scroll
       range and the scrollbar updated, nothing more. What does move things still lays out: a
       scrollbar appearing (its own layout reactive), a size that follows the content (auto).
-    - No thread per write (``LogMeasuredInPlace``). The Log measures the widest new line on a
+    - No thread per write (``measured_in_place``). The Log measures the widest new line on a
       thread worker and hands the answer back through the UI's queue (a thread, three state
       messages and a blocking call back, per write); the lines here are wrapped to the width
       already, and measuring them here costs less than that round trip.

@@ -25,6 +25,8 @@ LATER = ("httpx", "pydantic", "plotext", "textual_plotext", "numpy", "rich.synta
          # The .env's parser and the keys' resolution: a .env is read by the env step, or by the demo's
          # preparation after the first frame.
          "app.core.env.envfile", "app.core.env.syntax", "app.core.env.resolve",
+         # Textual's Log: the dashboard's event log (widgets/compat/textual_compat.measured_in_place).
+         "textual.widgets._log",
          # The demo's folder, keys (secrets, with hmac and OpenSSL's hashlib) and servers: its preparation's.
          "app.commands.demo_setup", "secrets", "hashlib",
          # The trainer extra (pip install 'synth-tui[trainer]'): only the embedded backend's lm policy loads it.

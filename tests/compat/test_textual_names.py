@@ -19,12 +19,13 @@ from widgets.compat import textual_compat
 from widgets.compat.textual_compat import (
     FooterKey,
     HeaderTitle,
-    LogMeasuredInPlace,
     deliver_as_driver,
     footer_bindings_ready,
     give_empty_result_callback,
     has_queued_callbacks,
     is_being_removed,
+    log_line_width,
+    measured_in_place,
     notifications,
     update_scroll_range,
     withdraw_notification,
@@ -125,6 +126,11 @@ async def test_a_key_delivered_as_the_driver_does_reaches_the_bindings():
         assert app.pressed == 1, changed("App._driver.send_message")
 
 
+@measured_in_place
+class LogMeasuredInPlace(Log):
+    """A Log as the app's event log makes one."""
+
+
 class Logs(App):
     def compose(self) -> ComposeResult:
         yield LogMeasuredInPlace()
@@ -140,8 +146,8 @@ async def test_the_log_measures_its_new_lines_in_place():
         await pilot.pause()
         assert workers == [], changed("Log._update_size (a write measured its lines on a worker)")
         assert log.virtual_size.width == 30, changed("Log._update_maximum_width")
-    assert LogMeasuredInPlace.line_width("漢字") == 4, changed("Log._process_line")
-    assert LogMeasuredInPlace.line_width("a\tb") == len("a\tb".expandtabs()), changed("Log._process_line")
+    assert log_line_width(LogMeasuredInPlace, "漢字") == 4, changed("Log._process_line")
+    assert log_line_width(LogMeasuredInPlace, "a\tb") == len("a\tb".expandtabs()), changed("Log._process_line")
     assert "_update_size" in vars(Log), changed("Log._update_size (the method overridden)")
 
 

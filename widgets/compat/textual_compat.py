@@ -10,7 +10,7 @@ import inspect
 import os
 import zlib
 from collections.abc import Callable, Mapping, MutableMapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.cells import cell_len
 from textual.app import App
@@ -22,20 +22,24 @@ from textual.message_pump import MessagePump
 from textual.notifications import Notification
 from textual.screen import Screen
 from textual.widget import Widget
-from textual.widgets import Footer, Log
+from textual.widgets import Footer
 from textual.widgets._footer import FooterKey  # one key the Footer shows; not exported
 from textual.widgets._header import HeaderTitle  # the Header's title line; not exported
 
+if TYPE_CHECKING:
+    from textual.widgets import Log
+
 WRITTEN_FOR = "Textual 8.2.8"
+LogT = TypeVar("LogT", bound="Log")
 
 # Stylesheet._parse_rules' parameters, as look_up_parsed_rules calls them.
 PARSE_RULES_PARAMETERS = ("self", "css", "read_from", "is_default_rules", "tie_breaker", "scope")
 
 __all__ = [
-    "PARSE_RULES_PARAMETERS", "WRITTEN_FOR", "FooterKey", "HeaderTitle", "LogMeasuredInPlace", "deliver_as_driver",
+    "PARSE_RULES_PARAMETERS", "WRITTEN_FOR", "FooterKey", "HeaderTitle", "deliver_as_driver",
     "footer_bindings_ready", "give_empty_result_callback", "has_queued_callbacks", "is_being_removed",
-    "look_up_parsed_rules", "notifications", "origin_name", "parse_rules_signature", "source_key",
-    "update_scroll_range", "withdraw_notification",
+    "log_line_width", "look_up_parsed_rules", "measured_in_place", "notifications", "origin_name",
+    "parse_rules_signature", "source_key", "update_scroll_range", "withdraw_notification",
 ]
 
 
@@ -89,23 +93,28 @@ def deliver_as_driver(app: App, message: Message) -> None:
     app._driver.send_message(message)
 
 
-class LogMeasuredInPlace(Log):
-    """Textual's Log measuring each write's new lines in place. Log measures them on a thread
-    worker (``Log._update_size``) and hands the widest back through the UI's queue
-    (``Log._update_maximum_width``): a thread, three state messages and a blocking call back,
-    per write."""
+def measured_in_place(log_class: type[LogT]) -> type[LogT]:
+    """Make `log_class` (a Log) measure each write's new lines in place, as a class decorator.
+    Textual's Log measures them on a thread worker (``Log._update_size``) and hands the widest
+    back through the UI's queue (``Log._update_maximum_width``): a thread, three state messages
+    and a blocking call back, per write. A decorator, not a base class: a Log subclass here
+    would import the Log, and build a class, before the first frame, which shows no log
+    (docs/performance.md#first-paint)."""
 
-    def _update_size(self, updates: int, lines: list[str]) -> None:  # type: ignore[override]
+    def update_size(self: LogT, updates: int, lines: list[str]) -> None:
         if lines:
-            self._update_maximum_width(updates, max(map(self.line_width, lines)))
+            self._update_maximum_width(updates, max(log_line_width(type(self), line) for line in lines))
 
-    @classmethod
-    def line_width(cls, line: str) -> int:
-        """The cells `line` takes as Log draws it: control codes replaced, tabs expanded
-        (``Log._process_line``)."""
-        if line.isascii() and line.isprintable():
-            return len(line)  # the common case: one cell a character, nothing to replace
-        return cell_len(cls._process_line(line))
+    log_class._update_size = update_size  # type: ignore[method-assign,assignment]
+    return log_class
+
+
+def log_line_width(log_class: type[Log], line: str) -> int:
+    """The cells `line` takes as a Log of `log_class` draws it: control codes replaced, tabs
+    expanded (``Log._process_line``)."""
+    if line.isascii() and line.isprintable():
+        return len(line)  # the common case: one cell a character, nothing to replace
+    return cell_len(log_class._process_line(line))
 
 
 def parse_rules_signature() -> tuple[str, ...]:
