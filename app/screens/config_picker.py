@@ -101,9 +101,7 @@ class ConfigPickerScreen(FlowScreen):
         with HollowHorizontal(id="picker-body"):
             with HollowVertical(id="picker-list-pane", classes="pane"):
                 yield ConfigList(id="picker-list")
-                # Hidden until it has words (_show_message): an empty message is laid out and drawn
-                # in the first frame for nothing (docs/performance.md#first-paint).
-                yield Static(id="picker-message", classes="-hidden")
+                # The message under the list is mounted when it first has words (_message).
             yield ConfigPreview(id="picker-preview", classes="pane")
         yield SteadyFooter()
 
@@ -150,9 +148,21 @@ class ConfigPickerScreen(FlowScreen):
             self.action_reload()
 
     def _show_message(self, text: str) -> None:
-        message = self.query_one("#picker-message", Static)
-        message.update(Content(text))
-        message.remove_class("-hidden")
+        self._message(Content(text))
+
+    def _message(self, words: Content) -> None:
+        """Show `words` under the list, or hide the message when there are none. It is mounted
+        when it first has words: the first frame styles and lays out no hidden widget
+        (docs/performance.md#first-paint)."""
+        try:
+            message = self.query_one("#picker-message", Static)
+        except NoMatches:
+            if not words:
+                return
+            message = Static(id="picker-message")
+            self.query_one("#picker-list-pane").mount(message)
+        message.update(words)
+        message.set_class(not words, "-hidden")
 
     def action_reload(self) -> None:
         if self.flow_app.preparing:  # the options the search needs are not known yet
@@ -212,9 +222,7 @@ class ConfigPickerScreen(FlowScreen):
         pane = self.query_one("#picker-list-pane")
         total = len(self.entries)
         pane.border_title = f"Configs {len(visible)} of {total}" if query else f"Configs ({total})"
-        message = self._list_message(query, visible)
-        self.query_one("#picker-message", Static).update(message)
-        self.query_one("#picker-message").set_class(not message, "-hidden")
+        self._message(self._list_message(query, visible))
         self.set_class(self.searched and not self.entries, "-empty")
         self.query_one(ConfigPreview).show(config_list.highlighted_entry)
 
