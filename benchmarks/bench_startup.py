@@ -22,6 +22,12 @@ is warm. The cold start (an empty cache folder: the first start after an install
 of Textual; it reads the package's seed) is measured in the same rounds and reported beside it.
 A round starts the baseline and the commands one after the other, and the figure is the median
 over the rounds of each round's ratio (command / baseline). The medians in milliseconds are in the notes.
+
+The same starts are also counted in instructions, under valgrind's callgrind (INSTRUCTION_RUNS
+each, the fewest kept: a start's threads and timers can add work on a busy machine, never take
+it away), from the interpreter's start to the first frame, where the wrapper ends the process:
+a count the other processes' load does not move, where the CPU time of one round moves by a
+half on this shared machine. Without valgrind installed those rows say so (no figure).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ import os
 import pty
 import re
 import select
+import shutil
 import signal
 import struct
 import subprocess
@@ -53,6 +60,7 @@ LIMIT_S = 60.0
 # seed current (app/screens/css_cache.py) the start parsed nothing and keeps nothing.
 WARM_UP_S = 10.0
 COLD = ", cold cache"  # a label's ending: the start's cache folder is empty (its first start)
+INSTRUCTION_RUNS = 2  # callgrind runs of each start (about 20 s each here); the fewest instructions kept
 
 MINIMAL_APP = '''
 from textual.app import App
@@ -104,6 +112,10 @@ class Watched:
                 self._done = True
                 with open(os.environ["FIRST_FRAME_CPU"], "w") as out:
                     out.write(repr(time.process_time()))
+                if os.environ.get("FIRST_FRAME_EXIT"):  # under callgrind: its counts end here
+                    self._stream.write(text)
+                    self._stream.flush()
+                    os._exit(0)
         return self._stream.write(text)
 
     def __getattr__(self, name):
@@ -206,6 +218,70 @@ def one_start(command: list[str], cache: Path | None = None, *, until_cached: bo
                            (lambda: kept.exists() or time.perf_counter() - begun > WARM_UP_S) if until_cached else None)
 
 
+def instructions_to_first_frame(command: list[str], cache: Path) -> int:
+    """Instructions (callgrind's Ir, every thread) from the start of `command` to its first frame,
+    in a fresh home and state folder, with `cache` as its cache folder: the wrapper ends the
+    process at the frame, and callgrind writes its counts as it exits."""
+    with tempfile.TemporaryDirectory(prefix="synth-tui-paint-cg-") as folder:
+        home = Path(folder)
+        (home / "project").mkdir()
+        counts = home / "callgrind.out"
+        env = {**os.environ, "TERM": "xterm-256color", "HOME": str(home), "XDG_CACHE_HOME": str(cache),
+               "SYNTH_TUI_STATE_DIR": str(home / "state"), "SYNTH_AI_HOME": str(home / ".synth-ai"),
+               "PYTHONPATH": str(REPO), "COLUMNS": str(SIZE[0]), "LINES": str(SIZE[1]),
+               "FIRST_FRAME_CPU": str(home / "first-frame-cpu"), "FIRST_FRAME_EXIT": "1"}
+        for name in ("NO_COLOR", "TEXTUAL_THEME", "SYNTH_API_KEY", "ENVIRONMENT_API_KEY", "TASK_APP_URL",
+                     "PYTHONDONTWRITEBYTECODE"):
+            env.pop(name, None)
+        master, slave = pty.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", SIZE[1], SIZE[0], 0, 0))
+        process = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={counts}", *command],
+                                   cwd=home / "project", env=env, stdin=slave, stdout=slave, stderr=slave,
+                                   start_new_session=True)
+        os.close(slave)
+        try:
+            deadline = time.monotonic() + 20 * LIMIT_S  # valgrind runs a start 50 to 100 times slower
+            while process.poll() is None and time.monotonic() < deadline:
+                if select.select([master], [], [], 0.5)[0]:
+                    try:
+                        os.read(master, 65536)
+                    except OSError:
+                        break  # the child closed the terminal: it is exiting
+            process.wait(timeout=max(1.0, deadline - time.monotonic()))
+        finally:
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+            os.close(master)
+        summary = next((line for line in counts.read_text().splitlines() if line.startswith("summary:")), None) \
+            if counts.is_file() else None
+        if summary is None or not (home / "first-frame-cpu").is_file():
+            raise RuntimeError(f"{command[-1]}: no first frame under callgrind (exit {process.returncode})")
+        return int(summary.split()[1])
+
+
+def instruction_figures(commands: dict[str, list[str]], cache: Path, quick: bool) -> list[Figure]:
+    """One row per command: its instructions to the first frame / the minimal app's (the fewest of
+    INSTRUCTION_RUNS each), or a row saying valgrind is missing."""
+    labels = [label for label in commands if label != "minimal Textual app"]
+    if shutil.which("valgrind") is None:
+        return [Figure(f"first paint at 160x45, `{label}` / minimal Textual app, instructions (callgrind)", None,
+                       note="not measured: valgrind is not installed (apt-get install valgrind)") for label in labels]
+    runs = 1 if quick else INSTRUCTION_RUNS
+    counts = {label: min(instructions_to_first_frame(command, cache) for _ in range(runs))
+              for label, command in commands.items()}
+    base = counts["minimal Textual app"]
+    say("startup: instructions to the first frame: "
+        + ", ".join(f"{label} {n / 1e6:,.0f} M" for label, n in counts.items()))
+    return [Figure(f"first paint at 160x45, `{label}` / minimal Textual app, instructions "
+                   f"(callgrind, fewest of {runs})", counts[label] / base, "x",
+                   goal="within 1.15x the minimal app (issue 38)",
+                   met=counts[label] / base <= 1.15,
+                   note=f"{counts[label] / 1e6:,.0f} M instructions against the minimal app's {base / 1e6:,.0f} M, "
+                        f"from the interpreter's start to the first frame (a second start: the CSS cache warm)")
+            for label in labels]
+
+
 def script_file(text: str, suffix: str) -> str:
     with tempfile.NamedTemporaryFile("w", suffix=suffix, delete=False) as script:
         script.write(text)
@@ -233,6 +309,8 @@ def run(quick: bool) -> list[Figure]:
             for _ in range(repeat):
                 for label, (command, warm) in commands.items():
                     samples[label].append(one_start(command, Path(kept) if warm else None))
+            counted = instruction_figures({label: command for label, (command, warm) in commands.items()
+                                           if not label.endswith(COLD)}, Path(kept), quick)
     finally:
         os.unlink(minimal)
         os.unlink(clock)
@@ -243,7 +321,7 @@ def run(quick: bool) -> list[Figure]:
     base = samples["minimal Textual app"]
     return [figure(label, limit, samples[label], base)
             for label, limit in (("synth-tui", 1.3), ("synth-tui demo", 1.6), ("synth-tui, cold cache", 1.3),
-                                 ("synth-tui demo, cold cache", 1.6))]
+                                 ("synth-tui demo, cold cache", 1.6))] + counted
 
 
 def figure(label: str, limit: float, starts: list[Start], base: list[Start]) -> Figure:
