@@ -157,10 +157,11 @@ class ConfigPickerScreen(FlowScreen):
         try:
             message = self.query_one("#picker-message", Static)
         except NoMatches:
-            if not words:
+            pane = self.query_one("#picker-list-pane")
+            if not words or not pane.is_attached:  # nothing to say, or the screen closes as it opens
                 return
             message = Static(id="picker-message")
-            self.query_one("#picker-list-pane").mount(message)
+            pane.mount(message)
         message.update(words)
         message.set_class(not words, "-hidden")
 
