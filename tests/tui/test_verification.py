@@ -14,7 +14,7 @@ import socket
 
 import httpx
 import pytest
-from textual.widgets import TextArea
+from textual.widgets import DataTable, TextArea
 
 from app.core.api.health import HealthAttempt, HealthReport, check_task_app
 from app.core.api.results import ApiResponse, ModelVerifyResult, VerifyResult
@@ -27,6 +27,7 @@ from app.core.launch.diagnosis import (
     overall_verdict,
 )
 from app.core.redact import mask_secret
+from app.screens.dialogs.common import HelpDialog
 from app.screens.dialogs.json_report import JsonReportDialog
 from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
@@ -147,6 +148,31 @@ async def test_wrong_environment_key_shows_the_400_and_the_fix(verify_app, fault
         await pilot.pause()
         assert isinstance(app.screen, VerificationScreen)
         assert any("Cannot continue" in n.message for n in notifications(app))
+
+
+async def test_a_failed_verifications_footer_does_not_offer_the_preview(verify_app, monkeypatch):
+    """The walk: after a failed check the footer still offered `⏎ Preview payload`, though
+    enter only warns there. The footer leaves enter out; enter still says why; the help names
+    what it does then; a retry that passes offers the preview again."""
+    app = snapshot_app(verify_app, monkeypatch, env_key=WRONG_ENV_KEY)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await checks_done(pilot)
+        await wait_for(pilot, lambda: "r Retry" in footer_text(app), what="the footer")
+        assert "Preview payload" not in footer_text(app) and "⏎" not in footer_text(app)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("Cannot continue" in n.message for n in notifications(app)),
+                       what="the toast saying why")
+        assert isinstance(app.screen, VerificationScreen)
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpDialog)
+        table = help_screen.query_one(DataTable)
+        help_rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        assert ("⏎", "Say why it cannot go on") in help_rows
+        assert not any(action == "Preview payload" for _, action in help_rows)
+        await pilot.press("escape")
+        await wait_for_screen(pilot, VerificationScreen)
+        screen.task_app_check = healthy_task_app()  # as a retry that passes would leave it
+        await wait_for(pilot, lambda: "⏎ Preview payload" in footer_text(app), what="enter offered again")
 
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
