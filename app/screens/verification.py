@@ -132,10 +132,15 @@ class VerificationScreen(FlowScreen):
         self.action_retry()
 
     def on_screen_resume(self) -> None:
-        """Back from the preview with another task URL: what was verified no longer applies."""
-        prepared = self.session.prepared
-        if self.target is not None and prepared is not None and prepared.task_url != self.target.task_url:
-            self.notify("The task URL changed: verifying again.", timeout=4)
+        """Back from the preview with another task URL or model: what was verified no longer applies."""
+        prepared, target = self.session.prepared, self.target
+        if target is None or prepared is None:
+            return
+        changed = [what for what, now, then in (("task URL", prepared.task_url, target.task_url),
+                                                 ("model", asked_model(prepared.payload).model, target.model))
+                   if now != then]
+        if changed:
+            self.notify(f"The {' and the '.join(changed)} changed: verifying again.", timeout=4)
             self.action_retry()
 
     # -- state --------------------------------------------------------------------------
@@ -343,6 +348,7 @@ class VerificationScreen(FlowScreen):
             self.notify(f"Cannot continue: {verdict.headline}", severity="error", timeout=6)
         else:
             self.session.verified_task_url = self.target.task_url if self.target else None
+            self.session.verified_model = self.target.model if self.target else None
             self.flow_app.go_to_preview()
 
     def action_blocked(self) -> None:
