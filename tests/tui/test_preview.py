@@ -392,7 +392,8 @@ def test_snapshot_preview_after_an_answer_without_job_id(snap_compare, preview_a
 
 
 def test_snapshot_preview_after_a_failed_submit(snap_compare, preview_app, monkeypatch):
-    error = AuthError("The backend rejected the SYNTH_API_KEY for job creation (HTTP 401): Invalid API key.",
+    error = AuthError("The backend rejected the SYNTH_API_KEY on POST /rl/jobs (job creation): HTTP 401, "
+                      "Invalid API key.",
                       "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend.",
                       status=401, body={"detail": "Invalid API key"})
     app = fixed_app(preview_app, monkeypatch, answer=error)

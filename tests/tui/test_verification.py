@@ -335,11 +335,27 @@ async def test_wrong_synth_key_shows_401_and_the_fix(verify_app, faulty_backend,
         backend = rows(screen)[0]
         assert backend.status == 401 and backend.verdict is Verdict.FAILED
         assert "rejected the SYNTH_API_KEY" in backend.reason and "SYNTH_API_KEY" in backend.fix
+        # The walk: the row said POST /rl/verify_task_app and its reason "the RL job list": the
+        # probe before the verification was refused, and both now name it.
+        assert backend.tried.startswith("GET /rl/jobs · Bearer ")
+        assert "rejected the SYNTH_API_KEY on GET /rl/jobs (the RL job list)" in backend.reason
         verdict = verdict_text(screen)
         # which backend answered (issue 37: on a busy machine another program may hold its port)
-        assert (f"Wrong SYNTH_API_KEY: the backend at {faulty_backend.url}/api rejected sk_w…89 (HTTP 401); it may "
-                "not be the backend you started." in " ".join(verdict.split()))
+        assert (f"Wrong SYNTH_API_KEY: the backend at {faulty_backend.url}/api rejected sk_w…89 on GET /rl/jobs "
+                "(HTTP 401); it may not be the backend you started." in " ".join(verdict.split()))
         assert_no_secrets(screen_text(screen))
+
+
+async def test_a_401_to_the_verification_itself_names_it(verify_app, faulty_backend, tiny_task_app):
+    faulty_backend.inject("verify", "401")  # the probe passes, the verification is refused
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        backend = rows(screen)[0]
+        assert backend.status == 401 and backend.tried.startswith("POST /rl/verify_task_app · Bearer ")
+        assert "on POST /rl/verify_task_app (task app verification)" in backend.reason
+        assert "the RL job list" not in screen_text(screen)
+        assert "rejected sk_t…89 on POST /rl/verify_task_app (HTTP 401)" in " ".join(verdict_text(screen).split())
 
 
 async def test_backend_holds_no_key_the_task_app_accepts(verify_app, faulty_backend, tiny_task_app):

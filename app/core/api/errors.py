@@ -20,10 +20,13 @@ class ApiError(SynthTuiError):
     transient = False
 
     def __init__(self, message: str, hint: str | None = None, *, status: int | None = None,
-                 body: Any = None) -> None:
+                 body: Any = None, request: str | None = None) -> None:
         super().__init__(message, hint)
         self.status = status
         self.body = body
+        # The request that got the answer, as the rows name it ("GET /rl/jobs", under the
+        # backend's base URL); None when no answer came (unreachable, timed out).
+        self.request = request
 
     def body_summary(self) -> str:
         return error_detail(self.body, self.body if isinstance(self.body, str) else "")[:120]
