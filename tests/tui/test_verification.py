@@ -18,6 +18,7 @@ from textual.widgets import DataTable, TextArea
 
 from app.core.api.health import HealthAttempt, HealthReport, check_task_app
 from app.core.api.results import ApiResponse, ModelVerifyResult, VerifyResult
+from app.core.errors import ExitCode
 from app.core.launch.diagnosis import (
     BackendCheck,
     TaskAppCheck,
@@ -344,6 +345,16 @@ async def test_wrong_synth_key_shows_401_and_the_fix(verify_app, faulty_backend,
         assert (f"Wrong SYNTH_API_KEY: the backend at {faulty_backend.url}/api rejected sk_w…89 on GET /rl/jobs "
                 "(HTTP 401); it may not be the backend you started." in " ".join(verdict.split()))
         assert_no_secrets(screen_text(screen))
+
+
+async def test_quitting_after_a_rejected_key_exits_3(verify_app, faulty_backend, tiny_task_app):
+    """The walk: a rejected SYNTH_API_KEY ended the TUI with 5, where a failed verification is 3
+    (README, docs/product.md#exit-codes), as headless (tests/cli/test_headless.py)."""
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url, synth_key="sk_wrong_key_0123456789")
+    async with app.run_test(size=SIZE) as pilot:
+        await checks_done(pilot)
+        await pilot.press("ctrl+q")
+    assert app.return_value == ExitCode.CHECKS_FAILED == 3
 
 
 async def test_a_401_to_the_verification_itself_names_it(verify_app, faulty_backend, tiny_task_app):

@@ -47,7 +47,12 @@ class ServerError(ApiError):
 
 
 class AuthError(ApiError):
-    pass
+    """The backend refused SYNTH_API_KEY (401 or 403). The backend answered, and what the
+    files say, read fine, is not enough: exit 3, as a missing key and a failed verification
+    are, wherever it happens (the checks, a submit, a watch, a listing), not 5, which is for a
+    backend that could not be asked or answered something unusable (docs/product.md#exit-codes)."""
+
+    exit_code = ExitCode.CHECKS_FAILED
 
 
 class NotFoundError(ApiError):
