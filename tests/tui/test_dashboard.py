@@ -756,6 +756,15 @@ async def test_p_says_it_freezes_the_view_not_the_job(faulty_backend):
         assert ("p", "Freeze view") in rows and not any("Pause" in row[1] for row in rows)
 
 
+async def test_the_dashboards_help_lists_quit_once():
+    """The walk (on the picker; the dashboard's help did the same): `q Quit` and `^q Quit`."""
+    app = replay_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit in the footer")
+        _, rows = await _open_help(pilot)
+        assert [row for row in rows if row[1] == "Quit"] == [("q", "Quit")]
+
+
 async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row_at_80x24():
     """Two tests once, on the same app at 80x24: `? Help` in the footer, then the help itself."""
     app = replay_app()
@@ -904,8 +913,8 @@ async def test_help_shows_every_dashboard_key_before_the_generic_ones_at_160x45(
         table = help_screen.query_one(DataTable)
         rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
         keys = [key for key, _ in rows]
-        # (A saved run has ended: no p, no c.)
-        assert keys[:15] == ["q", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "^q", "esc"]
+        # (A saved run has ended: no p, no c. ^q is q's Quit, listed once: test_the_dashboards_help_lists_quit_once.)
+        assert keys[:14] == ["q", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "esc"]
         assert ("end", "Follow log") in rows and "super+c" not in keys
         # Shown without scrolling: every one of them inside the table's box.
         await pilot.pause()
