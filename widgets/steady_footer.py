@@ -70,9 +70,16 @@ HELP_LEFT_OUT = frozenset({"screen.copy_text"})
 APP_QUIT_ACTIONS = frozenset({"quit", "app.quit"})
 
 
+# A spare key's row in the help, below WIDE_FOOTER columns, ends with this mark, and the help says
+# once, under its rows, what the mark means (SPARE_NOTE): at 80 columns the words on every row
+# were cut ("Previous chart (not in the footer below 110…", the walk).
+SPARE_MARK = "*"
+SPARE_NOTE = f"{SPARE_MARK} not in the footer below {WIDE_FOOTER} columns"
+
+
 def help_rows(screen: Screen) -> list[tuple[str, str]]:
     """The help's rows for `screen` (key, what it does), in help_order: each action once, the
-    spare keys its footer leaves out at this width marked so (docs/product.md#keys)."""
+    spare keys its footer leaves out at this width marked with SPARE_MARK (docs/product.md#keys)."""
     app = screen.app
     rows: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
@@ -92,7 +99,7 @@ def help_rows(screen: Screen) -> list[tuple[str, str]]:
             continue  # q Quit is listed: ^q Quit is the same (the walk: the picker listed both)
         seen.add((binding.action, label))
         labels.add(label)
-        shown = f"{label} (not in the footer below {WIDE_FOOTER} columns)" if binding.action in spare else label
+        shown = f"{label} {SPARE_MARK}" if binding.action in spare else label
         rows.append((app.get_key_display(binding), shown))
     return rows
 

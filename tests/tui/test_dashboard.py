@@ -756,6 +756,25 @@ async def test_p_says_it_freezes_the_view_not_the_job(faulty_backend):
         assert ("p", "Freeze view") in rows and not any("Pause" in row[1] for row in rows)
 
 
+async def test_every_help_line_is_whole_at_80x24():
+    """The walk: at 80 columns the help cut `M  Previous chart (not in the footer below 110…`.
+    A spare key's row is marked `*`, and the note under the rows says once what that means;
+    no row is wider than the table (nothing cut, nothing to scroll sideways)."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        help_screen, rows = await _open_help(pilot)
+        table = help_screen.query_one(DataTable)
+        await pilot.pause()
+        assert table.virtual_size.width <= table.scrollable_content_region.width, (
+            table.virtual_size.width, table.scrollable_content_region.width)
+        assert ("M", "Previous chart *") in rows and ("end", "Follow log *") in rows
+        detail = str(help_screen.query_one("#dialog-detail").render())
+        assert detail.startswith("* not in the footer below 110 columns\n")
+        body = help_screen.query_one("#dialog-body")
+        assert table.region.bottom <= body.region.bottom <= 24
+
+
 async def test_the_dashboards_help_lists_quit_once():
     """The walk (on the picker; the dashboard's help did the same): `q Quit` and `^q Quit`."""
     app = replay_app()
@@ -774,7 +793,7 @@ async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
         help_screen, rows = await _open_help(pilot)
         table = help_screen.query_one(DataTable)
-        assert ("end", "Follow log (not in the footer below 110 columns)") in rows
+        assert ("end", "Follow log *") in rows  # its mark: test_every_help_line_is_whole_at_80x24
         body = help_screen.query_one("#dialog-body")
         assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
         last = table.row_count - 1
@@ -1025,8 +1044,7 @@ async def test_the_footer_and_the_help_agree_on_the_keys_shown(size):
         await wait_for(pilot, lambda: not footer_keys_missing(app), what="every key in the footer")
         spare = ["M Previous chart", "n Noise", "e Export", "end Follow log"]
         _, rows = await _open_help(pilot)
-        marked = [f"{key} {action.removesuffix(' (not in the footer below 110 columns)')}"
-                  for key, action in rows if action.endswith("(not in the footer below 110 columns)")]
+        marked = [f"{key} {action.removesuffix(' *')}" for key, action in rows if action.endswith(" *")]
         if size[0] >= 110:
             assert all(key in footer_text(app) for key in spare) and not marked
         else:
