@@ -1135,6 +1135,33 @@ async def test_the_logs_status_line_is_whole_while_filtering(size):
                        what="two step events under the status line")
 
 
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_logs_status_counts_the_matches_while_filtering(size):
+    """The walk: with a filter on, the log's status line still counted every event. It says
+    how many match, of how many ("12 of 340 events match"), and every event again once cleared."""
+    app = replay_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
+        log = app.screen.query_one(EventLog)
+        status = log.query_one("#log-status")
+        await wait_for(pilot, lambda: f"{log.total} events" in str(status.render()), what="the count of events")
+        await pilot.press("slash")
+        type_ahead(app, *"step")
+        await wait_for(pilot, lambda: log.filter_text == "step", what="the filter typed")
+        assert 0 < log.shown < log.total
+        matches = f"{log.shown} of {log.total} events match"
+        await wait_for(pilot, lambda: matches in screen_lines(app)[status.region.y], what="the matches drawn")
+        # Events that arrive while it is on are counted as they come: one more match, one not.
+        before, total = log.matching, log.total
+        log.add_events([JobEvent(seq=10_001, type="rl.train.step", level="info", message="Step 99: late"),
+                        JobEvent(seq=10_002, type="rl.job.note", level="info", message="not a match")])
+        assert (log.matching, log.total) == (before + 1, total + 2) and log.matching == log.shown
+        assert f"{before + 1} of {total + 2} events match" in str(status.render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: str(status.render()).startswith(f"{log.total} events"),
+                       what="every event counted again")
+
+
 @pytest.mark.parametrize("key, label, other_label, state", [
     ("p", "Freeze view", "Resume view", lambda screen: screen.paused),
     ("f", "Full size", "Grid", lambda screen: screen.query_one(MetricsGrid).full),
