@@ -59,10 +59,6 @@ SAVE_PARSED_CSS_AFTER_S = 1.0
 _startup_frozen = False
 
 
-# Textual's own keys the help leaves out: super+c copies as ctrl+c does (its row says so).
-HELP_LEFT_OUT = frozenset({"screen.copy_text"})
-
-
 class SynthTuiApp(App[int]):
     # No CSS_PATH: __init__ adds styles.tcss itself, in two parts when the picker comes first.
     TITLE = "synth-tui"
@@ -377,47 +373,14 @@ class SynthTuiApp(App[int]):
 
     def action_help(self) -> None:
         from app.screens.dialogs.common import HelpDialog
-        from widgets.steady_footer import WIDE_FOOTER, declared_keys, left_out
+        from widgets.steady_footer import SPARE_MARK, SPARE_NOTE, help_rows
 
         if isinstance(self.screen, HelpDialog):
             return
-        rows: list[tuple[str, str]] = []
-        seen: set[tuple[str, str]] = set()
-        # The footer's spare keys at this width: the help says they are not in it (docs/product.md#keys).
-        spare = left_out(self.screen, self.size.width)
-        screen_keys = declared_keys(self.screen)
-        for active in sorted(self.screen.active_bindings.values(), key=self._help_order(self.screen)):
-            binding = active.binding
-            if binding.action == "select_cursor" and binding.key in screen_keys:
-                # A focused table's enter selects the row, which the screen acts on: the help names
-                # the screen's key once (the walk: the env review listed ⏎ Select and enter Edit).
-                binding = screen_keys[binding.key]
-            label = binding.description or binding.action
-            if not label or (binding.action, label) in seen or binding.action in HELP_LEFT_OUT:
-                continue
-            seen.add((binding.action, label))
-            shown = f"{label} (not in the footer below {WIDE_FOOTER} columns)" if binding.action in spare else label
-            rows.append((self.get_key_display(binding), shown))
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
-        self.push_screen(HelpDialog(str(title), rows))
-
-    @staticmethod
-    def _help_order(screen: Screen) -> Callable[[Any], tuple[int, int]]:
-        """The help's order: the screen's own keys first, as its BINDINGS declare them (a key a
-        focused widget answers instead keeps that place: the log's `end`), then the app's,
-        then a focused widget's scroll keys. The screen's keys are what the dialog shows
-        without scrolling (issue 37: `z`, `M`, `n` and `end` fell below the fold)."""
-        from widgets.steady_footer import declared_keys
-
-        declared = {key: index for index, key in enumerate(declared_keys(screen))}
-
-        def order(active: Any) -> tuple[int, int]:
-            key = active.binding.key
-            if key in declared:
-                return 0, declared[key]
-            return (1 if isinstance(active.node, (Screen, App)) else 2), 0
-
-        return order
+        rows = help_rows(self.screen)
+        marked = any(action.endswith(f" {SPARE_MARK}") for _, action in rows)
+        self.push_screen(HelpDialog(str(title), rows, note=SPARE_NOTE if marked else None))
 
     def action_help_quit(self) -> None:
         """Ctrl+C with no text selected (with a selection it copies): an interrupt, one rule on

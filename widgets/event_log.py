@@ -161,6 +161,9 @@ class EventLog(Vertical):
         self.hidden_noise = 0
         self.new_while_away = 0
         self.total = 0
+        # The events shown (past the noise toggle and the filter): counted as they come, and again
+        # from the kept ones when either changes; the status says it while a filter is on.
+        self.matching = 0
         # Tail mode: follow the newest line until the user scrolls up; scrolling back to the
         # end resumes it. Tracked here because the Log's own flag is set on every write.
         self.tailing = True
@@ -252,6 +255,7 @@ class EventLog(Vertical):
             if is_noise(event):
                 self.hidden_noise += 1
             if self._visible(event):
+                self.matching += 1
                 lines.extend(event_lines(event, width))
         if lines:
             log = self.log_view
@@ -273,7 +277,9 @@ class EventLog(Vertical):
         self.tailing = True
         self.new_while_away = 0
         width = self._wrapped_at = self._wrap_width
-        log.write_lines([line for e in self.kept if self._visible(e) for line in event_lines(e, width)])
+        visible = [event for event in self.kept if self._visible(event)]
+        self.matching = len(visible)
+        log.write_lines([line for event in visible for line in event_lines(event, width)])
         self._update_status()
 
     def toggle_noise(self) -> None:
@@ -292,12 +298,18 @@ class EventLog(Vertical):
         self.log_view.scroll_end(animate=False)
         self._update_status()
 
+    def _matches(self) -> str:
+        """"12 of 340 events match": the events the filter shows (past the noise toggle) of all."""
+        verb = "matches" if self.matching == 1 else "match"
+        return f"{self.matching} of {self.total} event{'' if self.total == 1 else 's'} {verb}"
+
     def _update_status(self) -> None:
         """One line, never cut: what the user set comes first, and whole parts leave from its end
         (the noise count, then the events') where the pane is too narrow (the walk: a filter
         pushed them past the edge, cut mid-word)."""
         parts = [f"filter {self.filter_text!r} (esc clears)"] if self.filter_text else []
-        parts.append(f"{self.total} events")
+        # While filtering, the matches (the walk: the count of every event stood beside a filter).
+        parts.append(self._matches() if self.filter_text else f"{self.total} events")
         if self.new_while_away:
             parts.insert(0, f"▼ {self.new_while_away} new (end to follow)")
         noise = "shown" if self.show_noise else "hidden"

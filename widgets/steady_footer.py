@@ -21,11 +21,12 @@ cost the footer a row, so they are left to the help, which says so (docs/product
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 from rich.cells import cell_len
 from textual import events, on
-from textual.app import ComposeResult
+from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.screen import Screen
 from textual.widget import Widget
@@ -59,6 +60,64 @@ def declared_keys(screen: Screen) -> dict[str, Binding]:
     their order, with their binding: not those of its focused widget."""
     return {key.strip(): binding for binding in type(screen).BINDINGS if isinstance(binding, Binding)
             for key in binding.key.split(",")}
+
+
+# Textual's own keys the help leaves out: super+c copies as ctrl+c does (its row says so).
+HELP_LEFT_OUT = frozenset({"screen.copy_text"})
+# The app's quit (ctrl+q, and a screen's ctrl+q standing for it): left out of the help when a key
+# of the screen already says the same (the picker's and the dashboard's q Quit), so quit is listed
+# once, as on the screens whose q and ctrl+q share one action (history, jobs).
+APP_QUIT_ACTIONS = frozenset({"quit", "app.quit"})
+
+
+# A spare key's row in the help, below WIDE_FOOTER columns, ends with this mark, and the help says
+# once, under its rows, what the mark means (SPARE_NOTE): at 80 columns the words on every row
+# were cut ("Previous chart (not in the footer below 110…", the walk).
+SPARE_MARK = "*"
+SPARE_NOTE = f"{SPARE_MARK} not in the footer below {WIDE_FOOTER} columns"
+
+
+def help_rows(screen: Screen) -> list[tuple[str, str]]:
+    """The help's rows for `screen` (key, what it does), in help_order: each action once, the
+    spare keys its footer leaves out at this width marked with SPARE_MARK (docs/product.md#keys)."""
+    app = screen.app
+    rows: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
+    labels: set[str] = set()
+    spare = left_out(screen, app.size.width)
+    screen_keys = declared_keys(screen)
+    for active in sorted(screen.active_bindings.values(), key=help_order(screen)):
+        binding = active.binding
+        if binding.action == "select_cursor" and binding.key in screen_keys:
+            # A focused table's enter selects the row, which the screen acts on: the help names
+            # the screen's key once (the walk: the env review listed ⏎ Select and enter Edit).
+            binding = screen_keys[binding.key]
+        label = binding.description or binding.action
+        if not label or (binding.action, label) in seen or binding.action in HELP_LEFT_OUT:
+            continue
+        if binding.action in APP_QUIT_ACTIONS and label in labels:
+            continue  # q Quit is listed: ^q Quit is the same (the walk: the picker listed both)
+        seen.add((binding.action, label))
+        labels.add(label)
+        shown = f"{label} {SPARE_MARK}" if binding.action in spare else label
+        rows.append((app.get_key_display(binding), shown))
+    return rows
+
+
+def help_order(screen: Screen) -> Callable[[Any], tuple[int, int]]:
+    """The help's order: the screen's own keys first, as its BINDINGS declare them (a key a
+    focused widget answers instead keeps that place: the log's `end`), then the app's,
+    then a focused widget's scroll keys. The screen's keys are what the dialog shows
+    without scrolling (issue 37: `z`, `M`, `n` and `end` fell below the fold)."""
+    declared = {key: index for index, key in enumerate(declared_keys(screen))}
+
+    def order(active: Any) -> tuple[int, int]:
+        key = active.binding.key
+        if key in declared:
+            return 0, declared[key]
+        return (1 if isinstance(active.node, (Screen, App)) else 2), 0
+
+    return order
 
 
 def footer_rows_class(count: int) -> str:

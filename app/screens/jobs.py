@@ -50,7 +50,10 @@ SCROLLBAR_ROOM = 2  # the table's vertical scrollbar, when the rows outgrow it
 # The status column also holds a job's place in an embedded backend's queue: "queued #12"
 # (narrow), "queued #123" (wide).
 NARROW_WIDTHS = (28, 10, 12, 11, 5)
-WIDE_WIDTHS = (34, 11, 40, 16, 7)
+WIDE_WIDTHS = (34, 11, 40, 16, 10)
+# The score column's heading says which score it is, the last one (docs/product.md#jobs-view): in
+# one line where the column is wide enough, else in two, "Last" over "score" (the walk: "Score").
+SCORE_HEADING = "Last score"
 STATUS_STYLES = {"ok": "green", "bad": "red", "warn": "yellow"}
 
 
@@ -192,8 +195,13 @@ class JobsScreen(FlowScreen):
         if columns != self._columns:
             self._columns = columns
             table.clear(columns=True)
+            two_lines = columns.get("Score", 0) < len(SCORE_HEADING)
+            table.header_height = 2 if two_lines else 1
             for label, width in columns.items():
-                table.add_column(_cell(label, "", width), width=width, key=label.lower())
+                heading = _cell(label, "", width)
+                if label == "Score":
+                    heading = Text(SCORE_HEADING.replace(" ", "\n") if two_lines else SCORE_HEADING, justify="right")
+                table.add_column(heading, width=width, key=label.lower())
         selected = self.selected()
         table.clear()
         shown = self._shown()

@@ -25,6 +25,7 @@ from app.core.api.results import CreateResult
 from app.core.errors import SynthTuiError
 from app.core.invocation import as_run
 from app.core.launch import service
+from app.core.launch.asked_model import asked_model
 from app.core.launch.steps import PreparedJob
 from app.core.redact import redact
 from app.core.runs.jobs import payload_model
@@ -49,6 +50,12 @@ class PayloadPreviewScreen(FlowScreen):
     BINDINGS = [
         Binding("s,ctrl+s", "submit", "Submit", id="preview.submit", key_display="s",
                 tooltip=palette_tooltip("Preview: submit the job", "POST /rl/jobs with the payload shown")),
+        # s's other face once the task URL or the model changed since verification: nothing is
+        # sent unverified; s goes back to verify them first (check_action shows the one that
+        # applies; docs/product.md#payload-preview).
+        Binding("s,ctrl+s", "reverify", "Verify again", id="preview.reverify", key_display="s",
+                tooltip=palette_tooltip("Preview: verify the change", "Back to verification for the new task URL "
+                                        "or model; nothing is sent")),
         Binding("x", "toggle_response", "Full response", id="preview.expand",
                 tooltip=palette_tooltip("Preview: expand or collapse the response", "Show the backend's whole answer")),
         Binding("escape", "back", "Back", id="preview.back",
@@ -180,8 +187,32 @@ class PayloadPreviewScreen(FlowScreen):
     def holds_key(self, key: str) -> bool:
         return self.rebuilding and key == "s"  # typed while the payload is built: submits it once built
 
+    def unverified_changes(self) -> list[str]:
+        """What the payload shown changed since verification passed (the task URL, the model),
+        each with the value verified; empty when nothing was verified in this session."""
+        prepared, session = self.prepared, self.session
+        if prepared is None or session.verified_task_url is None:
+            return []
+        changes = []
+        if prepared.task_url != session.verified_task_url:
+            changes.append(f"the task URL (verified: {session.verified_task_url})")
+        model = asked_model(prepared.payload).model
+        if session.verified_model is not None and model != session.verified_model:
+            changes.append(f"the model (verified: {session.verified_model})")
+        return changes
+
+    def action_reverify(self) -> None:
+        """A paid job is never sent unverified by one key: back to the checks, which run again
+        for what changed; enter there comes back here to submit."""
+        changes = self.unverified_changes()
+        self.notify(f"{_sentence_start(' and '.join(changes))} changed since verification: nothing was sent; "
+                    "verifying again (enter there brings you back to submit).", timeout=6, markup=False)
+        self.flow_app.go_back("preview")
+
     def action_submit(self) -> None:
-        if self.submitting:
+        if self.unverified_changes() and not self.submitting and not self.rebuilding:
+            self.action_reverify()  # the button, as s (check_action)
+        elif self.submitting:
             self.notify("Already submitting…", severity="warning")
         elif self.rebuilding:
             self.notify("The payload is being rebuilt with your change; submit again in a moment.",
@@ -250,6 +281,11 @@ class PayloadPreviewScreen(FlowScreen):
         # x expands an answer: none before a submit (the walk), so not in the footer until one came.
         if action == "toggle_response":
             return self._response_text() is not None
+        # s submits, or verifies again what changed since verification (the walk: it submitted).
+        if action == "submit":
+            return not self.unverified_changes()
+        if action == "reverify":
+            return bool(self.unverified_changes())
         return True
 
     def _show_state(self) -> None:
@@ -257,7 +293,9 @@ class PayloadPreviewScreen(FlowScreen):
         secrets = self.session.secret_values()
         self._show_problem(secrets)
         submit_ready = not (self.rebuilding or self.submitting or self.problem or self.prepared is None)
-        self.query_one("#payload-submit", Button).disabled = not submit_ready
+        button = self.query_one("#payload-submit", Button)
+        button.disabled = not submit_ready
+        button.label = "Verify again (s)" if self.unverified_changes() else "Submit (s)"
         self.query_one("#payload-overrides").disabled = self.submitting
         self.query_one("#payload-status", Static).update(_redacted_content(self._status_parts(), secrets))
         response = self._response_text()
@@ -278,9 +316,9 @@ class PayloadPreviewScreen(FlowScreen):
             parts = [("✗ ", "bold $text-error"), self.problem.message]
             if self.problem.hint:
                 parts += ["\n", ("  Fix: ", "bold $text-primary"), self.problem.hint]
-        elif self.prepared and (verified := self.session.verified_task_url) and self.prepared.task_url != verified:
-            parts = [("! ", "bold $text-warning"), f"The task URL changed since verification ({verified}): "
-                     "esc goes back to verify the new one."]
+        elif changes := self.unverified_changes():
+            parts = [("! ", "bold $text-warning"), f"{_sentence_start(' and '.join(changes))} changed since "
+                     "verification: s verifies again before anything is sent."]
         line = self.query_one("#payload-problem", Static)
         line.set_class(not parts, "-hidden")
         line.update(_redacted_content(parts, secrets))
@@ -316,7 +354,14 @@ class PayloadPreviewScreen(FlowScreen):
                     key, ", so it can never create a second job."]
         if self.problem is not None:
             return [("Fix the override above to submit.", "$text-muted")]
+        if self.unverified_changes():
+            return [("Nothing has been sent yet. ", "$text-muted"), "s verifies the change first."]
         return [("Nothing has been sent yet. ", "$text-muted"), "s submits this payload."]
+
+
+def _sentence_start(text: str) -> str:
+    """`text` with its first letter upper case, the rest as it is (a model id keeps its case)."""
+    return text[:1].upper() + text[1:]
 
 
 def _redacted_content(parts: list[str | tuple[str, str]], secrets: list[str]) -> Content:

@@ -80,6 +80,9 @@ class VerificationScreen(FlowScreen):
     BINDINGS = [
         Binding("enter", "continue", "Preview payload", id="verify.continue",
                 tooltip=palette_tooltip("Verification: preview the payload", "Continue when the checks passed")),
+        # Enter's other face once the checks failed: it only says why, so the footer does not
+        # offer it (check_action shows the one that applies; the help lists it).
+        Binding("enter", "blocked", "Say why it cannot go on", id="verify.blocked", show=False),
         Binding("r", "retry", "Retry", id="verify.retry",
                 tooltip=palette_tooltip("Verification: retry",
                                         "Run the backend verification, the health check and the model check again")),
@@ -107,6 +110,7 @@ class VerificationScreen(FlowScreen):
         self._ticker: Timer | None = None
         # Each retry is a new run; a result from an older run is dropped, never shown as current.
         self._run = 0
+        self._failed_shown = False
 
     def compose(self) -> ComposeResult:
         yield AppHeader()
@@ -128,10 +132,15 @@ class VerificationScreen(FlowScreen):
         self.action_retry()
 
     def on_screen_resume(self) -> None:
-        """Back from the preview with another task URL: what was verified no longer applies."""
-        prepared = self.session.prepared
-        if self.target is not None and prepared is not None and prepared.task_url != self.target.task_url:
-            self.notify("The task URL changed: verifying again.", timeout=4)
+        """Back from the preview with another task URL or model: what was verified no longer applies."""
+        prepared, target = self.session.prepared, self.target
+        if target is None or prepared is None:
+            return
+        changed = [what for what, now, then in (("task URL", prepared.task_url, target.task_url),
+                                                 ("model", asked_model(prepared.payload).model, target.model))
+                   if now != then]
+        if changed:
+            self.notify(f"The {' and the '.join(changed)} changed: verifying again.", timeout=4)
             self.action_retry()
 
     # -- state --------------------------------------------------------------------------
@@ -246,9 +255,27 @@ class VerificationScreen(FlowScreen):
         self.query_one("#verify-target", Static).update(self._header())
         self.query_one("#verify-table", DiagnosticsTable).show([row.redacted(secrets) for row in rows])
         self._show_verdict()
+        if self.failed != self._failed_shown:  # enter previews, or says why not (check_action)
+            self._failed_shown = self.failed
+            self.refresh_bindings()
         if not self.running and self._ticker is not None:
             self._ticker.pause()
         self._set_exit_code()
+
+    @property
+    def failed(self) -> bool:
+        """The checks ended and stop the launch (or the payload could not be prepared)."""
+        verdict = self.verdict
+        return self.setup_problem is not None or (verdict is not None and not verdict.ready)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Enter previews the payload, or, once the checks failed, only says why it cannot
+        (the walk: the footer still offered `⏎ Preview payload` then)."""
+        if action == "continue":
+            return not self.failed
+        if action == "blocked":
+            return self.failed
+        return True
 
     def _set_exit_code(self) -> None:
         """Quitting here ends with the exit code headless gives for the same checks."""
@@ -321,7 +348,11 @@ class VerificationScreen(FlowScreen):
             self.notify(f"Cannot continue: {verdict.headline}", severity="error", timeout=6)
         else:
             self.session.verified_task_url = self.target.task_url if self.target else None
+            self.session.verified_model = self.target.model if self.target else None
             self.flow_app.go_to_preview()
+
+    def action_blocked(self) -> None:
+        self.action_continue()  # refused, with the reason (the footer no longer offers enter)
 
     def action_back(self) -> None:
         self.flow_app.go_back("verify")

@@ -303,16 +303,25 @@ def test_backend_down_exits_5(world):
     assert "Traceback" not in err
 
 
+def test_a_401_to_the_verification_itself_exits_3(world):
+    world["backend"].inject("verify", "401")  # the probe passes, the verification is refused
+    code, _, err = run(world)
+    assert code == ExitCode.CHECKS_FAILED and "on POST /rl/verify_task_app" in err
+
+
 def test_backend_answering_html_exits_5(world):
     world["backend"].inject("verify", "html", "html", "html")
     code, _, err = run(world)
     assert code == 5 and "HTML instead of JSON" in err
 
 
-def test_wrong_synth_key_exits_5(world):
+def test_wrong_synth_key_exits_3(world):
+    """The walk: a rejected key exited 5, where the README's table (and the design's) says 3 for
+    a failed verification: what the files say is not enough (docs/product.md#exit-codes)."""
     world["env"].write_text(world["env"].read_text().replace(world["backend"].api_key, "sk_wrong_0000000000"))
     code, _, err = run(world)
-    assert code == 5 and "rejected the SYNTH_API_KEY" in err and "sk_wrong_0000000000" not in err
+    assert code == ExitCode.CHECKS_FAILED == 3
+    assert "rejected the SYNTH_API_KEY" in err and "sk_wrong_0000000000" not in err
     # which backend answered, and that it may not be the one started (issue 37: a busy port)
     assert f"The backend at {world['backend'].url}/api rejected" in err
     assert "may not be the backend you started" in err

@@ -75,12 +75,12 @@ def test_without_a_key_it_is_exit_3(seeded, tmp_path, capsys):
     assert code == ExitCode.CHECKS_FAILED and "SYNTH_API_KEY" in err
 
 
-def test_a_wrong_key_is_exit_5_and_never_printed(seeded, tmp_path, capsys):
+def test_a_wrong_key_is_exit_3_and_never_printed(seeded, tmp_path, capsys):
     server, _ = seeded
     env = tmp_path / "wrong.env"
     env.write_text("SYNTH_API_KEY=sk_wrong_0123456789abcdef\n")
     code, out, err = jobs(capsys, "--backend", server.url, "--env-file", str(env))
-    assert code == ExitCode.BACKEND and "rejected the SYNTH_API_KEY" in err
+    assert code == ExitCode.CHECKS_FAILED and "rejected the SYNTH_API_KEY" in err  # as without one
     assert "sk_wrong_0123456789abcdef" not in out + err
 
 

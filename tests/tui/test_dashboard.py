@@ -756,6 +756,34 @@ async def test_p_says_it_freezes_the_view_not_the_job(faulty_backend):
         assert ("p", "Freeze view") in rows and not any("Pause" in row[1] for row in rows)
 
 
+async def test_every_help_line_is_whole_at_80x24():
+    """The walk: at 80 columns the help cut `M  Previous chart (not in the footer below 110…`.
+    A spare key's row is marked `*`, and the note under the rows says once what that means;
+    no row is wider than the table (nothing cut, nothing to scroll sideways)."""
+    app = replay_app()
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
+        help_screen, rows = await _open_help(pilot)
+        table = help_screen.query_one(DataTable)
+        await pilot.pause()
+        assert table.virtual_size.width <= table.scrollable_content_region.width, (
+            table.virtual_size.width, table.scrollable_content_region.width)
+        assert ("M", "Previous chart *") in rows and ("end", "Follow log *") in rows
+        detail = str(help_screen.query_one("#dialog-detail").render())
+        assert detail.startswith("* not in the footer below 110 columns\n")
+        body = help_screen.query_one("#dialog-body")
+        assert table.region.bottom <= body.region.bottom <= 24
+
+
+async def test_the_dashboards_help_lists_quit_once():
+    """The walk (on the picker; the dashboard's help did the same): `q Quit` and `^q Quit`."""
+    app = replay_app()
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: "q Quit" in footer_text(app), what="q Quit in the footer")
+        _, rows = await _open_help(pilot)
+        assert [row for row in rows if row[1] == "Quit"] == [("q", "Quit")]
+
+
 async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row_at_80x24():
     """Two tests once, on the same app at 80x24: `? Help` in the footer, then the help itself."""
     app = replay_app()
@@ -765,7 +793,7 @@ async def test_the_help_key_is_in_the_footer_and_help_lists_end_and_its_last_row
         await wait_for(pilot, lambda: "? Help" in footer_text(app), what="? Help in the footer")
         help_screen, rows = await _open_help(pilot)
         table = help_screen.query_one(DataTable)
-        assert ("end", "Follow log (not in the footer below 110 columns)") in rows
+        assert ("end", "Follow log *") in rows  # its mark: test_every_help_line_is_whole_at_80x24
         body = help_screen.query_one("#dialog-body")
         assert table.region.bottom <= body.region.bottom <= 24  # the table ends inside the dialog
         last = table.row_count - 1
@@ -904,8 +932,8 @@ async def test_help_shows_every_dashboard_key_before_the_generic_ones_at_160x45(
         table = help_screen.query_one(DataTable)
         rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
         keys = [key for key, _ in rows]
-        # (A saved run has ended: no p, no c.)
-        assert keys[:15] == ["q", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "^q", "esc"]
+        # (A saved run has ended: no p, no c. ^q is q's Quit, listed once: test_the_dashboards_help_lists_quit_once.)
+        assert keys[:14] == ["q", "r", "/", "m", "M", "f", "s", "z", "o", "i", "n", "e", "end", "esc"]
         assert ("end", "Follow log") in rows and "super+c" not in keys
         # Shown without scrolling: every one of them inside the table's box.
         await pilot.pause()
@@ -1016,8 +1044,7 @@ async def test_the_footer_and_the_help_agree_on_the_keys_shown(size):
         await wait_for(pilot, lambda: not footer_keys_missing(app), what="every key in the footer")
         spare = ["M Previous chart", "n Noise", "e Export", "end Follow log"]
         _, rows = await _open_help(pilot)
-        marked = [f"{key} {action.removesuffix(' (not in the footer below 110 columns)')}"
-                  for key, action in rows if action.endswith("(not in the footer below 110 columns)")]
+        marked = [f"{key} {action.removesuffix(' *')}" for key, action in rows if action.endswith(" *")]
         if size[0] >= 110:
             assert all(key in footer_text(app) for key in spare) and not marked
         else:
@@ -1106,6 +1133,33 @@ async def test_the_logs_status_line_is_whole_while_filtering(size):
         # Under it, events still show: the grid gave back the rows the filter field took.
         await wait_for(pilot, lambda: sum("rl.train.step" in line for line in screen_lines(app)) >= 2,
                        what="two step events under the status line")
+
+
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_the_logs_status_counts_the_matches_while_filtering(size):
+    """The walk: with a filter on, the log's status line still counted every event. It says
+    how many match, of how many ("12 of 340 events match"), and every event again once cleared."""
+    app = replay_app()
+    async with app.run_test(size=size) as pilot:
+        await wait_for(pilot, lambda: "? Help" in footer_text(app), what="the footer")
+        log = app.screen.query_one(EventLog)
+        status = log.query_one("#log-status")
+        await wait_for(pilot, lambda: f"{log.total} events" in str(status.render()), what="the count of events")
+        await pilot.press("slash")
+        type_ahead(app, *"step")
+        await wait_for(pilot, lambda: log.filter_text == "step", what="the filter typed")
+        assert 0 < log.shown < log.total
+        matches = f"{log.shown} of {log.total} events match"
+        await wait_for(pilot, lambda: matches in screen_lines(app)[status.region.y], what="the matches drawn")
+        # Events that arrive while it is on are counted as they come: one more match, one not.
+        before, total = log.matching, log.total
+        log.add_events([JobEvent(seq=10_001, type="rl.train.step", level="info", message="Step 99: late"),
+                        JobEvent(seq=10_002, type="rl.job.note", level="info", message="not a match")])
+        assert (log.matching, log.total) == (before + 1, total + 2) and log.matching == log.shown
+        assert f"{before + 1} of {total + 2} events match" in str(status.render())
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: str(status.render()).startswith(f"{log.total} events"),
+                       what="every event counted again")
 
 
 @pytest.mark.parametrize("key, label, other_label, state", [

@@ -271,11 +271,29 @@ async def test_at_60_columns_the_score_stays_and_a_cut_id_ends_with_an_ellipsis(
         table = screen.query_one(DataTable)
         assert table.virtual_size.width <= table.scrollable_content_region.width  # nothing cut by the edge
         labels = [str(column.label) for column in table.columns.values()]
-        assert labels[-1] == "Score" and "Model" not in labels
+        assert labels[-1] == "Last\nscore" and "Model" not in labels
         first = table.get_row_at(0)
         assert str(first[0]).startswith("job_aaaa") and str(first[0]).endswith("…")
         assert str(table.get_row_at(1)[-1]) == "0.100"
         assert "8 jobs (4 active)" in header(screen)
+
+
+@pytest.mark.parametrize(("size", "heading", "header_rows"), [((160, 45), "Last score", 1),
+                                                             ((80, 24), "Last\nscore", 2)])
+async def test_the_score_column_says_it_is_the_last_score(faulty_backend, size, heading, header_rows):
+    """The walk: the column read "Score", not which one (the last mean score). It says "Last
+    score" within its width: in one line at 160 columns, in two at 80, where the model keeps its
+    column and the job id its whole length."""
+    seven_jobs(faulty_backend)
+    app = make_jobs_app(faulty_backend)
+    async with app.run_test(size=size) as pilot:
+        screen = jobs(app)
+        await loaded(pilot, screen)
+        table = screen.query_one(DataTable)
+        labels = [str(column.label) for column in table.columns.values()]
+        assert labels == ["Job", "Status", "Model", "Created", heading]
+        assert table.header_height == header_rows
+        assert table.virtual_size.width <= table.scrollable_content_region.width  # nothing cut by the edge
 
 
 async def test_one_job_is_counted_in_the_singular(faulty_backend):

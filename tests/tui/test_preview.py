@@ -271,6 +271,52 @@ async def test_task_url_override_changes_the_payload_and_warns_it_is_unverified(
         assert app.session.options.task_url is None  # the flags stay as given; the override is the session's
 
 
+@pytest.mark.parametrize("changed", ["model", "task URL"])
+async def test_s_after_a_change_since_verification_verifies_again_and_sends_nothing(
+        changed, flow_app, faulty_backend, tiny_task_app):
+    """The walk: ctrl+s submitted a paid job after the task URL or the model was changed in the
+    preview, despite the warning that it changed. s (and ctrl+s, and the button) go back to the
+    checks, which run again for the change; enter there comes back, and s then submits."""
+    app = flow_app("verify", backend=faulty_backend.url, task_url=tiny_task_app.url, synth_key=SYNTH_KEY,
+                   env_key=ENV_KEY)
+    async with app.run_test(size=SIZE) as pilot:
+        verification = app.screen
+        await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
+                       what="the verification to pass")
+        await pilot.press("enter")
+        screen = await preview_ready(pilot)
+        await wait_for(pilot, lambda: "s Submit" in footer_text(app), what="s Submit in the footer")
+        if changed == "model":
+            screen.query_one("#override-model", Input).value = "Qwen/Qwen3-1.7B"
+            await wait_for(pilot, lambda: not screen.rebuilding and "Qwen3-1.7B" in screen.shown_json,
+                           what="the rebuild")
+        else:
+            url = tiny_task_app.url.replace("127.0.0.1", "localhost")
+            screen.query_one("#override-task-url", Input).value = url
+            await wait_for(pilot, lambda: not screen.rebuilding and "localhost" in screen.shown_json,
+                           what="the rebuild")
+        await wait_for(pilot, lambda: "s Verify again" in footer_text(app), what="s saying it verifies again")
+        assert "Submit" not in footer_text(app)
+        assert f"The {changed} (verified: " in str(screen.query_one("#payload-problem").render())
+        assert str(screen.query_one("#payload-submit", Button).label) == "Verify again (s)"
+        screen.query_one("#payload-json-scroll").focus()
+        verified_before = faulty_backend.count("/rl/verify_task_app")
+        await pilot.press("ctrl+s")
+        await wait_for_screen(pilot, VerificationScreen, "verification again")
+        assert create_requests(faulty_backend) == []
+        verification = app.screen
+        await wait_for(pilot, lambda: faulty_backend.count("/rl/verify_task_app") > verified_before,
+                       what="the checks run again")
+        await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
+                       what="the verification to pass again")
+        await pilot.press("enter")
+        screen = await preview_ready(pilot)
+        await wait_for(pilot, lambda: "s Submit" in footer_text(app), what="s Submit again")
+        await pilot.press("ctrl+s")
+        await wait_for(pilot, lambda: isinstance(app.screen, DashboardScreen), what="the dashboard")
+        assert len(create_requests(faulty_backend)) == 1
+
+
 async def test_escape_goes_back_to_verification(live):
     async with live.run_test(size=SIZE) as pilot:
         await preview_ready(pilot)
@@ -346,7 +392,8 @@ def test_snapshot_preview_after_an_answer_without_job_id(snap_compare, preview_a
 
 
 def test_snapshot_preview_after_a_failed_submit(snap_compare, preview_app, monkeypatch):
-    error = AuthError("The backend rejected the SYNTH_API_KEY for job creation (HTTP 401): Invalid API key.",
+    error = AuthError("The backend rejected the SYNTH_API_KEY on POST /rl/jobs (job creation): HTTP 401, "
+                      "Invalid API key.",
                       "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend.",
                       status=401, body={"detail": "Invalid API key"})
     app = fixed_app(preview_app, monkeypatch, answer=error)

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.widgets import Input
 
-from support.pilot_waits import wait_for
+from app.screens.config_picker import ConfigPickerScreen
+from app.screens.dialogs.common import HelpDialog
+from support.pilot_waits import wait_for, wait_for_screen
+from support.screen_text import footer_text
 from widgets.compat.textual_compat import FooterKey
 from widgets.steady_footer import SteadyFooter
 
@@ -118,3 +122,17 @@ async def test_keys_that_do_not_fit_in_one_row_take_two_and_one_again_when_they_
         await wait_for(pilot, lambda: footer_rows(app) == 2 and every_key_whole(app), what="two rows at 80")
         await pilot.resize_terminal(200, 10)
         await wait_for(pilot, lambda: footer_rows(app) == 1 and every_key_whole(app), what="one row again")
+
+
+@pytest.mark.usefixtures("project_configs_only")
+@pytest.mark.parametrize("key", ["f1", "question_mark"])
+async def test_the_pickers_help_lists_quit_once(make_app, key):
+    """The walk: the config picker's help listed both `q Quit` and `^q Quit`. The help lists
+    quit once, as the history's and the jobs view's do (widgets/steady_footer.help_rows)."""
+    app = make_app("picker")
+    async with app.run_test(size=(160, 45)) as pilot:
+        await wait_for(pilot, lambda: isinstance(app.screen, ConfigPickerScreen) and "^q Quit" in footer_text(app),
+                       what="the picker's footer")
+        await pilot.press(key)
+        help_screen = await wait_for_screen(pilot, HelpDialog)
+        assert [row for row in help_screen.rows if row[1] == "Quit"] == [("q", "Quit")]

@@ -14,10 +14,11 @@ import socket
 
 import httpx
 import pytest
-from textual.widgets import TextArea
+from textual.widgets import DataTable, TextArea
 
 from app.core.api.health import HealthAttempt, HealthReport, check_task_app
 from app.core.api.results import ApiResponse, ModelVerifyResult, VerifyResult
+from app.core.errors import ExitCode
 from app.core.launch.diagnosis import (
     BackendCheck,
     TaskAppCheck,
@@ -27,6 +28,7 @@ from app.core.launch.diagnosis import (
     overall_verdict,
 )
 from app.core.redact import mask_secret
+from app.screens.dialogs.common import HelpDialog
 from app.screens.dialogs.json_report import JsonReportDialog
 from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
@@ -147,6 +149,31 @@ async def test_wrong_environment_key_shows_the_400_and_the_fix(verify_app, fault
         await pilot.pause()
         assert isinstance(app.screen, VerificationScreen)
         assert any("Cannot continue" in n.message for n in notifications(app))
+
+
+async def test_a_failed_verifications_footer_does_not_offer_the_preview(verify_app, monkeypatch):
+    """The walk: after a failed check the footer still offered `⏎ Preview payload`, though
+    enter only warns there. The footer leaves enter out; enter still says why; the help names
+    what it does then; a retry that passes offers the preview again."""
+    app = snapshot_app(verify_app, monkeypatch, env_key=WRONG_ENV_KEY)
+    async with app.run_test(size=(160, 45)) as pilot:
+        screen = await checks_done(pilot)
+        await wait_for(pilot, lambda: "r Retry" in footer_text(app), what="the footer")
+        assert "Preview payload" not in footer_text(app) and "⏎" not in footer_text(app)
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: any("Cannot continue" in n.message for n in notifications(app)),
+                       what="the toast saying why")
+        assert isinstance(app.screen, VerificationScreen)
+        await pilot.press("question_mark")
+        help_screen = await wait_for_screen(pilot, HelpDialog)
+        table = help_screen.query_one(DataTable)
+        help_rows = [tuple(map(str, table.get_row_at(i))) for i in range(table.row_count)]
+        assert ("⏎", "Say why it cannot go on") in help_rows
+        assert not any(action == "Preview payload" for _, action in help_rows)
+        await pilot.press("escape")
+        await wait_for_screen(pilot, VerificationScreen)
+        screen.task_app_check = healthy_task_app()  # as a retry that passes would leave it
+        await wait_for(pilot, lambda: "⏎ Preview payload" in footer_text(app), what="enter offered again")
 
 
 SMOL = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -309,11 +336,37 @@ async def test_wrong_synth_key_shows_401_and_the_fix(verify_app, faulty_backend,
         backend = rows(screen)[0]
         assert backend.status == 401 and backend.verdict is Verdict.FAILED
         assert "rejected the SYNTH_API_KEY" in backend.reason and "SYNTH_API_KEY" in backend.fix
+        # The walk: the row said POST /rl/verify_task_app and its reason "the RL job list": the
+        # probe before the verification was refused, and both now name it.
+        assert backend.tried.startswith("GET /rl/jobs · Bearer ")
+        assert "rejected the SYNTH_API_KEY on GET /rl/jobs (the RL job list)" in backend.reason
         verdict = verdict_text(screen)
         # which backend answered (issue 37: on a busy machine another program may hold its port)
-        assert (f"Wrong SYNTH_API_KEY: the backend at {faulty_backend.url}/api rejected sk_w…89 (HTTP 401); it may "
-                "not be the backend you started." in " ".join(verdict.split()))
+        assert (f"Wrong SYNTH_API_KEY: the backend at {faulty_backend.url}/api rejected sk_w…89 on GET /rl/jobs "
+                "(HTTP 401); it may not be the backend you started." in " ".join(verdict.split()))
         assert_no_secrets(screen_text(screen))
+
+
+async def test_quitting_after_a_rejected_key_exits_3(verify_app, faulty_backend, tiny_task_app):
+    """The walk: a rejected SYNTH_API_KEY ended the TUI with 5, where a failed verification is 3
+    (README, docs/product.md#exit-codes), as headless (tests/cli/test_headless.py)."""
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url, synth_key="sk_wrong_key_0123456789")
+    async with app.run_test(size=SIZE) as pilot:
+        await checks_done(pilot)
+        await pilot.press("ctrl+q")
+    assert app.return_value == ExitCode.CHECKS_FAILED == 3
+
+
+async def test_a_401_to_the_verification_itself_names_it(verify_app, faulty_backend, tiny_task_app):
+    faulty_backend.inject("verify", "401")  # the probe passes, the verification is refused
+    app = verify_app(backend=faulty_backend.url, task_url=tiny_task_app.url)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = await checks_done(pilot)
+        backend = rows(screen)[0]
+        assert backend.status == 401 and backend.tried.startswith("POST /rl/verify_task_app · Bearer ")
+        assert "on POST /rl/verify_task_app (task app verification)" in backend.reason
+        assert "the RL job list" not in screen_text(screen)
+        assert "rejected sk_t…89 on POST /rl/verify_task_app (HTTP 401)" in " ".join(verdict_text(screen).split())
 
 
 async def test_backend_holds_no_key_the_task_app_accepts(verify_app, faulty_backend, tiny_task_app):

@@ -102,7 +102,7 @@ class SynthClient(ApiTransport):
                 "and today's hosted service may not offer them to you.",
                 "Train on this machine with the embedded backend: add --backend local (it trains any "
                 "conforming task app), or point --backend at a backend that offers /api/rl/jobs.",
-                status=404, body=exc.body) from None
+                status=404, body=exc.body, request=exc.request) from None
         except RejectedError as exc:
             if exc.status == 405:  # the path exists, only listing is not allowed
                 return RlSupport(frozenset(), "GET /rl/jobs answered 405: the RL job routes exist")

@@ -20,10 +20,13 @@ class ApiError(SynthTuiError):
     transient = False
 
     def __init__(self, message: str, hint: str | None = None, *, status: int | None = None,
-                 body: Any = None) -> None:
+                 body: Any = None, request: str | None = None) -> None:
         super().__init__(message, hint)
         self.status = status
         self.body = body
+        # The request that got the answer, as the rows name it ("GET /rl/jobs", under the
+        # backend's base URL); None when no answer came (unreachable, timed out).
+        self.request = request
 
     def body_summary(self) -> str:
         return error_detail(self.body, self.body if isinstance(self.body, str) else "")[:120]
@@ -44,7 +47,12 @@ class ServerError(ApiError):
 
 
 class AuthError(ApiError):
-    pass
+    """The backend refused SYNTH_API_KEY (401 or 403). The backend answered, and what the
+    files say, read fine, is not enough: exit 3, as a missing key and a failed verification
+    are, wherever it happens (the checks, a submit, a watch, a listing), not 5, which is for a
+    backend that could not be asked or answered something unusable (docs/product.md#exit-codes)."""
+
+    exit_code = ExitCode.CHECKS_FAILED
 
 
 class NotFoundError(ApiError):

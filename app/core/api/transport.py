@@ -11,6 +11,7 @@ import json
 import ssl
 from collections.abc import Mapping
 from typing import Any, Self
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -93,6 +94,15 @@ class ApiTransport:
     def _clean(self, text: str) -> str:
         return redact(text, [self._api_key])
 
+    def _asked(self, request: httpx.Request) -> str:
+        """A request as the rows name it: its method and its path under the base URL
+        (``GET /rl/jobs``, not ``/api/rl/jobs``), without the query."""
+        base_path = urlsplit(self.base_url).path.rstrip("/")
+        path = request.url.path
+        if base_path and path.startswith(f"{base_path}/"):
+            path = path[len(base_path):]
+        return f"{request.method} {path}"
+
     async def request(self, method: str, path: str, *, what: str, json_body: Any = None,
                       params: Mapping[str, Any] | None = None, headers: Mapping[str, str] | None = None,
                       retries: int | None = None, expect_json: bool = True) -> ApiResponse:
@@ -143,34 +153,40 @@ class ApiTransport:
                 body = None
         status = response.status_code
         detail = self._clean(error_detail(body, text))
+        asked = self._asked(response.request)
         if status >= 400 and body is None and _looks_like_html(text, content_type):
             # A web page, not the API: a proxy, a login page or a plain web server at --backend.
             error = BadResponseError(
                 f"The backend answered {what} with HTTP {status} and an HTML page instead of JSON: "
                 f"{detail[:100]!r}.",
                 "Is --backend pointing at the API? It should end in /api (added automatically).",
-                status=status, body=text[:400])
+                status=status, body=text[:400], request=asked)
             error.transient = status >= 500 and status != 501
             raise error
         if status in (401, 403):
+            # The request that was refused, by its method and path: a check that sends more than
+            # one request (the probe, then the verification) says which (the walk: a row for POST
+            # /rl/verify_task_app named "the RL job list").
             raise AuthError(
-                f"The backend at {self.base_url} rejected the SYNTH_API_KEY for {what} (HTTP {status}): {detail}.",
+                f"The backend at {self.base_url} rejected the SYNTH_API_KEY on {asked} ({what}): HTTP {status}, "
+                f"{detail}.",
                 "Check SYNTH_API_KEY in your .env or shell: it must be a key for this backend. It may not be the "
                 f"backend you started: check that {self.base_url} is the address it printed.",
-                status=status, body=body)
+                status=status, body=body, request=asked)
         if status == 404:
             raise NotFoundError(f"Not found: {what} (HTTP 404 at {response.request.url.path}): {detail}.",
                                 "Check the job id and that --backend points at the right service.",
-                                status=status, body=body)
+                                status=status, body=body, request=asked)
         if status == 409:
-            raise ConflictError(f"Conflict on {what} (HTTP 409): {detail}.", None, status=status, body=body)
+            raise ConflictError(f"Conflict on {what} (HTTP 409): {detail}.", None, status=status, body=body,
+                                request=asked)
         if status == 429 or status >= 500:
             raise ServerError(f"The backend failed on {what} (HTTP {status}): {detail}.",
                               "The backend had a problem; it is retried automatically where safe.",
-                              status=status, body=body)
+                              status=status, body=body, request=asked)
         if status >= 400:
             raise RejectedError(f"The backend refused {what} (HTTP {status}): {detail}.", None,
-                                status=status, body=body)
+                                status=status, body=body, request=asked)
         if expect_json and body is None:
             kind = "HTML" if _looks_like_html(text, content_type) else (
                 "an empty body" if not text.strip() else f"non-JSON ({content_type or 'no content type'})")
@@ -178,7 +194,7 @@ class ApiTransport:
                 f"The backend answered {what} with HTTP {status} but {kind} instead of JSON: "
                 f"{text.strip()[:120]!r}.",
                 "Is --backend pointing at the API? It should end in /api (added automatically).",
-                status=status, body=text[:400])
+                status=status, body=text[:400], request=asked)
         return ApiResponse(status=status, body=body, text=text, headers=response.headers)
 
 

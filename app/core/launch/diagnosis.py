@@ -225,7 +225,11 @@ def backend_rows(check: BackendCheck) -> list[DiagnosticRow]:
         return [DiagnosticRow(BACKEND_CHECK, tried, Verdict.FAILED, _no_answer(check.timeout_s), None, latency,
                               "The backend is slow or unreachable from here: retry (r), or check --backend.")]
     if check.error is not None:
-        if isinstance(check.error, RlNotOffered):
+        # The request that was answered, which may be the probe before the verification (the
+        # walk: a 401 to GET /rl/jobs was shown as POST /rl/verify_task_app's).
+        if check.error.request:
+            tried = f"{check.error.request} · Bearer {check.key_hint}"
+        elif isinstance(check.error, RlNotOffered):
             tried = f"GET /rl/jobs · Bearer {check.key_hint}"
         return [DiagnosticRow(BACKEND_CHECK, tried, Verdict.FAILED, check.error.message, check.error.status,
                               latency, check.error.hint)]
@@ -446,7 +450,8 @@ def _backend_access_problems(check: BackendCheck) -> Iterable[Problem]:
     elif isinstance(error, AuthError):
         # Which backend answered (issue 37): on a busy machine another program's server may
         # hold the port the user meant for the backend they started.
-        yield Problem(f"Wrong SYNTH_API_KEY: the backend at {check.backend_base} rejected {check.key_hint} "
+        on = f" on {error.request}" if error.request else ""
+        yield Problem(f"Wrong SYNTH_API_KEY: the backend at {check.backend_base} rejected {check.key_hint}{on} "
                       f"(HTTP {error.status}); it may not be the backend you started.",
                       "Set SYNTH_API_KEY to an API key of this backend's org, in the .env or the shell; if you "
                       f"started a backend, check that {check.backend_base} is the address it printed.")

@@ -89,8 +89,8 @@ class CheckOutcome:
 
     def failure(self) -> SynthTuiError | None:
         """What stops the launch, or None when it may go on: the backend's own error (its
-        exit code: unreachable, 401, no RL jobs, no answer in time…) first, then the verdict's
-        first problem (exit 3)."""
+        exit code: 5 unreachable, no RL jobs, no answer in time…; 3 for a refused key) first,
+        then the verdict's first problem (exit 3)."""
         error = self.backend.error
         if error is not None:
             return error

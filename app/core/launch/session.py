@@ -79,8 +79,10 @@ class LaunchSession:
     # What the backend said about RL jobs (probe): the payload takes the names it reads.
     rl_support: RlSupport | None = None
     overrides: Overrides = field(init=False)
-    # The task URL the verification step passed with, so the preview can say it changed since.
+    # The task URL and the model the verification step passed with: the preview says when
+    # either changed since, and then sends nothing before they are verified again.
     verified_task_url: str | None = None
+    verified_model: str | None = None
     # Keys fetched from Modal for this session (use_modal_value): they win over the shell and
     # the .env, are masked like every secret and are never written to the .env on their own.
     modal_keys: dict[str, ResolvedKey] = field(default_factory=dict)

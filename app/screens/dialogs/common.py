@@ -102,16 +102,19 @@ class HelpDialog(ModalScreen[None], BuildGuard):
 
     BINDINGS = [Binding("escape,q,question_mark,f1", "close", "Close", id="help.close")]
 
-    def __init__(self, screen_title: str, rows: list[tuple[str, str]]) -> None:
+    def __init__(self, screen_title: str, rows: list[tuple[str, str]], *, note: str | None = None) -> None:
+        """``note`` is said under the rows, before the closing hint (what a row's mark means)."""
         super().__init__(classes="dialog help-dialog")
         self.screen_title = screen_title
         self.rows = rows
+        self.note = note
 
     def compose(self) -> ComposeResult:
         with Vertical(id="dialog-body"):
             yield Static(f"Keys: {self.screen_title}", id="dialog-title")
             yield DataTable(id="help-table", cursor_type="row", zebra_stripes=True)
-            yield Static("Ctrl+P opens the command palette. Esc closes this help.", id="dialog-detail")
+            hint = "Ctrl+P opens the command palette. Esc closes this help."
+            yield Static(f"{self.note}\n{hint}" if self.note else hint, id="dialog-detail", markup=False)
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -127,7 +130,7 @@ class HelpDialog(ModalScreen[None], BuildGuard):
         """The table scrolls inside the dialog: it gets what the dialog's 90% of the screen
         leaves after its border, padding, title and hint (at 80x24 a fixed cap let the last rows
         fall below the screen, where no scrolling reached them)."""
-        room = int(self.size.height * 0.9) - HELP_CHROME_ROWS
+        room = int(self.size.height * 0.9) - HELP_CHROME_ROWS - (self.note is not None)  # the note's line
         self.query_one(DataTable).styles.max_height = max(3, min(HELP_MAX_ROWS, room))
 
     def action_close(self) -> None:

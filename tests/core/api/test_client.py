@@ -60,6 +60,30 @@ async def test_wrong_key_is_an_auth_error_without_the_key(faulty_backend):
     assert "sk_wrong_secret_value_1234" not in info.value.render()
 
 
+@pytest.mark.parametrize(("call", "request_line", "what"), [
+    (lambda c: c.probe_rl(), "GET /rl/jobs", "the RL job list"),
+    (lambda c: c.verify_task_app("http://127.0.0.1:1"), "POST /rl/verify_task_app", "task app verification"),
+    (lambda c: c.verify_model("Qwen/Qwen3-4B"), "POST /rl/verify_model", "the model check"),
+    (lambda c: c.create_job({"job_type": "rl"}, idempotency_key="k"), "POST /rl/jobs", "job creation"),
+    (lambda c: c.get_job("job_a"), "GET /rl/jobs/job_a", "status of job job_a"),
+    (lambda c: c.events("job_a", 0), "GET /rl/jobs/job_a/events", "events of job job_a"),
+    (lambda c: c.metrics("job_a", -1), "GET /rl/jobs/job_a/metrics", "metrics of job job_a"),
+    (lambda c: c.rollouts_page("job_a"), "GET /rl/jobs/job_a/rollouts", "rollouts of job job_a"),
+    (lambda c: c.cancel_job("job_a"), "POST /rl/jobs/job_a/cancel", "cancel of job job_a"),
+    (lambda c: c.list_jobs(), "GET /rl/jobs", "job list"),
+], ids=lambda value: value if isinstance(value, str) and value.startswith(("GET", "POST")) else None)
+async def test_a_401_names_the_request_that_was_refused(faulty_backend, call, request_line, what):
+    """The walk: a 401 row for POST /rl/verify_task_app named "the RL job list". Every
+    endpoint's refusal names its own request, by method and path under the base URL."""
+    async with SynthClient(faulty_backend.url, "sk_wrong_secret_value_1234", retries=0) as client:
+        with pytest.raises(AuthError) as info:
+            await call(client)
+    error = info.value
+    assert error.request == request_line and error.status == 401
+    assert f"rejected the SYNTH_API_KEY on {request_line} ({what}): HTTP 401" in error.message
+    assert "sk_wrong_secret_value_1234" not in error.render()
+
+
 async def test_connection_refused_is_typed_and_explained():
     async with SynthClient(f"http://127.0.0.1:{_free_port()}", "sk_x_1234567", retries=1, backoff=0.01) as client:
         with pytest.raises(BackendUnreachable) as info:
