@@ -8,7 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
-from textual.widgets import Input, Static
+from textual.widgets import Button, Input, Static
 
 from app.core.env import envfile
 from app.core.env.resolve import ResolvedKey
@@ -829,3 +829,23 @@ async def test_the_help_lists_each_key_once(make_app, project):
         enters = [row for row in rows if row[0] in ("enter", "⏎")]
         assert enters == [("enter", "Edit")], enters
         assert len(keys) == len(set(keys)), keys
+
+
+@pytest.mark.parametrize("key, dialog", [("c", SaveBeforeContinueDialog), ("r", ReloadDialog)])
+async def test_a_choice_dialogs_buttons_are_whole_at_80x24(make_app, project, key, dialog):
+    env_path = project / ".env"
+    env_path.write_text(FULL_ENV)
+    app = make_app(start="env")
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await env_screen(pilot)
+        await edit_selected(pilot, screen, NEW_KEY)
+        if key == "r":
+            change_on_disk(env_path, FULL_ENV.replace(TASK_URL, NEW_URL))
+        await pilot.press(key)
+        await wait_for_screen(pilot, dialog, "the question")
+        await pilot.pause()
+        body = app.screen.query_one("#dialog-body").content_region
+        for button in app.screen.query(Button):
+            label = str(button.label)
+            assert body.contains_region(button.region), f"{label!r} is cut at 80 columns"
+            assert "…" not in "".join(strip.text for strip in button.render_lines(button.region.reset_offset))

@@ -223,9 +223,11 @@ class SaveBeforeContinueDialog(_ChoiceDialog):
                 id="dialog-detail",
             )
             with Horizontal(id="dialog-buttons"):
-                yield Button("Save and continue (s)", variant="primary", id="save")
-                yield Button("Continue without saving (c)", id="continue")
-                yield Button("Stay here (esc)", id="stay")
+                # Short enough for three buttons in the dialog at 80 columns; the keys' longer
+                # words are in the footer and the help.
+                yield Button("Save (s)", variant="primary", id="save")
+                yield Button("Don't save (c)", id="continue")
+                yield Button("Stay (esc)", id="stay")
 
 
 
@@ -255,6 +257,6 @@ class ReloadDialog(_ChoiceDialog):
                 id="dialog-detail", markup=False,
             )
             with Horizontal(id="dialog-buttons"):
-                yield Button("Reload, keep my edits (k)", variant="primary", id="keep")
-                yield Button("Reload, drop my edits (d)", variant="warning", id="drop")
+                yield Button("Keep edits (k)", variant="primary", id="keep")  # short: 80 columns
+                yield Button("Drop edits (d)", variant="warning", id="drop")
                 yield Button("Cancel (esc)", id="stay")
