@@ -74,7 +74,9 @@ class JobHeader(Static):
         labelled = "   ".join([*head, *states, *(f"{label} {full}" for label, full, _ in facts)])
         bare = "  ".join([*head, *states, *(short for _, _, short in facts)])
         split = "  ".join([*head, *states]) + "\n" + "  ".join(short for _, _, short in facts)
-        room = self.size.width - 2  # the header's padding
+        # The header spans the screen: before its first layout (drawn from the screen's on_mount,
+        # for the first frame) its width is the terminal's.
+        room = (self.size.width or self.app.size.width) - 2  # the header's padding
         # The clock's width is all of it that matters to the fit (05:09 and 05:10 fit alike).
         shape = (room, len(clock), labelled.replace(clock, "", 1))
         if self._fit is None or self._fit[0] != shape:

@@ -185,9 +185,12 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
             self._apply(self.job.replay)
             if self.read_only is not None:
                 self._show_read_only(self.read_only)
-            return
-        self._start_feed()
-        self.set_interval(1.0, self._render_header, name="dashboard-clock")
+        else:
+            self._start_feed()
+            self.set_interval(1.0, self._render_header, name="dashboard-clock")
+        # Drawn here for the first frame: _apply's header (_one_header) waits for is_mounted, which
+        # is set only once on_mount has returned; a saved run's header was blank until on_resize's
+        # after-refresh redraw, frames later (tests/tui/test_dashboard.py, the header's first frame).
         self._render_header()
 
     def _show_read_only(self, why: str) -> None:

@@ -292,22 +292,26 @@ async def test_open_path_refuses_a_file_that_is_not_toml(make_app, configs, proj
 
 
 async def test_an_opened_file_joins_the_list_and_is_selected(make_app, configs, project):
-    shutil.copy(BROKEN / "syntax_error.toml", project / "broken.toml")
+    # In a folder discovery skips (SKIP_DIR_NAMES), so only the open lists it. At the project's
+    # top discovery listed it from the start (it lists broken TOML too): the wait for it waited
+    # for nothing, and under load the path dialog was still open at the next assert.
+    (project / "fixtures").mkdir()
+    shutil.copy(BROKEN / "syntax_error.toml", project / "fixtures" / "broken.toml")
     app = make_app()
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await discovered(pilot)
+        assert "fixtures/broken.toml" not in labels(screen)
         await pilot.press("o")
-        type_ahead(app, *"broken.toml", "enter")  # as a terminal sends it: no frame per key
-        await wait_for(pilot, lambda: "broken.toml" in labels(screen), what="the opened file")
-        await pilot.pause()
-        assert isinstance(app.screen, ConfigPickerScreen)
-        assert screen.query_one(ConfigList).highlighted_entry.label == "broken.toml"
-        assert "invalid TOML" in preview_text(screen)
+        type_ahead(app, *"fixtures/broken.toml", "enter")  # as a terminal sends it: no frame per key
+        await wait_for(pilot, lambda: app.screen is screen and "fixtures/broken.toml" in labels(screen),
+                       what="the dialog closed and the opened file listed")
+        assert screen.query_one(ConfigList).highlighted_entry.label == "fixtures/broken.toml"
+        await wait_for(pilot, lambda: "invalid TOML" in preview_text(screen), what="its preview")
         # It stays listed after a reload.
         screen.searched = False
         await pilot.press("r")
         await wait_until(pilot, lambda: screen.searched, "the reload")
-        assert "broken.toml" in labels(screen)
+        assert "fixtures/broken.toml" in labels(screen)
 
 
 # --------------------------------------------------------------------------- choosing

@@ -612,6 +612,31 @@ async def test_a_data_parallel_job_shows_each_ranks_figures_under_the_header(siz
         assert len(text) <= size[0] - 2
 
 
+@pytest.mark.parametrize("size", [(160, 45), (80, 24)])
+async def test_a_saved_runs_header_is_drawn_in_the_dashboards_first_frame(monkeypatch, size):
+    """A saved run's header was blank for its first frames: on_mount's batch left it to
+    on_resize's after-refresh redraw (the test above then read it blank under load). The
+    first frame draws it, in the form the terminal's width calls for (one line at 160)."""
+    firsts: list[str] = []
+    display = SynthTuiApp._display
+
+    def record(app: SynthTuiApp, screen, renderable) -> None:
+        if renderable is not None and not firsts and isinstance(screen, DashboardScreen) and screen.is_mounted:
+            firsts.append(str(screen.query_one("#dash-header").render()))
+        display(app, screen, renderable)
+
+    monkeypatch.setattr(SynthTuiApp, "_display", record)
+    app = replay_app(world=2)
+    async with app.run_test(size=size) as pilot:
+        header = app.screen.query_one("#dash-header")
+        await wait_for(pilot, lambda: bool(firsts) and header.size.width > 0, what="the first frame")
+        await pilot.pause()
+        settled = str(header.render())
+        assert firsts == [settled] and "lm × 2" in settled, (firsts, settled)
+        if size[0] == 160:
+            assert "\n" not in settled
+
+
 async def test_a_job_in_one_process_has_no_ranks_line():
     app = replay_app()
     async with app.run_test(size=(160, 45)) as pilot:
