@@ -193,11 +193,12 @@ class VerificationScreen(FlowScreen):
             return
         if run != self._run:
             return
+        # Started before the target is set: setting it draws the pending rows, with their elapsed time.
+        self._checks_started = self.clock()
         self.target = CheckTarget(prepared.task_url, self.session.backend_base,
                                   mask_secret(self.session.synth_api_key()),
                                   mask_secret(secrets.get("ENVIRONMENT_API_KEY")),
                                   asked_model(prepared.payload).model)
-        self._checks_started = self.clock()
         self.run_worker(self._verify_with_backend(run, self.target), name=BACKEND_WORKER, group=WORKER_GROUP,
                         exit_on_error=False)
         self.run_worker(self._check_task_app(run, self.target), name=TASK_APP_WORKER, group=WORKER_GROUP,

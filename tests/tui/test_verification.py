@@ -28,6 +28,7 @@ from app.core.launch.diagnosis import (
     overall_verdict,
 )
 from app.core.redact import mask_secret
+from app.screens import verification
 from app.screens.dialogs.common import HelpDialog
 from app.screens.dialogs.json_report import JsonReportDialog
 from app.screens.env_review import EnvReviewScreen
@@ -418,6 +419,26 @@ async def test_hosted_backend_attempts_with_only_a_status_are_shown(verify_app, 
         verify_rows = [r for r in rows(screen) if r.check == "backend verify"]
         assert [(r.tried, r.status, r.verdict) for r in verify_rows] == [
             ("(the backend did not say)", 200, Verdict.OK)] * 2
+
+
+async def test_the_elapsed_time_starts_at_zero_in_the_first_frame(verify_app, faulty_backend, short_timeout,
+                                                                  monkeypatch):
+    """The pending rows' first drawing counts from the checks' start, not from the clock's own
+    zero (the walk: "verifying… 6294.3 s", the machine's uptime, until the first tick)."""
+    seen: list[float] = []
+    draw = verification.pending_task_app_row
+
+    def pending_row(hint: str, elapsed: float):
+        seen.append(elapsed)
+        return draw(hint, elapsed)
+
+    monkeypatch.setattr(verification, "pending_task_app_row", pending_row)
+    monkeypatch.setattr(VerificationScreen, "clock", staticmethod(lambda: 5000.0))  # it stands still
+    with SilentServer() as silent:
+        app = verify_app(backend=faulty_backend.url, task_url=silent.url)
+        async with app.run_test(size=SIZE) as pilot:
+            await wait_for(pilot, lambda: bool(seen), what="the first pending row")
+    assert seen and max(seen) == 0.0
 
 
 async def test_hung_task_app_ticks_then_ends_with_the_timeout_reason(verify_app, faulty_backend, short_timeout):
