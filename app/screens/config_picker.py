@@ -324,6 +324,9 @@ class ConfigPickerScreen(FlowScreen):
         if entry is None:
             if not self.searched:
                 self.notify("Still looking for configs…", title="One moment")
+            elif self.entries:  # all of them filtered out (the filter has the keyboard: no o)
+                self.notify("No config matches the filter. Esc clears it.", title="Nothing to choose",
+                            severity="warning")
             else:
                 self.notify("There is no config to choose yet. Press o to open one by its path.",
                             title="Nothing to choose", severity="warning")

@@ -142,6 +142,9 @@ async def test_typing_in_the_filter_narrows_the_list(make_app, configs):
                        what="the filter typed")
         assert labels(screen) == []
         assert "No config matches" in str(screen.query_one("#picker-message", Static).render())
+        await pilot.press("enter")  # in the filter, all of them filtered out: the filter is what to change
+        assert "No config matches the filter. Esc clears it." in notice_messages(app)
+        assert not any("no config to choose yet" in message for message in notice_messages(app))
 
         await pilot.press("escape")
         assert len(labels(screen)) == 3
