@@ -533,7 +533,7 @@ class DashboardScreen(JobKeys, OverlayActions, ChartKeys, FlowScreen):
     @on(Input.Submitted, "#dash-filter")
     def _filter_kept(self) -> None:
         self.filtering = False
-        self.query_one(EventLog).focus()
+        self.query_one(EventLog).log_view.focus()  # the lines: the EventLog itself takes no focus
 
     def action_inspect(self) -> None:
         """The rollout inspector on the job's latest step (docs/product.md#rollout-inspector)."""

@@ -193,6 +193,7 @@ async def test_filter_limits_the_log(faulty_backend):
         assert log.shown == 1  # applied as typed
         await pilot.press("enter")  # keeps it, closes the field
         assert not screen.query_one("#dash-filter").display
+        assert screen.focused is log.log_view  # the dashboard's keys are keys again, not the field's text
         assert log.filter_text == "completed"
         # The active filter is visible in the header, and esc clears it.
         assert "filter “completed” (esc clears)" in str(screen.query_one("#dash-header").render())
