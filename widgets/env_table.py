@@ -35,7 +35,7 @@ def source_label(key: ResolvedKey, *, edited: bool = False) -> str:
         return source_of_flag_key(key)
     if key.source == "modal":
         return "Modal"
-    return key.source  # shell, file or missing
+    return key.source  # preview, shell, file or missing
 
 
 def describe(key: ResolvedKey, file_label: str, *, edited: bool = False) -> str:
@@ -51,6 +51,8 @@ def describe(key: ResolvedKey, file_label: str, *, edited: bool = False) -> str:
         "alias": f"its alias {key.origin}",
         "flag": f"the {key.origin} flag",
         "modal": f"{key.origin} (read for this session; not in {file_label} unless you save it there)",
+        "preview": f"the payload preview's Task URL override (this session only; enter replaces it, "
+                   f"and what you enter goes into {file_label})",
     }[key.source]
     if edited and key.source == "file":
         text = f"{key.name} = {key.display}, set here and {NOT_SAVED}: ctrl+s writes it to {file_label}."

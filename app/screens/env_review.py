@@ -223,7 +223,10 @@ class EnvReviewScreen(ModalActions, DiskWatch):
         env = self.session.env
         if env is None:
             raise EnvFileError("No .env file is loaded", hint="Press e to choose one.")
+        from_preview = any(k.name == name and k.source == "preview" for k in self.session.resolved)
         env.set(name, value)
+        if from_preview:  # the latest choice wins: the .env's value, or over --task-url the override
+            self.session.override(task_url=value if self.session.options.task_url else None)  # docs/product.md
         self.session.resolve()
         self.edited.add(name)
         self._refresh(select=name)

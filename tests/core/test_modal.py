@@ -349,7 +349,7 @@ def test_the_task_url_flag_wins_over_a_modal_app_url(standin):
     session.use_modal_value("TASK_APP_URL", "https://x.modal.run", "Modal app a/f")
     assert next(k for k in session.resolved if k.name == "TASK_APP_URL").value == "https://x.modal.run"
     session.override(task_url="http://127.0.0.1:1")
-    assert next(k for k in session.resolved if k.name == "TASK_APP_URL").source == "flag"
+    assert next(k for k in session.resolved if k.name == "TASK_APP_URL").source == "preview"  # still over Modal
 
 
 def test_modal_flags_are_checked_when_given():

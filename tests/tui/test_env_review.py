@@ -215,6 +215,44 @@ async def test_task_url_flag_counts_as_a_source(make_app, project):
         assert app.session.missing_keys() == []
 
 
+async def test_a_preview_override_over_the_flag_is_named_and_an_edit_replaces_it(make_app, project):
+    """A Task URL typed in the preview is the preview's, not --task-url's; with a real flag too,
+    an edit here replaces the override (the latest choice wins) and the flag still does not."""
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\nENVIRONMENT_API_KEY={ENV_KEY}\n")
+    app = make_app(start="env", task_url=TASK_URL)
+    typed, edited = "http://127.0.0.1:9", "https://fixed--task-app.modal.run"
+    app.session.override(task_url=typed)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        assert row(screen, "TASK_APP_URL")[1:3] == [typed, "preview"]
+        await select_row(pilot, screen, "TASK_APP_URL")
+        await pilot.press("enter")
+        assert "latest choice wins" in text_of(app.screen, "#env-preview-note")
+        assert not app.screen.query("#env-shell-warning")
+        app.screen.query_one("#env-value", Input).value = edited
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        assert app.session.overrides.task_url == edited and app.session.options.task_url == TASK_URL
+        assert app.session.env.get("TASK_APP_URL") == edited
+        assert row(screen, "TASK_APP_URL")[1:3] == [edited, "preview"]
+
+
+async def test_a_real_task_url_flag_still_wins_over_an_edit(make_app, project):
+    (project / ".env").write_text(f"SYNTH_API_KEY={SYNTH_KEY}\nENVIRONMENT_API_KEY={ENV_KEY}\n")
+    app = make_app(start="env", task_url=TASK_URL)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await env_screen(pilot)
+        await select_row(pilot, screen, "TASK_APP_URL")
+        await pilot.press("enter")
+        assert "set in the --task-url flag, and that value still wins" in text_of(app.screen, "#env-shell-warning")
+        assert not app.screen.query("#env-preview-note")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen, "the dialog to close")
+        await edit_selected(pilot, screen, "https://other--task-app.modal.run")
+        assert app.session.overrides.task_url == TASK_URL
+        assert row(screen, "TASK_APP_URL")[1:3] == [TASK_URL, "flag --task-url"]
+
+
 async def test_the_embedded_backend_key_is_not_asked_for(make_app, project):
     """With --backend local the run has the embedded backend's own key: SYNTH_API_KEY is not needed."""
     (project / ".env").write_text(f"ENVIRONMENT_API_KEY={ENV_KEY}\nTASK_APP_URL={TASK_URL}\n")

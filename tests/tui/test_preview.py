@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import json
+import socket
 
 import httpx
 import pytest
@@ -19,10 +20,12 @@ from app.core.api.health import HealthAttempt, HealthReport
 from app.core.api.results import ApiResponse, CreateResult, VerifyResult
 from app.screens.dashboard import DashboardScreen
 from app.screens.dialogs.common import ErrorDialog
+from app.screens.env_review import EnvReviewScreen
 from app.screens.preview import PayloadPreviewScreen
 from app.screens.verification import VerificationScreen
 from support.pilot_waits import type_ahead, wait_for, wait_for_screen
 from support.screen_text import footer_text, notifications
+from widgets.env_table import MaskedEnvTable
 
 ENV_KEY = "env_key_0123456789abcdef0123456789abcdef"
 SYNTH_KEY = "sk_test_backend_key_0123456789"
@@ -47,6 +50,12 @@ async def preview_ready(pilot) -> PayloadPreviewScreen:
     await wait_for(pilot, lambda: not screen.rebuilding, what="the payload")
     await pilot.pause()
     return screen
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def text_of(screen, selector: str) -> str:
@@ -443,3 +452,56 @@ async def test_the_experimental_row_lines_up_with_the_other_overrides(preview_ap
         assert screen.query_one("#override-experimental").region.x > note.x  # after the text
         labels = [label.region.x for label in screen.query(".override-label")]
         assert len(set(labels)) == 1
+
+
+async def test_a_mistyped_task_url_is_named_as_the_previews_and_replaced_in_the_env_review(
+        flow_app, faulty_backend, tiny_task_app):
+    """The walk: a Task URL mistyped in the preview failed verification again, and then the env
+    review called it the --task-url flag's, said editing could not change it, and the user could
+    not get back to the preview. The row says it is the preview's; an edit there replaces it."""
+    app = flow_app("verify", backend=faulty_backend.url, task_url=tiny_task_app.url, synth_key=SYNTH_KEY,
+                   env_key=ENV_KEY)
+    async with app.run_test(size=SIZE) as pilot:
+        verification = app.screen
+        await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
+                       what="the verification to pass")
+        await pilot.press("enter")
+        screen = await preview_ready(pilot)
+        offline = f"http://127.0.0.1:{free_port()}"  # nothing listens: the task app is offline
+        screen.query_one("#override-task-url", Input).value = offline
+        await wait_for(pilot, lambda: not screen.rebuilding and offline in screen.shown_json, what="the rebuild")
+        screen.query_one("#payload-json-scroll").focus()
+        await pilot.press("s")
+        await wait_for_screen(pilot, VerificationScreen, "verification again")
+        verification = app.screen
+        await wait_for(pilot, lambda: verification.verdict is not None and not verification.running,
+                       what="the checks to fail")
+        assert not verification.verdict.ready
+        await pilot.press("escape")
+        await wait_for_screen(pilot, EnvReviewScreen, "the env review")
+        env = app.screen
+        await wait_for(pilot, lambda: not env.loading, what="the .env")
+        table = env.query_one(MaskedEnvTable)
+        assert [str(c) for c in table.get_row("TASK_APP_URL")][1:3] == [offline, "preview"]
+        table.select_key("TASK_APP_URL")
+        await pilot.pause()
+        assert "payload preview's Task URL override" in str(env.query_one("#env-detail").render())
+        await pilot.press("enter")
+        dialog = app.screen
+        note = str(dialog.query_one("#env-preview-note").render())
+        assert "replaces it for this session" in note and "latest choice wins" in note
+        assert not dialog.query("#env-shell-warning")  # no --task-url flag was passed
+        dialog.query_one("#env-value", Input).value = tiny_task_app.url
+        await pilot.press("enter")
+        await wait_for(pilot, lambda: app.screen is env, what="the dialog to close")
+        assert app.session.overrides.task_url is None  # the preview's override is gone
+        assert [str(c) for c in table.get_row("TASK_APP_URL")][1:3] == [tiny_task_app.url, "not saved yet"]
+        await pilot.press("c")  # the value is the one the file holds: nothing to save
+        await wait_for_screen(pilot, VerificationScreen, "verification")
+        verification = app.screen
+        await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
+                       what="the verification to pass with the .env's URL")
+        await pilot.press("enter")
+        screen = await preview_ready(pilot)
+        assert screen.prepared.task_url == tiny_task_app.url
+        assert screen.query_one("#override-task-url", Input).value == tiny_task_app.url

@@ -13,7 +13,9 @@ from app.core.env.keys import FLAG_NAMES, KEY_ALIASES, REQUIRED_KEYS, display_va
 
 # "modal": fetched from Modal for this session (app/core/modal.py, docs/modal.md), never
 # written to the .env unless the user saves it; ``origin`` says from where, e.g. "Modal secret NAME".
-Source = Literal["flag", "shell", "file", "alias", "modal", "missing"]
+# "preview": the Task URL typed in the payload preview, for this session only (LaunchSession
+# marks it; docs/product.md#payload-preview). It wins over --task-url, like a flag.
+Source = Literal["flag", "preview", "shell", "file", "alias", "modal", "missing"]
 
 
 @dataclass(frozen=True, repr=False)
@@ -46,6 +48,7 @@ class ResolvedKey:
             "file": str(self.origin),
             "alias": f"its alias {self.origin}",
             "modal": str(self.origin),
+            "preview": "the payload preview's override",
         }.get(self.source, "nowhere")
 
     def __repr__(self) -> str:

@@ -316,6 +316,8 @@ class LaunchSession:
         if key.name == "SYNTH_API_KEY" and self.options.backend_key:
             return dataclasses.replace(key, value=self.options.backend_key, source="flag",
                                        origin=self.options.backend_key_origin, shell_overrides_file=False)
+        if key.name == "TASK_APP_URL" and key.source == "flag" and self.overrides.task_url != self.options.task_url:
+            key = dataclasses.replace(key, source="preview", origin="the payload preview")
         if key.name in self.optional_keys():
             return dataclasses.replace(key, required=False)
         return key
@@ -382,11 +384,11 @@ class LaunchSession:
             return self.prepared
         self.prepared = None  # until the new one is built: a failed build leaves no stale payload
         task_url_key = next((k for k in self.resolved if k.name == "TASK_APP_URL"), None)
-        overrides = self.overrides
+        overrides, typed = self.overrides, task_url_key is not None and task_url_key.source == "preview"
         self.prepared = steps.prepare_payload(
             report, task_url_flag=overrides.task_url, env_task_url=secrets.get("TASK_APP_URL"),
             backend_base=self.backend_base, model=overrides.model, allow_experimental=overrides.allow_experimental,
-            env=self.shell,
+            env=self.shell, task_url_flag_where="The preview's Task URL" if typed else None,
             env_task_url_where=f"TASK_APP_URL from {task_url_key.where}" if task_url_key else "TASK_APP_URL",
             generations=self.rl_support.generations if self.rl_support else frozenset())
         self._prepared_from = inputs

@@ -153,6 +153,7 @@ class PreparedJob:
 def prepare_payload(report: cfg.ValidationReport, *, task_url_flag: str | None, env_task_url: str | None,
                     backend_base: str, model: str | None, allow_experimental: bool | None,
                     env: Mapping[str, str], env_task_url_where: str = "TASK_APP_URL",
+                    task_url_flag_where: str | None = None,
                     generations: frozenset[str] = frozenset()) -> PreparedJob:
     """The payload of a config already read and validated (``report``: nothing is read here),
     under the names a backend of ``generations`` reads (empty: as written). ``env``: the
@@ -166,7 +167,8 @@ def prepare_payload(report: cfg.ValidationReport, *, task_url_flag: str | None, 
     config_task_url = config.services.task_url if config.services else None
     task_url, source = cfg.resolve_task_url(cli_task_url=task_url_flag, env_task_url=env_task_url,
                                             config_task_url=config_task_url)
-    where = {"flag": "--task-url", "env": env_task_url_where}.get(source, f"[services] task_url in {config_path}")
+    where = {"flag": task_url_flag_where or "--task-url",
+             "env": env_task_url_where}.get(source, f"[services] task_url in {config_path}")
     check_task_url(task_url, where)
     payload = cfg.build_rl_payload(config, task_url=task_url, backend_base=backend_base,
                                    model_override=model, allow_experimental=allow_experimental, env=env)

@@ -123,6 +123,12 @@ class EditValueDialog(_ValueDialog):
             yield Static(f"Edit {key.name}", id="dialog-title", markup=False)
             in_use = f"In use now: {key.display}  (source: {source_label(key)})" if key.value else "Not set yet."
             yield Static(in_use, id="env-in-use", markup=False)
+            if key.source == "preview":
+                yield Static(
+                    f"⚠ {key.name} is the override typed in the payload preview. What you enter here replaces "
+                    f"it for this session (your latest choice wins) and changes {self.file_label} too.",
+                    id="env-preview-note", markup=False,
+                )
             if key.source in ("shell", "flag"):
                 where = "your shell" if key.source == "shell" else f"the {key.origin} flag"
                 yield Static(
