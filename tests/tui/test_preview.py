@@ -280,6 +280,15 @@ async def test_task_url_override_changes_the_payload_and_warns_it_is_unverified(
         assert app.session.options.task_url is None  # the flags stay as given; the override is the session's
 
 
+async def verified_preview(pilot):
+    """From the checks, once they pass, to the preview (enter)."""
+    verification = pilot.app.screen
+    await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
+                   what="the verification to pass")
+    await pilot.press("enter")
+    return await preview_ready(pilot)
+
+
 @pytest.mark.parametrize("changed", ["model", "task URL"])
 async def test_s_after_a_change_since_verification_verifies_again_and_sends_nothing(
         changed, flow_app, faulty_backend, tiny_task_app):
@@ -289,11 +298,7 @@ async def test_s_after_a_change_since_verification_verifies_again_and_sends_noth
     app = flow_app("verify", backend=faulty_backend.url, task_url=tiny_task_app.url, synth_key=SYNTH_KEY,
                    env_key=ENV_KEY)
     async with app.run_test(size=SIZE) as pilot:
-        verification = app.screen
-        await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
-                       what="the verification to pass")
-        await pilot.press("enter")
-        screen = await preview_ready(pilot)
+        screen = await verified_preview(pilot)
         await wait_for(pilot, lambda: "s Submit" in footer_text(app), what="s Submit in the footer")
         if changed == "model":
             screen.query_one("#override-model", Input).value = "Qwen/Qwen3-1.7B"
@@ -462,11 +467,7 @@ async def test_a_mistyped_task_url_is_named_as_the_previews_and_replaced_in_the_
     app = flow_app("verify", backend=faulty_backend.url, task_url=tiny_task_app.url, synth_key=SYNTH_KEY,
                    env_key=ENV_KEY)
     async with app.run_test(size=SIZE) as pilot:
-        verification = app.screen
-        await wait_for(pilot, lambda: verification.verdict is not None and verification.verdict.ready,
-                       what="the verification to pass")
-        await pilot.press("enter")
-        screen = await preview_ready(pilot)
+        screen = await verified_preview(pilot)
         offline = f"http://127.0.0.1:{free_port()}"  # nothing listens: the task app is offline
         screen.query_one("#override-task-url", Input).value = offline
         await wait_for(pilot, lambda: not screen.rebuilding and offline in screen.shown_json, what="the rebuild")
