@@ -373,14 +373,13 @@ class SynthTuiApp(App[int]):
 
     def action_help(self) -> None:
         from app.screens.dialogs.common import HelpDialog
-        from widgets.steady_footer import SPARE_MARK, SPARE_NOTE, help_rows
+        from widgets.steady_footer import help_rows
 
         if isinstance(self.screen, HelpDialog):
             return
         title = getattr(self.screen, "TITLE", None) or type(self.screen).__name__
-        rows = help_rows(self.screen)
-        marked = any(action.endswith(f" {SPARE_MARK}") for _, action in rows)
-        self.push_screen(HelpDialog(str(title), rows, note=SPARE_NOTE if marked else None))
+        rows, note = help_rows(self.screen)
+        self.push_screen(HelpDialog(str(title), rows, note=note))
 
     def action_help_quit(self) -> None:
         """Ctrl+C with no text selected (with a selection it copies): an interrupt, one rule on

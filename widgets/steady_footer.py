@@ -77,13 +77,15 @@ SPARE_MARK = "*"
 SPARE_NOTE = f"{SPARE_MARK} not in the footer below {WIDE_FOOTER} columns"
 
 
-def help_rows(screen: Screen) -> list[tuple[str, str]]:
+def help_rows(screen: Screen) -> tuple[list[tuple[str, str]], str | None]:
     """The help's rows for `screen` (key, what it does), in help_order: each action once, the
-    spare keys its footer leaves out at this width marked with SPARE_MARK (docs/product.md#keys)."""
+    spare keys its footer leaves out at this width marked with SPARE_MARK; and the note under
+    the rows (SPARE_NOTE), when a row is marked (docs/product.md#keys)."""
     app = screen.app
     rows: list[tuple[str, str]] = []
     seen: set[tuple[str, str]] = set()
     labels: set[str] = set()
+    any_marked = False
     spare = left_out(screen, app.size.width)
     screen_keys = declared_keys(screen)
     for active in sorted(screen.active_bindings.values(), key=help_order(screen)):
@@ -99,9 +101,10 @@ def help_rows(screen: Screen) -> list[tuple[str, str]]:
             continue  # q Quit is listed: ^q Quit is the same (the walk: the picker listed both)
         seen.add((binding.action, label))
         labels.add(label)
-        shown = f"{label} {SPARE_MARK}" if binding.action in spare else label
-        rows.append((app.get_key_display(binding), shown))
-    return rows
+        marked = binding.action in spare
+        any_marked = any_marked or marked
+        rows.append((app.get_key_display(binding), f"{label} {SPARE_MARK}" if marked else label))
+    return rows, SPARE_NOTE if any_marked else None
 
 
 def help_order(screen: Screen) -> Callable[[Any], tuple[int, int]]:
